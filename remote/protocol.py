@@ -1,0 +1,66 @@
+"""JSON-lines output of the payload (protocol version 1, docs/protocol.md).
+
+Every line written to stdout is one JSON object with ``"proto": 1`` and ``"type"``
+(``log``, ``progress``, ``result`` or ``error``). Exactly one ``result`` or ``error``
+line ends a command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any
+
+from . import PROTO
+
+_lock = threading.Lock()
+
+
+class PayloadError(Exception):
+    """An error reported to the controller as an ``error`` line.
+
+    ``kind`` is one of ``bad_input``, ``not_found``, ``locked``, ``runtime``;
+    ``bad_input``/``not_found``/``locked`` exit with status 2, ``runtime`` with 1.
+    """
+
+    def __init__(self, kind: str, msg: str, detail: Any = None):
+        super().__init__(msg)
+        self.kind = kind
+        self.msg = msg
+        self.detail = detail
+
+
+def emit(obj_type: str, **fields: Any) -> None:
+    """Write one protocol line to stdout and flush it (thread-safe)."""
+    line = {"proto": PROTO, "type": obj_type}
+    line.update(fields)
+    text = json.dumps(line, sort_keys=True, default=str)
+    with _lock:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
+def log(msg: str, level: str = "info") -> None:
+    """Emit a ``log`` line."""
+    emit("log", level=level, msg=msg)
+
+
+def progress(done: int, total: int, stage: str, **extra: Any) -> None:
+    """Emit a ``progress`` line: ``done``/``total`` units of work in ``stage``."""
+    emit("progress", done=done, total=total, stage=stage, **extra)
+
+
+def result(data: Any) -> None:
+    """Emit the final ``result`` line."""
+    emit("result", data=data)
+
+
+def error(err: PayloadError) -> None:
+    """Emit the final ``error`` line."""
+    emit("error", kind=err.kind, msg=err.msg, detail=err.detail)
+
+
+def exit_code(err: PayloadError) -> int:
+    """Exit status for an error kind (docs/protocol.md)."""
+    return 1 if err.kind == "runtime" else 2
