@@ -1,0 +1,6 @@
+"""``python -m orchestrator`` = ``orch``."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

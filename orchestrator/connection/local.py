@@ -1,0 +1,41 @@
+"""Local transport on Invoke's ``Context`` (``ansible_connection: local``).
+
+Same ``run`` API as the SSH transport: Fabric's ``Connection`` subclasses Invoke's
+``Context``, so one code path serves both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from .base import Transport
+
+
+class LocalTransport(Transport):
+    """Run commands on this machine through ``invoke.Context`` (``/bin/sh -c``)."""
+
+    def __init__(self, host: str, **kw):
+        super().__init__(host, **kw)
+        import invoke
+
+        self._ctx = invoke.Context()
+
+    def open(self) -> None:
+        """Nothing to open for a local host."""
+
+    def _invoke_run(self, command: str, **kwargs):
+        return self._ctx.run(command, **kwargs)
+
+    def _invoke_sudo(self, command: str, **kwargs):
+        return self._ctx.sudo(command, **kwargs)
+
+    def put(self, local_path: str, remote_path: str) -> None:
+        """Copy ``local_path`` to ``remote_path`` (same machine)."""
+        if os.path.abspath(local_path) != os.path.abspath(remote_path):
+            shutil.copyfile(local_path, remote_path)
+
+    def get(self, remote_path: str, local_path: str) -> None:
+        """Copy ``remote_path`` to ``local_path`` (same machine)."""
+        if os.path.abspath(local_path) != os.path.abspath(remote_path):
+            shutil.copyfile(remote_path, local_path)

@@ -1,0 +1,190 @@
+"""The playbook engine: runs plays over inventory hosts in serial batches.
+
+Within a batch, up to ``forks`` hosts run in parallel; each host runs the play's steps
+in order (a failed task ends that host's play after its block's ``rescue`` and
+``always`` steps). After each batch, the failed share is compared with
+``max_fail_percentage`` (Ansible's rule: it must be exceeded) and the play stops
+there if needed; hosts never started are reported as such.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from typing import Any, Callable
+
+from ..connection import CommandFailed, CommandTimeout, HostUnreachable
+from . import templating
+from .batching import batch_failed, order_hosts, serial_batches
+from .context import HostContext, RunOptions
+from .playbook import Block, Play, Step, Task
+from .results import (CHANGED, FAILED, OK, SKIPPED, UNREACHABLE, Cancelled, HostRecap, TaskFailed,
+                      TaskResult)
+
+
+class _HostDone(Exception):
+    """Internal: the host's play ended (failed or unreachable); carries the status and cause."""
+
+    def __init__(self, status: str, cause: str):
+        super().__init__(cause)
+        self.status = status
+        self.cause = cause
+
+
+class Engine:
+    """Runs plays. ``modules`` maps a module name to ``fn(ctx, **args) -> TaskResult``.
+
+    ``reporter`` receives ``task_result(host, task_name, result)``, ``progress(host, **f)``
+    and ``line(text)`` calls (see :mod:`orchestrator.ui`); ``emit(event, **fields)``
+    records events (see :mod:`orchestrator.records`).
+    """
+
+    def __init__(self, modules: dict[str, Callable[..., TaskResult]], options: RunOptions,
+                 reporter, emit: Callable[..., None]):
+        self.modules = modules
+        self.options = options
+        self.reporter = reporter
+        self.emit = emit
+
+    # -- public -----------------------------------------------------------------------
+    def run_play(self, play: Play, hosts: list, hostvars: Callable[[Any], dict], *, serial=None,
+                 forks: int = 5, max_fail_percentage: float | None = None,
+                 any_errors_fatal: bool | None = None, order: str | None = None) -> dict[str, HostRecap]:
+        """Run ``play`` over ``hosts`` (inventory Host objects, already limited).
+
+        ``hostvars(host)`` returns the merged variables of a host. CLI values
+        (``serial``, ``max_fail_percentage``, ``any_errors_fatal``, ``order``) override
+        the play's. Returns a recap per host name, in inventory order.
+        """
+        serial = serial if serial is not None else play.serial
+        mfp = max_fail_percentage if max_fail_percentage is not None else play.max_fail_percentage
+        fatal = play.any_errors_fatal if any_errors_fatal is None else any_errors_fatal
+        ordered = order_hosts(hosts, order or play.order)
+        recaps = {h.name: HostRecap(h.name) for h in ordered}
+        self.emit("play_start", play=play.name, hosts=[h.name for h in ordered], check=self.options.check)
+        batches = serial_batches(ordered, serial)
+        for bi, batch in enumerate(batches):
+            if self.options.cancel.is_set():
+                break
+            self.emit("batch_start", batch=bi + 1, hosts=[h.name for h in batch])
+            with cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(batch)))) as pool:
+                futs = {pool.submit(self._run_host, play, h, hostvars(h), recaps[h.name]): h for h in batch}
+                for fut in cf.as_completed(futs):
+                    fut.result()
+            failed = sum(1 for h in batch if recaps[h.name].is_failure)
+            self.emit("batch_end", batch=bi + 1, failed=failed, size=len(batch))
+            if failed and (fatal or batch_failed(len(batch), failed, mfp)):
+                rest = [h.name for b in batches[bi + 1:] for h in b]
+                if rest:
+                    self.reporter.line(f"stopping: {failed} of {len(batch)} hosts failed in batch {bi + 1}; "
+                                       f"not started: {', '.join(rest)}")
+                self.emit("play_aborted", batch=bi + 1, not_started=rest)
+                break
+        self.emit("play_end", play=play.name,
+                  recap={n: {"outcome": r.outcome, "cause": r.cause} for n, r in recaps.items()})
+        return recaps
+
+    # -- per host ---------------------------------------------------------------------
+    def _run_host(self, play: Play, host, variables: dict, recap: HostRecap) -> None:
+        variables = dict(variables)
+        variables.update(play.vars)
+        variables.update(self.options.extra)
+        variables.setdefault("inventory_hostname", host.name)
+        variables["check_mode"] = self.options.check
+        variables["run_id"] = self.options.run_id
+        variables["group_names"] = list(getattr(host, "groups", []))
+        ctx = HostContext(host.name, variables, self.options, self.emit,
+                          progress=self.reporter.progress, echo=self.reporter.line)
+        recap.outcome = "running"
+        try:
+            self._steps(play.steps, ctx, recap, protected=False)
+            recap.outcome = "check" if self.options.check else "completed"
+        except _HostDone as done:
+            recap.outcome = done.status
+            recap.cause = done.cause
+        except Exception as exc:  # an engine bug must not leave other hosts hanging
+            recap.outcome = FAILED
+            recap.cause = f"internal error: {type(exc).__name__}: {exc}"
+            recap.failed += 1
+            self.emit("internal_error", host=host.name, error=recap.cause)
+        finally:
+            recap.summary = dict(ctx.state.get("summary", {}))
+            ctx.close()
+
+    def _steps(self, steps: list[Step], ctx: HostContext, recap: HostRecap, protected: bool) -> None:
+        for step in steps:
+            if isinstance(step, Block):
+                self._block(step, ctx, recap, protected)
+            else:
+                self._task(step, ctx, recap, protected)
+
+    def _block(self, block: Block, ctx: HostContext, recap: HostRecap, protected: bool) -> None:
+        if not templating.evaluate(block.when, ctx.vars):
+            return
+        failure: _HostDone | None = None
+        try:
+            try:
+                self._steps(block.block, ctx, recap, protected)
+            except _HostDone as done:
+                failure = done
+                if block.rescue and done.status != "cancelled-before-start":
+                    ctx.vars["orch_failure"] = {"status": done.status, "cause": done.cause,
+                                                "task": ctx.current_task}
+                    recap.rescued += 1
+                    self.emit("rescue_start", host=ctx.name, cause=done.cause)
+                    try:
+                        self._steps(block.rescue, ctx, recap, protected=True)
+                    except _HostDone as rescue_fail:
+                        failure = _HostDone(FAILED, f"{done.cause}; rescue also failed: {rescue_fail.cause}")
+        finally:
+            if block.always:
+                try:
+                    self._steps(block.always, ctx, recap, protected=True)
+                except _HostDone as always_fail:
+                    failure = failure or always_fail
+        if failure is not None:
+            raise failure
+
+    def _task(self, task: Task, ctx: HostContext, recap: HostRecap, protected: bool) -> None:
+        ctx.current_task = task.name
+        if not protected and ctx.cancelled():
+            raise _HostDone(FAILED, "interrupted by the operator")
+        try:
+            if not templating.evaluate(task.when, ctx.vars):
+                self._record(ctx, recap, task, TaskResult.skipped("condition false"))
+                return
+            module = self.modules[task.module]
+            check_safe = task.check_mode if task.check_mode is not None else getattr(module, "check_safe", False)
+            if ctx.check and not check_safe:
+                self._record(ctx, recap, task, TaskResult.skipped("check mode: would run"))
+                return
+            args = templating.render(task.args, ctx.vars)
+            result = module(ctx, **args)
+        except TaskFailed as exc:
+            result = TaskResult(FAILED, exc.msg, exc.data)
+        except HostUnreachable as exc:
+            result = TaskResult(UNREACHABLE, str(exc))
+        except (CommandFailed, CommandTimeout, templating.TemplateError) as exc:
+            result = TaskResult(FAILED, str(exc))
+        except Cancelled:
+            result = TaskResult(FAILED, "interrupted by the operator")
+        self._record(ctx, recap, task, result)
+        if task.register:
+            ctx.vars[task.register] = dict(result.data, status=result.status, msg=result.msg)
+        if result.status in (FAILED, UNREACHABLE) and not task.ignore_errors:
+            raise _HostDone(result.status, f"{task.name}: {result.msg}")
+
+    def _record(self, ctx: HostContext, recap: HostRecap, task: Task, result: TaskResult) -> None:
+        recap.count(result.status if result.status in (OK, CHANGED, FAILED, SKIPPED, UNREACHABLE) else OK)
+        self.emit("task", host=ctx.name, task=task.name, module=task.module, status=result.status,
+                  msg=result.msg, data=_safe(result.data))
+        self.reporter.task_result(ctx.name, task.name, result)
+
+
+def _safe(data: dict) -> dict:
+    """Drop secrets (any key containing 'password') before recording."""
+    out = {}
+    for k, v in data.items():
+        if "password" in str(k).lower():
+            continue
+        out[k] = _safe(v) if isinstance(v, dict) else v
+    return out

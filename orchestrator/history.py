@@ -1,0 +1,61 @@
+"""``orch runs``: per-host history read from the hosts' own run records."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+
+def runs_table(recaps: dict, only_host: str | None = None) -> Table:
+    """One row per (host, run): run id, time, action, files changed, throughput before → after, outcome."""
+    t = Table(title="orch runs")
+    for col in ("host", "run id", "created", "action", "files changed", "output tok/s before → after", "state"):
+        t.add_column(col)
+    for host, r in recaps.items():
+        if only_host and host != only_host:
+            continue
+        if r.is_failure:
+            t.add_row(host, "-", "-", "-", "-", "-", f"[red]{r.outcome}: {r.cause[:80]}[/]")
+            continue
+        for run in (r.summary or {}).get("runs") or []:
+            st = run.get("state") or {}
+            summ = ((st.get("data") or {}).get("summary")) or {}
+            b = (summ.get("bench_before") or {}).get("output_throughput")
+            a = (summ.get("bench_after") or {}).get("output_throughput")
+            tp = f"{b:.1f} → {a:.1f}" if b and a else (f"→ {a:.1f}" if a else "-")
+            files = "\n".join(f"{c.get('action')}: {str(c.get('path')).rsplit('/', 1)[-1]}"
+                              for c in run.get("changed") or []) or "-"
+            t.add_row(host, run.get("run_id", "?"), str(run.get("created", ""))[:19], str(run.get("action") or "-"),
+                      files, tp, str(st.get("state") or run.get("status") or "-"))
+    return t
+
+
+def cmd_runs(args) -> int:
+    """Run ``playbooks/runs.yaml`` over the inventory and print the history table (or JSON)."""
+    from .engine.context import RunOptions
+    from .engine.playbook import builtin_playbook, load_playbook
+    from .engine.runner import Engine
+    from .inventory import effective_vars, load_inventory
+    from .records import RunRecord, default_state_dir, new_run_id
+    from .tasks import MODULES
+    from .ui import Reporter
+
+    console = Console(stderr=True, highlight=False)
+    inv = load_inventory(args.inventory)
+    hosts = inv.select(args.host or args.limit)
+    record = RunRecord(default_state_dir(), new_run_id("runs"))
+    opts = RunOptions(run_id=record.run_id, run_dir=record.dir, check=True,
+                      accept_new_host_keys=args.accept_new_host_keys, extra={"service": getattr(args, "service", None)})
+    plays = load_playbook(builtin_playbook("runs"), set(MODULES))
+    with Reporter(console) as rep:
+        recaps = Engine(MODULES, opts, rep, record.emit).run_play(plays[0], hosts, effective_vars, forks=10)
+    record.close()
+    if args.json:
+        print(json.dumps({h: {"outcome": r.outcome, "cause": r.cause, "runs": (r.summary or {}).get("runs")}
+                          for h, r in recaps.items()}, indent=2, default=str))
+    else:
+        Console().print(runs_table(recaps, args.host))
+    return 1 if any(r.is_failure for r in recaps.values()) else 0

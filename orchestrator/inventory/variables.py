@@ -1,0 +1,481 @@
+"""The table of inventory variables orch knows: type, default, meaning, validation.
+
+``KNOWN_VARS`` is the one place these are defined. The loader validates every assignment
+against it, :func:`effective_vars` applies its defaults, and :func:`known_vars_markdown`
+renders it for the README.
+
+Rules (decided here, tested in tests/test_inventory.py):
+
+* A variable whose name starts with ``ansible_`` or ``orch_`` must be in ``KNOWN_VARS``;
+  anything else with those prefixes is an error with a did-you-mean (difflib). Other names
+  are the user's own and pass through unchecked.
+* An explicit ``null`` for a known variable means "use the default".
+* A string containing ``{{`` or ``{%`` is a Jinja2 template, rendered per host in
+  :func:`effective_vars` (context: the host's variables, ``inventory_hostname``,
+  ``group_names``) and validated after rendering, as Ansible templates variables lazily.
+* ``ansible_become_password`` is secret: its value never appears in an error, a repr or
+  :func:`redact` output.
+* ``ansible_group_priority`` is consumed by the loader (merge order of sibling groups) and is
+  only honoured in the inventory file's group ``vars``, as in Ansible (see loader).
+* ``ansible_ssh_common_args`` is accepted and ignored with a warning: orch connects with
+  Paramiko, which reads no OpenSSH command-line options.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import jinja2
+import jinja2.meta
+import jinja2.sandbox
+
+from .errors import InventoryError
+
+#: SGLang's default HTTP port (``--port`` default of ``sglang.launch_server``).
+SGLANG_DEFAULT_PORT = 30000
+
+#: Processes never signalled by the reaper, whatever the inventory says (facts: hosts.md,
+#: "Stopping and leftover GPU processes": persistenced holds /dev/nvidia0, SIGKILL of
+#: dcgm-exporter froze GPUs). ``orch_protected_processes`` adds to this list.
+BUILTIN_PROTECTED_PROCESSES: tuple[str, ...] = (
+    "nvidia-persistenced",
+    "nv-hostengine",
+    "dcgm-exporter",
+    "dcgmi",
+    "nvidia-dcgm",
+    "Xorg",
+    "Xwayland",
+)
+
+#: Ansible "magic" variables: they cannot be set in an inventory.
+RESERVED_NAMES = frozenset({
+    "inventory_hostname", "inventory_hostname_short", "group_names", "groups",
+    "hostvars", "omit", "playbook_dir", "inventory_dir", "inventory_file",
+})
+
+_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class BadValue(ValueError):
+    """A value failed a :class:`VarSpec` check; ``str()`` is the message without location."""
+
+
+def _shown(value: Any, secret: bool) -> str:
+    if secret:
+        return f"a value of type {type(value).__name__}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _fail(spec: "VarSpec", value: Any) -> BadValue:
+    return BadValue(f"{spec.name} must be {spec.expect}, got {_shown(value, spec.secret)}")
+
+
+# ---------------------------------------------------------------- checkers
+# Each returns the normalised value or raises BadValue via _fail. ``None`` never reaches them.
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return int(value)
+    return None
+
+
+def _int_range(lo: int, hi: int | None) -> Callable[["VarSpec", Any], int]:
+    def check(spec: VarSpec, value: Any) -> int:
+        n = _as_int(value)
+        if n is None or n < lo or (hi is not None and n > hi):
+            raise _fail(spec, value)
+        return n
+    return check
+
+
+def _seconds(spec: "VarSpec", value: Any) -> float:
+    if isinstance(value, bool):
+        raise _fail(spec, value)
+    try:
+        n = float(value) if isinstance(value, (int, float, str)) else None
+    except ValueError:
+        n = None
+    if n is None or not (n > 0) or n == float("inf"):
+        raise _fail(spec, value)
+    return int(n) if n == int(n) else n
+
+
+def _percent(spec: "VarSpec", value: Any) -> float:
+    if isinstance(value, bool):
+        raise _fail(spec, value)
+    text = value.strip().rstrip("%") if isinstance(value, str) else value
+    try:
+        n = float(text) if isinstance(text, (int, float, str)) else None
+    except ValueError:
+        n = None
+    if n is None or not (0 <= n <= 100):
+        raise _fail(spec, value)
+    return n
+
+
+_TRUE = {"true", "yes", "on", "1", "y"}
+_FALSE = {"false", "no", "off", "0", "n"}
+
+
+def _bool(spec: "VarSpec", value: Any) -> bool:
+    """Ansible's ``boolean()`` spellings: yes/no, true/false, on/off, 1/0 (any case)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise _fail(spec, value)
+
+
+def _text(spec: "VarSpec", value: Any) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    # Numbers are fine as text for user names and host addresses (YAML turns 1000 into int).
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and spec.numbers_as_text:
+        return str(value)
+    raise _fail(spec, value)
+
+
+def _choice(*choices: str) -> Callable[["VarSpec", Any], str]:
+    def check(spec: VarSpec, value: Any) -> str:
+        if isinstance(value, str) and value in choices:
+            return value
+        err = _fail(spec, value)
+        if isinstance(value, str):
+            close = difflib.get_close_matches(value, choices, n=1)
+            if close:
+                err = BadValue(f"{err} (did you mean {close[0]!r}?)")
+        raise err
+    return check
+
+
+def _abs_path(spec: "VarSpec", value: Any) -> str:
+    if isinstance(value, str) and value.startswith("/") and "\n" not in value:
+        return value.rstrip("/") or "/"
+    raise _fail(spec, value)
+
+
+def _local_path(spec: "VarSpec", value: Any) -> str:
+    """A path on the controller: ``~`` is expanded (as Ansible does for key files)."""
+    if isinstance(value, str) and value.strip() and "\n" not in value:
+        return os.path.expanduser(value)
+    raise _fail(spec, value)
+
+
+def _url(spec: "VarSpec", value: Any) -> str:
+    if isinstance(value, str) and re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        return value.rstrip("/")
+    raise _fail(spec, value)
+
+
+def _str_list(spec: "VarSpec", value: Any) -> list[str]:
+    if isinstance(value, str):  # a single name is a one-element list
+        value = [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v.strip() for v in value):
+        return list(value)
+    raise _fail(spec, value)
+
+
+def _posint_list(spec: "VarSpec", value: Any) -> list[int]:
+    if isinstance(value, (list, tuple)) and value:
+        out = [_as_int(v) for v in value]
+        if all(n is not None and n > 0 for n in out):
+            if len(set(out)) != len(out):
+                raise BadValue(f"{spec.name} must not repeat a value, got {value!r}")
+            return out  # type: ignore[return-value]
+    raise _fail(spec, value)
+
+
+# ---------------------------------------------------------------- the table
+
+Default = Any  # a value, or a callable(get, host_name) -> value for derived defaults
+
+
+@dataclass(frozen=True)
+class VarSpec:
+    """One known inventory variable.
+
+    ``type`` is the human-readable type for the docs, ``expect`` the phrase used in errors
+    ("an integer 1-65535"), ``default`` the value (or a callable ``(get, host_name) -> value``
+    where ``get(var)`` returns another effective variable of the same host) applied by
+    :func:`effective_vars`. ``group_only``: consumed by the loader, not a host variable.
+    """
+
+    name: str
+    type: str
+    expect: str
+    default: Default
+    meaning: str
+    checker: Callable[["VarSpec", Any], Any] = field(repr=False, default=_text)
+    secret: bool = False
+    numbers_as_text: bool = False
+    group_only: bool = False
+    warn: str | None = None
+
+    def check(self, value: Any) -> Any:
+        """Return the normalised value; ``None`` passes (= default). Raises :class:`BadValue`."""
+        if value is None:
+            return None
+        return self.checker(self, value)
+
+    @property
+    def default_text(self) -> str:
+        """The default as shown in the docs."""
+        if callable(self.default):
+            return self.default.__doc__ or "derived"
+        if self.default is None:
+            return "(none)"
+        return repr(self.default) if isinstance(self.default, str) else str(self.default)
+
+
+def _default_host(get: Callable[[str], Any], host: str) -> str:
+    """inventory host name"""
+    return host
+
+
+def _default_url(get: Callable[[str], Any], host: str) -> str:
+    """http://<ansible_host>:30000"""
+    addr = str(get("ansible_host"))
+    if ":" in addr and not addr.startswith("["):
+        addr = f"[{addr}]"  # IPv6 literal
+    return f"http://{addr}:{SGLANG_DEFAULT_PORT}"
+
+
+_SPECS: list[VarSpec] = [
+    # --- connection (Ansible names, Ansible meaning) ---
+    VarSpec("ansible_host", "str", "a host name or address", _default_host,
+            "Address to connect to.", numbers_as_text=True),
+    VarSpec("ansible_user", "str", "a non-empty string", None,
+            "SSH login user (default: ~/.ssh/config, else the local user).", numbers_as_text=True),
+    VarSpec("ansible_port", "int", "an integer 1-65535", 22, "SSH port.", _int_range(1, 65535)),
+    VarSpec("ansible_ssh_private_key_file", "path", "a path", None,
+            "Private key on the controller (~ expanded).", _local_path),
+    VarSpec("ansible_python_interpreter", "str", "an interpreter path", None,
+            "Python that runs the payload (default: the interpreter of the SGLang unit)."),
+    VarSpec("ansible_connection", "ssh|local", "one of 'ssh', 'local'", "ssh",
+            "'local' runs on the controller machine itself, without SSH.", _choice("ssh", "local")),
+    VarSpec("ansible_become", "bool", "a boolean", False, "Run remote commands with sudo.", _bool),
+    VarSpec("ansible_become_user", "str", "a non-empty string", "root", "sudo target user."),
+    VarSpec("ansible_become_password", "str", "a non-empty string", None,
+            "sudo password (never logged).", secret=True, numbers_as_text=True),
+    VarSpec("ansible_ssh_common_args", "str", "a string", None,
+            "Accepted for compatibility and ignored (Paramiko reads no OpenSSH options).",
+            warn="ansible_ssh_common_args is ignored by orch (Paramiko reads no OpenSSH options)"),
+    VarSpec("ansible_group_priority", "int", "an integer", 1,
+            "Merge order of groups at the same depth (inventory file group vars only).",
+            _int_range(-(2**31), 2**31), group_only=True),
+    # --- orch ---
+    VarSpec("orch_service", "str", "a systemd unit name", "sglang.service",
+            "systemd unit of the SGLang server."),
+    VarSpec("orch_sglang_url", "url", "an http(s) URL", _default_url,
+            "Base URL of the server, as the controller reaches it.", _url),
+    VarSpec("orch_device_name", "str", "a non-empty string", None,
+            "torch.cuda.get_device_name() override (default: probed on the host)."),
+    VarSpec("orch_model_config", "str", "a non-empty string", None,
+            "Model config.json (or its folder) on the host (default: from the unit's --model-path)."),
+    VarSpec("orch_protected_processes", "list[str]", "a list of process names", [],
+            "Process names never killed, added to the built-in set "
+            + ", ".join(BUILTIN_PROTECTED_PROCESSES) + ".", _str_list),
+    VarSpec("orch_tune_batch_sizes", "list[int]", "a list of positive integers", None,
+            "Batch sizes M to tune (default: the tune space's list).", _posint_list),
+    VarSpec("orch_tune_space", "smoke|fast|full", "one of 'smoke', 'fast', 'full'", "fast",
+            "Size of the kernel search space.", _choice("smoke", "fast", "full")),
+    VarSpec("orch_triton_interpret", "bool", "a boolean", False,
+            "Run the tuner with TRITON_INTERPRET=1 (CPU test beds only).", _bool),
+    VarSpec("orch_ready_timeout", "seconds", "a positive number of seconds", 1800,
+            "Wait at most this long for the server to become ready after a start.", _seconds),
+    VarSpec("orch_stop_timeout", "seconds", "a positive number of seconds", 120,
+            "Wait at most this long for the unit to stop.", _seconds),
+    VarSpec("orch_bench_concurrency", "list[int]", "a list of positive integers", [1, 16, 64],
+            "Benchmark concurrency levels.", _posint_list),
+    VarSpec("orch_bench_input_len", "int", "a positive integer", 1024,
+            "Benchmark prompt length (tokens).", _int_range(1, None)),
+    VarSpec("orch_bench_output_len", "int", "a positive integer", 256,
+            "Benchmark output length (tokens).", _int_range(1, None)),
+    VarSpec("orch_state_dir", "path", "an absolute path", "/var/lib/orch",
+            "State folder on the host (payload, backups, run records).", _abs_path),
+    VarSpec("orch_known_hosts", "path", "a path", "~/.ssh/known_hosts",
+            "known_hosts file on the controller (~ expanded).", _local_path),
+    VarSpec("orch_tune_provider", "auto|sglang|builtin", "one of 'auto', 'sglang', 'builtin'",
+            "auto", "Tuner: SGLang's own, orch's built-in, or auto.",
+            _choice("auto", "sglang", "builtin")),
+    VarSpec("orch_command_timeout", "seconds", "a positive number of seconds", 300,
+            "Timeout of one ordinary remote command.", _seconds),
+    VarSpec("orch_connect_timeout", "seconds", "a positive number of seconds", 10,
+            "SSH connect timeout.", _seconds),
+    VarSpec("orch_regression_threshold", "percent", "a percentage 0-100", 5.0,
+            "Roll back when throughput drops by more than this percentage.", _percent),
+]
+
+#: name -> VarSpec, in documentation order. The single table of known variables.
+KNOWN_VARS: dict[str, VarSpec] = {s.name: s for s in _SPECS}
+
+#: Names whose values are never shown.
+SECRET_VARS = frozenset(s.name for s in _SPECS if s.secret)
+
+_TEMPLATE = re.compile(r"\{\{|\{%")
+
+
+def is_template(value: Any) -> bool:
+    """True when ``value`` holds a Jinja2 expression anywhere (strings inside lists/dicts too)."""
+    if isinstance(value, str):
+        return bool(_TEMPLATE.search(value))
+    if isinstance(value, (list, tuple)):
+        return any(is_template(v) for v in value)
+    if isinstance(value, dict):
+        return any(is_template(v) for v in value.values())
+    return False
+
+
+def check_name(name: Any) -> str | None:
+    """Return an error message for a bad variable name, else None.
+
+    Unknown ``ansible_*``/``orch_*`` names get a did-you-mean from difflib over KNOWN_VARS.
+    """
+    if not isinstance(name, str) or not _VAR_NAME.match(name):
+        return f"invalid variable name {name!r} (letters, digits and _ only, not starting with a digit)"
+    if name in RESERVED_NAMES:
+        return f"{name!r} is a reserved Ansible variable and cannot be set in an inventory"
+    if name.startswith(("ansible_", "orch_")) and name not in KNOWN_VARS:
+        close = difflib.get_close_matches(name, list(KNOWN_VARS), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown variable {name!r}{hint}"
+    return None
+
+
+def check_value(name: str, value: Any) -> Any:
+    """Validate and normalise one assignment; unknown (user) names pass through unchanged.
+
+    Templates are not checked here (see :func:`effective_vars`). Raises :class:`BadValue`.
+    """
+    spec = KNOWN_VARS.get(name)
+    if spec is None or is_template(value):
+        return value
+    return spec.check(value)
+
+
+def redact(vars: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``vars`` with secret values replaced by ``'***'`` (for logs and reprs)."""
+    return {k: ("***" if k in SECRET_VARS and v is not None else v) for k, v in vars.items()}
+
+
+# ---------------------------------------------------------------- effective variables
+
+_ENV = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined,
+                                           keep_trailing_newline=True)
+
+
+def effective_vars(host: Any) -> dict[str, Any]:
+    """All variables of one host, with defaults applied and templates rendered.
+
+    ``host`` is an :class:`orchestrator.inventory.Host` (uses ``name``, ``vars``, ``groups``,
+    ``origins``). Returns a new dict: every known variable except group-only ones (default when
+    unset or null), plus the user's own variables. ``orch_protected_processes`` is the built-in
+    set followed by the inventory's names (it can grow, never shrink).
+    Raises :class:`InventoryError` naming the file:line of the assignment when a template fails
+    or a rendered value has the wrong type.
+    """
+    raw: dict[str, Any] = dict(host.vars)
+    origins: Mapping[str, str] = getattr(host, "origins", {}) or {}
+    done: dict[str, Any] = {}
+    stack: list[str] = []
+    magic = {"inventory_hostname": host.name,
+             "inventory_hostname_short": host.name.split(".")[0],
+             "group_names": list(host.groups)}
+
+    def where(name: str) -> tuple[str | None, int | None]:
+        origin = origins.get(name)
+        if not origin:
+            return None, None
+        path, _, line = origin.rpartition(":")
+        return (path, int(line)) if line.isdigit() else (origin, None)
+
+    def error(name: str, msg: str) -> InventoryError:
+        path, line = where(name)
+        return InventoryError(f"host {host.name!r}: {msg}", path, line)
+
+    def get(name: str) -> Any:
+        if name in done:
+            return done[name]
+        if name in magic:
+            return magic[name]
+        if name in stack:
+            cycle = " -> ".join(stack[stack.index(name):] + [name])
+            raise error(name, f"template loop: {cycle}")
+        spec = KNOWN_VARS.get(name)
+        if name not in raw and spec is None:
+            raise KeyError(name)
+        stack.append(name)
+        try:
+            value = raw.get(name)
+            if is_template(value):
+                value = render(name, value)
+            if spec is not None:
+                try:
+                    value = spec.check(value)
+                except BadValue as e:
+                    raise error(name, str(e)) from None
+                if value is None and callable(spec.default):
+                    value = spec.default(get, host.name)
+                elif value is None:
+                    value = spec.check(copy.deepcopy(spec.default))  # e.g. expands ~
+                if name == "orch_protected_processes":
+                    value = list(dict.fromkeys([*BUILTIN_PROTECTED_PROCESSES, *value]))
+        finally:
+            stack.pop()
+        done[name] = value
+        return value
+
+    def render(name: str, value: Any) -> Any:
+        if isinstance(value, list):
+            return [render(name, v) for v in value]
+        if isinstance(value, dict):
+            return {k: render(name, v) for k, v in value.items()}
+        if not isinstance(value, str) or not is_template(value):
+            return value
+        try:
+            tmpl_ast = _ENV.parse(value)
+            context: dict[str, Any] = {}
+            for ref in jinja2.meta.find_undeclared_variables(tmpl_ast):
+                try:
+                    context[ref] = get(ref)
+                except KeyError:
+                    pass  # StrictUndefined reports it below
+            return _ENV.from_string(value).render(context)
+        except InventoryError:
+            raise
+        except jinja2.TemplateError as e:
+            msg = "secret value" if name in SECRET_VARS else repr(value)
+            raise error(name, f"{name}: cannot render template {msg}: {e}") from None
+
+    out: dict[str, Any] = {}
+    for name, spec in KNOWN_VARS.items():
+        if not spec.group_only:
+            out[name] = get(name)
+    for name in raw:
+        out[name] = get(name)
+    return out
+
+
+def known_vars_markdown() -> str:
+    """The KNOWN_VARS table as Markdown (variable | type | default | meaning), for the README."""
+    rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for s in _SPECS:
+        cells = [f"`{s.name}`", s.type, s.default_text, s.meaning]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,84 @@
+"""The controller's record of a run.
+
+Layout (``<state_dir>/runs/<run_id>/``)::
+
+    events.jsonl          one JSON object per event (time, event, host, task, ...)
+    run.json              command, options, inventory path, start/end, recap
+    hosts/<host>/         probe.json, unit.json, configs/*.json, report.json,
+                          bench_before.json, bench_after.json, result.json
+
+The default state dir follows the XDG base-directory spec: ``$XDG_STATE_HOME/orch``
+or ``~/.local/state/orch``. Secrets (keys containing ``password``) are never written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/orch``, else ``~/.local/state/orch``."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "orch"
+
+
+def new_run_id(action: str = "tune") -> str:
+    """A sortable, unique run id: ``YYYYmmddTHHMMSSZ-<action>-<6 hex>`` (UTC)."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{action}-{secrets.token_hex(3)}"
+
+
+def _scrub(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _scrub(v) for k, v in obj.items() if "password" not in str(k).lower()}
+    if isinstance(obj, list):
+        return [_scrub(v) for v in obj]
+    return obj
+
+
+class RunRecord:
+    """Creates ``<state_dir>/runs/<run_id>/`` and appends events to ``events.jsonl``."""
+
+    def __init__(self, state_dir: Path, run_id: str):
+        self.run_id = run_id
+        self.dir = Path(state_dir) / "runs" / run_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        self._lock = threading.Lock()
+        self._events = open(self.dir / "events.jsonl", "a", encoding="utf-8")
+
+    def emit(self, event: str, **fields: Any) -> None:
+        """Append one event (``time`` in Unix seconds, ``event`` name, fields)."""
+        line = json.dumps(_scrub({"time": round(time.time(), 3), "event": event, **fields}),
+                          sort_keys=True, default=str)
+        with self._lock:
+            self._events.write(line + "\n")
+            self._events.flush()
+
+    def write_json(self, relpath: str, data: Any) -> Path:
+        """Write ``data`` as JSON to ``relpath`` inside the run folder; return the path."""
+        path = self.dir / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(_scrub(data), indent=2, sort_keys=True, default=str) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    def close(self) -> None:
+        with self._lock:
+            self._events.close()
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    """All events of a run folder, in order."""
+    path = Path(run_dir) / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,60 @@
+"""Task ``bench``: throughput benchmark run ON the host against the unit's own URL.
+
+The payload's ``bench`` command drives the server with fixed random-token prompts,
+streaming, and reports ``sglang.bench_serving``'s metric names (``output_throughput``
+in tokens/s, ``median_ttft_ms``, ``median_itl_ms``, ...). ``label`` is ``before`` or
+``after``; with ``compare_to`` the task fails when output tokens/s at the highest
+concurrency fell by more than ``regression_threshold`` percent (automatic rollback).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..engine.results import TaskFailed, TaskResult
+
+
+def _top(levels: list[dict]) -> dict:
+    valid = [lv for lv in levels if lv.get("valid", True)]
+    return max(valid or levels, key=lambda lv: lv.get("max_concurrency", 0)) if levels else {}
+
+
+def bench(ctx, label: str = "after", concurrency: list[int] | None = None, input_len: int = 128,
+          output_len: int = 64, level_timeout: float = 300, tool: str = "builtin",
+          compare_to: str | None = None, regression_threshold: float = 3.0) -> TaskResult:
+    """Run the benchmark; store it as ``orch_bench_<label>``; optionally check for a regression."""
+    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
+    url = ctx.vars.get("orch_bench_url") or f"http://127.0.0.1:{server.get('port', 30000)}"
+    conc = [int(c) for c in (concurrency or [1, 16, 64])]
+    args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
+            "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool]
+    data = ctx.payload.call("bench", args, timeout=level_timeout * (len(conc) + 1) + 120,
+                            on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
+                                                               total=m.get("total", 0)))
+    ctx.vars[f"orch_bench_{label}"] = data
+    (ctx.host_dir / f"bench_{label}.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+    top = _top(data.get("levels") or [])
+    summary = ctx.state.setdefault("summary", {})
+    summary[f"bench_{label}"] = {"output_throughput": top.get("output_throughput"),
+                                 "total_throughput": top.get("total_throughput"),
+                                 "max_concurrency": top.get("max_concurrency"),
+                                 "median_ttft_ms": top.get("median_ttft_ms"),
+                                 "median_itl_ms": top.get("median_itl_ms"), "valid": top.get("valid", True)}
+    msg = (f"{label}: {top.get('output_throughput', 0):.1f} output tok/s at concurrency {top.get('max_concurrency')}"
+           if top else f"{label}: no levels")
+    if top and not top.get("valid", True):
+        raise TaskFailed(msg + f" (invalid level: {top.get('failed')} failed requests)", data)
+    if compare_to:
+        ref = _top(((ctx.vars.get(f"orch_bench_{compare_to}") or {}).get("levels")) or [])
+        if ref.get("output_throughput"):
+            before, after = float(ref["output_throughput"]), float(top.get("output_throughput") or 0)
+            change = (after - before) / before * 100.0
+            summary["throughput_change_pct"] = round(change, 2)
+            msg += f" ({compare_to} {before:.1f}, {change:+.1f}%)"
+            if change < -float(regression_threshold):
+                raise TaskFailed(f"throughput regression: {msg}; threshold -{regression_threshold}%",
+                                 {"before": before, "after": after, "change_pct": change})
+    return TaskResult.ok(msg, **data)
+
+
+bench.check_safe = False

@@ -1,0 +1,65 @@
+"""Tasks ``install_configs`` and ``restore_configs``: write tuned files into SGLang's tree, or undo that.
+
+The host side (payload ``install``/``restore``) backs up every file it will replace
+into ``<state_dir>/runs/<run_id>/backup/`` and writes a manifest (paths, sha256 before
+and after) BEFORE the first write; each file is written atomically (temp file in the
+same folder, fsync, rename). The JSON is validated on the controller first
+(SGLang's loader does ``int(key)`` on every top-level key) and again on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from pathlib import Path
+
+from ..engine.results import TaskFailed, TaskResult
+
+
+def _validate(name: str, text: str) -> None:
+    from remote.configio import validate_config
+    from remote.protocol import PayloadError
+
+    try:
+        validate_config(json.loads(text), name)
+    except (ValueError, PayloadError) as exc:
+        raise TaskFailed(f"refusing to install {name}: {getattr(exc, 'msg', exc)}") from None
+
+
+def install_configs(ctx, files: dict[str, str] | None = None) -> TaskResult:
+    """Install the fetched config files (``files``: role -> local path; default: the tuned files).
+
+    Destination: ``orch_plan.install_dir`` (``configs/triton_X_Y_Z`` of the loader, or of
+    ``$SGLANG_MOE_CONFIG_DIR``), created when missing. Sets ``orch_installed`` (paths).
+    """
+    plan = ctx.vars.get("orch_plan") or {}
+    files = files or ctx.state.get("tuned_files") or {}
+    if not files:
+        raise TaskFailed("no config files to install")
+    payload_files = []
+    for role, local in sorted(files.items()):
+        text = Path(local).read_text()
+        name = Path(local).name
+        _validate(name, text)
+        payload_files.append({"name": name, "content": text, "role": role})
+    request = {"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
+               "dest_dir": plan["install_dir"], "files": payload_files, "create_dest": True}
+    ctx.state["install_attempted"] = True
+    manifest = ctx.payload.call("install", request=request, timeout=300)
+    ctx.state["install_manifest"] = manifest
+    paths = [posixpath.join(plan["install_dir"], f["name"]) for f in payload_files]
+    ctx.vars["orch_installed"] = paths
+    ctx.state.setdefault("summary", {})["installed"] = paths
+    (ctx.host_dir / "install_manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return TaskResult.changed("installed " + ", ".join(paths), manifest=manifest, paths=paths)
+
+
+def restore_configs(ctx, run_id: str | None = None) -> TaskResult:
+    """Put back every file the run changed (``run_id`` default: this run), from the host's manifest."""
+    if run_id is None and not ctx.state.get("install_attempted"):
+        return TaskResult.skipped("this run installed nothing")
+    rid = run_id or ctx.options.run_id
+    data = ctx.payload.call("restore", ["--run-id", rid, "--state-dir", ctx.payload.state_dir], timeout=300)
+    ctx.state.setdefault("summary", {})["restored"] = data.get("files")
+    ctx.emit("configs_restored", run_id=rid, files=data.get("files"))
+    return TaskResult.changed(f"restored the files of run {rid}", **data)

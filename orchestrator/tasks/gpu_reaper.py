@@ -1,0 +1,42 @@
+"""Task ``gpu_reap``: end leftover processes holding ``/dev/nvidia*`` after the unit stopped.
+
+The work is done on the host by the payload's ``reap`` command (it scans
+``/proc/*/fd``; SIGTERM, wait, SIGKILL; never the protected set). Default protected
+set: ``nvidia-persistenced``, ``nv-hostengine``, ``dcgm-exporter``, ``dcgmi``, ``Xorg``
+(SIGKILL of dcgm-exporter froze GPUs, dcgm-exporter #84), plus
+``orch_protected_processes`` (it adds to the built-in set; it never removes from it).
+"""
+
+from __future__ import annotations
+
+from ..engine.results import TaskResult
+
+from ..inventory import BUILTIN_PROTECTED_PROCESSES
+
+
+def gpu_reap(ctx, protected: list[str] | None = None, devices: str = "/dev/nvidia*",
+             term_timeout: float = 15) -> TaskResult:
+    """Reap GPU holders on the host; record each PID killed with its command line.
+
+    ``term_timeout`` is the seconds between SIGTERM and SIGKILL. Fails (payload error)
+    when an unprotected holder remains.
+    """
+    extra = list(protected or ctx.vars.get("orch_protected_processes") or [])
+    protected = list(dict.fromkeys([*BUILTIN_PROTECTED_PROCESSES, *extra]))
+    args = ["--devices", devices, "--protected", ",".join(protected), "--term-timeout", str(term_timeout)]
+    if ctx.check:
+        args.append("--check")
+    data = ctx.payload.call("reap", args, timeout=float(term_timeout) * 3 + 120)
+    killed = data.get("killed") or []
+    for k in killed:
+        ctx.emit("process_killed", pid=k.get("pid"), cmdline=k.get("cmdline"), signal=k.get("signal"))
+    ctx.state.setdefault("summary", {})["reaped"] = killed
+    kept = ", ".join(f"{p.get('pid')} {str(p.get('cmdline'))[:40]}" for p in data.get("protected") or [])
+    msg = (f"killed {len(killed)}: " + ", ".join(f"{k.get('pid')} ({str(k.get('cmdline'))[:60]}) by {k.get('signal')}"
+                                                  for k in killed)) if killed else "no leftover GPU processes"
+    if kept:
+        msg += f"; protected kept: {kept}"
+    return TaskResult("changed" if killed and not ctx.check else "ok", msg, data)
+
+
+gpu_reap.check_safe = True  # passes --check to the payload in check mode

@@ -1,0 +1,190 @@
+"""Push the payload to a host and call its commands (protocol v1, docs/protocol.md).
+
+Module ``payload``: builds the tarball, uploads it to ``<state_dir>/payload/``,
+verifies its sha256 on the host (``sha256sum``), unpacks it into a folder named by
+the checksum (mode 0700) and checks ``python -m remote version`` answers with the
+same payload version. Later tasks call ``ctx.payload.call(...)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import secrets
+import tempfile
+from typing import Any, Callable
+
+from ..engine.results import TaskFailed, TaskResult
+from ..payload_bundle import build_bundle
+
+PROTO = 1
+
+
+class PayloadFailed(TaskFailed):
+    """The payload ended with an ``error`` line or crashed.
+
+    ``kind`` is the protocol error kind (``bad_input``, ``not_found``, ``locked``,
+    ``runtime``, or ``crash`` when no final line came); ``stderr_tail`` the last lines
+    of its stderr (kept for the report).
+    """
+
+    def __init__(self, command: str, kind: str, msg: str, stderr_tail: str = "", detail: Any = None):
+        text = f"payload {command} failed ({kind}): {msg}"
+        if stderr_tail and kind in ("crash", "runtime"):
+            text += "\n" + stderr_tail
+        super().__init__(text, {"kind": kind, "stderr_tail": stderr_tail, "detail": detail})
+        self.kind = kind
+
+
+class PayloadClient:
+    """Runs ``python -m remote <command>`` on a host with the unit's interpreter.
+
+    ``root`` is the unpacked payload folder (``<state_dir>/payload/<sha12>``);
+    ``env`` extra environment (``TRITON_INTERPRET=1`` on test beds).
+    """
+
+    def __init__(self, transport, interpreter: str, root: str, state_dir: str, env: dict[str, str] | None = None):
+        self.transport = transport
+        self.interpreter = interpreter
+        self.root = root
+        self.state_dir = state_dir
+        self.env = dict(env or {})
+
+    def argv(self, command: str, args: list[str], timeout: float | None = None) -> list[str]:
+        """The full argument list run on the host (quoted by the transport)."""
+        env = [f"PYTHONPATH={self.root}", "PYTHONUNBUFFERED=1"] + [f"{k}={v}" for k, v in sorted(self.env.items())]
+        argv = ["env", *env, self.interpreter, "-m", "remote", command, *[str(a) for a in args]]
+        if timeout:
+            # a dropped SSH channel does not stop a remote command: bound it on the host too
+            argv = ["timeout", "--kill-after=30", str(int(timeout)), *argv]
+        return argv
+
+    def push_request(self, name: str, data: dict) -> str:
+        """Upload ``data`` as JSON into the payload's request folder; return its path."""
+        req_dir = posixpath.join(self.state_dir, "payload", "requests")
+        self.transport.run(["mkdir", "-p", req_dir], become=True)
+        self.transport.run(["chmod", "700", req_dir], become=True)
+        remote = posixpath.join(req_dir, f"{name}-{secrets.token_hex(4)}.json")
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+            json.dump(data, fh)
+            local = fh.name
+        try:
+            self.transport.put(local, remote)
+        finally:
+            os.unlink(local)
+        return remote
+
+    def call(self, command: str, args: list[str] | None = None, *, request: dict | None = None,
+             timeout: float | None = None, on_progress: Callable[[dict], None] | None = None,
+             on_log: Callable[[dict], None] | None = None, become: bool = True) -> dict:
+        """Run one payload command and return the ``data`` of its ``result`` line.
+
+        ``timeout`` (s) bounds it on the host (``timeout``) and on the controller.
+        Raises :class:`PayloadFailed` on an ``error`` line, a crash or a missing result;
+        transport errors (:class:`HostUnreachable`, :class:`CommandTimeout`) pass through.
+        """
+        args = list(args or [])
+        if request is not None:
+            args += ["--request", self.push_request(command, request)]
+        final: dict = {}
+
+        def on_line(line: str) -> None:
+            line = line.strip()
+            if not line.startswith("{"):
+                return
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                return
+            if msg.get("proto") != PROTO:
+                return
+            kind = msg.get("type")
+            if kind == "progress" and on_progress:
+                on_progress(msg)
+            elif kind == "log" and on_log:
+                on_log(msg)
+            elif kind in ("result", "error"):
+                final.update(msg)
+
+        res = self.transport.run(self.argv(command, args, timeout), check=False, become=become,
+                                 timeout=(timeout + 60) if timeout else None, on_stdout_line=on_line)
+        tail = "\n".join(res.stderr.strip().splitlines()[-20:])
+        if final.get("type") == "result":
+            return final.get("data") or {}
+        if final.get("type") == "error":
+            raise PayloadFailed(command, final.get("kind", "runtime"), final.get("msg", ""), tail, final.get("detail"))
+        why = "killed by timeout" if res.exited in (124, 137) else f"exit {res.exited}"
+        raise PayloadFailed(command, "crash", f"no result line ({why})", tail)
+
+
+def push(ctx, interpreter: str | None = None, state_dir: str | None = None) -> TaskResult:
+    """Task ``payload``: upload, verify and unpack the payload; set ``ctx.payload``.
+
+    ``interpreter`` defaults to ``ansible_python_interpreter`` or the unit's Python;
+    ``state_dir`` to ``orch_state_dir`` (``/var/lib/orch``). Changed when the payload was
+    not yet on the host.
+    """
+    t = ctx.transport
+    interpreter = (interpreter or ctx.vars.get("orch_interpreter") or ctx.vars.get("ansible_python_interpreter")
+                   or "/usr/bin/python3")
+    if not interpreter:
+        raise TaskFailed("no Python interpreter known for the payload (set ansible_python_interpreter)")
+    state_dir = state_dir or ctx.vars.get("orch_state_dir") or "/var/lib/orch"
+    bundle = build_bundle()
+    base = posixpath.join(state_dir, "payload")
+    if ctx.check:
+        # check mode leaves nothing behind: a private temp folder, removed by ``cleanup``
+        base = t.run(["mktemp", "-d", "/tmp/orch-check.XXXXXXXX"], become=True).stdout.strip()
+        ctx.state["payload_tmp"] = base
+    root = posixpath.join(base, bundle.short)
+    env = {}
+    if ctx.vars.get("orch_triton_interpret"):
+        env["TRITON_INTERPRET"] = "1"
+    client = PayloadClient(t, interpreter, root, state_dir, env)
+    marker = posixpath.join(root, ".verified")
+    changed = False
+    if not t.run(["test", "-f", marker], check=False, become=True).ok:
+        changed = True
+        for d in ((base,) if ctx.check else (state_dir, base)):
+            t.run(["mkdir", "-p", d], become=True)
+            t.run(["chmod", "700", d], become=True)
+        remote_tar = posixpath.join(base, bundle.filename)
+        with tempfile.NamedTemporaryFile(suffix=".tar.gz", delete=False) as fh:
+            fh.write(bundle.data)
+            local = fh.name
+        try:
+            t.put(local, remote_tar)
+        finally:
+            os.unlink(local)
+        got = t.run(["sha256sum", remote_tar], become=True).stdout.split()
+        if not got or got[0] != bundle.sha256:
+            t.run(["rm", "-f", remote_tar], check=False, become=True)
+            raise TaskFailed(f"payload checksum mismatch on host: expected {bundle.sha256}, got {got[:1]}")
+        t.run(["rm", "-rf", root], become=True)
+        t.run(["mkdir", "-p", root], become=True)
+        t.run(["chmod", "700", root], become=True)
+        t.run(["tar", "-xzf", remote_tar, "-C", root, "--no-same-owner"], become=True)
+        t.run(["touch", marker], become=True)
+    ver = client.call("version", timeout=120)
+    if ver.get("payload_version") != bundle.version or ver.get("proto") != PROTO:
+        raise TaskFailed(f"payload on host answers {ver}, expected version {bundle.version} proto {PROTO}")
+    ctx.payload = client
+    ctx.state["payload_root"] = root
+    return TaskResult("changed" if changed else "ok", f"payload {bundle.version} ({bundle.short}) at {root}",
+                      {"root": root, "sha256": bundle.sha256, "version": bundle.version})
+
+
+push.check_safe = True  # in check mode it works in a temp folder that ``cleanup`` removes
+
+
+def cleanup(ctx) -> TaskResult:
+    """Task ``cleanup``: remove the temp payload folder of a check-mode run (if any)."""
+    tmp = ctx.state.pop("payload_tmp", None)
+    if tmp and ctx.transport is not None and tmp.startswith("/tmp/orch-check."):
+        ctx.transport.run(["rm", "-rf", "--", tmp], check=False, become=True)
+        return TaskResult.ok(f"removed {tmp}")
+    return TaskResult.skipped("nothing to clean")
+
+
+cleanup.check_safe = True

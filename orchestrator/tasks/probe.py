@@ -1,0 +1,95 @@
+"""Task ``probe``: ask the payload what the host is (GPUs, Triton, SGLang, model shape, names).
+
+Inventory variables override what is probed: ``orch_device_name`` (SGLang device
+name), ``orch_model_config`` (model config path or repo id). The result is stored as
+``orch_probe`` and written to the run record. Task ``plan`` derives what a tune would
+write and, in check mode, says so.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+from ..engine.results import TaskFailed, TaskResult
+
+#: MoE runner backends that read the Triton config files (SGLang 0.5.23)
+TRITON_BACKENDS = {"triton", "auto"}
+
+
+def model_flags(ctx) -> list[str]:
+    """Payload flags describing the model as the unit runs it (shared by probe and tune)."""
+    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
+    model = ctx.vars.get("orch_model_config") or server.get("model_path")
+    if not model:
+        raise TaskFailed("the unit has no --model-path and orch_model_config is not set")
+    flags = ["--model-config", str(model), "--tp", str(server.get("tp") or 1), "--ep", str(server.get("ep") or 1)]
+    if server.get("dtype") and server["dtype"] != "auto":
+        flags += ["--dtype", server["dtype"]]
+    if server.get("quantization"):
+        flags += ["--quantization", server["quantization"]]
+    if server.get("disable_shared_experts_fusion"):
+        flags += ["--disable-shared-experts-fusion"]
+    if ctx.vars.get("orch_device_name"):
+        flags += ["--device-name", str(ctx.vars["orch_device_name"])]
+    return flags
+
+
+def payload_env(ctx) -> dict[str, str]:
+    """Environment of the unit the payload must see (HF cache, visible GPUs, config dir)."""
+    env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
+    return {k: env[k] for k in ("HF_HOME", "CUDA_VISIBLE_DEVICES", "SGLANG_MOE_CONFIG_DIR") if k in env}
+
+
+def probe(ctx) -> TaskResult:
+    """Run ``python -m remote probe`` with the unit's model, TP/EP and environment."""
+    env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
+    flags = model_flags(ctx)
+    if env.get("SGLANG_MOE_CONFIG_DIR"):
+        flags += ["--moe-config-dir", env["SGLANG_MOE_CONFIG_DIR"]]
+    ctx.payload.env.update(payload_env(ctx))
+    data = ctx.payload.call("probe", flags, timeout=300)
+    ctx.vars["orch_probe"] = data
+    (ctx.host_dir / "probe.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+    model = data.get("model", {})
+    return TaskResult.ok(f"{data.get('device_name')} x{len(data.get('gpus') or [])}, triton {data.get('triton_version')}, "
+                         f"sglang {(data.get('sglang') or {}).get('version')}, E={model.get('E')} N={model.get('N')}",
+                         **data)
+
+
+probe.check_safe = True
+
+
+def plan(ctx) -> TaskResult:
+    """Decide what a tune does on this host and store it as ``orch_plan``.
+
+    ``orch_plan.action`` is ``tune`` or ``skip`` (a non-Triton MoE backend: the files
+    would change nothing). ``orch_plan.paths`` are the exact files that would be written,
+    ``orch_plan.existing`` which of them exist already.
+    """
+    probe_data = ctx.vars.get("orch_probe") or {}
+    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
+    backend = server.get("moe_runner_backend") or "auto"
+    names = probe_data.get("file_names") or {}
+    install_dir = probe_data.get("install_dir")
+    if not install_dir or not names.get("up"):
+        raise TaskFailed("probe did not report the config folder and file names")
+    paths = {k: posixpath.join(install_dir, v) for k, v in names.items()}
+    existing = {k: bool(((probe_data.get("existing") or {}).get(k) or {}).get("in_installed_folder"))
+                for k in paths}
+    action = "tune" if backend in TRITON_BACKENDS else "skip"
+    reason = "" if action == "tune" else (
+        f"--moe-runner-backend {backend} does not read Triton MoE config files; installing them would change "
+        "nothing" + (" (FlashInfer autotunes at start-up on SM90+)" if backend.startswith("flashinfer") else ""))
+    p = {"action": action, "reason": reason, "backend": backend, "install_dir": install_dir,
+         "paths": paths, "existing": existing,
+         "install_dir_exists": bool(probe_data.get("install_dir_exists", True))}
+    ctx.vars["orch_plan"] = p
+    ctx.state.setdefault("summary", {})["plan"] = p
+    lines = [f"would write {paths[k]} ({'replace' if existing.get(k) else 'new'})" for k in sorted(paths)]
+    if action == "skip":
+        return TaskResult.skipped(reason, **p)
+    return TaskResult.ok(("check mode: " if ctx.check else "") + "; ".join(lines), **p)
+
+
+plan.check_safe = True

@@ -1,0 +1,65 @@
+"""Task ``tune``: run the payload's fused-MoE tuner on the host and fetch what it wrote.
+
+Options come from inventory variables: ``orch_tune_batch_sizes`` (list of M),
+``orch_tune_space`` (``smoke`` | ``fast`` | ``full``), ``orch_tune_provider``,
+``orch_triton_interpret`` (test beds only). The tuner's working folder on the host is
+keyed by the config file names, space and batch sizes, so re-running resumes from its
+checkpoint. The up/down files and ``report.json`` are copied into the controller's
+run record (``hosts/<host>/configs/``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import time
+
+from ..engine.results import TaskFailed, TaskResult
+from .probe import model_flags
+
+
+def tune(ctx, space: str = "fast", batch_sizes: list[int] | None = None, provider: str = "auto",
+         timeout: float = 172800) -> TaskResult:
+    """Tune on the host (``timeout`` in seconds, default 48 h) and fetch the results."""
+    plan = ctx.vars.get("orch_plan") or {}
+    names = (ctx.vars.get("orch_probe") or {}).get("file_names") or {}
+    key_src = json.dumps([names, space, batch_sizes, provider], sort_keys=True)
+    work = posixpath.join(ctx.payload.state_dir, "work", hashlib.sha256(key_src.encode()).hexdigest()[:16])
+    args = model_flags(ctx) + ["--space", space, "--out", work, "--provider", provider]
+    if batch_sizes:
+        args += ["--batch-sizes", ",".join(str(int(b)) for b in batch_sizes)]
+    if ctx.vars.get("orch_triton_interpret") and not any(a == "--device-name" for a in args):
+        args += ["--device-name", (ctx.vars.get("orch_probe") or {}).get("device_name") or "cpu"]
+    started = time.monotonic()
+
+    def on_progress(msg: dict) -> None:
+        ctx.progress(stage=msg.get("stage", "tune"), done=msg.get("done", 0), total=msg.get("total", 0),
+                     eta_s=msg.get("eta_s"), best_us=msg.get("best_us"), batch_size=msg.get("batch_size"))
+
+    data = ctx.payload.call("tune", args, timeout=timeout, on_progress=on_progress)
+    files = data.get("files") or {}
+    if not files.get("up"):
+        raise TaskFailed(f"tuner wrote no up-projection file: {data}")
+    local_dir = ctx.host_dir / "configs"
+    local_dir.mkdir(parents=True, exist_ok=True)
+    fetched = {}
+    for role, remote_path in files.items():
+        if not remote_path:
+            continue
+        local = local_dir / posixpath.basename(remote_path)
+        ctx.transport.get(remote_path, str(local))
+        fetched[role] = str(local)
+    if data.get("report"):
+        ctx.transport.get(data["report"], str(ctx.host_dir / "report.json"))
+    expected = {k: posixpath.basename(v) for k, v in (plan.get("paths") or {}).items()}
+    for role, local in fetched.items():
+        if expected.get(role) and posixpath.basename(local) != expected[role]:
+            raise TaskFailed(f"tuner wrote {posixpath.basename(local)}, but the server looks for {expected[role]}")
+    ctx.state["tuned_files"] = fetched
+    summary = ctx.state.setdefault("summary", {})
+    summary["speedup_vs_default"] = data.get("speedup_vs_default")
+    summary["provider"] = data.get("provider")
+    took = round(time.monotonic() - started, 1)
+    return TaskResult.changed(f"tuned {', '.join(sorted(fetched))} with {data.get('provider')} in {took} s",
+                              files=fetched, remote=data, seconds=took)

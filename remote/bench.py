@@ -1,0 +1,621 @@
+"""Throughput benchmark against the unit's own URL (sglang.bench_serving metric names).
+
+``python -m remote bench --url http://127.0.0.1:30000 --concurrency 1,16,64
+--input-len 1024 --output-len 256 [--api generate|openai] [--tool builtin|sglang]``
+
+The built-in client uses only the standard library (the host's Python has no httpx):
+one thread per in-flight request, ``http.client`` streaming, Server-Sent-Events lines
+``data: {json}`` ending with ``data: [DONE]``. It talks to ``--url`` and nothing else,
+never retries, and bounds every loop by a count and a deadline.
+
+Request bodies (what SGLang's own ``python -m sglang.bench_serving --backend sglang``
+sends, SGLang 0.5.x ``async_request_sglang_generate``):
+
+- ``--api generate``: ``POST /generate`` with ``{"input_ids": [...], "sampling_params":
+  {"temperature": 0.0, "max_new_tokens": O, "ignore_eos": true}, "stream": true}``.
+  Each chunk carries ``text`` (cumulative) and ``meta_info.completion_tokens``
+  (cumulative count of generated tokens) and ``meta_info.prompt_tokens``.
+- ``--api openai``: ``POST /v1/completions`` with ``{"model", "prompt": [ids...],
+  "max_tokens": O, "temperature": 0.0, "ignore_eos": true, "stream": true,
+  "stream_options": {"include_usage": true}}``; chunks carry ``choices[0].text`` and the
+  last one ``usage.completion_tokens``/``usage.prompt_tokens``.
+
+Measurement (same definitions as sglang.bench_serving ``calculate_metrics``):
+
+- TTFT: from just before the connection is opened to the first content chunk
+  (a chunk with non-empty text, or one whose ``completion_tokens`` grew).
+- ITL: gaps between later content chunks; a chunk that reports k > 1 new tokens
+  contributes k gaps of (gap / k), as bench_serving does for ``/generate``.
+- E2E latency: from the start to the last line read (``[DONE]``).
+- ``duration``: wall time of the level, first dispatch to the last request's end.
+- Output tokens of a request: the server's ``completion_tokens`` when reported, else
+  the number of content chunks. Input tokens: the server's ``prompt_tokens`` when
+  reported, else the number of ids sent.
+- Percentiles interpolate linearly between order statistics (numpy's default).
+
+Result ``data``::
+
+    {"tool": "builtin"|"sglang", "url": str,
+     "levels": [{"max_concurrency": int, "num_prompts": int,
+                 "duration": s, "completed": int, "failed": int, "timed_out": int,
+                 "not_sent": int, "valid": bool, "failure_rate": float,
+                 "total_input_tokens": int, "total_output_tokens": int,
+                 "request_throughput": req/s, "input_throughput": tok/s,
+                 "output_throughput": tok/s, "total_throughput": tok/s,
+                 "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+                 "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+                 "mean_e2e_latency_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms",
+                 "warmup_failed": int, "errors": [up to 5 distinct messages]}, ...],
+     "settings": {...the effective flags...}}
+
+Counting: every measured request ends in exactly one of ``completed``, ``failed``
+(HTTP status other than 200, a connection error, an ``error`` object in the stream,
+a malformed stream, or no content at all), ``timed_out`` (``--request-timeout``
+exceeded, or cut by the ``--level-timeout`` deadline while in flight) or ``not_sent``
+(the level deadline passed before it started; these also count in ``timed_out``).
+``--level-timeout`` bounds a level's warm-up and measured requests together; warm-up
+requests (``--warmup``, at most 32 output tokens each) are not part of the metrics,
+their failures are counted in ``warmup_failed``. A level is ``valid`` only if ``completed > 0`` and (failed + timed_out) <= 1% of
+``num_prompts``. Latency metrics are over completed requests only; throughputs divide
+completed requests' tokens by ``duration``. Times with no samples are ``null``.
+
+Errors: ``PayloadError("bad_input")`` for a malformed URL or flags; ``--tool sglang``
+raises ``PayloadError("not_found")`` when ``import sglang`` fails on the host;
+``--api openai`` without ``--model`` raises ``PayloadError("runtime")`` when
+``/v1/models`` cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import random
+import socket
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+from .protocol import PayloadError, log, progress
+
+# Metric names shared with sglang.bench_serving's --output-file JSON (SGLang 0.5.x `benchmark`).
+METRIC_NAMES = (
+    "duration",
+    "completed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "input_throughput",
+    "output_throughput",
+    "total_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "mean_e2e_latency_ms",
+    "median_e2e_latency_ms",
+)
+#: Extra per-level fields orch adds.
+LEVEL_EXTRA_NAMES = ("max_concurrency", "failed", "timed_out", "valid")
+
+#: A level with more unsuccessful requests than this fraction of num_prompts is invalid.
+MAX_FAILURE_FRACTION = 0.01
+
+# Random prompt token ids are drawn from [VOCAB_LO, vocab_hi): low ids are special
+# tokens in most vocabularies; 32000 is below the vocabulary size of every model
+# family orch targets (Llama-2/Mixtral 32000, Qwen 151936, DeepSeek 129280).
+VOCAB_LO = 100
+DEFAULT_VOCAB_HI = 32000
+
+
+@dataclass
+class Target:
+    """Where requests go: parsed from ``--url`` (``http://host:port[/prefix]``)."""
+
+    scheme: str
+    host: str
+    port: int
+    prefix: str  # path prefix without trailing slash, usually ""
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        """A new (unconnected) HTTP(S) connection with socket timeout ``timeout`` s."""
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=timeout)
+
+
+def parse_url(url: str) -> Target:
+    """Parse ``--url``; raise ``PayloadError("bad_input")`` unless it is http(s)://host[:port]."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise PayloadError("bad_input", f"bad --url {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PayloadError("bad_input", f"bad --url {url!r}: want http://host:port")
+    if parts.query or parts.fragment:
+        raise PayloadError("bad_input", f"bad --url {url!r}: no query or fragment allowed")
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    return Target(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+
+def make_prompts(count: int, input_len: int, seed: int, vocab_hi: int = DEFAULT_VOCAB_HI) -> list[list[int]]:
+    """``count`` prompts of exactly ``input_len`` random token ids in [VOCAB_LO, vocab_hi).
+
+    Deterministic for a given ``seed`` (``random.Random``); no dataset, no tokenizer.
+    """
+    if vocab_hi <= VOCAB_LO:
+        raise PayloadError("bad_input", f"--vocab-max must be > {VOCAB_LO}")
+    rng = random.Random(seed)
+    return [[rng.randrange(VOCAB_LO, vocab_hi) for _ in range(input_len)] for _ in range(count)]
+
+
+def request_body(api: str, ids: list[int], output_len: int, model: str | None) -> tuple[str, dict]:
+    """(path, JSON body) of one streaming request; see the module docstring for the shapes."""
+    if api == "generate":
+        return "/generate", {
+            "input_ids": ids,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True},
+            "stream": True,
+        }
+    if api == "openai":
+        return "/v1/completions", {
+            "model": model,
+            "prompt": ids,
+            "max_tokens": output_len,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    raise PayloadError("bad_input", f"unknown --api {api!r}")
+
+
+@dataclass
+class ChunkInfo:
+    """What one parsed SSE ``data:`` object says."""
+
+    has_text: bool = False
+    completion_tokens: int | None = None  # cumulative count, when the server reports it
+    prompt_tokens: int | None = None
+    error: str | None = None
+
+
+def parse_chunk(api: str, data: Any) -> ChunkInfo:
+    """Interpret one decoded JSON chunk of a ``/generate`` or ``/v1/completions`` stream."""
+    info = ChunkInfo()
+    if not isinstance(data, dict):
+        info.error = f"unexpected chunk {str(data)[:100]!r}"
+        return info
+    if data.get("error") is not None:
+        err = data["error"]
+        info.error = str(err.get("message", err) if isinstance(err, dict) else err)[:300]
+        return info
+    if api == "generate":
+        info.has_text = bool(data.get("text"))
+        usage = data.get("meta_info") or {}
+    else:
+        choices = data.get("choices") or []
+        info.has_text = bool(choices and isinstance(choices[0], dict) and choices[0].get("text"))
+        usage = data.get("usage") or {}
+    if isinstance(usage, dict):
+        ct, pt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+        info.completion_tokens = ct if isinstance(ct, int) and not isinstance(ct, bool) else None
+        info.prompt_tokens = pt if isinstance(pt, int) and not isinstance(pt, bool) else None
+    return info
+
+
+@dataclass
+class RequestRecord:
+    """Outcome of one request. Times are ``time.perf_counter()`` seconds."""
+
+    status: str = "failed"  # "completed" | "failed" | "timed_out"
+    error: str | None = None
+    start: float = 0.0
+    end: float = 0.0
+    ttft: float | None = None  # s
+    itl: list[float] = field(default_factory=list)  # s, one entry per generated token after the first
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    chunks: int = 0  # content chunks seen
+
+    @property
+    def latency(self) -> float:
+        """E2E latency in seconds."""
+        return self.end - self.start
+
+
+class _Timeout(Exception):
+    pass
+
+
+def stream_request(
+    target: Target,
+    api: str,
+    ids: list[int],
+    output_len: int,
+    model: str | None,
+    request_timeout: float,
+    deadline: float,
+) -> RequestRecord:
+    """Send one streaming request and time it; never raises for server or network faults.
+
+    ``deadline`` is an absolute ``time.perf_counter()`` bound (the level deadline); the
+    request gives up at min(start + request_timeout, deadline) and is then ``timed_out``.
+    The number of lines read is bounded by 8 * output_len + 64.
+    """
+    rec = RequestRecord(prompt_tokens=len(ids))
+    path, body = request_body(api, ids, output_len, model)
+    payload = json.dumps(body).encode()
+    rec.start = time.perf_counter()
+    stop_at = min(rec.start + request_timeout, deadline)
+    conn = None
+    last_ct = 0  # last cumulative completion_tokens reported
+    counted_chunks = 0
+    reported_ct: int | None = None
+    last_ts = rec.start
+    max_lines = 8 * output_len + 64
+    try:
+        remaining = stop_at - time.perf_counter()
+        if remaining <= 0:
+            raise _Timeout()
+        conn = target.connection(timeout=remaining)
+        conn.request(
+            "POST",
+            target.prefix + path,
+            body=payload,
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        )
+        resp = conn.getresponse()
+        if resp.status != 200:
+            text = resp.read(2000).decode("utf-8", "replace")
+            rec.error = f"HTTP {resp.status} {resp.reason}: {text[:200]}"
+            rec.end = time.perf_counter()
+            return rec
+        done = False
+        for _ in range(max_lines):
+            remaining = stop_at - time.perf_counter()
+            if remaining <= 0:
+                raise _Timeout()
+            if conn.sock is not None:
+                conn.sock.settimeout(remaining)
+            raw = resp.readline(1 << 24)
+            if not raw:
+                break  # server closed the stream
+            line = raw.strip()
+            if not line or line.startswith(b":"):
+                continue
+            if line.startswith(b"data:"):
+                line = line[5:].strip()
+            if line == b"[DONE]":
+                done = True
+                break
+            now = time.perf_counter()
+            try:
+                data = json.loads(line)
+            except ValueError:
+                rec.error = f"malformed stream line {line[:100]!r}"
+                rec.end = now
+                return rec
+            info = parse_chunk(api, data)
+            if info.error is not None:
+                rec.error = f"server error in stream: {info.error}"
+                rec.end = now
+                return rec
+            if info.prompt_tokens is not None:
+                rec.prompt_tokens = info.prompt_tokens
+            # /generate reports a running count in every chunk; OpenAI's usage is a final total
+            # (its chunk has no choices), so only /generate counts may mark new tokens.
+            grew = api == "generate" and info.completion_tokens is not None and info.completion_tokens > last_ct
+            if not (info.has_text or grew):
+                if info.completion_tokens is not None:
+                    reported_ct = max(reported_ct or 0, info.completion_tokens)
+                continue
+            new_tokens = (info.completion_tokens - last_ct) if grew else 1
+            if info.completion_tokens is not None:
+                reported_ct = max(reported_ct or 0, info.completion_tokens)
+                last_ct = max(last_ct, info.completion_tokens)
+            counted_chunks += 1
+            if rec.ttft is None:
+                rec.ttft = now - rec.start
+            else:
+                gap = now - last_ts
+                rec.itl.extend([gap / new_tokens] * new_tokens)
+            last_ts = now
+        else:
+            rec.error = f"stream longer than {max_lines} lines"
+            rec.end = time.perf_counter()
+            return rec
+        rec.end = time.perf_counter()
+        rec.chunks = counted_chunks
+        rec.output_tokens = reported_ct if reported_ct is not None else counted_chunks
+        if rec.ttft is None:
+            rec.error = "stream ended without any generated token" + ("" if done else " (no [DONE])")
+            return rec
+        rec.status = "completed"
+        return rec
+    except (_Timeout, socket.timeout, TimeoutError):
+        rec.status = "timed_out"
+        rec.error = f"no complete answer within {min(request_timeout, stop_at - rec.start):.1f} s"
+        rec.end = time.perf_counter()
+        return rec
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        rec.error = f"{type(exc).__name__}: {exc}"[:300]
+        rec.end = time.perf_counter()
+        return rec
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """q-th percentile (0..100) with linear interpolation, as numpy.percentile's default.
+
+    Raises ValueError on an empty list.
+    """
+    if not values:
+        raise ValueError("percentile of no values")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _ms_stats(prefix: str, values_s: list[float], with_p99: bool = True) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    if values_s:
+        out[f"mean_{prefix}_ms"] = sum(values_s) / len(values_s) * 1000.0
+        out[f"median_{prefix}_ms"] = percentile(values_s, 50) * 1000.0
+        if with_p99:
+            out[f"p99_{prefix}_ms"] = percentile(values_s, 99) * 1000.0
+    else:
+        out[f"mean_{prefix}_ms"] = out[f"median_{prefix}_ms"] = None
+        if with_p99:
+            out[f"p99_{prefix}_ms"] = None
+    return out
+
+
+def compute_level_metrics(
+    records: list[RequestRecord | None],
+    duration: float,
+    max_concurrency: int,
+    num_prompts: int,
+) -> dict[str, Any]:
+    """Per-level metrics dict (names in METRIC_NAMES + LEVEL_EXTRA_NAMES and a few more).
+
+    ``records`` has one entry per measured request; ``None`` means never sent (level
+    deadline). ``duration`` is the level's wall time in seconds (> 0).
+    """
+    done = [r for r in records if r is not None and r.status == "completed"]
+    failed = [r for r in records if r is not None and r.status == "failed"]
+    timed = [r for r in records if r is not None and r.status == "timed_out"]
+    not_sent = sum(1 for r in records if r is None) + max(0, num_prompts - len(records))
+    dur = duration if duration > 0 else float("nan")
+    tin = sum(r.prompt_tokens for r in done)
+    tout = sum(r.output_tokens for r in done)
+    m: dict[str, Any] = {
+        "max_concurrency": max_concurrency,
+        "num_prompts": num_prompts,
+        "duration": duration,
+        "completed": len(done),
+        "failed": len(failed),
+        "timed_out": len(timed) + not_sent,
+        "not_sent": not_sent,
+        "total_input_tokens": tin,
+        "total_output_tokens": tout,
+        "request_throughput": len(done) / dur,
+        "input_throughput": tin / dur,
+        "output_throughput": tout / dur,
+        "total_throughput": (tin + tout) / dur,
+    }
+    m.update(_ms_stats("ttft", [r.ttft for r in done if r.ttft is not None]))
+    m.update(_ms_stats("itl", [g for r in done for g in r.itl]))
+    m.update(_ms_stats("e2e_latency", [r.latency for r in done]))
+    bad = m["failed"] + m["timed_out"]
+    m["failure_rate"] = bad / num_prompts if num_prompts else 1.0
+    m["valid"] = bool(done) and bad <= MAX_FAILURE_FRACTION * num_prompts
+    errors: list[str] = []
+    for r in failed + timed:
+        if r.error and r.error not in errors and len(errors) < 5:
+            errors.append(r.error)
+    if not_sent and len(errors) < 5:
+        errors.append(f"{not_sent} request(s) not sent: level deadline reached")
+    m["errors"] = errors
+    for k, v in list(m.items()):
+        if isinstance(v, float) and not math.isfinite(v):
+            m[k] = None
+    return m
+
+
+def run_requests(
+    target: Target,
+    api: str,
+    prompts: list[list[int]],
+    output_len: int,
+    model: str | None,
+    concurrency: int,
+    request_timeout: float,
+    deadline: float,
+) -> tuple[list[RequestRecord | None], float]:
+    """Run ``len(prompts)`` requests with at most ``concurrency`` in flight.
+
+    Returns (records in prompt order, None for never sent; wall time in s). No request
+    starts after ``deadline`` (perf_counter seconds); threads are joined by deadline + 10 s
+    and a request still running then is recorded as timed out.
+    """
+    n = len(prompts)
+    records: list[RequestRecord | None] = [None] * n
+    started = [False] * n
+    lock = threading.Lock()
+    next_index = [0]
+
+    def worker() -> None:
+        for _ in range(n):  # bounded: each iteration takes one new index
+            with lock:
+                i = next_index[0]
+                if i >= n:
+                    return
+                next_index[0] = i + 1
+                started[i] = True
+            records[i] = stream_request(target, api, prompts[i], output_len, model, request_timeout, deadline)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, daemon=True, name=f"bench-{k}") for k in range(min(concurrency, n))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline + 10.0 - time.perf_counter()))
+    wall = time.perf_counter() - t0
+    with lock:
+        for i in range(n):
+            if started[i] and records[i] is None:  # stuck past the deadline (e.g. in DNS)
+                records[i] = RequestRecord(status="timed_out", error="still running after the level deadline",
+                                           start=t0, end=time.perf_counter())
+    ends = [r.end for r in records if r is not None]
+    if ends:
+        wall = max(ends) - t0
+    return records, wall
+
+
+def discover_model(target: Target, timeout: float) -> str:
+    """First model id from ``GET /v1/models`` (OpenAI list format); PayloadError("runtime") if none."""
+    conn = target.connection(timeout=timeout)
+    try:
+        conn.request("GET", target.prefix + "/v1/models")
+        resp = conn.getresponse()
+        body = resp.read(1 << 20)
+        if resp.status != 200:
+            raise PayloadError("runtime", f"GET /v1/models: HTTP {resp.status}; pass --model")
+        data = json.loads(body).get("data") or []
+        if not data or not data[0].get("id"):
+            raise PayloadError("runtime", "GET /v1/models listed no model; pass --model")
+        return str(data[0]["id"])
+    except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
+        raise PayloadError("runtime", f"GET /v1/models failed: {exc}; pass --model") from None
+    finally:
+        conn.close()
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """``"1,16,64"`` -> [1, 16, 64]; PayloadError("bad_input") unless all are integers >= 1."""
+    try:
+        levels = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise PayloadError("bad_input", f"bad --concurrency {text!r}") from None
+    if not levels or any(c < 1 for c in levels):
+        raise PayloadError("bad_input", f"bad --concurrency {text!r}: want integers >= 1")
+    if len(levels) > 64:
+        raise PayloadError("bad_input", "at most 64 concurrency levels")
+    return levels
+
+
+def default_num_prompts(concurrency: int) -> int:
+    """Prompts per level when --num-prompts is not given: max(5 * C, 10) (steady state)."""
+    return max(5 * concurrency, 10)
+
+
+def run_builtin(
+    url: str,
+    levels: list[int],
+    input_len: int,
+    output_len: int,
+    num_prompts: int | None = None,
+    api: str = "generate",
+    warmup: int = 1,
+    level_timeout: float = 600.0,
+    request_timeout: float = 300.0,
+    seed: int = 1,
+    model: str | None = None,
+    vocab_hi: int = DEFAULT_VOCAB_HI,
+) -> dict[str, Any]:
+    """Run the built-in benchmark over ``levels`` (concurrency values); returns result data.
+
+    Token lengths are counts of tokens; timeouts are seconds. Emits one ``progress``
+    line per finished level. Raises PayloadError for bad input (see module docstring).
+    """
+    target = parse_url(url)
+    if api not in ("generate", "openai"):
+        raise PayloadError("bad_input", f"unknown --api {api!r}")
+    for name, v in (("--input-len", input_len), ("--output-len", output_len)):
+        if v < 1:
+            raise PayloadError("bad_input", f"{name} must be >= 1")
+    if num_prompts is not None and num_prompts < 1:
+        raise PayloadError("bad_input", "--num-prompts must be >= 1")
+    if warmup < 0 or level_timeout <= 0 or request_timeout <= 0:
+        raise PayloadError("bad_input", "--warmup must be >= 0 and timeouts > 0")
+    if api == "openai" and not model:
+        model = discover_model(target, min(request_timeout, 30.0))
+    results = []
+    for li, conc in enumerate(levels):
+        n = num_prompts if num_prompts is not None else default_num_prompts(conc)
+        prompts = make_prompts(n + warmup, input_len, seed + li, vocab_hi)
+        level_start = time.perf_counter()
+        deadline = level_start + level_timeout
+        warmup_failed = 0
+        if warmup:
+            wrecs, _ = run_requests(target, api, prompts[n:], min(output_len, 32), model,
+                                    min(conc, warmup), request_timeout, deadline)
+            warmup_failed = sum(1 for r in wrecs if r is None or r.status != "completed")
+            if warmup_failed:
+                log(f"bench C={conc}: {warmup_failed}/{warmup} warm-up request(s) failed", "warning")
+        recs, wall = run_requests(target, api, prompts[:n], output_len, model, conc, request_timeout, deadline)
+        m = compute_level_metrics(recs, wall, conc, n)
+        m["warmup_failed"] = warmup_failed
+        results.append(m)
+        progress(li + 1, len(levels), "bench", max_concurrency=conc, completed=m["completed"],
+                 failed=m["failed"], timed_out=m["timed_out"], output_throughput=m["output_throughput"])
+        if not m["valid"]:
+            log(f"bench C={conc}: invalid level ({m['failed']} failed, {m['timed_out']} timed out "
+                f"of {n}): {m['errors'][:2]}", "warning")
+    return {
+        "tool": "builtin",
+        "url": url,
+        "levels": results,
+        "settings": {
+            "api": api, "concurrency": levels, "input_len": input_len, "output_len": output_len,
+            "num_prompts": num_prompts, "warmup": warmup, "level_timeout": level_timeout,
+            "request_timeout": request_timeout, "seed": seed, "model": model, "vocab_max": vocab_hi,
+        },
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``python -m remote bench``."""
+    p.add_argument("--url", required=True, help="the unit's base URL, e.g. http://127.0.0.1:30000")
+    p.add_argument("--api", choices=("generate", "openai"), default="generate")
+    p.add_argument("--concurrency", default="1,16,64", help="comma-separated levels (max in flight)")
+    p.add_argument("--input-len", type=int, default=1024, help="prompt tokens per request")
+    p.add_argument("--output-len", type=int, default=256, help="generated tokens per request")
+    p.add_argument("--num-prompts", type=int, default=None, help="per level; default max(5*C, 10)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up requests per level (not measured)")
+    p.add_argument("--level-timeout", type=float, default=600.0, help="seconds per level")
+    p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
+    p.add_argument("--seed", type=int, default=1, help="seed of the random prompt token ids")
+    p.add_argument("--vocab-max", type=int, default=DEFAULT_VOCAB_HI, help="token ids drawn below this")
+    p.add_argument("--tool", choices=("builtin", "sglang"), default="builtin")
+    p.add_argument("--model", default=None, help="model name for --api openai; else from /v1/models")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Entry point of the ``bench`` command; returns the result ``data``."""
+    levels = parse_concurrency(args.concurrency)
+    if args.tool == "sglang":
+        from . import bench_sglang
+
+        return bench_sglang.run_sglang(
+            url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
+            num_prompts=args.num_prompts, level_timeout=args.level_timeout, seed=args.seed,
+            model=args.model, api=args.api,
+        )
+    return run_builtin(
+        url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
+        num_prompts=args.num_prompts, api=args.api, warmup=args.warmup,
+        level_timeout=args.level_timeout, request_timeout=args.request_timeout,
+        seed=args.seed, model=args.model, vocab_hi=args.vocab_max,
+    )

@@ -1,0 +1,262 @@
+"""The host lock: one controller run at a time per host (``lock``).
+
+``python -m remote lock OP [--state-dir D] [--run-id ID] [--controller TEXT] [--stale-after S] [--force]``
+
+The lock is the file ``<state_dir>/lock.json``::
+
+    {"run_id", "controller", "pid", "created", "heartbeat", "created_ts", "heartbeat_ts"}
+
+(``*_ts``: seconds since the epoch on the host's clock; ``created``/``heartbeat``: the same as
+ISO-8601 UTC; ``pid``: the payload process that acquired it, for information only.) It must
+outlive the payload process: the controller holds it across many payload calls. So liveness is
+judged by the heartbeat the controller renews (``lock heartbeat``) between steps, not by a PID:
+a lock whose heartbeat is older than ``--stale-after`` seconds (default 600) is *stale*.
+
+Operations (each runs under ``flock`` of ``<state_dir>/lock.mutex``, so two payloads never
+interleave their read-modify-write of the lock):
+
+- ``acquire --run-id ID --controller TEXT``: atomic create (temp file + ``link()``, which fails
+  with EEXIST like ``O_EXCL`` and never shows a half-written file). Held by ID already: heartbeat
+  renewed, ``"reentrant": true``. Held by another run (stale or not):
+  ``PayloadError('locked')`` naming its run id, controller, age and heartbeat age.
+- ``heartbeat --run-id ID``: renew our heartbeat; ``not_found`` when there is no lock,
+  ``locked`` when another run holds it.
+- ``release --run-id ID``: remove our own lock; ``locked`` when another run holds it;
+  ``"released": false`` when there was none.
+- ``status``: report (never fails for a missing lock).
+- ``break [--run-id HOLDER] [--force]``: remove a stale (or corrupt) lock; any lock with
+  ``--force``. With ``--run-id`` the holder must be that run (guards against breaking a lock
+  that changed hands since it was looked at). Refused (``locked``) for a fresh lock without --force.
+
+Result ``data`` of every operation: :func:`describe` of the lock after the operation, plus
+``"op"`` and, depending on the operation, ``acquired``/``reentrant``/``released``/``broken``
+(with ``previous``: the removed lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import tempfile
+import time
+from typing import Iterator
+
+from .hostfs import (DEFAULT_STATE_DIR, PRIVATE_FILE_MODE, atomic_write_json, check_run_id,
+                     ensure_private_dir, fsync_dir, write_all)
+from .protocol import PayloadError
+
+#: Default seconds after the last heartbeat when a lock counts as stale.
+DEFAULT_STALE_AFTER = 600.0
+
+OPS = ("acquire", "heartbeat", "release", "status", "break")
+
+
+def add_arguments(parser) -> None:
+    """Flags of ``lock``."""
+    parser.add_argument("op", choices=OPS)
+    parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    parser.add_argument("--run-id", default=None)
+    parser.add_argument("--controller", default=None,
+                        help="who holds it (user@machine, pid), shown to anyone refused")
+    parser.add_argument("--stale-after", type=float, default=DEFAULT_STALE_AFTER,
+                        help="seconds without heartbeat after which the lock is stale")
+    parser.add_argument("--force", action="store_true", help="break even a fresh lock")
+
+
+def run(args) -> dict:
+    """``lock`` command: see the module docstring."""
+    sd, sa = args.state_dir, args.stale_after
+    if sa <= 0:
+        raise PayloadError("bad_input", "--stale-after must be positive")
+    if args.op == "acquire":
+        if not args.run_id or not args.controller:
+            raise PayloadError("bad_input", "lock acquire needs --run-id and --controller")
+        return acquire(sd, args.run_id, args.controller, sa)
+    if args.op in ("heartbeat", "release") and not args.run_id:
+        raise PayloadError("bad_input", f"lock {args.op} needs --run-id")
+    if args.op == "heartbeat":
+        return heartbeat(sd, args.run_id, sa)
+    if args.op == "release":
+        return release(sd, args.run_id, sa)
+    if args.op == "break":
+        return break_lock(sd, args.run_id, force=args.force, stale_after=sa)
+    return status(sd, sa)
+
+
+def lock_path(state_dir: str) -> str:
+    """``<state_dir>/lock.json``."""
+    return os.path.join(state_dir, "lock.json")
+
+
+@contextlib.contextmanager
+def _mutex(state_dir: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<state_dir>/lock.mutex`` (created 0600) for a block."""
+    ensure_private_dir(state_dir)
+    fd = os.open(os.path.join(state_dir, "lock.mutex"), os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+class _Corrupt(dict):
+    """Marker for a lock.json that exists but does not parse."""
+
+
+def _read(state_dir: str) -> dict | None:
+    """The lock as a dict, ``None`` when absent, a :class:`_Corrupt` dict when unreadable."""
+    try:
+        with open(lock_path(state_dir), "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return None
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+        if not isinstance(obj, dict):
+            raise ValueError("not an object")
+        return obj
+    except ValueError as exc:
+        return _Corrupt(error=f"corrupt lock.json: {exc}")
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int((ts % 1) * 1e6):06d}Z"
+
+
+def describe(lock: dict | None, stale_after: float = DEFAULT_STALE_AFTER, now: float | None = None) -> dict:
+    """``{"held", "stale", "lock", "age_s", "heartbeat_age_s", "stale_after_s"}`` for ``lock``.
+
+    Ages are seconds (float) on the host's clock; a corrupt lock counts as held and stale.
+    """
+    now = time.time() if now is None else now
+    if lock is None:
+        return {"held": False, "stale": False, "lock": None, "age_s": None,
+                "heartbeat_age_s": None, "stale_after_s": stale_after}
+    if isinstance(lock, _Corrupt):
+        return {"held": True, "stale": True, "lock": dict(lock), "age_s": None,
+                "heartbeat_age_s": None, "stale_after_s": stale_after}
+
+    def age(key: str) -> float | None:
+        v = lock.get(key)
+        return round(now - float(v), 3) if isinstance(v, (int, float)) else None
+
+    hb = age("heartbeat_ts")
+    return {"held": True, "stale": hb is None or hb > stale_after, "lock": lock,
+            "age_s": age("created_ts"), "heartbeat_age_s": hb, "stale_after_s": stale_after}
+
+
+def _held_error(d: dict, wanted_by: str | None) -> PayloadError:
+    lk = d["lock"] or {}
+    who = f"run {lk.get('run_id')} (controller {lk.get('controller')})" if "run_id" in lk else lk.get("error")
+    ages = ""
+    if d["age_s"] is not None:
+        ages = f", age {d['age_s']:.0f} s, last heartbeat {d['heartbeat_age_s']:.0f} s ago"
+    stale = " [STALE: 'lock break' removes it]" if d["stale"] else ""
+    for_ = f" (wanted by run {wanted_by})" if wanted_by else ""
+    return PayloadError("locked", f"host lock held by {who}{ages}{stale}{for_}", detail=d)
+
+
+def acquire(state_dir: str, run_id: str, controller: str,
+            stale_after: float = DEFAULT_STALE_AFTER) -> dict:
+    """Take the host lock for ``run_id``; see module docstring. Raises ``PayloadError('locked')``."""
+    check_run_id(run_id)
+    with _mutex(state_dir):
+        cur = _read(state_dir)
+        if cur is not None and not isinstance(cur, _Corrupt) and cur.get("run_id") == run_id:
+            new = _renew(state_dir, cur)
+            return dict(describe(new, stale_after), op="acquire", acquired=True, reentrant=True)
+        if cur is not None:
+            raise _held_error(describe(cur, stale_after), run_id)
+        now = time.time()
+        lock = {"run_id": run_id, "controller": controller, "pid": os.getpid(),
+                "host": socket.gethostname(), "created": _iso(now), "heartbeat": _iso(now),
+                "created_ts": now, "heartbeat_ts": now}
+        fd, tmp = tempfile.mkstemp(prefix=".lock.json.orch-tmp-", dir=state_dir)
+        try:
+            try:
+                write_all(fd, (json.dumps(lock, indent=2, sort_keys=True) + "\n").encode())
+                os.fchmod(fd, PRIVATE_FILE_MODE)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, lock_path(state_dir))  # atomic create: EEXIST if someone has it
+            except FileExistsError:
+                raise _held_error(describe(_read(state_dir), stale_after), run_id)
+        finally:
+            os.unlink(tmp)
+        fsync_dir(state_dir)
+        return dict(describe(lock, stale_after, now), op="acquire", acquired=True, reentrant=False)
+
+
+def _renew(state_dir: str, lock: dict) -> dict:
+    now = time.time()
+    new = dict(lock, heartbeat=_iso(now), heartbeat_ts=now)
+    atomic_write_json(lock_path(state_dir), new)
+    return new
+
+
+def _own(state_dir: str, run_id: str, stale_after: float, op: str) -> dict | None:
+    """Current lock if ``run_id`` holds it; ``None`` if none; raises ``locked`` if another does."""
+    cur = _read(state_dir)
+    if cur is None:
+        return None
+    if isinstance(cur, _Corrupt) or cur.get("run_id") != run_id:
+        raise _held_error(describe(cur, stale_after), run_id)
+    return cur
+
+
+def heartbeat(state_dir: str, run_id: str, stale_after: float = DEFAULT_STALE_AFTER) -> dict:
+    """Renew ``run_id``'s heartbeat. Raises ``not_found`` (no lock) or ``locked`` (another holder)."""
+    check_run_id(run_id)
+    with _mutex(state_dir):
+        cur = _own(state_dir, run_id, stale_after, "heartbeat")
+        if cur is None:
+            raise PayloadError("not_found", f"no host lock to renew for run {run_id} (was it broken?)")
+        return dict(describe(_renew(state_dir, cur), stale_after), op="heartbeat")
+
+
+def release(state_dir: str, run_id: str, stale_after: float = DEFAULT_STALE_AFTER) -> dict:
+    """Remove ``run_id``'s own lock (``released`` false when none). Raises ``locked`` for another holder."""
+    check_run_id(run_id)
+    with _mutex(state_dir):
+        cur = _own(state_dir, run_id, stale_after, "release")
+        if cur is None:
+            return dict(describe(None, stale_after), op="release", released=False)
+        os.unlink(lock_path(state_dir))
+        fsync_dir(state_dir)
+        return dict(describe(None, stale_after), op="release", released=True, previous=cur)
+
+
+def status(state_dir: str, stale_after: float = DEFAULT_STALE_AFTER) -> dict:
+    """Describe the lock (held/stale/ages); reads without creating anything."""
+    return dict(describe(_read(state_dir), stale_after), op="status")
+
+
+def break_lock(state_dir: str, holder: str | None = None, force: bool = False,
+               stale_after: float = DEFAULT_STALE_AFTER) -> dict:
+    """Remove a stale (or corrupt) lock, or any lock with ``force``; see module docstring.
+
+    Raises ``PayloadError('locked')`` for a fresh lock without ``force`` or a holder other
+    than ``holder``; ``broken`` is false when there was no lock.
+    """
+    if holder is not None:
+        check_run_id(holder)
+    with _mutex(state_dir):
+        cur = _read(state_dir)
+        if cur is None:
+            return dict(describe(None, stale_after), op="break", broken=False)
+        d = describe(cur, stale_after)
+        if holder is not None and (isinstance(cur, _Corrupt) or cur.get("run_id") != holder):
+            raise PayloadError("locked", f"lock is held by {dict(cur).get('run_id')}, not {holder}; "
+                                         "not breaking it", detail=d)
+        if not d["stale"] and not force:
+            raise _held_error(d, None)
+        os.unlink(lock_path(state_dir))
+        fsync_dir(state_dir)
+        return dict(describe(None, stale_after), op="break", broken=True, previous=dict(cur),
+                    previous_status=d)

@@ -1,0 +1,301 @@
+"""probe: GPUs, Triton, SGLang loader/config folders, model shape and exact file names.
+
+Flags: the model flags of ``names`` (``--model-config`` optional here), ``--device-name``
+(override of the CUDA name; required when no CUDA GPU is visible and a model is given),
+``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``, if set).
+
+Result ``data``::
+
+    gpus: [{index, name, device_name, capability "9.0", smem_per_block_optin (bytes),
+            total_memory (bytes)}]          # [] without CUDA/torch
+    device_name: "NVIDIA_H200" | null       # SGLang form; --device-name wins over GPU 0
+    mixed_gpus: bool                        # visible GPUs report different names
+    torch_version, triton_version: str | null
+    triton_folder: "triton_3_6_0"           # where orch installs (remote.naming.triton_folder)
+    sglang_exact_folder: "triton_3_6_0"     # the folder SGLang tries first (verbatim version)
+    sglang: {installed, version, package_dir, loader_module, layout "current"|"old"|null,
+             configs_root, configs_root_exists, shipped_configs_root,
+             other_layout_configs_root, moe_config_dir}
+    model: MoeShape.to_dict() | null,  model_config_path
+    file_names: {up, down} | null
+    install_dir: "<configs_root>/<triton_folder>" | null
+    existing: {up|down: {folders: [triton_* holding the file, newest first],
+                         in_installed_folder: bool, sglang_would_load: path | null,
+                         fallback_error: str | null}}
+    unparsable_folders: [triton_* names SGLang's fallback sort cannot parse]
+    warnings: [str]
+
+SGLang is located WITHOUT importing it (its ``__init__`` is heavy and may touch the GPU):
+``importlib.util.find_spec("sglang")`` only finds a top-level package's spec, it does
+not execute it; the version comes from ``importlib.metadata``. Loader paths are those of
+SGLang 0.5.23 (``moe_runner/triton_utils/``, since sglang PR #23019) and older releases
+(``fused_moe_triton/``); SGLang resolves ``os.path.realpath(__file__)``, so do we.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+from .naming import sglang_version_dir, sort_triton_folders, triton_folder, unparsable_triton_folders
+from .names import add_model_arguments, checked_device_name, shape_from_args
+from .protocol import PayloadError, log
+
+#: Loader module locations inside the ``sglang`` package, newest layout first.
+LOADER_LAYOUTS = (
+    ("current", ("srt", "layers", "moe", "moe_runner", "triton_utils", "fused_moe_triton_config.py")),
+    ("old", ("srt", "layers", "moe", "fused_moe_triton", "fused_moe_triton_config.py")),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of the ``probe`` command."""
+    add_model_arguments(parser, required=False)
+    parser.add_argument("--device-name", default=None, help="override torch.cuda.get_device_name()")
+    parser.add_argument("--moe-config-dir", default=None, help="the unit's SGLANG_MOE_CONFIG_DIR, if set")
+
+
+# --------------------------------------------------------------------------- GPUs / versions
+
+def probe_gpus() -> tuple[list[dict], str | None, list[str]]:
+    """Visible CUDA GPUs via torch: ``(gpus, torch_version, warnings)``; ``[]`` without CUDA."""
+    warnings: list[str] = []
+    try:
+        import torch  # noqa: PLC0415 (heavy, only here)
+    except Exception as exc:  # torch absent or broken
+        return [], None, [f"torch not importable: {type(exc).__name__}: {exc}"]
+    gpus: list[dict] = []
+    try:
+        if not torch.cuda.is_available():
+            return [], str(torch.__version__), warnings
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            name = torch.cuda.get_device_name(i)
+            smem = getattr(props, "shared_memory_per_block_optin", None)
+            if smem is None:
+                smem = _triton_smem(i)
+            major, minor = torch.cuda.get_device_capability(i)
+            try:
+                dev = checked_device_name(name)
+            except PayloadError as exc:
+                dev = None
+                warnings.append(f"GPU {i}: {exc.msg}")
+            gpus.append({
+                "index": i,
+                "name": name,
+                "device_name": dev,
+                "capability": f"{major}.{minor}",
+                "smem_per_block_optin": int(smem) if smem is not None else None,
+                "total_memory": int(props.total_memory),
+            })
+    except Exception as exc:  # driver trouble: report, do not crash the probe
+        warnings.append(f"CUDA query failed: {type(exc).__name__}: {exc}")
+    return gpus, str(torch.__version__), warnings
+
+
+def _triton_smem(index: int) -> int | None:
+    try:
+        import triton  # noqa: PLC0415
+        return int(triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"])
+    except Exception:
+        return None
+
+
+def triton_version() -> str | None:
+    """``triton.__version__`` (what SGLang uses), else the installed distribution's version."""
+    try:
+        import triton  # noqa: PLC0415
+        return str(triton.__version__)
+    except Exception:
+        pass
+    for dist in ("triton", "pytorch-triton"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+# --------------------------------------------------------------------------- SGLang
+
+def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
+    """Locate SGLang's fused-MoE loader and config folders on disk without importing sglang.
+
+    ``moe_config_dir``: the unit's ``SGLANG_MOE_CONFIG_DIR``; it replaces the base folder
+    (configs_root = ``<dir>/configs``). Returns the ``sglang`` object described in the
+    module docstring.
+    """
+    out: dict[str, Any] = {
+        "installed": False, "version": None, "package_dir": None, "loader_module": None,
+        "layout": None, "configs_root": None, "configs_root_exists": False,
+        "shipped_configs_root": None, "other_layout_configs_root": None,
+        "moe_config_dir": moe_config_dir,
+    }
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        spec = None
+    pkg_dirs: list[str] = []
+    if spec is not None:
+        if spec.submodule_search_locations:
+            pkg_dirs = [str(p) for p in spec.submodule_search_locations]
+        elif spec.origin:
+            pkg_dirs = [os.path.dirname(spec.origin)]
+    if pkg_dirs:
+        out["installed"] = True
+        out["package_dir"] = pkg_dirs[0]
+        try:
+            out["version"] = importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:
+            out["version"] = None
+        found: dict[str, str] = {}
+        for layout, parts in LOADER_LAYOUTS:
+            for d in pkg_dirs:
+                cand = Path(d).joinpath(*parts)
+                if cand.is_file():
+                    found.setdefault(layout, os.path.realpath(cand))
+        for layout, _ in LOADER_LAYOUTS:
+            if layout in found:
+                out["layout"] = layout
+                out["loader_module"] = found[layout]
+                out["shipped_configs_root"] = os.path.join(os.path.dirname(found[layout]), "configs")
+                break
+        for layout, parts in LOADER_LAYOUTS:
+            if layout == out["layout"]:
+                continue
+            other = Path(pkg_dirs[0]).joinpath(*parts[:-1], "configs")
+            if other.is_dir():
+                out["other_layout_configs_root"] = os.path.realpath(other)
+    if moe_config_dir:
+        out["configs_root"] = os.path.join(os.path.abspath(os.path.expanduser(moe_config_dir)), "configs")
+    else:
+        out["configs_root"] = out["shipped_configs_root"]
+    if out["configs_root"]:
+        out["configs_root_exists"] = os.path.isdir(out["configs_root"])
+    return out
+
+
+def simulate_lookup(configs_root: str, exact_folder: str, file_name: str) -> dict[str, Any]:
+    """What SGLang 0.5.23 ``get_moe_configs`` would do for ``file_name`` under ``configs_root``.
+
+    Exact ``<root>/<exact_folder>/<file>`` first; else every ``triton_*`` entry, newest
+    first (an unparsable entry makes the real loader raise ValueError, a missing root
+    FileNotFoundError; both reported in ``fallback_error``). Returns
+    ``{folders, sglang_would_load, fallback_error}``; ``folders`` lists every parsable
+    ``triton_*`` folder holding the file, newest first.
+    """
+    try:
+        entries = sorted(os.listdir(configs_root))
+    except FileNotFoundError:
+        entries = None
+    except OSError as exc:
+        return {"folders": [], "sglang_would_load": None, "fallback_error": f"cannot list {configs_root}: {exc}"}
+    if entries is None:
+        return {"folders": [], "sglang_would_load": None,
+                "fallback_error": f"{configs_root} does not exist: SGLang's fallback scan raises FileNotFoundError"}
+    tri = [e for e in entries if e.startswith("triton_")]
+    ordered = sort_triton_folders(tri)
+    folders = [f for f in ordered if os.path.isfile(os.path.join(configs_root, f, file_name))]
+    bad = unparsable_triton_folders(tri)
+    exact = os.path.join(configs_root, exact_folder, file_name)
+    if os.path.isfile(exact):
+        return {"folders": folders, "sglang_would_load": exact, "fallback_error": None}
+    if bad:
+        return {"folders": folders, "sglang_would_load": None,
+                "fallback_error": f"unparsable folder(s) {bad}: SGLang's fallback sort raises ValueError"}
+    return {"folders": folders,
+            "sglang_would_load": os.path.join(configs_root, folders[0], file_name) if folders else None,
+            "fallback_error": None}
+
+
+# --------------------------------------------------------------------------- command
+
+def run(args: argparse.Namespace) -> dict:
+    """Probe the host; see the module docstring for ``data``."""
+    warnings: list[str] = []
+    gpus, torch_ver, w = probe_gpus()
+    warnings += w
+    tver = triton_version()
+    tfolder = triton_folder(tver) if tver else None
+    exact_folder = sglang_version_dir(tver) if tver else None
+    if tver and tfolder != exact_folder:
+        warnings.append(
+            f"Triton {tver}: SGLang looks first in {exact_folder}; orch installs into {tfolder}, which SGLang "
+            f"reaches only through its fallback (log line 'Fallback to triton version ...')")
+
+    names = {g["name"] for g in gpus}
+    mixed = len(names) > 1
+    if mixed:
+        warnings.append(f"GPUs report different names {sorted(names)}; using GPU 0")
+    if args.device_name:
+        device_name = checked_device_name(args.device_name)
+        if gpus and gpus[0]["device_name"] and gpus[0]["device_name"] != device_name:
+            warnings.append(f"--device-name {device_name} overrides GPU 0 name {gpus[0]['device_name']}")
+    elif gpus:
+        device_name = gpus[0]["device_name"]
+        if device_name is None:
+            raise PayloadError("bad_input", f"GPU 0 name {gpus[0]['name']!r} cannot be used in a file name")
+    else:
+        device_name = None
+
+    sg = find_sglang(args.moe_config_dir)
+    if not sg["installed"]:
+        warnings.append("sglang is not installed for this interpreter")
+    elif not sg["loader_module"]:
+        warnings.append(f"no fused_moe_triton_config.py found under {sg['package_dir']}")
+    if sg["other_layout_configs_root"]:
+        warnings.append(f"configs of another SGLang layout exist at {sg['other_layout_configs_root']} "
+                        "(not read by this SGLang)")
+
+    model = file_names = None
+    model_path = None
+    if args.model_config:
+        if device_name is None:
+            raise PayloadError("bad_input", "no CUDA GPU visible: --device-name is required to name config files")
+        cap = None
+        if gpus:
+            major, minor = (int(x) for x in gpus[0]["capability"].split("."))
+            cap = (major, minor)
+        shape, model_path = shape_from_args(args, capability=cap)
+        model = shape.to_dict()
+        file_names = shape.file_names(device_name)
+
+    install_dir = os.path.join(sg["configs_root"], tfolder) if (sg["configs_root"] and tfolder) else None
+    existing: dict[str, Any] | None = None
+    unparsable: list[str] = []
+    if sg["configs_root"] and sg["configs_root_exists"]:
+        try:
+            unparsable = unparsable_triton_folders(sorted(os.listdir(sg["configs_root"])))
+        except OSError as exc:
+            warnings.append(f"cannot list {sg['configs_root']}: {exc}")
+        if unparsable:
+            warnings.append(f"unparsable folder(s) {unparsable} in {sg['configs_root']} break SGLang's fallback")
+    if file_names and sg["configs_root"] and tfolder:
+        existing = {}
+        for kind, fname in file_names.items():
+            sim = simulate_lookup(sg["configs_root"], exact_folder, fname)
+            sim["in_installed_folder"] = tfolder in sim["folders"]
+            existing[kind] = sim
+    for msg in warnings:
+        log(msg, level="warning")
+    return {
+        "gpus": gpus,
+        "device_name": device_name,
+        "mixed_gpus": mixed,
+        "torch_version": torch_ver,
+        "triton_version": tver,
+        "triton_folder": tfolder,
+        "sglang_exact_folder": exact_folder,
+        "sglang": sg,
+        "model": model,
+        "model_config_path": model_path,
+        "file_names": file_names,
+        "install_dir": install_dir,
+        "existing": existing,
+        "unparsable_folders": unparsable,
+        "warnings": warnings,
+    }

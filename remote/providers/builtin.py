@@ -1,0 +1,107 @@
+"""Builtin provider: times ``remote.kernel`` (the payload's own fused-MoE Triton kernel)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+class Problem:
+    """Inputs for one batch size M: random x [M, hidden], routing from a softmax top-k of
+    random logits, shared weights, and reusable buffers. Inputs are never zeros.
+
+    ``weights``: ``(w1 [E, 2N, hidden], w2 [E, hidden, N])`` reused across batch sizes of a
+    worker (regenerated only when absent). ``seed`` seeds x and the routing logits.
+    """
+
+    def __init__(self, E: int, N: int, hidden: int, top_k: int, M: int, dtype: torch.dtype, device: str,
+                 seed: int, weights=None):
+        from ..kernel.fused_moe import make_buffers
+        from ..kernel.reference import route
+
+        self.E, self.N, self.hidden, self.top_k, self.M = E, N, hidden, top_k, M
+        self.dtype, self.device = dtype, torch.device(device)
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(int(seed))
+        if weights is None:
+            w1 = torch.randn(E, 2 * N, hidden, generator=gen, device=self.device, dtype=torch.float32)
+            w1 = (w1 / math.sqrt(hidden)).to(dtype)
+            w2 = torch.randn(E, hidden, N, generator=gen, device=self.device, dtype=torch.float32)
+            w2 = (w2 / math.sqrt(N)).to(dtype)
+            weights = (w1, w2)
+        self.w1, self.w2 = weights
+        self.x = torch.randn(M, hidden, generator=gen, device=self.device, dtype=torch.float32).to(dtype)
+        logits = torch.randn(M, E, generator=gen, device=self.device, dtype=torch.float32)
+        self.topk_weights, self.topk_ids = route(M, E, top_k, logits=logits)
+        self.flat_weights = self.topk_weights.reshape(-1).contiguous()
+        self.buffers = make_buffers(M, top_k, N, hidden, dtype, self.device, fill=0.0)
+        # the down GEMM's input gets real (random, non-zero) activations
+        self.act_in = torch.randn(M * top_k, N, generator=gen, device=self.device, dtype=torch.float32).to(dtype)
+        self._routing = {}
+
+    @property
+    def weights(self):
+        """``(w1, w2)`` for reuse by the next Problem."""
+        return self.w1, self.w2
+
+    def routing(self, block_m: int):
+        """Cached :func:`remote.kernel.fused_moe.align` result for ``block_m``."""
+        from ..kernel.fused_moe import align
+
+        if block_m not in self._routing:
+            self._routing[block_m] = align(self.topk_ids, block_m, self.E)
+        return self._routing[block_m]
+
+
+class BuiltinProvider:
+    """The payload's own kernel. ``separable``: up and down GEMMs are timed one by one."""
+
+    name = "builtin"
+    separable = True
+
+    def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None) -> Problem:
+        """A :class:`Problem` for ``shape`` (keys E, N, hidden, topk) and batch size M."""
+        return Problem(shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype], device, seed,
+                       weights)
+
+    def gemm_fn(self, p: Problem, kind: str, cfg: dict):
+        """A zero-argument callable launching one GEMM (``up`` or ``down``) with ``cfg``.
+
+        Alignment for cfg's BLOCK_SIZE_M is precomputed (not part of the timed work).
+        """
+        from ..kernel.fused_moe import moe_gemm
+
+        r = p.routing(int(cfg["BLOCK_SIZE_M"]))
+        h, _act, y = p.buffers
+        if kind == "up":
+            return lambda: moe_gemm("up", p.x, p.w1, h, r, cfg)
+        return lambda: moe_gemm("down", p.act_in, p.w2, y, r, cfg, topk_weights=p.flat_weights)
+
+    def full_fn(self, p: Problem, up_cfg: dict, down_cfg: dict):
+        """A callable running the whole fused MoE (up GEMM, SiLU-and-mul, down GEMM, top-k
+        sum) with precomputed alignment; this is the "kernel time" of report.json."""
+        from ..kernel.fused_moe import fused_moe
+
+        r = p.routing(int(up_cfg["BLOCK_SIZE_M"]))
+        out = torch.empty(p.M, p.hidden, dtype=p.dtype, device=p.device)
+        return lambda: fused_moe(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids, up_cfg, down_cfg,
+                                 buffers=p.buffers, routing=r, out=out)
+
+    def check(self, p: Problem, up_cfg: dict, down_cfg: dict) -> float:
+        """Relative error of the fused MoE with these configs against the float64
+        reference, buffers poisoned with NaN first (``inf`` if anything stayed NaN)."""
+        from ..kernel.fused_moe import fused_moe, make_buffers
+        from ..kernel.reference import fused_moe_reference, relative_error
+
+        bufs = make_buffers(p.M, p.top_k, p.N, p.hidden, p.dtype, p.device)
+        out = torch.full((p.M, p.hidden), float("nan"), dtype=p.dtype, device=p.device)
+        fused_moe(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids, up_cfg, down_cfg, buffers=bufs, out=out)
+        ref = fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids)
+        return relative_error(out, ref)
+
+    def precompile_args(self, shape: dict, dtype: str) -> dict:
+        """Picklable arguments for :func:`remote.tuner.compile.compile_one`."""
+        return dict(dtype=dtype, E=shape["E"], N=shape["N"], hidden=shape["hidden"], top_k=shape["topk"])

@@ -1,0 +1,95 @@
+"""Thin adapter timing SGLang's own fused-MoE Triton entry with a forced config.
+
+Version-tolerant: it tries the import paths and call forms of sglang 0.4.x-0.5.x
+(``sglang.srt.layers.moe.fused_moe_triton.override_config`` + ``fused_moe``; newer builds
+take a ``TopKOutput`` and a ``MoeRunnerConfig``, older ones the gating logits and
+``topk``). Up and down GEMMs share one forced config (``override_config`` forces one
+dict), so the search is joint, and the written ``_down`` file equals the up file.
+Not exercised in this project's CI or on its H200 (no SGLang there): the builtin provider
+is what was measured. Any failure at set-up falls back to builtin (``provider: auto``).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from .builtin import DTYPES, Problem
+
+
+def _imports():
+    oc_mod = importlib.import_module("sglang.srt.layers.moe.fused_moe_triton")
+    fm_mod = importlib.import_module("sglang.srt.layers.moe.fused_moe_triton.fused_moe")
+    return oc_mod.override_config, fm_mod.fused_moe
+
+
+def sglang_unavailable_reason() -> str | None:
+    """None when SGLang's fused-MoE entry and ``override_config`` import, else why not."""
+    try:
+        importlib.import_module("sglang")
+        _imports()
+    except Exception as exc:  # ImportError, or a broken install raising anything
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+class SglangProvider:
+    """SGLang's kernel. ``separable`` is False: a candidate config is timed as the whole
+    fused MoE with that config forced for both GEMMs."""
+
+    name = "sglang"
+    separable = False
+
+    def __init__(self):
+        self.override_config, self.fused_moe = _imports()
+        self._new_api = None
+
+    def make_problem(self, shape, M, dtype, device, seed, weights=None) -> Problem:
+        """Same inputs as the builtin provider (see :class:`remote.providers.builtin.Problem`)."""
+        return Problem(shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype], device, seed,
+                       weights)
+
+    def _call(self, p: Problem):
+        if self._new_api is None:
+            try:
+                from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig  # noqa: F401
+                from sglang.srt.layers.moe.topk import StandardTopKOutput  # noqa: F401
+                self._new_api = True
+            except Exception:
+                self._new_api = False
+        if self._new_api:
+            from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig
+            from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+            logits = torch.zeros(p.M, p.E, device=p.device, dtype=torch.float32)
+            topk = StandardTopKOutput(p.topk_weights, p.topk_ids, logits)
+            cfg = MoeRunnerConfig(inplace=False)
+            return lambda: self.fused_moe(p.x, p.w1, p.w2, topk, moe_runner_config=cfg)
+        logits = torch.log(torch.full((p.M, p.E), 1e-6, device=p.device)).scatter(
+            1, p.topk_ids.long(), torch.log(p.topk_weights))
+        return lambda: self.fused_moe(p.x, p.w1, p.w2, logits, p.top_k, renormalize=True, inplace=False)
+
+    def full_fn(self, p: Problem, up_cfg: dict, down_cfg: dict):
+        """Callable running SGLang's fused MoE with ``up_cfg`` forced (``down_cfg`` must be
+        equal or is ignored: one forced config covers both GEMMs)."""
+        run = self._call(p)
+        cfg = dict(up_cfg)
+
+        def fn():
+            with self.override_config(cfg):
+                return run()
+        return fn
+
+    def gemm_fn(self, p, kind, cfg):
+        raise NotImplementedError("sglang provider times the whole fused MoE only")
+
+    def check(self, p: Problem, up_cfg: dict, down_cfg: dict) -> float:
+        """Relative error of SGLang's output against the float64 reference."""
+        from ..kernel.reference import fused_moe_reference, relative_error
+
+        out = self.full_fn(p, up_cfg, down_cfg)()
+        return relative_error(out, fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids))
+
+    def precompile_args(self, shape, dtype):
+        return None

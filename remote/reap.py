@@ -1,0 +1,402 @@
+"""Find processes holding the GPU device files and stop the unprotected ones (``reap``).
+
+``python -m remote reap [--devices GLOB[,GLOB]] [--protected a,b] [--term-timeout S]
+[--kill-timeout S] [--check] [--only-pids 1,2] [--use-nvidia-smi auto|yes|no] [--nvidia-smi PATH]``
+
+Why: after ``systemctl stop`` SGLang/vLLM workers can survive re-parented to PID 1 and keep
+~100 GB per GPU, and the next start fails (sglang #23627, #1533; vllm #55510). But
+``nvidia-persistenced``, ``nv-hostengine``/DCGM, exporters and Xorg also hold ``/dev/nvidia*``
+and must never be killed (a SIGKILLed dcgm-exporter froze GPUs until reboot: dcgm-exporter #84).
+
+How:
+
+1. Holders are found by scanning ``/proc/*/fd`` symlinks and ``/proc/*/maps`` (mmapped device
+   files) against the device paths (resolved with ``realpath``; also matched by device and inode
+   number), not by parsing ``fuser``. With ``--use-nvidia-smi`` (``auto``: when ``nvidia-smi``
+   is on PATH) the PIDs of ``nvidia-smi --query-compute-apps=pid,process_name,used_memory
+   --format=csv,noheader,nounits`` are checked against ``/proc``: a PID that is gone, or alive but
+   holding no device file (another PID namespace?), is reported as a *ghost*, never killed.
+2. A process is *protected* when the basename of ``argv[0]`` (``/proc/PID/cmdline``) OR of
+   ``/proc/PID/exe`` is in the protected set (``comm`` is cut at 15 characters, so
+   ``nvidia-persistenced`` can't be matched there). PID 1, this payload and its ancestors are
+   never signalled either (they are reported under ``skipped``).
+3. Targets (every other holder, or only those in ``--only-pids``) get SIGTERM; we poll ``/proc``
+   until they are gone or ``--term-timeout`` passes, then SIGKILL the rest and poll up to
+   ``--kill-timeout``. A process counts as gone when its ``/proc`` entry is absent, is a zombie,
+   or has another start time (PID reused). A PID is only signalled while its start time is
+   still the one seen in the scan.
+4. Re-scan. Any unprotected holder left (a target that survived, a new holder, or a holder we
+   may not signal) -> ``PayloadError('runtime')`` listing them, ``detail`` = the result below.
+   With ``--only-pids``, holders outside that set are listed under ``others`` and not fatal.
+
+``--check`` scans and reports ``would_kill``, signals nothing and never fails.
+
+Result ``data``::
+
+    {"devices": [paths], "check": bool,
+     "killed": [{"pid", "cmdline", "signal": "SIGTERM"|"SIGKILL"|null, "exited": bool, "via": [...]}],
+     "would_kill": [{"pid", "cmdline", "via"}],          # --check only (else [])
+     "protected": [{"pid", "cmdline"}], "skipped": [{"pid", "cmdline", "why"}],
+     "ghosts": [{"pid", "process_name", "used_memory_mib", "why"}],
+     "others": [{"pid", "cmdline"}], "remaining": [{"pid", "cmdline"}],
+     "nvidia_smi": "used"|"absent"|"disabled"|"failed"}
+
+``signal`` is the last signal sent before the process exited (``null``: it exited by itself).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from typing import Iterable
+
+from .protocol import PayloadError, log
+
+#: Default protected executables (hosts-and-services facts: persistence daemon, DCGM, exporters, X).
+DEFAULT_PROTECTED = "nvidia-persistenced,nv-hostengine,dcgm-exporter,dcgmi,Xorg"
+
+#: Poll interval while waiting for processes to exit, seconds.
+POLL_S = 0.05
+
+
+def add_arguments(parser) -> None:
+    """Flags of ``reap``."""
+    parser.add_argument("--devices", default="/dev/nvidia*",
+                        help="glob(s) of device files, comma separated (default /dev/nvidia*)")
+    parser.add_argument("--protected", default=DEFAULT_PROTECTED,
+                        help="comma list of executable basenames never to kill")
+    parser.add_argument("--term-timeout", type=float, default=15.0, help="seconds after SIGTERM")
+    parser.add_argument("--kill-timeout", type=float, default=10.0, help="seconds after SIGKILL")
+    parser.add_argument("--check", action="store_true", help="report only, kill nothing")
+    parser.add_argument("--only-pids", default=None,
+                        help="comma list: restrict the targets to these PIDs")
+    parser.add_argument("--use-nvidia-smi", choices=("auto", "yes", "no"), default="auto")
+    parser.add_argument("--nvidia-smi", default=None, help="path of nvidia-smi (default: from PATH)")
+
+
+def run(args) -> dict:
+    """``reap`` command: see the module docstring."""
+    only = None
+    if args.only_pids is not None:
+        try:
+            only = {int(p) for p in args.only_pids.split(",") if p.strip()}
+        except ValueError as exc:
+            raise PayloadError("bad_input", f"--only-pids must be integers: {exc}") from exc
+    if args.term_timeout < 0 or args.kill_timeout < 0:
+        raise PayloadError("bad_input", "timeouts must be >= 0")
+    return reap(
+        device_globs=[g for g in args.devices.split(",") if g],
+        protected={p.strip() for p in args.protected.split(",") if p.strip()},
+        term_timeout=args.term_timeout, kill_timeout=args.kill_timeout, check=args.check,
+        only_pids=only, use_nvidia_smi=args.use_nvidia_smi, nvidia_smi=args.nvidia_smi)
+
+
+# ---------------------------------------------------------------- /proc helpers
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, OSError):
+        return None
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """``(state, ppid, starttime)`` from ``/proc/PID/stat`` (fields 3, 4, 22); ``None`` if gone."""
+    raw = _read(f"/proc/{pid}/stat")
+    if not raw:
+        return None
+    rest = raw[raw.rfind(b")") + 2:].split()
+    try:
+        return rest[0].decode(), int(rest[1]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def cmdline(pid: int) -> list[str]:
+    """argv of ``pid`` from ``/proc/PID/cmdline`` (empty for kernel threads / gone processes)."""
+    raw = _read(f"/proc/{pid}/cmdline") or b""
+    if raw.endswith(b"\0"):
+        raw = raw[:-1]
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0")] if raw else []
+
+
+def exe_name(pid: int) -> str | None:
+    """Basename of ``/proc/PID/exe`` (without `` (deleted)``); ``None`` if unreadable."""
+    try:
+        target = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    if target.endswith(" (deleted)"):
+        target = target[: -len(" (deleted)")]
+    return os.path.basename(target)
+
+
+def is_protected(pid: int, protected: set[str]) -> bool:
+    """True when basename(argv[0]) or basename(/proc/PID/exe) is in ``protected``."""
+    argv = cmdline(pid)
+    names = {os.path.basename(argv[0])} if argv else set()
+    exe = exe_name(pid)
+    if exe:
+        names.add(exe)
+    return bool(names & protected)
+
+
+def ancestors(pid: int) -> set[int]:
+    """``pid`` and all its ancestors (by PPid), up to and including PID 1."""
+    out = {pid}
+    cur = pid
+    while cur > 1:
+        st = proc_stat(cur)
+        if st is None:
+            break
+        cur = st[1]
+        if cur in out or cur <= 0:
+            break
+        out.add(cur)
+    out.add(1)
+    return out
+
+
+def alive(pid: int, starttime: int | None) -> bool:
+    """True while ``pid`` exists, is not a zombie, and (when given) still has ``starttime``."""
+    st = proc_stat(pid)
+    if st is None or st[0] in ("Z", "X", "x"):
+        return False
+    return starttime is None or st[2] == starttime
+
+
+def _pids() -> list[int]:
+    return sorted(int(n) for n in os.listdir("/proc") if n.isdigit())
+
+
+class Devices:
+    """The device files to look for: resolved paths and ``(st_dev, st_ino)`` identities."""
+
+    def __init__(self, globs: Iterable[str]):
+        self.paths: list[str] = []
+        self.real: set[str] = set()
+        self.ids: set[tuple[int, int]] = set()
+        for g in globs:
+            for p in sorted(glob.glob(g)):
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    continue
+                self.paths.append(p)
+                self.real.add(os.path.realpath(p))
+                self.real.add(p)
+                self.ids.add((st.st_dev, st.st_ino))
+
+    def fd_hits(self, pid: int) -> list[str]:
+        """Device paths ``pid`` has open (by fd symlink target, or by identity for /dev files)."""
+        hits = []
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            return hits
+        for fd in fds:
+            link = f"{fd_dir}/{fd}"
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue
+            if target in self.real:
+                hits.append(target)
+            elif target.startswith("/dev/"):
+                try:
+                    st = os.stat(link)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) in self.ids:
+                    hits.append(target)
+        return hits
+
+    def map_hits(self, pid: int) -> list[str]:
+        """Device paths mmapped by ``pid`` (``/proc/PID/maps``: path, or dev major:minor + inode)."""
+        raw = _read(f"/proc/{pid}/maps")
+        hits: list[str] = []
+        if not raw:
+            return hits
+        for line in raw.decode("utf-8", "replace").splitlines():
+            parts = line.split(None, 5)
+            if len(parts) < 6:
+                continue
+            path = parts[5]
+            if path.endswith(" (deleted)"):
+                path = path[: -len(" (deleted)")]
+            if path in self.real:
+                hits.append(path)
+                continue
+            try:
+                ino = int(parts[4])
+                maj, mnr = (int(x, 16) for x in parts[3].split(":"))
+            except ValueError:
+                continue
+            if ino and (os.makedev(maj, mnr), ino) in self.ids:
+                hits.append(path)
+        return sorted(set(hits))
+
+
+def scan(devices: Devices) -> dict[int, dict]:
+    """Every process holding one of ``devices`` -> ``{"pid", "cmdline", "starttime", "via", "devices"}``."""
+    found: dict[int, dict] = {}
+    for pid in _pids():
+        fd = devices.fd_hits(pid)
+        mp = devices.map_hits(pid)
+        if not fd and not mp:
+            continue
+        st = proc_stat(pid)
+        if st is None or st[0] in ("Z", "X", "x"):
+            continue
+        via = (["fd"] if fd else []) + (["maps"] if mp else [])
+        found[pid] = {"pid": pid, "cmdline": " ".join(cmdline(pid)), "starttime": st[2],
+                      "via": via, "devices": sorted(set(fd + mp))}
+    return found
+
+
+def nvidia_smi_apps(path: str, timeout: float = 30.0) -> list[dict]:
+    """Rows of ``nvidia-smi --query-compute-apps=pid,process_name,used_memory`` (CSV, no header/units).
+
+    Returns ``[{"pid": int, "process_name": str, "used_memory_mib": int|None}]``.
+    Raises ``OSError``/``subprocess.SubprocessError`` when it cannot run or exits non-zero.
+    """
+    cp = subprocess.run([path, "--query-compute-apps=pid,process_name,used_memory",
+                         "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                        timeout=timeout, check=True)
+    rows = []
+    for line in cp.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if not parts or not parts[0].isdigit():
+            continue
+        mem = parts[-1] if len(parts) >= 3 else ""
+        rows.append({"pid": int(parts[0]),
+                     "process_name": ",".join(parts[1:-1]) if len(parts) >= 3 else (parts[1] if len(parts) > 1 else ""),
+                     "used_memory_mib": int(mem) if mem.isdigit() else None})
+    return rows
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _wait_gone(procs: list[dict], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in procs:
+            if not p["exited"] and not alive(p["pid"], p["starttime"]):
+                p["exited"] = True
+        if all(p["exited"] for p in procs) or time.monotonic() >= deadline:
+            return
+        time.sleep(POLL_S)
+
+
+def _signal(p: dict, sig: signal.Signals) -> None:
+    if p["exited"] or not alive(p["pid"], p["starttime"]):
+        p["exited"] = True
+        return
+    try:
+        os.kill(p["pid"], sig)
+        p["signal"] = sig.name
+        log(f"sent {sig.name} to {p['pid']} ({p['cmdline'][:200]})")
+    except ProcessLookupError:
+        p["exited"] = True
+
+
+def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.0,
+         kill_timeout: float = 10.0, check: bool = False, only_pids: set[int] | None = None,
+         use_nvidia_smi: str = "auto", nvidia_smi: str | None = None) -> dict:
+    """Scan, SIGTERM/SIGKILL and verify; see the module docstring for rules and result.
+
+    ``device_globs``: glob patterns of device files; ``protected``: executable basenames;
+    timeouts in seconds. Raises ``PayloadError('runtime')`` when unprotected holders remain,
+    ``PayloadError('not_found')`` when ``use_nvidia_smi == "yes"`` and it is missing.
+    """
+    devices = Devices(device_globs)
+    if not devices.paths:
+        log(f"no device files match {device_globs}", "warning")
+    never = ancestors(os.getpid())
+    holders = scan(devices)
+
+    ghosts: list[dict] = []
+    smi_state = "disabled"
+    if use_nvidia_smi != "no":
+        smi = nvidia_smi or shutil.which("nvidia-smi")
+        if not smi or not os.path.exists(smi):
+            if use_nvidia_smi == "yes":
+                raise PayloadError("not_found", "nvidia-smi not found")
+            smi_state = "absent"
+        else:
+            try:
+                rows = nvidia_smi_apps(smi)
+                smi_state = "used"
+            except (OSError, subprocess.SubprocessError) as exc:
+                log(f"nvidia-smi failed: {exc}", "warning")
+                rows, smi_state = [], "failed"
+            for r in rows:
+                if r["pid"] in holders:
+                    h = holders[r["pid"]]
+                    h["via"].append("nvidia-smi")
+                    h["used_memory_mib"] = r["used_memory_mib"]
+                elif alive(r["pid"], None):
+                    ghosts.append(dict(r, why="alive but holds no device file per /proc "
+                                                "(other PID namespace?); not killed"))
+                else:
+                    ghosts.append(dict(r, why="no such process (stale nvidia-smi entry)"))
+
+    protected_l, skipped, targets, others = [], [], [], []
+    for pid, h in sorted(holders.items()):
+        brief = {"pid": pid, "cmdline": h["cmdline"]}
+        if is_protected(pid, protected):
+            protected_l.append(brief)
+        elif pid in never:
+            skipped.append(dict(brief, why="PID 1 or the payload / its ancestor"))
+        elif only_pids is not None and pid not in only_pids:
+            others.append(brief)
+        else:
+            targets.append({"pid": pid, "cmdline": h["cmdline"], "starttime": h["starttime"],
+                            "via": h["via"], "signal": None, "exited": False})
+
+    result = {"devices": devices.paths, "check": check, "killed": [], "would_kill": [],
+              "protected": protected_l, "skipped": skipped, "ghosts": ghosts, "others": others,
+              "remaining": [], "nvidia_smi": smi_state}
+    if check:
+        result["would_kill"] = [{"pid": t["pid"], "cmdline": t["cmdline"], "via": t["via"]} for t in targets]
+        result["remaining"] = [{"pid": t["pid"], "cmdline": t["cmdline"]} for t in targets] + \
+            [{"pid": s["pid"], "cmdline": s["cmdline"]} for s in skipped]
+        return result
+
+    if targets:
+        for t in targets:
+            _signal(t, signal.SIGTERM)
+        _wait_gone(targets, term_timeout)
+        left = [t for t in targets if not t["exited"]]
+        for t in left:
+            _signal(t, signal.SIGKILL)
+        if left:
+            _wait_gone(left, kill_timeout)
+    result["killed"] = [{"pid": t["pid"], "cmdline": t["cmdline"], "signal": t["signal"],
+                         "exited": t["exited"], "via": t["via"]} for t in targets]
+
+    after = scan(devices)
+    remaining = []
+    for pid, h in sorted(after.items()):
+        if is_protected(pid, protected):
+            continue
+        if only_pids is not None and pid not in only_pids and pid not in never:
+            continue
+        remaining.append({"pid": pid, "cmdline": h["cmdline"]})
+    result["remaining"] = remaining
+    if remaining:
+        raise PayloadError("runtime", "GPU device files still held by unprotected processes: " +
+                           "; ".join(f"{r['pid']} ({r['cmdline'][:120]})" for r in remaining),
+                           detail=result)
+    return result

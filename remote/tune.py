@@ -1,0 +1,277 @@
+"""Tune the fused-MoE Triton kernel for one model shape; write the up and ``_down`` files and report.json.
+
+Usage (payload command, see docs/protocol.md)::
+
+    python -m remote tune --model-config PATH|REPO_ID [--tp 1] [--ep 1] [--dtype auto]
+        [--quantization Q] [--device-name NAME] [--batch-sizes 1,2,...] [--space fast]
+        [--out DIR] [--provider auto] [--gpus all] [--seed 0] [--no-resume]
+        [--shipped-config PATH]
+    python -m remote tune --shape E=8,N=64,hidden=128,topk=2 ...   (no model config)
+
+Spaces: ``full`` = SGLang's 1920-config CUDA space (minus configs that cannot fit the
+device); ``fast`` = seeded screen + coordinate-descent refinement (remote/tuner/search.py);
+``smoke`` = 3 configs, for the CPU test bed. Without a GPU the kernel runs under
+``TRITON_INTERPRET=1`` and the times are meaningless wall-clock numbers (the search logic
+is exercised, nothing is measured). ``--device-name`` is then required.
+
+Outputs in ``--out``: ``E=..,N=..,device_name=...json`` and the ``..._down.json`` file
+(exact SGLang 0.5.23 names, integer-string keys, sorted), ``report.json`` and
+``checkpoint.json`` (resume: re-running the same command skips finished batch sizes;
+the checkpoint is keyed by shape, dtype, space, device name, Triton version, provider,
+seed and payload version).
+
+Result ``data``::
+
+    {"files": {"up": path, "down": path}, "report": path, "provider": "builtin"|"sglang",
+     "batch_sizes": [...], "speedup_vs_default": {"M": x, ...},
+     "speedup_vs_shipped": {"M": x, ...} | null, "device_name": str, "triton_version": str,
+     "resumed": [M, ...], "space": str}
+
+Errors: ``bad_input`` (bad flags, unsupported dtype/quantization for the builtin kernel,
+no device name on CPU), ``not_found`` (model config or shipped file missing; provider
+sglang requested but absent), ``runtime`` (batch sizes failed: the checkpoint keeps the
+finished ones).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from . import PAYLOAD_VERSION
+from .protocol import PayloadError, log, progress
+
+SGLANG_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
+
+
+def add_arguments(p) -> None:
+    """Register the ``tune`` flags on an argparse parser."""
+    p.add_argument("--model-config", help="config.json path, HF cache repo id, or model dir")
+    p.add_argument("--shape", help="instead of --model-config: E=..,N=..,hidden=..,topk=..")
+    p.add_argument("--hf-home", default=None)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--ep", type=int, default=1)
+    p.add_argument("--dtype", default=None, help="server --dtype (auto|bfloat16|float16|float32)")
+    p.add_argument("--quantization", default=None)
+    p.add_argument("--disable-shared-experts-fusion", action="store_true")
+    p.add_argument("--device-name", default=None, help="torch device name override (needed without GPU)")
+    p.add_argument("--batch-sizes", default=",".join(map(str, SGLANG_BATCH_SIZES)))
+    p.add_argument("--space", choices=("smoke", "fast", "full"), default="fast")
+    p.add_argument("--out", default="tune-out")
+    p.add_argument("--provider", choices=("auto", "sglang", "builtin"), default="auto")
+    p.add_argument("--gpus", default="all", help="'all' or comma-separated CUDA indices")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-resume", action="store_true")
+    p.add_argument("--no-check", action="store_true", help="skip the float64 check of tuned configs")
+    p.add_argument("--shipped-config", default=None,
+                   help="shipped up config file to compare with (its _down twin is used if present)")
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]`` (sorted, unique, each >= 1). Raises PayloadError bad_input."""
+    try:
+        vals = sorted({int(x) for x in str(text).split(",") if x.strip()})
+    except ValueError:
+        raise PayloadError("bad_input", f"--batch-sizes: not a list of integers: {text!r}") from None
+    if not vals or vals[0] < 1:
+        raise PayloadError("bad_input", f"--batch-sizes: need positive integers: {text!r}")
+    return vals
+
+
+def parse_shape(text: str) -> dict:
+    """``"E=8,N=64,hidden=128,topk=2"`` -> dict of ints. Raises PayloadError bad_input."""
+    out = {}
+    try:
+        for part in text.split(","):
+            k, v = part.split("=")
+            out[k.strip()] = int(v)
+    except ValueError:
+        raise PayloadError("bad_input", f"--shape: expected E=..,N=..,hidden=..,topk=..: {text!r}") from None
+    if set(out) != {"E", "N", "hidden", "topk"} or min(out.values()) < 1 or out["topk"] > out["E"]:
+        raise PayloadError("bad_input", f"--shape: need positive E, N, hidden, topk <= E: {text!r}")
+    return out
+
+
+def _resolve_shape(args) -> tuple[dict, dict]:
+    """``(shape, naming)``: shape {E,N,hidden,topk}; naming {dtype_selector, block_shape,
+    per_channel_quant, weight_dtype, act_dtype, shape_source}."""
+    if args.shape:
+        if args.model_config:
+            raise PayloadError("bad_input", "give --model-config or --shape, not both")
+        shape = parse_shape(args.shape)
+        dt = args.dtype if args.dtype not in (None, "auto") else "bfloat16"
+        sel = "float32" if dt == "float32" else None
+        return shape, dict(dtype_selector=sel, block_shape=None, per_channel_quant=False, weight_dtype=dt,
+                           act_dtype=dt, shape_source="--shape")
+    if not args.model_config:
+        raise PayloadError("bad_input", "--model-config or --shape is required")
+    from .models import load_model_config, moe_shape
+    cfg = load_model_config(args.model_config, hf_home=args.hf_home)
+    try:
+        ms = moe_shape(cfg, tp=args.tp, ep=args.ep, quantization=args.quantization, dtype=args.dtype,
+                       disable_shared_experts_fusion=args.disable_shared_experts_fusion)
+    except ValueError as exc:
+        raise PayloadError("bad_input", f"model shape: {exc}") from None
+    # SGLang's upstream tuner uses num_experts_per_tok (not the runtime top-k with a
+    # fused shared expert) unless given recorded topk ids; so do we.
+    shape = dict(E=ms.E, N=ms.N, hidden=ms.hidden, topk=ms.topk)
+    return shape, dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape,
+                       per_channel_quant=ms.per_channel_quant, weight_dtype=ms.weight_dtype,
+                       act_dtype=ms.act_dtype, shape_source=str(args.model_config), notes=list(ms.notes))
+
+
+def _devices(gpus: str) -> list[str]:
+    import torch
+    if not torch.cuda.is_available():
+        return ["cpu"]
+    n = torch.cuda.device_count()
+    if gpus in (None, "", "all"):
+        return [f"cuda:{i}" for i in range(n)]
+    try:
+        idx = [int(x) for x in gpus.split(",") if x.strip()]
+    except ValueError:
+        raise PayloadError("bad_input", f"--gpus: 'all' or comma-separated indices, got {gpus!r}") from None
+    bad = [i for i in idx if not 0 <= i < n]
+    if bad or not idx:
+        raise PayloadError("bad_input", f"--gpus: indices {bad or idx} not in 0..{n - 1}")
+    return [f"cuda:{i}" for i in idx]
+
+
+def _load_shipped(path: str | None) -> dict | None:
+    if not path:
+        return None
+    from .configio import load_config_file
+    p = Path(path)
+    if not p.is_file():
+        raise PayloadError("not_found", f"--shipped-config {path}: no such file")
+    up = load_config_file(p)
+    down_path = p.with_name(p.name[: -len(".json")] + "_down.json")
+    down = load_config_file(down_path) if down_path.is_file() else None
+    return {"up": up, "down": down, "path": str(p), "down_path": str(down_path) if down else None}
+
+
+def run(args) -> dict:
+    """Run the ``tune`` command (see the module docstring for flags, outputs and errors)."""
+    batch_sizes = parse_batch_sizes(args.batch_sizes)
+    shape, naming = _resolve_shape(args)
+    if naming["dtype_selector"] not in (None, "float32") or naming["weight_dtype"] not in (
+            "bfloat16", "float16", "float32"):
+        raise PayloadError("bad_input", f"weights {naming['weight_dtype']} / selector {naming['dtype_selector']}: "
+                                        "the tuner's kernel supports bf16/fp16/fp32 only (fp8/int8/int4 not implemented)")
+    dtype = naming["weight_dtype"]
+    import torch
+    devices = _devices(args.gpus)
+    cpu = devices == ["cpu"]
+    if cpu:
+        os.environ["TRITON_INTERPRET"] = "1"  # before remote.kernel is imported
+        if dtype == "bfloat16":
+            log("CPU/interpreter run: bf16 loads are wrong under Triton's interpreter here; timing in float16 "
+                "(file names unchanged; the numbers mean nothing on CPU anyway)", "warning")
+            dtype = "float16"
+    import triton
+
+    from .naming import config_file_name, sglang_device_name
+    torch_name = args.device_name or (None if cpu else torch.cuda.get_device_name(torch.device(devices[0])))
+    if not torch_name:
+        raise PayloadError("bad_input", "no GPU: --device-name is required to name the files")
+    device_name = sglang_device_name(torch_name)
+    sel = dict(dtype=naming["dtype_selector"], block_shape=naming["block_shape"],
+               per_channel_quant=naming["per_channel_quant"])
+    names = {"up": config_file_name(shape["E"], shape["N"], device_name, **sel),
+             "down": config_file_name(shape["E"], shape["N"], device_name, down=True, **sel)}
+
+    from .providers import get_provider
+    provider = get_provider(args.provider)
+    shipped = _load_shipped(args.shipped_config)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from .tuner import checkpoint
+    key, key_id = checkpoint.run_key(shape=shape, dtype=dtype, naming=sel, space=args.space, device=device_name,
+                                     triton=triton.__version__, provider=provider.name, seed=args.seed,
+                                     payload=PAYLOAD_VERSION, interpret=cpu)
+    done: dict = {}
+    if not args.no_resume:
+        done, why = checkpoint.load(out, key_id)
+        if why:
+            log(why, "warning")
+    done = {k: v for k, v in done.items() if int(k) in batch_sizes}
+    resumed = sorted(int(k) for k in done)
+    if resumed:
+        log(f"resuming: batch sizes {resumed} already tuned (checkpoint {key_id})")
+    todo = [M for M in batch_sizes if str(M) not in done]
+    total = len(batch_sizes)
+    spec = dict(shape=shape, dtype=dtype, space=args.space, provider=provider.name, seed=args.seed,
+                dtype_selector=naming["dtype_selector"], block_shape=naming["block_shape"],
+                shipped=({"up": shipped["up"], "down": shipped["down"]} if shipped else None),
+                check=not args.no_check)
+    errors: dict = {}
+    t0 = time.time()
+    n_new = [0]
+    progress(len(done), total, "tune", eta_s=None)
+
+    def eta():
+        if not n_new[0]:
+            return None
+        per = (time.time() - t0) / n_new[0]
+        return round(per * (total - len(done)) / max(1, min(len(devices), total - len(done) or 1)), 1)
+
+    def emit(msg):
+        kind = msg[0]
+        if kind == "progress":
+            progress(len(done), total, "tune", batch_size=msg[1], best_us=round(msg[2], 3), eta_s=eta())
+        elif kind == "log":
+            if msg[2] != "debug":
+                log(msg[1], msg[2])
+        elif kind == "done":
+            M, res = msg[1], msg[2]
+            done[str(M)] = res
+            n_new[0] += 1
+            checkpoint.save(out, key, key_id, done)
+            progress(len(done), total, "tune", batch_size=M, best_us=round(res["tuned_us"] or res["kernel_us"], 3),
+                     eta_s=eta())
+        elif kind == "error":
+            errors[str(msg[1])] = msg[2]
+            log(f"batch size {msg[1]}: {msg[2]}", "error")
+
+    if todo:
+        from .tuner.driver import tune_parallel
+        tune_parallel(spec, devices, todo, emit)
+    if errors or any(str(M) not in done for M in batch_sizes):
+        missing = [M for M in batch_sizes if str(M) not in done]
+        raise PayloadError("runtime", f"tuning failed for batch sizes {missing}",
+                           detail={"errors": errors, "checkpoint": str(out / checkpoint.NAME)})
+
+    from .configio import dumps_config
+    up = {str(M): done[str(M)]["up"] for M in batch_sizes}
+    down = {str(M): dict(done[str(M)]["down"], BLOCK_SIZE_M=done[str(M)]["up"]["BLOCK_SIZE_M"]) for M in batch_sizes}
+    paths = {"up": out / names["up"], "down": out / names["down"]}
+    for k in ("up", "down"):
+        tmp = paths[k].with_name(paths[k].name + ".tmp")
+        tmp.write_text(dumps_config(up if k == "up" else down))
+        os.replace(tmp, paths[k])
+    per_m = {str(M): done[str(M)] for M in batch_sizes}
+    report = {
+        "payload_version": PAYLOAD_VERSION, "provider": provider.name, "triton_version": triton.__version__,
+        "torch_version": torch.__version__, "device_name": device_name, "torch_device_name": torch_name,
+        "devices": devices, "interpret": cpu,
+        "timing": ("wall-clock medians under TRITON_INTERPRET=1: meaningless for performance" if cpu else
+                   "CUDA graph of 10 calls, L2 flushed, median of 10 replays; whole fused MoE with "
+                   "alignment precomputed (up GEMM + SiLU-mul + down GEMM + top-k sum)"),
+        "shape": shape, "dtype": dtype, "naming": naming, "space": args.space, "seed": args.seed,
+        "files": {k: str(v) for k, v in paths.items()},
+        "shipped": ({"path": shipped["path"], "down_path": shipped["down_path"]} if shipped else None),
+        "checkpoint_key": key_id, "resumed": resumed, "batch_sizes": per_m,
+    }
+    rpath = out / "report.json"
+    rpath.write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n")
+    return {
+        "files": {k: str(v) for k, v in paths.items()}, "report": str(rpath), "provider": provider.name,
+        "batch_sizes": batch_sizes, "space": args.space, "device_name": device_name,
+        "triton_version": triton.__version__, "resumed": resumed,
+        "speedup_vs_default": {str(M): done[str(M)].get("speedup_vs_default") for M in batch_sizes},
+        "speedup_vs_shipped": ({str(M): done[str(M)].get("speedup_vs_shipped") for M in batch_sizes}
+                               if shipped else None),
+    }

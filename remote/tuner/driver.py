@@ -1,0 +1,187 @@
+"""Runs the search for a list of batch sizes on one device (:func:`tune_on_device`), or
+spread over several GPUs, one spawned worker process per GPU (:func:`tune_parallel`).
+
+A ``spec`` is a plain dict (picklable): ``shape`` {E, N, hidden, topk}, ``dtype``
+(bfloat16/float16/float32), ``space``, ``provider`` (resolved name), ``seed``,
+``dtype_selector``, ``block_shape``, ``shipped`` ({"up": cfg-dict, "down": cfg-dict|None}
+or None), ``check`` (bool: verify tuned configs against the float64 reference).
+
+Messages passed to ``emit(msg)``: ``("progress", M, best_us)``, ``("log", msg, level)``,
+``("done", M, result)``, ``("error", M, text)``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import statistics
+
+
+def _smem_limit(device: str):
+    import torch
+    if not device.startswith("cuda"):
+        return None
+    props = torch.cuda.get_device_properties(torch.device(device))
+    for attr in ("shared_memory_per_block_optin", "max_shared_memory_per_block_optin"):
+        v = getattr(props, attr, None)
+        if v:
+            return int(v)
+    try:
+        import triton
+        idx = torch.device(device).index or 0
+        return int(triton.runtime.driver.active.utils.get_device_properties(idx)["max_shared_mem"])
+    except Exception:
+        return None
+
+
+def compare(provider, problem, timer, variants: dict, cpu: bool, rounds: int = 3) -> dict:
+    """Time the whole fused MoE for each ``{name: (up_cfg, down_cfg)}``, interleaved over
+    ``rounds`` rounds (side by side, so drift hits all alike); median per variant in µs."""
+    from .search import CPU_PROTOCOL, FULL_PROTOCOL
+    proto = CPU_PROTOCOL if cpu else FULL_PROTOCOL
+    samples = {k: [] for k in variants}
+    for _ in range(1 if cpu else rounds):
+        for name, (up, down) in variants.items():
+            try:
+                samples[name].append(timer.time(provider.full_fn(problem, up, down), **proto))
+            except Exception as exc:
+                samples[name].append(float("nan"))
+                del exc
+    return {k: (statistics.median(v) if v else None) for k, v in samples.items()}
+
+
+def shipped_pair(shipped: dict | None, M: int):
+    """SGLang 0.5.23's choice from a shipped up/down config pair for M: the entry with the
+    key closest to M of each file; a missing down file reuses the up entry; a down
+    BLOCK_SIZE_M that differs is overridden with the up one (0.5.23 warns and overrides)."""
+    from .space import closest_entry
+    if not shipped or not shipped.get("up"):
+        return None
+    up = closest_entry(shipped["up"], M)
+    down = closest_entry(shipped["down"], M) if shipped.get("down") else dict(up)
+    down["BLOCK_SIZE_M"] = up["BLOCK_SIZE_M"]
+    up.pop("USE_TMA", None)
+    down.pop("USE_TMA", None)
+    return up, down
+
+
+def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> None:
+    """Tune ``batch_sizes`` one after another on ``device`` (``cuda:i`` or ``cpu``)."""
+    from ..providers import get_provider
+    from . import space as sp
+    from .compile import Compiler
+    from .search import Evaluator, search
+    from .timing import Timer
+
+    cpu = not device.startswith("cuda")
+    provider = get_provider(spec["provider"])
+    timer = Timer(device)
+    compiler = None
+    if not cpu and provider.separable:
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        compiler = Compiler(provider.precompile_args(spec["shape"], spec["dtype"]), device_index=idx,
+                            workers=spec.get("compile_workers"))
+    smem = _smem_limit(device)
+    elem = {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
+    shape = spec["shape"]
+    weights = None
+    try:
+        for M in batch_sizes:
+            try:
+                p = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + M, weights)
+                weights = p.weights
+                ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(("log", m, lvl)),
+                               cpu=cpu)
+                if not cpu and not timer._warm:
+                    d = sp.default_config(M, shape["E"])
+                    timer.warm_up(provider.full_fn(p, d, d))
+                res = search(ev, spec["space"], M, shape["E"], shape["topk"], smem, elem,
+                             progress=lambda best, M=M: emit(("progress", M, best)))
+                default = sp.default_config(M, shape["E"], spec.get("dtype_selector"), spec.get("block_shape"))
+                variants = {"default": (default, default), "tuned": (res["up"], res["down"])}
+                sh = shipped_pair(spec.get("shipped"), M)
+                if sh:
+                    variants["shipped"] = sh
+                times = compare(provider, p, timer, variants, cpu)
+                res["default_config"] = default
+                res["default_us"] = times["default"]
+                res["tuned_us"] = times["tuned"]
+                res["shipped_us"] = times.get("shipped")
+                res["shipped_config"] = {"up": sh[0], "down": sh[1]} if sh else None
+                res["speedup_vs_default"] = _ratio(times["default"], times["tuned"])
+                res["speedup_vs_shipped"] = _ratio(times.get("shipped"), times["tuned"])
+                if spec.get("check", True):
+                    small = provider.make_problem(shape, min(M, 256), spec["dtype"], device, spec["seed"] + 7 * M,
+                                                  weights)
+                    res["rel_err"] = provider.check(small, res["up"], res["down"])
+                    if not res["rel_err"] < 1e-2:
+                        emit(("error", M, f"tuned config fails the correctness check: rel_err={res['rel_err']}"))
+                        continue
+                res["compile_s"] = round(compiler.seconds, 3) if compiler else 0.0
+                emit(("done", M, res))
+            except Exception as exc:
+                import traceback
+                emit(("error", M, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"))
+    finally:
+        if compiler:
+            compiler.close()
+
+
+def _ratio(a, b):
+    if a is None or b is None or not (a == a) or not (b == b) or b <= 0:
+        return None
+    return round(a / b, 4)
+
+
+def _worker(spec, device, batch_sizes, queue):
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    try:
+        import torch
+        torch.cuda.set_device(torch.device(device))
+        tune_on_device(spec, device, batch_sizes, queue.put)
+    except BaseException as exc:  # report, never hang the parent
+        queue.put(("error", None, f"worker {device}: {type(exc).__name__}: {exc}"))
+    finally:
+        queue.put(("exit", device, None))
+
+
+def split_batches(batch_sizes: list[int], n: int) -> list[list[int]]:
+    """Spread batch sizes over ``n`` workers: largest first, round robin (the large ones
+    cost most), so each worker gets a similar mix."""
+    order = sorted(batch_sizes, reverse=True)
+    parts = [[] for _ in range(n)]
+    for i, M in enumerate(order):
+        parts[i % n].append(M)
+    return [sorted(p) for p in parts if p]
+
+
+def tune_parallel(spec: dict, devices: list[str], batch_sizes: list[int], emit) -> None:
+    """One spawned process per device in ``devices``; messages are relayed to ``emit`` in
+    the calling thread. With one device (or CPU) it runs in this process."""
+    if len(devices) <= 1:
+        tune_on_device(spec, devices[0] if devices else "cpu", batch_sizes, emit)
+        return
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    parts = split_batches(batch_sizes, len(devices))
+    n_cpu = os.cpu_count() or 2
+    spec = dict(spec, compile_workers=max(1, n_cpu // len(parts) - 1))
+    procs = [ctx.Process(target=_worker, args=(spec, dev, part, q), daemon=True) for dev, part in zip(devices, parts)]
+    for pr in procs:
+        pr.start()
+    exited = 0
+    while exited < len(procs):
+        try:
+            msg = q.get(timeout=5)
+        except queue_mod.Empty:
+            if not any(pr.is_alive() for pr in procs):
+                emit(("error", None, "GPU worker processes exited without reporting"))
+                break
+            continue
+        if msg[0] == "exit":
+            exited += 1
+            continue
+        emit(msg)
+    for pr in procs:
+        pr.join(timeout=10)

@@ -1,0 +1,136 @@
+"""The playbook engine with in-process task modules (no hosts): blocks, rescue, check mode, serial."""
+
+import textwrap
+from dataclasses import dataclass, field
+
+import pytest
+
+from orchestrator.engine.context import RunOptions
+from orchestrator.engine.playbook import PlaybookError, load_playbook
+from orchestrator.engine.results import TaskFailed, TaskResult
+from orchestrator.engine.runner import Engine
+
+
+@dataclass
+class H:
+    name: str
+    groups: list = field(default_factory=list)
+
+
+class Rep:
+    def __init__(self):
+        self.lines = []
+
+    def task_result(self, host, task, result):
+        self.lines.append((host, task, result.status))
+
+    def progress(self, *a, **k):
+        pass
+
+    def line(self, text):
+        self.lines.append(text)
+
+
+def make(tmp_path, text, fail_on=(), check=False):
+    calls = []
+
+    def step(ctx, what, value=None):
+        calls.append((ctx.name, what, value))
+        if (ctx.name, what) in fail_on or what in fail_on:
+            raise TaskFailed(f"{what} broke")
+        return TaskResult.changed(what, value=value)
+
+    def look(ctx, what):
+        calls.append((ctx.name, what, None))
+        return TaskResult.ok(what, seen=what)
+
+    look.check_safe = True
+    mods = {"step": step, "look": look}
+    pb = tmp_path / "pb.yaml"
+    pb.write_text(textwrap.dedent(text))
+    plays = load_playbook(pb, set(mods))
+    events = []
+    opts = RunOptions(run_id="r1", run_dir=tmp_path / "run", check=check)
+    eng = Engine(mods, opts, Rep(), lambda ev, **f: events.append((ev, f)))
+    return eng, plays, calls, events
+
+
+PB = """
+- hosts: all
+  tasks:
+    - look: {what: facts}
+      register: f
+    - block:
+        - step: {what: stop}
+        - step: {what: "install", value: "{{ f.seen }}-{{ inventory_hostname }}"}
+        - step: {what: start}
+      rescue:
+        - step: {what: restore, value: "{{ orch_failure.cause }}"}
+      always:
+        - step: {what: unlock}
+    - step: {what: after}
+"""
+
+
+def test_block_rescue_always_and_templating(tmp_path):
+    eng, plays, calls, _ = make(tmp_path, PB, fail_on=[("b", "install")])
+    recaps = eng.run_play(plays[0], [H("a"), H("b")], lambda h: {}, forks=1)
+    a = [c for c in calls if c[0] == "a"]
+    b = [c for c in calls if c[0] == "b"]
+    assert [c[1] for c in a] == ["facts", "stop", "install", "start", "unlock", "after"]
+    assert a[2][2] == "facts-a"
+    # b: install failed -> rescue with the cause, always, and nothing after the block
+    assert [c[1] for c in b] == ["facts", "stop", "install", "restore", "unlock"]
+    assert "install broke" in b[3][2]
+    assert recaps["a"].outcome == "completed" and recaps["b"].outcome == "failed"
+    assert recaps["b"].rescued == 1 and "install broke" in recaps["b"].cause
+
+
+def test_check_mode_runs_only_check_safe_tasks(tmp_path):
+    eng, plays, calls, _ = make(tmp_path, PB, check=True)
+    recaps = eng.run_play(plays[0], [H("a")], lambda h: {})
+    assert [c[1] for c in calls] == ["facts"]
+    assert recaps["a"].outcome == "check" and recaps["a"].skipped == 5
+
+
+def test_serial_stops_after_failed_batch(tmp_path):
+    eng, plays, calls, events = make(tmp_path, PB, fail_on=[("a", "start")])
+    hosts = [H("a"), H("b"), H("c")]
+    recaps = eng.run_play(plays[0], hosts, lambda h: {}, serial=1, max_fail_percentage=0)
+    assert {c[0] for c in calls} == {"a"}
+    assert recaps["b"].outcome == recaps["c"].outcome == "not started"
+    assert any(ev == "play_aborted" and f["not_started"] == ["b", "c"] for ev, f in events)
+
+
+def test_cancel_skips_to_rescue(tmp_path):
+    eng, plays, calls, _ = make(tmp_path, PB)
+    orig = eng.modules["step"]
+
+    def step(ctx, what, value=None):
+        r = orig(ctx, what, value)
+        if what == "stop":
+            ctx.options.cancel.set()
+        return r
+
+    eng.modules["step"] = step
+    recaps = eng.run_play(plays[0], [H("a")], lambda h: {})
+    assert [c[1] for c in calls] == ["facts", "stop", "restore", "unlock"]
+    assert "interrupted" in recaps["a"].cause
+
+
+def test_playbook_errors_name_file_and_task(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("- hosts: all\n  tasks:\n    - name: Stop\n      stpe: {what: x}\n")
+    with pytest.raises(PlaybookError, match=r"bad.yaml: play 1 tasks\[0\] \(Stop\): unknown module 'stpe'; did you mean 'step'"):
+        load_playbook(p, {"step", "look"})
+    p.write_text("- hosts: all\n  tasks: [\n")
+    with pytest.raises(PlaybookError, match=r"bad.yaml:\d+:\d+: YAML error"):
+        load_playbook(p, {"step"})
+
+
+def test_bundled_playbooks_load():
+    from orchestrator.engine.playbook import builtin_playbook
+    from orchestrator.tasks import MODULES
+
+    plays = load_playbook(builtin_playbook("tune"), set(MODULES))
+    assert plays[0].steps[0].module == "connect"

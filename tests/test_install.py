@@ -1,0 +1,370 @@
+"""install / restore / runs of the payload: byte-exact round trips, failures leave no trace.
+
+Local only (no namespaces); the ENOSPC tests use an in-process fault and, when the test runs
+as root and may mount, a tiny real tmpfs.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from remote import install as inst
+from remote import restore as rest
+from remote import runs as runs_mod
+from remote.hostfs import TMP_MARK
+from remote.protocol import PayloadError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UP = "E=128,N=768,device_name=NVIDIA_H200.json"
+DOWN = "E=128,N=768,device_name=NVIDIA_H200_down.json"
+
+
+def cfg_text(bm: int, pad: int = 0) -> str:
+    """A valid SGLang config as JSON text (``pad`` extra spaces make it bigger, still valid)."""
+    obj = {str(m): {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+                    "num_warps": 4, "num_stages": 3} for m in (1, 64, 4096)}
+    return json.dumps(obj, indent=4) + " " * pad + "\n"
+
+
+def sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+@pytest.fixture
+def env(tmp_path):
+    root = tmp_path / "sglang" / "configs"
+    root.mkdir(parents=True)
+    return {"root": root, "dest": root / "triton_3_6_0", "state": tmp_path / "state"}
+
+
+def req(env, files, run_id="r1", **kw):
+    r = {"run_id": run_id, "state_dir": str(env["state"]), "dest_dir": str(env["dest"]),
+         "files": [{"name": n, "content": c} for n, c in files], "create_dest": True}
+    r.update(kw)
+    return r
+
+
+def snapshot(folder) -> dict:
+    """{name: bytes} of every entry in ``folder`` (None when it does not exist)."""
+    if not os.path.isdir(folder):
+        return None
+    return {n: open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))}
+
+
+def mode(p) -> int:
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+def test_replace_and_create_then_restore_byte_exact(env):
+    dest = env["dest"]
+    dest.mkdir()
+    old_up = b'{"1": {"BLOCK_SIZE_M": 16}}  \n  odd bytes kept exactly \x00\xff'
+    (dest / UP).write_bytes(old_up)
+    os.chmod(dest / UP, 0o640)
+    (dest / "unrelated.json").write_bytes(b"{}")
+    new_up, new_down = cfg_text(64), cfg_text(32)
+
+    m = inst.install(req(env, [(UP, new_up), (DOWN, new_down)]))
+
+    assert (dest / UP).read_bytes() == new_up.encode()
+    assert (dest / DOWN).read_bytes() == new_down.encode()
+    assert mode(dest / UP) == 0o640 and mode(dest / DOWN) == 0o644
+    assert m["status"] == "installed" and m["dest_existed_before"] and not m["dest_created"]
+    by = {f["name"]: f for f in m["files"]}
+    assert by[UP]["action"] == "replaced" and by[UP]["sha256_before"] == sha(old_up)
+    assert by[UP]["sha256_after"] == sha(new_up.encode()) and by[UP]["backup"] == f"backup/{UP}"
+    assert by[DOWN]["action"] == "created" and by[DOWN]["existed"] is False and by[DOWN]["backup"] is None
+    rdir = env["state"] / "runs" / "r1"
+    assert (rdir / "backup" / UP).read_bytes() == old_up
+    assert json.loads((rdir / "manifest.json").read_text())["status"] == "installed"
+    for d in (env["state"], env["state"] / "runs", rdir):
+        assert mode(d) == 0o700
+    assert not [n for n in os.listdir(dest) if TMP_MARK in n]
+
+    r = rest.restore(str(env["state"]), "r1")
+    assert {f["path"]: f["action"] for f in r["files"]} == {str(dest / UP): "restored", str(dest / DOWN): "deleted"}
+    assert snapshot(dest) == {UP: old_up, "unrelated.json": b"{}"}
+    assert mode(dest / UP) == 0o640
+    st = json.loads((rdir / "state.json").read_text())
+    assert st["restored_at"] and len(st["restores"]) == 1
+
+    # idempotent
+    r2 = rest.restore(str(env["state"]), "r1")
+    assert all(f["action"] == "unchanged" for f in r2["files"])
+    assert snapshot(dest) == {UP: old_up, "unrelated.json": b"{}"}
+
+
+def test_missing_triton_folder_created_and_removed(env):
+    dest = env["dest"]
+    assert not dest.exists()
+    m = inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(64))]))
+    assert m["dest_created"] is True and m["dest_existed_before"] is False
+    assert sorted(os.listdir(dest)) == sorted([UP, DOWN]) and mode(dest) == 0o755
+    r = rest.restore(str(env["state"]), "r1")
+    assert r["dest_removed"] is True and not dest.exists()
+    assert sorted(os.listdir(env["root"])) == []
+
+
+def test_restore_keeps_created_folder_when_someone_added_a_file(env):
+    inst.install(req(env, [(UP, cfg_text(64))]))
+    (env["dest"] / "other.json").write_text("{}")
+    r = rest.restore(str(env["state"]), "r1")
+    assert r["dest_removed"] is False and snapshot(env["dest"]) == {"other.json": b"{}"}
+
+
+def test_missing_parent_is_not_found(env, tmp_path):
+    bad = req(env, [(UP, cfg_text(64))], dest_dir=str(tmp_path / "nope" / "configs" / "triton_3_6_0"))
+    with pytest.raises(PayloadError) as ei:
+        inst.install(bad)
+    assert ei.value.kind == "not_found"
+    assert not (tmp_path / "nope").exists()
+
+
+def test_identical_content_is_unchanged_and_reinstall_reattaches(env):
+    env["dest"].mkdir()
+    text = cfg_text(64)
+    (env["dest"] / UP).write_text(text)
+    m = inst.install(req(env, [(UP, text), (DOWN, cfg_text(16))]))
+    acts = {f["name"]: f["action"] for f in m["files"]}
+    assert acts == {UP: "unchanged", DOWN: "created"}
+    again = inst.install(req(env, [(UP, text), (DOWN, cfg_text(16))]))
+    assert again["reattached"] is True and again["created"] == m["created"]
+    # same run id, different content: refused, nothing changes
+    before = snapshot(env["dest"])
+    with pytest.raises(PayloadError) as ei:
+        inst.install(req(env, [(UP, cfg_text(128))]))
+    assert ei.value.kind == "bad_input" and snapshot(env["dest"]) == before
+
+
+@pytest.mark.parametrize("files", [
+    [(UP, cfg_text(64)), (DOWN, '{"1": {"BLOCK_SIZE_M": 16,')],          # second file broken JSON
+    [(UP, '{"triton_version": "3.6.0"}')],                                  # SGLang int(key) crash
+    [(UP, cfg_text(64)), (UP, cfg_text(32))],                                # duplicate name
+    [("../x.json", cfg_text(64))], [("a/b.json", cfg_text(64))], [("x.txt", cfg_text(64))],
+    [("x\n.json", cfg_text(64))], [("x\x00.json", cfg_text(64))], [(".hidden.json", cfg_text(64))],
+    [(UP, cfg_text(64, pad=4 * 1024 * 1024))],                              # over 4 MiB
+    [(UP, '{"1": {"BLOCK_SIZE_M": 16}, "1": {}}')],                          # duplicate key
+])
+def test_invalid_input_refused_before_anything_changes(env, files):
+    env["dest"].mkdir()
+    (env["dest"] / UP).write_bytes(b"old")
+    with pytest.raises(PayloadError) as ei:
+        inst.install(req(env, files))
+    assert ei.value.kind == "bad_input"
+    assert snapshot(env["dest"]) == {UP: b"old"}
+    assert not env["state"].exists()
+
+
+@pytest.mark.parametrize("patch", [
+    {"run_id": "../evil"}, {"run_id": "a b"}, {"action": "delete"}, {"dest_dir": "relative/triton_3_6_0"},
+    {"files": []}, {"dest_dir": "/tmp/x/../triton_3_6_0"},
+])
+def test_bad_request_fields(env, patch):
+    with pytest.raises(PayloadError) as ei:
+        inst.install(dict(req(env, [(UP, cfg_text(64))]), **patch))
+    assert ei.value.kind == "bad_input"
+    assert not env["state"].exists()
+
+
+def test_dest_must_be_a_triton_version_folder(env):
+    r = req(env, [(UP, cfg_text(64))], dest_dir=str(env["root"] / "triton_3.6.0"))
+    with pytest.raises(PayloadError, match="triton_<int>"):
+        inst.install(r)
+
+
+def _enospc_on(monkeypatch, dest, name, call="write"):
+    """Make os.write (or os.replace) fail with ENOSPC for our temp file of ``name`` in ``dest``."""
+    real_write, real_replace = os.write, os.replace
+    prefix = f".{name}{TMP_MARK}"
+
+    def fake_write(fd, data):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if os.path.dirname(target) == str(dest) and os.path.basename(target).startswith(prefix):
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        return real_write(fd, data)
+
+    def fake_replace(src, dst, *a, **kw):
+        if os.path.dirname(str(src)) == str(dest) and os.path.basename(str(src)).startswith(prefix):
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        return real_replace(src, dst, *a, **kw)
+
+    if call == "write":
+        monkeypatch.setattr(os, "write", fake_write)
+    else:
+        monkeypatch.setattr(os, "replace", fake_replace)
+
+
+@pytest.mark.parametrize("call", ["write", "replace"])
+def test_enospc_mid_install_rolls_back(env, monkeypatch, call):
+    dest = env["dest"]
+    dest.mkdir()
+    (dest / UP).write_bytes(b"old up")
+    (dest / DOWN).write_bytes(b"old down")
+    before = snapshot(dest)
+    # UP is written first and succeeds; DOWN fails: UP must be put back
+    _enospc_on(monkeypatch, dest, DOWN, call)
+    with pytest.raises(PayloadError) as ei:
+        inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(32))]))
+    monkeypatch.undo()
+    assert ei.value.kind == "runtime" and "No space" in ei.value.msg
+    assert snapshot(dest) == before                      # old files intact, no temp files
+    m = json.loads((env["state"] / "runs" / "r1" / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["undo_problems"] == []
+    # the failed run can be retried under the same id once space is back
+    m2 = inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(32))]))
+    assert m2["status"] == "installed" and (dest / DOWN).read_text() == cfg_text(32)
+
+
+def test_enospc_new_folder_removed(env, monkeypatch):
+    _enospc_on(monkeypatch, env["dest"], DOWN)
+    with pytest.raises(PayloadError):
+        inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(32))]))
+    monkeypatch.undo()
+    assert not env["dest"].exists()
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_sigterm_mid_install_rolls_back(env, monkeypatch, twice):
+    """SIGTERM after the first config: put back; a 2nd SIGTERM during the put-back is deferred."""
+    env["dest"].mkdir()
+    (env["dest"] / UP).write_bytes(b"old up")
+    real = inst.atomic_write
+    calls = []
+
+    def atomic_then_term(path, data, **kw):
+        real(path, data, **kw)
+        calls.append(path)
+        if path == str(env["dest"] / UP) and (twice or calls.count(path) == 1):
+            os.kill(os.getpid(), signal.SIGTERM)      # arrives after UP, before DOWN is written
+
+    monkeypatch.setattr(inst, "atomic_write", atomic_then_term)
+    with pytest.raises(PayloadError, match="SIGTERM"):
+        inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(32))]))
+    monkeypatch.undo()
+    assert calls.count(str(env["dest"] / UP)) == 2          # written, then put back
+    assert not any(c.endswith(DOWN) for c in calls)
+    assert snapshot(env["dest"]) == {UP: b"old up"}
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    cp = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                        capture_output=True, text=True)
+    if cp.returncode != 0:
+        pytest.skip(f"cannot mount tmpfs: {cp.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_real_enospc_on_tiny_tmpfs(tiny_tmpfs, tmp_path):
+    dest = tiny_tmpfs / "configs" / "triton_3_6_0"
+    dest.mkdir(parents=True)
+    (dest / UP).write_bytes(b"old up")
+    before = snapshot(dest)
+    env = {"dest": dest, "state": tmp_path / "state"}
+    big = cfg_text(32, pad=200 * 1024)  # valid JSON, larger than the whole file system
+    with pytest.raises(PayloadError) as ei:
+        inst.install(req(env, [(UP, cfg_text(64)), (DOWN, big)]))
+    assert ei.value.kind == "runtime" and "No space" in ei.value.msg
+    assert snapshot(dest) == before
+
+
+def test_rollback_as_new_run_and_undo_it(env):
+    state = str(env["state"])
+    inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(32))], run_id="tune1"))
+    installed = snapshot(env["dest"])
+    r = rest.restore(state, "tune1", as_run_id="rb1")
+    assert r["as_run_id"] == "rb1" and r["dest_removed"] is True and not env["dest"].exists()
+    assert {f["action"] for f in r["files"]} == {"deleted"}
+    m = json.loads((env["state"] / "runs" / "rb1" / "manifest.json").read_text())
+    assert m["action"] == "rollback" and m["restores"] == "tune1"
+    assert all(f["existed"] and f["sha256_after"] is None for f in m["files"])
+    # undo the rollback: the tuned files come back byte-exact
+    r2 = rest.restore(state, "rb1")
+    assert snapshot(env["dest"]) == installed
+    assert {f["action"] for f in r2["files"]} == {"restored"}
+    listed = runs_mod.list_runs(state)["runs"]
+    assert [x["run_id"] for x in listed] == ["rb1", "tune1"]
+    assert listed[0]["action"] == "rollback" and len(listed[0]["changed"]) == 2
+
+
+def test_restore_refuses_corrupt_backup_without_touching(env):
+    env["dest"].mkdir()
+    (env["dest"] / UP).write_bytes(b"old")
+    inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(32))]))
+    (env["state"] / "runs" / "r1" / "backup" / UP).write_bytes(b"tampered")
+    before = snapshot(env["dest"])
+    with pytest.raises(PayloadError, match="does not match"):
+        rest.restore(str(env["state"]), "r1")
+    assert snapshot(env["dest"]) == before
+
+
+def test_restore_unknown_run_not_found(env):
+    with pytest.raises(PayloadError) as ei:
+        rest.restore(str(env["state"]), "nope")
+    assert ei.value.kind == "not_found"
+
+
+def test_install_refused_while_another_run_holds_lock(env):
+    from remote import lock
+
+    lock.acquire(str(env["state"]), "other", "ctl@a")
+    with pytest.raises(PayloadError) as ei:
+        inst.install(req(env, [(UP, cfg_text(64))]))
+    assert ei.value.kind == "locked" and "other" in ei.value.msg and not env["dest"].exists()
+    assert inst.install(req(env, [(UP, cfg_text(64))]), ignore_lock=True)["status"] == "installed"
+
+
+def test_runs_set_state_and_listing(env):
+    state = str(env["state"])
+    runs_mod.set_state(state, "r1", "started")
+    inst.install(req(env, [(UP, cfg_text(64))]))
+    runs_mod.set_state(state, "r1", "completed", {"total_throughput": 1234.5})
+    with pytest.raises(PayloadError):
+        runs_mod.set_state(state, "r1", "finished")
+    (one,) = runs_mod.list_runs(state)["runs"]
+    assert one["run_id"] == "r1" and one["action"] == "tune" and one["status"] == "installed"
+    assert one["state"]["state"] == "completed"
+    assert [h["state"] for h in one["state"]["history"]] == ["started", "completed"]
+    assert one["state"]["data"] == {"total_throughput": 1234.5}
+    assert one["changed"] == [{"path": str(env["dest"] / UP), "action": "created"}]
+
+
+def _cli(*args, stdin=None):
+    cp = subprocess.run([sys.executable, "-m", "remote", *args], cwd=ROOT, input=stdin,
+                        capture_output=True, text=True, timeout=60)
+    lines = [json.loads(x) for x in cp.stdout.splitlines()]
+    return cp.returncode, lines[-1]
+
+
+def test_cli_install_restore_runs(env, tmp_path):
+    env["dest"].mkdir()
+    (env["dest"] / UP).write_bytes(b"old")
+    rq = tmp_path / "req.json"
+    rq.write_text(json.dumps(req(env, [(UP, cfg_text(64))])))
+    rc, last = _cli("install", "--request", str(rq))
+    assert rc == 0 and last["type"] == "result" and last["data"]["files"][0]["action"] == "replaced"
+    rc, last = _cli("runs", "--state-dir", str(env["state"]), "--set-state", "r1", "installed",
+                    "--data", '{"note": "x"}')
+    assert rc == 0 and last["data"]["state"] == "installed"
+    rc, last = _cli("restore", "--run-id", "r1", "--state-dir", str(env["state"]))
+    assert rc == 0 and (env["dest"] / UP).read_bytes() == b"old"
+    rc, last = _cli("install", "--request", "-", stdin=json.dumps(req(env, [(UP, "{")], run_id="r2")))
+    assert rc == 2 and last["type"] == "error" and last["kind"] == "bad_input"

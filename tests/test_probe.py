@@ -1,0 +1,186 @@
+"""The ``probe`` command run as a subprocess against fake SGLang trees (no GPU).
+
+A fake ``sglang`` package whose ``__init__`` raises proves that probe finds it on disk
+without importing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+QWEN = MODELS / "Qwen3-30B-A3B.json"
+UP = "E=128,N=768,device_name=NVIDIA_H200.json"
+DOWN = "E=128,N=768,device_name=NVIDIA_H200_down.json"
+CURRENT = ("srt", "layers", "moe", "moe_runner", "triton_utils")
+OLD = ("srt", "layers", "moe", "fused_moe_triton")
+
+
+def installed_triton_folder() -> str:
+    """The folder for this machine's Triton, computed here from the environment."""
+    import triton
+
+    v = triton.__version__
+    assert all(p.isdigit() for p in v.split(".")), f"test assumes a release Triton, got {v}"
+    return "triton_" + "_".join(v.split("."))
+
+
+def make_sglang(site: Path, layouts: tuple[tuple[str, ...], ...], version: str = "0.5.23") -> dict[tuple, Path]:
+    pkg = site / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "import pathlib, os\n"
+        "pathlib.Path(os.environ['SGLANG_IMPORT_MARKER']).write_text('imported')\n"
+        "raise RuntimeError('fake sglang must not be imported by probe')\n")
+    dist = site / f"sglang-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    configs = {}
+    for lay in layouts:
+        d = pkg.joinpath(*lay)
+        d.mkdir(parents=True)
+        (d / "fused_moe_triton_config.py").write_text("raise RuntimeError('not to be imported')\n")
+        (d / "configs").mkdir()
+        configs[lay] = d / "configs"
+    return configs
+
+
+def put(folder: Path, *names: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        (folder / n).write_text("{}\n")
+
+
+def probe(tmp_path: Path, site: Path | None, *flags: str) -> tuple[int, dict]:
+    marker = tmp_path / "imported.marker"
+    pp = os.pathsep.join(([str(site)] if site else []) + [str(REPO)])
+    env = {**os.environ, "PYTHONPATH": pp, "SGLANG_IMPORT_MARKER": str(marker), "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("SGLANG_MOE_CONFIG_DIR", None)
+    r = subprocess.run([sys.executable, "-m", "remote", "probe", *flags], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert not marker.exists(), "probe imported sglang"
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+    assert lines and all(x["proto"] == 1 for x in lines), r.stdout + r.stderr
+    return r.returncode, lines[-1]
+
+
+def test_current_layout_fallback_folder_and_install_dir(tmp_path):
+    site = tmp_path / "site"
+    cfgs = make_sglang(site, (CURRENT,))
+    root = cfgs[CURRENT]
+    put(root / "triton_3_1_0", UP)
+    put(root / "triton_3_2_0", UP, DOWN)
+    (root / "README.md").write_text("not a folder of configs")
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
+    assert rc == 0 and last["type"] == "result", last
+    d = last["data"]
+    tf = installed_triton_folder()
+    assert d["gpus"] == [] and d["device_name"] == "NVIDIA_H200"
+    assert d["triton_folder"] == tf and d["sglang_exact_folder"] == tf
+    sg = d["sglang"]
+    assert sg["installed"] and sg["version"] == "0.5.23" and sg["layout"] == "current"
+    assert sg["package_dir"] == str(site / "sglang")
+    assert sg["loader_module"] == os.path.realpath(site.joinpath("sglang", *CURRENT, "fused_moe_triton_config.py"))
+    assert sg["configs_root"] == os.path.realpath(root) and sg["other_layout_configs_root"] is None
+    assert d["file_names"] == {"up": UP, "down": DOWN}
+    assert d["install_dir"] == os.path.join(os.path.realpath(root), tf)
+    assert d["model"]["E"] == 128 and d["model"]["N"] == 768
+    up, down = d["existing"]["up"], d["existing"]["down"]
+    assert up["folders"] == ["triton_3_2_0", "triton_3_1_0"] and up["in_installed_folder"] is False
+    assert up["sglang_would_load"] == os.path.join(os.path.realpath(root), "triton_3_2_0", UP)
+    assert down["folders"] == ["triton_3_2_0"]
+    assert d["unparsable_folders"] == []
+
+
+def test_file_in_installed_folder_is_exact_hit(tmp_path):
+    site = tmp_path / "site"
+    root = make_sglang(site, (CURRENT,))[CURRENT]
+    tf = installed_triton_folder()
+    put(root / tf, UP)
+    put(root / "triton_99_0_0", UP)  # newer folder: only reached when the exact file is missing
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
+    d = last["data"]
+    assert d["existing"]["up"]["in_installed_folder"] is True
+    assert d["existing"]["up"]["folders"] == ["triton_99_0_0", tf]
+    assert d["existing"]["up"]["sglang_would_load"] == os.path.join(os.path.realpath(root), tf, UP)
+    assert d["existing"]["down"]["in_installed_folder"] is False
+    assert d["existing"]["down"]["sglang_would_load"] is None
+
+
+def test_both_layouts_reports_the_stale_one(tmp_path):
+    site = tmp_path / "site"
+    cfgs = make_sglang(site, (CURRENT, OLD))
+    put(cfgs[OLD] / "triton_3_1_0", UP)
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
+    sg = last["data"]["sglang"]
+    assert sg["layout"] == "current"
+    assert sg["configs_root"] == os.path.realpath(cfgs[CURRENT])
+    assert sg["other_layout_configs_root"] == os.path.realpath(cfgs[OLD])
+    # the old layout's file is not visible to this SGLang
+    assert last["data"]["existing"]["up"]["folders"] == []
+    assert any("another SGLang layout" in w for w in last["data"]["warnings"])
+
+
+def test_old_layout_only(tmp_path):
+    site = tmp_path / "site"
+    cfgs = make_sglang(site, (OLD,), version="0.4.6")
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
+    sg = last["data"]["sglang"]
+    assert (sg["layout"], sg["version"]) == ("old", "0.4.6")
+    assert sg["configs_root"] == os.path.realpath(cfgs[OLD])
+    assert sg["loader_module"].endswith(os.path.join("fused_moe_triton", "fused_moe_triton_config.py"))
+
+
+def test_moe_config_dir_replaces_the_base(tmp_path):
+    site = tmp_path / "site"
+    cfgs = make_sglang(site, (CURRENT,))
+    put(cfgs[CURRENT] / "triton_3_2_0", UP)  # shipped file: ignored when the env var is set
+    custom = tmp_path / "custom"
+    put(custom / "configs" / "triton_3_3_0", DOWN)
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200",
+                     "--moe-config-dir", str(custom))
+    d = last["data"]
+    assert d["sglang"]["configs_root"] == str(custom / "configs")
+    assert d["sglang"]["shipped_configs_root"] == os.path.realpath(cfgs[CURRENT])
+    assert d["install_dir"] == str(custom / "configs" / installed_triton_folder())
+    assert d["existing"]["up"]["folders"] == [] and d["existing"]["down"]["folders"] == ["triton_3_3_0"]
+
+
+def test_missing_moe_config_dir_reports_sglang_crash(tmp_path):
+    rc, last = probe(tmp_path, None, "--model-config", str(QWEN), "--device-name", "NVIDIA H200",
+                     "--moe-config-dir", str(tmp_path / "nowhere"))
+    d = last["data"]
+    assert rc == 0 and d["sglang"]["installed"] is False
+    assert d["sglang"]["configs_root_exists"] is False
+    assert "FileNotFoundError" in d["existing"]["up"]["fallback_error"]
+
+
+def test_unparsable_folder_reported(tmp_path):
+    site = tmp_path / "site"
+    root = make_sglang(site, (CURRENT,))[CURRENT]
+    put(root / "triton_3_2_0", UP)
+    put(root / "triton_3_4_0+git", "other.json")
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
+    d = last["data"]
+    assert d["unparsable_folders"] == ["triton_3_4_0+git"]
+    assert d["existing"]["up"]["sglang_would_load"] is None
+    assert "ValueError" in d["existing"]["up"]["fallback_error"]
+
+
+def test_without_gpu_device_name_is_required(tmp_path):
+    rc, last = probe(tmp_path, None, "--model-config", str(QWEN))
+    assert rc == 2 and last["type"] == "error" and last["kind"] == "bad_input"
+    assert "--device-name" in last["msg"]
+
+
+@pytest.mark.parametrize("bad", ["../../etc"])
+def test_hostile_device_name_refused(tmp_path, bad):
+    rc, last = probe(tmp_path, None, "--model-config", str(QWEN), "--device-name", bad)
+    assert rc == 2 and last["kind"] == "bad_input"

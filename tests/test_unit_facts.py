@@ -1,0 +1,93 @@
+"""Parsing of systemd units that run sglang.launch_server (orchestrator.facts.unit)."""
+
+import pytest
+
+from orchestrator.facts.unit import (UnitError, gather_unit, parse_server_args, parse_show_exec_start,
+                                     parse_unit_file)
+
+UNIT = r"""# /etc/systemd/system/sglang-qwen.service
+[Unit]
+Description=SGLang Qwen
+
+[Service]
+Environment="HF_HOME=/data/hf cache" CUDA_VISIBLE_DEVICES=0,1
+Environment=SGLANG_MOE_CONFIG_DIR=/srv/moe
+ExecStart=/opt/venv/bin/python3 -m sglang.launch_server \
+    --model-path Qwen/Qwen3-30B-A3B --tp-size 2 --ep=2 \
+    --port 30001 --host 0.0.0.0 --moe-runner-backend triton --disable-shared-experts-fusion
+Restart=always
+"""
+
+
+def test_parse_unit_file_exec_and_env():
+    argv, env = parse_unit_file(UNIT)
+    assert argv[:3] == ["/opt/venv/bin/python3", "-m", "sglang.launch_server"]
+    assert env == {"HF_HOME": "/data/hf cache", "CUDA_VISIBLE_DEVICES": "0,1", "SGLANG_MOE_CONFIG_DIR": "/srv/moe"}
+    sa = parse_server_args(argv)
+    assert sa.interpreter == "/opt/venv/bin/python3"
+    assert (sa.model_path, sa.tp, sa.ep, sa.port, sa.host) == ("Qwen/Qwen3-30B-A3B", 2, 2, 30001, "0.0.0.0")
+    assert sa.moe_runner_backend == "triton" and sa.disable_shared_experts_fusion
+
+
+def test_dropin_reset_and_prefix():
+    text = "[Service]\nExecStart=/bin/false\nExecStart=\nExecStart=-/usr/bin/python -m sglang.launch_server --model-path /m\n"
+    argv, _ = parse_unit_file(text)
+    sa = parse_server_args(argv)
+    assert sa.interpreter == "/usr/bin/python" and sa.model_path == "/m"
+    assert (sa.tp, sa.port, sa.host, sa.moe_runner_backend) == (1, 30000, "127.0.0.1", "auto")
+
+
+def test_shell_wrappers_and_flashinfer():
+    sa = parse_server_args(["/bin/bash", "-c", "exec /py/bin/python -m sglang.launch_server --model-path '/m x' "
+                                               "--moe-runner-backend flashinfer_cutlass --tp 4"])
+    assert sa.interpreter == "/py/bin/python" and sa.model_path == "/m x" and sa.tp == 4
+    assert sa.moe_runner_backend == "flashinfer_cutlass"
+    sa = parse_server_args(["/usr/bin/env", "FOO=1", "python3", "-m", "sglang.launch_server", "--model=/m"])
+    assert sa.interpreter == "python3" and sa.model_path == "/m"
+
+
+def test_not_sglang_and_bad_values():
+    assert parse_server_args(["/usr/bin/python", "-m", "http.server"]) is None
+    assert parse_server_args(["/usr/bin/vllm", "serve", "x"]) is None
+    with pytest.raises(UnitError, match="--tp must be an integer"):
+        parse_server_args(["p", "-m", "sglang.launch_server", "--tp", "four"])
+    with pytest.raises(UnitError, match="has no value"):
+        parse_server_args(["p", "-m", "sglang.launch_server", "--port"])
+
+
+def test_real_systemd_show_exec_start():
+    v = ("{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m sglang.launch_server --model-path /m --tp 8 ; "
+         "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }")
+    assert parse_server_args(parse_show_exec_start(v)).tp == 8
+
+
+class FakeTransport:
+    """Answers systemctl with canned text: the parsing is under test, not a host."""
+
+    def __init__(self, show, cat, cat_ok=True):
+        self.show, self.cat, self.cat_ok, self.calls = show, cat, cat_ok, []
+
+    def run(self, argv, check=True, **kw):
+        from orchestrator.connection import CommandResult
+
+        self.calls.append(argv)
+        if argv[1] == "show":
+            return CommandResult(" ".join(argv), 0, self.show, "")
+        return CommandResult(" ".join(argv), 0 if self.cat_ok else 1, self.cat if self.cat_ok else "", "No files found")
+
+
+def test_gather_unit_errors_name_the_unit():
+    t = FakeTransport("LoadState=not-found\nActiveState=inactive\n", "", cat_ok=False)
+    with pytest.raises(UnitError, match="unit nope not found"):
+        gather_unit(t, "nope")
+    t = FakeTransport("LoadState=loaded\nActiveState=active\nMainPID=42\n",
+                      "[Service]\nExecStart=/usr/bin/python3 -m http.server 8000\n")
+    with pytest.raises(UnitError, match="sglang-x is not an SGLang server"):
+        gather_unit(t, "sglang-x")
+    with pytest.raises(UnitError, match="invalid unit name"):
+        gather_unit(t, "a; rm -rf /")
+    t = FakeTransport("LoadState=loaded\nActiveState=active\nMainPID=42\n", UNIT)
+    f = gather_unit(t, "sglang-qwen")
+    assert f.main_pid == 42 and f.active_state == "active" and f.server.tp == 2
+    # every call is an argument list, never a shell string
+    assert all(isinstance(c, list) for c in t.calls)

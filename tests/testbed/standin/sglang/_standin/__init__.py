@@ -1,0 +1,1 @@
+"""Implementation of the stand-in SGLang server (orch test bed only)."""

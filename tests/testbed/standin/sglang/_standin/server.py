@@ -1,0 +1,481 @@
+"""The stand-in SGLang 0.5.23 server (orch test bed): ``python -m sglang.launch_server``.
+
+What it does at start, in SGLang's order:
+1. parse SGLang's flags (unknown ones tolerated), log ``server_args=...``;
+2. open and hold the GPU device file(s) (``$ORCH_STANDIN_NVIDIA_DEV``, default ``/dev/nvidia0``;
+   with ``--tp K`` and the default path also ``/dev/nvidia1..K-1``); none -> exit 1;
+3. read ``<model-path>/config.json``, derive E and N (``sglang._standin.model``);
+4. with the ``triton``/``auto`` MoE runner, look up the up and ``_down`` configs through the
+   loader module (``fused_moe_triton_config.get_moe_configs``: exact 0.5.23 lookup and log lines).
+   An invalid file raises: the process dies with a traceback and exit status 1, like SGLang;
+5. bind the HTTP port (``/v1/models``, ``/get_model_info``, ``/get_server_info`` answer 200 at
+   once), warm up for ``$ORCH_STANDIN_WARMUP_S`` seconds (default 2; ``/health`` and
+   ``/health_generate`` answer 503 until then), then log
+   ``The server is fired up and ready to roll!`` and answer 200.
+
+Generation is simulated: each output token of a request costs a step time that depends on the
+loaded configs and on the number of requests decoding at once (throughput rises with
+concurrency up to ``$ORCH_STANDIN_MAX_BATCH`` (default 8) and then plateaus):
+``step_ms = base_ms * (1 + 0.1 * (min(b, B) - 1)) * max(1, b / B)``, with ``base_ms`` the mean
+of the up and down GEMMs' per-token costs: exact file ``$ORCH_STANDIN_TOKEN_DELAY_MS_TUNED``
+(default 4.0 ms), default heuristic ``$ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT`` (default 6.0 ms),
+fallback folder the mean of both, down file missing (up reused) tuned * 1.1.
+``ORCH_STANDIN_REGRESSION=1`` makes a tuned config 1.5x slower than the default.
+Prefill costs ``$ORCH_STANDIN_PREFILL_MS_PER_TOKEN`` (default 0.02 ms) per prompt token.
+
+Fault knobs: ``ORCH_STANDIN_FAIL_START=1`` (exit 1 at start), ``ORCH_STANDIN_NEVER_READY=1``
+(``/health`` stays 503), ``ORCH_STANDIN_IGNORE_SIGTERM=1`` (SIGTERM ignored; only SIGKILL
+stops it), ``ORCH_STANDIN_HANG_GENERATE=1`` (``/generate`` and completions never answer
+after warm-up, while ``/health`` passes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, List, Optional, Tuple
+
+from sglang.version import __version__
+
+from . import model as model_mod
+
+LOADER_MODULES = (
+    "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",  # 0.5.23 (PR #23019)
+    "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config",  # older releases
+)
+TRITON_BACKENDS = ("auto", "triton")
+WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs")
+VOCAB = 151936
+
+logger = logging.getLogger("sglang.srt.entrypoints.http_server")
+sched_logger = logging.getLogger("sglang.srt.managers.scheduler")
+
+
+class _Formatter(logging.Formatter):
+    """SGLang-like prefix: ``[YYYY-MM-DD HH:MM:SS TP0] msg`` in the scheduler, ``[...] msg`` else."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
+        rank = " TP0" if record.name.startswith("sglang.srt.layers") or record.name.startswith(
+            "sglang.srt.managers") else ""
+        msg = record.getMessage()
+        if record.exc_info:
+            msg += "\n" + self.formatException(record.exc_info)
+        return f"[{stamp}{rank}] {msg}"
+
+
+def _setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0", "false", "False", "no")
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """SGLang's server flags that matter here; unknown flags are tolerated (and logged)."""
+    p = argparse.ArgumentParser(prog="python -m sglang.launch_server", allow_abbrev=False)
+    p.add_argument("--model-path", "--model", dest="model_path", required=True)
+    p.add_argument("--tokenizer-path", default=None)
+    p.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    p.add_argument("--ep-size", "--ep", "--expert-parallel-size", dest="ep_size", type=int, default=1)
+    p.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--moe-runner-backend", default="auto")
+    p.add_argument("--quantization", default=None)
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--disable-shared-experts-fusion", action="store_true")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument("--context-length", type=int, default=None)
+    args, unknown = p.parse_known_args(argv)
+    args.unknown = unknown
+    return args
+
+
+class Engine:
+    """Simulated scheduler: counts decoding requests and turns configs into token timings."""
+
+    def __init__(self, base_ms: float, max_batch: int, prefill_ms: float):
+        self.base_ms = base_ms
+        self.max_batch = max(1, max_batch)
+        self.prefill_ms = prefill_ms
+        self.active = 0
+        self.lock = threading.Lock()
+        self.ready = threading.Event()
+        self.hang = _env_flag("ORCH_STANDIN_HANG_GENERATE")
+
+    def step_s(self) -> float:
+        """Seconds one decode step takes now, for ``self.active`` concurrent requests."""
+        b = max(1, self.active)
+        eff = min(b, self.max_batch)
+        return self.base_ms * (1 + 0.1 * (eff - 1)) * max(1.0, b / self.max_batch) / 1000.0
+
+    def generate(self, prompt_tokens: int, max_new: int):
+        """Yield ``(index, token_id)`` for each output token, sleeping the simulated time."""
+        if self.hang:
+            threading.Event().wait()
+        time.sleep(self.prefill_ms * prompt_tokens / 1000.0)
+        with self.lock:
+            self.active += 1
+        try:
+            for i in range(max_new):
+                time.sleep(self.step_s())
+                yield i, (i * 7919 + prompt_tokens * 31 + 13) % VOCAB
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+def _token_text(token_id: int) -> str:
+    return " " + WORDS[token_id % len(WORDS)]
+
+
+def _count_prompt_tokens(text: Any) -> int:
+    if isinstance(text, list):
+        return max(1, len(text))
+    return max(1, len(str(text).split()))
+
+
+class StandinServer:
+    """The whole stand-in: arguments, lookups, timings, HTTP server."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.served_name = args.served_model_name or args.model_path
+        self.created = int(time.time())
+        self.gpu_fds: List[int] = []
+        self.moe: Dict[str, Any] = {"backend": args.moe_runner_backend, "lookups": []}
+        self.shape: Optional[model_mod.MoeShape] = None
+        self.engine: Optional[Engine] = None
+        self.httpd: Optional[ThreadingHTTPServer] = None
+
+    # --- start-up -------------------------------------------------------------------------
+    def open_gpus(self) -> None:
+        """Open the GPU device file(s) and keep them open (``RuntimeError`` if missing)."""
+        explicit = os.environ.get("ORCH_STANDIN_NVIDIA_DEV")
+        paths = [explicit] if explicit else [f"/dev/nvidia{i}" for i in range(max(1, self.args.tp_size))]
+        for path in paths:
+            try:
+                self.gpu_fds.append(os.open(path, os.O_RDWR))
+            except OSError as exc:
+                raise RuntimeError(f"No CUDA GPUs are available (cannot open {path}: {exc.strerror})") from exc
+
+    def load_moe_configs(self) -> Tuple[str, str]:
+        """Run the loader's lookups for the up and down GEMMs; return their outcomes."""
+        loader = None
+        for name in LOADER_MODULES:
+            try:
+                loader = importlib.import_module(name)
+                break
+            except ImportError:
+                continue
+        if loader is None:
+            raise ImportError("fused_moe_triton_config module not found in this sglang tree")
+        self.moe["loader"] = loader.__file__
+        s = self.shape
+        bn, bk = (s.block_shape or [0, 0])[:2]
+        loader.get_moe_configs(s.E, s.N, s.dtype, bn, bk, s.per_channel_quant, False)
+        loader.get_moe_configs(s.E, s.N, s.dtype, bn, bk, s.per_channel_quant, True)
+        self.moe["lookups"] = list(loader.LOOKUPS)
+        up = next((x["outcome"] for x in loader.LOOKUPS if not x["down_moe"]), "default")
+        down = next((x["outcome"] for x in loader.LOOKUPS if x["down_moe"]), "default")
+        return up, down
+
+    def token_delay_ms(self, up: str, down: str) -> float:
+        """Per-token base cost in ms from the two lookups' outcomes (see module docstring)."""
+        default = _env_float("ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT", 6.0)
+        tuned = _env_float("ORCH_STANDIN_TOKEN_DELAY_MS_TUNED", 4.0)
+        if _env_flag("ORCH_STANDIN_REGRESSION"):
+            tuned = default * 1.5
+        cost = {"exact": tuned, "fallback": (tuned + default) / 2, "default": default, "reuse_up": tuned * 1.1}
+        return (cost.get(up, default) + cost.get(down, default)) / 2
+
+    def start(self) -> None:
+        """Everything before the port is bound (see module docstring); raises on failure."""
+        a = self.args
+        logger.info(f"server_args=ServerArgs(model_path='{a.model_path}', tp_size={a.tp_size}, "
+                    f"ep_size={a.ep_size}, host='{a.host}', port={a.port}, moe_runner_backend='{a.moe_runner_backend}', "
+                    f"quantization={a.quantization!r}, dtype='{a.dtype}', served_model_name='{self.served_name}', "
+                    f"disable_shared_experts_fusion={a.disable_shared_experts_fusion})")
+        if a.unknown:
+            logger.info(f"(stand-in) ignoring flags: {' '.join(a.unknown)}")
+        if _env_flag("ORCH_STANDIN_FAIL_START"):
+            raise RuntimeError("ORCH_STANDIN_FAIL_START is set: simulated start-up failure")
+        self.open_gpus()
+        cfg = model_mod.load_config(a.model_path)
+        self.shape = model_mod.moe_shape(cfg, a.tp_size, a.ep_size, a.quantization, a.dtype,
+                                         a.disable_shared_experts_fusion, a.moe_runner_backend)
+        sched_logger.info("Load weight begin. avail mem=139.72 GB")
+        sched_logger.info(f"Load weight end. type={(cfg.get('architectures') or ['?'])[0]}, dtype=torch.bfloat16, "
+                          f"avail mem=120.10 GB, mem usage=19.62 GB.")
+        sched_logger.info("Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB")
+        if a.moe_runner_backend in TRITON_BACKENDS:
+            up, down = self.load_moe_configs()
+        else:
+            up = down = "not_triton"
+            self.moe["lookups"] = []
+            sched_logger.info(f"MoE runner backend {a.moe_runner_backend}: Triton fused-MoE configs are not used.")
+        self.moe.update({"up": up, "down": down, "E": self.shape.E, "N": self.shape.N})
+        sched_logger.info("Capture cuda graph end. Time elapsed: 1.00 s. mem usage=1.20 GB. avail mem=18.80 GB.")
+        base = self.token_delay_ms(up, down) if up != "not_triton" else _env_float(
+            "ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT", 6.0)
+        self.moe["token_delay_ms"] = base
+        self.engine = Engine(base, int(_env_float("ORCH_STANDIN_MAX_BATCH", 8)),
+                             _env_float("ORCH_STANDIN_PREFILL_MS_PER_TOKEN", 0.02))
+
+    def serve(self) -> None:
+        """Bind the port, warm up in a thread, serve until SIGTERM/SIGINT."""
+        server = self
+        handler = type("Handler", (_Handler,), {"standin": server})
+        self.httpd = ThreadingHTTPServer((self.args.host, self.args.port), handler)
+        self.httpd.daemon_threads = True
+        logger.info(f"Uvicorn running on http://{self.args.host}:{self.args.port} (Press CTRL+C to quit)")
+        threading.Thread(target=self._warmup, daemon=True).start()
+
+        def on_term(signum, frame):
+            logger.info(f"Received signal {signum}; shutting down.")
+            threading.Thread(target=self.httpd.shutdown, daemon=True).start()
+
+        if _env_flag("ORCH_STANDIN_IGNORE_SIGTERM"):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        self.httpd.serve_forever(poll_interval=0.2)
+        self.httpd.server_close()
+
+    def _warmup(self) -> None:
+        if _env_flag("ORCH_STANDIN_NEVER_READY"):
+            return
+        time.sleep(_env_float("ORCH_STANDIN_WARMUP_S", 2.0))
+        self.engine.ready.set()
+        logger.info("The server is fired up and ready to roll!")
+
+    # --- API payloads ---------------------------------------------------------------------
+    def model_info(self) -> Dict[str, Any]:
+        return {"model_path": self.args.model_path, "tokenizer_path": self.args.tokenizer_path or self.args.model_path,
+                "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                "has_image_understanding": False, "has_audio_understanding": False, "model_type": None,
+                "architectures": None}
+
+    def server_info(self) -> Dict[str, Any]:
+        a = self.args
+        return {"model_path": a.model_path, "served_model_name": self.served_name, "tp_size": a.tp_size,
+                "ep_size": a.ep_size, "dp_size": a.dp_size, "host": a.host, "port": a.port,
+                "moe_runner_backend": a.moe_runner_backend, "quantization": a.quantization, "dtype": a.dtype,
+                "disable_shared_experts_fusion": a.disable_shared_experts_fusion,
+                "version": __version__, "internal_states": [{"last_gen_throughput": 0.0}],
+                "standin_moe": self.moe}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    standin: StandinServer = None  # set on the subclass
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, fmt: str, *args: Any) -> None:  # quiet access log, like --log-requests off
+        pass
+
+    # --- helpers --------------------------------------------------------------------------
+    def _send_json(self, code: int, obj: Any) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_empty(self, code: int) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _event(self, obj: Any) -> None:
+        text = obj if isinstance(obj, str) else json.dumps(obj)
+        self._chunk(b"data: " + text.encode() + b"\n\n")
+
+    def _end_stream(self) -> None:
+        self._chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _body(self) -> Any:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        return json.loads(raw) if raw.strip() else {}
+
+    # --- routes ---------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        s = self.standin
+        path = self.path.split("?", 1)[0]
+        if path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [{
+                "id": s.served_name, "object": "model", "created": s.created, "owned_by": "sglang",
+                "root": s.served_name, "max_model_len": s.args.context_length or 40960}]})
+        elif path in ("/health", "/health_generate"):
+            if s.engine.ready.is_set():
+                self._send_empty(200)
+            else:
+                self._send_empty(503)
+        elif path in ("/get_model_info", "/model_info"):
+            self._send_json(200, s.model_info())
+        elif path in ("/get_server_info", "/server_info"):
+            self._send_json(200, s.server_info())
+        elif path == "/flush_cache":
+            self._send_empty(200)
+        else:
+            self._send_json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        try:
+            body = self._body()
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._send_json(400, {"error": {"message": f"invalid JSON: {exc}"}})
+            return
+        if path == "/generate":
+            self._generate(body)
+        elif path == "/v1/completions":
+            self._completions(body, chat=False)
+        elif path == "/v1/chat/completions":
+            self._completions(body, chat=True)
+        elif path == "/flush_cache":
+            self._send_empty(200)
+        else:
+            self._send_json(404, {"detail": "Not Found"})
+
+    def _generate(self, body: Dict[str, Any]) -> None:
+        """SGLang native ``/generate``: ``text`` | ``input_ids`` (single or batch), ``sampling_params``, ``stream``."""
+        s = self.standin
+        sp = body.get("sampling_params") or {}
+        max_new = int(sp.get("max_new_tokens", 128))
+        prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text")
+        if prompt is None:
+            self._send_json(400, {"error": {"message": "Either text or input_ids should be provided."}})
+            return
+        batch = isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str))
+        prompts = prompt if batch else [prompt]
+        if body.get("stream") and not batch:
+            self._start_stream()
+            rid = uuid.uuid4().hex
+            p_tokens = _count_prompt_tokens(prompts[0])
+            text, ids, t0 = "", [], time.time()
+            for i, tok in s.engine.generate(p_tokens, max_new):
+                text += _token_text(tok)
+                ids.append(tok)
+                done = i == max_new - 1
+                self._event({"text": text, "output_ids": list(ids), "meta_info": {
+                    "id": rid, "finish_reason": {"type": "length", "length": max_new} if done else None,
+                    "prompt_tokens": p_tokens, "completion_tokens": len(ids), "cached_tokens": 0,
+                    "e2e_latency": time.time() - t0}})
+            if max_new == 0:
+                self._event({"text": "", "output_ids": [], "meta_info": {
+                    "id": rid, "finish_reason": {"type": "length", "length": 0}, "prompt_tokens": p_tokens,
+                    "completion_tokens": 0, "cached_tokens": 0, "e2e_latency": time.time() - t0}})
+            self._end_stream()
+            return
+        outs = []
+        for p in prompts:
+            p_tokens = _count_prompt_tokens(p)
+            t0 = time.time()
+            ids = [tok for _, tok in s.engine.generate(p_tokens, max_new)]
+            outs.append({"text": "".join(_token_text(t) for t in ids), "output_ids": ids, "meta_info": {
+                "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
+                "prompt_tokens": p_tokens, "completion_tokens": len(ids), "cached_tokens": 0,
+                "e2e_latency": time.time() - t0}})
+        self._send_json(200, outs if batch else outs[0])
+
+    def _completions(self, body: Dict[str, Any], chat: bool) -> None:
+        """OpenAI ``/v1/completions`` (and chat), streaming or not, with ``usage``."""
+        s = self.standin
+        if chat:
+            msgs = body.get("messages") or []
+            prompt: Any = " ".join(str(m.get("content", "")) for m in msgs)
+        else:
+            prompt = body.get("prompt", "")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or (128 if chat else 16))
+        p_tokens = _count_prompt_tokens(prompt)
+        cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        obj = "chat.completion" if chat else "text_completion"
+        model = body.get("model") or s.served_name
+        created = int(time.time())
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._start_stream()
+            n = 0
+            for i, tok in s.engine.generate(p_tokens, max_new):
+                n += 1
+                done = i == max_new - 1
+                if chat:
+                    choice = {"index": 0, "delta": {"role": "assistant", "content": _token_text(tok)} if i == 0
+                              else {"content": _token_text(tok)}, "logprobs": None,
+                              "finish_reason": "length" if done else None}
+                else:
+                    choice = {"index": 0, "text": _token_text(tok), "logprobs": None,
+                              "finish_reason": "length" if done else None}
+                self._event({"id": cid, "object": obj + ".chunk" if chat else obj, "created": created,
+                             "model": model, "choices": [choice], "usage": None})
+            if include_usage:
+                self._event({"id": cid, "object": obj + ".chunk" if chat else obj, "created": created,
+                             "model": model, "choices": [], "usage": {
+                                 "prompt_tokens": p_tokens, "completion_tokens": n, "total_tokens": p_tokens + n}})
+            self._end_stream()
+            return
+        ids = [tok for _, tok in s.engine.generate(p_tokens, max_new)]
+        text = "".join(_token_text(t) for t in ids)
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": "length"}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+        self._send_json(200, {"id": cid, "object": obj, "created": created, "model": model, "choices": [choice],
+                              "usage": {"prompt_tokens": p_tokens, "completion_tokens": len(ids),
+                                        "total_tokens": p_tokens + len(ids)}})
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``python -m sglang.launch_server``. Returns 0 after a clean shutdown;
+    start-up errors propagate (traceback, exit status 1)."""
+    _setup_logging()
+    args = parse_args(argv)
+    server = StandinServer(args)
+    server.start()
+    server.serve()
+    for fd in server.gpu_fds:
+        os.close(fd)
+    return 0
