@@ -44,7 +44,8 @@ def _serial(value: str | None):
 
 def _add_fleet_flags(p: argparse.ArgumentParser, service_required: bool = True) -> None:
     p.add_argument("inventory", help="Ansible-style YAML inventory")
-    p.add_argument("--service", required=service_required, help="systemd unit running sglang.launch_server")
+    p.add_argument("--service", required=False,
+                   help="systemd unit running sglang.launch_server (default: each host's orch_service)")
     p.add_argument("--limit", "-l", help="host/group patterns: names, globs, !exclusions, &intersections")
     p.add_argument("--state-dir", type=Path, help="controller run records (default $XDG_STATE_HOME/orch)")
     p.add_argument("--accept-new-host-keys", action="store_true",
@@ -86,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--limit", "-l")
     h.add_argument("--accept-new-host-keys", action="store_true")
     h.add_argument("--json", action="store_true")
+
+    d = sub.add_parser("doctor", help="find hosts that silently run untuned MoE kernels, and say why (read-only)")
+    _add_fleet_flags(d)
+    d.add_argument("--fix", action="store_true", help="print the command that would fix each host (runs nothing)")
 
     c = sub.add_parser("config-names", help="print the exact up and down config file names SGLang looks for")
     c.add_argument("--model-config", required=True, help="config.json, its folder, or an offline HF repo id")
@@ -210,17 +215,21 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False)
     try:
         if args.command == "tune":
-            extra = {"service": args.service}
+            extra = {"service": args.service} if args.service else {}
             if args.regression_threshold is not None:
                 extra["orch_regression_threshold"] = args.regression_threshold
             return run_playbook_command(args, "tune", extra, args.check)
         if args.command == "rollback":
-            extra = {"service": args.service, "rollback_to": args.to_run}
+            extra = {"rollback_to": args.to_run, **({"service": args.service} if args.service else {})}
             return run_playbook_command(args, "rollback", extra, args.check)
         if args.command == "runs":
             from .history import cmd_runs
 
             return cmd_runs(args)
+        if args.command == "doctor":
+            from .doctor import cmd_doctor
+
+            return cmd_doctor(args)
         if args.command == "config-names":
             return cmd_config_names(args)
     except (InventoryError, PlaybookError, TemplateError, UsageError) as exc:

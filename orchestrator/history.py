@@ -48,7 +48,8 @@ def cmd_runs(args) -> int:
     hosts = inv.select(args.host or args.limit)
     record = RunRecord(default_state_dir(), new_run_id("runs"))
     opts = RunOptions(run_id=record.run_id, run_dir=record.dir, check=True,
-                      accept_new_host_keys=args.accept_new_host_keys, extra={"service": getattr(args, "service", None)})
+                      accept_new_host_keys=args.accept_new_host_keys,
+                      extra={"service": args.service} if args.service else {})
     plays = load_playbook(builtin_playbook("runs"), set(MODULES))
     with Reporter(console) as rep:
         recaps = Engine(MODULES, opts, rep, record.emit).run_play(plays[0], hosts, effective_vars, forks=10)

@@ -459,7 +459,7 @@ def run_requests(
         for _ in range(n):  # bounded: each iteration takes one new index
             with lock:
                 i = next_index[0]
-                if i >= n:
+                if i >= n or time.perf_counter() >= deadline:
                     return
                 next_index[0] = i + 1
                 started[i] = True

@@ -200,7 +200,7 @@ def _renew(state_dir: str, lock: dict) -> dict:
     return new
 
 
-def _own(state_dir: str, run_id: str, stale_after: float, op: str) -> dict | None:
+def _own(state_dir: str, run_id: str, stale_after: float) -> dict | None:
     """Current lock if ``run_id`` holds it; ``None`` if none; raises ``locked`` if another does."""
     cur = _read(state_dir)
     if cur is None:
@@ -214,7 +214,7 @@ def heartbeat(state_dir: str, run_id: str, stale_after: float = DEFAULT_STALE_AF
     """Renew ``run_id``'s heartbeat. Raises ``not_found`` (no lock) or ``locked`` (another holder)."""
     check_run_id(run_id)
     with _mutex(state_dir):
-        cur = _own(state_dir, run_id, stale_after, "heartbeat")
+        cur = _own(state_dir, run_id, stale_after)
         if cur is None:
             raise PayloadError("not_found", f"no host lock to renew for run {run_id} (was it broken?)")
         return dict(describe(_renew(state_dir, cur), stale_after), op="heartbeat")
@@ -224,7 +224,7 @@ def release(state_dir: str, run_id: str, stale_after: float = DEFAULT_STALE_AFTE
     """Remove ``run_id``'s own lock (``released`` false when none). Raises ``locked`` for another holder."""
     check_run_id(run_id)
     with _mutex(state_dir):
-        cur = _own(state_dir, run_id, stale_after, "release")
+        cur = _own(state_dir, run_id, stale_after)
         if cur is None:
             return dict(describe(None, stale_after), op="release", released=False)
         os.unlink(lock_path(state_dir))
@@ -255,7 +255,9 @@ def break_lock(state_dir: str, holder: str | None = None, force: bool = False,
             raise PayloadError("locked", f"lock is held by {dict(cur).get('run_id')}, not {holder}; "
                                          "not breaking it", detail=d)
         if not d["stale"] and not force:
-            raise _held_error(d, None)
+            e = _held_error(d, None)
+            raise PayloadError("locked", e.msg + "; it is not stale (heartbeat within "
+                                                 f"{stale_after:.0f} s): --force breaks it anyway", detail=d)
         os.unlink(lock_path(state_dir))
         fsync_dir(state_dir)
         return dict(describe(None, stale_after), op="break", broken=True, previous=dict(cur),

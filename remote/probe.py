@@ -19,6 +19,7 @@ Result ``data``::
     model: MoeShape.to_dict() | null,  model_config_path
     file_names: {up, down} | null
     install_dir: "<configs_root>/<triton_folder>" | null
+    install_dir_exists: bool
     existing: {up|down: {folders: [triton_* holding the file, newest first],
                          in_installed_folder: bool, sglang_would_load: path | null,
                          fallback_error: str | null}}
@@ -295,6 +296,7 @@ def run(args: argparse.Namespace) -> dict:
         "model_config_path": model_path,
         "file_names": file_names,
         "install_dir": install_dir,
+        "install_dir_exists": bool(install_dir and os.path.isdir(install_dir)),
         "existing": existing,
         "unparsable_folders": unparsable,
         "warnings": warnings,

@@ -11,7 +11,6 @@ is absent.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import socket

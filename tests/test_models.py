@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.models import MoeShape, hf_hub_dir, load_model_config, moe_shape, resolve_model_config_path
+from remote.models import hf_hub_dir, load_model_config, moe_shape, resolve_model_config_path
 from remote.protocol import PayloadError
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"

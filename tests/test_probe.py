@@ -91,6 +91,7 @@ def test_current_layout_fallback_folder_and_install_dir(tmp_path):
     assert sg["configs_root"] == os.path.realpath(root) and sg["other_layout_configs_root"] is None
     assert d["file_names"] == {"up": UP, "down": DOWN}
     assert d["install_dir"] == os.path.join(os.path.realpath(root), tf)
+    assert d["install_dir_exists"] is False
     assert d["model"]["E"] == 128 and d["model"]["N"] == 768
     up, down = d["existing"]["up"], d["existing"]["down"]
     assert up["folders"] == ["triton_3_2_0", "triton_3_1_0"] and up["in_installed_folder"] is False
@@ -107,6 +108,7 @@ def test_file_in_installed_folder_is_exact_hit(tmp_path):
     put(root / "triton_99_0_0", UP)  # newer folder: only reached when the exact file is missing
     rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
     d = last["data"]
+    assert d["install_dir_exists"] is True
     assert d["existing"]["up"]["in_installed_folder"] is True
     assert d["existing"]["up"]["folders"] == ["triton_99_0_0", tf]
     assert d["existing"]["up"]["sglang_would_load"] == os.path.join(os.path.realpath(root), tf, UP)

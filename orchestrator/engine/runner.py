@@ -89,6 +89,8 @@ class Engine:
         variables.update(play.vars)
         variables.update(self.options.extra)
         variables.setdefault("inventory_hostname", host.name)
+        if not variables.get("service"):
+            variables["service"] = variables.get("orch_service")
         variables["check_mode"] = self.options.check
         variables["run_id"] = self.options.run_id
         variables["group_names"] = list(getattr(host, "groups", []))

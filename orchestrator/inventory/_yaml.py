@@ -27,9 +27,14 @@ def _yaml_error(display: str, e: yaml.YAMLError) -> InventoryError:
     problem = getattr(e, "problem", None)
     context = getattr(e, "context", None)
     text = _one_line(context, problem) if (problem or context) else _one_line(e)
+    label = "YAML syntax error"
+    if isinstance(e, yaml.constructor.ConstructorError):
+        label = "YAML error"
+        if "!vault" in text:
+            text += " (Ansible Vault is not supported: keep secrets out of the inventory)"
     if mark is None:
-        return InventoryError(f"YAML error: {text}", display)
-    return InventoryError(f"YAML syntax error: {text}", display, mark.line + 1, mark.column + 1)
+        return InventoryError(f"{label}: {text}", display)
+    return InventoryError(f"{label}: {text}", display, mark.line + 1, mark.column + 1)
 
 
 class YamlFile:

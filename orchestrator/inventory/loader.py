@@ -48,6 +48,7 @@ A shadowed sibling, and a file naming no group/host of the inventory, give a war
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
@@ -165,7 +166,7 @@ class Inventory:
         """:func:`effective_vars` of host ``name`` (defaults applied, templates rendered); a copy."""
         if name not in self._effective:
             self._effective[name] = effective_vars(self.get_host(name))
-        return dict(self._effective[name])
+        return copy.deepcopy(self._effective[name])
 
     def select(self, limit: str | None) -> list[Host]:
         """Hosts matching an Ansible ``--limit`` pattern, in inventory order (None: all hosts).

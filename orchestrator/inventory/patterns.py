@@ -7,7 +7,8 @@ Syntax (Ansible docs, "Patterns: targeting hosts and groups"; ``InventoryManager
 * A term is a host name, a group name (its hosts, descendants included), ``all`` or ``*``, a glob
   (``gpu-*``, ``h?00``, ``node-[ab]*``; fnmatch, case-sensitive) over host and group names, or
   ``~regex`` (Python ``re.match`` over host and group names).
-* A term may end in a subscript, taken from the hosts it matched in inventory order:
+* A term may end in a subscript (``[digits]`` is always a subscript, as in Ansible, never a
+  glob character class), taken from the hosts it matched in inventory order:
   ``gpus[0]``, ``gpus[-1]``, ``gpus[1:3]`` (Ansible's slices include the end), ``gpus[2:]``.
 * ``&term`` intersects, ``!term`` excludes. Ansible applies all plain terms (union) first, then
   every ``&``, then every ``!``, whatever their order in the limit; a limit with only ``&``/``!``
@@ -40,6 +41,8 @@ def split_patterns(limit: str) -> list[str]:
     limit = limit.strip()
     if "," in limit:
         parts = limit.split(",")
+    elif ":" not in limit:
+        parts = [limit]
     else:
         parts = re.findall(r"(?:[^\s:\[\]]|\[[^\]]*\])+", limit)
     return [p.strip() for p in parts if p.strip()]
@@ -89,8 +92,9 @@ def _match_term(inv: "Inventory", term: str, limit: str) -> list["Host"]:
                 found_name = True
                 matched.add(h.name)
     if not found_name:
+        note = f" ({term[len(body):]} is read as a subscript, as in Ansible)" if subscript else ""
         raise InventoryError(f"--limit {limit!r}: pattern {term!r} matches no host or group"
-                             f"{_names_hint(inv, body)}")
+                             f"{note}{_names_hint(inv, body)}")
 
     hosts = [h for h in inv.hosts if h.name in matched]
     if subscript is not None:

@@ -11,6 +11,7 @@ from .benchmark import bench
 from .config_install import install_configs, restore_configs
 from .connect import connect
 from .gpu_reaper import gpu_reap
+from .doctor import diagnose
 from .history import history
 from .hoststate import host_state, lock
 from .payload import cleanup, push
@@ -40,4 +41,5 @@ MODULES = {
     "rollback_select": rollback_select,
     "rollback_restore": rollback_restore,
     "history": history,
+    "diagnose": diagnose,
 }

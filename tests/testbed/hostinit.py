@@ -31,15 +31,7 @@ import subprocess
 import sys
 import time
 
-STRAY_SCHEDULER = (
-    "import os,ctypes,time\n"
-    "if os.fork(): os._exit(0)\n"
-    "os.setsid()\n"
-    "fds=[os.open(p, os.O_RDWR) for p in {paths!r}]\n"
-    "try: ctypes.CDLL(None).prctl(15, b'{comm}', 0, 0, 0)\n"
-    "except Exception: pass\n"
-    "while True: time.sleep(3600)\n"
-)
+HOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "holder.py")
 
 
 def _run(cmd: list[str]) -> None:
@@ -85,9 +77,9 @@ def _setup_dev(hostdir: str, nvidia: list[str]) -> None:
 
 
 def _spawn_holder(python: str, argv0: str, extra_args: list[str], paths: list[str], comm: str) -> None:
-    """Start a process that forks (so it is re-parented to this PID 1) and holds ``paths`` open."""
-    code = STRAY_SCHEDULER.format(paths=paths, comm=comm)
-    proc = subprocess.Popen([argv0, "-c", code] + extra_args, executable=python, stdin=subprocess.DEVNULL,
+    """Start ``holder.py`` as ``argv0``: it forks (re-parented to this PID 1) and holds ``paths`` open."""
+    proc = subprocess.Popen([argv0, HOLDER] + extra_args + ["--comm", comm] + paths, executable=python,
+                            stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=sys.stderr, close_fds=True)
     proc.wait()
 
@@ -135,9 +127,10 @@ def main(argv: list[str]) -> int:
             subprocess.run(cmd, shell=True, check=True, env=env, stdout=sys.stderr, stderr=sys.stderr)
         if spec.get("strays"):
             gpus = [os.path.join("/dev", n) for n in spec["nvidia"]]
-            _spawn_holder(spec["python"], "sglang::scheduler_TP0", [], ["/dev/nvidia0"], "sglang::schedul")
+            _spawn_holder(spec["python"], "sglang::scheduler_TP0", [], ["/dev/nvidia0", "/dev/nvidiactl"],
+                          "sglang::scheduler_TP0")
             _spawn_holder(spec["python"], "nvidia-persistenced", ["--user", "nvidia-persistenced"], gpus,
-                          "nvidia-persiste")
+                          "nvidia-persistenced")
         for unit in spec.get("start_units", []):
             subprocess.run(["/usr/bin/systemctl", "start", unit], check=False, env=env, timeout=120,
                            stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr)

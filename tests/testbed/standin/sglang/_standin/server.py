@@ -248,8 +248,7 @@ class StandinServer:
         """Bind the port, warm up in a thread, serve until SIGTERM/SIGINT."""
         server = self
         handler = type("Handler", (_Handler,), {"standin": server})
-        self.httpd = ThreadingHTTPServer((self.args.host, self.args.port), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _HTTPServer((self.args.host, self.args.port), handler)
         logger.info(f"Uvicorn running on http://{self.args.host}:{self.args.port} (Press CTRL+C to quit)")
         threading.Thread(target=self._warmup, daemon=True).start()
 
@@ -287,6 +286,21 @@ class StandinServer:
                 "disable_shared_experts_fusion": a.disable_shared_experts_fusion,
                 "version": __version__, "internal_states": [{"last_gen_throughput": 0.0}],
                 "standin_moe": self.moe}
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer without the reverse DNS lookup of ``HTTPServer.server_bind``
+    (``socket.getfqdn``), which would query a name server."""
+
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        import socketserver
+
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = port
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -1,0 +1,109 @@
+"""``orch doctor``: find hosts that silently run untuned MoE kernels, and say why.
+
+Runs ``playbooks/doctor.yaml`` in check mode (nothing changes on any host) and prints
+one row per host with a verdict: ``tuned``, ``fallback``, ``default``, ``not-triton``,
+``restart-needed`` or ``broken`` (see :mod:`orchestrator.tasks.doctor`). Exit status 0
+only when every host is ``tuned`` or ``not-triton``, so it can run from cron or CI.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from rich.console import Console
+from rich.table import Table
+
+GOOD = {"tuned", "not-triton"}
+STYLE = {"tuned": "green", "not-triton": "cyan", "fallback": "yellow", "default": "yellow",
+         "restart-needed": "magenta", "broken": "bold red", "unreachable": "bold red", "failed": "bold red"}
+
+
+def fix_command(host: str, row: dict, inventory: str, service: str) -> str | None:
+    """The command that would fix a host (printed by ``--fix``; never run by doctor)."""
+    v = row.get("verdict")
+    q = shlex.quote
+    if v in ("fallback", "default"):
+        return f"orch tune {q(inventory)} --service {q(service)} --limit {q(host)}"
+    if v == "restart-needed":
+        return f"ssh {q(host)} systemctl restart {q(service)}   # or: orch tune ... --limit {q(host)} to re-verify"
+    if v == "broken":
+        return f"orch rollback {q(inventory)} --service {q(service)} --limit {q(host)}   # then re-run orch doctor"
+    return None
+
+
+def doctor_table(rows: dict[str, dict]) -> Table:
+    """The doctor table: one row per host."""
+    t = Table(title="orch doctor", show_lines=True)
+    for col in ("host", "GPU / device name", "triton / sglang", "backend", "E / N (TP/EP)", "up file", "down file",
+                "last start", "verdict"):
+        t.add_column(col)
+    for host, r in rows.items():
+        if "verdict" not in r or r.get("error"):
+            t.add_row(host, "-", "-", "-", "-", "-", "-", "-", f"[bold red]{r.get('verdict', 'failed')}[/]: "
+                      f"{r.get('error', '')[:100]}")
+            continue
+
+        def fcell(info):
+            if not info or not info.get("name"):
+                return "-"
+            where = ("installed folder" if info.get("in_installed_folder") else
+                     ("only " + ", ".join(info.get("other_folders") or []) if info.get("other_folders") else "missing"))
+            return f"{info['name']}\n{where}" + (f"\n[red]{info['error']}[/]" if info.get("error") else "")
+
+        lg = r.get("log")
+        if lg is None:
+            last = "no start logged"
+        elif lg.get("loaded") and not lg.get("suboptimal"):
+            last = "loaded " + ", ".join(p.rsplit("/", 1)[-1] for p in lg["loaded"])
+        elif lg.get("suboptimal"):
+            last = f"{len(lg['suboptimal'])} sub-optimal line(s)"
+        else:
+            last = "no Triton MoE lookup"
+        style = STYLE.get(r["verdict"], "white")
+        t.add_row(host, f"{', '.join(sorted(set(r.get('gpus') or []))) or '-'}\n{r.get('device_name')}",
+                  f"{r.get('triton_version')} / {r.get('sglang_version')}", r.get("backend", "-"),
+                  f"{r.get('E')} / {r.get('N')} ({r.get('tp')}/{r.get('ep')})",
+                  fcell((r.get("files") or {}).get("up")), fcell((r.get("files") or {}).get("down")), last,
+                  f"[{style}]{r['verdict']}[/]\n{r.get('why', '')}" + "".join(f"\n· {n}" for n in r.get("notes") or []))
+    return t
+
+
+def cmd_doctor(args) -> int:
+    """Run the doctor playbook and print the table (or ``--json``); exit 0 only if all hosts are fine."""
+    from .engine.context import RunOptions
+    from .engine.playbook import builtin_playbook, load_playbook
+    from .engine.runner import Engine
+    from .inventory import effective_vars, load_inventory
+    from .records import RunRecord, default_state_dir, new_run_id
+    from .tasks import MODULES
+    from .ui import Reporter
+
+    console = Console(stderr=True, highlight=False)
+    inv = load_inventory(args.inventory)
+    hosts = inv.select(args.limit)
+    record = RunRecord(args.state_dir or default_state_dir(), new_run_id("doctor"))
+    opts = RunOptions(run_id=record.run_id, run_dir=record.dir, check=True,
+                      accept_new_host_keys=args.accept_new_host_keys,
+                      extra={"service": args.service} if args.service else {})
+    plays = load_playbook(builtin_playbook("doctor"), set(MODULES))
+    with Reporter(console, verbose=args.verbose) as rep:
+        recaps = Engine(MODULES, opts, rep, record.emit).run_play(plays[0], hosts, effective_vars, forks=args.forks)
+    rows = {}
+    for host, r in recaps.items():
+        row = dict((r.summary or {}).get("doctor") or {})
+        if r.is_failure or not row:
+            row = {"verdict": "unreachable" if r.outcome == "unreachable" else "failed", "error": r.cause}
+        rows[host] = row
+    record.write_json("doctor.json", rows)
+    record.close()
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        Console(width=200).print(doctor_table(rows))
+    if args.fix:
+        for host, row in rows.items():
+            cmd = fix_command(host, row, str(args.inventory), args.service or "UNIT")
+            if cmd:
+                print(f"{host}: {cmd}")
+    return 0 if all(r.get("verdict") in GOOD for r in rows.values()) else 1

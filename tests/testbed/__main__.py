@@ -1,0 +1,114 @@
+"""``python -m tests.testbed up|down|status``: persistent example hosts for the README.
+
+``up [--hosts N] [--inventory PATH] [--workdir DIR] [--option NAME.KEY=JSON ...]`` creates N
+hosts that stay up after the command exits (see ``tests.testbed.bed``), writes an inventory
+(default ``inventories/testbed.yaml``) with the absolute key path and ``orch_known_hosts``,
+writes the known_hosts file next to the inventory (``<inventory stem>.known_hosts``), and prints
+what it made. ``down`` removes every persistent bed (and stale ones). ``status`` lists them.
+State: ``/run/orchtb/<bed id>/state.json``. Needs root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from . import bed as bedmod
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _parse_option(text: str) -> tuple:
+    """``gpu-b.backend="flashinfer_cutlass"`` -> ("gpu-b", "backend", "flashinfer_cutlass")."""
+    left, _, value = text.partition("=")
+    host, _, key = left.partition(".")
+    if not host or not key or not _:
+        raise argparse.ArgumentTypeError(f"expected HOST.KEY=JSON, got {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    return host, key, parsed
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Create a persistent bed and write its inventory; print a summary."""
+    options: dict = {}
+    for host, key, value in args.option or []:
+        options.setdefault(host, {})[key] = value
+    workdir = Path(args.workdir).resolve() if args.workdir else None
+    bed = bedmod.TestBed(n_hosts=args.hosts, host_options=options, workdir=workdir, persistent=True)
+    try:
+        bed.create()
+    except BaseException:
+        bed.destroy()
+        raise
+    bed.detach()
+    inventory = Path(args.inventory)
+    if not inventory.is_absolute():
+        inventory = Path.cwd() / inventory
+    known = inventory.with_name(inventory.stem + ".known_hosts")
+    shutil.copy(bed.known_hosts_path, known)
+    bed.known_hosts_path = known
+    bed.write_inventory(inventory)
+    print(f"test bed {bed.bed_id}: {len(bed.hosts)} host(s), work folder {bed.workdir}")
+    for h in bed.hosts:
+        print(f"  {h.name}: ssh root@{h.address} (namespace {h.ns}), unit {h.unit}.service, "
+              f"configs {h.config_dir}")
+    print(f"  key: {bed.key_path}")
+    print(f"  known_hosts: {known}")
+    print(f"  inventory: {inventory}")
+    h = bed.hosts[0]
+    print(f"  try: ssh -i {bed.key_path} -o UserKnownHostsFile={known} root@{h.address} "
+          f"'ls /dev/nvidia*; systemctl status {h.unit}'")
+    print("  remove with: python -m tests.testbed down")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """Remove every persistent bed, then anything stale."""
+    beds = bedmod.load_persistent_beds()
+    for state in beds:
+        bedmod.destroy_bed_state(state["bed_id"])
+        print(f"removed test bed {state['bed_id']} ({', '.join(h['name'] for h in state.get('hosts', []))})")
+    removed = bedmod.cleanup_stale()
+    if removed:
+        print(f"removed stale: {', '.join(removed)}")
+    if not beds and not removed:
+        print("no test bed to remove")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """List persistent beds and all orchtb-* namespaces."""
+    for state in bedmod.load_persistent_beds():
+        alive = "up" if bedmod._bed_is_live(state) else "dead"
+        print(f"bed {state['bed_id']} ({alive}): " + ", ".join(f"{h['name']}={h['address']}" for h in state["hosts"]))
+    print("namespaces: " + (" ".join(bedmod.list_namespaces()) or "none"))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    p = argparse.ArgumentParser(prog="python -m tests.testbed", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="create persistent hosts and write an inventory")
+    up.add_argument("--hosts", type=int, default=2)
+    up.add_argument("--inventory", default=str(REPO / "inventories" / "testbed.yaml"))
+    up.add_argument("--workdir", default=None, help="work folder (default /tmp/orchtb-<id>, removed by down)")
+    up.add_argument("--option", action="append", type=_parse_option, metavar="HOST.KEY=JSON",
+                    help="per-host option, e.g. gpu-b.backend=flashinfer_cutlass (repeatable)")
+    up.set_defaults(func=cmd_up)
+    down = sub.add_parser("down", help="remove the persistent hosts")
+    down.set_defaults(func=cmd_down)
+    st = sub.add_parser("status", help="list persistent hosts")
+    st.set_defaults(func=cmd_status)
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,787 @@
+"""The test bed: GPU hosts reachable over real SSH, each in its own network namespace.
+
+Every host (``gpu-a``, ``gpu-b``, ...) is
+
+- a network namespace ``orchtb-<bed id>-<name>`` joined to the root namespace by a veth pair;
+  its /24 is ``10.213.<k>.0/24`` (``k`` free at creation), the root end is ``.1``, the host ``.2``;
+- a PID 1 (``tests/testbed/hostinit.py``) started as
+  ``ip netns exec NS unshare --mount --pid --uts --fork --mount-proc ...`` that bind-mounts the
+  host's own ``/etc/systemd/system``, ``/root/.ssh``, ``/opt/sglang`` (its own copy of the
+  stand-in SGLang tree), ``/var/lib/orch``, ``/models`` (``tiny-moe/config.json``), ``/run``,
+  ``/var/log``, ``/tmp``, ``/srv``, ``/usr/bin/systemctl`` and ``/usr/bin/journalctl`` (wrappers for
+  docker-systemctl-replacement), and a private ``/dev`` with fake ``/dev/nvidia0..``,
+  ``/dev/nvidiactl``; then runs sshd (port 22, own host key) and starts the unit
+  ``sglang-qwen.service`` (a real unit file running the stand-in with the repo's venv python);
+- two processes holding ``/dev/nvidia0`` that are children of the host's PID 1: a leftover
+  ``sglang::scheduler_TP0`` and ``nvidia-persistenced`` (which a reap must spare).
+
+Only loopback and these namespaces are ever addressed. The hosts share the root file system
+otherwise; the empty mount points ``/models``, ``/opt/sglang``, ``/var/lib/orch``, ``/root/.ssh``
+are created on it when missing.
+
+State of each bed lives in ``/run/orchtb/<bed id>/state.json`` so that ``cleanup_stale()``
+(run by ``TestBed`` and ``python -m tests.testbed up``) removes namespaces, processes and veths
+left by crashed runs, and ``down`` finds persistent beds. Needs root, iproute2, util-linux,
+openssh-server (``tests/testbed/setup.sh``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from . import standin_tree
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_PYTHON = str(REPO / ".venv" / "bin" / "python")
+VENV_BIN = str(REPO / ".venv" / "bin")
+HOSTINIT = str(Path(__file__).resolve().parent / "hostinit.py")
+JOURNAL_SHIM = str(Path(__file__).resolve().parent / "journalctl_shim.py")
+STATE_ROOT = Path(os.environ.get("ORCH_TESTBED_STATE", "/run/orchtb"))
+NS_PREFIX = "orchtb-"
+SUBNET_PREFIX = "10.213"  # hosts get 10.213.<k>.0/24, k in 1..254
+DEFAULT_UNIT = "sglang-qwen"
+SGLANG_PORT = 30000
+
+TINY_MOE_CONFIG: Dict[str, Any] = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 128,
+    "moe_intermediate_size": 64,
+    "intermediate_size": 256,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "torch_dtype": "bfloat16",
+}
+
+# Per-host options (``TestBed(host_options={name_or_index: {...}})``); defaults here.
+HOST_OPTION_DEFAULTS: Dict[str, Any] = {
+    "gpu_name": "NVIDIA H200",      # ORCH_STANDIN_GPU_NAME
+    "n_gpus": 1,                    # /dev/nvidia0..n-1
+    "backend": None,                # --moe-runner-backend (None: flag omitted, SGLang's auto)
+    "moe_config_dir": None,         # SGLANG_MOE_CONFIG_DIR inside the host (created, with configs/)
+    "layout": "current",            # stand-in module layout: "current" | "old"
+    "tp": 1,                        # --tp
+    "model_config": None,           # dict replacing the tiny-moe config.json
+    "config_files": {},             # name -> dict|str pre-installed before start (see _config_target)
+    "env": {},                      # extra Environment= of the unit (ORCH_STANDIN_* fault knobs...)
+    "extra_args": [],               # extra launch_server flags
+    "unit": DEFAULT_UNIT,           # unit name (without .service)
+    "warmup_s": 1.0,                # ORCH_STANDIN_WARMUP_S
+    "strays": True,                 # leftover scheduler + nvidia-persistenced holding /dev/nvidia0
+    "start_unit": True,             # start the unit at bed creation
+    "timeout_stop_s": 15,           # TimeoutStopSec of the unit
+}
+
+
+class TestBedError(RuntimeError):
+    """The bed could not be created or a host command failed."""
+
+
+def _run(cmd: List[str], check: bool = True, **kw: Any) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _proc_start_time(pid: int) -> Optional[str]:
+    """Start time (clock ticks since boot, field 22 of /proc/PID/stat) or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: Optional[int], start: Optional[str]) -> bool:
+    return bool(pid) and _proc_start_time(pid) is not None and (start is None or _proc_start_time(pid) == start)
+
+
+@contextmanager
+def _state_lock() -> Iterator[None]:
+    STATE_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(STATE_ROOT / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def list_namespaces() -> List[str]:
+    """Names of the test bed's network namespaces (``orchtb-*``) that exist now."""
+    out = _run(["ip", "netns", "list"], check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(NS_PREFIX)]
+
+
+def _kill_ns_processes(ns: str) -> None:
+    pids = _run(["ip", "netns", "pids", ns], check=False).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def _delete_ns(ns: str, veth: Optional[str] = None) -> None:
+    _kill_ns_processes(ns)
+    deadline = time.monotonic() + 5
+    while _run(["ip", "netns", "pids", ns], check=False).stdout.split() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _run(["ip", "netns", "del", ns], check=False)
+    if veth:
+        _run(["ip", "link", "del", veth], check=False)
+
+
+def _bed_is_live(state: Dict[str, Any]) -> bool:
+    """A bed is live while its creating process runs, or (persistent beds) while a host's PID 1 runs."""
+    if _alive(state.get("owner_pid"), state.get("owner_start")):
+        return True
+    return bool(state.get("persistent")) and any(
+        _alive(h.get("init_pid"), h.get("init_start")) for h in state.get("hosts", []))
+
+
+def destroy_bed_state(bed_id: str) -> None:
+    """Remove everything of bed ``bed_id``: its hosts' processes, namespaces, veths, state dir
+    (and its work folder if the bed created it)."""
+    sdir = STATE_ROOT / bed_id
+    state: Dict[str, Any] = {}
+    try:
+        state = json.loads((sdir / "state.json").read_text())
+    except (OSError, ValueError):
+        pass
+    for h in state.get("hosts", []):
+        if _alive(h.get("init_pid"), h.get("init_start")):
+            try:
+                os.kill(h["init_pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for ns in list_namespaces():
+        if ns.startswith(f"{NS_PREFIX}{bed_id}-"):
+            veth = next((h.get("veth") for h in state.get("hosts", []) if h.get("ns") == ns), None)
+            _delete_ns(ns, veth)
+    for h in state.get("hosts", []):
+        if h.get("veth"):
+            _run(["ip", "link", "del", h["veth"]], check=False)
+    if state.get("owns_workdir") and state.get("workdir"):
+        shutil.rmtree(state["workdir"], ignore_errors=True)
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def cleanup_stale() -> List[str]:
+    """Remove beds whose owner is gone (or persistent beds whose hosts all died) and ``orchtb-*``
+    namespaces that belong to no known bed. Live beds of other processes are left alone.
+    Returns the removed bed ids / namespace names."""
+    removed: List[str] = []
+    with _state_lock():
+        known = set()
+        if STATE_ROOT.exists():
+            for sdir in STATE_ROOT.iterdir():
+                if not sdir.is_dir():
+                    continue
+                try:
+                    state = json.loads((sdir / "state.json").read_text())
+                except (OSError, ValueError):
+                    state = None
+                if state is not None and _bed_is_live(state):
+                    known.add(sdir.name)
+                    continue
+                if state is None and time.time() - sdir.stat().st_mtime < 60:
+                    known.add(sdir.name)  # being created right now
+                    continue
+                destroy_bed_state(sdir.name)
+                removed.append(sdir.name)
+        for ns in list_namespaces():
+            bed_id = ns[len(NS_PREFIX):].split("-", 1)[0]
+            if bed_id not in known:
+                _delete_ns(ns)
+                removed.append(ns)
+        # veths whose namespace is gone disappear with it; stray root ends of our naming:
+        out = _run(["ip", "-o", "link", "show"], check=False).stdout
+        for line in out.splitlines():
+            parts = line.split(":")
+            if len(parts) > 1:
+                name = parts[1].strip().split("@")[0]
+                if name.startswith("otb") and len(name) == 9 and name[3:7] not in known:
+                    _run(["ip", "link", "del", name], check=False)
+                    removed.append(name)
+    return removed
+
+
+def _used_subnets() -> set:
+    used = set()
+    out = _run(["ip", "-o", "-4", "addr", "show"], check=False).stdout
+    for tok in out.split():
+        if tok.startswith(SUBNET_PREFIX + "."):
+            try:
+                used.add(int(tok.split(".")[2]))
+            except (IndexError, ValueError):
+                pass
+    if STATE_ROOT.exists():
+        for sfile in STATE_ROOT.glob("*/state.json"):
+            try:
+                for h in json.loads(sfile.read_text()).get("hosts", []):
+                    used.add(int(h["address"].split(".")[2]))
+            except (OSError, ValueError, KeyError, IndexError):
+                pass
+    return used
+
+
+@dataclass
+class Host:
+    """One test-bed host. ``address``/``port``/``user`` are what SSH uses; ``sh`` runs a command
+    inside the host's namespaces directly (nsenter), not through SSH."""
+
+    name: str
+    address: str
+    port: int
+    user: str
+    ns: str
+    veth: str
+    hostdir: Path
+    options: Dict[str, Any]
+    init_pid: int = 0
+    init_start: Optional[str] = None
+    triton_version: str = ""
+    _unshare: Optional[subprocess.Popen] = field(default=None, repr=False)
+
+    # --- paths --------------------------------------------------------------------------
+    @property
+    def unit(self) -> str:
+        """Name of the SGLang unit (without ``.service``)."""
+        return self.options["unit"]
+
+    @property
+    def loader_dir(self) -> str:
+        """Folder of the stand-in's loader module, as the host sees it (str)."""
+        return "/opt/sglang/" + standin_tree.loader_dir(self.options["layout"])
+
+    @property
+    def config_dir(self) -> str:
+        """The stand-in's configs root on the host (``.../configs``, or
+        ``$SGLANG_MOE_CONFIG_DIR/configs`` when the host sets it), as the host sees it."""
+        base = self.options["moe_config_dir"] or self.loader_dir
+        return base.rstrip("/") + "/configs"
+
+    @property
+    def triton_dir(self) -> str:
+        """``config_dir/triton_X_Y_Z`` for the Triton the stand-in sees on this host."""
+        return f"{self.config_dir}/triton_{self.triton_version.replace('.', '_')}"
+
+    @property
+    def url(self) -> str:
+        """The unit's base URL as seen from inside the host."""
+        return f"http://127.0.0.1:{SGLANG_PORT}"
+
+    def local_path(self, path: str) -> Path:
+        """Path in the root namespace of a file inside one of this host's own mounts
+        (``/opt/sglang``, ``/var/lib/orch``, ``/etc/systemd/system``, ``/models``, ``/run``,
+        ``/var/log``, ``/tmp``, ``/srv``, ``/root/.ssh``). ValueError for other paths."""
+        for inside, local in _host_mounts(self.hostdir):
+            if path == inside or path.startswith(inside.rstrip("/") + "/"):
+                return Path(local) / os.path.relpath(path, inside)
+        raise ValueError(f"{path} is not on a per-host mount of {self.name}")
+
+    # --- commands -----------------------------------------------------------------------
+    def sh(self, cmd: str, check: bool = True, timeout: float = 120,
+           input: Optional[str] = None) -> subprocess.CompletedProcess:
+        """Run ``cmd`` with /bin/sh inside the host's network, mount, UTS and PID namespaces
+        (nsenter into its PID 1; not through SSH). Returns the CompletedProcess (text
+        stdout/stderr). Raises TestBedError if ``check`` and the status is not 0."""
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+               "LANG": "C.UTF-8"}
+        proc = subprocess.run(
+            ["nsenter", "-t", str(self.init_pid), "-m", "-u", "-n", "-p", "--", "/bin/sh", "-c", cmd],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=timeout, input=input,
+            cwd="/")
+        if check and proc.returncode != 0:
+            raise TestBedError(f"[{self.name}] `{cmd}` exited {proc.returncode}\nstdout: {proc.stdout}\n"
+                               f"stderr: {proc.stderr}")
+        return proc
+
+    def py(self, code: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Run Python ``code`` with the venv interpreter inside the host (``sys.argv[1:] = args``)."""
+        return self.sh(" ".join([shlex.quote(VENV_PYTHON), "-c", shlex.quote(code)] + [shlex.quote(a) for a in args]),
+                       check=check)
+
+    def file_tree_hash(self, path: str) -> Dict[str, str]:
+        """``{absolute path: sha256 hex}`` of every regular file under ``path`` inside the host
+        ({} if ``path`` does not exist; a file path gives one entry)."""
+        code = (
+            "import hashlib,json,os,sys\n"
+            "root=sys.argv[1]; out={}\n"
+            "def h(p):\n"
+            "    with open(p,'rb') as f: return hashlib.sha256(f.read()).hexdigest()\n"
+            "if os.path.isfile(root): out[root]=h(root)\n"
+            "for d,_,fs in os.walk(root):\n"
+            "    for n in fs:\n"
+            "        p=os.path.join(d,n)\n"
+            "        if os.path.isfile(p) and not os.path.islink(p): out[p]=h(p)\n"
+            "print(json.dumps(out))\n")
+        return json.loads(self.py(code, path).stdout)
+
+    def unit_state(self, unit: Optional[str] = None) -> str:
+        """``systemctl is-active UNIT`` inside the host (``active``, ``inactive``, ``failed``, ...)."""
+        return self.sh(f"systemctl is-active {shlex.quote(unit or self.unit)}", check=False).stdout.strip()
+
+    def unit_log(self, unit: Optional[str] = None) -> str:
+        """Whole log of the unit (``journalctl -u UNIT``; accumulates across restarts)."""
+        return self.sh(f"journalctl -u {shlex.quote(unit or self.unit)} --no-pager", check=False).stdout
+
+    def pids_holding(self, path: str = "/dev/nvidia0") -> List[Tuple[int, str]]:
+        """``[(pid, cmdline)]`` of the host's processes with ``path`` open (host PIDs; cmdline
+        arguments joined by spaces), sorted by pid."""
+        code = (
+            "import os,sys,json\n"
+            "want=sys.argv[1]; out=[]\n"
+            "for p in os.listdir('/proc'):\n"
+            "    if not p.isdigit(): continue\n"
+            "    try:\n"
+            "        fds=os.listdir(f'/proc/{p}/fd')\n"
+            "        hit=any(os.readlink(f'/proc/{p}/fd/{fd}')==want for fd in fds)\n"
+            "        cmd=open(f'/proc/{p}/cmdline','rb').read().rstrip(b'\\0').replace(b'\\0',b' ').decode('utf-8','replace')\n"
+            "    except OSError: continue\n"
+            "    if hit: out.append([int(p),cmd])\n"
+            "print(json.dumps(sorted(out)))\n")
+        return [(pid, cmd) for pid, cmd in json.loads(self.py(code, path).stdout)]
+
+    def wait_http(self, path: str = "/health", status: int = 200, timeout: float = 60) -> float:
+        """Poll ``GET url+path`` inside the host until it answers ``status``; returns seconds
+        waited. Raises TestBedError on timeout or when the unit is no longer active."""
+        code = (
+            "import sys,time,urllib.request,urllib.error\n"
+            "url,want,deadline=sys.argv[1],int(sys.argv[2]),time.time()+float(sys.argv[3]);t0=time.time()\n"
+            "while time.time()<deadline:\n"
+            "    try:\n"
+            "        code=urllib.request.urlopen(url,timeout=2).status\n"
+            "    except urllib.error.HTTPError as e: code=e.code\n"
+            "    except OSError: code=None\n"
+            "    if code==want: print(time.time()-t0); sys.exit(0)\n"
+            "    time.sleep(0.1)\n"
+            "sys.exit(3)\n")
+        t0 = time.monotonic()
+        # poll in short slices so a dead unit ends the wait early
+        while True:
+            left = timeout - (time.monotonic() - t0)
+            if left <= 0:
+                raise TestBedError(f"[{self.name}] {path} did not answer {status} within {timeout} s")
+            r = self.py(code, self.url + path, str(status), str(min(2.0, left)), check=False)
+            if r.returncode == 0:
+                return time.monotonic() - t0
+            if self.unit_state() not in ("active", "activating"):
+                raise TestBedError(f"[{self.name}] unit {self.unit} is {self.unit_state()} while waiting for {path}")
+
+
+def _host_mounts(hostdir: Path) -> List[Tuple[str, str]]:
+    """(path inside the host, local source) of every per-host folder bind."""
+    h = str(hostdir)
+    return [
+        ("/etc/systemd/system", f"{h}/etc-systemd-system"),
+        ("/root/.ssh", f"{h}/root-ssh"),
+        ("/opt/sglang", f"{h}/opt-sglang"),
+        ("/var/lib/orch", f"{h}/var-lib-orch"),
+        ("/models", f"{h}/models"),
+        ("/var/log", f"{h}/var-log"),
+        ("/srv", f"{h}/srv"),
+        ("/tmp", f"{h}/tmp"),
+        ("/run", f"{h}/run"),
+    ]
+
+
+def _unit_text(host: Host) -> str:
+    o = host.options
+    env = {"PYTHONPATH": "/opt/sglang", "ORCH_STANDIN_GPU_NAME": o["gpu_name"],
+           "ORCH_STANDIN_WARMUP_S": str(o["warmup_s"]), "PYTHONUNBUFFERED": "1", "HOME": "/root"}
+    if o["moe_config_dir"]:
+        env["SGLANG_MOE_CONFIG_DIR"] = o["moe_config_dir"]
+    env.update({k: str(v) for k, v in o["env"].items()})
+    args = [VENV_PYTHON, "-m", "sglang.launch_server", "--model-path", "/models/tiny-moe", "--tp", str(o["tp"]),
+            "--port", str(SGLANG_PORT), "--host", "0.0.0.0"]
+    if o["backend"]:
+        args += ["--moe-runner-backend", o["backend"]]
+    args += [str(a) for a in o["extra_args"]]
+    lines = [
+        "[Unit]",
+        f"Description=SGLang server (orch test bed stand-in) on {host.name}",
+        "After=network.target",
+        "",
+        "[Service]",
+        "Type=simple",
+    ]
+    lines += [f'Environment="{k}={v}"' for k, v in env.items()]
+    lines += [
+        "ExecStart=" + " ".join(shlex.quote(a) for a in args),
+        "WorkingDirectory=/root",
+        "KillMode=control-group",
+        f"TimeoutStopSec={o['timeout_stop_s']}",
+        "Restart=no",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+class TestBed:
+    """N hosts (see module docstring). Use as a context manager; everything is torn down on
+    exit, also after a failed test.
+
+    ``host_options``: ``{host name or index: {option: value}}`` with the keys of
+    ``HOST_OPTION_DEFAULTS``; ``workdir``: folder for keys, per-host trees and logs (a temporary
+    folder under /tmp by default, removed at teardown); ``persistent``: keep the hosts after this
+    process exits (for ``python -m tests.testbed up``).
+    Attributes: ``hosts`` (list of Host), ``key_path`` (private key accepted by every host as
+    root), ``known_hosts_path`` (OpenSSH known_hosts listing every host's key), ``bed_id``.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, n_hosts: int = 2, host_options: Optional[Dict[Any, Dict[str, Any]]] = None,
+                 workdir: Optional[os.PathLike] = None, persistent: bool = False, names: Optional[List[str]] = None):
+        if os.geteuid() != 0:
+            raise TestBedError("the test bed needs root (network namespaces, mounts)")
+        self.n_hosts = n_hosts
+        self.host_options = host_options or {}
+        self.persistent = persistent
+        self.bed_id = secrets.token_hex(2)
+        self.owns_workdir = workdir is None
+        self.workdir = Path(workdir or f"/tmp/orchtb-{self.bed_id}").resolve()
+        self.names = names or [f"gpu-{chr(ord('a') + i)}" for i in range(n_hosts)]
+        self.hosts: List[Host] = []
+        self.key_path = self.workdir / "id_ed25519"
+        self.known_hosts_path = self.workdir / "known_hosts"
+        self.state_dir = STATE_ROOT / self.bed_id
+        self._up = False
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def __enter__(self) -> "TestBed":
+        try:
+            self.create()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.destroy()
+
+    def _options_for(self, i: int, name: str) -> Dict[str, Any]:
+        opts = json.loads(json.dumps(HOST_OPTION_DEFAULTS))
+        for key in (i, name, str(i)):
+            if key in self.host_options:
+                unknown = set(self.host_options[key]) - set(HOST_OPTION_DEFAULTS)
+                if unknown:
+                    raise TestBedError(f"unknown host option(s) {sorted(unknown)}")
+                opts.update(self.host_options[key])
+        return opts
+
+    def _save_state(self) -> None:
+        state = {
+            "bed_id": self.bed_id, "persistent": self.persistent, "owner_pid": os.getpid(),
+            "owner_start": _proc_start_time(os.getpid()), "workdir": str(self.workdir),
+            "owns_workdir": self.owns_workdir, "key_path": str(self.key_path),
+            "known_hosts_path": str(self.known_hosts_path), "created": time.time(),
+            "hosts": [{"name": h.name, "ns": h.ns, "veth": h.veth, "address": h.address, "init_pid": h.init_pid,
+                       "init_start": h.init_start, "options": h.options} for h in self.hosts],
+        }
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_dir / "state.json.tmp"
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.state_dir / "state.json")
+
+    def create(self) -> None:
+        """Create the namespaces, trees and processes of every host and wait until each one's
+        sshd answers and its unit was started. Raises TestBedError."""
+        cleanup_stale()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        triton_version = os.environ.get("ORCH_STANDIN_TRITON_VERSION") or _run(
+            [VENV_PYTHON, "-c", "import triton; print(triton.__version__)"]).stdout.strip()
+        for stale in (self.key_path, Path(f"{self.key_path}.pub"), self.known_hosts_path):
+            stale.unlink(missing_ok=True)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"orch-testbed-{self.bed_id}", "-f",
+              str(self.key_path)])
+        with _state_lock():
+            used = _used_subnets()
+            free = [k for k in range(1, 255) if k not in used]
+            if len(free) < len(self.names):
+                raise TestBedError("no free 10.213.x.0/24 subnets left")
+            for i, name in enumerate(self.names):
+                k = free[i]
+                host = Host(name=name, address=f"{SUBNET_PREFIX}.{k}.2", port=22, user="root",
+                            ns=f"{NS_PREFIX}{self.bed_id}-{name}", veth=f"otb{self.bed_id}{i:02d}",
+                            hostdir=self.workdir / name, options=self._options_for(i, name),
+                            triton_version=self._options_for(i, name)["env"].get(
+                                "ORCH_STANDIN_TRITON_VERSION", triton_version))
+                self.hosts.append(host)
+            self._save_state()
+            for i, host in enumerate(self.hosts):
+                self._make_network(host, i)
+        for host in self.hosts:
+            self._make_files(host)
+        for host in self.hosts:
+            self._start_host(host)
+        self._save_state()
+        for host in self.hosts:
+            self._wait_ssh(host)
+        self.known_hosts_path.write_text("".join(
+            f"{h.address} {(h.hostdir / 'ssh_host_ed25519_key.pub').read_text().split()[0]} "
+            f"{(h.hostdir / 'ssh_host_ed25519_key.pub').read_text().split()[1]}\n" for h in self.hosts))
+        self._up = True
+
+    def _make_network(self, host: Host, i: int) -> None:
+        peer = f"otp{self.bed_id}{i:02d}"
+        gw = host.address.rsplit(".", 1)[0] + ".1"
+        _run(["ip", "netns", "add", host.ns])
+        _run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", peer])
+        _run(["ip", "link", "set", peer, "netns", host.ns])
+        _run(["ip", "-n", host.ns, "link", "set", peer, "name", "eth0"])
+        _run(["ip", "addr", "add", f"{gw}/24", "dev", host.veth])
+        _run(["ip", "link", "set", host.veth, "up"])
+        _run(["ip", "-n", host.ns, "addr", "add", f"{host.address}/24", "dev", "eth0"])
+        _run(["ip", "-n", host.ns, "link", "set", "eth0", "up"])
+        _run(["ip", "-n", host.ns, "link", "set", "lo", "up"])
+        # no default route: a host reaches only its own /24 (the root namespace end), nothing else
+
+    def _make_files(self, host: Host) -> None:
+        o = host.options
+        hd = host.hostdir
+        if hd.exists():
+            shutil.rmtree(hd)
+        for _, local in _host_mounts(hd):
+            Path(local).mkdir(parents=True, exist_ok=True)
+        os.chmod(hd / "tmp", 0o1777)
+        os.chmod(hd / "root-ssh", 0o700)
+        (hd / "run" / "orchtb").mkdir()
+        (hd / "var-log" / "journal").mkdir()
+        (hd / "var-lib-orch").chmod(0o755)
+        # stand-in SGLang tree for this host
+        standin_tree.make_tree(hd / "opt-sglang", o["layout"])
+        # model
+        (hd / "models" / "tiny-moe").mkdir(parents=True)
+        (hd / "models" / "tiny-moe" / "config.json").write_text(
+            json.dumps(o["model_config"] or TINY_MOE_CONFIG, indent=2) + "\n")
+        # fake GPU device files
+        (hd / "dev").mkdir()
+        nvidia = [f"nvidia{i}" for i in range(int(o["n_gpus"]))] + ["nvidiactl"]
+        for n in nvidia:
+            (hd / "dev" / n).write_bytes(b"")
+            os.chmod(hd / "dev" / n, 0o666)
+        # SSH: authorized key, host key, sshd config (all read by sshd inside the host)
+        shutil.copy(f"{self.key_path}.pub", hd / "root-ssh" / "authorized_keys")
+        os.chmod(hd / "root-ssh" / "authorized_keys", 0o600)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{host.name}-hostkey", "-f",
+              str(hd / "ssh_host_ed25519_key")])
+        shutil.copy(hd / "ssh_host_ed25519_key", hd / "run" / "orchtb" / "ssh_host_ed25519_key")
+        os.chmod(hd / "run" / "orchtb" / "ssh_host_ed25519_key", 0o600)
+        (hd / "run" / "orchtb" / "sshd_config").write_text("\n".join([
+            "Port 22",
+            "ListenAddress 0.0.0.0",
+            "HostKey /run/orchtb/ssh_host_ed25519_key",
+            "PidFile /run/sshd.pid",
+            "PermitRootLogin prohibit-password",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "AuthorizedKeysFile .ssh/authorized_keys",
+            "Subsystem sftp /usr/lib/openssh/sftp-server",
+            "PrintMotd no",
+            "UseDNS no",
+            "MaxStartups 100:30:200",
+            "MaxSessions 100",
+            "ClientAliveInterval 30",
+            "LogLevel INFO",
+            "",
+        ]))
+        # systemctl / journalctl of the host
+        (hd / "bin").mkdir()
+        (hd / "bin" / "systemctl").write_text(f"#!/bin/sh\nexec {shlex.quote(VENV_BIN + '/systemctl3')} \"$@\"\n")
+        (hd / "bin" / "journalctl").write_text(
+            f"#!/bin/sh\nexec {shlex.quote(VENV_PYTHON)} {shlex.quote(JOURNAL_SHIM)} \"$@\"\n")
+        for n in ("systemctl", "journalctl"):
+            os.chmod(hd / "bin" / n, 0o755)
+        # name resolution stays inside the host: no DNS server is ever asked
+        (hd / "etc").mkdir()
+        (hd / "etc" / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        (hd / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n")
+        # the unit
+        (hd / "etc-systemd-system" / f"{o['unit']}.service").write_text(_unit_text(host))
+        # MoE config folder override and pre-installed config files
+        setup_cmds = []
+        if o["moe_config_dir"]:
+            setup_cmds.append(f"mkdir -p {shlex.quote(o['moe_config_dir'].rstrip('/') + '/configs')}")
+        for name, content in o["config_files"].items():
+            target = self._config_target(host, name)
+            text = content if isinstance(content, str) else json.dumps(content, indent=4)
+            setup_cmds.append(f"mkdir -p {shlex.quote(os.path.dirname(target))} && "
+                              f"printf '%s' {shlex.quote(text)} > {shlex.quote(target)}")
+        spec = {
+            "name": host.name, "hostdir": str(hd), "init_log": str(hd / "init.log"),
+            "binds": [[local, inside] for inside, local in _host_mounts(hd)] + [
+                [str(hd / "bin" / "systemctl"), "/usr/bin/systemctl"],
+                [str(hd / "bin" / "journalctl"), "/usr/bin/journalctl"],
+                [str(hd / "etc" / "resolv.conf"), "/etc/resolv.conf"],
+                [str(hd / "etc" / "hosts"), "/etc/hosts"]],
+            "nvidia": nvidia, "sshd_config": "/run/orchtb/sshd_config", "python": VENV_PYTHON,
+            "setup_cmds": setup_cmds, "strays": bool(o["strays"]),
+            "start_units": [o["unit"]] if o["start_unit"] else [],
+        }
+        # /tmp and /run last: binding them must not hide later sources (hostinit also uses O_PATH fds)
+        (hd / "spec.json").write_text(json.dumps(spec, indent=1))
+
+    @staticmethod
+    def _config_target(host: Host, name: str) -> str:
+        """Where a pre-installed config file goes inside the host: ``name`` with a ``/`` is
+        relative to ``config_dir`` (e.g. ``triton_3_1_0/E=...json``), else it goes into
+        ``triton_dir`` (the installed Triton's folder)."""
+        if "/" in name:
+            return f"{host.config_dir}/{name}"
+        return f"{host.triton_dir}/{name}"
+
+    def _start_host(self, host: Host) -> None:
+        rfd, wfd = os.pipe()
+        for mp in ("/models", "/opt/sglang", "/var/lib/orch", "/root/.ssh"):
+            os.makedirs(mp, exist_ok=True)
+        cmd = ["ip", "netns", "exec", host.ns, "unshare", "--mount", "--pid", "--uts", "--fork", "--mount-proc",
+               "--propagation", "private", VENV_PYTHON, HOSTINIT, str(host.hostdir / "spec.json"), str(wfd)]
+        host._unshare = subprocess.Popen(cmd, pass_fds=[wfd], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=open(host.hostdir / "unshare.log", "w"),
+                                         start_new_session=True)
+        os.close(wfd)
+        # the init's pid (child of unshare) in our PID namespace
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not host.init_pid:
+            try:
+                kids = Path(f"/proc/{host._unshare.pid}/task/{host._unshare.pid}/children").read_text().split()
+            except OSError:
+                kids = []
+            if kids:
+                host.init_pid = int(kids[0])
+                host.init_start = _proc_start_time(host.init_pid)
+            else:
+                time.sleep(0.02)
+        host._ready_fd = rfd  # type: ignore[attr-defined]
+        if not host.init_pid:
+            raise TestBedError(f"[{host.name}] host init did not start (see {host.hostdir}/unshare.log)")
+
+    def _wait_ssh(self, host: Host, timeout: float = 120) -> None:
+        rfd = host._ready_fd  # type: ignore[attr-defined]
+        with os.fdopen(rfd) as f:
+            line = f.readline().strip()
+        if line != "READY":
+            log = (host.hostdir / "init.log").read_text() if (host.hostdir / "init.log").exists() else ""
+            raise TestBedError(f"[{host.name}] host init failed: {line or 'no answer'}\n{log[-3000:]}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                s.settimeout(1)
+                if s.connect_ex((host.address, 22)) == 0:
+                    return
+            time.sleep(0.05)
+        raise TestBedError(f"[{host.name}] sshd at {host.address}:22 unreachable")
+
+    def destroy(self) -> None:
+        """Kill every host's processes, delete namespaces and veths, remove state (and the work
+        folder if the bed made it). Safe to call twice."""
+        for host in self.hosts:
+            if host.init_pid and _alive(host.init_pid, host.init_start):
+                try:
+                    os.kill(host.init_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if host._unshare is not None:
+                try:
+                    host._unshare.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    host._unshare.kill()
+                    host._unshare.wait()
+        for host in self.hosts:
+            _delete_ns(host.ns, host.veth)
+        with _state_lock():
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        self._up = False
+
+    def detach(self) -> None:
+        """Leave the hosts running after this process exits (persistent bed): the state then
+        names the hosts' PID 1s as what keeps the bed alive."""
+        self.persistent = True
+        self._save_state()
+
+    # --- helpers for tests ---------------------------------------------------------------
+    def host(self, name: str) -> Host:
+        """The host called ``name`` (KeyError if none)."""
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def ssh_command(self, host: Host, command: str) -> List[str]:
+        """argv of an OpenSSH client call running ``command`` on ``host`` with strict host key
+        checking against ``known_hosts_path`` (for tests and the README)."""
+        return ["ssh", "-i", str(self.key_path), "-o", f"UserKnownHostsFile={self.known_hosts_path}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                "-o", "GlobalKnownHostsFile=/dev/null", "-p", str(host.port), f"{host.user}@{host.address}", command]
+
+    def write_inventory(self, path: os.PathLike, group: str = "testbed", **extra_vars: Any) -> Path:
+        """Write an Ansible-style YAML inventory of the hosts to ``path`` and return it.
+
+        ``all.children.<group>.hosts.<name>``: ``ansible_host``, ``ansible_user``, ``ansible_port``,
+        ``ansible_ssh_private_key_file`` (absolute), ``orch_unit``; group ``vars``: the
+        test-bed defaults ``ansible_python_interpreter`` (the repo's venv python),
+        ``orch_triton_interpret: true``, ``orch_tune_space: smoke``, ``orch_tune_batch_sizes: [1, 4]``,
+        ``orch_known_hosts`` (absolute), updated with ``extra_vars``.
+        """
+        import yaml
+
+        hosts = {}
+        for h in self.hosts:
+            hosts[h.name] = {"ansible_host": h.address, "ansible_user": h.user, "ansible_port": h.port,
+                             "ansible_ssh_private_key_file": str(self.key_path), "orch_unit": h.unit}
+        group_vars = {
+            "ansible_python_interpreter": VENV_PYTHON,
+            "orch_triton_interpret": True,
+            "orch_tune_space": "smoke",
+            "orch_tune_batch_sizes": [1, 4],
+            "orch_known_hosts": str(self.known_hosts_path),
+        }
+        group_vars.update(extra_vars)
+        inv = {"all": {"children": {group: {"hosts": hosts, "vars": group_vars}}}}
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Written by `python -m tests.testbed` (bed {self.bed_id}); hosts live in network "
+                        f"namespaces {NS_PREFIX}{self.bed_id}-*\n" + yaml.safe_dump(inv, sort_keys=False))
+        return path
+
+
+def load_persistent_beds() -> List[Dict[str, Any]]:
+    """States of the persistent beds recorded under STATE_ROOT (list of dicts)."""
+    beds = []
+    if STATE_ROOT.exists():
+        for sfile in sorted(STATE_ROOT.glob("*/state.json")):
+            try:
+                state = json.loads(sfile.read_text())
+            except (OSError, ValueError):
+                continue
+            if state.get("persistent"):
+                beds.append(state)
+    return beds
