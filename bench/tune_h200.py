@@ -224,6 +224,8 @@ def section_fastfull(res, args):
             row["quality"] = t["fast"] / t["full"]
             row["gpu_ratio"] = row["fast"]["search_gpu_s"] / max(row[space_full]["search_gpu_s"], 1e-9)
             rows.append(row)
+            res["fastfull"] = rows
+            (Path(args.out) / "fastfull.json").write_text(json.dumps(rows, indent=1, default=str))
             say(f"  M={M}: fast/full kernel time {row['quality']:.4f}, GPU time ratio {row['gpu_ratio']:.3f}")
     finally:
         comp.close()

@@ -25,21 +25,16 @@ class UsageError(Exception):
 
 
 def _serial(value: str | None):
+    """``--serial`` value checked with the engine's own parser (``1``, ``25%``, ``1,5,25%``)."""
+    from .engine.batching import SerialError, parse_serial
+
     if value is None:
         return None
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts:
-        raise UsageError("--serial: empty value")
-    out = []
-    for p in parts:
-        if p.endswith("%"):
-            out.append(p)
-        else:
-            try:
-                out.append(int(p))
-            except ValueError:
-                raise UsageError(f"--serial: {p!r} is not a number or a percentage") from None
-    return out if len(out) > 1 else out[0]
+    try:
+        parse_serial(value)
+    except SerialError as exc:
+        raise UsageError(f"--serial: {exc}") from None
+    return value
 
 
 def _add_fleet_flags(p: argparse.ArgumentParser, service_required: bool = True) -> None:

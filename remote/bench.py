@@ -22,8 +22,9 @@ sends, SGLang 0.5.x ``async_request_sglang_generate``):
 
 Measurement (same definitions as sglang.bench_serving ``calculate_metrics``):
 
-- TTFT: from just before the connection is opened to the first content chunk
-  (a chunk with non-empty text, or one whose ``completion_tokens`` grew).
+- TTFT: from just before the connection is opened to the first content chunk: on
+  ``/generate`` with counts, a chunk whose ``completion_tokens`` grew (a repeated count
+  is skipped); otherwise a chunk with non-empty text (one token each).
 - ITL: gaps between later content chunks; a chunk that reports k > 1 new tokens
   contributes k gaps of (gap / k), as bench_serving does for ``/generate``.
 - E2E latency: from the start to the last line read (``[DONE]``).
@@ -309,17 +310,22 @@ def stream_request(
                 return rec
             if info.prompt_tokens is not None:
                 rec.prompt_tokens = info.prompt_tokens
-            # /generate reports a running count in every chunk; OpenAI's usage is a final total
-            # (its chunk has no choices), so only /generate counts may mark new tokens.
-            grew = api == "generate" and info.completion_tokens is not None and info.completion_tokens > last_ct
-            if not (info.has_text or grew):
-                if info.completion_tokens is not None:
-                    reported_ct = max(reported_ct or 0, info.completion_tokens)
+            # /generate reports a running count in every chunk: a chunk is new content when
+            # the count grew (a repeat with the same count is skipped, as bench_serving does).
+            # OpenAI's usage is a final total on a chunk without choices: there, and on
+            # servers that send no counts, a chunk with text is one new token.
+            ct = info.completion_tokens
+            if ct is not None:
+                reported_ct = max(reported_ct or 0, ct)
+            if api == "generate" and ct is not None:
+                if ct <= last_ct:
+                    continue
+                new_tokens = ct - last_ct
+                last_ct = ct
+            elif info.has_text:
+                new_tokens = 1
+            else:
                 continue
-            new_tokens = (info.completion_tokens - last_ct) if grew else 1
-            if info.completion_tokens is not None:
-                reported_ct = max(reported_ct or 0, info.completion_tokens)
-                last_ct = max(last_ct, info.completion_tokens)
             counted_chunks += 1
             if rec.ttft is None:
                 rec.ttft = now - rec.start

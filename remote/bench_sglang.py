@@ -60,7 +60,7 @@ FIELD_ALIASES: dict[str, tuple[str, ...]] = {
 
 #: Seconds allowed on top of --level-timeout for bench_serving's own start-up
 #: (imports, tokenizer load) and its 1 s pause after warm-up.
-STARTUP_ALLOWANCE_S = 120.0
+STARTUP_ALLOWANCE_S = 60.0
 
 
 def _num(v: Any) -> float | None:

@@ -24,9 +24,11 @@ interleave their read-modify-write of the lock):
 - ``release --run-id ID``: remove our own lock; ``locked`` when another run holds it;
   ``"released": false`` when there was none.
 - ``status``: report (never fails for a missing lock).
-- ``break [--run-id HOLDER] [--force]``: remove a stale (or corrupt) lock; any lock with
-  ``--force``. With ``--run-id`` the holder must be that run (guards against breaking a lock
-  that changed hands since it was looked at). Refused (``locked``) for a fresh lock without --force.
+- ``break [--run-id BREAKER] [--holder RUN_ID] [--force]``: remove a stale (or corrupt) lock;
+  any lock with ``--force``. ``--run-id`` names the run that breaks it (recorded in
+  ``<state_dir>/lock.broken.json`` with the removed lock). With ``--holder`` the holder must be
+  that run (guards against breaking a lock that changed hands since it was looked at).
+  Refused (``locked``) for a fresh lock without --force.
 
 Result ``data`` of every operation: :func:`describe` of the lock after the operation, plus
 ``"op"`` and, depending on the operation, ``acquired``/``reentrant``/``released``/``broken``
@@ -64,6 +66,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--stale-after", type=float, default=DEFAULT_STALE_AFTER,
                         help="seconds without heartbeat after which the lock is stale")
     parser.add_argument("--force", action="store_true", help="break even a fresh lock")
+    parser.add_argument("--holder", default=None, help="break: only if this run holds the lock")
 
 
 def run(args) -> dict:
@@ -82,7 +85,7 @@ def run(args) -> dict:
     if args.op == "release":
         return release(sd, args.run_id, sa)
     if args.op == "break":
-        return break_lock(sd, args.run_id, force=args.force, stale_after=sa)
+        return break_lock(sd, args.holder, force=args.force, stale_after=sa, breaker=args.run_id)
     return status(sd, sa)
 
 
@@ -238,14 +241,17 @@ def status(state_dir: str, stale_after: float = DEFAULT_STALE_AFTER) -> dict:
 
 
 def break_lock(state_dir: str, holder: str | None = None, force: bool = False,
-               stale_after: float = DEFAULT_STALE_AFTER) -> dict:
+               stale_after: float = DEFAULT_STALE_AFTER, breaker: str | None = None) -> dict:
     """Remove a stale (or corrupt) lock, or any lock with ``force``; see module docstring.
+
+    ``holder``: refuse unless this run holds it; ``breaker``: the run breaking it (recorded).
 
     Raises ``PayloadError('locked')`` for a fresh lock without ``force`` or a holder other
     than ``holder``; ``broken`` is false when there was no lock.
     """
-    if holder is not None:
-        check_run_id(holder)
+    for rid in (holder, breaker):
+        if rid is not None:
+            check_run_id(rid)
     with _mutex(state_dir):
         cur = _read(state_dir)
         if cur is None:
@@ -260,5 +266,9 @@ def break_lock(state_dir: str, holder: str | None = None, force: bool = False,
                                                  f"{stale_after:.0f} s): --force breaks it anyway", detail=d)
         os.unlink(lock_path(state_dir))
         fsync_dir(state_dir)
+        now = time.time()
+        atomic_write_json(os.path.join(state_dir, "lock.broken.json"),
+                          {"broken_at": _iso(now), "broken_by": breaker, "forced": bool(force),
+                           "stale": d["stale"], "previous": dict(cur)})
         return dict(describe(None, stale_after), op="break", broken=True, previous=dict(cur),
                     previous_status=d)

@@ -12,8 +12,8 @@ touching anything, then for each file:
 
 A ``dest_dir`` the run created (``dest_existed_before`` false) is removed when it is empty
 afterwards; one that existed before but is gone is re-created when a file must go back into it.
-Every file is verified by sha256 afterwards. ``state.json`` of the run gets ``restored_at``
-(and a ``restores`` list). Running it twice is harmless (everything ``unchanged`` the second time).
+Every file is verified by sha256 afterwards. ``state.json`` of the run gets ``state``
+``restored``, ``restored_at`` and a ``restores`` list (``{"at", "as_run_id", "changed"}``). Running it twice is harmless (everything ``unchanged`` the second time).
 
 With ``--as-run-id NEW_ID`` the restore itself is recorded as run ``NEW_ID`` (action ``rollback``,
 manifest with before/after hashes and backups of the content it replaced, ``"restores": ID``),
@@ -156,10 +156,12 @@ def restore(state_dir: str, run_id: str, as_run_id: str | None = None,
         raise PayloadError("runtime", f"restore of run {run_id}: verification failed for {bad}",
                            detail={"files": files})
     at = now_iso()
-    st = update_state(state_dir, run_id, restored_at=at)
+    changed = sum(1 for f in files if f["action"] != "unchanged")
+    st = update_state(state_dir, run_id)
     restores = list(st.get("restores") or [])
-    restores.append({"at": at, "as_run_id": as_run_id,
-                     "changed": sum(1 for f in files if f["action"] != "unchanged")})
-    update_state(state_dir, run_id, restores=restores)
+    restores.append({"at": at, "as_run_id": as_run_id, "changed": changed})
+    update_state(state_dir, run_id, state="restored",
+                 data={"restored_by": as_run_id} if as_run_id else None,
+                 restored_at=at, restores=restores)
     return {"run_id": run_id, "as_run_id": as_run_id, "dest_dir": dest_dir,
             "dest_removed": dest_removed, "files": files}

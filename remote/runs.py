@@ -3,7 +3,9 @@
 ``python -m remote runs [--state-dir D] [--run-id ID] [--limit N]`` lists
 ``<state_dir>/runs/*`` newest first. Result ``data``::
 
-    {"state_dir", "runs": [{"run_id", "created", "action", "status", "dest_dir", "restores",
+    {"state_dir", "runs": [{"run_id", "created", "action", "status", "dest_dir",
+                            "restores": run id a rollback run undid | null,
+                            "restored_at": when this run was itself restored | null,
                             "changed": [{"path", "action"}], "unchanged": int,
                             "state": {...state.json...} | null}]}
 
@@ -100,6 +102,7 @@ def describe_run(state_dir: str, run_id: str) -> dict:
         "status": manifest.get("status"),
         "dest_dir": manifest.get("dest_dir"),
         "restores": manifest.get("restores"),
+        "restored_at": (state or {}).get("restored_at") if isinstance(state, dict) else None,
         "changed": [{"path": f.get("path"), "action": f.get("action")} for f in files
                     if f.get("action") not in ("unchanged", "absent")],
         "unchanged": sum(1 for f in files if f.get("action") in ("unchanged", "absent")),

@@ -50,7 +50,7 @@ class FakeServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.cfg = {"first_s": 0.0, "gap_s": 0.0, "fail_every": 0, "stall": False,
                     "tokens_per_chunk": 1, "report_usage": True, "error_every": 0,
-                    "prompt_extra": 0, "models": ["fake-model"]}
+                    "prompt_extra": 0, "models": ["fake-model"], "repeat_last": False}
         self.cfg.update(cfg)
         self.count = 0
         self.lock = threading.Lock()
@@ -158,6 +158,8 @@ class Handler(BaseHTTPRequestHandler):
             if cfg["stall"]:
                 srv.release.wait(30)
                 return
+        if cfg["repeat_last"] and not openai:  # a final chunk repeating the last count
+            self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
         if openai and cfg["report_usage"]:
             usage = {"choices": [], "usage": {"completion_tokens": produced, "prompt_tokens": n_in}}
             self._chunk(b"data: " + json.dumps(usage).encode() + b"\n\n")
@@ -351,6 +353,16 @@ def test_server_reported_tokens_win_over_chunks(fake, capsys):
     assert lv["total_input_tokens"] == 4 * 5  # the server's prompt_tokens, not the ids sent
     # 3 chunks -> 2 gaps of ~30 ms, each split into 3 ITL entries of ~10 ms
     assert 9.0 <= lv["median_itl_ms"] < 30.0
+
+
+def test_stream_request_itl_per_token(fake):
+    srv = fake(repeat_last=True, gap_s=0.002)
+    target = bench.parse_url(srv.url)
+    rec = bench.stream_request(target, "generate", [5] * 7, 6, None, 10.0, time.perf_counter() + 10)
+    assert rec.status == "completed", rec.error
+    assert rec.output_tokens == 6 and rec.prompt_tokens == 7 and rec.chunks == 6
+    assert len(rec.itl) == 5  # one gap per token after the first; the repeated chunk adds none
+    assert rec.ttft is not None and 0 < rec.ttft <= rec.latency
 
 
 def test_chunks_counted_when_no_usage(fake, capsys):
@@ -673,33 +685,43 @@ def test_standin_openai_api(standin, capsys):
     assert lv["median_itl_ms"] >= 3.0
 
 
-def test_agreement_with_independent_oracle(standin, capsys):
+def _agreement(capsys, url: str, concurrency: int, input_len: int, output_len: int, num_prompts: int,
+               rounds: int = 2) -> tuple[float, float]:
+    """Run orch's bench and the oracle alternately ``rounds`` times with the same settings.
+
+    Every run must complete every request with the same token total. Returns the best
+    output tokens/s of each client: on this shared 2-core machine, load from other
+    processes only ever slows a client down, so the best of a few runs is the measure.
+    """
     from tests import bench_oracle
 
-    settings = dict(concurrency=4, input_len=32, output_len=24, num_prompts=16)
-    ours, _ = quiet_run(capsys, url=standin, levels=[settings["concurrency"]], input_len=settings["input_len"],
-                        output_len=settings["output_len"], num_prompts=settings["num_prompts"], warmup=1,
-                        level_timeout=60, request_timeout=30)
-    lv = ours["levels"][0]
-    assert lv["valid"] is True and lv["completed"] == settings["num_prompts"]
-    oracle = bench_oracle.measure(standin, **settings, timeout_s=60)
-    assert oracle["completed"] == settings["num_prompts"]
-    assert lv["total_output_tokens"] == oracle["output_tokens"]
-    a, b = lv["output_throughput"], oracle["output_tokens_per_s"]
+    ours, theirs = [], []
+    for _ in range(rounds):
+        data, _ = quiet_run(capsys, url=url, levels=[concurrency], input_len=input_len, output_len=output_len,
+                            num_prompts=num_prompts, warmup=1, level_timeout=60, request_timeout=30)
+        lv = data["levels"][0]
+        assert lv["valid"] is True and lv["completed"] == num_prompts, lv
+        assert lv["total_output_tokens"] == num_prompts * output_len
+        oracle = bench_oracle.measure(url, concurrency, input_len, output_len, num_prompts, timeout_s=60)
+        assert oracle["completed"] == num_prompts and oracle["output_tokens"] == lv["total_output_tokens"], oracle
+        ours.append(lv["output_throughput"])
+        theirs.append(oracle["output_tokens_per_s"])
+    return max(ours), max(theirs)
+
+
+def test_agreement_with_independent_oracle(standin_factory, capsys):
+    # 15 ms per token (about a decode step of a large MoE at this batch) so that client-side
+    # overhead on this shared CPU is small next to what is measured: the server's rate
+    url = standin_factory(ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT="15", ORCH_STANDIN_TOKEN_DELAY_MS_TUNED="15")
+    a, b = _agreement(capsys, url, concurrency=4, input_len=32, output_len=16, num_prompts=8)
     assert a > 0 and b > 0
     assert abs(a - b) / b <= 0.05, (a, b)
 
 
 def test_agreement_with_oracle_on_fake_server(fake, capsys):
-    """Same check as below, against the in-test server (runs without the stand-in)."""
-    from tests import bench_oracle
-
-    srv = fake(first_s=0.02, gap_s=0.01)
-    ours, _ = quiet_run(capsys, url=srv.url, levels=[4], input_len=16, output_len=20, num_prompts=16,
-                        warmup=1, level_timeout=60, request_timeout=30)
-    lv = ours["levels"][0]
-    oracle = bench_oracle.measure(srv.url, concurrency=4, input_len=16, output_len=20, num_prompts=16)
-    assert oracle["completed"] == lv["completed"] == 16, (lv, oracle)
-    assert lv["total_output_tokens"] == oracle["output_tokens"] == 16 * 20
-    a, b = lv["output_throughput"], oracle["output_tokens_per_s"]
-    assert abs(a - b) / b <= 0.05, (a, b, lv, oracle)
+    """Same check as above, against the in-test server (runs without the stand-in)."""
+    srv = fake(first_s=0.02, gap_s=0.025)
+    a, b = _agreement(capsys, srv.url, concurrency=4, input_len=16, output_len=12, num_prompts=8)
+    # the server needs 20 + 11 * 25 ms per request: two waves of 4 requests at best
+    assert a <= 8 * 12 / (2 * 0.295) * 1.01
+    assert abs(a - b) / b <= 0.05, (a, b)

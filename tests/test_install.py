@@ -95,7 +95,8 @@ def test_replace_and_create_then_restore_byte_exact(env):
     assert snapshot(dest) == {UP: old_up, "unrelated.json": b"{}"}
     assert mode(dest / UP) == 0o640
     st = json.loads((rdir / "state.json").read_text())
-    assert st["restored_at"] and len(st["restores"]) == 1
+    assert st["restored_at"] and len(st["restores"]) == 1 and st["state"] == "restored"
+    assert st["restores"][0]["changed"] == 2
 
     # idempotent
     r2 = rest.restore(str(env["state"]), "r1")
@@ -303,6 +304,8 @@ def test_rollback_as_new_run_and_undo_it(env):
     listed = runs_mod.list_runs(state)["runs"]
     assert [x["run_id"] for x in listed] == ["rb1", "tune1"]
     assert listed[0]["action"] == "rollback" and len(listed[0]["changed"]) == 2
+    assert listed[1]["restored_at"] and listed[1]["state"]["state"] == "restored"
+    assert listed[1]["state"]["data"] == {"restored_by": "rb1"}
 
 
 def test_restore_refuses_corrupt_backup_without_touching(env):

@@ -110,7 +110,8 @@ def test_example_inventory_loads():
     assert inv.warnings == []
     v = inv.host_vars("rtx-02")
     assert v["ansible_host"] == "10.20.0.12"  # rendered from a range + template
-    assert v["orch_sglang_url"] == "http://10.20.0.12:30000"
+    assert v["orch_sglang_url"] is None
+    assert inv.host_vars("rtx-04")["orch_sglang_url"] == "http://10.20.0.14:30080"
     assert inv.host_vars("rtx-04")["orch_tune_space"] == "smoke"
     assert inv.host_vars("h200-a")["orch_tune_space"] == "full"
     assert names(inv.select("gpus:&canary")) == ["rtx-01", "h200-a"]
@@ -221,8 +222,8 @@ def test_defaults_and_derived(tmp_path):
         if not spec.group_only:
             assert name in va
     assert va["ansible_host"] == "a" and va["ansible_port"] == 22
-    assert va["orch_sglang_url"] == "http://a:30000"
-    assert vb["orch_sglang_url"] == "http://10.9.0.2:30000"
+    assert vb["ansible_host"] == "10.9.0.2"
+    assert va["orch_sglang_url"] is None  # derived later from the unit's --port
     assert vb["ansible_port"] == 22  # null = default
     assert va["orch_ready_timeout"] == 1800 and va["orch_bench_concurrency"] == [1, 16, 64]
     assert va["orch_state_dir"] == "/var/lib/orch"
@@ -261,12 +262,15 @@ def test_templates(tmp_path):
             orch_sglang_url: "http://{{ ansible_host }}:{{ port }}"
             orch_ready_timeout: "{{ base_wait * 2 }}"
             base_wait: 600
+            levels: [1, 8]
+            orch_bench_concurrency: "{{ levels }}"
           hosts:
             a: {ansible_host: 10.1.0.5}
     """)
     v = inv.host_vars("a")
     assert v["orch_sglang_url"] == "http://10.1.0.5:31000"
     assert v["orch_ready_timeout"] == 1200
+    assert v["orch_bench_concurrency"] == [1, 8]  # native types: a list stays a list
 
 
 def test_secret_never_shown(tmp_path):
@@ -363,6 +367,8 @@ def test_template_errors_name_the_assignment(tmp_path):
     err = error_of(tmp_path, "all:\n  vars:\n    p: '{{ q }}'\n    q: '{{ p }}'\n"
                              "  hosts: {a: }\n")
     assert "template loop" in str(err)
+    err = error_of(tmp_path, "all:\n  vars:\n    z: \"{{ 1 / 0 }}\"\n  hosts: {a: }\n")
+    assert "inv.yaml:3" in str(err) and "cannot render template" in str(err)
 
 
 @pytest.mark.parametrize("text, line, needle", [

@@ -70,8 +70,10 @@ def test_stale_lock_refused_until_broken(sd):
     assert "STALE" in ei.value.msg
     with pytest.raises(PayloadError):            # guard: wrong holder named
         lock.break_lock(sd, holder="run-x", stale_after=60)
-    b = lock.break_lock(sd, holder="run-a", stale_after=60)
+    b = lock.break_lock(sd, holder="run-a", stale_after=60, breaker="run-b")
     assert b["broken"] and b["previous"]["run_id"] == "run-a" and not b["held"]
+    rec = json.load(open(os.path.join(sd, "lock.broken.json")))
+    assert rec["broken_by"] == "run-b" and rec["previous"]["run_id"] == "run-a" and rec["stale"]
     assert lock.acquire(sd, "run-b", "ctl-b")["acquired"]
     with pytest.raises(PayloadError) as ei:      # the old holder notices it lost the lock
         lock.heartbeat(sd, "run-a")
@@ -133,3 +135,16 @@ def test_cli_status_and_bad_input(sd):
                         text=True, timeout=60)
     assert cp.returncode == 2 and json.loads(cp.stdout.splitlines()[-1])["kind"] == "bad_input"
     assert not os.path.exists(os.path.join(sd, "lock.json"))
+
+
+def test_cli_break_run_id_is_the_breaker(sd):
+    """``lock break --run-id ME --force`` (as the controller calls it) breaks another run's lock."""
+    lock.acquire(sd, "run-a", "ctl-a")
+    cp = subprocess.run([sys.executable, "-m", "remote", "lock", "break", "--state-dir", sd,
+                         "--run-id", "run-b", "--force"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    last = json.loads(cp.stdout.splitlines()[-1])
+    assert cp.returncode == 0 and last["data"]["broken"] and last["data"]["previous"]["run_id"] == "run-a"
+    lock.acquire(sd, "run-a", "ctl-a")
+    cp = subprocess.run([sys.executable, "-m", "remote", "lock", "break", "--state-dir", sd,
+                         "--holder", "run-x", "--force"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and lock.status(sd)["held"]

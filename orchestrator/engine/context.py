@@ -53,6 +53,8 @@ class HostContext:
         self.host_dir = options.run_dir / "hosts" / name
         self.host_dir.mkdir(parents=True, exist_ok=True)
         self.current_task = ""
+        #: True while rescue/always steps run: they finish even after an interrupt
+        self.protected = False
 
     @property
     def check(self) -> bool:
@@ -73,7 +75,8 @@ class HostContext:
             self._echo(f"[{self.name}] {line}")
 
     def cancelled(self) -> bool:
-        return self.options.cancel.is_set()
+        """True when the operator interrupted the run and this step may be cut short."""
+        return self.options.cancel.is_set() and not self.protected
 
     def close(self) -> None:
         if self.transport is not None:

@@ -148,6 +148,7 @@ class Engine:
 
     def _task(self, task: Task, ctx: HostContext, recap: HostRecap, protected: bool) -> None:
         ctx.current_task = task.name
+        ctx.protected = protected
         if not protected and ctx.cancelled():
             raise _HostDone(FAILED, "interrupted by the operator")
         try:

@@ -25,9 +25,16 @@ def render(value: Any, variables: dict[str, Any]) -> Any:
         if "{{" not in value and "{%" not in value:
             return value
         try:
-            return _env.from_string(value).render(**variables)
+            out = _env.from_string(value).render(**variables)
         except jinja2.TemplateError as exc:
             raise TemplateError(f"template {value!r}: {exc}") from None
+        if isinstance(out, jinja2.Undefined):
+            # a single-expression template returns Undefined instead of raising in the native env
+            try:
+                str(out)
+            except jinja2.UndefinedError as exc:
+                raise TemplateError(f"template {value!r}: {exc}") from None
+        return out
     if isinstance(value, dict):
         return {k: render(v, variables) for k, v in value.items()}
     if isinstance(value, list):

@@ -12,7 +12,8 @@ Rules (decided here, tested in tests/test_inventory.py):
 * An explicit ``null`` for a known variable means "use the default".
 * A string containing ``{{`` or ``{%`` is a Jinja2 template, rendered per host in
   :func:`effective_vars` (context: the host's variables, ``inventory_hostname``,
-  ``group_names``) and validated after rendering, as Ansible templates variables lazily.
+  ``group_names``; sandboxed; native types, so ``"{{ sizes }}"`` stays a list) and validated
+  after rendering, as Ansible templates variables lazily.
 * ``ansible_become_password`` is secret: its value never appears in an error, a repr or
   :func:`redact` output.
 * ``ansible_group_priority`` is consumed by the loader (merge order of sibling groups) and is
@@ -33,11 +34,9 @@ from typing import Any, Callable, Mapping
 import jinja2
 import jinja2.meta
 import jinja2.sandbox
+from jinja2.nativetypes import NativeEnvironment
 
 from .errors import InventoryError
-
-#: SGLang's default HTTP port (``--port`` default of ``sglang.launch_server``).
-SGLANG_DEFAULT_PORT = 30000
 
 #: Processes never signalled by the reaper, whatever the inventory says (facts: hosts.md,
 #: "Stopping and leftover GPU processes": persistenced holds /dev/nvidia0, SIGKILL of
@@ -248,14 +247,6 @@ def _default_host(get: Callable[[str], Any], host: str) -> str:
     return host
 
 
-def _default_url(get: Callable[[str], Any], host: str) -> str:
-    """http://<ansible_host>:30000"""
-    addr = str(get("ansible_host"))
-    if ":" in addr and not addr.startswith("["):
-        addr = f"[{addr}]"  # IPv6 literal
-    return f"http://{addr}:{SGLANG_DEFAULT_PORT}"
-
-
 _SPECS: list[VarSpec] = [
     # --- connection (Ansible names, Ansible meaning) ---
     VarSpec("ansible_host", "str", "a host name or address", _default_host,
@@ -282,8 +273,9 @@ _SPECS: list[VarSpec] = [
     # --- orch ---
     VarSpec("orch_service", "str", "a systemd unit name", "sglang.service",
             "systemd unit of the SGLang server."),
-    VarSpec("orch_sglang_url", "url", "an http(s) URL", _default_url,
-            "Base URL of the server, as the controller reaches it.", _url),
+    VarSpec("orch_sglang_url", "url", "an http(s) URL", None,
+            "Base URL of the server as the controller reaches it (default: http://<ansible_host>:"
+            "<the unit's --port>, 127.0.0.1 with ansible_connection local).", _url),
     VarSpec("orch_device_name", "str", "a non-empty string", None,
             "torch.cuda.get_device_name() override (default: probed on the host)."),
     VarSpec("orch_model_config", "str", "a non-empty string", None,
@@ -318,7 +310,7 @@ _SPECS: list[VarSpec] = [
             "Timeout of one ordinary remote command.", _seconds),
     VarSpec("orch_connect_timeout", "seconds", "a positive number of seconds", 10,
             "SSH connect timeout.", _seconds),
-    VarSpec("orch_regression_threshold", "percent", "a percentage 0-100", 5.0,
+    VarSpec("orch_regression_threshold", "percent", "a percentage 0-100", 3.0,
             "Roll back when throughput drops by more than this percentage.", _percent),
 ]
 
@@ -376,8 +368,12 @@ def redact(vars: Mapping[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- effective variables
 
-_ENV = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined,
-                                           keep_trailing_newline=True)
+class _SandboxedNativeEnvironment(jinja2.sandbox.SandboxedEnvironment, NativeEnvironment):
+    """Sandboxed (no attribute tricks) and native ("{{ sizes }}" stays a list, as in
+    orchestrator/engine/templating.py, so inventory and playbook templates agree)."""
+
+
+_ENV = _SandboxedNativeEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
 
 def effective_vars(host: Any) -> dict[str, Any]:
@@ -456,10 +452,13 @@ def effective_vars(host: Any) -> dict[str, Any]:
                     context[ref] = get(ref)
                 except KeyError:
                     pass  # StrictUndefined reports it below
-            return _ENV.from_string(value).render(context)
+            out = _ENV.from_string(value).render(context)
+            if isinstance(out, jinja2.Undefined):  # a native "{{ x }}" returns it unraised
+                str(out)  # StrictUndefined: raises UndefinedError naming the variable
+            return out
         except InventoryError:
             raise
-        except jinja2.TemplateError as e:
+        except Exception as e:  # TemplateError, and e.g. TypeError from "{{ 'a' * [] }}"
             msg = "secret value" if name in SECRET_VARS else repr(value)
             raise error(name, f"{name}: cannot render template {msg}: {e}") from None
 

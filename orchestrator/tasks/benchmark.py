@@ -28,7 +28,7 @@ def bench(ctx, label: str = "after", concurrency: list[int] | None = None, input
     conc = [int(c) for c in (concurrency or [1, 16, 64])]
     args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
             "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool]
-    data = ctx.payload.call("bench", args, timeout=level_timeout * (len(conc) + 1) + 120,
+    data = ctx.payload.call("bench", args, timeout=level_timeout * (len(conc) + 1) + 120, interruptible=True,
                             on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
                                                                total=m.get("total", 0)))
     ctx.vars[f"orch_bench_{label}"] = data

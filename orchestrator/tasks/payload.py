@@ -13,6 +13,7 @@ import os
 import posixpath
 import secrets
 import tempfile
+import threading
 from typing import Any, Callable
 
 from ..engine.results import TaskFailed, TaskResult
@@ -44,16 +45,27 @@ class PayloadClient:
     ``env`` extra environment (``TRITON_INTERPRET=1`` on test beds).
     """
 
-    def __init__(self, transport, interpreter: str, root: str, state_dir: str, env: dict[str, str] | None = None):
+    def __init__(self, transport, interpreter: str, root: str, state_dir: str, env: dict[str, str] | None = None,
+                 cancel: threading.Event | None = None):
         self.transport = transport
+        self.cancel = cancel
         self.interpreter = interpreter
         self.root = root
         self.state_dir = state_dir
         self.env = dict(env or {})
 
-    def argv(self, command: str, args: list[str], timeout: float | None = None) -> list[str]:
-        """The full argument list run on the host (quoted by the transport)."""
-        env = [f"PYTHONPATH={self.root}", "PYTHONUNBUFFERED=1"] + [f"{k}={v}" for k, v in sorted(self.env.items())]
+    def argv(self, command: str, args: list[str], timeout: float | None = None, tag: str | None = None) -> list[str]:
+        """The full argument list run on the host (quoted by the transport).
+
+        ``tag`` (``ORCH_TAG=<random>``) marks the command line so an interrupted run can
+        signal exactly this process (``pkill -f``), never another.
+        """
+        extra = dict(self.env)
+        # the unit's own PYTHONPATH (where its sglang may live) follows the payload's root
+        pythonpath = ":".join(p for p in (self.root, extra.pop("PYTHONPATH", "")) if p)
+        env = [f"PYTHONPATH={pythonpath}", "PYTHONUNBUFFERED=1"] + [f"{k}={v}" for k, v in sorted(extra.items())]
+        if tag:
+            env.append(f"ORCH_TAG={tag}")
         argv = ["env", *env, self.interpreter, "-m", "remote", command, *[str(a) for a in args]]
         if timeout:
             # a dropped SSH channel does not stop a remote command: bound it on the host too
@@ -77,10 +89,13 @@ class PayloadClient:
 
     def call(self, command: str, args: list[str] | None = None, *, request: dict | None = None,
              timeout: float | None = None, on_progress: Callable[[dict], None] | None = None,
-             on_log: Callable[[dict], None] | None = None, become: bool = True) -> dict:
+             on_log: Callable[[dict], None] | None = None, become: bool = True,
+             interruptible: bool = False) -> dict:
         """Run one payload command and return the ``data`` of its ``result`` line.
 
         ``timeout`` (s) bounds it on the host (``timeout``) and on the controller.
+        ``interruptible`` (long commands: tune, bench): an operator interrupt sends SIGTERM
+        to it on the host, so the rescue steps can run at once.
         Raises :class:`PayloadFailed` on an ``error`` line, a crash or a missing result;
         transport errors (:class:`HostUnreachable`, :class:`CommandTimeout`) pass through.
         """
@@ -107,8 +122,21 @@ class PayloadClient:
             elif kind in ("result", "error"):
                 final.update(msg)
 
-        res = self.transport.run(self.argv(command, args, timeout), check=False, become=become,
-                                 timeout=(timeout + 60) if timeout else None, on_stdout_line=on_line)
+        tag = None
+        if interruptible and timeout and self.cancel is not None and not self.cancel.is_set():
+            tag = secrets.token_hex(8)
+        done = threading.Event()
+        watcher = None
+        if tag:
+            watcher = threading.Thread(target=self._stop_on_cancel, args=(tag, done), daemon=True)
+            watcher.start()
+        try:
+            res = self.transport.run(self.argv(command, args, timeout, tag), check=False, become=become,
+                                     timeout=(timeout + 60) if timeout else None, on_stdout_line=on_line)
+        finally:
+            done.set()
+            if watcher is not None:
+                watcher.join(timeout=30)
         tail = "\n".join(res.stderr.strip().splitlines()[-20:])
         if final.get("type") == "result":
             return final.get("data") or {}
@@ -116,6 +144,15 @@ class PayloadClient:
             raise PayloadFailed(command, final.get("kind", "runtime"), final.get("msg", ""), tail, final.get("detail"))
         why = "killed by timeout" if res.exited in (124, 137) else f"exit {res.exited}"
         raise PayloadFailed(command, "crash", f"no result line ({why})", tail)
+
+
+    def _stop_on_cancel(self, tag: str, done: threading.Event) -> None:
+        """On operator interrupt, SIGTERM the tagged payload (``timeout`` forwards it to Python)."""
+        while not done.wait(0.5):
+            if self.cancel.is_set():
+                # the `timeout` wrapper keeps the tag on its command line and forwards the signal
+                self.transport.run(["pkill", "-TERM", "-f", f"ORCH_TAG={tag}"], check=False, become=True, timeout=30)
+                return
 
 
 def push(ctx, interpreter: str | None = None, state_dir: str | None = None) -> TaskResult:
@@ -141,7 +178,7 @@ def push(ctx, interpreter: str | None = None, state_dir: str | None = None) -> T
     env = {}
     if ctx.vars.get("orch_triton_interpret"):
         env["TRITON_INTERPRET"] = "1"
-    client = PayloadClient(t, interpreter, root, state_dir, env)
+    client = PayloadClient(t, interpreter, root, state_dir, env, cancel=ctx.options.cancel)
     marker = posixpath.join(root, ".verified")
     changed = False
     if not t.run(["test", "-f", marker], check=False, become=True).ok:

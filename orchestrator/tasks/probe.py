@@ -38,7 +38,8 @@ def model_flags(ctx) -> list[str]:
 def payload_env(ctx) -> dict[str, str]:
     """Environment of the unit the payload must see (HF cache, visible GPUs, config dir)."""
     env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
-    return {k: env[k] for k in ("HF_HOME", "CUDA_VISIBLE_DEVICES", "SGLANG_MOE_CONFIG_DIR") if k in env}
+    keys = ("HF_HOME", "HF_HUB_CACHE", "CUDA_VISIBLE_DEVICES", "SGLANG_MOE_CONFIG_DIR", "PYTHONPATH")
+    return {k: env[k] for k in keys if k in env}
 
 
 def probe(ctx) -> TaskResult:

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from ..engine.results import TaskFailed, TaskResult
+from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..facts.moe_log import parse_moe_log, verify_loaded
 from ..facts.unit import is_active
 
@@ -98,6 +98,8 @@ def wait_ready(ctx, unit: str, timeout: float = 1800, generate_check: bool = Tru
                             break
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}"
+            if ctx.cancelled():
+                raise Cancelled()
             if time.monotonic() > deadline:
                 raise TaskFailed(f"{unit} not ready after {timeout:.0f} s at {url} (last: {last})")
             ctx.progress(stage=f"waiting for {stage}", done=0, total=0)

@@ -37,7 +37,7 @@ def tune(ctx, space: str = "fast", batch_sizes: list[int] | None = None, provide
         ctx.progress(stage=msg.get("stage", "tune"), done=msg.get("done", 0), total=msg.get("total", 0),
                      eta_s=msg.get("eta_s"), best_us=msg.get("best_us"), batch_size=msg.get("batch_size"))
 
-    data = ctx.payload.call("tune", args, timeout=timeout, on_progress=on_progress)
+    data = ctx.payload.call("tune", args, timeout=timeout, on_progress=on_progress, interruptible=True)
     files = data.get("files") or {}
     if not files.get("up"):
         raise TaskFailed(f"tuner wrote no up-projection file: {data}")

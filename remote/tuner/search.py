@@ -59,9 +59,9 @@ class Evaluator:
         if self.compiler is not None and kind != "joint":
             fails = self.compiler.compile((kind, c) for k, c in uniq.items() if (kind, k, pname) not in self.cache)
             for (_kind, key), err in fails.items():
-                self.cache[(kind, key, pname)] = None
-                self.failed += 1
-                self.log(f"skip {kind} {sp.from_key(key)}: compile failed: {err}", "debug")
+                # ahead-of-time compilation is an optimisation: the launch below retries
+                # in this process and decides whether the candidate is skipped
+                self.log(f"precompile {kind} {sp.from_key(key)} failed: {err}", "debug")
         out = {}
         for key, cfg in uniq.items():
             ck = (kind, key, pname)

@@ -55,15 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--system", action="store_true")
     args = p.parse_args(argv)
     unit = args.unit if "." in args.unit else args.unit + ".service"
-    if not (args.since or args.until):
-        cmd = [SYSTEMCTL3, "log", unit, "--no-pager"]
+    if args.follow:
+        cmd = [SYSTEMCTL3, "log", unit, "--no-pager", "-f"]
         if args.lines is not None:
             cmd += ["-n", str(args.lines)]
-        if args.follow:
-            cmd.append("-f")
         return subprocess.call(cmd)
     out = subprocess.run([SYSTEMCTL3, "log", unit, "--no-pager"], stdout=subprocess.PIPE, text=True,
                          errors="replace")
+    # -n is applied here: systemctl3's own -n pipes through tail and logs noise on stderr
     since = _parse_time(args.since) if args.since else None
     until = _parse_time(args.until) if args.until else None
     # second resolution of the stamps: compare against the whole second of the bound
@@ -75,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         m = STAMP.match(line)
         if m:
             current = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
-        if current is None:
+        if current is None and (since is not None or until is not None):
             continue
-        if since is not None and current < since:
+        if since is not None and current is not None and current < since:
             continue
-        if until is not None and current > until:
+        if until is not None and current is not None and current > until:
             continue
         kept.append(line)
     if args.lines is not None:

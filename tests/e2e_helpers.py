@@ -1,0 +1,51 @@
+"""Helpers for end-to-end tests: run the real ``orch`` CLI against a test bed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: small benchmark so e2e runs stay short (the stand-in simulates token timing)
+FAST_VARS = {"orch_bench_concurrency": [1, 4], "orch_bench_input_len": 16, "orch_bench_output_len": 8,
+             "orch_ready_timeout": 120, "orch_stop_timeout": 60}
+
+
+def inventory(bed, path: Path, host_vars: dict | None = None, **group_vars) -> Path:
+    """Write the bed's inventory with fast test settings; ``host_vars``: {host: {var: value}}."""
+    vars_ = dict(FAST_VARS)
+    vars_.update(group_vars)
+    bed.write_inventory(path, **vars_)
+    data = yaml.safe_load(Path(path).read_text())
+    for group in data["all"]["children"].values():
+        for name, hv in (group.get("hosts") or {}).items():
+            if "orch_unit" in hv:  # older bed writers
+                hv["orch_service"] = hv.pop("orch_unit")
+            hv.setdefault("orch_device_name", bed.host(name).options.get("gpu_name", "NVIDIA H200"))
+            hv.update((host_vars or {}).get(name, {}))
+    Path(path).write_text(yaml.safe_dump(data, sort_keys=False))
+    return Path(path)
+
+
+def orch(*args: str, state_dir: Path, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m orchestrator ARGS --state-dir STATE --json``; returns the completed process."""
+    cmd = [sys.executable, "-m", "orchestrator", *args]
+    if args and args[0] in ("tune", "rollback", "doctor"):
+        cmd += ["--state-dir", str(state_dir)]
+    full_env = dict(os.environ, XDG_STATE_HOME=str(state_dir), COLUMNS="200")
+    full_env.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=full_env)
+
+
+def recap(proc: subprocess.CompletedProcess) -> dict:
+    """The ``--json`` recap printed on stdout (fails with the stderr tail if absent)."""
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON recap (exit {proc.returncode}); stderr:\n{proc.stderr[-6000:]}") from None

@@ -1,0 +1,118 @@
+"""End to end: `orch tune` over real SSH against the network-namespace test bed.
+
+Each host is a network namespace with its own sshd, mount and PID namespace, a real
+unit file run by docker-systemctl-replacement, and the stand-in SGLang server; the
+payload tunes the builtin Triton kernel on the CPU (TRITON_INTERPRET=1, smoke space).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e_helpers import inventory, orch, recap
+
+pytestmark = pytest.mark.testbed
+
+UP = "E=8,N=64,device_name=NVIDIA_H200.json"
+DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
+
+
+def _snapshot(host):
+    """What --check must not change: SGLang tree, orch state, unit files, unit state and PID."""
+    return {
+        "sglang": host.file_tree_hash("/opt/sglang"),
+        "state": host.file_tree_hash("/var/lib/orch"),
+        "units": host.file_tree_hash("/etc/systemd/system"),
+        "tmp": sorted(p for p in host.sh("ls -A /tmp", check=False).stdout.split() if p.startswith("orch")),
+        "active": host.unit_state(),
+        "pid": host.sh(f"systemctl show -p MainPID {host.unit}", check=False).stdout.strip(),
+    }
+
+
+def test_tune_two_hosts_end_to_end(testbed_factory, tmp_path):
+    bed = testbed_factory(2)
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    before = {h.name: h.pids_holding("/dev/nvidia0") for h in bed.hosts}
+    for h in bed.hosts:
+        assert any("scheduler" in c for _, c in before[h.name]), before[h.name]
+        assert any("nvidia-persistenced" in c for _, c in before[h.name])
+        assert not h.sh(f"test -e {h.triton_dir!r}", check=False).returncode == 0, "triton folder must start missing"
+
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    result = recap(proc)
+    for h in bed.hosts:
+        r = result["hosts"][h.name]
+        assert r["outcome"] == "completed", r
+        # configs at the exact path SGLang looks in, valid JSON with integer keys
+        for name in (UP, DOWN):
+            text = h.sh(f"cat {h.triton_dir + '/' + name!r}").stdout
+            cfg = json.loads(text)
+            assert cfg and all(k.isdigit() for k in cfg) and {"1", "4"} <= set(cfg)
+        assert h.unit_state() == "active"
+        # the log proves the new files were loaded
+        log = h.unit_log()
+        assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in log
+        assert f"Using MoE kernel config from {h.triton_dir}/{DOWN}." in log
+        # stray scheduler reaped, nvidia-persistenced alive
+        holders = h.pids_holding("/dev/nvidia0")
+        assert not any("scheduler_TP0" in c and "holder" in c for _, c in holders), holders
+        persist = [p for p, c in before[h.name] if "nvidia-persistenced" in c]
+        assert persist and all(h.sh(f"test -d /proc/{p}", check=False).returncode == 0 for p in persist)
+        # benchmark before and after, with the gain the stand-in simulates for tuned configs
+        s = r["summary"]
+        b, a = s["bench_before"]["output_throughput"], s["bench_after"]["output_throughput"]
+        assert b > 0 and a > b, (b, a)
+        # run record on the host, with the manifest of what was written
+        runs = h.sh("ls /var/lib/orch/runs").stdout.split()
+        assert result["run_id"] in runs
+        manifest = json.loads(h.sh(f"cat /var/lib/orch/runs/{result['run_id']}/manifest.json").stdout)
+        assert sorted(f["path"].rsplit("/", 1)[-1] for f in manifest["files"]) == sorted([UP, DOWN])
+        state = json.loads(h.sh(f"cat /var/lib/orch/runs/{result['run_id']}/state.json").stdout)
+        assert state["state"] == "completed"
+    # run record on the controller
+    run_dir = tmp_path / "state" / "runs" / result["run_id"]
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "process_killed" for e in events)
+    assert (run_dir / "hosts" / bed.hosts[0].name / "configs" / UP).exists()
+    assert "PLAY RECAP" in proc.stderr and "SUMMARY" in proc.stderr
+
+
+def test_check_mode_changes_nothing(testbed_factory, tmp_path):
+    bed = testbed_factory(1)
+    h = bed.hosts[0]
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    h.wait_http("/health")
+    snap = _snapshot(h)
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert _snapshot(h) == snap
+    # it said what it would do: the exact paths, new files
+    assert f"would write {h.triton_dir}/{UP} (new)" in proc.stderr.replace("\n", "")
+    assert recap(proc)["hosts"][h.name]["outcome"] == "check"
+
+
+def test_new_config_crashes_server_old_files_restored(testbed_factory, tmp_path):
+    old_up = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+                    "num_warps": 4, "num_stages": 2}}
+    bed = testbed_factory(1, host_options={0: {"config_files": {UP: old_up},
+                                               "env": {"ORCH_STANDIN_CRASH_ON_CONFIG_SHA_NOT": "keep"}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    tree_before = h.file_tree_hash(h.config_dir)
+    # the stand-in crashes at start on any config file whose content differs from the old one
+    h.sh(f"mkdir -p /etc/systemd/system/{h.unit}.service.d")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state",
+                env={})
+    result = recap(proc)
+    r = result["hosts"][h.name]
+    if r["outcome"] == "completed":
+        pytest.skip("stand-in has no crash-on-new-config knob")
+    assert proc.returncode == 1
+    assert r["outcome"] == "failed" and r["rescued"] == 1
+    assert h.file_tree_hash(h.config_dir) == tree_before
+    assert h.unit_state() == "active"
+    h.wait_http("/health")

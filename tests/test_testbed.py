@@ -1,0 +1,596 @@
+"""Tests of the test bed itself and of the stand-in SGLang server.
+
+Part 1 (no root needed): the stand-in's loader follows SGLang 0.5.23's naming, lookup order,
+fallback, ``SGLANG_MOE_CONFIG_DIR``, ``_down`` reuse and JSON checks, with its exact log lines
+(/work/shared/facts/sglang-moe-configs.md); the server's readiness and simulated throughput.
+Part 2 (``testbed`` marker): real SSH hosts in network namespaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.testbed import standin_tree
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+DEFAULT_LINE = ("Using default MoE kernel config. Performance might be sub-optimal! Config file not found at {path}, "
+                "you can create them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/fused_moe_triton")
+FOUND_LINE = "Using MoE kernel config from {path}."
+FALLBACK_LINE = ("Config file not found at {path}. Fallback to triton version {v} and use MoE kernel config from "
+                 "{path2}. Performance might be sub-optimal!")
+DOWN_REUSE_LINE = ("Down MoE config file not found at {path}; reusing the tuned up-projection config without TMA. "
+                   "Performance might be sub-optimal.")
+TILE = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}
+TINY = {"architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8, "moe_intermediate_size": 64,
+        "hidden_size": 128, "num_experts_per_tok": 2, "torch_dtype": "bfloat16"}
+
+
+# ----------------------------------------------------------------------------------------
+# Part 1: the stand-in, in-process and as a local subprocess
+# ----------------------------------------------------------------------------------------
+@pytest.fixture
+def loader(tmp_path, monkeypatch):
+    """The loader module of a fresh copy of the stand-in tree (Triton reported as 3.6.0)."""
+    ldir = standin_tree.make_tree(tmp_path / "tree")
+    spec = importlib.util.spec_from_file_location(f"standin_loader_{id(tmp_path)}",
+                                                  ldir / "fused_moe_triton_config.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setenv("ORCH_STANDIN_TRITON_VERSION", "3.6.0")
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    monkeypatch.delenv("ORCH_STANDIN_GPU_NAME", raising=False)
+    mod.ldir = ldir
+    return mod
+
+
+def _put(path: Path, obj) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return path
+
+
+def _messages(caplog) -> list:
+    return [r.getMessage() for r in caplog.records]
+
+
+def test_config_file_name_rules(loader, monkeypatch):
+    f = loader.get_config_file_name
+    assert f(8, 64, None) == "E=8,N=64,device_name=NVIDIA_H200.json"
+    assert (f(257, 256, "fp8_w8a8", [128, 128], down_moe=True)
+            == "E=257,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128]_down.json")
+    assert f(161, 192, "fp8_w8a8", [0, 0], per_channel_quant=True) == \
+        "E=161,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8,per_channel_quant=True.json"
+    monkeypatch.setenv("ORCH_STANDIN_GPU_NAME", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    assert f(8, 64, None) == "E=8,N=64,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition.json"
+
+
+def test_shipped_tree_layout_and_metadata(tmp_path):
+    """The loader sits at the 0.5.23 path with configs/triton_3_1_0 beside it; none for the
+    installed Triton; metadata says 0.5.23. The old layout moves both."""
+    ldir = standin_tree.make_tree(tmp_path / "cur")
+    assert ldir == (tmp_path / "cur/sglang/srt/layers/moe/moe_runner/triton_utils").resolve()
+    assert (ldir / "fused_moe_triton_config.py").is_file()
+    shipped = sorted(p.name for p in (ldir / "configs").iterdir())
+    assert shipped == ["triton_3_1_0"]
+    assert any(p.suffix == ".json" for p in (ldir / "configs/triton_3_1_0").iterdir())
+    old = standin_tree.make_tree(tmp_path / "old", "old")
+    assert old == (tmp_path / "old/sglang/srt/layers/moe/fused_moe_triton").resolve()
+    assert (old / "configs/triton_3_1_0").is_dir()
+    assert not (tmp_path / "old/sglang/srt/layers/moe/moe_runner").exists()
+    out = subprocess.run([PY, "-c", "import importlib.metadata as m, sglang; print(m.version('sglang'), "
+                          "sglang.__version__)"], env={**os.environ, "PYTHONPATH": str(tmp_path / "old")},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0.5.23", "0.5.23"]
+
+
+def test_lookup_exact_fallback_default(loader, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    configs = loader.ldir / "configs"
+    name = "E=8,N=64,device_name=NVIDIA_H200.json"
+    exact = configs / "triton_3_6_0" / name
+    # nothing anywhere: default line for the exact path
+    assert loader.get_moe_configs(8, 64, None) is None
+    assert _messages(caplog)[-1] == DEFAULT_LINE.format(path=exact)
+    # fallback: newest version first, compared as numbers (3.10.0 > 3.4.0)
+    _put(configs / "triton_3_4_0" / name, {"1": TILE})
+    newest = _put(configs / "triton_3_10_0" / name, {"2": TILE})
+    loader.get_moe_configs.cache_clear()
+    assert loader.get_moe_configs(8, 64, None) == {2: TILE}
+    assert _messages(caplog)[-1] == FALLBACK_LINE.format(path=exact, v="3.10.0", path2=newest)
+    # exact file wins
+    _put(exact, {"4": TILE, "1": TILE})
+    loader.get_moe_configs.cache_clear()
+    assert loader.get_moe_configs(8, 64, None) == {4: TILE, 1: TILE}
+    assert _messages(caplog)[-1] == FOUND_LINE.format(path=exact)
+    # cached in-process: deleting the file changes nothing until a restart
+    exact.unlink()
+    assert loader.get_moe_configs(8, 64, None) == {4: TILE, 1: TILE}
+
+
+def test_unparsable_folder_breaks_fallback_only(loader):
+    configs = loader.ldir / "configs"
+    (configs / "triton_3_6_0rc1").mkdir()
+    with pytest.raises(ValueError):
+        loader.get_moe_configs(8, 64, None)
+    _put(configs / "triton_3_6_0" / "E=8,N=64,device_name=NVIDIA_H200.json", {"1": TILE})
+    loader.get_moe_configs.cache_clear()
+    assert loader.get_moe_configs(8, 64, None) == {1: TILE}
+
+
+def test_moe_config_dir_replaces_shipped_folder(loader, tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    name = "E=8,N=64,device_name=NVIDIA_H200.json"
+    _put(loader.ldir / "configs" / "triton_3_6_0" / name, {"1": TILE})  # shipped: must be ignored
+    other = tmp_path / "override"
+    (other / "configs").mkdir(parents=True)
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(other))
+    assert loader.get_moe_configs(8, 64, None) is None
+    assert _messages(caplog)[-1] == DEFAULT_LINE.format(path=other / "configs/triton_3_6_0" / name)
+    mine = _put(other / "configs" / "triton_3_6_0" / name, {"8": TILE})
+    loader.get_moe_configs.cache_clear()
+    assert loader.get_moe_configs(8, 64, None) == {8: TILE}
+    assert _messages(caplog)[-1] == FOUND_LINE.format(path=mine)
+
+
+def test_down_missing_reuses_up(loader, caplog):
+    caplog.set_level(logging.INFO)
+    d = loader.ldir / "configs" / "triton_3_6_0"
+    up = _put(d / "E=8,N=64,device_name=NVIDIA_H200.json", {"1": TILE})
+    assert loader.get_moe_configs(8, 64, None, down_moe=True) == {1: TILE}
+    msgs = _messages(caplog)
+    assert msgs[-2] == FOUND_LINE.format(path=up)
+    assert msgs[-1] == DOWN_REUSE_LINE.format(path=d / "E=8,N=64,device_name=NVIDIA_H200_down.json")
+    down = _put(d / "E=8,N=64,device_name=NVIDIA_H200_down.json", {"1": dict(TILE, USE_TMA=True)})
+    loader.get_moe_configs.cache_clear()
+    assert loader.get_moe_configs(8, 64, None, down_moe=True)[1]["USE_TMA"] is True
+    assert _messages(caplog)[-1] == FOUND_LINE.format(path=down)
+
+
+@pytest.mark.parametrize("content, exc", [
+    ({"triton_version": "3.6.0", "1": TILE}, ValueError),
+    ({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64}}, KeyError),
+    ("{not json", ValueError),
+])
+def test_invalid_file_raises(loader, content, exc):
+    _put(loader.ldir / "configs" / "triton_3_6_0" / "E=8,N=64,device_name=NVIDIA_H200.json", content)
+    with pytest.raises(exc):
+        loader.get_moe_configs(8, 64, None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> int:
+    try:
+        return urllib.request.urlopen(url, timeout=5).status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+def _post(url: str, obj) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(obj).encode(), headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=60).read())
+
+
+@pytest.fixture
+def local_server(tmp_path):
+    """Start the stand-in on loopback: ``start(env=..., args=...) -> (base_url, Popen, log_path)``."""
+    procs = []
+    gpu = tmp_path / "nvidia0"
+    gpu.write_bytes(b"")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(TINY))
+    tree = tmp_path / "tree"
+    standin_tree.make_tree(tree)
+
+    def start(env=None, args=(), wait_bound=True):
+        port = _free_port()
+        log = tmp_path / f"server{len(procs)}.log"
+        full_env = {**os.environ, "PYTHONPATH": str(tree), "ORCH_STANDIN_NVIDIA_DEV": str(gpu),
+                    "ORCH_STANDIN_WARMUP_S": "0.2", **(env or {})}
+        proc = subprocess.Popen([PY, "-m", "sglang.launch_server", "--model-path", str(tmp_path / "model"),
+                                 "--port", str(port), "--host", "127.0.0.1", *args], env=full_env,
+                                stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        if wait_bound:
+            deadline = time.monotonic() + 30
+            while _get(url + "/v1/models") != 200:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "stand-in did not bind its port"
+                time.sleep(0.02)
+        return url, proc, log
+
+    start.tree = tree
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_standin_readiness_sequence(local_server):
+    url, proc, log = local_server(env={"ORCH_STANDIN_WARMUP_S": "3"})
+    assert _get(url + "/v1/models") == 200
+    assert _get(url + "/get_model_info") == 200
+    assert _get(url + "/health") == 503
+    assert _get(url + "/health_generate") == 503
+    assert "fired up" not in log.read_text()
+    deadline = time.monotonic() + 15
+    while _get(url + "/health") != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert "The server is fired up and ready to roll!" in log.read_text()
+    info = json.loads(urllib.request.urlopen(url + "/get_server_info").read())
+    assert info["version"] == "0.5.23"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+
+
+def test_standin_fault_knobs(local_server, tmp_path):
+    url, proc, log = local_server(env={"ORCH_STANDIN_FAIL_START": "1"}, wait_bound=False)
+    assert proc.wait(timeout=30) != 0
+    assert "Traceback" in log.read_text()
+    url, proc, log = local_server(env={"ORCH_STANDIN_NEVER_READY": "1", "ORCH_STANDIN_WARMUP_S": "0"})
+    time.sleep(0.5)  # a window in which a ready server would have become healthy
+    assert _get(url + "/health") == 503
+
+
+def test_standin_crashes_on_invalid_config(local_server):
+    import triton
+
+    target = (local_server.tree / standin_tree.CURRENT_LOADER_DIR / "configs"
+              / f"triton_{triton.__version__.replace('.', '_')}" / "E=8,N=64,device_name=NVIDIA_H200.json")
+    _put(target, {"triton_version": triton.__version__, "1": TILE})
+    url, proc, log = local_server(wait_bound=False)
+    assert proc.wait(timeout=30) != 0
+    text = log.read_text()
+    assert FOUND_LINE.format(path=target) in text
+    assert "Traceback" in text and "ValueError" in text
+
+
+def test_standin_api_shapes(local_server):
+    url, proc, _ = local_server()
+    g = _post(url + "/generate", {"text": "hello there", "sampling_params": {"max_new_tokens": 5}})
+    assert g["meta_info"]["completion_tokens"] == 5 and g["meta_info"]["prompt_tokens"] == 2
+    assert len(g["output_ids"]) == 5 and g["meta_info"]["finish_reason"]["type"] == "length"
+    c = _post(url + "/v1/completions", {"model": "x", "prompt": "a b c", "max_tokens": 3})
+    assert c["object"] == "text_completion"
+    assert c["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+    req = urllib.request.Request(url + "/generate", data=json.dumps(
+        {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 4}, "stream": True}).encode())
+    body = urllib.request.urlopen(req, timeout=30).read().decode()
+    events = [e[len("data: "):] for e in body.split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert [ch["meta_info"]["completion_tokens"] for ch in chunks] == [1, 2, 3, 4]
+    assert chunks[-1]["meta_info"]["prompt_tokens"] == 4
+
+
+def _throughput(url: str, concurrency: int, tokens: int = 15) -> float:
+    def one():
+        _post(url + "/generate", {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": tokens}})
+
+    threads = [threading.Thread(target=one) for _ in range(concurrency)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return concurrency * tokens / (time.monotonic() - t0)
+
+
+def test_standin_throughput_rises_then_plateaus(local_server):
+    url, _, _ = local_server(env={"ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT": "8", "ORCH_STANDIN_MAX_BATCH": "4"})
+    t1, t4, t12 = _throughput(url, 1), _throughput(url, 4), _throughput(url, 12)
+    assert t4 > 2.2 * t1, (t1, t4)
+    assert t12 < 1.3 * t4, (t4, t12)
+
+
+def test_standin_speed_depends_on_config(local_server):
+    import triton
+
+    d = local_server.tree / standin_tree.CURRENT_LOADER_DIR / "configs" / f"triton_{triton.__version__.replace('.', '_')}"
+    url, _, _ = local_server()
+    default = json.loads(urllib.request.urlopen(url + "/get_server_info").read())["standin_moe"]
+    _put(d / "E=8,N=64,device_name=NVIDIA_H200.json", {"1": TILE})
+    _put(d / "E=8,N=64,device_name=NVIDIA_H200_down.json", {"1": TILE})
+    url2, _, _ = local_server()
+    tuned = json.loads(urllib.request.urlopen(url2 + "/get_server_info").read())["standin_moe"]
+    url3, _, _ = local_server(env={"ORCH_STANDIN_REGRESSION": "1"})
+    regressed = json.loads(urllib.request.urlopen(url3 + "/get_server_info").read())["standin_moe"]
+    assert (default["up"], tuned["up"], tuned["down"]) == ("default", "exact", "exact")
+    assert tuned["token_delay_ms"] < default["token_delay_ms"] < regressed["token_delay_ms"]
+    assert _throughput(url2, 1, 30) > 1.2 * _throughput(url, 1, 30)
+
+
+# ----------------------------------------------------------------------------------------
+# Part 2: the bed
+# ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory):
+    """Three hosts: gpu-a default; gpu-b flashinfer_cutlass; gpu-c old layout, H100 name and
+    SGLANG_MOE_CONFIG_DIR=/srv/moe."""
+    from tests.conftest import testbed_unavailable_reason
+
+    reason = testbed_unavailable_reason()
+    if reason:
+        if os.environ.get("CI") or os.environ.get("ORCH_TESTBED_REQUIRED"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from tests.testbed.bed import TestBed
+
+    options = {
+        "gpu-b": {"backend": "flashinfer_cutlass"},
+        "gpu-c": {"layout": "old", "gpu_name": "NVIDIA H100 80GB HBM3", "moe_config_dir": "/srv/moe"},
+    }
+    with TestBed(n_hosts=3, host_options=options, workdir=tmp_path_factory.mktemp("bed")) as b:
+        for h in b.hosts:
+            h.wait_http("/health", 200, timeout=60)
+        yield b
+
+
+def _restart(host) -> int:
+    """Restart the host's unit; return the number of log lines before this start."""
+    before = len(host.unit_log().splitlines())
+    host.sh(f"systemctl restart {host.unit}", check=False)
+    return before
+
+
+def _log_since(host, before: int) -> str:
+    return "\n".join(host.unit_log().splitlines()[before:])
+
+
+def _wait_log(host, before: int, needle: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        text = _log_since(host, before)
+        if needle in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.1)
+
+
+@pytest.mark.testbed
+def test_ssh_checks_host_keys(bed, tmp_path):
+    a = bed.host("gpu-a")
+    r = subprocess.run(bed.ssh_command(a, "hostname; whoami"), capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["gpu-a", "root"]
+    # a known_hosts without this host's key is refused (strict checking)
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    cmd = [c if c != f"UserKnownHostsFile={bed.known_hosts_path}" else f"UserKnownHostsFile={empty}"
+           for c in bed.ssh_command(a, "true")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "Host key verification failed" in r.stderr
+    # a wrong key for the address is refused too
+    wrong = tmp_path / "wrong_known_hosts"
+    b_key = (bed.host("gpu-b").hostdir / "ssh_host_ed25519_key.pub").read_text().split()
+    wrong.write_text(f"{a.address} {b_key[0]} {b_key[1]}\n")
+    cmd = [c if c != f"UserKnownHostsFile={bed.known_hosts_path}" else f"UserKnownHostsFile={wrong}"
+           for c in bed.ssh_command(a, "true")]
+    assert subprocess.run(cmd, capture_output=True, text=True, timeout=30).returncode != 0
+    # Paramiko with the known_hosts loaded and the reject policy (what the controller does)
+    import paramiko
+
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(bed.known_hosts_path))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(a.address, port=a.port, username="root", key_filename=str(bed.key_path),
+                   look_for_keys=False, allow_agent=False, timeout=10)
+    try:
+        _, out, _ = client.exec_command("cat /etc/hostname 2>/dev/null; hostname", timeout=10)
+        assert "gpu-a" in out.read().decode()
+    finally:
+        client.close()
+
+
+@pytest.mark.testbed
+def test_gpu_files_only_inside_hosts(bed):
+    assert not any(p.startswith("nvidia") for p in os.listdir("/dev"))
+    a = bed.host("gpu-a")
+    out = bed_ssh(bed, a, "ls /dev/nvidia*; systemctl is-active sglang-qwen")
+    assert out.split() == ["/dev/nvidia0", "/dev/nvidiactl", "active"]
+    holders = dict(a.pids_holding("/dev/nvidia0"))
+    cmdlines = list(holders.values())
+    assert any(c.startswith("sglang::scheduler_TP0") for c in cmdlines)
+    assert any(c.startswith("nvidia-persistenced") for c in cmdlines)
+    assert any("sglang.launch_server" in c for c in cmdlines)
+    # the leftovers are children of the host's PID 1, like orphans
+    for pid, cmd in holders.items():
+        if not cmd.startswith("/"):
+            assert a.sh(f"ps -o ppid= -p {pid}").stdout.strip() == "1"
+    # fuser inside the host sees the same processes, and only this host's
+    assert sorted(int(p) for p in a.sh("fuser /dev/nvidia0 2>/dev/null").stdout.split()) == sorted(holders)
+
+
+def bed_ssh(bed, host, command: str) -> str:
+    r = subprocess.run(bed.ssh_command(host, command), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.testbed
+def test_hosts_are_isolated(bed):
+    a, b = bed.host("gpu-a"), bed.host("gpu-b")
+    bed_ssh(bed, a, "echo only-a > /var/lib/orch/marker && echo x > /opt/sglang/marker")
+    assert b.sh("test -e /var/lib/orch/marker", check=False).returncode != 0
+    assert b.sh("test -e /opt/sglang/marker", check=False).returncode != 0
+    assert a.local_path("/var/lib/orch/marker").read_text() == "only-a\n"
+    assert a.file_tree_hash("/var/lib/orch") == {"/var/lib/orch/marker": hashlib.sha256(b"only-a\n").hexdigest()}
+    assert b.file_tree_hash("/var/lib/orch") == {}
+    a.sh("rm -f /var/lib/orch/marker /opt/sglang/marker")
+    # each host's sglang-qwen listens on its own address
+    assert _get(f"http://{a.address}:30000/v1/models") == 200
+    assert b.sh("ps -e -o comm=").stdout.count("sshd") >= 1
+    assert "gpu-a" not in b.sh("hostname").stdout
+
+
+@pytest.mark.testbed
+def test_unit_active_then_http_answers(bed):
+    a = bed.host("gpu-a")
+    assert a.unit_state() == "active"
+    assert _get(f"http://{a.address}:30000/v1/models") == 200
+    a.wait_http("/health", 200, timeout=30)
+    assert _get(f"http://{a.address}:30000/health") == 200
+
+
+@pytest.mark.testbed
+def test_default_lines_then_tuned_config(bed):
+    a = bed.host("gpu-a")
+    up = f"{a.triton_dir}/E=8,N=64,device_name=NVIDIA_H200.json"
+    down = f"{a.triton_dir}/E=8,N=64,device_name=NVIDIA_H200_down.json"
+    a.sh(f"rm -f '{up}' '{down}'")
+    before = _restart(a)
+    text = _wait_log(a, before, "fired up")
+    assert DEFAULT_LINE.format(path=up) in text
+    assert DEFAULT_LINE.format(path=down) in text
+    a.wait_http("/health", 200)
+    slow = json.loads(a.sh("curl -s http://127.0.0.1:30000/get_server_info").stdout)["standin_moe"]
+    # install files (as orch will) and restart: the exact found lines appear
+    cfg = json.dumps({"1": TILE, "4": TILE})
+    a.sh(f"mkdir -p '{a.triton_dir}' && printf '%s' '{cfg}' > '{up}' && printf '%s' '{cfg}' > '{down}'")
+    t_restart = time.time()
+    before = _restart(a)
+    text = _wait_log(a, before, "fired up")
+    assert FOUND_LINE.format(path=up) in text
+    assert FOUND_LINE.format(path=down) in text
+    assert "Using default MoE kernel config" not in text
+    a.wait_http("/health", 200)
+    fast = json.loads(a.sh("curl -s http://127.0.0.1:30000/get_server_info").stdout)["standin_moe"]
+    assert fast["token_delay_ms"] < slow["token_delay_ms"]
+    # journalctl --since (the log file accumulates across restarts): only this start's lines
+    since = a.sh(f"journalctl -u sglang-qwen --since @{t_restart:.3f} --no-pager").stdout
+    assert FOUND_LINE.format(path=up) in since
+    assert "Using default MoE kernel config" not in since
+    assert "Using default MoE kernel config" in a.sh("journalctl -u sglang-qwen --no-pager").stdout
+    a.sh(f"rm -f '{up}' '{down}'")
+
+
+@pytest.mark.testbed
+def test_invalid_config_crashes_unit(bed):
+    a = bed.host("gpu-a")
+    up = f"{a.triton_dir}/E=8,N=64,device_name=NVIDIA_H200.json"
+    a.sh(f"mkdir -p '{a.triton_dir}' && printf '%s' '{{\"1\": {{\"BLOCK_SIZE_M\": 16}}}}' > '{up}'")
+    before = _restart(a)
+    deadline = time.monotonic() + 30
+    while a.unit_state() == "active" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert a.unit_state() == "failed"
+    text = _log_since(a, before)
+    assert "Traceback" in text and "KeyError" in text
+    assert not a.pids_holding("/dev/nvidia0") or all("launch_server" not in c for _, c in a.pids_holding())
+    a.sh(f"rm -f '{up}'")
+    a.sh("systemctl start sglang-qwen")
+    a.wait_http("/health", 200)
+
+
+@pytest.mark.testbed
+def test_flashinfer_backend_reads_no_triton_config(bed):
+    b = bed.host("gpu-b")
+    text = b.unit_log()
+    assert "moe_runner_backend='flashinfer_cutlass'" in text
+    assert "MoE kernel config" not in text and "Config file not found" not in text
+
+
+@pytest.mark.testbed
+def test_old_layout_config_dir_and_gpu_name(bed):
+    c = bed.host("gpu-c")
+    assert c.config_dir == "/srv/moe/configs"
+    assert c.sh("test -d /srv/moe/configs && ls /opt/sglang/sglang/srt/layers/moe/fused_moe_triton/configs") \
+        .stdout.split() == ["triton_3_1_0"]
+    wanted = f"/srv/moe/configs/triton_{c.triton_version.replace('.', '_')}/E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3.json"
+    assert DEFAULT_LINE.format(path=wanted) in c.unit_log()
+    info = json.loads(c.sh("curl -s http://127.0.0.1:30000/get_server_info").stdout)["standin_moe"]
+    assert info["loader"] == "/opt/sglang/sglang/srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py"
+
+
+@pytest.mark.testbed
+def test_inventory(bed, tmp_path):
+    import yaml
+
+    path = bed.write_inventory(tmp_path / "inv.yaml", orch_tune_space="tiny")
+    inv = yaml.safe_load(path.read_text())
+    group = inv["all"]["children"]["testbed"]
+    assert sorted(group["hosts"]) == ["gpu-a", "gpu-b", "gpu-c"]
+    a = group["hosts"]["gpu-a"]
+    assert a["ansible_host"] == bed.host("gpu-a").address and a["ansible_user"] == "root"
+    assert a["ansible_port"] == 22 and Path(a["ansible_ssh_private_key_file"]).is_file()
+    assert group["vars"]["orch_tune_space"] == "tiny" and group["vars"]["orch_triton_interpret"] is True
+    assert Path(group["vars"]["orch_known_hosts"]).read_text().count("ssh-ed25519") == 3
+
+
+@pytest.mark.testbed
+def test_teardown_and_stale_cleanup(testbed_factory, tmp_path):
+    from tests.testbed import bed as bedmod
+
+    one = testbed_factory(1, host_options={0: {"start_unit": False, "strays": False}})
+    ns, init_pid = one.hosts[0].ns, one.hosts[0].init_pid
+    assert ns in bedmod.list_namespaces()
+    one.destroy()
+    assert ns not in bedmod.list_namespaces()
+    assert not os.path.exists(f"/proc/{init_pid}")
+    # a bed whose owner was SIGKILLed is removed by the next cleanup_stale()
+    code = ("import sys,time; sys.path.insert(0, %r)\n"
+            "from tests.testbed.bed import TestBed\n"
+            "b=TestBed(1, host_options={0: {'start_unit': False, 'strays': False}}, workdir=%r); b.create()\n"
+            "print(b.bed_id, b.hosts[0].ns, b.hosts[0].init_pid, flush=True); time.sleep(300)\n"
+            % (str(REPO), str(tmp_path / "crashed")))
+    proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    bed_id, ns2, pid2 = proc.stdout.readline().split()
+    proc.kill()
+    proc.wait()
+    assert ns2 in bedmod.list_namespaces()
+    removed = bedmod.cleanup_stale()
+    assert bed_id in removed
+    assert ns2 not in bedmod.list_namespaces()
+    assert not os.path.exists(f"/proc/{pid2}")
+
+
+def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):
+    """Two independent implementations of SGLang's E/N/selector rules must agree on the
+    shared real model configs (the stand-in must not import ``remote``)."""
+    remote_models = pytest.importorskip("remote.models")
+    tree = tmp_path / "tree"
+    standin_tree.make_tree(tree)
+    spec = importlib.util.spec_from_file_location("standin_model", tree / "sglang/_standin/model.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "standin_model", mod)  # dataclasses look the module up
+    spec.loader.exec_module(mod)
+    models = sorted(Path("/work/shared/models").glob("*.json"))
+    if not models:
+        pytest.skip("no shared model configs")
+    compared = 0
+    for path in models:
+        cfg = json.loads(path.read_text())
+        for tp in (1, 2, 4, 8):
+            try:
+                theirs = remote_models.moe_shape(cfg, tp=tp)
+            except Exception:
+                continue
+            mine = mod.moe_shape(cfg, tp=tp)
+            assert (mine.E, mine.N, mine.dtype, mine.block_shape) == (
+                theirs.E, theirs.N, theirs.dtype_selector, theirs.block_shape), (path.name, tp)
+            compared += 1
+    assert compared >= 20
