@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--leave-stopped", action="store_true", help="after a failure, do not start the unit again")
     t.add_argument("--regression-threshold", type=float,
                    help="roll back when output tok/s falls by more than this percent (default 3)")
+    t.add_argument("--retune", action="store_true", help="tune again even if the store has a result for the key")
+    t.add_argument("--tune-on", metavar="HOST", help="host that tunes for its group (default: the first in order)")
+    t.add_argument("--shard-tuning", action="store_true",
+                   help="split the batch sizes across the idle hosts of a group and merge the results")
     t.add_argument("--run-id", help=argparse.SUPPRESS)
 
     r = sub.add_parser("rollback", help="restore the configs a run replaced, restart, verify")
@@ -86,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="find hosts that silently run untuned MoE kernels, and say why (read-only)")
     _add_fleet_flags(d)
     d.add_argument("--fix", action="store_true", help="print the command that would fix each host (runs nothing)")
+
+    st = sub.add_parser("configs", help="the controller's store of tuned configs: list, show, export, import")
+    st.add_argument("action", choices=["list", "show", "export", "import"])
+    st.add_argument("target", nargs="?", help="entry hash prefix (show/export) or a folder (import)")
+    st.add_argument("--out", type=Path, help="export: destination folder")
+    st.add_argument("--key", type=Path, help="import: JSON file with the tuning key the files were tuned for")
+    st.add_argument("--state-dir", type=Path)
+    st.add_argument("--json", action="store_true")
 
     c = sub.add_parser("config-names", help="print the exact up and down config file names SGLang looks for")
     c.add_argument("--model-config", required=True, help="config.json, its folder, or an offline HF repo id")
@@ -142,10 +154,14 @@ def run_playbook_command(args, playbook_name: str, extra: dict, check: bool) -> 
     run_id = args.run_id or new_run_id(playbook_name)
     state_dir = args.state_dir or default_state_dir()
     record = RunRecord(state_dir, run_id)
+    from .engine.groups import GroupCoordinator
+
     options = RunOptions(run_id=run_id, run_dir=record.dir, check=check,
                          accept_new_host_keys=args.accept_new_host_keys,
                          leave_stopped=getattr(args, "leave_stopped", False), echo_output=args.verbose,
-                         extra=extra)
+                         extra=extra, state_dir=Path(state_dir), retune=getattr(args, "retune", False),
+                         groups=GroupCoordinator(shard_tuning=getattr(args, "shard_tuning", False),
+                                                 tune_on=getattr(args, "tune_on", None)))
     record.write_json("run.json", {"run_id": run_id, "command": sys.argv, "inventory": str(args.inventory),
                                    "playbook": str(pb_path), "check": check, "hosts": [h.name for h in hosts]})
     old = _install_signal_handlers(options, console)
@@ -205,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     from .engine.playbook import PlaybookError
     from .engine.templating import TemplateError
     from .inventory import InventoryError
+    from .store import StoreError
 
     args = build_parser().parse_args(argv)
     err = Console(stderr=True, highlight=False)
@@ -225,9 +242,13 @@ def main(argv: list[str] | None = None) -> int:
             from .doctor import cmd_doctor
 
             return cmd_doctor(args)
+        if args.command == "configs":
+            from .configs_cmd import cmd_configs
+
+            return cmd_configs(args)
         if args.command == "config-names":
             return cmd_config_names(args)
-    except (InventoryError, PlaybookError, TemplateError, UsageError) as exc:
+    except (InventoryError, PlaybookError, TemplateError, UsageError, StoreError) as exc:
         err.print(f"orch: error: {exc}", markup=False)
         return EXIT_BAD_INPUT
     except Exception as exc:  # payload-side naming errors (remote.protocol.PayloadError) and the like

@@ -400,10 +400,15 @@ def test_ssh_checks_host_keys(bed, tmp_path):
     client.connect(a.address, port=a.port, username="root", key_filename=str(bed.key_path),
                    look_for_keys=False, allow_agent=False, timeout=10)
     try:
-        _, out, _ = client.exec_command("cat /etc/hostname 2>/dev/null; hostname", timeout=10)
-        assert "gpu-a" in out.read().decode()
+        _, out, _ = client.exec_command("hostname", timeout=10)
+        assert out.read().decode().strip() == "gpu-a"
+        sftp = client.open_sftp()  # Fabric's put uses SFTP
+        with sftp.file("/var/lib/orch/sftp-probe", "w") as f:
+            f.write("via sftp")
+        sftp.close()
     finally:
         client.close()
+    assert a.sh("cat /var/lib/orch/sftp-probe && rm /var/lib/orch/sftp-probe").stdout == "via sftp"
 
 
 @pytest.mark.testbed
@@ -530,15 +535,25 @@ def test_old_layout_config_dir_and_gpu_name(bed):
 def test_inventory(bed, tmp_path):
     import yaml
 
-    path = bed.write_inventory(tmp_path / "inv.yaml", orch_tune_space="tiny")
+    path = bed.write_inventory(tmp_path / "inv.yaml", orch_bench_output_len=8)
     inv = yaml.safe_load(path.read_text())
     group = inv["all"]["children"]["testbed"]
     assert sorted(group["hosts"]) == ["gpu-a", "gpu-b", "gpu-c"]
     a = group["hosts"]["gpu-a"]
     assert a["ansible_host"] == bed.host("gpu-a").address and a["ansible_user"] == "root"
     assert a["ansible_port"] == 22 and Path(a["ansible_ssh_private_key_file"]).is_file()
-    assert group["vars"]["orch_tune_space"] == "tiny" and group["vars"]["orch_triton_interpret"] is True
+    assert a["orch_service"] == "sglang-qwen.service"
+    assert group["hosts"]["gpu-c"]["orch_device_name"] == "NVIDIA H100 80GB HBM3"
+    assert group["vars"]["orch_bench_output_len"] == 8 and group["vars"]["orch_triton_interpret"] is True
     assert Path(group["vars"]["orch_known_hosts"]).read_text().count("ssh-ed25519") == 3
+    # the controller's own loader accepts every variable name and value
+    try:
+        from orchestrator.inventory import load_inventory
+    except ImportError:
+        return
+    loaded = load_inventory(str(path))
+    assert [h.name for h in loaded.hosts] == ["gpu-a", "gpu-b", "gpu-c"]
+    assert loaded.get_host("gpu-c").vars["orch_device_name"] == "NVIDIA H100 80GB HBM3"
 
 
 @pytest.mark.testbed

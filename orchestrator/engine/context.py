@@ -26,6 +26,12 @@ class RunOptions:
     echo_output: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     cancel: threading.Event = field(default_factory=threading.Event)
+    #: controller state dir (the config store lives under it)
+    state_dir: Path | None = None
+    #: ignore stored results and tune again
+    retune: bool = False
+    #: meeting point of hosts sharing a tuning key (orchestrator.engine.groups.GroupCoordinator)
+    groups: Any = None
 
 
 class HostContext:

@@ -66,6 +66,8 @@ class Engine:
             if self.options.cancel.is_set():
                 break
             self.emit("batch_start", batch=bi + 1, hosts=[h.name for h in batch])
+            if self.options.groups is not None:
+                self.options.groups.start_batch([h.name for h in batch])
             with cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(batch)))) as pool:
                 futs = {pool.submit(self._run_host, play, h, hostvars(h), recaps[h.name]): h for h in batch}
                 for fut in cf.as_completed(futs):
@@ -109,6 +111,8 @@ class Engine:
             recap.failed += 1
             self.emit("internal_error", host=host.name, error=recap.cause)
         finally:
+            if self.options.groups is not None:
+                self.options.groups.host_done(host.name)
             recap.summary = dict(ctx.state.get("summary", {}))
             ctx.close()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .benchmark import bench
 from .config_install import install_configs, restore_configs
+from .config_source import config_source
 from .connect import connect
 from .gpu_reaper import gpu_reap
 from .doctor import diagnose
@@ -42,4 +43,5 @@ MODULES = {
     "rollback_restore": rollback_restore,
     "history": history,
     "diagnose": diagnose,
+    "config_source": config_source,
 }

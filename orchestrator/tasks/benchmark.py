@@ -28,7 +28,9 @@ def bench(ctx, label: str = "after", concurrency: list[int] | None = None, input
     conc = [int(c) for c in (concurrency or [1, 16, 64])]
     args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
             "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool]
-    data = ctx.payload.call("bench", args, timeout=level_timeout * (len(conc) + 1) + 120, interruptible=True,
+    # sglang.bench_serving needs about a minute of its own start-up per level
+    per_level = float(level_timeout) + (60 if tool == "sglang" else 0)
+    data = ctx.payload.call("bench", args, timeout=per_level * (len(conc) + 1) + 120, interruptible=True,
                             on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
                                                                total=m.get("total", 0)))
     ctx.vars[f"orch_bench_{label}"] = data
@@ -40,14 +42,15 @@ def bench(ctx, label: str = "after", concurrency: list[int] | None = None, input
                                  "max_concurrency": top.get("max_concurrency"),
                                  "median_ttft_ms": top.get("median_ttft_ms"),
                                  "median_itl_ms": top.get("median_itl_ms"), "valid": top.get("valid", True)}
-    msg = (f"{label}: {top.get('output_throughput', 0):.1f} output tok/s at concurrency {top.get('max_concurrency')}"
-           if top else f"{label}: no levels")
+    otp = top.get("output_throughput")
+    msg = (f"{label}: {otp:.1f} output tok/s at concurrency {top.get('max_concurrency')}"
+           if otp is not None else f"{label}: no throughput measured")
     if top and not top.get("valid", True):
         raise TaskFailed(msg + f" (invalid level: {top.get('failed')} failed requests)", data)
     if compare_to:
         ref = _top(((ctx.vars.get(f"orch_bench_{compare_to}") or {}).get("levels")) or [])
-        if ref.get("output_throughput"):
-            before, after = float(ref["output_throughput"]), float(top.get("output_throughput") or 0)
+        if ref.get("output_throughput") and otp is not None:
+            before, after = float(ref["output_throughput"]), float(otp)
             change = (after - before) / before * 100.0
             summary["throughput_change_pct"] = round(change, 2)
             msg += f" ({compare_to} {before:.1f}, {change:+.1f}%)"

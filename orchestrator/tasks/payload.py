@@ -208,6 +208,7 @@ def push(ctx, interpreter: str | None = None, state_dir: str | None = None) -> T
         raise TaskFailed(f"payload on host answers {ver}, expected version {bundle.version} proto {PROTO}")
     ctx.payload = client
     ctx.state["payload_root"] = root
+    ctx.state["payload"] = {"version": bundle.version, "sha256": bundle.sha256}
     return TaskResult("changed" if changed else "ok", f"payload {bundle.version} ({bundle.short}) at {root}",
                       {"root": root, "sha256": bundle.sha256, "version": bundle.version})
 

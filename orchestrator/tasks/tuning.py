@@ -16,12 +16,30 @@ import posixpath
 import time
 
 from ..engine.results import TaskFailed, TaskResult
+from .config_source import publish_failure, publish_result
 from .probe import model_flags
 
 
 def tune(ctx, space: str = "fast", batch_sizes: list[int] | None = None, provider: str = "auto",
          timeout: float = 172800) -> TaskResult:
-    """Tune on the host (``timeout`` in seconds, default 48 h) and fetch the results."""
+    """Tune on the host (``timeout`` in seconds, default 48 h) and fetch the results.
+
+    With a group role (``config_source``): a ``shard`` host tunes only its slice of the
+    batch sizes; the result is published to the group and stored on the controller.
+    """
+    source = ctx.vars.get("orch_config_source", "tune")
+    if source in ("store", "reuse"):
+        return TaskResult.skipped(f"configs come from the {source}")
+    if source == "shard":
+        batch_sizes = (ctx.vars.get("orch_group_role") or {}).get("batch_sizes") or batch_sizes
+    try:
+        return _tune(ctx, space, batch_sizes, provider, timeout)
+    except Exception as exc:
+        publish_failure(ctx, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise
+
+
+def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
     plan = ctx.vars.get("orch_plan") or {}
     names = (ctx.vars.get("orch_probe") or {}).get("file_names") or {}
     key_src = json.dumps([names, space, batch_sizes, provider], sort_keys=True)
@@ -56,6 +74,12 @@ def tune(ctx, space: str = "fast", batch_sizes: list[int] | None = None, provide
     for role, local in fetched.items():
         if expected.get(role) and posixpath.basename(local) != expected[role]:
             raise TaskFailed(f"tuner wrote {posixpath.basename(local)}, but the server looks for {expected[role]}")
+    from .. import __version__
+
+    fetched = publish_result(ctx, fetched, str(ctx.host_dir / "report.json") if data.get("report") else None,
+                             {"host": ctx.name, "run_id": ctx.options.run_id, "provider": data.get("provider"),
+                              "payload_version": (ctx.state.get("payload") or {}).get("version"),
+                              "orch_version": __version__, "batch_sizes": batch_sizes})
     ctx.state["tuned_files"] = fetched
     summary = ctx.state.setdefault("summary", {})
     summary["speedup_vs_default"] = data.get("speedup_vs_default")

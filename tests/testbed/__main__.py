@@ -54,6 +54,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     shutil.copy(bed.known_hosts_path, known)
     bed.known_hosts_path = known
     bed.write_inventory(inventory)
+    bed.extra_state = {"inventory": str(inventory), "known_hosts_copy": str(known)}
+    bed.detach()
     print(f"test bed {bed.bed_id}: {len(bed.hosts)} host(s), work folder {bed.workdir}")
     for h in bed.hosts:
         print(f"  {h.name}: ssh root@{h.address} (namespace {h.ns}), unit {h.unit}.service, "

@@ -47,8 +47,13 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from . import standin_tree
 
 REPO = Path(__file__).resolve().parents[2]
-VENV_PYTHON = str(REPO / ".venv" / "bin" / "python")
-VENV_BIN = str(REPO / ".venv" / "bin")
+# The interpreter of the hosts' units and of the payload (has torch + triton): the repo's venv,
+# else the interpreter running the bed.
+VENV_PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() \
+    else sys.executable
+VENV_BIN = os.path.dirname(VENV_PYTHON)
+SYSTEMCTL3 = os.path.join(VENV_BIN, "systemctl3") if os.path.exists(os.path.join(VENV_BIN, "systemctl3")) \
+    else (shutil.which("systemctl3") or os.path.join(VENV_BIN, "systemctl3"))
 HOSTINIT = str(Path(__file__).resolve().parent / "hostinit.py")
 JOURNAL_SHIM = str(Path(__file__).resolve().parent / "journalctl_shim.py")
 STATE_ROOT = Path(os.environ.get("ORCH_TESTBED_STATE", "/run/orchtb"))
@@ -87,6 +92,7 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "unit": DEFAULT_UNIT,           # unit name (without .service)
     "warmup_s": 1.0,                # ORCH_STANDIN_WARMUP_S
     "strays": True,                 # leftover scheduler + nvidia-persistenced holding /dev/nvidia0
+    "gpu_exclusive": False,         # ORCH_STANDIN_GPU_EXCLUSIVE: start fails while a leftover holds the GPU
     "start_unit": True,             # start the unit at bed creation
     "timeout_stop_s": 15,           # TimeoutStopSec of the unit
 }
@@ -181,6 +187,13 @@ def destroy_bed_state(bed_id: str) -> None:
             _run(["ip", "link", "del", h["veth"]], check=False)
     if state.get("owns_workdir") and state.get("workdir"):
         shutil.rmtree(state["workdir"], ignore_errors=True)
+    for key in ("inventory", "known_hosts_copy"):  # files `python -m tests.testbed up` wrote
+        path = (state.get("extra") or {}).get(key)
+        if path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     shutil.rmtree(sdir, ignore_errors=True)
 
 
@@ -410,6 +423,8 @@ def _unit_text(host: Host) -> str:
            "ORCH_STANDIN_WARMUP_S": str(o["warmup_s"]), "PYTHONUNBUFFERED": "1", "HOME": "/root"}
     if o["moe_config_dir"]:
         env["SGLANG_MOE_CONFIG_DIR"] = o["moe_config_dir"]
+    if o["gpu_exclusive"]:
+        env["ORCH_STANDIN_GPU_EXCLUSIVE"] = "1"
     env.update({k: str(v) for k, v in o["env"].items()})
     args = [VENV_PYTHON, "-m", "sglang.launch_server", "--model-path", "/models/tiny-moe", "--tp", str(o["tp"]),
             "--port", str(SGLANG_PORT), "--host", "0.0.0.0"]
@@ -498,6 +513,7 @@ class TestBed:
             "owner_start": _proc_start_time(os.getpid()), "workdir": str(self.workdir),
             "owns_workdir": self.owns_workdir, "key_path": str(self.key_path),
             "known_hosts_path": str(self.known_hosts_path), "created": time.time(),
+            "extra": getattr(self, "extra_state", {}),
             "hosts": [{"name": h.name, "ns": h.ns, "veth": h.veth, "address": h.address, "init_pid": h.init_pid,
                        "init_start": h.init_start, "options": h.options} for h in self.hosts],
         }
@@ -613,7 +629,7 @@ class TestBed:
         ]))
         # systemctl / journalctl of the host
         (hd / "bin").mkdir()
-        (hd / "bin" / "systemctl").write_text(f"#!/bin/sh\nexec {shlex.quote(VENV_BIN + '/systemctl3')} \"$@\"\n")
+        (hd / "bin" / "systemctl").write_text(f"#!/bin/sh\nexec {shlex.quote(SYSTEMCTL3)} \"$@\"\n")
         (hd / "bin" / "journalctl").write_text(
             f"#!/bin/sh\nexec {shlex.quote(VENV_PYTHON)} {shlex.quote(JOURNAL_SHIM)} \"$@\"\n")
         for n in ("systemctl", "journalctl"):
@@ -746,30 +762,42 @@ class TestBed:
         """Write an Ansible-style YAML inventory of the hosts to ``path`` and return it.
 
         ``all.children.<group>.hosts.<name>``: ``ansible_host``, ``ansible_user``, ``ansible_port``,
-        ``ansible_ssh_private_key_file`` (absolute), ``orch_unit``; group ``vars``: the
-        test-bed defaults ``ansible_python_interpreter`` (the repo's venv python),
-        ``orch_triton_interpret: true``, ``orch_tune_space: smoke``, ``orch_tune_batch_sizes: [1, 4]``,
-        ``orch_known_hosts`` (absolute), updated with ``extra_vars``.
+        ``ansible_ssh_private_key_file`` (absolute), ``orch_service`` (the host's unit),
+        ``orch_device_name`` (the GPU name the host's stand-in reports: the bed has no CUDA).
+        Group ``vars``: the test-bed defaults (names from ``orchestrator.inventory.variables``):
+        ``ansible_python_interpreter`` (the venv python that runs the units), ``orch_known_hosts``
+        (absolute), ``orch_model_config``, ``orch_triton_interpret: true``, ``orch_tune_space: smoke``,
+        ``orch_tune_batch_sizes: [1, 4]``, short timeouts and a small benchmark; ``extra_vars``
+        override or add group vars.
         """
         import yaml
 
         hosts = {}
         for h in self.hosts:
             hosts[h.name] = {"ansible_host": h.address, "ansible_user": h.user, "ansible_port": h.port,
-                             "ansible_ssh_private_key_file": str(self.key_path), "orch_unit": h.unit}
+                             "ansible_ssh_private_key_file": str(self.key_path),
+                             "orch_service": f"{h.unit}.service", "orch_device_name": h.options["gpu_name"]}
         group_vars = {
             "ansible_python_interpreter": VENV_PYTHON,
+            "orch_known_hosts": str(self.known_hosts_path),
+            "orch_model_config": "/models/tiny-moe/config.json",
             "orch_triton_interpret": True,
             "orch_tune_space": "smoke",
             "orch_tune_batch_sizes": [1, 4],
-            "orch_known_hosts": str(self.known_hosts_path),
+            "orch_connect_timeout": 10,
+            "orch_stop_timeout": 30,
+            "orch_ready_timeout": 60,
+            "orch_bench_concurrency": [1, 4],
+            "orch_bench_input_len": 32,
+            "orch_bench_output_len": 16,
         }
         group_vars.update(extra_vars)
-        inv = {"all": {"children": {group: {"hosts": hosts, "vars": group_vars}}}}
+        inv = {"all": {"children": {group: {"vars": group_vars, "hosts": hosts}}}}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# Written by `python -m tests.testbed` (bed {self.bed_id}); hosts live in network "
-                        f"namespaces {NS_PREFIX}{self.bed_id}-*\n" + yaml.safe_dump(inv, sort_keys=False))
+        path.write_text(f"# Written by the orch test bed (bed {self.bed_id}); its hosts live in network namespaces "
+                        f"{NS_PREFIX}{self.bed_id}-*.\n# Remove with `python -m tests.testbed down` (persistent beds).\n"
+                        + yaml.safe_dump(inv, sort_keys=False))
         return path
 
 

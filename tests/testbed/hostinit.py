@@ -125,15 +125,24 @@ def main(argv: list[str]) -> int:
             raise RuntimeError("sshd did not listen on port 22 within 20 s (see /var/log/sshd.log)")
         for cmd in spec.get("setup_cmds", []):
             subprocess.run(cmd, shell=True, check=True, env=env, stdout=sys.stderr, stderr=sys.stderr)
+        for unit in spec.get("start_units", []):
+            subprocess.run(["/usr/bin/systemctl", "start", unit], check=False, env=env, timeout=120,
+                           stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr)
+        # strays come after the unit has opened its GPU (bound its port) or died, so that a
+        # unit with ORCH_STANDIN_GPU_EXCLUSIVE starts cleanly at bed creation
+        for unit in spec.get("start_units", []):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not _wait_port(spec.get("unit_port", 30000), 0.5):
+                state = subprocess.run(["/usr/bin/systemctl", "is-active", unit], env=env, text=True,
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.strip()
+                if state not in ("active", "activating"):
+                    break
         if spec.get("strays"):
             gpus = [os.path.join("/dev", n) for n in spec["nvidia"]]
             _spawn_holder(spec["python"], "sglang::scheduler_TP0", [], ["/dev/nvidia0", "/dev/nvidiactl"],
                           "sglang::scheduler_TP0")
             _spawn_holder(spec["python"], "nvidia-persistenced", ["--user", "nvidia-persistenced"], gpus,
                           "nvidia-persistenced")
-        for unit in spec.get("start_units", []):
-            subprocess.run(["/usr/bin/systemctl", "start", unit], check=False, env=env, timeout=120,
-                           stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr)
     except BaseException as exc:  # tell the bed, then die (the PID namespace goes with us)
         import traceback
 

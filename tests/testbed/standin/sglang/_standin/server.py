@@ -23,6 +23,12 @@ fallback folder the mean of both, down file missing (up reused) tuned * 1.1.
 ``ORCH_STANDIN_REGRESSION=1`` makes a tuned config 1.5x slower than the default.
 Prefill costs ``$ORCH_STANDIN_PREFILL_MS_PER_TOKEN`` (default 0.02 ms) per prompt token.
 
+GPU occupancy knobs: ``ORCH_STANDIN_GPU_EXCLUSIVE=1``: start-up fails like SGLang's
+"The memory capacity is unbalanced" when another process (not nvidia-persistenced,
+nv-hostengine, dcgm or Xorg) holds a GPU device file, so a leftover must be reaped first;
+``ORCH_STANDIN_LEAK_SCHEDULER=1``: at start, leave an orphaned ``sglang::scheduler_TP0``
+process (re-parented to PID 1) holding the GPU that outlives the server, like sglang #23627.
+
 Fault knobs: ``ORCH_STANDIN_FAIL_START=1`` (exit 1 at start), ``ORCH_STANDIN_NEVER_READY=1``
 (``/health`` stays 503), ``ORCH_STANDIN_IGNORE_SIGTERM=1`` (SIGTERM ignored; only SIGKILL
 stops it), ``ORCH_STANDIN_HANG_GENERATE=1`` (``/generate`` and completions never answer
@@ -53,6 +59,15 @@ LOADER_MODULES = (
     "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config",  # older releases
 )
 TRITON_BACKENDS = ("auto", "triton")
+# Holders of /dev/nvidia* that do not take GPU memory (never count as occupying a GPU).
+NON_COMPUTE_HOLDERS = ("nvidia-persistenced", "nv-hostengine", "dcgm", "Xorg")
+LEAK_CODE = (
+    "import os,sys,time\n"
+    "if os.fork(): os._exit(0)\n"
+    "os.setsid()\n"
+    "fds=[os.open(p, os.O_RDWR) for p in sys.argv[1:]]\n"
+    "while True: time.sleep(3600)\n"
+)
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs")
 VOCAB = 151936
 
@@ -171,10 +186,36 @@ class StandinServer:
         self.httpd: Optional[ThreadingHTTPServer] = None
 
     # --- start-up -------------------------------------------------------------------------
+    @staticmethod
+    def other_holders(paths: List[str]) -> List[Tuple[int, str]]:
+        """``[(pid, cmdline)]`` of other processes holding one of ``paths`` that take GPU memory."""
+        found = []
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                links = {os.readlink(f"/proc/{entry}/fd/{fd}") for fd in os.listdir(f"/proc/{entry}/fd")}
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            except OSError:
+                continue
+            if links & set(paths) and not any(n in cmd for n in NON_COMPUTE_HOLDERS):
+                found.append((int(entry), cmd))
+        return found
+
     def open_gpus(self) -> None:
-        """Open the GPU device file(s) and keep them open (``RuntimeError`` if missing)."""
+        """Open the GPU device file(s) and keep them open. RuntimeError if one is missing, or
+        (``ORCH_STANDIN_GPU_EXCLUSIVE``) already used by another compute process."""
         explicit = os.environ.get("ORCH_STANDIN_NVIDIA_DEV")
         paths = [explicit] if explicit else [f"/dev/nvidia{i}" for i in range(max(1, self.args.tp_size))]
+        if _env_flag("ORCH_STANDIN_GPU_EXCLUSIVE"):
+            busy = self.other_holders(paths)
+            if busy:
+                raise RuntimeError(
+                    "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+                    f"min_per_gpu_memory=2.31, local_gpu_memory=139.72, local_gpu_memory * 0.9=125.75 "
+                    f"(stand-in: held by {', '.join(f'pid {p} ({c[:60]})' for p, c in busy)})")
         for path in paths:
             try:
                 self.gpu_fds.append(os.open(path, os.O_RDWR))
@@ -223,6 +264,12 @@ class StandinServer:
         if _env_flag("ORCH_STANDIN_FAIL_START"):
             raise RuntimeError("ORCH_STANDIN_FAIL_START is set: simulated start-up failure")
         self.open_gpus()
+        if _env_flag("ORCH_STANDIN_LEAK_SCHEDULER"):
+            import subprocess
+
+            dev = os.environ.get("ORCH_STANDIN_NVIDIA_DEV") or "/dev/nvidia0"
+            subprocess.run(["sglang::scheduler_TP0", "-c", LEAK_CODE, dev], executable=sys.executable,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
         cfg = model_mod.load_config(a.model_path)
         self.shape = model_mod.moe_shape(cfg, a.tp_size, a.ep_size, a.quantization, a.dtype,
                                          a.disable_shared_experts_fusion, a.moe_runner_backend)

@@ -1,0 +1,64 @@
+"""``orch configs list|show|export|import``: inspect and move tuned results of the store."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .records import default_state_dir
+from .store import KEY_FIELDS, ConfigStore, StoreError
+
+
+def cmd_configs(args) -> int:
+    """Run one ``configs`` action; StoreError for a bad target or import."""
+    store = ConfigStore(args.state_dir or default_state_dir())
+    out = Console()
+    if args.action == "list":
+        entries = store.list()
+        if args.json:
+            print(json.dumps([{"hash": e.hash, "key": e.key, "provenance": e.provenance} for e in entries], indent=2))
+            return 0
+        t = Table(title=f"tuned configs in {store.root}")
+        for col in ("hash", "device", "triton", "E/N", "selectors", "space", "tuned on", "stored"):
+            t.add_column(col)
+        for e in entries:
+            k, p = e.key, e.provenance
+            sel = ",".join(str(x) for x in (k.get("dtype_selector"), k.get("block_shape")) if x) or "-"
+            t.add_row(e.hash, str(k.get("device_name")), str(k.get("triton_version")), f"{k.get('E')}/{k.get('N')}",
+                      sel, str(k.get("space")), str(p.get("host") or p.get("imported_from")), str(p.get("stored")))
+        out.print(t)
+        return 0
+    if not args.target:
+        raise StoreError(f"configs {args.action}: give an entry hash prefix" + (" or a folder" if args.action == "import" else ""))
+    if args.action == "show":
+        e = store.find(args.target)
+        print(json.dumps({"hash": e.hash, "key": e.key, "provenance": e.provenance,
+                          "files": {r: str(p) for r, p in e.files.items()}}, indent=2))
+        return 0
+    if args.action == "export":
+        e = store.find(args.target)
+        dest = args.out or Path(f"orch-configs-{e.hash}")
+        dest.mkdir(parents=True, exist_ok=True)
+        for p in list(e.files.values()) + [e.dir / "key.json", e.dir / "provenance.json"] + ([e.report] if e.report else []):
+            shutil.copyfile(p, dest / p.name)
+        print(dest)
+        return 0
+    # import
+    src = Path(args.target)
+    key_file = args.key or (src / "key.json")
+    if not key_file.exists():
+        raise StoreError(f"{key_file}: missing; import needs the tuning key ({', '.join(KEY_FIELDS)})")
+    try:
+        key = json.loads(key_file.read_text())
+    except ValueError as exc:
+        raise StoreError(f"{key_file}: not JSON: {exc}") from None
+    missing = [f for f in KEY_FIELDS if f not in key]
+    if missing:
+        raise StoreError(f"{key_file}: key lacks {missing}")
+    e = store.import_tree(src, {f: key[f] for f in KEY_FIELDS}, {"host": None})
+    print(e.hash)
+    return 0

@@ -1,0 +1,146 @@
+"""The controller's store of tuned configs, keyed by everything that decides the files.
+
+Hosts whose *tuning key* is equal need byte-identical files: SGLang device name,
+Triton version, kernel provider and SGLang version, E, N, hidden size, top-k, the
+dtype/block/per-channel selectors, the batch sizes and the search space. orch tunes
+each key once and reuses the result (unless ``--retune``).
+
+Layout: ``<state_dir>/store/<key hash>/`` with ``key.json``, ``provenance.json`` (host,
+time, run id, payload version, provider), ``report.json`` and the config files.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KEY_FIELDS = ("device_name", "triton_version", "provider", "sglang_version", "E", "N", "hidden", "topk",
+              "dtype_selector", "block_shape", "per_channel_quant", "batch_sizes", "space")
+
+
+class StoreError(Exception):
+    """A store entry or an import is invalid; the message names the file."""
+
+
+def tuning_key(probe: dict, space: str, batch_sizes: list[int] | None, provider: str) -> dict[str, Any]:
+    """The tuning key of a host from its payload probe (dict of :data:`KEY_FIELDS`).
+
+    ``provider`` ``auto`` resolves to ``sglang`` when SGLang is installed on the host, else
+    ``builtin`` (the payload's rule), so two hosts that would tune with different kernels
+    never share files.
+    """
+    model = probe.get("model") or {}
+    sg = probe.get("sglang") or {}
+    if provider == "auto":
+        provider = "sglang" if sg.get("installed") and sg.get("importable", True) else "builtin"
+    return {
+        "device_name": probe.get("device_name"), "triton_version": probe.get("triton_version"),
+        "provider": provider, "sglang_version": sg.get("version"),
+        "E": model.get("E"), "N": model.get("N"), "hidden": model.get("hidden"), "topk": model.get("topk"),
+        "dtype_selector": model.get("dtype_selector"), "block_shape": model.get("block_shape"),
+        "per_channel_quant": bool(model.get("per_channel_quant")),
+        "batch_sizes": sorted(int(b) for b in batch_sizes) if batch_sizes else None, "space": space,
+    }
+
+
+def key_hash(key: dict) -> str:
+    """Stable 16-hex-digit hash of a tuning key."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Entry:
+    """One stored result: ``files`` role -> path, ``key``, ``provenance``, ``report`` path or None."""
+
+    hash: str
+    dir: Path
+    key: dict
+    provenance: dict
+    files: dict[str, Path]
+    report: Path | None
+
+
+class ConfigStore:
+    """Tuned results on the controller (``<state_dir>/store``)."""
+
+    def __init__(self, state_dir: Path):
+        self.root = Path(state_dir) / "store"
+
+    def get(self, key: dict) -> Entry | None:
+        """The entry for ``key``, or None."""
+        d = self.root / key_hash(key)
+        return self._load(d) if (d / "provenance.json").exists() else None
+
+    def _load(self, d: Path) -> Entry:
+        prov = json.loads((d / "provenance.json").read_text())
+        key = json.loads((d / "key.json").read_text())
+        files = {role: d / name for role, name in (prov.get("files") or {}).items()}
+        rep = d / "report.json"
+        return Entry(d.name, d, key, prov, files, rep if rep.exists() else None)
+
+    def put(self, key: dict, files: dict[str, str | Path], report: str | Path | None, provenance: dict) -> Entry:
+        """Store validated config files for ``key`` atomically (a temp folder renamed in place)."""
+        from remote.configio import load_config_file
+        from remote.protocol import PayloadError
+
+        for role, path in files.items():
+            try:
+                load_config_file(str(path))
+            except PayloadError as exc:
+                raise StoreError(f"{path}: {exc.msg}") from None
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.root / key_hash(key)
+        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=".tmp-"))
+        for path in files.values():
+            shutil.copyfile(path, tmp / Path(path).name)
+        if report and Path(report).exists():
+            shutil.copyfile(report, tmp / "report.json")
+        prov = dict(provenance, files={role: Path(p).name for role, p in files.items()},
+                    stored=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        (tmp / "key.json").write_text(json.dumps(key, indent=2, sort_keys=True) + "\n")
+        (tmp / "provenance.json").write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        return self._load(final)
+
+    def list(self) -> list[Entry]:
+        """Every entry, newest first."""
+        if not self.root.exists():
+            return []
+        out = [self._load(d) for d in self.root.iterdir() if (d / "provenance.json").exists()]
+        return sorted(out, key=lambda e: e.provenance.get("stored", ""), reverse=True)
+
+    def find(self, prefix: str) -> Entry:
+        """The entry whose hash starts with ``prefix``; StoreError when none or several."""
+        hits = [e for e in self.list() if e.hash.startswith(prefix)]
+        if len(hits) != 1:
+            raise StoreError(f"{len(hits)} store entries match {prefix!r}")
+        return hits[0]
+
+    def import_tree(self, src: Path, key: dict, provenance: dict) -> Entry:
+        """Import files tuned elsewhere (a folder with the up and optional ``_down`` file), validated."""
+        src = Path(src)
+        jsons = sorted(p for p in src.glob("*.json") if p.name.startswith("E=") and p.name != "report.json")
+        up = [p for p in jsons if not p.stem.endswith("_down")]
+        down = [p for p in jsons if p.stem.endswith("_down")]
+        if len(up) != 1 or len(down) > 1:
+            raise StoreError(f"{src}: expected one up file and at most one _down file, found {[p.name for p in jsons]}")
+        files = {"up": up[0], **({"down": down[0]} if down else {})}
+        if down:
+            from remote.configio import check_down_matches_up, load_config_file
+            from remote.protocol import PayloadError
+
+            try:
+                check_down_matches_up(load_config_file(str(up[0])), load_config_file(str(down[0])))
+            except PayloadError as exc:
+                raise StoreError(f"{src}: {exc.msg}") from None
+        rep = src / "report.json"
+        return self.put(key, files, rep if rep.exists() else None, dict(provenance, imported_from=str(src)))

@@ -1,0 +1,125 @@
+"""Task ``config_source``: where this host's config files come from (tune once per group).
+
+Runs after ``plan`` and before the unit is stopped. Sets ``orch_config_source``:
+
+- ``store``: the controller's store has a result for this host's tuning key (reused
+  unless ``--retune``): nothing is tuned;
+- ``tune`` / ``shard``: this host tunes (all batch sizes, or its slice with
+  ``--shard-tuning``); the ``tune`` task publishes the result to the group;
+- ``reuse``: another host of the same key tunes; this host waits for its result while
+  its server keeps serving, then installs the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..engine.results import TaskFailed, TaskResult
+from ..store import ConfigStore, key_hash, tuning_key
+
+#: SGLang's default tuning batch sizes (benchmark/kernels/fused_moe_triton, common_utils.py)
+DEFAULT_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
+
+
+def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[str, str]:
+    """Write ``configs`` (role -> SGLang config dict) under the host's record as the exact file names."""
+    from remote.configio import dumps_config
+
+    out = {}
+    d = ctx.host_dir / "configs"
+    d.mkdir(parents=True, exist_ok=True)
+    for role, cfg in configs.items():
+        path = d / names[role]
+        path.write_text(dumps_config(cfg))
+        out[role] = str(path)
+    return out
+
+
+def config_source(ctx, space: str = "fast", batch_sizes: list[int] | None = None, provider: str = "auto") -> TaskResult:
+    """Decide tune / shard / reuse / store for this host; see the module docstring."""
+    probe = ctx.vars.get("orch_probe") or {}
+    names = probe.get("file_names") or {}
+    key = tuning_key(probe, space, batch_sizes, provider)
+    kh = key_hash(key)
+    ctx.vars["orch_tuning_key"] = {"hash": kh, **key}
+    groups = ctx.options.groups
+    store = ConfigStore(ctx.options.state_dir) if ctx.options.state_dir else None
+    entry = store.get(key) if (store and not ctx.options.retune) else None
+    if entry is not None:
+        if groups is not None:
+            groups.report_key(ctx.name, "store:" + kh)
+        prov = entry.provenance
+        ctx.vars["orch_config_source"] = "store"
+        msg = f"reusing stored result {kh} (tuned on {prov.get('host')} at {prov.get('stored')}, run {prov.get('run_id')})"
+        if not ctx.check:
+            configs = {role: json.loads(p.read_text()) for role, p in entry.files.items()}
+            ctx.state["tuned_files"] = write_configs(ctx, configs, names)
+            if entry.report:
+                (ctx.host_dir / "report.json").write_text(entry.report.read_text())
+        ctx.state.setdefault("summary", {})["config_source"] = {"source": "store", "key": kh}
+        return TaskResult.ok(msg, source="store", key=kh)
+    if groups is None:
+        ctx.vars["orch_config_source"] = "tune"
+        return TaskResult.ok("tuning on this host", source="tune", key=kh)
+    groups.report_key(ctx.name, kh)
+    role = groups.assign(ctx.name, list(batch_sizes or DEFAULT_BATCH_SIZES))
+    ctx.vars["orch_config_source"] = role.kind
+    ctx.vars["orch_group_role"] = {"kind": role.kind, "key": kh, "members": role.members, "tuner": role.tuner,
+                                   "batch_sizes": role.batch_sizes, "shard_index": role.shard_index}
+    ctx.state.setdefault("summary", {})["config_source"] = {"source": role.kind, "key": kh, "group": role.members}
+    group = f"group {kh} of {len(role.members)}: {', '.join(role.members)}"
+    if role.kind == "tune":
+        return TaskResult.ok(("would tune" if ctx.check else "tuning") + f" for {group}", source="tune", key=kh)
+    if role.kind == "shard":
+        return TaskResult.ok(("would tune" if ctx.check else "tuning") + f" batch sizes {role.batch_sizes} for {group}",
+                             source="shard", key=kh)
+    if ctx.check:
+        return TaskResult.ok(f"would reuse what {role.tuner} tunes for {group}", source="reuse", key=kh)
+    ctx.say(f"waiting for {role.tuner} to tune {kh} (the server keeps serving)")
+    try:
+        result = groups.wait_result(kh, cancel=ctx.options.cancel)
+    except RuntimeError as exc:
+        raise TaskFailed(f"no configs from {role.tuner}: {exc}") from None
+    ctx.state["tuned_files"] = write_configs(ctx, result["configs"], names)
+    if result.get("report"):
+        (ctx.host_dir / "report.json").write_text(json.dumps(result["report"], indent=2))
+    return TaskResult.ok(f"reusing the configs {role.tuner} tuned for {group}", source="reuse", key=kh)
+
+
+config_source.check_safe = True
+
+
+def publish_result(ctx, files: dict[str, str], report_path: str | None, provenance: dict) -> dict[str, str]:
+    """After ``tune`` on this host: publish to the group and the store; returns the files to install.
+
+    A shard host waits for the merged result of all shards and returns it.
+    """
+    role = ctx.vars.get("orch_group_role") or {}
+    kh = (ctx.vars.get("orch_tuning_key") or {}).get("hash")
+    key = {k: v for k, v in (ctx.vars.get("orch_tuning_key") or {}).items() if k != "hash"}
+    groups = ctx.options.groups
+    names = (ctx.vars.get("orch_probe") or {}).get("file_names") or {}
+    configs = {r: json.loads(open(p).read()) for r, p in files.items()}
+    report = json.loads(open(report_path).read()) if report_path else None
+    result = {"configs": configs, "report": report}
+    if groups is not None and role.get("kind") == "shard":
+        groups.publish(kh, result, shard=role.get("shard_index", 0), merge=groups.merged)
+        try:
+            merged = groups.wait_result(kh, cancel=ctx.options.cancel)
+        except RuntimeError as exc:
+            raise TaskFailed(f"shard merge failed: {exc}") from None
+        files = write_configs(ctx, merged["configs"], names)
+        result = merged
+    elif groups is not None and kh:
+        groups.publish(kh, result)
+    if ctx.options.state_dir and kh and (role.get("kind") != "shard" or role.get("shard_index") == 0):
+        report_file = ctx.host_dir / "report.json"
+        ConfigStore(ctx.options.state_dir).put(key, files, report_file if report_file.exists() else None, provenance)
+    return files
+
+
+def publish_failure(ctx, error: str) -> None:
+    """Tell hosts waiting on this host's key that its tuning failed (they fail at once)."""
+    kh = (ctx.vars.get("orch_tuning_key") or {}).get("hash")
+    if ctx.options.groups is not None and kh:
+        ctx.options.groups.publish(kh, None, error=f"{ctx.name}: {error}")
