@@ -91,6 +91,8 @@ def section_correct(res):
     if not GPU:
         cases = [c for c in cases if c[5] < 64 and c[1] <= 32]
     shipped = json.loads(SHIPPED.read_text())
+    from remote.tuner.driver import _smem_limit
+    smem = _smem_limit("cuda:0") if GPU else None
     for dt in dtypes:
         for name, E, N, H, k, M, mode in cases:
             if mode == "skew":
@@ -117,6 +119,8 @@ def section_correct(res):
             for cname, cfg in cfgs:
                 down = dict(cfg, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128 if GPU else 64)
                 for dname, dcfg in (("same", cfg), ("other-down", down)):
+                    if GPU and not (sp.fits(cfg, smem)[0] and sp.fits(dcfg, smem)[0]):
+                        continue  # cannot run on this device (pruned by the tuner too)
                     bufs = make_buffers(M, k, N, H, dt, dev)  # NaN-poisoned
                     out = torch.full((M, H), float("nan"), dtype=dt, device=dev)
                     fused_moe(x, w1, w2, tw, ti, cfg, dcfg, buffers=bufs, out=out)

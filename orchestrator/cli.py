@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--state-dir", type=Path)
     st.add_argument("--json", action="store_true")
 
+    rp = sub.add_parser("report", help="write an HTML report of a run (needs matplotlib for the plots)")
+    rp.add_argument("run_id", help="run id, 'latest', or a run folder")
+    rp.add_argument("--state-dir", type=Path, help="controller run records (default $XDG_STATE_HOME/orch)")
+    rp.add_argument("--out", type=Path, help="output file (default <run dir>/report.html)")
+
     c = sub.add_parser("config-names", help="print the exact up and down config file names SGLang looks for")
     c.add_argument("--model-config", required=True, help="config.json, its folder, or an offline HF repo id")
     c.add_argument("--tp", type=int, default=1)
@@ -192,6 +197,10 @@ def run_playbook_command(args, playbook_name: str, extra: dict, check: bool) -> 
     if not check:
         console.print(summary_table(all_recaps))
     console.print(f"run record: {record.dir}")
+    if not check:
+        from .report import report_after_run  # never raises; skips without matplotlib
+
+        report_after_run(record.dir, console)
     if args.json:
         print(json.dumps({"run_id": run_id, "run_dir": str(record.dir), "hosts": result}, indent=2, default=str))
     if options.cancel.is_set():
@@ -248,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_configs(args)
         if args.command == "config-names":
             return cmd_config_names(args)
+        if args.command == "report":
+            from .report import cmd_report
+
+            return cmd_report(args)
     except (InventoryError, PlaybookError, TemplateError, UsageError, StoreError) as exc:
         err.print(f"orch: error: {exc}", markup=False)
         return EXIT_BAD_INPUT

@@ -97,22 +97,20 @@ def test_check_mode_changes_nothing(testbed_factory, tmp_path):
 def test_new_config_crashes_server_old_files_restored(testbed_factory, tmp_path):
     old_up = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
                     "num_warps": 4, "num_stages": 2}}
+    # the stand-in crashes at start (simulated OutOfResources) when its config files differ
+    # from those of its first start: the old file loads fine again after the restore
     bed = testbed_factory(1, host_options={0: {"config_files": {UP: old_up},
-                                               "env": {"ORCH_STANDIN_CRASH_ON_CONFIG_SHA_NOT": "keep"}}})
+                                               "env": {"ORCH_STANDIN_FAULT_ON_CHANGE": "crash"}}})
     h = bed.hosts[0]
     h.wait_http("/health")
     tree_before = h.file_tree_hash(h.config_dir)
-    # the stand-in crashes at start on any config file whose content differs from the old one
-    h.sh(f"mkdir -p /etc/systemd/system/{h.unit}.service.d")
     inv = inventory(bed, tmp_path / "hosts.yaml")
-    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state",
-                env={})
-    result = recap(proc)
-    r = result["hosts"][h.name]
-    if r["outcome"] == "completed":
-        pytest.skip("stand-in has no crash-on-new-config knob")
-    assert proc.returncode == 1
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    r = recap(proc)["hosts"][h.name]
     assert r["outcome"] == "failed" and r["rescued"] == 1
+    assert "did not start" in r["cause"] or "became failed" in r["cause"], r["cause"]
     assert h.file_tree_hash(h.config_dir) == tree_before
     assert h.unit_state() == "active"
     h.wait_http("/health")
+    assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in h.unit_log().rsplit("server_args=", 1)[1]

@@ -609,3 +609,64 @@ def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):
                 theirs.E, theirs.N, theirs.dtype_selector, theirs.block_shape), (path.name, tp)
             compared += 1
     assert compared >= 20
+
+
+@pytest.mark.testbed
+def test_gpu_exclusive_needs_reap_and_leak_leaves_orphan(testbed_factory):
+    b = testbed_factory(1, host_options={0: {"gpu_exclusive": True,
+                                             "env": {"ORCH_STANDIN_LEAK_SCHEDULER": "1"}}})
+    h = b.hosts[0]
+    h.wait_http("/health", 200)
+
+    def schedulers():
+        return [pid for pid, cmd in h.pids_holding("/dev/nvidia0") if cmd.startswith("sglang::scheduler")]
+
+    # the bed's stray plus the orphan the stand-in leaked at start
+    assert len(schedulers()) == 2
+    h.sh(f"systemctl stop {h.unit}")
+    assert h.unit_state() != "active"
+    leftovers = schedulers()
+    assert len(leftovers) == 2  # both outlive the unit
+    before = len(h.unit_log().splitlines())
+    h.sh(f"systemctl start {h.unit}", check=False)
+    deadline = time.monotonic() + 30
+    while h.unit_state() == "active" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert h.unit_state() == "failed"
+    assert "The memory capacity is unbalanced" in _log_since(h, before)
+    # reap the leftovers (not nvidia-persistenced) and the unit starts
+    h.sh("kill -9 " + " ".join(str(p) for p in leftovers))
+    deadline = time.monotonic() + 10
+    while schedulers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any(cmd.startswith("nvidia-persistenced") for _, cmd in h.pids_holding("/dev/nvidia0"))
+    h.sh(f"systemctl start {h.unit}")
+    h.wait_http("/health", 200)
+
+
+def test_standin_fault_on_change(local_server, tmp_path):
+    import triton
+
+    d = local_server.tree / standin_tree.CURRENT_LOADER_DIR / "configs" / f"triton_{triton.__version__.replace('.', '_')}"
+    env = {"ORCH_STANDIN_STATE_DIR": str(tmp_path / "state"), "ORCH_STANDIN_FAULT_ON_CHANGE": "crash"}
+    old = _put(d / "E=8,N=64,device_name=NVIDIA_H200.json", {"1": TILE})
+    url, proc, _ = local_server(env=env)  # first start: the baseline
+    proc.terminate()
+    proc.wait(timeout=10)
+    _put(old, {"1": dict(TILE, num_stages=5)})  # other bytes: crash at start
+    url, proc, log = local_server(env=env, wait_bound=False)
+    assert proc.wait(timeout=30) != 0
+    assert "OutOfResources" in log.read_text()
+    _put(old, {"1": TILE})  # the first start's bytes again: fine
+    url, proc, _ = local_server(env=env)
+    deadline = time.monotonic() + 15
+    while _get(url + "/health") != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.terminate()
+    proc.wait(timeout=10)
+    old.unlink()  # default config differs from the baseline too: never_ready keeps /health at 503
+    url, proc, _ = local_server(env={**env, "ORCH_STANDIN_FAULT_ON_CHANGE": "never_ready"})
+    time.sleep(0.6)  # longer than the 0.2 s warm-up of a healthy start
+    assert _get(url + "/health") == 503
+    assert proc.poll() is None

@@ -85,6 +85,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
     elem = {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
     shape = spec["shape"]
     weights = None
+    prev = None  # this worker's last winner: warm start for the next batch size
     try:
         for M in batch_sizes:
             try:
@@ -95,11 +96,13 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 if not cpu and not timer._warm:
                     d = sp.default_config(M, shape["E"])
                     timer.warm_up(provider.full_fn(p, d, d))
+                sh = shipped_pair(spec.get("shipped"), M)
+                hints = [h for h in (prev, sh) if h]
                 res = search(ev, spec["space"], M, shape["E"], shape["topk"], smem, elem,
-                             progress=lambda best, M=M: emit(("progress", M, best)))
+                             progress=lambda best, M=M: emit(("progress", M, best)), hints=hints)
+                prev = (res["up"], res["down"])
                 default = sp.default_config(M, shape["E"], spec.get("dtype_selector"), spec.get("block_shape"))
                 variants = {"default": (default, default), "tuned": (res["up"], res["down"])}
-                sh = shipped_pair(spec.get("shipped"), M)
                 if sh:
                     variants["shipped"] = sh
                 times = compare(provider, p, timer, variants, cpu)

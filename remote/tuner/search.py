@@ -9,11 +9,12 @@ own entry, one forced config) the candidate is timed as the whole fused MoE.
 - ``full``: every config of SGLang's 1920-config space that fits the device
   (``space.prune``), timed with the full protocol (graph of 10 calls, 10 replays).
 - ``fast``: (1) one seed per (BM, BN, BK) with BM limited to the useful range for the
-  expected tokens per expert (``space.seed_configs``), screened with 3 replays;
-  (2) for the two best BLOCK_SIZE_M, coordinate descent from the two best configs of each
-  GEMM over one-step neighbours (stages, warps, group, BN/BK halved/doubled), at most 3
-  rounds; (3) the 3 best of each GEMM per finalist BM re-timed with the full protocol,
-  side by side, and the final pick made on those times.
+  expected tokens per expert (``space.seed_configs``), plus optional warm-start hints (the
+  previous batch size's winner and the shipped config for M, when given), screened with
+  3 replays; (2) for the three best BLOCK_SIZE_M, coordinate descent from the two best
+  configs of each GEMM over one-step neighbours (stages, warps, group, BN/BK halved or
+  doubled), at most 3 rounds; (3) the 4 best of each GEMM per finalist BM re-timed with
+  the full protocol, side by side, and the final pick made on those times.
 - ``smoke``: the few configs of ``space.smoke_space`` (CPU test bed).
 Candidates that fail to compile or launch are logged and skipped.
 """
@@ -119,12 +120,24 @@ def search_fixed(ev: Evaluator, cfgs: list[dict], space: str, progress=None) -> 
     return _result(bm, picks, ts, ev, t0, gpu0, space)
 
 
-def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=None, max_rounds: int = 3) -> dict:
+def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=None, max_rounds: int = 3,
+                hints=None, n_bm: int = 3, n_frontier: int = 2, n_final: int = 4) -> dict:
     """The ``fast`` search (module docstring). ``feasible(cfg) -> bool`` applies the
-    device's resource limits. ``progress(best_us)`` is called after each stage."""
+    device's resource limits. ``progress(best_us)`` is called after each stage.
+    ``hints``: optional list of ``(up_cfg, down_cfg)`` pairs added to the seeds (warm start:
+    the previous batch size's winner, the shipped/installed config for M).
+    ``n_bm`` BLOCK_SIZE_M finalists, ``n_frontier`` configs refined per GEMM and BM,
+    ``n_final`` configs per GEMM and BM re-timed with the full protocol."""
     t0, gpu0 = time.perf_counter(), ev.timer.stats.seconds
     seeds = [c for c in sp.seed_configs(M, E, top_k) if feasible(c)]
-    screened = {kind: ev.measure(kind, seeds, SCREEN_PROTOCOL) for kind in ev.kinds}
+    extra = {kind: [] for kind in ev.kinds}
+    for up, down in hints or []:
+        for kind, c in (("up", up), ("down", down), ("joint", up)):
+            if kind in extra and c:
+                c = {k: int(c[k]) for k in sp.KEYS if k in c}
+                if len(c) == len(sp.KEYS) and feasible(c):
+                    extra[kind].append(c)
+    screened = {kind: ev.measure(kind, seeds + extra[kind], SCREEN_PROTOCOL) for kind in ev.kinds}
     # rank BLOCK_SIZE_M by the sum of each GEMM's best seed
     bm_rank = []
     bms = set.intersection(*[{k[0] for k in t} for t in screened.values()])
@@ -135,11 +148,11 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
         raise RuntimeError("no seed config ran")
     if progress:
         progress(bm_rank[0][0])
-    finalists = [bm for _, bm in bm_rank[:2]]
+    finalists = [bm for _, bm in bm_rank[:n_bm]]
     for bm in finalists:
         for kind in ev.kinds:
             t = screened[kind]
-            frontier = sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:2]
+            frontier = sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:n_frontier]
             seen = set(frontier)
             for _ in range(max_rounds):
                 cands = []
@@ -154,7 +167,7 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
                 before = min(t[k] for k in t if k[0] == bm)
                 t.update(ev.measure(kind, cands, SCREEN_PROTOCOL))
                 ranked = sorted((k for k in t if k[0] == bm), key=lambda k: t[k])
-                new_frontier = [k for k in ranked[:2] if k not in frontier]
+                new_frontier = [k for k in ranked[:n_frontier] if k not in frontier]
                 if t[ranked[0]] >= before * 0.999 and not new_frontier:
                     break
                 frontier = new_frontier or ranked[:1]
@@ -165,19 +178,20 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
         t = screened[kind]
         top = []
         for bm in finalists:
-            top += sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:3]
+            top += sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:n_final]
         final[kind] = ev.measure(kind, [sp.from_key(k) for k in top], FULL_PROTOCOL)
     bm, picks, ts = _pick(final)
     return _result(bm, picks, ts, ev, t0, gpu0, "fast")
 
 
 def search(ev: Evaluator, space: str, M: int, E: int, top_k: int, smem_limit, elem_bytes: int, dims=None,
-           progress=None) -> dict:
+           progress=None, hints=None) -> dict:
     """Run the search of ``space`` (``full``/``fast``/``smoke``) for batch size M.
 
     ``smem_limit``: bytes of shared memory a block may use (None: unknown/CPU);
     ``elem_bytes``: weight element size; ``dims``: optional ``(K_max, N_max)`` of the GEMMs
-    (unused block sizes beyond them are pruned). Returns the dict of :func:`_result`.
+    (unused block sizes beyond them are pruned); ``hints``: warm-start pairs for ``fast``
+    (see :func:`search_fast`). Returns the dict of :func:`_result`.
     Raises RuntimeError when no candidate runs, ValueError for an unknown space.
     """
     def feasible(c):
@@ -190,5 +204,5 @@ def search(ev: Evaluator, space: str, M: int, E: int, top_k: int, smem_limit, el
         ev.log(f"M={M}: full space {len(keep)} configs, {len(ruled_out)} ruled out before timing", "info")
         return search_fixed(ev, keep, "full", progress)
     if space == "fast":
-        return search_fast(ev, M, E, top_k, feasible, progress)
+        return search_fast(ev, M, E, top_k, feasible, progress, hints=hints)
     raise ValueError(f"unknown space {space!r}")

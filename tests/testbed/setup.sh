@@ -3,7 +3,7 @@
 # Used by .ci/run. The Python side (docker-systemctl-replacement, paramiko, pyyaml, ...) comes
 # from the project's venv: pip install -e '.[test]'.
 set -eu
-PKGS="openssh-server openssh-client iproute2 util-linux psmisc lsof procps curl"
+PKGS="openssh-server openssh-client openssh-sftp-server iproute2 util-linux psmisc lsof procps curl"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -29,6 +29,12 @@ nv-hostengine, dcgm or Xorg) holds a GPU device file, so a leftover must be reap
 ``ORCH_STANDIN_LEAK_SCHEDULER=1``: at start, leave an orphaned ``sglang::scheduler_TP0``
 process (re-parented to PID 1) holding the GPU that outlives the server, like sglang #23627.
 
+``ORCH_STANDIN_FAULT_ON_CHANGE=crash|never_ready``: the first start records which config files
+it loaded (path, sha256, outcome of each lookup) in ``$ORCH_STANDIN_STATE_DIR`` (default
+``/run/sglang-standin``, per-host on the bed; set it when running outside the bed); a later start whose loaded files differ from that baseline
+crashes like a Triton ``OutOfResources`` at CUDA-graph capture (``crash``) or never becomes
+healthy (``never_ready``); the same files as the first start load fine (for rollback tests).
+
 Fault knobs: ``ORCH_STANDIN_FAIL_START=1`` (exit 1 at start), ``ORCH_STANDIN_NEVER_READY=1``
 (``/health`` stays 503), ``ORCH_STANDIN_IGNORE_SIGTERM=1`` (SIGTERM ignored; only SIGKILL
 stops it), ``ORCH_STANDIN_HANG_GENERATE=1`` (``/generate`` and completions never answer
@@ -288,8 +294,52 @@ class StandinServer:
         base = self.token_delay_ms(up, down) if up != "not_triton" else _env_float(
             "ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT", 6.0)
         self.moe["token_delay_ms"] = base
+        self.never_ready = _env_flag("ORCH_STANDIN_NEVER_READY")
+        fault = os.environ.get("ORCH_STANDIN_FAULT_ON_CHANGE", "").strip()
+        if fault:
+            if self.configs_changed_since_first_start():
+                self.moe["fault"] = fault
+                if fault == "crash":
+                    self.raise_out_of_resources()
+                self.never_ready = True
         self.engine = Engine(base, int(_env_float("ORCH_STANDIN_MAX_BATCH", 8)),
                              _env_float("ORCH_STANDIN_PREFILL_MS_PER_TOKEN", 0.02))
+
+    def loaded_fingerprint(self) -> list:
+        """What the lookups loaded: ``[[down_moe, outcome, path, sha256 or None], ...]``."""
+        import hashlib
+
+        out = []
+        for x in self.moe.get("lookups", []):
+            digest = None
+            if x.get("path"):
+                with open(x["path"], "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            out.append([x["down_moe"], x["outcome"], x.get("path"), digest])
+        return out
+
+    def configs_changed_since_first_start(self) -> bool:
+        """True when this start loaded other config files than the first start (recorded then)."""
+        state_dir = os.environ.get("ORCH_STANDIN_STATE_DIR", "/run/sglang-standin")
+        os.makedirs(state_dir, exist_ok=True)
+        path = os.path.join(state_dir, "baseline.json")
+        now = self.loaded_fingerprint()
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                json.dump(now, f)
+            return False
+        with open(path) as f:
+            return json.load(f) != now
+
+    def raise_out_of_resources(self) -> None:
+        """Fail like a Triton launch whose config needs more shared memory than the GPU has."""
+        sched_logger.error("Scheduler hit an exception during CUDA graph capture with the new MoE config.")
+        try:
+            from triton.runtime.errors import OutOfResources
+        except ImportError:  # pragma: no cover - triton is installed where the stand-in runs
+            raise RuntimeError("out of resource: shared memory, Required: 262144, Hardware limit: 232448. "
+                               "Reducing block sizes or `num_stages` may help.")
+        raise OutOfResources(262144, 232448, "shared memory")
 
     def serve(self) -> None:
         """Bind the port, warm up in a thread, serve until SIGTERM/SIGINT."""
@@ -312,7 +362,7 @@ class StandinServer:
         self.httpd.server_close()
 
     def _warmup(self) -> None:
-        if _env_flag("ORCH_STANDIN_NEVER_READY"):
+        if self.never_ready:
             return
         time.sleep(_env_float("ORCH_STANDIN_WARMUP_S", 2.0))
         self.engine.ready.set()

@@ -1,0 +1,205 @@
+"""``orch report``: the HTML report of a run record (orchestrator/report.py).
+
+The fixture ``tests/data/report_run`` is a real run record of ``orch tune`` on the
+1-host test bed (events stripped of their ``data`` payloads to keep it small). Expected
+numbers are read from the fixture's JSON files, never written here by hand.
+"""
+
+from __future__ import annotations
+
+import base64
+import html as htmlmod
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orchestrator import report as rep
+from orchestrator.cli import main
+
+FIXTURE = Path(__file__).parent / "data" / "report_run"
+RUN_ID = "20261129T092040Z-tune-6c2b53"
+HOSTILE = "evil<script>alert(1)"
+HAVE_MPL = rep.have_matplotlib()
+
+
+def _state(tmp_path: Path) -> tuple[Path, Path]:
+    state = tmp_path / "state"
+    run_dir = state / "runs" / RUN_ID
+    shutil.copytree(FIXTURE, run_dir)
+    return state, run_dir
+
+
+def _load(p: Path):
+    return json.loads(p.read_text())
+
+
+def _dump(p: Path, data) -> None:
+    p.write_text(json.dumps(data, indent=1))
+
+
+def _add_host(run_dir: Path, name: str, scale: float) -> None:
+    """Clone host gpu-a as ``name`` with tuned times multiplied by ``scale`` and a shipped config 10% faster
+    than the default."""
+    dst = run_dir / "hosts" / name
+    shutil.copytree(run_dir / "hosts" / "gpu-a", dst)
+    r = _load(dst / "report.json")
+    for row in r["batch_sizes"].values():
+        row["tuned_us"] *= scale
+        row["speedup_vs_default"] = round(row["default_us"] / row["tuned_us"], 4)
+        row["shipped_us"] = row["default_us"] * 0.9
+        row["speedup_vs_shipped"] = round(row["shipped_us"] / row["tuned_us"], 4)
+    _dump(dst / "report.json", r)
+    recap = _load(run_dir / "recap.json")
+    recap[name] = dict(recap["gpu-a"], outcome="failed", cause=f"bad thing on {name} & <b>co</b>")
+    _dump(run_dir / "recap.json", recap)
+    run = _load(run_dir / "run.json")
+    run["hosts"].append(name)
+    _dump(run_dir / "run.json", run)
+
+
+def test_report_contains_the_numbers_of_the_run(tmp_path):
+    _, run_dir = _state(tmp_path)
+    out = rep.build_report(run_dir)
+    assert out == run_dir / "report.html"
+    text = out.read_text()
+    tune = _load(FIXTURE / "hosts/gpu-a/report.json")
+    assert len(tune["batch_sizes"]) >= 2
+    for m, row in tune["batch_sizes"].items():
+        line = re.search(rf'<tr><td class="n">{m}</td>(.*?)</tr>', text, re.S)
+        assert line, f"no kernel row for M={m}"
+        cells = line.group(1)
+        assert f"{row['tuned_us']:,.1f}" in cells
+        assert f"{row['default_us']:,.1f}" in cells
+        assert f"{row['speedup_vs_default']:.3f}×" in cells
+        up = row["up"]
+        assert f"{up['BLOCK_SIZE_M']}/{up['BLOCK_SIZE_N']}/{up['BLOCK_SIZE_K']}/{up['GROUP_SIZE_M']}/" in cells
+    for label in ("before", "after"):
+        for lvl in _load(FIXTURE / f"hosts/gpu-a/bench_{label}.json")["levels"]:
+            assert f"{lvl['output_throughput']:,.1f}" in text
+    recap = _load(FIXTURE / "recap.json")["gpu-a"]
+    for path in recap["summary"]["installed"]:
+        assert f"<code>{htmlmod.escape(path)}</code>" in text
+    assert f"{recap['summary']['throughput_change_pct']:+.1f} %" in text
+    assert "completed" in text and "TRITON_INTERPRET=1" in text
+    # self-contained: no scripts, no external references
+    assert "<script" not in text.lower()
+    assert not re.search(r'(src|href)="(?!#|data:)', text)
+    imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
+    if HAVE_MPL:
+        assert len(imgs) == 2  # kernel plot + throughput plot
+        assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in imgs)
+    else:
+        assert not imgs and "matplotlib is not installed" in text
+
+
+def test_tables_only_without_plots(tmp_path):
+    _, run_dir = _state(tmp_path)
+    text = rep.build_report(run_dir, tmp_path / "r.html", plots=False).read_text()
+    assert "data:image" not in text and "matplotlib is not installed" in text
+    assert "invalid" not in text
+    after = _load(run_dir / "hosts/gpu-a/bench_after.json")
+    after["levels"][-1].update(valid=False, failed=3)
+    _dump(run_dir / "hosts/gpu-a/bench_after.json", after)
+    text = rep.build_report(run_dir, tmp_path / "r.html", plots=False).read_text()
+    assert "after invalid (3 failed)" in text
+    assert f"{_load(FIXTURE / 'hosts/gpu-a/report.json')['batch_sizes']['4']['tuned_us']:,.1f}" in text
+
+
+def test_hostile_host_name_is_escaped_and_hosts_are_grouped(tmp_path):
+    _, run_dir = _state(tmp_path)
+    _add_host(run_dir, HOSTILE, 1.25)
+    text = rep.build_report(run_dir).read_text()
+    assert "<script" not in text.lower()
+    assert "evil&lt;script&gt;alert(1)" in text
+    assert "<b>co</b>" not in text and "&amp; &lt;b&gt;co&lt;/b&gt;" in text
+    # one group (same device/E/N/selectors) of both hosts, with each host's speedup per M
+    data = rep.load_run(run_dir)
+    assert len(data["groups"]) == 1 and len(data["groups"][0]["hosts"]) == 2
+    tune2 = _load(run_dir / "hosts" / HOSTILE / "report.json")
+    tune1 = _load(run_dir / "hosts/gpu-a/report.json")
+    for m in tune1["batch_sizes"]:
+        s1, s2 = tune1["batch_sizes"][m]["speedup_vs_default"], tune2["batch_sizes"][m]["speedup_vs_default"]
+        assert s1 != s2
+        row = re.search(rf'<tr><td class="n">{m}</td>(<td class="n[^"]*">[^<]*</td>){{5}}</tr>', text)
+        assert row, f"no group row for M={m}"
+        assert f"{s1:.3f}×" in row.group(0) and f"{s2:.3f}×" in row.group(0)
+        assert f"{min(s1, s2):.3f}×" in row.group(0)
+    # the shipped column appears for the host that has a shipped config only
+    assert text.count("<th class=\"n\">shipped µs</th>") == 1
+    for row in tune2["batch_sizes"].values():
+        assert f"{row['shipped_us']:,.1f}" in text and f"{row['speedup_vs_shipped']:.3f}×" in text
+    if HAVE_MPL:
+        assert text.count("data:image/png;base64,") == 5  # 2 per host + the group plot
+
+
+def test_failed_host_without_data(tmp_path):
+    _, run_dir = _state(tmp_path)
+    recap = _load(run_dir / "recap.json")
+    recap["gpu-b"] = {"outcome": "unreachable", "cause": "Connect: no route to host", "ok": 0, "changed": 0,
+                      "failed": 0, "unreachable": 1, "skipped": 0, "rescued": 0, "summary": {}}
+    _dump(run_dir / "recap.json", recap)
+    data = rep.load_run(run_dir)
+    b = next(h for h in data["hosts"] if h["name"] == "gpu-b")
+    assert b["kernel"] == [] and b["bench"] == [] and b["group"] is None
+    text = rep.build_report(run_dir, plots=False).read_text()
+    assert "Connect: no route to host" in text and "No tuning data" in text
+
+
+def test_cli_report(tmp_path, capsys):
+    state, run_dir = _state(tmp_path)
+    out = tmp_path / "sub" / "x.html"
+    assert main(["report", RUN_ID, "--state-dir", str(state), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert out.stat().st_size > 1000
+    assert main(["report", "latest", "--state-dir", str(state)]) == 0
+    assert (run_dir / "report.html").exists()
+    assert main(["report", "20990101T000000Z-tune-000000", "--state-dir", str(state)]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_after_run_hook_never_raises(tmp_path):
+    class Console:
+        def __init__(self):
+            self.lines = []
+
+        def print(self, msg, **_kw):
+            self.lines.append(msg)
+
+    c = Console()
+    (tmp_path / "runs" / "x").mkdir(parents=True)
+    assert rep.report_after_run(tmp_path / "runs" / "x", c) is None
+    assert len(c.lines) == 1 and ("not written" in c.lines[0] or "matplotlib not installed" in c.lines[0])
+    if HAVE_MPL:
+        _, run_dir = _state(tmp_path)
+        c = Console()
+        assert rep.report_after_run(run_dir, c) == run_dir / "report.html"
+        assert c.lines == [f"report: {run_dir / 'report.html'}"]
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
+def test_opens_in_headless_chromium(tmp_path):
+    _, run_dir = _state(tmp_path)
+    _add_host(run_dir, HOSTILE, 1.25)
+    page = rep.build_report(run_dir)
+    shot = tmp_path / "shot.png"
+    cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+           f"--screenshot={shot}", "--window-size=1280,2000", page.resolve().as_uri()]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # console messages (CSP violations, blocked loads, script errors) would be logged as CONSOLE
+    assert not [ln for ln in r.stderr.splitlines() if ":CONSOLE" in ln], r.stderr[-3000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if HAVE_MPL:
+        from PIL import Image  # comes with matplotlib
+
+        img = Image.open(shot).convert("RGB")
+        assert img.size == (1280, 2000)
+        want = tuple(int(rep.COLORS["tuned"][i:i + 2], 16) for i in (1, 3, 5))
+        hits = sum(n for n, px in img.getcolors(1 << 24) if all(abs(a - b) <= 12 for a, b in zip(px, want)))
+        assert hits > 300, f"the tuned-config line colour covers only {hits} pixels: plots not rendered?"
