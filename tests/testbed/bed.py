@@ -674,8 +674,9 @@ class TestBed:
 
     def _start_host(self, host: Host) -> None:
         rfd, wfd = os.pipe()
-        for mp in ("/models", "/opt/sglang", "/var/lib/orch", "/root/.ssh"):
+        for mp in ("/models", "/opt/sglang", "/var/lib/orch"):
             os.makedirs(mp, exist_ok=True)
+        os.makedirs("/root/.ssh", mode=0o700, exist_ok=True)
         cmd = ["ip", "netns", "exec", host.ns, "unshare", "--mount", "--pid", "--uts", "--fork", "--mount-proc",
                "--propagation", "private", VENV_PYTHON, HOSTINIT, str(host.hostdir / "spec.json"), str(wfd)]
         host._unshare = subprocess.Popen(cmd, pass_fds=[wfd], stdin=subprocess.DEVNULL,
