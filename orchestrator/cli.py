@@ -79,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--check", action="store_true")
     r.add_argument("--run-id", help=argparse.SUPPRESS)
 
+    rc = sub.add_parser("recover", help="restore hosts a killed controller left stopped or half-changed")
+    _add_fleet_flags(rc)
+    rc.add_argument("--break-lock", action="store_true",
+                    help="take over a host lock even if its holder may still run (you checked it is gone)")
+    rc.add_argument("--check", action="store_true")
+    rc.add_argument("--run-id", help=argparse.SUPPRESS)
+
     h = sub.add_parser("runs", help="history of orch runs, read from the hosts' own run records")
     h.add_argument("inventory")
     h.add_argument("--host", help="only this host")
@@ -243,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rollback":
             extra = {"rollback_to": args.to_run, **({"service": args.service} if args.service else {})}
             return run_playbook_command(args, "rollback", extra, args.check)
+        if args.command == "recover":
+            extra = {"recover_break_lock": args.break_lock, **({"service": args.service} if args.service else {})}
+            return run_playbook_command(args, "recover", extra, args.check)
         if args.command == "runs":
             from .history import cmd_runs
 

@@ -20,15 +20,31 @@ STYLE = {"tuned": "green", "not-triton": "cyan", "fallback": "yellow", "default"
 
 
 def fix_command(host: str, row: dict, inventory: str, service: str) -> str | None:
-    """The command that would fix a host (printed by ``--fix``; never run by doctor)."""
+    """The command that would fix a host, or None for ``tuned``/``not-triton`` (printed by
+    ``--fix``; doctor never runs it).
+
+    ``fallback``/``default``: ``orch tune``. ``restart-needed``: restart the unit (SGLang caches
+    configs in-process). ``broken``: ``orch rollback`` when an orch run wrote the invalid file
+    (``row["installed_by_run"]``), else ``orch tune`` (it writes valid files over the invalid
+    one, keeping a backup; with the exact file in the installed folder SGLang never reaches the
+    fallback sort that an unparsable ``triton_*`` folder breaks).
+    """
     v = row.get("verdict")
     q = shlex.quote
+    tune = f"orch tune {q(inventory)} --service {q(service)} --limit {q(host)}"
     if v in ("fallback", "default"):
-        return f"orch tune {q(inventory)} --service {q(service)} --limit {q(host)}"
+        return tune
     if v == "restart-needed":
-        return f"ssh {q(host)} systemctl restart {q(service)}   # or: orch tune ... --limit {q(host)} to re-verify"
+        return f"ssh {q(host)} systemctl restart {q(service)}   # or: {tune} (re-tunes and verifies)"
     if v == "broken":
-        return f"orch rollback {q(inventory)} --service {q(service)} --limit {q(host)}   # then re-run orch doctor"
+        if row.get("installed_by_run"):
+            return (f"orch rollback {q(inventory)} --service {q(service)} --limit {q(host)} "
+                    f"--to {q(row['installed_by_run'])}   # undoes the orch run that wrote the invalid file")
+        bad = [f for f in (row.get("files") or {}).values() if f.get("fallback_error")]
+        return tune + ("   # then remove the unparsable configs/triton_* folder" if bad else
+                       "   # replaces the invalid file (a backup is kept)")
+    if v in ("unreachable", "failed"):
+        return f"orch doctor {q(inventory)} --service {q(service)} --limit {q(host)} -v   # host not diagnosed"
     return None
 
 
@@ -37,7 +53,7 @@ def doctor_table(rows: dict[str, dict]) -> Table:
     t = Table(title="orch doctor", show_lines=True)
     for col in ("host", "GPU / device name", "triton / sglang", "backend", "E / N (TP/EP)", "up file", "down file",
                 "last start", "verdict"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for host, r in rows.items():
         if "verdict" not in r or r.get("error"):
             t.add_row(host, "-", "-", "-", "-", "-", "-", "-", f"[bold red]{r.get('verdict', 'failed')}[/]: "
@@ -95,15 +111,16 @@ def cmd_doctor(args) -> int:
         if r.is_failure or not row:
             row = {"verdict": "unreachable" if r.outcome == "unreachable" else "failed", "error": r.cause}
         rows[host] = row
+    for host, row in rows.items():
+        row["fix"] = fix_command(host, row, str(args.inventory), args.service or "UNIT")
     record.write_json("doctor.json", rows)
     record.close()
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
         Console(width=200).print(doctor_table(rows))
-    if args.fix:
+    if args.fix and not args.json:  # with --json the command is each row's "fix"
         for host, row in rows.items():
-            cmd = fix_command(host, row, str(args.inventory), args.service or "UNIT")
-            if cmd:
-                print(f"{host}: {cmd}")
+            if row["fix"]:
+                print(f"{host}: {row['fix']}")
     return 0 if all(r.get("verdict") in GOOD for r in rows.values()) else 1

@@ -124,3 +124,22 @@ def test_throughput_regression_rolls_back(testbed_factory, tmp_path):
     assert r["outcome"] == "failed" and "throughput regression" in r["cause"]
     assert h.file_tree_hash(h.config_dir) == tree
     assert h.unit_state() == "active"
+
+
+def test_shard_tuning_splits_batch_sizes_and_merges(testbed_factory, tmp_path):
+    bed = testbed_factory(2)
+    a, b = bed.hosts
+    state = tmp_path / "state"
+    inv = inventory(bed, tmp_path / "hosts.yaml", orch_tune_batch_sizes=[1, 2, 4, 8])
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--shard-tuning", "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    res = recap(proc)
+    events = _events(state, res["run_id"])
+    tuned = {e["host"]: e["data"]["remote"]["batch_sizes"] for e in events
+             if e["event"] == "task" and e["module"] == "tune" and e["status"] == "changed"}
+    assert sorted(tuned) == [a.name, b.name]
+    assert sorted(tuned[a.name] + tuned[b.name]) == [1, 2, 4, 8] and not set(tuned[a.name]) & set(tuned[b.name])
+    files = [json.loads(h.sh(f"cat {h.triton_dir + '/' + UP!r}").stdout) for h in (a, b)]
+    assert files[0] == files[1] and sorted(files[0], key=int) == ["1", "2", "4", "8"]
+    for h in (a, b):
+        assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in h.unit_log()

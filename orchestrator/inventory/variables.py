@@ -293,6 +293,8 @@ _SPECS: list[VarSpec] = [
             "Wait at most this long for the server to become ready after a start.", _seconds),
     VarSpec("orch_stop_timeout", "seconds", "a positive number of seconds", 120,
             "Wait at most this long for the unit to stop.", _seconds),
+    VarSpec("orch_bench", "bool", "a boolean", True,
+            "Run the throughput benchmark before and after the retune.", _bool),
     VarSpec("orch_bench_concurrency", "list[int]", "a list of positive integers", [1, 16, 64],
             "Benchmark concurrency levels.", _posint_list),
     VarSpec("orch_bench_input_len", "int", "a positive integer", 1024,

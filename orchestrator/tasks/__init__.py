@@ -18,6 +18,7 @@ from .hoststate import host_state, lock
 from .payload import cleanup, push
 from .probe import plan, probe
 from .readiness import verify_log, wait_ready
+from .recover import check_unfinished, recover_mark, recover_restore, recover_select
 from .rollback import rollback_restore, rollback_select
 from .service import service, unit_facts
 from .tuning import tune
@@ -44,4 +45,8 @@ MODULES = {
     "history": history,
     "diagnose": diagnose,
     "config_source": config_source,
+    "check_unfinished": check_unfinished,
+    "recover_select": recover_select,
+    "recover_restore": recover_restore,
+    "recover_mark": recover_mark,
 }

@@ -7,7 +7,8 @@ Verdicts (one per host):
 - ``broken``: a config file SGLang would read is invalid (the server crashes at start),
   or an unparsable ``configs/triton_*`` folder breaks SGLang's fallback sort (ValueError).
 - ``restart-needed``: the files on disk differ from what the server logged at its last
-  start (configs are cached in-process: a restart picks them up).
+  start, or a file it loaded was modified after the unit's main process started
+  (configs are cached in-process: a restart picks them up).
 - ``tuned``: the up (and down) file is in the installed Triton's folder, valid, and the
   last start logged ``Using MoE kernel config from <path>.`` for it.
 - ``fallback``: found only in another Triton's folder, or the down file is missing
@@ -56,6 +57,41 @@ def _validate_remote(ctx, path: str) -> str | None:
     return None
 
 
+def _run_that_wrote(ctx, paths: list[str]) -> str | None:
+    """Id of the newest orch run on the host (not yet restored) that wrote one of ``paths``
+    (read from the host's run records, ``python -m remote runs``), else None. ``orch rollback``
+    can undo only such a run; any other invalid file is fixed by ``orch tune`` writing a valid one."""
+    want = {p for p in paths if p}
+    if not want:
+        return None
+    try:
+        runs = ctx.payload.call("runs", ["--state-dir", ctx.payload.state_dir], timeout=60).get("runs") or []
+    except Exception:  # noqa: BLE001 - advisory only: the verdict stands without it
+        return None
+    for r in runs:  # newest first
+        if r.get("restored_at") or ((r.get("state") or {}).get("state") == "restored"):
+            continue
+        if any(c.get("path") in want for c in r.get("changed") or []):
+            return r.get("run_id")
+    return None
+
+
+def _changed_since_start(ctx, main_pid: int, paths: list[str]) -> list[str]:
+    """Those of ``paths`` whose mtime (``stat -c %Y``, s) is later than the start of the
+    unit's main process (``ps -o etimes=`` subtracted from the host's ``date +%s``): files
+    replaced after the last start, which the server (configs cached in-process) has not read.
+    [] when it cannot be told (no main PID, a command failed)."""
+    if not main_pid or not paths:
+        return []
+    res = ctx.transport.run(["sh", "-c", 'date +%s; ps -o etimes= -p "$1"; shift; stat -c %Y -- "$@"', "sh",
+                             str(main_pid), *paths], check=False, timeout=30)
+    vals = res.stdout.split()
+    if not res.ok or len(vals) != 2 + len(paths) or not all(v.isdigit() for v in vals):
+        return []
+    started = int(vals[0]) - int(vals[1])
+    return [p for p, m in zip(paths, vals[2:]) if int(m) > started]
+
+
 def _holders(ctx, unit_pids: set[int]) -> list[dict]:
     """GPU holders now that are not processes of the unit (reap in check mode: kills nothing)."""
     data = ctx.payload.call("reap", ["--check"], timeout=120)
@@ -102,6 +138,7 @@ def diagnose(ctx, unit: str) -> TaskResult:
             "SGLANG_MOE_CONFIG_DIR"), "backend": backend, "tp": server.get("tp"), "ep": server.get("ep"),
         "E": model.get("E"), "N": model.get("N"), "dtype_selector": model.get("dtype_selector"),
         "file_names": names, "files": {}, "log": {}, "orphans": [], "unit_state": facts.get("active_state"),
+        "installed_by_run": None,
     }
     log_text = ctx.transport.run(["journalctl", "-u", unit, "--no-pager", "-n", "20000"], check=False,
                                  become=True, timeout=60).stdout
@@ -165,20 +202,30 @@ def diagnose(ctx, unit: str) -> TaskResult:
             logged = "default"
         else:
             logged = "none"
+        newer = (_changed_since_start(ctx, int(facts.get("main_pid") or 0),
+                                      [f["sglang_would_load"] for f in (up, down) if f["sglang_would_load"]])
+                 if logged is not None and logged == disk else [])
         if logged is not None and logged != disk:
             verdict = "restart-needed"
             why = f"files on disk say {disk}, but the last start logged {logged}: restart the unit to load them"
+        elif newer:
+            verdict = "restart-needed"
+            why = ("changed after the last start (the server caches configs): "
+                   + ", ".join(posixpath.basename(p) for p in newer) + "; restart the unit to load them")
         else:
             verdict = disk
-            why = {"tuned": f"loaded {up['name']}" + (f" and {down['name']}" if down["name"] else ""),
+            why = {"tuned": "up and down files in the installed Triton folder, valid, loaded at the last start",
                    "fallback": ("only in " + ", ".join(up["other_folders"]) if not up["in_installed_folder"]
                                 else f"down file missing: {down['name']}") + " (sub-optimal)",
                    "default": f"no {up['name']} in any Triton folder: default config (sub-optimal)"}[disk]
             if logged is None:
                 notes.append("no server start found in the unit log")
+    if verdict == "broken":
+        row["installed_by_run"] = _run_that_wrote(ctx, [f.get("sglang_would_load") for f in (up, down) if f["error"]])
     if row["orphans"]:
         notes.append(f"{len(row['orphans'])} GPU holder(s) outside the unit: "
-                     + ", ".join(f"{p.get('pid')} {str(p.get('cmdline'))[:40]}" for p in row["orphans"]))
+                     + ", ".join(f"pid {p.get('pid')} ({(str(p.get('cmdline') or '?').split() or ['?'])[0][:40]})"
+                               for p in row["orphans"]) + " (not killed; orch tune reaps them)")
     if sg.get("other_layout_configs_root"):
         notes.append(f"stale configs of another SGLang layout at {sg['other_layout_configs_root']}")
     row.update(verdict=verdict, why=why, notes=notes)

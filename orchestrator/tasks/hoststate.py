@@ -8,11 +8,9 @@ on the host (``started``, ``stopped``, ``installed``, ``completed``, ``restored`
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
 
-from ..engine.results import TaskResult
+from ..engine.results import TaskFailed, TaskResult
 
 
 def lock(ctx, action: str = "acquire", stale_after: float = 600, force: bool = False) -> TaskResult:
@@ -21,10 +19,22 @@ def lock(ctx, action: str = "acquire", stale_after: float = 600, force: bool = F
         return TaskResult.skipped("payload not on host")
     args = [action, "--run-id", ctx.options.run_id, "--state-dir", ctx.payload.state_dir]
     if action == "acquire":
-        args += ["--controller", f"{getpass.getuser()}@{socket.gethostname()}", "--stale-after", str(stale_after)]
+        from .recover import controller_id
+
+        args += ["--controller", controller_id(), "--stale-after", str(stale_after)]
     if action == "break" and force:
         args.append("--force")
-    data = ctx.payload.call("lock", args, timeout=60)
+    try:
+        data = ctx.payload.call("lock", args, timeout=60)
+    except TaskFailed as exc:
+        holder = ((exc.data.get("detail") or {}).get("lock") or {}) if action == "acquire" else {}
+        if not holder:
+            raise
+        from .recover import holder_gone, recover_hint
+
+        hint = ("its controller is gone: " if holder_gone(holder.get("controller"))
+                else "if that run is no longer running: ") + recover_hint(ctx) + " (add --break-lock if it refuses)"
+        raise TaskFailed(f"{exc.msg}; {hint}", exc.data) from None
     if action == "acquire":
         ctx.state["locked"] = True
     if action == "release":

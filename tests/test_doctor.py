@@ -1,0 +1,251 @@
+"""End to end: `orch doctor` over real SSH against one test bed with a host per verdict.
+
+One bed of eight hosts (network namespaces, real sshd, real unit files, the stand-in
+SGLang 0.5.23 server), set up so that each verdict has a host:
+
+======  ==============  ==========================================================
+host    verdict         how it is set up
+======  ==============  ==========================================================
+gpu-a   tuned           valid up and down files in the installed Triton's folder before start
+gpu-b   fallback        the files only in ``configs/triton_3_1_0`` (another Triton)
+gpu-c   default         no file anywhere
+gpu-d   not-triton      ``--moe-runner-backend flashinfer_cutlass``
+gpu-e   restart-needed  valid files installed after the last start, no restart
+gpu-f   broken          an invalid up file written after start (it would crash a start)
+gpu-g   broken          an unparsable ``configs/triton_foo`` folder (after start), file missing
+gpu-h   restart-needed  as gpu-a, then the up file replaced by another valid one after start
+======  ==============  ==========================================================
+
+Every host also has the bed's stray ``sglang::scheduler_TP0`` holding ``/dev/nvidia0``
+(an orphan outside the unit) and ``nvidia-persistenced`` (protected). Doctor runs three
+times (``--json --fix``, the text table with ``--fix``, and ``--json`` on the two good hosts);
+the hosts' SGLang tree, orch state, unit files, ``/tmp`` and unit PIDs are compared
+before and after: doctor must change nothing and kill nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.e2e_helpers import inventory, orch, recap
+
+pytestmark = pytest.mark.testbed
+
+UP = "E=8,N=64,device_name=NVIDIA_H200.json"
+DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
+CFG = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+             "num_warps": 4, "num_stages": 2},
+       "4": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+             "num_warps": 4, "num_stages": 3}}
+EXPECTED = {"gpu-a": "tuned", "gpu-b": "fallback", "gpu-c": "default", "gpu-d": "not-triton",
+            "gpu-e": "restart-needed", "gpu-f": "broken", "gpu-g": "broken", "gpu-h": "restart-needed"}
+HOST_OPTIONS = {
+    "gpu-a": {"config_files": {UP: CFG, DOWN: CFG}},
+    "gpu-b": {"config_files": {f"triton_3_1_0/{UP}": CFG, f"triton_3_1_0/{DOWN}": CFG}},
+    "gpu-d": {"backend": "flashinfer_cutlass"},
+    "gpu-h": {"config_files": {UP: CFG, DOWN: CFG}},
+}
+CFG2 = {"1": dict(CFG["1"], num_warps=8), "4": dict(CFG["4"], num_stages=4)}
+
+
+def _write(host, path: str, text: str) -> None:
+    """Write ``text`` to ``path`` inside the host (nsenter, not SSH), creating the folder."""
+    host.sh(f"mkdir -p \"$(dirname {json.dumps(path)})\" && cat > {json.dumps(path)}", input=text)
+
+
+def _snapshot(host) -> dict:
+    """What doctor must not change on a host."""
+    return {
+        "sglang": host.file_tree_hash("/opt/sglang"),
+        "state": host.file_tree_hash("/var/lib/orch"),
+        "units": host.file_tree_hash("/etc/systemd/system"),
+        "tmp": sorted(p for p in host.sh("ls -A /tmp", check=False).stdout.split() if p.startswith("orch")),
+        "dirs": host.sh(f"ls -A {host.config_dir}").stdout.split(),
+        "active": host.unit_state(),
+        "pid": host.sh(f"systemctl show -p MainPID {host.unit}", check=False).stdout.strip(),
+    }
+
+
+def _table_rows(text: str) -> dict[str, list[str]]:
+    """``{host: [cells of the row's first line]}`` from the rich table doctor prints."""
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"^│ (gpu-[a-z]) +│", line)
+        if m:
+            rows[m.group(1)] = [c.strip() for c in line.strip().strip("│").split("│")]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def doctored(tmp_path_factory):
+    """The bed, set up per verdict, and the results of the three doctor runs."""
+    from tests.conftest import _require_testbed
+
+    _require_testbed()
+    from tests.testbed.bed import TestBed
+
+    tmp = tmp_path_factory.mktemp("doctor")
+    bed = TestBed(n_hosts=len(EXPECTED), host_options=HOST_OPTIONS, workdir=tmp / "bed")
+    bed.__enter__()
+    try:
+        assert [h.name for h in bed.hosts] == list(EXPECTED)
+        for h in bed.hosts:
+            h.wait_http("/health")
+        e, f, g = bed.host("gpu-e"), bed.host("gpu-f"), bed.host("gpu-g")
+        # after the start: what the running servers have not seen
+        for name in (UP, DOWN):
+            _write(e, f"{e.triton_dir}/{name}", json.dumps(CFG))
+        _write(f, f"{f.triton_dir}/{UP}", "{not json")
+        g.sh(f"mkdir -p {g.config_dir}/triton_foo")
+        h = bed.host("gpu-h")
+        # mtimes have 1 s resolution: replace the file once the server has run for 3 s
+        h.sh(f"for i in $(seq 300); do p=$(systemctl show -p MainPID {h.unit} | cut -d= -f2); "
+             "[ \"$(ps -o etimes= -p \"$p\" | tr -d ' ')\" -ge 3 ] 2>/dev/null && exit 0; sleep 0.1; done; exit 1")
+        _write(h, f"{h.triton_dir}/{UP}", json.dumps(CFG2))
+        inv = inventory(bed, tmp / "hosts.yaml")
+        before = {h.name: _snapshot(h) for h in bed.hosts}
+        holders = {h.name: h.pids_holding("/dev/nvidia0") for h in bed.hosts}
+        state = tmp / "state"
+        full = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", "--fix", state_dir=state)
+        text = orch("doctor", str(inv), "--service", "sglang-qwen", "--fix", state_dir=state)
+        good = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", "--limit", "gpu-a,gpu-d",
+                    state_dir=state)
+        print(text.stdout)  # the README's example table (pytest -s)
+        after = {h.name: _snapshot(h) for h in bed.hosts}
+        yield {"bed": bed, "inv": inv, "before": before, "after": after, "holders": holders,
+               "full": full, "rows": recap(full), "text": text, "good": good}
+    finally:
+        bed.destroy()
+
+
+def test_every_host_gets_its_verdict(doctored):
+    rows = doctored["rows"]
+    assert doctored["full"].returncode == 1, doctored["full"].stderr[-4000:]
+    assert {h: r["verdict"] for h, r in rows.items()} == EXPECTED, {h: r.get("why") for h, r in rows.items()}
+    for h, r in rows.items():
+        # what the issue asks every row to say
+        assert r["device_name"] == "NVIDIA_H200" and r["sglang_version"] == "0.5.23"
+        assert r["triton_version"] and r["configs_root"].endswith("/triton_utils/configs")
+        assert (r["E"], r["N"], r["tp"], r["ep"]) == (8, 64, 1, 1)
+        assert r["file_names"] == {"up": UP, "down": DOWN}
+
+
+def test_tuned_row(doctored):
+    h, r = doctored["bed"].host("gpu-a"), doctored["rows"]["gpu-a"]
+    up, down = f"{h.triton_dir}/{UP}", f"{h.triton_dir}/{DOWN}"
+    assert r["files"]["up"]["in_installed_folder"] and r["files"]["down"]["in_installed_folder"]
+    assert (r["files"]["up"]["sglang_would_load"], r["files"]["down"]["sglang_would_load"]) == (up, down)
+    assert r["files"]["up"]["error"] is None and r["files"]["down"]["error"] is None
+    # doctor's reading of the last start agrees with the unit's own log
+    assert r["log"]["loaded"] == [up, down] and not r["log"]["suboptimal"]
+    log = h.unit_log()
+    assert f"Using MoE kernel config from {up}." in log and f"Using MoE kernel config from {down}." in log
+    assert r["fix"] is None
+
+
+def test_fallback_row(doctored):
+    h, r = doctored["bed"].host("gpu-b"), doctored["rows"]["gpu-b"]
+    for role, name in (("up", UP), ("down", DOWN)):
+        f = r["files"][role]
+        assert not f["in_installed_folder"] and f["other_folders"] == ["triton_3_1_0"]
+        assert f["sglang_would_load"] == f"{h.config_dir}/triton_3_1_0/{name}"
+    assert r["log"]["fallback"] and r["log"]["suboptimal"] and not r["log"]["loaded"]
+    assert "Fallback to triton version 3.1.0" in h.unit_log()
+    assert "triton_3_1_0" in r["why"]
+    assert r["fix"] == f"orch tune {doctored['inv']} --service sglang-qwen --limit gpu-b"
+
+
+def test_default_row(doctored):
+    h, r = doctored["bed"].host("gpu-c"), doctored["rows"]["gpu-c"]
+    for role in ("up", "down"):
+        f = r["files"][role]
+        assert not f["in_installed_folder"] and f["other_folders"] == [] and f["sglang_would_load"] is None
+    assert r["log"]["default"] == [f"{h.triton_dir}/{UP}", f"{h.triton_dir}/{DOWN}"]
+    assert "Using default MoE kernel config" in h.unit_log()
+    assert r["fix"] == f"orch tune {doctored['inv']} --service sglang-qwen --limit gpu-c"
+
+
+def test_not_triton_row(doctored):
+    r = doctored["rows"]["gpu-d"]
+    assert r["backend"] == "flashinfer_cutlass"
+    # says the Triton files are not used, what is used instead, and that tune changes nothing
+    assert "Triton MoE config files are not used" in r["why"]
+    assert "FlashInfer autotunes at start-up" in r["why"] and "flashinfer/autotune" in r["why"]
+    assert "orch tune would change nothing" in r["why"]
+    assert r["log"] is not None and not r["log"]["loaded"] and not r["log"]["default"]
+    assert r["fix"] is None
+
+
+def test_restart_needed_row(doctored):
+    h, r = doctored["bed"].host("gpu-e"), doctored["rows"]["gpu-e"]
+    assert r["files"]["up"]["in_installed_folder"] and r["files"]["down"]["in_installed_folder"]
+    # the running server started before the files existed: it logged the default config
+    assert r["log"]["default"] == [f"{h.triton_dir}/{UP}", f"{h.triton_dir}/{DOWN}"] and not r["log"]["loaded"]
+    assert "disk say tuned" in r["why"] and "logged default" in r["why"]
+    assert r["fix"].startswith("ssh gpu-e systemctl restart sglang-qwen")
+
+    # same names as the last start loaded, but the up file was replaced afterwards
+    h, r = doctored["bed"].host("gpu-h"), doctored["rows"]["gpu-h"]
+    assert r["log"]["loaded"] == [f"{h.triton_dir}/{UP}", f"{h.triton_dir}/{DOWN}"]
+    assert "changed after the last start" in r["why"] and UP in r["why"] and DOWN not in r["why"]
+    assert r["fix"].startswith("ssh gpu-h systemctl restart sglang-qwen")
+
+
+def test_broken_rows(doctored):
+    f, rf = doctored["bed"].host("gpu-f"), doctored["rows"]["gpu-f"]
+    assert rf["files"]["up"]["in_installed_folder"]
+    assert rf["files"]["up"]["error"].startswith("not JSON"), rf["files"]["up"]
+    assert f"{f.triton_dir}/{UP}" in rf["why"]
+    assert rf["installed_by_run"] is None  # not written by orch: tune replaces it, rollback could not
+    assert rf["fix"].startswith(f"orch tune {doctored['inv']} --service sglang-qwen --limit gpu-f")
+    assert f.unit_state() == "active"  # doctor did not restart it into the crash
+
+    g, rg = doctored["bed"].host("gpu-g"), doctored["rows"]["gpu-g"]
+    assert not rg["files"]["up"]["in_installed_folder"]
+    assert "triton_foo" in rg["files"]["up"]["fallback_error"] and "ValueError" in rg["files"]["up"]["fallback_error"]
+    assert "triton_foo" in rg["why"]
+    assert rg["fix"].startswith(f"orch tune {doctored['inv']} --service sglang-qwen --limit gpu-g")
+    assert "unparsable" in rg["fix"]
+
+
+def test_orphans_listed_not_killed(doctored):
+    bed, rows = doctored["bed"], doctored["rows"]
+    for h in bed.hosts:
+        held = doctored["holders"][h.name]
+        strays = [p for p, c in held if "sglang::scheduler_TP0" in c and "holder.py" in c]
+        persist = [p for p, c in held if "nvidia-persistenced" in c]
+        assert len(strays) == 1 and persist, held
+        orphans = {o["pid"] for o in rows[h.name]["orphans"]}
+        main_pid = int(doctored["before"][h.name]["pid"].split("=")[1])
+        assert strays[0] in orphans and main_pid not in orphans and not orphans & set(persist), (h.name, orphans)
+        assert any(str(strays[0]) in n for n in rows[h.name]["notes"])
+        # nothing was killed: every holder seen before doctor still runs
+        assert h.pids_holding("/dev/nvidia0") == held
+
+
+def test_doctor_changes_nothing(doctored):
+    for name, snap in doctored["before"].items():
+        assert doctored["after"][name] == snap, name
+        assert snap["pid"] != "MainPID=0" and snap["active"] == "active"
+
+
+def test_text_table_and_fix_lines(doctored):
+    proc = doctored["text"]
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    rows = _table_rows(proc.stdout)
+    assert set(rows) == set(EXPECTED), proc.stdout
+    for host, verdict in EXPECTED.items():
+        assert rows[host][-1] == verdict, (host, rows[host])
+    assert rows["gpu-d"][3] == "flashinfer_cutlass"
+    fixes = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if re.match(r"^gpu-[a-z]: ", line))
+    assert set(fixes) == {"gpu-b", "gpu-c", "gpu-e", "gpu-f", "gpu-g", "gpu-h"}
+    assert fixes == {h: doctored["rows"][h]["fix"] for h in fixes}
+
+
+def test_exit_zero_when_all_tuned_or_not_triton(doctored):
+    proc = doctored["good"]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert {h: r["verdict"] for h, r in recap(proc).items()} == {"gpu-a": "tuned", "gpu-d": "not-triton"}
