@@ -98,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fleet_flags(d)
     d.add_argument("--fix", action="store_true", help="print the command that would fix each host (runs nothing)")
 
+    b = sub.add_parser("bench", help="throughput benchmark of each host's unit, run on the host")
+    _add_fleet_flags(b)
+    b.add_argument("--concurrency", help="levels, e.g. 1,16,64,256 (default orch_bench_concurrency)")
+    b.add_argument("--input-len", type=int, help="prompt tokens (default orch_bench_input_len)")
+    b.add_argument("--output-len", type=int, help="output tokens (default orch_bench_output_len)")
+    b.add_argument("--level-timeout", type=float, help="seconds per concurrency level (default 600)")
+    b.add_argument("--bench-tool", choices=["builtin", "sglang"], help="orch's client or sglang.bench_serving")
+
     st = sub.add_parser("configs", help="the controller's store of tuned configs: list, show, export, import")
     st.add_argument("action", choices=["list", "show", "export", "import"])
     st.add_argument("target", nargs="?", help="entry hash prefix (show/export) or a folder (import)")
@@ -261,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             from .doctor import cmd_doctor
 
             return cmd_doctor(args)
+        if args.command == "bench":
+            from .bench_cmd import cmd_bench
+
+            return cmd_bench(args)
         if args.command == "configs":
             from .configs_cmd import cmd_configs
 

@@ -134,3 +134,19 @@ def test_bundled_playbooks_load():
 
     plays = load_playbook(builtin_playbook("tune"), set(MODULES))
     assert plays[0].steps[0].module == "connect"
+
+
+def test_unexpected_exception_in_task_still_runs_rescue(tmp_path):
+    eng, plays, calls, events = make(tmp_path, PB)
+    orig = eng.modules["step"]
+
+    def step(ctx, what, value=None):
+        if what == "install":
+            raise KeyError("boom")
+        return orig(ctx, what, value)
+
+    eng.modules["step"] = step
+    recaps = eng.run_play(plays[0], [H("a")], lambda h: {})
+    assert [c[1] for c in calls] == ["facts", "stop", "restore", "unlock"]
+    assert "internal error in step: KeyError" in recaps["a"].cause
+    assert any(ev == "internal_error" for ev, _ in events)

@@ -174,6 +174,9 @@ class Engine:
             result = TaskResult(FAILED, str(exc))
         except Cancelled:
             result = TaskResult(FAILED, "interrupted by the operator")
+        except Exception as exc:  # a bug in a task must still lead to the block's rescue
+            result = TaskResult(FAILED, f"internal error in {task.module}: {type(exc).__name__}: {exc}")
+            self.emit("internal_error", host=ctx.name, task=task.name, error=result.msg)
         self._record(ctx, recap, task, result)
         if task.register:
             ctx.vars[task.register] = dict(result.data, status=result.status, msg=result.msg)

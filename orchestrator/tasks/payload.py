@@ -16,7 +16,7 @@ import tempfile
 import threading
 from typing import Any, Callable
 
-from ..engine.results import TaskFailed, TaskResult
+from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..payload_bundle import build_bundle
 
 PROTO = 1
@@ -97,7 +97,8 @@ class PayloadClient:
         ``interruptible`` (long commands: tune, bench): an operator interrupt sends SIGTERM
         to it on the host, so the rescue steps can run at once.
         Raises :class:`PayloadFailed` on an ``error`` line, a crash or a missing result;
-        transport errors (:class:`HostUnreachable`, :class:`CommandTimeout`) pass through.
+        transport errors (:class:`HostUnreachable`, :class:`CommandTimeout`) pass through;
+        :class:`Cancelled` when an operator interrupt stopped an ``interruptible`` command.
         """
         args = list(args or [])
         if request is not None:
@@ -140,6 +141,8 @@ class PayloadClient:
         tail = "\n".join(res.stderr.strip().splitlines()[-20:])
         if final.get("type") == "result":
             return final.get("data") or {}
+        if tag and self.cancel.is_set():  # we stopped it ourselves: say so, not "crash"
+            raise Cancelled(f"payload {command} stopped: interrupted by the operator")
         if final.get("type") == "error":
             raise PayloadFailed(command, final.get("kind", "runtime"), final.get("msg", ""), tail, final.get("detail"))
         why = "killed by timeout" if res.exited in (124, 137) else f"exit {res.exited}"

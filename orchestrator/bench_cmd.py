@@ -1,0 +1,73 @@
+"""``orch bench``: served tokens/s at the operator's concurrency, per host.
+
+Runs ``playbooks/bench.yaml``: the payload's ``bench`` command runs on each host against
+the unit's own URL (so the controller's network does not distort it), with
+``sglang.bench_serving``'s metric names (``output_throughput`` tokens/s, ``median_ttft_ms``,
+``median_itl_ms``, ...). ``--bench-tool sglang`` runs SGLang's own ``bench_serving`` there.
+A level where more than 1% of requests failed is marked invalid and the host fails.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+
+def bench_table(recaps: dict, results: dict) -> Table:
+    """One row per host and concurrency level."""
+    t = Table(title="orch bench")
+    for col in ("host", "concurrency", "completed", "failed", "output tok/s", "total tok/s", "req/s",
+                "median TTFT ms", "p99 TTFT ms", "median ITL ms", "valid"):
+        t.add_column(col, justify="left" if col == "host" else "right")
+    for host, r in recaps.items():
+        levels = (results.get(host) or {}).get("levels") or []
+        if not levels:
+            t.add_row(host, "-", "-", "-", "-", "-", "-", "-", "-", "-", f"[red]{r.outcome}: {r.cause[:60]}[/]")
+        for lv in levels:
+            def f(k, nd=1):
+                v = lv.get(k)
+                return "-" if v is None else f"{v:.{nd}f}"
+            t.add_row(host, str(lv.get("max_concurrency")), str(lv.get("completed")),
+                      str((lv.get("failed") or 0) + (lv.get("timed_out") or 0)), f("output_throughput"),
+                      f("total_throughput"), f("request_throughput", 2), f("median_ttft_ms"), f("p99_ttft_ms"),
+                      f("median_itl_ms"), "yes" if lv.get("valid", True) else "[red]no[/]")
+    return t
+
+
+def cmd_bench(args) -> int:
+    """Run the bench playbook; print the table or ``--json``; exit 1 if any host failed."""
+    from .engine.context import RunOptions
+    from .engine.playbook import builtin_playbook, load_playbook
+    from .engine.runner import Engine
+    from .inventory import effective_vars, load_inventory
+    from .records import RunRecord, default_state_dir, new_run_id
+    from .tasks import MODULES
+    from .ui import Reporter
+
+    console = Console(stderr=True, highlight=False)
+    inv = load_inventory(args.inventory)
+    hosts = inv.select(args.limit)
+    record = RunRecord(args.state_dir or default_state_dir(), new_run_id("bench"))
+    extra = {k: v for k, v in {
+        "service": args.service,
+        "bench_concurrency": [int(c) for c in args.concurrency.split(",")] if args.concurrency else None,
+        "bench_input_len": args.input_len, "bench_output_len": args.output_len,
+        "bench_level_timeout": args.level_timeout, "bench_tool": args.bench_tool}.items() if v is not None}
+    opts = RunOptions(run_id=record.run_id, run_dir=record.dir, accept_new_host_keys=args.accept_new_host_keys,
+                      extra=extra, state_dir=args.state_dir or default_state_dir())
+    plays = load_playbook(builtin_playbook("bench"), set(MODULES))
+    with Reporter(console, verbose=args.verbose) as rep:
+        recaps = Engine(MODULES, opts, rep, record.emit).run_play(plays[0], hosts, effective_vars, forks=args.forks)
+    results = {}
+    for host in recaps:
+        p = record.dir / "hosts" / host / "bench_bench.json"
+        results[host] = json.loads(p.read_text()) if p.exists() else {}
+    record.write_json("bench.json", results)
+    record.close()
+    if args.json:
+        print(json.dumps({"run_id": record.run_id, "hosts": results}, indent=2, default=str))
+    else:
+        Console(width=200).print(bench_table(recaps, results))
+    return 1 if any(r.is_failure for r in recaps.values()) else 0
