@@ -219,7 +219,7 @@ def section_fastfull(res, args):
                 ev = Evaluator(prov, p, timer, comp, cpu=not GPU)
                 r = search(ev, space, M, shape["E"], shape["topk"], smem, 2)
                 row[space] = dict(r, compile_s=round(comp.seconds - c0, 2))
-                say(f"  M={M} {space}: {r['kernel_us']:.1f} us (sum of GEMMs), evaluated {r['evaluated']}, "
+                say(f"  M={M} {space}: {r['kernel_us']:.1f} us (search's estimate), evaluated {r['evaluated']}, "
                     f"gpu {r['search_gpu_s']:.1f} s, compile {comp.seconds - c0:.1f} s")
             t = compare(prov, p, timer, {"fast": (row["fast"]["up"], row["fast"]["down"]),
                                          "full": (row[space_full]["up"], row[space_full]["down"])},

@@ -12,6 +12,7 @@ import json
 import shlex
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 GOOD = {"tuned", "not-triton"}
@@ -48,16 +49,44 @@ def fix_command(host: str, row: dict, inventory: str, service: str) -> str | Non
     return None
 
 
+def last_start_summary(row: dict) -> str:
+    """What the unit logged at its last start about MoE configs, for the table (one line per
+    kind of lookup, files named by role ``up``/``down``; lines of SGLang 0.5.23's
+    ``fused_moe_triton_config.py``, parsed by :mod:`orchestrator.facts.moe_log`)."""
+    lg = row.get("log")
+    if lg is None:
+        return "no start logged"
+    names = row.get("file_names") or {}
+    roles = {v: k for k, v in names.items() if v}
+
+    def role(path: str) -> str:
+        base = str(path).rsplit("/", 1)[-1]
+        return roles.get(base, base)
+
+    parts = []
+    if lg.get("loaded"):
+        parts.append("loaded " + ", ".join(role(p) for p in lg["loaded"]))
+    by_version: dict[str, list[str]] = {}
+    for wanted, _used, version in lg.get("fallback") or []:
+        by_version.setdefault(version, []).append(role(wanted))
+    parts += [f"fallback to triton {v}: {', '.join(rs)}" for v, rs in by_version.items()]
+    if lg.get("default"):
+        parts.append("default config: " + ", ".join(role(p) for p in lg["default"]))
+    if lg.get("down_missing"):
+        parts.append("down file missing (up config reused)")
+    return "\n".join(parts) or "no Triton MoE lookup"
+
+
 def doctor_table(rows: dict[str, dict]) -> Table:
     """The doctor table: one row per host."""
     t = Table(title="orch doctor", show_lines=True)
-    for col in ("host", "GPU / device name", "triton / sglang", "backend", "E / N (TP/EP)", "up file", "down file",
+    for col in ("host", "device name", "triton / sglang", "backend", "E / N (TP/EP)", "up file", "down file",
                 "last start", "verdict"):
         t.add_column(col, overflow="fold")
     for host, r in rows.items():
         if "verdict" not in r or r.get("error"):
             t.add_row(host, "-", "-", "-", "-", "-", "-", "-", f"[bold red]{r.get('verdict', 'failed')}[/]: "
-                      f"{r.get('error', '')[:100]}")
+                      f"{escape(str(r.get('error') or ''))[:300]}")
             continue
 
         def fcell(info):
@@ -65,23 +94,19 @@ def doctor_table(rows: dict[str, dict]) -> Table:
                 return "-"
             where = ("installed folder" if info.get("in_installed_folder") else
                      ("only " + ", ".join(info.get("other_folders") or []) if info.get("other_folders") else "missing"))
-            return f"{info['name']}\n{where}" + (f"\n[red]{info['error']}[/]" if info.get("error") else "")
+            return escape(f"{info['name']}\n{where}") + (f"\n[red]{escape(info['error'])}[/]" if info.get("error") else "")
 
-        lg = r.get("log")
-        if lg is None:
-            last = "no start logged"
-        elif lg.get("loaded") and not lg.get("suboptimal"):
-            last = "loaded " + ", ".join(p.rsplit("/", 1)[-1] for p in lg["loaded"])
-        elif lg.get("suboptimal"):
-            last = f"{len(lg['suboptimal'])} sub-optimal line(s)"
-        else:
-            last = "no Triton MoE lookup"
+        last = escape(last_start_summary(r))
         style = STYLE.get(r["verdict"], "white")
-        t.add_row(host, f"{', '.join(sorted(set(r.get('gpus') or []))) or '-'}\n{r.get('device_name')}",
+        gpus = r.get("gpus") or []
+        gpu = f"{r.get('device_name')}" + (f"\n{len(gpus)}x {', '.join(sorted(set(gpus)))}" if gpus else "") + (
+            f"\nsm {r['capability']}" if r.get("capability") else "")
+        t.add_row(host, gpu,
                   f"{r.get('triton_version')} / {r.get('sglang_version')}", r.get("backend", "-"),
-                  f"{r.get('E')} / {r.get('N')} ({r.get('tp')}/{r.get('ep')})",
+                  f"{r.get('E')} / {r.get('N')} ({r.get('tp')}/{r.get('ep')})"
+                  + (f"\n{r['dtype_selector'].lstrip(',')}" if r.get("dtype_selector") else ""),
                   fcell((r.get("files") or {}).get("up")), fcell((r.get("files") or {}).get("down")), last,
-                  f"[{style}]{r['verdict']}[/]\n{r.get('why', '')}" + "".join(f"\n· {n}" for n in r.get("notes") or []))
+                  f"[{style}]{r['verdict']}[/]\n" + escape(str(r.get("why") or "") + "".join(f"\n· {n}" for n in r.get("notes") or [])))
     return t
 
 

@@ -1,19 +1,21 @@
 """End to end: `orch doctor` over real SSH against one test bed with a host per verdict.
 
-One bed of eight hosts (network namespaces, real sshd, real unit files, the stand-in
+One bed of nine hosts (network namespaces, real sshd, real unit files, the stand-in
 SGLang 0.5.23 server), set up so that each verdict has a host:
 
 ======  ==============  ==========================================================
 host    verdict         how it is set up
 ======  ==============  ==========================================================
-gpu-a   tuned           valid up and down files in the installed Triton's folder before start
+gpu-a   tuned           tuned by ``orch tune`` first (files installed, unit restarted, verified)
 gpu-b   fallback        the files only in ``configs/triton_3_1_0`` (another Triton)
 gpu-c   default         no file anywhere
 gpu-d   not-triton      ``--moe-runner-backend flashinfer_cutlass``
 gpu-e   restart-needed  valid files installed after the last start, no restart
 gpu-f   broken          an invalid up file written after start (it would crash a start)
 gpu-g   broken          an unparsable ``configs/triton_foo`` folder (after start), file missing
-gpu-h   restart-needed  as gpu-a, then the up file replaced by another valid one after start
+gpu-h   restart-needed  valid files pre-installed before start, then the up file replaced by
+                        another valid one after start
+gpu-i   broken          tuned by ``orch tune``, then its up file corrupted: ``--fix`` says rollback
 ======  ==============  ==========================================================
 
 Every host also has the bed's stray ``sglang::scheduler_TP0`` holding ``/dev/nvidia0``
@@ -41,9 +43,9 @@ CFG = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_
        "4": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
              "num_warps": 4, "num_stages": 3}}
 EXPECTED = {"gpu-a": "tuned", "gpu-b": "fallback", "gpu-c": "default", "gpu-d": "not-triton",
-            "gpu-e": "restart-needed", "gpu-f": "broken", "gpu-g": "broken", "gpu-h": "restart-needed"}
+            "gpu-e": "restart-needed", "gpu-f": "broken", "gpu-g": "broken", "gpu-h": "restart-needed",
+            "gpu-i": "broken"}
 HOST_OPTIONS = {
-    "gpu-a": {"config_files": {UP: CFG, DOWN: CFG}},
     "gpu-b": {"config_files": {f"triton_3_1_0/{UP}": CFG, f"triton_3_1_0/{DOWN}": CFG}},
     "gpu-d": {"backend": "flashinfer_cutlass"},
     "gpu-h": {"config_files": {UP: CFG, DOWN: CFG}},
@@ -95,6 +97,13 @@ def doctored(tmp_path_factory):
         for h in bed.hosts:
             h.wait_http("/health")
         e, f, g = bed.host("gpu-e"), bed.host("gpu-f"), bed.host("gpu-g")
+        inv = inventory(bed, tmp / "hosts.yaml")
+        state = tmp / "state"
+        tune = orch("tune", str(inv), "--service", "sglang-qwen", "--limit", "gpu-a,gpu-i", "--json", state_dir=state)
+        assert tune.returncode == 0, tune.stderr[-6000:]
+        tune_id = recap(tune)["run_id"]
+        i = bed.host("gpu-i")
+        _write(i, f"{i.triton_dir}/{UP}", json.dumps({"1": CFG["1"], "triton_version": "3.9.0"}))
         # after the start: what the running servers have not seen
         for name in (UP, DOWN):
             _write(e, f"{e.triton_dir}/{name}", json.dumps(CFG))
@@ -105,10 +114,8 @@ def doctored(tmp_path_factory):
         h.sh(f"for i in $(seq 300); do p=$(systemctl show -p MainPID {h.unit} | cut -d= -f2); "
              "[ \"$(ps -o etimes= -p \"$p\" | tr -d ' ')\" -ge 3 ] 2>/dev/null && exit 0; sleep 0.1; done; exit 1")
         _write(h, f"{h.triton_dir}/{UP}", json.dumps(CFG2))
-        inv = inventory(bed, tmp / "hosts.yaml")
         before = {h.name: _snapshot(h) for h in bed.hosts}
         holders = {h.name: h.pids_holding("/dev/nvidia0") for h in bed.hosts}
-        state = tmp / "state"
         full = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", "--fix", state_dir=state)
         text = orch("doctor", str(inv), "--service", "sglang-qwen", "--fix", state_dir=state)
         good = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", "--limit", "gpu-a,gpu-d",
@@ -116,7 +123,7 @@ def doctored(tmp_path_factory):
         print(text.stdout)  # the README's example table (pytest -s)
         after = {h.name: _snapshot(h) for h in bed.hosts}
         yield {"bed": bed, "inv": inv, "before": before, "after": after, "holders": holders,
-               "full": full, "rows": recap(full), "text": text, "good": good}
+               "tune_id": tune_id, "full": full, "rows": recap(full), "text": text, "good": good}
     finally:
         bed.destroy()
 
@@ -141,7 +148,7 @@ def test_tuned_row(doctored):
     assert r["files"]["up"]["error"] is None and r["files"]["down"]["error"] is None
     # doctor's reading of the last start agrees with the unit's own log
     assert r["log"]["loaded"] == [up, down] and not r["log"]["suboptimal"]
-    log = h.unit_log()
+    log = h.unit_log().rsplit("server_args=", 1)[1]  # the last start (after orch tune's restart)
     assert f"Using MoE kernel config from {up}." in log and f"Using MoE kernel config from {down}." in log
     assert r["fix"] is None
 
@@ -198,7 +205,8 @@ def test_broken_rows(doctored):
     f, rf = doctored["bed"].host("gpu-f"), doctored["rows"]["gpu-f"]
     assert rf["files"]["up"]["in_installed_folder"]
     assert rf["files"]["up"]["error"].startswith("not JSON"), rf["files"]["up"]
-    assert f"{f.triton_dir}/{UP}" in rf["why"]
+    assert rf["files"]["up"]["sglang_would_load"] == f"{f.triton_dir}/{UP}"
+    assert f"{f.triton_dir.rsplit('/', 1)[1]}/{UP} is invalid" in rf["why"]
     assert rf["installed_by_run"] is None  # not written by orch: tune replaces it, rollback could not
     assert rf["fix"].startswith(f"orch tune {doctored['inv']} --service sglang-qwen --limit gpu-f")
     assert f.unit_state() == "active"  # doctor did not restart it into the crash
@@ -210,6 +218,14 @@ def test_broken_rows(doctored):
     assert rg["fix"].startswith(f"orch tune {doctored['inv']} --service sglang-qwen --limit gpu-g")
     assert "unparsable" in rg["fix"]
 
+    # written by an orch run, then corrupted: doctor names the run, --fix rolls it back
+    i, ri = doctored["bed"].host("gpu-i"), doctored["rows"]["gpu-i"]
+    assert "triton_version" in ri["files"]["up"]["error"] and ri["files"]["down"]["error"] is None
+    assert ri["installed_by_run"] == doctored["tune_id"]
+    assert ri["fix"].startswith(f"orch rollback {doctored['inv']} --service sglang-qwen --limit gpu-i "
+                                f"--to {doctored['tune_id']}")
+    assert i.unit_state() == "active"
+
 
 def test_orphans_listed_not_killed(doctored):
     bed, rows = doctored["bed"], doctored["rows"]
@@ -217,11 +233,12 @@ def test_orphans_listed_not_killed(doctored):
         held = doctored["holders"][h.name]
         strays = [p for p, c in held if "sglang::scheduler_TP0" in c and "holder.py" in c]
         persist = [p for p, c in held if "nvidia-persistenced" in c]
-        assert len(strays) == 1 and persist, held
+        # orch tune reaped the stray on the hosts it tuned; the others still have theirs
+        assert len(strays) == (0 if h.name in ("gpu-a", "gpu-i") else 1) and persist, (h.name, held)
         orphans = {o["pid"] for o in rows[h.name]["orphans"]}
         main_pid = int(doctored["before"][h.name]["pid"].split("=")[1])
-        assert strays[0] in orphans and main_pid not in orphans and not orphans & set(persist), (h.name, orphans)
-        assert any(str(strays[0]) in n for n in rows[h.name]["notes"])
+        assert orphans == set(strays) and main_pid not in orphans and not orphans & set(persist), (h.name, orphans)
+        assert all(any(f"pid {p} " in n for n in rows[h.name]["notes"]) for p in strays)
         # nothing was killed: every holder seen before doctor still runs
         assert h.pids_holding("/dev/nvidia0") == held
 
@@ -241,7 +258,7 @@ def test_text_table_and_fix_lines(doctored):
         assert rows[host][-1] == verdict, (host, rows[host])
     assert rows["gpu-d"][3] == "flashinfer_cutlass"
     fixes = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if re.match(r"^gpu-[a-z]: ", line))
-    assert set(fixes) == {"gpu-b", "gpu-c", "gpu-e", "gpu-f", "gpu-g", "gpu-h"}
+    assert set(fixes) == {"gpu-b", "gpu-c", "gpu-e", "gpu-f", "gpu-g", "gpu-h", "gpu-i"}
     assert fixes == {h: doctored["rows"][h]["fix"] for h in fixes}
 
 

@@ -114,3 +114,28 @@ def test_new_config_crashes_server_old_files_restored(testbed_factory, tmp_path)
     assert h.unit_state() == "active"
     h.wait_http("/health")
     assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in h.unit_log().rsplit("server_args=", 1)[1]
+
+
+def test_readme_demo_path_persistent_hosts(tmp_path):
+    """The README's main job: `python -m tests.testbed up` then `orch tune` on the inventory it wrote."""
+    import subprocess
+    import sys
+
+    from tests.conftest import _require_testbed
+    from tests.e2e_helpers import REPO
+
+    _require_testbed()
+    inv = tmp_path / "testbed.yaml"
+    up = subprocess.run([sys.executable, "-m", "tests.testbed", "up", "--hosts", "2", "--inventory", str(inv)],
+                        cwd=REPO, capture_output=True, text=True, timeout=600)
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        hosts = recap(proc)["hosts"]
+        assert len(hosts) == 2 and all(h["outcome"] == "completed" for h in hosts.values())
+        assert "report: " in proc.stderr
+    finally:
+        down = subprocess.run([sys.executable, "-m", "tests.testbed", "down"], cwd=REPO, capture_output=True,
+                              text=True, timeout=300)
+        assert down.returncode == 0, down.stderr[-2000:]

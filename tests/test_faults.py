@@ -225,7 +225,8 @@ def test_unreachable_host_reported_others_proceed(testbed_factory, tmp_path):
 
 # ------------------------------------------------------------------------ two controllers
 def test_second_controller_refused_by_lock_and_stale_lock_broken(testbed_factory, tmp_path):
-    bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path)
+    # (the benchmark runs while the second controller works: no regression verdict on that noise)
+    bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path, orch_regression_threshold=95)
     state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
     try:

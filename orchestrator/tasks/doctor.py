@@ -53,7 +53,8 @@ def _validate_remote(ctx, path: str) -> str | None:
     except ValueError as exc:
         return f"not JSON: {exc}"
     except PayloadError as exc:
-        return exc.msg
+        prefix = posixpath.basename(path) + ": "  # validate_config names the source first
+        return exc.msg[len(prefix):] if exc.msg.startswith(prefix) else exc.msg
     return None
 
 
@@ -161,7 +162,8 @@ def diagnose(ctx, unit: str) -> TaskResult:
         if target:
             info["error"] = _validate_remote(ctx, target)
             if info["error"]:
-                invalid.append(f"{target}: {info['error']}")
+                invalid.append(f"{posixpath.basename(posixpath.dirname(target))}/{posixpath.basename(target)} "
+                               f"is invalid (a start would crash): {info['error']}")
         info["path"] = path
         row["files"][role] = info
 
@@ -220,6 +222,12 @@ def diagnose(ctx, unit: str) -> TaskResult:
                    "default": f"no {up['name']} in any Triton folder: default config (sub-optimal)"}[disk]
             if logged is None:
                 notes.append("no server start found in the unit log")
+    if backend == "auto" and verdict != "not-triton" and rep is None:
+        notes.append("backend auto: no start logged, so it is unknown whether it resolves to the Triton runner")
+    if row["unit_state"] and row["unit_state"] != "active":
+        notes.append(f"unit is {row['unit_state']}: the verdict reflects the files and its last logged start")
+    if verdict == "broken" and "unparsable" in why:  # the probe's warning says it again
+        notes = [n for n in notes if "unparsable" not in n]
     if verdict == "broken":
         row["installed_by_run"] = _run_that_wrote(ctx, [f.get("sglang_would_load") for f in (up, down) if f["error"]])
     if row["orphans"]:
