@@ -82,7 +82,7 @@ def doctor_table(rows: dict[str, dict]) -> Table:
     t = Table(title="orch doctor", show_lines=True)
     for col in ("host", "device name", "triton / sglang", "backend", "E / N (TP/EP)", "up file", "down file",
                 "last start", "verdict"):
-        t.add_column(col, overflow="fold")
+        t.add_column(col, overflow="fold", min_width=46 if col == "verdict" else None)
     for host, r in rows.items():
         if "verdict" not in r or r.get("error"):
             t.add_row(host, "-", "-", "-", "-", "-", "-", "-", f"[bold red]{r.get('verdict', 'failed')}[/]: "
@@ -94,7 +94,8 @@ def doctor_table(rows: dict[str, dict]) -> Table:
                 return "-"
             where = ("installed folder" if info.get("in_installed_folder") else
                      ("only " + ", ".join(info.get("other_folders") or []) if info.get("other_folders") else "missing"))
-            return escape(f"{info['name']}\n{where}") + (f"\n[red]{escape(info['error'])}[/]" if info.get("error") else "")
+            err = f"\n[red]{escape(info['error'])}[/]" if info.get("error") else ""
+            return escape(f"{info['name']}\n{where}") + err
 
         last = escape(last_start_summary(r))
         style = STYLE.get(r["verdict"], "white")
@@ -106,7 +107,8 @@ def doctor_table(rows: dict[str, dict]) -> Table:
                   f"{r.get('E')} / {r.get('N')} ({r.get('tp')}/{r.get('ep')})"
                   + (f"\n{r['dtype_selector'].lstrip(',')}" if r.get("dtype_selector") else ""),
                   fcell((r.get("files") or {}).get("up")), fcell((r.get("files") or {}).get("down")), last,
-                  f"[{style}]{r['verdict']}[/]\n" + escape(str(r.get("why") or "") + "".join(f"\n· {n}" for n in r.get("notes") or [])))
+                  f"[{style}]{r['verdict']}[/]\n"
+                  + escape(str(r.get("why") or "") + "".join(f"\n· {n}" for n in r.get("notes") or [])))
     return t
 
 

@@ -219,7 +219,7 @@ def diagnose(ctx, unit: str) -> TaskResult:
             why = {"tuned": "up and down files in the installed Triton folder, valid, loaded at the last start",
                    "fallback": ("only in " + ", ".join(up["other_folders"]) if not up["in_installed_folder"]
                                 else f"down file missing: {down['name']}") + " (sub-optimal)",
-                   "default": f"no {up['name']} in any Triton folder: default config (sub-optimal)"}[disk]
+                   "default": "no up file in any Triton folder: SGLang's default config (sub-optimal)"}[disk]
             if logged is None:
                 notes.append("no server start found in the unit log")
     if backend == "auto" and verdict != "not-triton" and rep is None:

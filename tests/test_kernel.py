@@ -1,0 +1,131 @@
+"""Builtin fused-MoE kernel (remote/kernel) on the CPU under TRITON_INTERPRET=1.
+
+fp16 and fp32 only: under Triton's interpreter here bf16 loads/stores give wrong values
+(fp32 exact), so bf16 is verified on the H200 by bench/tune_h200.py (docs/benchmarks.md).
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before remote.kernel imports triton.jit
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from remote.kernel.align import max_padded_tokens, moe_align_block_size  # noqa: E402
+from remote.kernel.fused_moe import fused_moe, make_buffers, normalize_config  # noqa: E402
+from remote.kernel.reference import fused_moe_reference, relative_error, route  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="kernel tests run the Triton interpreter on CPU tensors")
+
+CFG = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=2)
+
+
+def _check_align(topk_ids, block_m, E):
+    s, e, n = moe_align_block_size(topk_ids, block_m, E)
+    flat = topk_ids.reshape(-1).tolist()
+    P = len(flat)
+    total = int(n.item())
+    assert s.numel() == max_padded_tokens(P, E, block_m)
+    assert total % block_m == 0
+    counts = [flat.count(x) for x in range(E)]
+    assert total == sum((c + block_m - 1) // block_m * block_m for c in counts)
+    real = [v for v in s[:total].tolist() if v != P]
+    assert sorted(real) == list(range(P)), "every (token, slot) pair appears exactly once"
+    assert all(v == P for v in s[total:].tolist()), "entries past the padded total are the sentinel"
+    for b in range(total // block_m):
+        blk = s[b * block_m:(b + 1) * block_m].tolist()
+        ex = int(e[b])
+        assert all(flat[v] == ex for v in blk if v != P), "a block holds one expert's pairs"
+        assert blk[0] != P, "no block is pure padding"
+    used = {int(e[b]) for b in range(total // block_m)}
+    assert used == {x for x in range(E) if counts[x]}, "idle experts get no block"
+    return s, e, n
+
+
+def test_align_uneven_and_idle_experts():
+    ids = torch.tensor([[0, 3], [0, 1], [3, 0], [0, 3], [0, 1]], dtype=torch.int32)
+    s, e, n = _check_align(ids, 4, 6)
+    # expert 0 has pairs 0,2,5,6,8 (5 -> padded 8), expert 1 has 3,9 (-> 4), expert 3 has
+    # 1,4,7 (-> 4); experts 2, 4, 5 have none; sentinel = 10 pairs
+    assert int(n) == 16
+    assert s[:16].tolist() == [0, 2, 5, 6, 8, 10, 10, 10, 3, 9, 10, 10, 1, 4, 7, 10]
+    assert e[:4].tolist() == [0, 0, 1, 3]
+
+def test_align_counts_generic():
+    g = torch.Generator().manual_seed(0)
+    for E, k, M, bm in ((8, 2, 13, 16), (1, 1, 7, 4), (16, 4, 40, 8)):
+        _, ids = route(M, E, k, generator=g)
+        _check_align(ids, bm, E)
+
+
+def test_align_rejects_bad_args():
+    with pytest.raises(ValueError):
+        moe_align_block_size(torch.zeros(3, 2, dtype=torch.int32), 0, 4)
+    with pytest.raises(ValueError):
+        moe_align_block_size(torch.zeros(6, dtype=torch.int32), 16, 4)
+
+
+def _run_case(dtype, E, N, H, k, M, logits=None, cfg=CFG, down=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if logits is None:
+        logits = torch.randn(M, E, generator=g)
+    tw, ti = route(M, E, k, logits=logits)
+    x = torch.randn(M, H, generator=g).to(dtype)
+    w1 = (torch.randn(E, 2 * N, H, generator=g) / H ** 0.5).to(dtype)
+    w2 = (torch.randn(E, H, N, generator=g) / N ** 0.5).to(dtype)
+    bufs = make_buffers(M, k, N, H, dtype, "cpu")  # NaN-poisoned
+    assert torch.isnan(bufs[2]).all()
+    out = torch.full((M, H), float("nan"), dtype=dtype)
+    fused_moe(x, w1, w2, tw, ti, cfg, down, buffers=bufs, out=out)
+    assert not torch.isnan(bufs[2]).any(), "every (token, slot) row of the down output was written"
+    return relative_error(out, fused_moe_reference(x, w1, w2, tw, ti))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("case", ["uneven", "idle", "m_lt_block", "e1", "top1", "odd_k"])
+def test_fused_moe_matches_float64_reference(dtype, case):
+    g = torch.Generator().manual_seed(7)
+    if case == "uneven":
+        E, N, H, k, M = 8, 64, 128, 2, 21
+        logits = torch.randn(M, E, generator=g) + torch.linspace(5, 0, E)
+    elif case == "idle":
+        E, N, H, k, M = 8, 32, 64, 2, 9
+        logits = torch.randn(M, E, generator=g)
+        logits[:, 4:] = -1e4
+    elif case == "m_lt_block":
+        E, N, H, k, M, logits = 4, 32, 64, 2, 3, None
+    elif case == "e1":
+        E, N, H, k, M, logits = 1, 32, 64, 1, 11, None
+    elif case == "top1":
+        E, N, H, k, M, logits = 4, 64, 64, 1, 10, None
+    else:  # K (hidden) not a multiple of BLOCK_SIZE_K: the masked K loop
+        E, N, H, k, M, logits = 4, 48, 72, 2, 6, None
+    err = _run_case(dtype, E, N, H, k, M, logits)
+    tol = 1e-2 if dtype == torch.float16 else 1e-5
+    assert err < tol, f"{case} {dtype}: rel err {err}"
+
+
+def test_separate_down_config_and_grouping():
+    up = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=4, num_warps=4, num_stages=2)
+    down = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=16, GROUP_SIZE_M=1, num_warps=4, num_stages=2)
+    assert _run_case(torch.float32, 4, 32, 64, 2, 13, cfg=up, down=down) < 1e-5
+
+
+def test_mismatched_block_m_and_bad_configs_raise():
+    with pytest.raises(ValueError, match="BLOCK_SIZE_M"):
+        _run_case(torch.float32, 4, 32, 64, 2, 3, down=dict(CFG, BLOCK_SIZE_M=32))
+    with pytest.raises(ValueError):
+        normalize_config(dict(CFG, BLOCK_SIZE_N=48))
+    with pytest.raises(KeyError):
+        normalize_config({"BLOCK_SIZE_M": 16})
+    assert normalize_config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+                             "USE_TMA": True})["num_stages"] == 3
+
+
+def test_relative_error_never_passes_nan():
+    ref = torch.ones(3, 4, dtype=torch.float64)
+    out = ref.clone()
+    assert relative_error(out, ref) == 0.0
+    out[1, 2] = float("nan")
+    assert relative_error(out, ref) == float("inf")
