@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import shlex
 
 from ..engine.results import TaskFailed, TaskResult
 
@@ -88,9 +89,14 @@ def plan(ctx) -> TaskResult:
     ctx.vars["orch_plan"] = p
     ctx.state.setdefault("summary", {})["plan"] = p
     lines = [f"would write {paths[k]} ({'replace' if existing.get(k) else 'new'})" for k in sorted(paths)]
+    if not p["install_dir_exists"]:
+        lines.append(f"would create {install_dir} (this Triton's folder is missing)")
     if action == "skip":
         return TaskResult.skipped(reason, **p)
-    return TaskResult.ok(("check mode: " if ctx.check else "") + "; ".join(lines), **p)
+    if ctx.check:
+        cmd = shlex.join((ctx.vars.get("orch_unit") or {}).get("exec_start") or [])
+        lines = [f"check mode: unit runs `{cmd}`", f"MoE backend {backend}"] + lines
+    return TaskResult.ok("; ".join(lines), **p)
 
 
 plan.check_safe = True

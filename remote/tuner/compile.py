@@ -13,8 +13,6 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 
-_DTYPE = None
-
 
 def _init_worker(device_index: int):
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")

@@ -36,7 +36,8 @@ def _smem_limit(device: str):
 
 def compare(provider, problem, timer, variants: dict, cpu: bool, rounds: int = 3) -> dict:
     """Time the whole fused MoE for each ``{name: (up_cfg, down_cfg)}``, interleaved over
-    ``rounds`` rounds (side by side, so drift hits all alike); median per variant in µs."""
+    ``rounds`` rounds (side by side, so drift hits all alike); median per variant in µs,
+    None for a variant that failed to run."""
     from .search import CPU_PROTOCOL, FULL_PROTOCOL
     proto = CPU_PROTOCOL if cpu else FULL_PROTOCOL
     samples = {k: [] for k in variants}
@@ -44,10 +45,9 @@ def compare(provider, problem, timer, variants: dict, cpu: bool, rounds: int = 3
         for name, (up, down) in variants.items():
             try:
                 samples[name].append(timer.time(provider.full_fn(problem, up, down), **proto))
-            except Exception as exc:
-                samples[name].append(float("nan"))
-                del exc
-    return {k: (statistics.median(v) if v else None) for k, v in samples.items()}
+            except Exception:  # e.g. a shipped config that does not fit this device
+                samples[name].append(None)
+    return {k: (None if not v or None in v else statistics.median(v)) for k, v in samples.items()}
 
 
 def shipped_pair(shipped: dict | None, M: int):
@@ -139,8 +139,9 @@ def _ratio(a, b):
 def _worker(spec, device, batch_sizes, queue):
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     try:
-        import torch
-        torch.cuda.set_device(torch.device(device))
+        if device.startswith("cuda"):
+            import torch
+            torch.cuda.set_device(torch.device(device))
         tune_on_device(spec, device, batch_sizes, queue.put)
     except BaseException as exc:  # report, never hang the parent
         queue.put(("error", None, f"worker {device}: {type(exc).__name__}: {exc}"))

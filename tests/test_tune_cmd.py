@@ -1,0 +1,138 @@
+"""The ``tune`` payload command end to end on the CPU (TRITON_INTERPRET=1, smoke space,
+tiny shape E=8, N=64, hidden 128, top-k 2, batch sizes [1, 4]). Times are meaningless on
+the CPU; what is checked is the protocol, the files, their names and content, resume, and
+errors."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remote.configio import validate_config
+
+ROOT = Path(__file__).resolve().parent.parent
+UP = "E=8,N=64,device_name=NVIDIA_H200.json"
+DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
+
+
+def run_tune(*args, env_extra=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    env.pop("TRITON_INTERPRET", None)  # the command must set it itself on a CPU host
+    env.update(env_extra or {})
+    p = subprocess.run([sys.executable, "-m", "remote", "tune", *args], cwd=str(ROOT), env=env,
+                       capture_output=True, text=True, timeout=300)
+    lines = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
+    assert all(x["proto"] == 1 for x in lines)
+    ends = [x for x in lines if x["type"] in ("result", "error")]
+    assert len(ends) == 1 and lines[-1] is ends[0], p.stdout + p.stderr
+    return p.returncode, lines, p.stderr
+
+
+@pytest.fixture(scope="module")
+def model_config(tmp_path_factory):
+    d = tmp_path_factory.mktemp("model")
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 128, "moe_intermediate_size": 64,
+           "num_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2, "torch_dtype": "bfloat16"}
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d / "config.json")
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, model_config):
+    out = tmp_path_factory.mktemp("tune")
+    shipped = out / "shipped" / UP
+    shipped.parent.mkdir()
+    shipped.write_text(json.dumps({"2": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64,
+                                         "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 2}}))
+    args = ["--model-config", model_config, "--batch-sizes", "4,1", "--space", "smoke", "--device-name",
+            "NVIDIA H200", "--out", str(out / "o"), "--provider", "auto", "--shipped-config", str(shipped)]
+    t0 = time.time()
+    rc, lines, err = run_tune(*args)
+    return dict(rc=rc, lines=lines, err=err, out=out / "o", args=args, wall=time.time() - t0)
+
+
+def test_result_files_and_names(first_run):
+    assert first_run["rc"] == 0, first_run["err"][-2000:]
+    data = first_run["lines"][-1]["data"]
+    assert data["provider"] == "builtin"  # no SGLang here: auto falls back
+    assert data["batch_sizes"] == [1, 4]
+    assert Path(data["files"]["up"]).name == UP
+    assert Path(data["files"]["down"]).name == DOWN
+    assert set(data["speedup_vs_default"]) == {"1", "4"}
+    assert set(data["speedup_vs_shipped"]) == {"1", "4"}
+    up_text = Path(data["files"]["up"]).read_text()
+    up, down = json.loads(up_text), json.loads(Path(data["files"]["down"]).read_text())
+    assert list(up) == ["1", "4"] and list(down) == ["1", "4"], "integer-string keys, sorted"
+    assert validate_config(up, "up") and validate_config(down, "down")
+    for k in up:
+        assert up[k]["BLOCK_SIZE_M"] == down[k]["BLOCK_SIZE_M"]
+        assert set(up[k]) == {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
+                              "num_stages"}
+
+
+def test_report_contents(first_run):
+    rep = json.loads((first_run["out"] / "report.json").read_text())
+    assert rep["provider"] == "builtin" and rep["interpret"] is True
+    assert "meaningless" in rep["timing"]
+    assert rep["device_name"] == "NVIDIA_H200" and rep["space"] == "smoke"
+    assert rep["shape"] == {"E": 8, "N": 64, "hidden": 128, "topk": 2}
+    for M in ("1", "4"):
+        r = rep["batch_sizes"][M]
+        assert r["default_us"] > 0 and r["tuned_us"] > 0 and r["shipped_us"] > 0
+        assert r["speedup_vs_default"] == pytest.approx(r["default_us"] / r["tuned_us"], rel=1e-3)
+        assert r["rel_err"] < 1e-2
+        assert r["shipped_config"]["up"]["BLOCK_SIZE_N"] == 32  # closest key "2"
+        assert r["default_config"]["BLOCK_SIZE_M"] == 16  # M <= E: SGLang's small default
+    assert rep["payload_version"] and rep["triton_version"]
+
+
+def test_progress_lines(first_run):
+    prog = [x for x in first_run["lines"] if x["type"] == "progress"]
+    assert prog[0]["done"] == 0 and prog[0]["total"] == 2
+    assert prog[-1]["done"] == 2
+    with_bs = [x for x in prog if "batch_size" in x]
+    assert {x["batch_size"] for x in with_bs} == {1, 4}
+    assert all(x["best_us"] > 0 and "eta_s" in x for x in with_bs)
+    assert any(x["type"] == "log" and "TRITON_INTERPRET" not in x["msg"] and "bf16" in x["msg"]
+               for x in first_run["lines"])
+
+
+def test_resume_skips_finished_batch_sizes(first_run):
+    rc, lines, err = run_tune(*first_run["args"])
+    assert rc == 0, err[-2000:]
+    data = lines[-1]["data"]
+    assert data["resumed"] == [1, 4]
+    assert not [x for x in lines if x["type"] == "progress" and "batch_size" in x], "nothing re-tuned"
+    # another seed is another run: the checkpoint is not reused
+    args = list(first_run["args"]) + ["--seed", "5", "--batch-sizes", "1"]
+    rc, lines, err = run_tune(*args)
+    assert rc == 0, err[-2000:]
+    assert lines[-1]["data"]["resumed"] == []
+    assert any(x["type"] == "log" and "another run" in x["msg"] for x in lines)
+
+
+def test_bad_inputs_exit_2(tmp_path, model_config):
+    rc, lines, _ = run_tune("--shape", "E=8,N=64", "--out", str(tmp_path))
+    assert rc == 2 and lines[-1]["kind"] == "bad_input"
+    rc, lines, _ = run_tune("--shape", "E=8,N=64,hidden=128,topk=2", "--out", str(tmp_path), "--space", "smoke")
+    assert rc == 2 and lines[-1]["kind"] == "bad_input" and "device-name" in lines[-1]["msg"]
+    rc, lines, _ = run_tune("--model-config", model_config, "--batch-sizes", "0,4", "--out", str(tmp_path))
+    assert rc == 2 and lines[-1]["kind"] == "bad_input"
+    rc, lines, _ = run_tune("--model-config", model_config, "--device-name", "NVIDIA H200", "--out", str(tmp_path),
+                            "--provider", "sglang", "--space", "smoke")
+    assert rc == 2 and lines[-1]["kind"] == "not_found"
+    rc, lines, _ = run_tune("--model-config", model_config, "--device-name", "NVIDIA H200", "--out", str(tmp_path),
+                            "--quantization", "fp8", "--space", "smoke")
+    assert rc == 2 and lines[-1]["kind"] == "bad_input"
+    rc, lines, _ = run_tune("--model-config", model_config, "--device-name", "NVIDIA H200", "--out", str(tmp_path),
+                            "--space", "smoke", "--shipped-config", str(tmp_path / "missing.json"))
+    assert rc == 2 and lines[-1]["kind"] == "not_found"
+
+
+def test_smoke_run_is_quick(first_run):
+    # the brief's bound for a CPU test-bed smoke run; generous for a loaded 2-core CI box
+    assert first_run["wall"] < 60

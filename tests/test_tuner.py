@@ -1,0 +1,253 @@
+"""Tuner logic (remote/tuner): spaces, pruning, SGLang defaults, search, checkpoints.
+
+The search tests use a fake provider and timer with a synthetic cost landscape whose
+optimum is known, so they check the search itself, deterministically and fast.
+"""
+
+import itertools
+import json
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from remote.tuner import checkpoint, space as sp  # noqa: E402
+from remote.tuner.driver import shipped_pair, split_batches  # noqa: E402
+from remote.tuner.search import Evaluator, search  # noqa: E402
+
+H200_SMEM = 232448  # shared_memory_per_block_optin read on the H200 (docs/benchmarks.md)
+
+
+def test_full_space_is_sglangs_1920():
+    full = sp.full_space()
+    assert len(full) == 1920
+    assert len({sp.cfg_key(c) for c in full}) == 1920
+    vals = {k: sorted({c[k] for c in full}) for k in sp.KEYS}
+    assert vals == {"BLOCK_SIZE_M": [16, 32, 64, 128, 256], "BLOCK_SIZE_N": [32, 64, 128, 256],
+                    "BLOCK_SIZE_K": [64, 128, 256], "GROUP_SIZE_M": [1, 16, 32, 64], "num_warps": [4, 8],
+                    "num_stages": [2, 3, 4, 5]}
+
+
+def test_smem_formula_and_h200_failure_case():
+    # BLOCK_SIZE_M < 64 keeps num_stages - 1 buffers
+    assert sp.smem_bytes(dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_stages=3)) == 2 * 80 * 128 * 2
+    assert sp.smem_bytes(dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_stages=3)) == 3 * 128 * 128 * 2
+    assert sp.smem_bytes(dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_stages=3), 1) == 3 * 128 * 128
+    # Triton 3.6 on the H200 refused this one with "Required: 245760, Hardware limit: 232448"
+    bad = dict(BLOCK_SIZE_M=256, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1, num_warps=8, num_stages=3)
+    assert sp.smem_bytes(bad) == 245760
+    ok, why = sp.fits(bad, H200_SMEM)
+    assert not ok and "shared memory" in why
+    assert sp.fits(bad, None)[0], "unknown limit: not ruled out on shared memory"
+
+
+def test_prune_partitions_by_rules():
+    keep, out = sp.prune(sp.full_space(), H200_SMEM)
+    assert len(keep) + len(out) == 1920
+    assert all(sp.smem_bytes(c) <= H200_SMEM and sp.acc_regs_per_thread(c) <= 255 for c in keep)
+    assert all(sp.smem_bytes(c) > H200_SMEM or sp.acc_regs_per_thread(c) > 255 for c, _ in out)
+    assert any("registers" in why for _, why in out)  # 256x256 with 4 warps: 512 regs/thread
+    small, _ = sp.prune(sp.full_space(), 101376)  # SM120-class limit prunes more
+    assert len(small) < len(keep)
+
+
+def test_default_config_matches_sglang_rules():
+    assert sp.default_config(128, 128) == dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1,
+                                               num_warps=4, num_stages=3)
+    assert sp.default_config(129, 128)["BLOCK_SIZE_M"] == 64
+    assert sp.default_config(129, 128)["GROUP_SIZE_M"] == 8
+    assert sp.default_config(129, 128)["BLOCK_SIZE_K"] == 32
+    fp8 = sp.default_config(1, 8, "fp8_w8a8")
+    assert (fp8["BLOCK_SIZE_M"], fp8["BLOCK_SIZE_N"], fp8["BLOCK_SIZE_K"], fp8["num_warps"]) == (128, 256, 128, 8)
+    blk = sp.default_config(1, 8, "fp8_w8a8", [128, 128])
+    assert (blk["BLOCK_SIZE_M"], blk["BLOCK_SIZE_N"], blk["GROUP_SIZE_M"], blk["num_stages"]) == (64, 128, 32, 3)
+
+
+def test_closest_entry_and_shipped_pair():
+    up = {"1": dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=3),
+          "64": dict(BLOCK_SIZE_M=32, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=3)}
+    assert sp.closest_entry(up, 20)["BLOCK_SIZE_M"] == 16
+    assert sp.closest_entry(up, 40)["BLOCK_SIZE_M"] == 32
+    u, d = shipped_pair({"up": up, "down": None}, 40)
+    assert u == d and u["BLOCK_SIZE_M"] == 32, "no _down file: the up entry is reused"
+    down = {"1": dict(up["1"], BLOCK_SIZE_M=64, USE_TMA=True)}
+    u, d = shipped_pair({"up": up, "down": down}, 1)
+    assert d["BLOCK_SIZE_M"] == u["BLOCK_SIZE_M"] == 16 and "USE_TMA" not in d
+    assert shipped_pair(None, 1) is None
+
+
+def test_seeds_and_neighbours_stay_in_full_space():
+    full = {sp.cfg_key(c) for c in sp.full_space()}
+    for M in (1, 64, 4096):
+        seeds = sp.seed_configs(M, 128, 8)
+        assert seeds and all(sp.cfg_key(c) in full for c in seeds)
+        for c in seeds[:5]:
+            nb = sp.neighbours(c)
+            assert all(sp.cfg_key(n) in full and n["BLOCK_SIZE_M"] == c["BLOCK_SIZE_M"] for n in nb)
+            assert sp.cfg_key(c) not in {sp.cfg_key(n) for n in nb}
+    assert {c["BLOCK_SIZE_M"] for c in sp.seed_configs(1, 128, 8)} == {16}
+    assert {c["BLOCK_SIZE_M"] for c in sp.seed_configs(4096, 128, 8)} == {16, 32, 64, 128, 256}
+
+
+# ----------------------------------------------------------------- fake search
+
+
+class FakeStats:
+    seconds = 0.0
+    calls = 0
+
+
+class FakeTimer:
+    """Returns the callable's value as its 'time'; counts calls."""
+
+    def __init__(self):
+        self.stats = FakeStats()
+        self._warm = True
+
+    def time(self, fn, n_calls=10, reps=10):
+        self.stats.calls += 1
+        self.stats.seconds += 0.001 * reps
+        return fn()
+
+
+def cost(kind, c):
+    """Smooth synthetic landscape: optimum up at BM 64, BN 128, BK 64, G16, w8, s4; down
+    at BM 64, BN 64, BK 128, G1, w4, s3. Configs with BLOCK_SIZE_N 32 'fail to compile'."""
+    if c["BLOCK_SIZE_N"] == 32:
+        raise RuntimeError("synthetic compile failure")
+    tgt = dict(up=(64, 128, 64, 16, 8, 4), down=(64, 64, 128, 1, 4, 3))[kind]
+    import math
+    d = 0.0
+    for v, t, w in zip(sp.cfg_key(c), tgt, (1.0, 0.6, 0.5, 0.05, 0.2, 0.15)):
+        d += w * abs(math.log2(v) - math.log2(t))
+    return 100.0 * (1 + d)
+
+
+class FakeProvider:
+    name = "fake"
+
+    def __init__(self, separable=True):
+        self.separable = separable
+        self.whole = []
+
+    def gemm_fn(self, p, kind, cfg):
+        return lambda: cost(kind, cfg)
+
+    def full_fn(self, p, up, down):
+        self.whole.append((sp.cfg_key(up), sp.cfg_key(down)))
+        return lambda: cost("up", up) + cost("down", down) + 5.0
+
+
+def _best_pair_exhaustive():
+    keep, _ = sp.prune(sp.full_space(), H200_SMEM)
+    best = None
+    for bm in sp.FULL_BM:
+        ups = [c for c in keep if c["BLOCK_SIZE_M"] == bm and c["BLOCK_SIZE_N"] != 32]
+        if not ups:
+            continue
+        t = min(cost("up", c) for c in ups) + min(cost("down", c) for c in ups)
+        best = t if best is None or t < best else best
+    return best
+
+
+def test_full_search_finds_the_optimum_and_skips_failures():
+    logs = []
+    ev = Evaluator(FakeProvider(), None, FakeTimer(), log=lambda m, lvl="info": logs.append(m))
+    r = search(ev, "full", 4096, 128, 8, H200_SMEM, 2)
+    assert sp.cfg_key(r["up"]) == (64, 128, 64, 16, 8, 4)
+    assert sp.cfg_key(r["down"]) == (64, 64, 128, 1, 4, 3)
+    assert r["up"]["BLOCK_SIZE_M"] == r["down"]["BLOCK_SIZE_M"]
+    assert r["failed"] > 0 and any("synthetic compile failure" in m for m in logs)
+    assert r["whole_us"] == pytest.approx(_best_pair_exhaustive() + 5.0)
+
+
+def test_fast_search_is_close_with_a_fraction_of_the_work():
+    ev_full = Evaluator(FakeProvider(), None, FakeTimer())
+    full = search(ev_full, "full", 4096, 128, 8, H200_SMEM, 2)
+    ev_fast = Evaluator(FakeProvider(), None, FakeTimer())
+    fast = search(ev_fast, "fast", 4096, 128, 8, H200_SMEM, 2)
+    assert fast["up"]["BLOCK_SIZE_M"] == fast["down"]["BLOCK_SIZE_M"]
+    assert fast["whole_us"] <= full["whole_us"] * 1.02
+    # the fake timer charges per replay (screening: 3, full protocol: 10), as GPU time does
+    assert ev_fast.timer.stats.seconds < 0.10 * ev_full.timer.stats.seconds
+    assert ev_fast.evaluated < 0.2 * ev_full.evaluated
+
+
+def test_fast_search_uses_hints():
+    hint = (dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=16, num_warps=8, num_stages=4),
+            dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=3))
+    ev = Evaluator(FakeProvider(), None, FakeTimer())
+    r = search(ev, "fast", 1, 128, 8, H200_SMEM, 2, hints=[hint])
+    # M=1 seeds only BLOCK_SIZE_M 16, the hint brings BM 64 (the synthetic optimum) in
+    assert r["up"]["BLOCK_SIZE_M"] == 64
+
+
+def test_joint_provider_writes_one_config_for_both():
+    prov = FakeProvider(separable=False)
+    ev = Evaluator(prov, None, FakeTimer())
+    r = search(ev, "smoke", 4, 8, 2, None, 2)
+    assert r["up"] == r["down"]
+    assert ev.kinds == ("joint",)
+
+
+def test_no_candidate_runs_raises():
+    class Broken(FakeProvider):
+        def gemm_fn(self, p, kind, cfg):
+            def f():
+                raise RuntimeError("nope")
+            return f
+    with pytest.raises(RuntimeError):
+        search(Evaluator(Broken(), None, FakeTimer()), "smoke", 4, 8, 2, None, 2)
+    with pytest.raises(ValueError):
+        search(Evaluator(FakeProvider(), None, FakeTimer()), "nope", 4, 8, 2, None, 2)
+
+
+# ----------------------------------------------------------------- checkpoint, split
+
+
+def test_checkpoint_roundtrip_and_key(tmp_path):
+    key, kid = checkpoint.run_key(shape={"E": 8}, space="fast", device="NVIDIA_H200", triton="3.6.0")
+    _, kid2 = checkpoint.run_key(shape={"E": 8}, space="fast", device="NVIDIA_H200", triton="3.5.1")
+    assert kid != kid2
+    assert checkpoint.load(tmp_path, kid) == ({}, None)
+    checkpoint.save(tmp_path, key, kid, {"1": {"x": 1}})
+    assert checkpoint.load(tmp_path, kid) == ({"1": {"x": 1}}, None)
+    res, why = checkpoint.load(tmp_path, kid2)
+    assert res == {} and "another run" in why
+    (tmp_path / checkpoint.NAME).write_text("{not json")
+    res, why = checkpoint.load(tmp_path, kid)
+    assert res == {} and "unreadable" in why
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_split_batches_covers_all_and_balances():
+    bs = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
+    parts = split_batches(bs, 4)
+    assert sorted(itertools.chain(*parts)) == bs
+    assert len(parts) == 4 and max(map(len, parts)) - min(map(len, parts)) <= 1
+    big = sorted(bs)[-4:]
+    assert all(sum(M in big for M in p) == 1 for p in parts), "the 4 largest go to different GPUs"
+    assert split_batches([1, 2], 4) == [[2], [1]]
+
+
+def test_cpu_timer_measures_something():
+    from remote.tuner.timing import Timer
+    t = Timer("cpu")
+    us = t.time(lambda: sum(range(20000)), reps=3)
+    assert us > 0 and t.stats.calls == 1 and t.stats.seconds > 0
+    json.dumps(t.stats.__dict__)
+
+
+def test_parallel_workers_relay_results():
+    """Two spawned workers (CPU devices here; one per GPU on a host) each tune their share
+    and every message reaches the caller."""
+    from remote.tuner.driver import tune_parallel
+    spec = dict(shape=dict(E=4, N=32, hidden=64, topk=2), dtype="float16", space="smoke", provider="builtin",
+                seed=0, dtype_selector=None, block_shape=None, shipped=None, check=True)
+    msgs = []
+    tune_parallel(spec, ["cpu", "cpu"], [1, 2], msgs.append)
+    done = {m[1]: m[2] for m in msgs if m[0] == "done"}
+    assert set(done) == {1, 2}, [m for m in msgs if m[0] == "error"]
+    assert all(r["rel_err"] < 1e-2 and r["up"]["BLOCK_SIZE_M"] == r["down"]["BLOCK_SIZE_M"] for r in done.values())
+    assert any(m[0] == "progress" for m in msgs)
