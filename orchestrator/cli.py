@@ -248,7 +248,6 @@ def main(argv: list[str] | None = None) -> int:
     from .store import StoreError
 
     args = build_parser().parse_args(argv)
-    err = Console(stderr=True, highlight=False)
     try:
         if args.command == "tune":
             extra = {"service": args.service} if args.service else {}
@@ -284,13 +283,13 @@ def main(argv: list[str] | None = None) -> int:
 
             return cmd_report(args)
     except (InventoryError, PlaybookError, TemplateError, UsageError, StoreError) as exc:
-        err.print(f"orch: error: {exc}", markup=False)
+        print(f"orch: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:  # payload-side naming errors (remote.protocol.PayloadError) and the like
         from remote.protocol import PayloadError
 
         if isinstance(exc, PayloadError):
-            err.print(f"orch: error: {exc.msg}", markup=False)
+            print(f"orch: error: {exc.msg}", file=sys.stderr)
             return EXIT_BAD_INPUT
         raise
     return EXIT_BAD_INPUT

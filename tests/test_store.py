@@ -1,0 +1,59 @@
+"""The controller's config store and `orch configs` (no hosts needed)."""
+
+import json
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.store import KEY_FIELDS, ConfigStore, StoreError, key_hash, tuning_key
+
+CFG = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+             "num_stages": 3}}
+PROBE = {"device_name": "NVIDIA_H200", "triton_version": "3.6.0", "sglang": {"installed": True, "version": "0.5.23"},
+         "model": {"E": 128, "N": 768, "hidden": 2048, "topk": 8, "dtype_selector": None, "block_shape": None}}
+
+
+def test_key_separates_what_changes_the_files():
+    k = tuning_key(PROBE, "fast", [4, 1], "auto")
+    assert k["provider"] == "sglang" and k["batch_sizes"] == [1, 4] and set(k) == set(KEY_FIELDS)
+    other = dict(PROBE, triton_version="3.5.1")
+    assert key_hash(tuning_key(other, "fast", [1, 4], "auto")) != key_hash(k)
+    no_sglang = dict(PROBE, sglang={"installed": False})
+    assert tuning_key(no_sglang, "fast", None, "auto")["provider"] == "builtin"
+
+
+def test_put_get_export_import_round_trip(tmp_path, capsys):
+    src = tmp_path / "tuned"
+    src.mkdir()
+    up = src / "E=128,N=768,device_name=NVIDIA_H200.json"
+    down = src / "E=128,N=768,device_name=NVIDIA_H200_down.json"
+    up.write_text(json.dumps(CFG))
+    down.write_text(json.dumps(CFG))
+    key = tuning_key(PROBE, "fast", [1], "builtin")
+    store = ConfigStore(tmp_path / "state")
+    e = store.put(key, {"up": up, "down": down}, None, {"host": "gpu-a", "run_id": "r1"})
+    assert store.get(key).hash == e.hash and e.files["up"].read_text() == up.read_text()
+    assert main(["configs", "list", "--json", "--state-dir", str(tmp_path / "state")]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [x["hash"] for x in listed] == [e.hash] and listed[0]["provenance"]["host"] == "gpu-a"
+    out = tmp_path / "exported"
+    assert main(["configs", "export", e.hash[:6], "--out", str(out), "--state-dir", str(tmp_path / "state")]) == 0
+    assert (out / up.name).read_bytes() == up.read_bytes() and (out / "key.json").exists()
+    # import into another controller's store: same key, same bytes
+    other = tmp_path / "state2"
+    assert main(["configs", "import", str(out), "--state-dir", str(other)]) == 0
+    got = ConfigStore(other).get(key)
+    assert got is not None and got.files["down"].read_bytes() == down.read_bytes()
+
+
+def test_import_refuses_invalid_configs(tmp_path, capsys):
+    src = tmp_path / "bad"
+    src.mkdir()
+    (src / "E=8,N=64,device_name=X.json").write_text(json.dumps({"triton_version": "3.6.0", **CFG}))
+    (src / "key.json").write_text(json.dumps(tuning_key(PROBE, "fast", [1], "builtin")))
+    assert main(["configs", "import", str(src), "--state-dir", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "E=8,N=64,device_name=X.json" in err and "triton_version" in err
+    assert ConfigStore(tmp_path / "s").list() == []
+    with pytest.raises(StoreError):
+        ConfigStore(tmp_path / "s").find("abc")
