@@ -154,7 +154,8 @@ def _install_signal_handlers(options, console: Console):
         console.print(f"[yellow]{signal.Signals(signum).name}: finishing the current step, then restoring every "
                       "host that was changed[/]")
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    # a dropped terminal (SIGHUP) must not leave units stopped either
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     return old
 
 

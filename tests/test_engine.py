@@ -150,3 +150,12 @@ def test_unexpected_exception_in_task_still_runs_rescue(tmp_path):
     assert [c[1] for c in calls] == ["facts", "stop", "restore", "unlock"]
     assert "internal error in step: KeyError" in recaps["a"].cause
     assert any(ev == "internal_error" for ev, _ in events)
+
+
+def test_rescue_keeps_going_after_a_failed_step(tmp_path):
+    pb = PB.replace("        - step: {what: restore, value: \"{{ orch_failure.cause }}\"}",
+                    "        - step: {what: restore, value: \"{{ orch_failure.cause }}\"}\n        - step: {what: restart}")
+    eng, plays, calls, _ = make(tmp_path, pb, fail_on=["install", "restore"])
+    recaps = eng.run_play(plays[0], [H("a")], lambda h: {})
+    assert [c[1] for c in calls] == ["facts", "stop", "install", "restore", "restart", "unlock"]
+    assert "rescue also failed" in recaps["a"].cause

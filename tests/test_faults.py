@@ -198,6 +198,41 @@ def test_ssh_dropped_during_tune_host_restored(testbed_factory, tmp_path):
     assert h.sh(f"test -e '{h.triton_dir}/{DOWN}'", check=False).returncode != 0
 
 
+def test_host_lost_after_stop_reported_unreachable_then_recovered(testbed_factory, tmp_path):
+    """The link dies while the unit is stopped: the controller notices (TCP_USER_TIMEOUT under its
+    keep-alives), its rescue cannot reach the host, the host is reported unreachable; once the
+    link is back, `orch tune` refuses (unfinished run) and `orch recover` restores it."""
+    from orchestrator.connection.ssh import DEAD_PEER_S, KEEPALIVE_S
+
+    bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path, orch_connect_timeout=5, **LONG_TUNE)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    try:
+        _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
+        subprocess.run(["ip", "link", "set", h.veth, "down"], check=True)
+        lost = time.monotonic()
+        rc, result = _wait_exit(proc, log, timeout=240)
+        noticed = time.monotonic() - lost
+    finally:
+        subprocess.run(["ip", "link", "set", h.veth, "up"], check=False)
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 1, log.read_text()[-4000:]
+    r = result["hosts"][h.name]
+    assert r["outcome"] == "unreachable" and "rescue also failed" in r["cause"], r
+    # the dead link is noticed within keep-alive + dead-peer timeout (+ the rescue's connect attempts)
+    assert noticed < KEEPALIVE_S + DEAD_PEER_S + 4 * 5 + 30, noticed
+    assert h.unit_state() in ("inactive", "failed") and _host_run_state(h, rid) == "stopped"
+    assert (_lock(h) or {}).get("run_id") == rid
+    again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state2")
+    assert again.returncode == 1 and "orch recover" in recap(again)["hosts"][h.name]["cause"]
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "s3"),
+               state_dir=tmp_path / "s3")
+    assert rec.returncode == 0, rec.stderr[-4000:]
+    _assert_restored(h, tree, rid)
+    assert not _payload_procs(h)
+
+
 def test_unreachable_host_reported_others_proceed(testbed_factory, tmp_path):
     bed = testbed_factory(1)
     h = bed.hosts[0]

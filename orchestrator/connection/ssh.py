@@ -19,6 +19,8 @@ from .base import HostUnreachable, Transport
 
 #: seconds between Paramiko keep-alive packets
 KEEPALIVE_S = 10
+#: seconds of unacknowledged data after which the link counts as dead (TCP_USER_TIMEOUT)
+DEAD_PEER_S = 30
 
 
 class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
@@ -68,6 +70,11 @@ class SSHTransport(Transport):
         self._conn = fabric.Connection(address, user=user, port=self.port,
                                        connect_timeout=connect_timeout,
                                        connect_kwargs=connect_kwargs)
+        if self._conn.gateway:
+            # Fabric opens ProxyJump/ProxyCommand hops from ~/.ssh/config with AutoAddPolicy,
+            # which would accept any key of the jump host: refuse rather than trust blindly.
+            raise HostUnreachable(f"{host}: ~/.ssh/config sets a ProxyJump/ProxyCommand for {address}; orch cannot "
+                                  "verify the jump host's key, so it does not use one (connect directly)")
         client = self._conn.client
         # Replace Fabric's AutoAddPolicy: trust only what known_hosts says.
         client._host_keys = paramiko.HostKeys()
@@ -98,6 +105,14 @@ class SSHTransport(Transport):
         except OSError as exc:
             raise HostUnreachable(f"{self.host}: cannot reach {self.address}:{self.port}: {exc}") from exc
         self._conn.transport.set_keepalive(KEEPALIVE_S)
+        # Keep-alives only send; a peer that vanished (link down, host lost) is noticed by TCP:
+        # data unacknowledged for DEAD_PEER_S closes the socket, and the running command ends.
+        sock = self._conn.transport.sock
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(DEAD_PEER_S * 1000))
+        except (OSError, AttributeError):  # not Linux / not a TCP socket (a proxy command)
+            pass
 
     def _ensure_open(self):
         if not self._conn.is_connected:

@@ -18,6 +18,7 @@ Results are exchanged in memory (``publish``/``wait_result``) and persisted in t
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,21 +46,39 @@ class _KeyState:
 
 
 class GroupCoordinator:
-    """Thread-safe meeting point of the hosts of one batch (see module docstring)."""
+    """Thread-safe meeting point of the hosts of one batch (see module docstring).
+
+    Only hosts that have started (``host_started``; ``--forks`` may hold others back) are
+    waited for; the tuner (or the shards) of a key is chosen once, among the hosts present
+    when the first of them asks, and hosts that start later reuse its result. A tuner or
+    shard that ends without publishing (``host_done``) publishes an error, so no host waits
+    for a result that will never come.
+    """
 
     def __init__(self, shard_tuning: bool = False, tune_on: str | None = None):
         self.shard_tuning = shard_tuning
         self.tune_on = tune_on
         self._cv = threading.Condition()
         self._batch: list[str] = []
+        self._started: set[str] = set()
         self._keys: dict[str, str | None] = {}
         self._states: dict[str, _KeyState] = {}
+        self._roles: dict[str, dict[str, Role]] = {}
 
     def start_batch(self, hosts: list[str]) -> None:
-        """Called by the engine when a batch starts (inventory order)."""
+        """Called by the engine when a batch starts (inventory order); forgets the last batch."""
         with self._cv:
             self._batch = list(hosts)
+            self._started = set()
             self._keys = {}
+            self._states = {}
+            self._roles = {}
+            self._cv.notify_all()
+
+    def host_started(self, host: str) -> None:
+        """Called by the engine when a host's play starts running."""
+        with self._cv:
+            self._started.add(host)
             self._cv.notify_all()
 
     def report_key(self, host: str, key_hash: str) -> None:
@@ -68,30 +87,58 @@ class GroupCoordinator:
             self._cv.notify_all()
 
     def host_done(self, host: str) -> None:
-        """The host's play ended (any outcome); the barrier stops waiting for it."""
+        """The host's play ended (any outcome): stop waiting for it; fail what it owed."""
         with self._cv:
             self._keys.setdefault(host, None)
+            for kh, roles in self._roles.items():
+                role = roles.get(host)
+                st = self._states.get(kh)
+                if role is None or st is None or st.done.is_set() or role.kind not in ("tune", "shard"):
+                    continue
+                if role.kind == "shard" and role.shard_index in st.shards:
+                    continue
+                st.error = st.error or f"{host} ended before publishing its tuning result"
+                st.done.set()
             self._cv.notify_all()
 
-    def assign(self, host: str, batch_sizes: list[int], timeout: float = 3600) -> Role:
-        """Wait for every host of the batch to report, then return ``host``'s :class:`Role`."""
+    def assign(self, host: str, batch_sizes: list[int], timeout: float = 3600,
+               cancel: threading.Event | None = None) -> Role:
+        """Wait for every started host of the batch to report, then return ``host``'s :class:`Role`."""
+        deadline = time.monotonic() + timeout
         with self._cv:
-            if not self._cv.wait_for(lambda: all(h in self._keys for h in self._batch), timeout=timeout):
-                missing = [h for h in self._batch if h not in self._keys]
-                raise TimeoutError(f"hosts {missing} did not finish probing within {timeout:.0f} s")
+            self._started.add(host)
+            while not all(h in self._keys for h in self._started):
+                if cancel is not None and cancel.is_set():
+                    raise TimeoutError("interrupted while waiting for the other hosts to probe")
+                if time.monotonic() > deadline:
+                    missing = sorted(h for h in self._started if h not in self._keys)
+                    raise TimeoutError(f"hosts {missing} did not finish probing within {timeout:.0f} s")
+                self._cv.wait(timeout=1.0)
             mine = self._keys[host]
-            members = [h for h in self._batch if self._keys.get(h) == mine]
-            st = self._states.setdefault(mine, _KeyState())
-            if self.shard_tuning and len(members) > 1 and len(batch_sizes) > 1:
-                n = min(len(members), len(batch_sizes))
-                st.n_shards = n
-                idx = members.index(host)
-                if idx >= n:
-                    return Role("reuse", mine, members, tuner=members[0])
-                # round-robin keeps small and large M spread across hosts
-                return Role("shard", mine, members, batch_sizes=batch_sizes[idx::n], shard_index=idx)
-            tuner = self.tune_on if self.tune_on in members else members[0]
-            return Role("tune" if host == tuner else "reuse", mine, members, tuner=tuner)
+            roles = self._roles.get(mine)
+            if roles is None:
+                members = [h for h in self._batch if self._keys.get(h) == mine]
+                roles = self._roles[mine] = self._decide(mine, members, batch_sizes)
+            if host not in roles:  # started after the roles were decided: reuse
+                first = next(iter(roles.values()))
+                roles[host] = Role("reuse", mine, first.members + [host], tuner=first.tuner)
+            return roles[host]
+
+    def _decide(self, kh: str, members: list[str], batch_sizes: list[int]) -> dict[str, Role]:
+        st = self._states.setdefault(kh, _KeyState())
+        if self.shard_tuning and len(members) > 1 and len(batch_sizes) > 1:
+            n = min(len(members), len(batch_sizes))
+            st.n_shards = n
+            out = {}
+            for idx, h in enumerate(members):
+                if idx < n:  # round-robin keeps small and large M spread across hosts
+                    out[h] = Role("shard", kh, members, tuner=members[0], batch_sizes=batch_sizes[idx::n],
+                                  shard_index=idx)
+                else:
+                    out[h] = Role("reuse", kh, members, tuner=members[0])
+            return out
+        tuner = self.tune_on if self.tune_on in members else members[0]
+        return {h: Role("tune" if h == tuner else "reuse", kh, members, tuner=tuner) for h in members}
 
     def publish(self, key_hash: str, result: dict | None, error: str | None = None, shard: int | None = None,
                 merge=None) -> None:

@@ -98,6 +98,8 @@ class Engine:
         variables["group_names"] = list(getattr(host, "groups", []))
         ctx = HostContext(host.name, variables, self.options, self.emit,
                           progress=self.reporter.progress, echo=self.reporter.line)
+        if self.options.groups is not None:
+            self.options.groups.host_started(host.name)
         recap.outcome = "running"
         try:
             self._steps(play.steps, ctx, recap, protected=False)
@@ -117,11 +119,22 @@ class Engine:
             ctx.close()
 
     def _steps(self, steps: list[Step], ctx: HostContext, recap: HostRecap, protected: bool) -> None:
+        """Run ``steps`` in order. Protected steps (rescue/always) all run even when one fails,
+        so a failed restore cannot keep the unit from being started again; the first failure
+        is raised after the last step."""
+        first: _HostDone | None = None
         for step in steps:
-            if isinstance(step, Block):
-                self._block(step, ctx, recap, protected)
-            else:
-                self._task(step, ctx, recap, protected)
+            try:
+                if isinstance(step, Block):
+                    self._block(step, ctx, recap, protected)
+                else:
+                    self._task(step, ctx, recap, protected)
+            except _HostDone as done:
+                if not protected:
+                    raise
+                first = first or done
+        if first is not None:
+            raise first
 
     def _block(self, block: Block, ctx: HostContext, recap: HostRecap, protected: bool) -> None:
         if not templating.evaluate(block.when, ctx.vars):
@@ -140,7 +153,9 @@ class Engine:
                     try:
                         self._steps(block.rescue, ctx, recap, protected=True)
                     except _HostDone as rescue_fail:
-                        failure = _HostDone(FAILED, f"{done.cause}; rescue also failed: {rescue_fail.cause}")
+                        # a host lost during its rescue is reported unreachable (`orch recover` later)
+                        status = UNREACHABLE if UNREACHABLE in (done.status, rescue_fail.status) else FAILED
+                        failure = _HostDone(status, f"{done.cause}; rescue also failed: {rescue_fail.cause}")
         finally:
             if block.always:
                 try:

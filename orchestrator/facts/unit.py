@@ -218,7 +218,7 @@ def gather_unit(transport, unit: str) -> UnitFacts:
     Raises :class:`UnitError` when the unit does not exist or is not an SGLang
     server. Every value is passed to systemctl as its own argument (no shell).
     """
-    if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+", unit or ""):
+    if not re.fullmatch(r"[A-Za-z0-9:_.@][A-Za-z0-9:_.@\\-]*", unit or ""):
         raise UnitError(f"invalid unit name {unit!r}")
     show = transport.run(["systemctl", "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
                           "-p", "MainPID", "-p", "ControlGroup", "-p", "Environment", "-p", "ExecStart"],

@@ -15,7 +15,7 @@ from .gpu_reaper import gpu_reap
 from .doctor import diagnose
 from .history import history
 from .hoststate import host_state, lock
-from .payload import cleanup, push
+from .payload import cleanup, push, stop_payload
 from .probe import plan, probe
 from .readiness import verify_log, wait_ready
 from .recover import check_unfinished, recover_mark, recover_restore, recover_select
@@ -49,4 +49,5 @@ MODULES = {
     "recover_select": recover_select,
     "recover_restore": recover_restore,
     "recover_mark": recover_mark,
+    "stop_payload": stop_payload,
 }

@@ -48,9 +48,16 @@ def bench(ctx, label: str = "after", concurrency: list[int] | None = None, input
     if top and not top.get("valid", True):
         raise TaskFailed(msg + f" (invalid level: {top.get('failed')} failed requests)", data)
     if compare_to:
-        ref = _top(((ctx.vars.get(f"orch_bench_{compare_to}") or {}).get("levels")) or [])
-        if ref.get("output_throughput") and otp is not None:
-            before, after = float(ref["output_throughput"]), float(otp)
+        # compare the same concurrency: the highest level valid in both runs
+        ref_levels = ((ctx.vars.get(f"orch_bench_{compare_to}") or {}).get("levels")) or []
+        ok_before = {lv.get("max_concurrency"): lv for lv in ref_levels if lv.get("valid", True)}
+        ok_after = {lv.get("max_concurrency"): lv for lv in data.get("levels") or [] if lv.get("valid", True)}
+        common = sorted(set(ok_before) & set(ok_after), key=lambda c: c or 0)
+        ref = ok_before[common[-1]] if common else {}
+        if not common and ref_levels:
+            raise TaskFailed(f"{label}: no concurrency level valid both {compare_to} and after; cannot compare", data)
+        if ref.get("output_throughput") and ok_after[common[-1]].get("output_throughput") is not None:
+            before, after = float(ref["output_throughput"]), float(ok_after[common[-1]]["output_throughput"])
             change = (after - before) / before * 100.0
             summary["throughput_change_pct"] = round(change, 2)
             msg += f" ({compare_to} {before:.1f}, {change:+.1f}%)"

@@ -59,7 +59,15 @@ def restore_configs(ctx, run_id: str | None = None) -> TaskResult:
     if run_id is None and not ctx.state.get("install_attempted"):
         return TaskResult.skipped("this run installed nothing")
     rid = run_id or ctx.options.run_id
-    data = ctx.payload.call("restore", ["--run-id", rid, "--state-dir", ctx.payload.state_dir], timeout=300)
+    from .payload import PayloadFailed
+
+    try:
+        data = ctx.payload.call("restore", ["--run-id", rid, "--state-dir", ctx.payload.state_dir], timeout=300)
+    except PayloadFailed as exc:
+        if exc.kind == "not_found" and run_id is None:
+            # install failed before its manifest: nothing on the host was changed
+            return TaskResult.ok(f"run {rid} wrote nothing on the host: nothing to restore")
+        raise
     ctx.state.setdefault("summary", {})["restored"] = data.get("files")
     ctx.emit("configs_restored", run_id=rid, files=data.get("files"))
     return TaskResult.changed(f"restored the files of run {rid}", **data)

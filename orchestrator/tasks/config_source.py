@@ -62,7 +62,10 @@ def config_source(ctx, space: str = "fast", batch_sizes: list[int] | None = None
         ctx.vars["orch_config_source"] = "tune"
         return TaskResult.ok("tuning on this host", source="tune", key=kh)
     groups.report_key(ctx.name, kh)
-    role = groups.assign(ctx.name, list(batch_sizes or DEFAULT_BATCH_SIZES))
+    try:
+        role = groups.assign(ctx.name, list(batch_sizes or DEFAULT_BATCH_SIZES), cancel=ctx.options.cancel)
+    except TimeoutError as exc:
+        raise TaskFailed(str(exc)) from None
     ctx.vars["orch_config_source"] = role.kind
     ctx.vars["orch_group_role"] = {"kind": role.kind, "key": kh, "members": role.members, "tuner": role.tuner,
                                    "batch_sizes": role.batch_sizes, "shard_index": role.shard_index}

@@ -14,13 +14,30 @@ from ..engine.results import TaskResult
 from ..inventory import BUILTIN_PROTECTED_PROCESSES
 
 
-def gpu_reap(ctx, protected: list[str] | None = None, devices: str = "/dev/nvidia*",
+def unit_gpu_devices(ctx) -> str:
+    """Device files of the GPUs the unit uses, comma separated, for the reaper.
+
+    ``CUDA_VISIBLE_DEVICES`` of the unit with numeric indices -> ``/dev/nvidiaN`` for those;
+    otherwise every GPU node (``/dev/nvidia[0-9]*``). Never ``nvidiactl``/``nvidia-uvm``: every
+    CUDA process on the host holds those, so they say nothing about who uses these GPUs.
+    """
+    env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
+    cvd = str(env.get("CUDA_VISIBLE_DEVICES", "")).strip()
+    idx = [p.strip() for p in cvd.split(",") if p.strip()]
+    if idx and all(p.isdigit() for p in idx):
+        return ",".join(f"/dev/nvidia{int(p)}" for p in idx)
+    return "/dev/nvidia[0-9]*"
+
+
+def gpu_reap(ctx, protected: list[str] | None = None, devices: str | None = None,
              term_timeout: float = 15) -> TaskResult:
     """Reap GPU holders on the host; record each PID killed with its command line.
 
-    ``term_timeout`` is the seconds between SIGTERM and SIGKILL. Fails (payload error)
-    when an unprotected holder remains.
+    ``devices`` (comma-separated globs) defaults to the unit's own GPUs
+    (:func:`unit_gpu_devices`); ``term_timeout`` is the seconds between SIGTERM and SIGKILL.
+    Fails (payload error) when an unprotected holder remains.
     """
+    devices = devices or unit_gpu_devices(ctx)
     extra = list(protected or ctx.vars.get("orch_protected_processes") or [])
     protected = list(dict.fromkeys([*BUILTIN_PROTECTED_PROCESSES, *extra]))
     args = ["--devices", devices, "--protected", ",".join(protected), "--term-timeout", str(term_timeout)]

@@ -49,6 +49,8 @@ class PayloadClient:
                  cancel: threading.Event | None = None):
         self.transport = transport
         self.cancel = cancel
+        #: prefix of the ORCH_TAG of this run's long commands (see :func:`stop_payload`)
+        self.run_tag = "orch"
         self.interpreter = interpreter
         self.root = root
         self.state_dir = state_dir
@@ -63,7 +65,9 @@ class PayloadClient:
         extra = dict(self.env)
         # the unit's own PYTHONPATH (where its sglang may live) follows the payload's root
         pythonpath = ":".join(p for p in (self.root, extra.pop("PYTHONPATH", "")) if p)
-        env = [f"PYTHONPATH={pythonpath}", "PYTHONUNBUFFERED=1"] + [f"{k}={v}" for k, v in sorted(extra.items())]
+        # no __pycache__ in the verified payload tree (an added file counts as tampering)
+        env = [f"PYTHONPATH={pythonpath}", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"]
+        env += [f"{k}={v}" for k, v in sorted(extra.items())]
         if tag:
             env.append(f"ORCH_TAG={tag}")
         argv = ["env", *env, self.interpreter, "-m", "remote", command, *[str(a) for a in args]]
@@ -124,11 +128,11 @@ class PayloadClient:
                 final.update(msg)
 
         tag = None
-        if interruptible and timeout and self.cancel is not None and not self.cancel.is_set():
-            tag = secrets.token_hex(8)
+        if interruptible and timeout:
+            tag = f"{self.run_tag}.{secrets.token_hex(4)}"
         done = threading.Event()
         watcher = None
-        if tag:
+        if tag and self.cancel is not None and not self.cancel.is_set():
             watcher = threading.Thread(target=self._stop_on_cancel, args=(tag, done), daemon=True)
             watcher.start()
         try:
@@ -182,9 +186,18 @@ def push(ctx, interpreter: str | None = None, state_dir: str | None = None) -> T
     if ctx.vars.get("orch_triton_interpret"):
         env["TRITON_INTERPRET"] = "1"
     client = PayloadClient(t, interpreter, root, state_dir, env, cancel=ctx.options.cancel)
+    client.run_tag = ctx.options.run_id
     marker = posixpath.join(root, ".verified")
     changed = False
-    if not t.run(["test", "-f", marker], check=False, become=True).ok:
+    present = t.run(["test", "-f", marker], check=False, become=True).ok
+    if present:
+        # verified at unpack; check again before every run that nothing was changed or added since
+        bad = _tree_mismatch(t, root, bundle)
+        if bad:
+            ctx.emit("payload_tampered", root=root, files=bad[:20])
+            ctx.say(f"payload at {root} differs from its checksummed bundle ({', '.join(bad[:3])}); pushing it again")
+            present = False
+    if not present:
         changed = True
         for d in ((base,) if ctx.check else (state_dir, base)):
             t.run(["mkdir", "-p", d], become=True)
@@ -216,7 +229,34 @@ def push(ctx, interpreter: str | None = None, state_dir: str | None = None) -> T
                       {"root": root, "sha256": bundle.sha256, "version": bundle.version})
 
 
-push.check_safe = True  # in check mode it works in a temp folder that ``cleanup`` removes
+push.check_safe = True
+
+
+def bundle_file_hashes(bundle) -> dict[str, str]:
+    """``{relative path: sha256 hex}`` of every file in the payload tarball (``remote/...``)."""
+    import hashlib
+    import io
+    import tarfile
+
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(bundle.data), mode="r:gz") as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                out[m.name] = hashlib.sha256(tar.extractfile(m).read()).hexdigest()
+    return out
+
+
+def _tree_mismatch(t, root: str, bundle) -> list[str]:
+    """Paths under the unpacked payload ``root`` on the host that are changed, missing or extra
+    (``sha256sum`` of every file there against :func:`bundle_file_hashes`); ``[]`` when intact."""
+    want = bundle_file_hashes(bundle)
+    res = t.run(["find", root, "-type", "f", "!", "-name", ".verified", "-exec", "sha256sum", "--", "{}", "+"],
+                check=False, become=True, timeout=120)
+    got = {}
+    for line in res.stdout.splitlines():
+        digest, _, path = line.partition("  ")
+        got[posixpath.relpath(path, root)] = digest
+    return sorted(p for p in set(want) | set(got) if want.get(p) != got.get(p))  # in check mode it works in a temp folder that ``cleanup`` removes
 
 
 def cleanup(ctx) -> TaskResult:
@@ -229,3 +269,28 @@ def cleanup(ctx) -> TaskResult:
 
 
 cleanup.check_safe = True
+
+
+def stop_payload(ctx, wait: float = 30) -> TaskResult:
+    """Task ``stop_payload`` (rescue): end this run's tune/bench still running on the host.
+
+    A dropped SSH link does not stop a remote command; before the unit is started again,
+    the tuner must not hold the GPUs. Matches only ``ORCH_TAG=<run_id>.`` (this run's
+    commands): SIGTERM, wait up to ``wait`` seconds, then SIGKILL.
+    """
+    if ctx.transport is None:
+        return TaskResult.skipped("not connected")
+    pattern = f"ORCH_TAG={ctx.options.run_id}[.]"
+    t = ctx.transport
+    if not t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).ok:
+        return TaskResult.ok("no payload of this run is running")
+    t.run(["pkill", "-TERM", "-f", pattern], check=False, become=True, timeout=30)
+    import time
+
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if not t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).ok:
+            return TaskResult.changed("stopped this run's payload (SIGTERM)")
+        time.sleep(1)
+    t.run(["pkill", "-KILL", "-f", pattern], check=False, become=True, timeout=30)
+    return TaskResult.changed("stopped this run's payload (SIGKILL)")

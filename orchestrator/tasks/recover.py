@@ -8,7 +8,8 @@ state other than ``completed``/``restored``/``failed``/``rolled_back`` behind.
 - ``check_unfinished`` (in ``tune.yaml`` after the lock): refuse to start while such a run
   exists, naming it and offering ``orch recover``.
 - ``recover_select`` (``recover.yaml``): find the unfinished runs, take the lock over from
-  a dead holder (holder gone, stale, or ``--break-lock``), stop leftover payload processes.
+  a dead holder (its pid on this machine is gone, or ``--break-lock``), stop leftover payload
+  processes.
 - ``recover_restore``: put back the files of each unfinished run (payload ``restore``).
 - ``recover_mark``: record ``restored`` for each once the unit runs again.
 """
@@ -94,9 +95,9 @@ check_unfinished.check_safe = True
 def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> TaskResult:
     """Find unfinished runs (``orch_unfinished``) and take the host lock for this run.
 
-    A lock held by another run is broken when its holder is gone (:func:`holder_gone`), it is
-    stale (no heartbeat for ``stale_after`` s) or ``break_lock`` (``--break-lock``); else the
-    task fails naming the holder. Then leftover ``python -m remote tune|bench`` processes
+    A lock held by another run is broken when its holder is gone (:func:`holder_gone`) or with
+    ``break_lock`` (``--break-lock``); else the task fails naming the holder (and its heartbeat
+    age when older than ``stale_after`` s). Then leftover ``python -m remote tune|bench`` processes
     (of the dead run) are sent SIGTERM.
     """
     pl = ctx.payload
@@ -105,9 +106,11 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
     broken = None
     if st.get("held") and lk.get("run_id") != ctx.options.run_id:
         gone = holder_gone(lk.get("controller"))
-        if not (gone or st.get("stale") or break_lock):
-            raise TaskFailed(f"host lock held by run {lk.get('run_id')} (controller {lk.get('controller')}), "
-                             "which may still be running; if it is gone, pass --break-lock")
+        if not (gone or break_lock):
+            # stale is only a hint: a controller on another machine does not heartbeat during a long tune
+            stale = f", no heartbeat for {st.get('heartbeat_age_s') or 0:.0f} s" if st.get("stale") else ""
+            raise TaskFailed(f"host lock held by run {lk.get('run_id')} (controller {lk.get('controller')}"
+                             f"{stale}), which may still be running; if it is gone, pass --break-lock")
         if ctx.check:
             broken = lk.get("run_id")
         else:
@@ -118,7 +121,7 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
             pl.call("lock", args, timeout=60)
             broken = lk.get("run_id") or "corrupt lock"
             ctx.emit("lock_broken", holder=lk.get("run_id"), controller=lk.get("controller"),
-                     why="holder gone" if gone else "stale" if st.get("stale") else "--break-lock")
+                     why="holder gone" if gone else "--break-lock")
     left = unfinished_runs(ctx, lk.get("run_id") if st.get("held") else None)
     if not ctx.check:
         pl.call("lock", ["acquire", "--run-id", ctx.options.run_id, "--state-dir", pl.state_dir,

@@ -69,7 +69,8 @@ def service(ctx, unit: str, state: str, timeout: float = 300, only_if_stopped_by
         ctx.emit("service_stopped", unit=unit)
         return TaskResult.changed(f"{unit} stopped")
     if state in ("started", "restarted"):
-        if only_if_stopped_by_orch and (not ctx.state.get("stopped_by_orch") or ctx.options.leave_stopped):
+        touched = ctx.state.get("stopped_by_orch") or ctx.state.get("started_by_orch")
+        if only_if_stopped_by_orch and (not touched or ctx.options.leave_stopped):
             return TaskResult.skipped("unit was not stopped by this run" if not ctx.options.leave_stopped
                                       else "--leave-stopped")
         from .readiness import mark_log
@@ -82,6 +83,7 @@ def service(ctx, unit: str, state: str, timeout: float = 300, only_if_stopped_by
         got = _wait_state(ctx, unit, {"active"}, timeout, {"failed"})
         if not res.ok or got != "active":
             raise TaskFailed(f"{unit} did not start ({got}): {(res.stderr or res.stdout).strip()[-300:]}")
+        ctx.state["started_by_orch"] = True
         ctx.emit("service_started", unit=unit)
         return TaskResult.changed(f"{unit} {verb}ed")
     raise TaskFailed(f"service: unknown state {state!r} (stopped, started, restarted)")
