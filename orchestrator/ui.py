@@ -49,7 +49,7 @@ class Reporter:
 
     def task_result(self, host: str, task: str, result) -> None:
         style = STYLE.get(result.status, "white")
-        msg = result.msg if (self.verbose or len(result.msg) < 400) else result.msg[:400] + " ..."
+        msg = result.msg if (self.verbose or len(result.msg) < 2000) else result.msg[:2000] + " ..."
         text = Text()
         text.append(f"{result.status:>11} ", style=style)
         text.append(host, style="bold")

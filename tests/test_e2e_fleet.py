@@ -117,8 +117,8 @@ def test_throughput_regression_rolls_back(testbed_factory, tmp_path):
     h = bed.hosts[0]
     h.wait_http("/health")
     tree = h.file_tree_hash(h.config_dir)
-    proc = orch("tune", str(inventory(bed, tmp_path / "hosts.yaml")), "--service", "sglang-qwen", "--json",
-                state_dir=tmp_path / "state")
+    proc = orch("tune", str(inventory(bed, tmp_path / "hosts.yaml", orch_regression_threshold=3)), "--service",
+                "sglang-qwen", "--json", state_dir=tmp_path / "state")
     assert proc.returncode == 1
     r = recap(proc)["hosts"][h.name]
     assert r["outcome"] == "failed" and "throughput regression" in r["cause"]
