@@ -106,7 +106,8 @@ def test_import_refuses_invalid_or_huge_config(tmp_path, content, needle):
     assert proc.returncode == 2, proc.stderr
     err = _one_line(proc.stderr)
     assert UP in err and needle in err, err
-    assert not list((tmp_path / "state").rglob("*.json")) if (tmp_path / "state").exists() else True
+    stored = list((tmp_path / "state").rglob("*.json")) if (tmp_path / "state").exists() else []
+    assert not stored, "nothing is stored from a refused import"
 
 
 class _NoCallPayload:

@@ -101,6 +101,17 @@ def _payload_procs(h) -> str:
     return h.sh("pgrep -af '[ ]-m remote (tune|bench)( |$)'", check=False).stdout.strip()
 
 
+def _wait_payload_tune(h, timeout: float = 60) -> str:
+    """Wait until the payload's Python ``tune`` process runs on the host (not only its shell)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs = h.sh("pgrep -af '^[^ ]*python[^ ]* -m remote tune( |$)'", check=False).stdout.strip()
+        if procs:
+            return procs
+        time.sleep(0.2)
+    raise AssertionError(f"the payload tune did not start within {timeout} s")
+
+
 def _ready_bed(testbed_factory, tmp_path, opts=None, **vars_):
     bed = testbed_factory(1, host_options=opts or HOST_OPTS)
     h = bed.hosts[0]
@@ -111,8 +122,8 @@ def _ready_bed(testbed_factory, tmp_path, opts=None, **vars_):
 
 # ------------------------------------------------------------------- controller interrupts
 @pytest.mark.parametrize("sig,step", [
-    (signal.SIGINT, "tune"),         # Ctrl-C while the payload tunes (unit stopped)
-    (signal.SIGTERM, "wait_ready"),  # SIGTERM while the new configs warm up (files installed)
+    pytest.param(signal.SIGINT, "tune", id="SIGINT-tune"),  # Ctrl-C while the payload tunes (unit stopped)
+    pytest.param(signal.SIGTERM, "wait_ready", id="SIGTERM-wait_ready"),  # new configs installed, warming up
 ])
 def test_interrupted_controller_restores_host(testbed_factory, tmp_path, sig, step):
     opts = {0: {"config_files": {UP: OLD_UP}, "warmup_s": 6}}
@@ -122,7 +133,7 @@ def test_interrupted_controller_restores_host(testbed_factory, tmp_path, sig, st
     try:
         if step == "tune":
             _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
-            assert _payload_procs(h), "the payload tune should be running"
+            _wait_payload_tune(h)
         else:
             _wait_event(state, rid, proc, lambda e: e.get("event") == "service_started", "the start on new configs")
             assert h.sh(f"test -f '{h.triton_dir}/{DOWN}'", check=False).returncode == 0, "new files installed"
@@ -182,7 +193,7 @@ def test_ssh_dropped_during_tune_host_restored(testbed_factory, tmp_path):
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
     try:
         _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
-        assert _payload_procs(h)
+        _wait_payload_tune(h)
         # kill every SSH session process of the host (not the listening sshd)
         h.sh("pkill -KILL -f '^sshd: root@'", check=False)
         rc, result = _wait_exit(proc, log)
@@ -322,10 +333,9 @@ def test_payload_crash_and_kill_restore_with_stderr_tail(testbed_factory, tmp_pa
     p2 = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
     try:
         _wait_event(state, rid, p2, _task_done("Reap leftover GPU processes"), "the reap before tuning")
-        deadline = time.monotonic() + 30
-        while not _payload_procs(h) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        h.sh("pkill -KILL -f '^[^ ]*python[^ ]* -m remote tune'", check=False)
+        _wait_payload_tune(h)
+        killed = h.sh("pkill -KILL -e -f '^[^ ]*python[^ ]* -m remote tune'", check=False)
+        assert killed.returncode == 0, (killed.stdout, killed.stderr, _payload_procs(h))
         rc, result = _wait_exit(p2, log)
     finally:
         if p2.poll() is None:

@@ -3,7 +3,9 @@
 Module ``payload``: builds the tarball, uploads it to ``<state_dir>/payload/``,
 verifies its sha256 on the host (``sha256sum``), unpacks it into a folder named by
 the checksum (mode 0700) and checks ``python -m remote version`` answers with the
-same payload version. Later tasks call ``ctx.payload.call(...)``.
+same payload version. On every later run the unpacked files are checked one by one
+against the bundle's sha256 (changed, missing or added files: pushed again, event
+``payload_tampered``). Later tasks call ``ctx.payload.call(...)``.
 """
 
 from __future__ import annotations
@@ -229,7 +231,7 @@ def push(ctx, interpreter: str | None = None, state_dir: str | None = None) -> T
                       {"root": root, "sha256": bundle.sha256, "version": bundle.version})
 
 
-push.check_safe = True
+push.check_safe = True  # in check mode it works in a temp folder that ``cleanup`` removes
 
 
 def bundle_file_hashes(bundle) -> dict[str, str]:
@@ -256,7 +258,7 @@ def _tree_mismatch(t, root: str, bundle) -> list[str]:
     for line in res.stdout.splitlines():
         digest, _, path = line.partition("  ")
         got[posixpath.relpath(path, root)] = digest
-    return sorted(p for p in set(want) | set(got) if want.get(p) != got.get(p))  # in check mode it works in a temp folder that ``cleanup`` removes
+    return sorted(p for p in set(want) | set(got) if want.get(p) != got.get(p))
 
 
 def cleanup(ctx) -> TaskResult:

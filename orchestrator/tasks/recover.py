@@ -130,14 +130,31 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
     ctx.vars["orch_unfinished"] = left
     if left and not ctx.check:
         # the dead controller's payload may still run (tune, bench); we hold the lock now
-        ctx.transport.run(["pkill", "-TERM", "-f", "[ ]-m remote (tune|bench)( |$)"], check=False, become=True,
-                          timeout=30)
+        _stop_leftover_payloads(ctx.transport)
     desc = ", ".join(f"{r['run_id']} ({r['state']})" for r in left) or "none"
     msg = f"unfinished runs: {desc}" + (f"; broke the lock of {broken}" if broken else "")
     return TaskResult.ok(msg, unfinished=left, broken_lock=broken)
 
 
 recover_select.check_safe = True
+
+
+def _stop_leftover_payloads(t, wait: float = 30) -> None:
+    """SIGTERM every ``python -m remote tune|bench`` on the host, SIGKILL what is left after ``wait`` s.
+
+    Only called while this run holds the host lock, so no live orch run owns them.
+    """
+    import time
+
+    pattern = "[ ]-m remote (tune|bench)( |$)"
+    if not t.run(["pkill", "-TERM", "-f", pattern], check=False, become=True, timeout=30).ok:
+        return  # none running
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if not t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).ok:
+            return
+        time.sleep(1)
+    t.run(["pkill", "-KILL", "-f", pattern], check=False, become=True, timeout=30)
 
 
 def recover_restore(ctx) -> TaskResult:
