@@ -38,28 +38,16 @@ def bench_table(recaps: dict, results: dict) -> Table:
 
 def cmd_bench(args) -> int:
     """Run the bench playbook; print the table or ``--json``; exit 1 if any host failed."""
-    from .engine.context import RunOptions
-    from .engine.playbook import builtin_playbook, load_playbook
-    from .engine.runner import Engine
-    from .inventory import effective_vars, load_inventory
-    from .records import RunRecord, default_state_dir, new_run_id
-    from .tasks import MODULES
-    from .ui import Reporter
+    from .bundled import run_bundled
 
-    console = Console(stderr=True, highlight=False)
-    inv = load_inventory(args.inventory)
-    hosts = inv.select(args.limit)
-    record = RunRecord(args.state_dir or default_state_dir(), new_run_id("bench"))
     extra = {k: v for k, v in {
         "service": args.service,
         "bench_concurrency": [int(c) for c in args.concurrency.split(",")] if args.concurrency else None,
         "bench_input_len": args.input_len, "bench_output_len": args.output_len,
         "bench_level_timeout": args.level_timeout, "bench_tool": args.bench_tool}.items() if v is not None}
-    opts = RunOptions(run_id=record.run_id, run_dir=record.dir, accept_new_host_keys=args.accept_new_host_keys,
-                      extra=extra, state_dir=args.state_dir or default_state_dir())
-    plays = load_playbook(builtin_playbook("bench"), set(MODULES))
-    with Reporter(console, verbose=args.verbose) as rep:
-        recaps = Engine(MODULES, opts, rep, record.emit).run_play(plays[0], hosts, effective_vars, forks=args.forks)
+    recaps, record = run_bundled("bench", args.inventory, limit=args.limit, extra=extra, state_dir=args.state_dir,
+                                 accept_new_host_keys=args.accept_new_host_keys, forks=args.forks,
+                                 verbose=args.verbose)
     results = {}
     for host in recaps:
         p = record.dir / "hosts" / host / "bench_bench.json"

@@ -114,24 +114,12 @@ def doctor_table(rows: dict[str, dict]) -> Table:
 
 def cmd_doctor(args) -> int:
     """Run the doctor playbook and print the table (or ``--json``); exit 0 only if all hosts are fine."""
-    from .engine.context import RunOptions
-    from .engine.playbook import builtin_playbook, load_playbook
-    from .engine.runner import Engine
-    from .inventory import effective_vars, load_inventory
-    from .records import RunRecord, default_state_dir, new_run_id
-    from .tasks import MODULES
-    from .ui import Reporter
+    from .bundled import run_bundled
 
-    console = Console(stderr=True, highlight=False)
-    inv = load_inventory(args.inventory)
-    hosts = inv.select(args.limit)
-    record = RunRecord(args.state_dir or default_state_dir(), new_run_id("doctor"))
-    opts = RunOptions(run_id=record.run_id, run_dir=record.dir, check=True,
-                      accept_new_host_keys=args.accept_new_host_keys,
-                      extra={"service": args.service} if args.service else {})
-    plays = load_playbook(builtin_playbook("doctor"), set(MODULES))
-    with Reporter(console, verbose=args.verbose) as rep:
-        recaps = Engine(MODULES, opts, rep, record.emit).run_play(plays[0], hosts, effective_vars, forks=args.forks)
+    recaps, record = run_bundled("doctor", args.inventory, limit=args.limit, check=True,
+                                 extra={"service": args.service} if args.service else {},
+                                 state_dir=args.state_dir, accept_new_host_keys=args.accept_new_host_keys,
+                                 forks=args.forks, verbose=args.verbose)
     rows = {}
     for host, r in recaps.items():
         row = dict((r.summary or {}).get("doctor") or {})

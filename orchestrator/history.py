@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -35,24 +34,11 @@ def runs_table(recaps: dict, only_host: str | None = None) -> Table:
 
 def cmd_runs(args) -> int:
     """Run ``playbooks/runs.yaml`` over the inventory and print the history table (or JSON)."""
-    from .engine.context import RunOptions
-    from .engine.playbook import builtin_playbook, load_playbook
-    from .engine.runner import Engine
-    from .inventory import effective_vars, load_inventory
-    from .records import RunRecord, default_state_dir, new_run_id
-    from .tasks import MODULES
-    from .ui import Reporter
+    from .bundled import run_bundled
 
-    console = Console(stderr=True, highlight=False)
-    inv = load_inventory(args.inventory)
-    hosts = inv.select(args.host or args.limit)
-    record = RunRecord(default_state_dir(), new_run_id("runs"))
-    opts = RunOptions(run_id=record.run_id, run_dir=record.dir, check=True,
-                      accept_new_host_keys=args.accept_new_host_keys,
-                      extra={"service": args.service} if args.service else {})
-    plays = load_playbook(builtin_playbook("runs"), set(MODULES))
-    with Reporter(console) as rep:
-        recaps = Engine(MODULES, opts, rep, record.emit).run_play(plays[0], hosts, effective_vars, forks=10)
+    recaps, record = run_bundled("runs", args.inventory, limit=args.host or args.limit, check=True,
+                                 extra={"service": args.service} if args.service else {},
+                                 accept_new_host_keys=args.accept_new_host_keys, forks=10)
     record.close()
     if args.json:
         print(json.dumps({h: {"outcome": r.outcome, "cause": r.cause, "runs": (r.summary or {}).get("runs")}

@@ -47,8 +47,7 @@ import re
 import signal
 import stat
 import threading
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from . import PROTO
 from .hostfs import (DEFAULT_STATE_DIR, PRIVATE_FILE_MODE, TMP_MARK, atomic_write,
