@@ -91,3 +91,15 @@ def test_cancel_ends_the_barrier():
     cancel.set()
     with pytest.raises(TimeoutError, match="interrupted"):
         g.assign("a", [1], cancel=cancel)
+
+
+def test_tune_on_picks_the_named_host():
+    g = GroupCoordinator(tune_on="b")
+    g.start_batch(["a", "b", "c"])
+    for h in ("a", "b", "c"):
+        g.host_started(h)
+        g.report_key(h, "K" if h != "c" else "L")
+    assert g.assign("a", [1]).kind == "reuse" and g.assign("a", [1]).tuner == "b"
+    assert g.assign("b", [1]).kind == "tune"
+    # another key has no such host: its first host tunes
+    assert g.assign("c", [1]).kind == "tune"
