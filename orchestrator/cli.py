@@ -139,12 +139,6 @@ def _load_hosts(args):
     return inv, hosts
 
 
-def _hostvars_fn(inv):
-    from .inventory import effective_vars
-
-    return lambda h: effective_vars(h)
-
-
 def _install_signal_handlers(options, console: Console):
     def handler(signum, _frame):
         if options.cancel.is_set():
@@ -164,6 +158,7 @@ def run_playbook_command(args, playbook_name: str, extra: dict, check: bool) -> 
     from .engine.context import RunOptions
     from .engine.playbook import builtin_playbook, load_playbook
     from .engine.runner import Engine
+    from .inventory import effective_vars
     from .records import RunRecord, default_state_dir, new_run_id
     from .tasks import MODULES
     from .ui import Reporter, recap_table, summary_table
@@ -195,7 +190,7 @@ def run_playbook_command(args, playbook_name: str, extra: dict, check: bool) -> 
             for play in plays:
                 wanted = {h.name for h in inv.select(play.hosts)}
                 play_hosts = [h for h in hosts if h.name in wanted]
-                recaps = engine.run_play(play, play_hosts, _hostvars_fn(inv), serial=_serial(args.serial),
+                recaps = engine.run_play(play, play_hosts, effective_vars, serial=_serial(args.serial),
                                          forks=args.forks, max_fail_percentage=args.max_fail_percentage,
                                          any_errors_fatal=args.any_errors_fatal or None, order=args.order)
                 all_recaps.update(recaps)

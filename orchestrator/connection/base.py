@@ -11,7 +11,7 @@ import shlex
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 
 class ConnectionError_(Exception):
@@ -206,8 +206,3 @@ class Transport:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def run_lines(transport: Transport, argv: Iterable[str], **kwargs) -> list[str]:
-    """Run ``argv`` and return its stdout split into lines (``check=True``)."""
-    return transport.run(list(argv), **kwargs).stdout.splitlines()

@@ -35,7 +35,7 @@ class Engine:
 
     ``reporter`` receives ``task_result(host, task_name, result)``, ``progress(host, **f)``
     and ``line(text)`` calls (see :mod:`orchestrator.ui`); ``emit(event, **fields)``
-    records events (see :mod:`orchestrator.records`).
+    records events (see :mod:`orchestrator.records`, which drops secrets before writing).
     """
 
     def __init__(self, modules: dict[str, Callable[..., TaskResult]], options: RunOptions,
@@ -201,15 +201,5 @@ class Engine:
     def _record(self, ctx: HostContext, recap: HostRecap, task: Task, result: TaskResult) -> None:
         recap.count(result.status if result.status in (OK, CHANGED, FAILED, SKIPPED, UNREACHABLE) else OK)
         self.emit("task", host=ctx.name, task=task.name, module=task.module, status=result.status,
-                  msg=result.msg, data=_safe(result.data))
+                  msg=result.msg, data=result.data)
         self.reporter.task_result(ctx.name, task.name, result)
-
-
-def _safe(data: dict) -> dict:
-    """Drop secrets (any key containing 'password') before recording."""
-    out = {}
-    for k, v in data.items():
-        if "password" in str(k).lower():
-            continue
-        out[k] = _safe(v) if isinstance(v, dict) else v
-    return out
