@@ -580,7 +580,7 @@ def test_teardown_and_stale_cleanup(testbed_factory, tmp_path):
     removed = bedmod.cleanup_stale()
     assert bed_id in removed
     assert ns2 not in bedmod.list_namespaces()
-    assert not os.path.exists(f"/proc/{pid2}")
+    assert bedmod.process_gone(int(pid2))
 
 
 def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):

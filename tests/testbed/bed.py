@@ -119,6 +119,22 @@ def _alive(pid: Optional[int], start: Optional[str]) -> bool:
     return bool(pid) and _proc_start_time(pid) is not None and (start is None or _proc_start_time(pid) == start)
 
 
+def process_gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs: no /proc entry, or a zombie waiting for its parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _wait_gone(pids: List[int], timeout: float = 10.0) -> None:
+    """Poll until every PID in ``pids`` is gone (or a zombie), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(not process_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 @contextmanager
 def _state_lock() -> Iterator[None]:
     STATE_ROOT.mkdir(parents=True, exist_ok=True)
@@ -172,12 +188,15 @@ def destroy_bed_state(bed_id: str) -> None:
         state = json.loads((sdir / "state.json").read_text())
     except (OSError, ValueError):
         pass
+    killed: List[int] = []
     for h in state.get("hosts", []):
         if _alive(h.get("init_pid"), h.get("init_start")):
             try:
                 os.kill(h["init_pid"], signal.SIGKILL)
+                killed.append(h["init_pid"])
             except ProcessLookupError:
                 pass
+    _wait_gone(killed)  # SIGKILL is asynchronous: the init exits when the kernel gets to it
     for ns in list_namespaces():
         if ns.startswith(f"{NS_PREFIX}{bed_id}-"):
             veth = next((h.get("veth") for h in state.get("hosts", []) if h.get("ns") == ns), None)
