@@ -11,6 +11,11 @@ Sections (``--sections``, comma list; default all):
                Qwen3-30B-A3B TP1 (E=128, N=768, hidden 2048, top-k 8, bf16) over
                ``--tune-batch-sizes``, with the shipped SGLang 0.5.23 file for comparison;
                prints default / shipped / tuned kernel time per batch size.
+- ``fp8``:     fp8_w8a8 (per-tensor and block [128, 128]): kernel correctness against the
+               float64 reference on the same quantized numbers (< 1e-2) and against the
+               unquantized one (what fp8 costs), then ``python -m remote tune`` for
+               Qwen3-30B-A3B-FP8's shape (E=128, N=768, hidden 2048, top-k 8, block
+               [128, 128]) over ``--fp8-batch-sizes``: default vs tuned kernel time.
 - ``fastfull``: for ``--full-batch-sizes``: the fast search, then the full (1920-config)
                search, on the same inputs in one process; both picks re-timed side by side;
                prints quality (fast/full time) and GPU-time ratio.
@@ -189,6 +194,88 @@ def section_tune(res, args, out):
             f"{r['search_gpu_s']:6.1f} {r.get('rel_err', float('nan')):8.1e}  {cfg}")
 
 
+def section_fp8(res, args, out):
+    from remote.kernel.fused_moe import fused_moe, make_buffers
+    from remote.kernel.quant import QuantSpec, QuantWeights, quant_weight
+    from remote.kernel.reference import fused_moe_reference, fused_moe_reference_fp8, relative_error, route
+    from remote.tuner import space as sp
+    dev = "cuda" if GPU else "cpu"
+    dt = torch.bfloat16 if GPU else torch.float16
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(4321)
+    cases = [("uneven loads", 16, 128, 256, 4, 37, "skew"), ("idle experts", 32, 128, 256, 2, 5, "idle"),
+             ("M < block", 8, 128, 256, 2, 3, "random"), ("E=1", 1, 128, 128, 1, 19, "random"),
+             ("top-k 1", 8, 128, 256, 1, 40, "random")]
+    if GPU:
+        cases += [("ref shape M=1", 128, 768, 2048, 8, 1, "random"), ("ref shape M=300", 128, 768, 2048, 8, 300,
+                                                                        "random")]
+    rows = []
+    for block in (None, (128, 128)):
+        spec = QuantSpec(block)
+        for name, E, N, H, k, M, mode in cases:
+            logits = torch.randn(M, E, generator=gen, device=dev)
+            if mode == "skew":
+                logits += torch.linspace(4, 0, E, device=dev)
+            elif mode == "idle":
+                logits[:, E // 2:] = -1e4
+            tw, ti = route(M, E, k, logits=logits)
+            x = torch.randn(M, H, generator=gen, device=dev).to(dt)
+            w1 = torch.randn(E, 2 * N, H, generator=gen, device=dev) / H ** 0.5
+            w2 = torch.randn(E, H, N, generator=gen, device=dev) / N ** 0.5
+            (w1q, s1), (w2q, s2) = quant_weight(w1, spec), quant_weight(w2, spec)
+            qw = QuantWeights(spec, s1, s2)
+            ref = fused_moe_reference_fp8(x, w1q, w2q, qw, tw, ti)
+            ref_full = fused_moe_reference(x, w1.to(dt), w2.to(dt), tw, ti)
+            default = sp.default_config(M, E, "fp8_w8a8", list(block) if block else None)
+            cfgs = [("default", default), ("16x64x64 w4 s3", dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64,
+                                                                   GROUP_SIZE_M=1, num_warps=4, num_stages=3))]
+            for cname, cfg in cfgs:
+                bufs = make_buffers(M, k, N, H, dt, dev)
+                o = torch.full((M, H), float("nan"), dtype=dt, device=dev)
+                fused_moe(x, w1q, w2q, tw, ti, cfg, buffers=bufs, out=o, quant=qw)
+                err, err_full = relative_error(o, ref), relative_error(o, ref_full)
+                rows.append(dict(scheme="block128" if block else "per-tensor", case=name, M=M, config=cname,
+                                 rel_err=err, rel_err_vs_unquantized=err_full, ok=err < 1e-2))
+                if err >= 1e-2:
+                    say("FAIL", rows[-1])
+    res["fp8_correct"] = rows
+    say("\nFP8_W8A8 CORRECTNESS (max rel err over configs; pass < 1e-2; 'vs bf16' = quantization cost)")
+    worst = {}
+    for r in rows:
+        key = (r["scheme"], r["case"])
+        a, b = worst.get(key, (0.0, 0.0))
+        worst[key] = (max(a, r["rel_err"]), max(b, r["rel_err_vs_unquantized"]))
+    for (sch, c), (e, ef) in worst.items():
+        say(f"  {sch:10s} {c:16s} {e:.2e} {'ok' if e < 1e-2 else 'FAIL'}   vs bf16 {ef:.2e}")
+    tdir = out / "tune_fp8_block"
+    shape = "E=128,N=768,hidden=2048,topk=8" if GPU else "E=4,N=128,hidden=256,topk=2"
+    cmd = [sys.executable, "-m", "remote", "tune", "--provider", "builtin", "--space",
+           args.tune_space, "--out", str(tdir), "--batch-sizes", args.fp8_batch_sizes, "--shape", shape,
+           "--quantization", "fp8", "--block-shape", "128,128", "--seed", "0"]
+    if not GPU:
+        cmd += ["--device-name", "NVIDIA H200"]
+    say("\nTUNE fp8:", " ".join(cmd))
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    wall = time.time() - t0
+    res["fp8_tune"] = {"cmd": cmd, "wall_s": wall, "rc": p.returncode, "stderr_tail": p.stderr[-2000:]}
+    rp = tdir / "report.json"
+    if not rp.exists():
+        say("fp8 tune produced no report; rc", p.returncode, p.stdout[-1500:])
+        return
+    rep = json.loads(rp.read_text())
+    res["fp8_tune"]["report"] = rep
+    say(f"TUNE fp8 block [128, 128] ({args.tune_space}, {wall:.0f} s wall): whole fused-MoE kernel time, us")
+    say(f"  {'M':>5} {'default':>9} {'tuned':>9} {'vs def':>7} {'evals':>5} {'gpu_s':>6} {'err':>8}  tuned up / down")
+    for M, r in sorted(rep["batch_sizes"].items(), key=lambda kv: int(kv[0])):
+        u, d = r["up"], r["down"]
+        cfg = (f"{u['BLOCK_SIZE_M']}/{u['BLOCK_SIZE_N']}/{u['BLOCK_SIZE_K']} g{u['GROUP_SIZE_M']} w{u['num_warps']} "
+               f"s{u['num_stages']} | {d['BLOCK_SIZE_N']}/{d['BLOCK_SIZE_K']} g{d['GROUP_SIZE_M']} w{d['num_warps']} "
+               f"s{d['num_stages']}")
+        say(f"  {M:>5} {r['default_us']:9.1f} {r['tuned_us']:9.1f} {r['speedup_vs_default'] or 0:7.3f} "
+            f"{r['evaluated']:5d} {r['search_gpu_s']:6.1f} {r.get('rel_err', float('nan')):8.1e}  {cfg}")
+
+
 def section_fastfull(res, args):
     from remote.providers.builtin import BuiltinProvider
     from remote.tuner.compile import Compiler
@@ -246,10 +333,11 @@ def section_fastfull(res, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", default="env,correct,tune,fastfull")
+    ap.add_argument("--sections", default="env,correct,tune,fp8,fastfull")
     ap.add_argument("--tune-space", default="fast")
     ap.add_argument("--tune-batch-sizes", default="1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096")
     ap.add_argument("--full-batch-sizes", default="1,64,512")
+    ap.add_argument("--fp8-batch-sizes", default="1,16,64,256,1024,4096")
     ap.add_argument("--no-resume", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))
     args = ap.parse_args()
@@ -257,6 +345,7 @@ def main():
         args.tune_space = "smoke" if args.tune_space == "fast" else args.tune_space
         args.tune_batch_sizes = "1,4"
         args.full_batch_sizes = "2"
+        args.fp8_batch_sizes = "3"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     res = {"args": vars(args), "gpu": GPU}
@@ -270,6 +359,8 @@ def main():
                 section_correct(res)
             elif s == "tune":
                 section_tune(res, args, out)
+            elif s == "fp8":
+                section_fp8(res, args, out)
             elif s == "fastfull":
                 section_fastfull(res, args)
         except Exception as exc:

@@ -27,9 +27,15 @@ Result ``data``::
      "speedup_vs_shipped": {"M": x, ...} | null, "device_name": str, "triton_version": str,
      "resumed": [M, ...], "space": str}
 
+fp8_w8a8 (a model whose quantization selects ``dtype=fp8_w8a8``, per-tensor or
+``block_shape=[128, 128]``; or ``--shape ... --quantization fp8 [--block-shape 128,128]``):
+the weights are quantized to e4m3 with random data, activations dynamically, as SGLang does.
+
 Errors: ``bad_input`` (bad flags, unsupported dtype/quantization for the builtin kernel,
 no device name on CPU), ``not_found`` (model config or shipped file missing; provider
-sglang requested but absent), ``runtime`` (batch sizes failed: the checkpoint keeps the
+sglang requested but absent), ``runtime`` (CUDA out of memory outside any candidate, i.e.
+for the inputs every candidate needs: the message says so, ``detail.oom`` is true and the
+traceback is on stderr; or batch sizes failed: the checkpoint keeps the
 finished ones).
 """
 
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -54,7 +61,10 @@ def add_arguments(p) -> None:
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--ep", type=int, default=1)
     p.add_argument("--dtype", default=None, help="server --dtype (auto|bfloat16|float16|float32)")
-    p.add_argument("--quantization", default=None)
+    p.add_argument("--quantization", default=None,
+                   help="server --quantization; with --shape: 'fp8' tunes fp8_w8a8 (see --block-shape)")
+    p.add_argument("--block-shape", default=None,
+                   help="with --shape --quantization fp8: the weight block 'BN,BK' (e.g. 128,128); none = per-tensor")
     p.add_argument("--disable-shared-experts-fusion", action="store_true")
     p.add_argument("--device-name", default=None, help="torch device name override (needed without GPU)")
     p.add_argument("--batch-sizes", default=",".join(map(str, SGLANG_BATCH_SIZES)))
@@ -103,8 +113,23 @@ def _resolve_shape(args) -> tuple[dict, dict]:
         shape = parse_shape(args.shape)
         dt = args.dtype if args.dtype not in (None, "auto") else "bfloat16"
         sel = "float32" if dt == "float32" else None
-        return shape, dict(dtype_selector=sel, block_shape=None, per_channel_quant=False, weight_dtype=dt,
-                           act_dtype=dt, shape_source="--shape")
+        if args.quantization in (None, ""):
+            if args.block_shape:
+                raise PayloadError("bad_input", "--block-shape needs --quantization fp8")
+            return shape, dict(dtype_selector=sel, block_shape=None, per_channel_quant=False, weight_dtype=dt,
+                               act_dtype=dt, shape_source="--shape")
+        if args.quantization != "fp8":
+            raise PayloadError("bad_input", f"--shape with --quantization {args.quantization!r}: only 'fp8'")
+        block = None
+        if args.block_shape:
+            try:
+                block = [int(v) for v in args.block_shape.split(",")]
+            except ValueError:
+                block = []
+            if len(block) != 2 or min(block) < 16 or any(v & (v - 1) for v in block):
+                raise PayloadError("bad_input", f"--block-shape: two powers of two >= 16, got {args.block_shape!r}")
+        return shape, dict(dtype_selector="fp8_w8a8", block_shape=block, per_channel_quant=False,
+                           weight_dtype="fp8_e4m3", act_dtype=dt, shape_source="--shape")
     if not args.model_config:
         raise PayloadError("bad_input", "--model-config or --shape is required")
     from .models import load_model_config, moe_shape
@@ -152,18 +177,36 @@ def _load_shipped(path: str | None) -> dict | None:
     return {"up": up, "down": down, "path": str(p), "down_path": str(down_path) if down else None}
 
 
+def _quant_of(naming: dict):
+    """The tuner spec's ``quant`` entry for the file's selectors: ``None`` (bf16/fp16/fp32
+    weights) or ``{"block_shape": None | [bn, bk]}`` (fp8_w8a8 with e4m3 weights, per-tensor
+    or block scales). Raises PayloadError bad_input for what the builtin kernel does not run
+    (int8/int4 weights, per-channel fp8, fp8 e5m2)."""
+    sel, wd = naming["dtype_selector"], naming["weight_dtype"]
+    if sel in (None, "float32") and wd in ("bfloat16", "float16", "float32"):
+        return None
+    if sel == "fp8_w8a8" and not naming.get("per_channel_quant") and wd == "fp8_e4m3":
+        return {"block_shape": list(naming["block_shape"]) if naming.get("block_shape") else None}
+    what = f"weights {wd} / selector {sel}" + (" per-channel" if naming.get("per_channel_quant") else "")
+    raise PayloadError("bad_input", f"{what}: the tuner's kernel runs bf16/fp16/fp32 and fp8_w8a8 "
+                                    "(per-tensor or block scales) only; int8/int4 and per-channel fp8 are not implemented")
+
+
 def run(args) -> dict:
     """Run the ``tune`` command (see the module docstring for flags, outputs and errors)."""
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     shape, naming = _resolve_shape(args)
-    if naming["dtype_selector"] not in (None, "float32") or naming["weight_dtype"] not in (
-            "bfloat16", "float16", "float32"):
-        raise PayloadError("bad_input", f"weights {naming['weight_dtype']} / selector {naming['dtype_selector']}: "
-                                        "the tuner's kernel supports bf16/fp16/fp32 only (fp8/int8/int4 not implemented)")
-    dtype = naming["weight_dtype"]
+    quant = _quant_of(naming)
+    dtype = naming["act_dtype"] if quant is not None else naming["weight_dtype"]
     import torch
     devices = _devices(args.gpus)
     cpu = devices == ["cpu"]
+    if quant is not None and not cpu:
+        cc = torch.cuda.get_device_capability(torch.device(devices[0]))
+        if cc < (8, 9):
+            raise PayloadError("bad_input", f"fp8_w8a8 needs fp8 tensor cores (compute capability 8.9+); "
+                                            f"{torch.cuda.get_device_name(torch.device(devices[0]))} is "
+                                            f"{cc[0]}.{cc[1]}")
     if cpu:
         os.environ["TRITON_INTERPRET"] = "1"  # before remote.kernel is imported
         if dtype == "bfloat16":
@@ -204,7 +247,7 @@ def run(args) -> dict:
     todo = [M for M in batch_sizes if str(M) not in done]
     total = len(batch_sizes)
     spec = dict(shape=shape, dtype=dtype, space=args.space, provider=provider.name, seed=args.seed,
-                dtype_selector=naming["dtype_selector"], block_shape=naming["block_shape"],
+                dtype_selector=naming["dtype_selector"], block_shape=naming["block_shape"], quant=quant,
                 shipped=({"up": shipped["up"], "down": shipped["down"]} if shipped else None),
                 check=not args.no_check)
     errors: dict = {}
@@ -235,10 +278,21 @@ def run(args) -> dict:
         elif kind == "error":
             errors[str(msg[1])] = msg[2]
             log(f"batch size {msg[1]}: {msg[2]}", "error")
+        elif kind == "fatal":
+            fatal.append(msg)
 
+    fatal: list = []
     if todo:
         from .tuner.driver import tune_parallel
         tune_parallel(spec, devices, todo, emit)
+    if fatal:
+        # out of GPU memory for what every candidate needs: the traceback goes to stderr (the
+        # controller shows its tail), the finished batch sizes stay in the checkpoint
+        sys.stderr.write(fatal[0][3] if len(fatal[0]) > 3 else "")
+        sys.stderr.flush()
+        raise PayloadError("runtime", fatal[0][2], detail={
+            "oom": True, "batch_size": fatal[0][1], "finished": sorted(int(k) for k in done),
+            "checkpoint": str(out / checkpoint.NAME)})
     if errors or any(str(M) not in done for M in batch_sizes):
         missing = [M for M in batch_sizes if str(M) not in done]
         raise PayloadError("runtime", f"tuning failed for batch sizes {missing}",
@@ -260,7 +314,7 @@ def run(args) -> dict:
         "timing": ("wall-clock medians under TRITON_INTERPRET=1: meaningless for performance" if cpu else
                    "CUDA graph of 10 calls, L2 flushed, median of 10 replays; whole fused MoE with "
                    "alignment precomputed (up GEMM + SiLU-mul + down GEMM + top-k sum)"),
-        "shape": shape, "dtype": dtype, "naming": naming, "space": args.space, "seed": args.seed,
+        "shape": shape, "dtype": dtype, "quant": quant, "naming": naming, "space": args.space, "seed": args.seed,
         "files": {k: str(v) for k, v in paths.items()},
         "shipped": ({"path": shipped["path"], "down_path": shipped["down_path"]} if shipped else None),
         "checkpoint_key": key_id, "resumed": resumed, "batch_sizes": per_m,

@@ -129,3 +129,82 @@ def test_relative_error_never_passes_nan():
     assert relative_error(out, ref) == 0.0
     out[1, 2] = float("nan")
     assert relative_error(out, ref) == float("inf")
+
+
+# ------------------------------------------------------------------------------ fp8_w8a8
+from remote.kernel.quant import (QuantSpec, QuantWeights, dequant_weight, quant_per_token_group,  # noqa: E402
+                                 quant_weight)
+from remote.kernel.reference import fused_moe_reference_fp8  # noqa: E402
+
+
+def _run_fp8(block_shape, E, N, H, k, M, logits=None, cfg=None, seed=0, spoil=None):
+    g = torch.Generator().manual_seed(seed)
+    if logits is None:
+        logits = torch.randn(M, E, generator=g)
+    tw, ti = route(M, E, k, logits=logits)
+    x = torch.randn(M, H, generator=g).to(torch.float16)
+    w1 = torch.randn(E, 2 * N, H, generator=g) / H ** 0.5
+    w2 = torch.randn(E, H, N, generator=g) / N ** 0.5
+    spec = QuantSpec(block_shape)
+    w1q, s1 = quant_weight(w1, spec)
+    w2q, s2 = quant_weight(w2, spec)
+    assert w1q.dtype == torch.float8_e4m3fn and s1.dtype == torch.float32
+    ref = fused_moe_reference_fp8(x, w1q, w2q, QuantWeights(spec, s1, s2), tw, ti)
+    if spoil == "w1_scale":  # a kernel that read the wrong scale must fail the check
+        s1 = s1.flip(0) if block_shape is None else s1.flip(1)
+    cfg = cfg or dict(CFG, BLOCK_SIZE_K=64)
+    bufs = make_buffers(M, k, N, H, torch.float16, "cpu")  # NaN-poisoned
+    out = torch.full((M, H), float("nan"), dtype=torch.float16)
+    fused_moe(x, w1q, w2q, tw, ti, cfg, buffers=bufs, out=out, quant=QuantWeights(spec, s1, s2))
+    assert not torch.isnan(bufs[2]).any(), "every (token, slot) row of the down output was written"
+    full_precision = fused_moe_reference(x, w1.half(), w2.half(), tw, ti)
+    return relative_error(out, ref), relative_error(out, full_precision)
+
+
+@pytest.mark.parametrize("block_shape", [None, (128, 128)], ids=["per_tensor", "block128"])
+@pytest.mark.parametrize("case", ["uneven", "idle", "m_lt_block", "e1", "top1"])
+def test_fp8_w8a8_matches_quantized_reference(block_shape, case):
+    g = torch.Generator().manual_seed(11)
+    E, N, H, k, M, logits = 4, 128, 256, 2, 9, None
+    if case == "uneven":
+        E, M = 8, 21
+        logits = torch.randn(M, E, generator=g) + torch.linspace(5, 0, E)
+    elif case == "idle":
+        E = 8
+        logits = torch.randn(M, E, generator=g)
+        logits[:, 4:] = -1e4
+    elif case == "m_lt_block":
+        M = 3
+    elif case == "e1":
+        E, k, H = 1, 1, 128
+    else:
+        k = 1
+    err, err_fp = _run_fp8(block_shape, E, N, H, k, M, logits)
+    assert err < 1e-2, f"{case}: rel err {err} against the quantized float64 reference"
+    # sanity of the quantization itself: fp8 e4m3 keeps ~3 mantissa bits
+    assert err_fp < 0.15, f"{case}: rel err {err_fp} against the unquantized reference"
+
+
+@pytest.mark.parametrize("block_shape", [None, (128, 128)], ids=["per_tensor", "block128"])
+def test_fp8_wrong_scale_is_caught(block_shape):
+    err, _ = _run_fp8(block_shape, 4, 128, 256, 2, 9, spoil="w1_scale")
+    assert err > 1e-2
+
+
+def test_fp8_block_needs_block_k_dividing_128():
+    with pytest.raises(ValueError, match="BLOCK_SIZE_K"):
+        _run_fp8((128, 128), 4, 128, 256, 2, 5, cfg=dict(CFG, BLOCK_SIZE_K=256))
+
+
+def test_fp8_quantizers_round_trip():
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(3, 200, 136, generator=g)  # not multiples of the 128 block: partial tiles
+    spec = QuantSpec((128, 128))
+    wq, s = quant_weight(w, spec)
+    assert tuple(s.shape) == (3, 2, 2)
+    back = dequant_weight(wq, s, spec, torch.float32)
+    assert (back - w).abs().max() <= w.abs().max() / 8  # within one e4m3 step of the tile's max
+    x = torch.randn(5, 300, generator=g)
+    xq, xs = quant_per_token_group(x, 128)
+    assert tuple(xs.shape) == (5, 3) and xq.shape == x.shape
+    assert torch.allclose(xs[:, 0], x[:, :128].abs().amax(1) / 448)

@@ -126,8 +126,11 @@ def test_bad_inputs_exit_2(tmp_path, model_config):
                             "--provider", "sglang", "--space", "smoke")
     assert rc == 2 and lines[-1]["kind"] == "not_found"
     rc, lines, _ = run_tune("--model-config", model_config, "--device-name", "NVIDIA H200", "--out", str(tmp_path),
-                            "--quantization", "fp8", "--space", "smoke")
-    assert rc == 2 and lines[-1]["kind"] == "bad_input"
+                            "--quantization", "w8a8_int8", "--space", "smoke")
+    assert rc == 2 and lines[-1]["kind"] == "bad_input" and "int8" in lines[-1]["msg"]
+    rc, lines, _ = run_tune("--shape", "E=8,N=64,hidden=128,topk=2", "--device-name", "NVIDIA H200", "--out",
+                            str(tmp_path), "--quantization", "fp8", "--block-shape", "128,100", "--space", "smoke")
+    assert rc == 2 and lines[-1]["kind"] == "bad_input" and "--block-shape" in lines[-1]["msg"]
     rc, lines, _ = run_tune("--model-config", model_config, "--device-name", "NVIDIA H200", "--out", str(tmp_path),
                             "--space", "smoke", "--shipped-config", str(tmp_path / "missing.json"))
     assert rc == 2 and lines[-1]["kind"] == "not_found"
@@ -136,3 +139,33 @@ def test_bad_inputs_exit_2(tmp_path, model_config):
 def test_smoke_run_is_quick(first_run):
     # the brief's bound for a CPU test-bed smoke run; generous for a loaded 2-core CI box
     assert first_run["wall"] < 60
+
+
+@pytest.mark.parametrize("block", [None, [128, 128]], ids=["per_tensor", "block128"])
+def test_fp8_w8a8_tune_writes_sglang_names_and_passes_check(tmp_path, block):
+    """An fp8 checkpoint (quantization_config like Qwen3-30B-A3B-FP8 / DeepSeek-V3) tunes the
+    fp8_w8a8 kernel: names carry SGLang's dtype/block_shape selectors, the tuned configs pass
+    the check against the quantized float64 reference, block configs keep BLOCK_SIZE_K | 128."""
+    qc = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    if block:
+        qc["weight_block_size"] = block
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 256, "moe_intermediate_size": 128,
+           "num_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 2, "torch_dtype": "bfloat16",
+           "quantization_config": qc}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc, lines, err = run_tune("--model-config", str(tmp_path / "config.json"), "--batch-sizes", "3",
+                              "--space", "smoke", "--device-name", "NVIDIA H200", "--out", str(tmp_path / "o"))
+    assert rc == 0, err
+    suffix = ",dtype=fp8_w8a8" + (",block_shape=[128, 128]" if block else "")
+    up = tmp_path / "o" / f"E=4,N=128,device_name=NVIDIA_H200{suffix}.json"
+    down = tmp_path / "o" / f"E=4,N=128,device_name=NVIDIA_H200{suffix}_down.json"
+    assert lines[-1]["data"]["files"] == {"up": str(up), "down": str(down)}
+    for f in (up, down):
+        validate_config(json.loads(f.read_text()), str(f))
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["quant"] == {"block_shape": block}
+    res = report["batch_sizes"]["3"]
+    assert res["rel_err"] < 1e-2
+    assert res["default_config"]["BLOCK_SIZE_K"] == 128 and res["default_config"]["GROUP_SIZE_M"] == 32
+    if block:
+        assert 128 % res["up"]["BLOCK_SIZE_K"] == 0 and 128 % res["down"]["BLOCK_SIZE_K"] == 0

@@ -52,6 +52,17 @@ def test_prune_partitions_by_rules():
     assert len(small) < len(keep)
 
 
+def test_fp8_block_rules_out_block_k_not_dividing_the_block():
+    keep, out = sp.prune(sp.full_space(), None, elem_bytes=1, block_k=128)
+    assert {c["BLOCK_SIZE_K"] for c in keep} == {64, 128}
+    assert len(keep) == 1920 * 2 // 3 - sum(1 for c, why in out if "registers" in why)
+    assert all("does not divide" in why for c, why in out if c["BLOCK_SIZE_K"] == 256)
+    # fp8 operands take half the shared memory: more configs fit the same device
+    fp8_keep, _ = sp.prune(sp.full_space(), 101376, elem_bytes=1)
+    bf16_keep, _ = sp.prune(sp.full_space(), 101376, elem_bytes=2)
+    assert len(fp8_keep) > len(bf16_keep)
+
+
 def test_default_config_matches_sglang_rules():
     assert sp.default_config(128, 128) == dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1,
                                                num_warps=4, num_stages=3)

@@ -13,6 +13,11 @@ Meta-parameters are SGLang's config fields: BLOCK_SIZE_M/N/K, GROUP_SIZE_M (prog
 swizzle for L2 reuse), num_warps, num_stages. The up and down GEMMs may use different
 configs but must share BLOCK_SIZE_M (one alignment), as in SGLang 0.5.23's ``_down`` files.
 Other keys (``USE_TMA``, AMD-only fields) are accepted and ignored.
+
+fp8_w8a8 (per-tensor and block [bn, bk]) uses the same kernel with fp8 e4m3 operands and
+float32 scales (``remote.kernel.quant``); the scales are applied in the fp32 accumulator as
+SGLang 0.5.23's ``fused_moe_kernel`` does (per K step for block scales, once at the end for
+per-tensor ones).
 """
 
 from __future__ import annotations
@@ -32,12 +37,18 @@ CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "
 def _moe_gemm_kernel(
     a_ptr, b_ptr, c_ptr, topk_weights_ptr,
     sorted_token_ids_ptr, expert_ids_ptr, num_tokens_post_padded_ptr,
+    a_scale_ptr, b_scale_ptr,
     N, K, EM, num_valid_tokens,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
     BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
     GROUP_SIZE_M: tl.constexpr, A_ROW_DIV: tl.constexpr, MUL_ROUTED_WEIGHT: tl.constexpr,
-    EVEN_K: tl.constexpr,
+    EVEN_K: tl.constexpr, QUANT: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
 ):
+    # QUANT: 0 = none (bf16/fp16/fp32 operands); 1 = fp8 per-tensor (a_scale [1], b_scale [E]),
+    # applied once after the K loop; 2 = fp8 block [GROUP_N, GROUP_K] (a_scale [rows, K/GROUP_K]
+    # per token group, b_scale [E, N/GROUP_N, K/GROUP_K]), applied per K step (BLOCK_SIZE_K
+    # divides GROUP_K, so one K step sees one scale column).
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
@@ -61,6 +72,10 @@ def _moe_gemm_kernel(
     a_ptrs = a_ptr + (offs_token[:, None] // A_ROW_DIV) * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
 
+    if QUANT == 2:
+        a_scale_ptrs = a_scale_ptr + (offs_token // A_ROW_DIV) * stride_asm
+        b_scale_ptrs = b_scale_ptr + expert * stride_bse + (offs_bn // GROUP_N) * stride_bsn
+
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
         if EVEN_K:
@@ -70,10 +85,18 @@ def _moe_gemm_kernel(
             k_rem = K - k * BLOCK_SIZE_K
             a = tl.load(a_ptrs, mask=token_mask[:, None] & (offs_k[None, :] < k_rem), other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_rem, other=0.0)
-        acc = tl.dot(a, b, acc)
+        if QUANT == 2:
+            offs_ks = (k * BLOCK_SIZE_K) // GROUP_K
+            a_s = tl.load(a_scale_ptrs + offs_ks * stride_ask, mask=token_mask, other=0.0)
+            b_s = tl.load(b_scale_ptrs + offs_ks * stride_bsk)
+            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+        else:
+            acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
 
+    if QUANT == 1:
+        acc = acc * tl.load(a_scale_ptr) * tl.load(b_scale_ptr + expert)
     if MUL_ROUTED_WEIGHT:
         w = tl.load(topk_weights_ptr + offs_token, mask=token_mask, other=0.0)
         acc = acc * w[:, None]
@@ -105,21 +128,44 @@ def normalize_config(cfg: dict) -> dict:
     return out
 
 
+def _quant_code(quant) -> int:
+    if quant is None:
+        return 0
+    return 2 if quant.block_shape else 1
+
+
+def _scale_strides(quant, a_scale, b_scale) -> tuple:
+    """``(stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk)`` for the kernel."""
+    if quant is None:
+        return 0, 0, 0, 0, 0
+    if not quant.block_shape:
+        return 0, 0, 1, 0, 0
+    return a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), b_scale.stride(2)
+
+
+def _check_quant_config(cfg: dict, quant) -> None:
+    if quant is not None and quant.block_shape and quant.group_k % cfg["BLOCK_SIZE_K"]:
+        raise ValueError(f"BLOCK_SIZE_K={cfg['BLOCK_SIZE_K']} must divide the fp8 block's {quant.group_k} "
+                         "columns (one weight scale per K step)")
+
+
 def _launch(a, w, c, topk_weights, sorted_ids, expert_ids, ntpp, num_valid_tokens, a_row_div,
-            mul_routed_weight, cfg, warmup=False):
+            mul_routed_weight, cfg, a_scale=None, b_scale=None, quant=None):
     N, K = w.shape[1], w.shape[2]
     bm, bn, bk = cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"], cfg["BLOCK_SIZE_K"]
     EM = sorted_ids.shape[0]
-    args = [a, w, c, topk_weights, sorted_ids, expert_ids, ntpp,
+    if quant is None:
+        a_scale = b_scale = c  # placeholders: never read when QUANT == 0
+    args = [a, w, c, topk_weights, sorted_ids, expert_ids, ntpp, a_scale, b_scale,
             N, K, EM, num_valid_tokens,
-            a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2), c.stride(0), c.stride(1)]
+            a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2), c.stride(0), c.stride(1),
+            *_scale_strides(quant, a_scale, b_scale)]
     meta = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=cfg["GROUP_SIZE_M"],
                 A_ROW_DIV=a_row_div, MUL_ROUTED_WEIGHT=mul_routed_weight, EVEN_K=(K % bk == 0),
+                QUANT=_quant_code(quant), GROUP_N=quant.group_n if quant else 0,
+                GROUP_K=quant.group_k if quant else 0,
                 num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     grid = (triton.cdiv(EM, bm) * triton.cdiv(N, bn),)
-    if warmup:
-        args = [x.dtype if isinstance(x, torch.Tensor) else x for x in args]
-        return _moe_gemm_kernel.warmup(*args, grid=grid, **meta)
     _moe_gemm_kernel[grid](*args, **meta)
     return c
 
@@ -144,7 +190,8 @@ def align(topk_ids: torch.Tensor, block_m: int, num_experts: int) -> Routing:
     return Routing(s, e, n, topk_ids.numel(), topk_ids.shape[1], block_m)
 
 
-def moe_gemm(kind: str, a, w, out, routing: Routing, config: dict, topk_weights=None):
+def moe_gemm(kind: str, a, w, out, routing: Routing, config: dict, topk_weights=None, a_scale=None,
+             w_scale=None, quant=None):
     """One grouped GEMM of the fused MoE.
 
     Args:
@@ -154,38 +201,52 @@ def moe_gemm(kind: str, a, w, out, routing: Routing, config: dict, topk_weights=
             ``topk_weights`` flattened [M*top_k] float32).
         routing: from :func:`align`, with ``routing.block_m == config BLOCK_SIZE_M``.
         config: SGLang-style config dict (see :func:`normalize_config`).
+        quant: ``None`` (a, w, out share one dtype) or a :class:`remote.kernel.quant.QuantSpec`
+            for fp8_w8a8: ``a`` and ``w`` are ``torch.float8_e4m3fn``, ``a_scale``/``w_scale``
+            float32 as made by :mod:`remote.kernel.quant` (per-tensor [1] / [E]; block
+            [rows, K/bk] / [E, N/bn, K/bk]); ``out`` is bf16/fp16.
 
     Returns:
         ``out`` (written in place; rows of pairs only, every pair row is written).
 
     Raises:
-        ValueError: BLOCK_SIZE_M differs from the routing's block size, or bad ``kind``.
+        ValueError: BLOCK_SIZE_M differs from the routing's block size, bad ``kind``, missing
+        scales, or (block fp8) a BLOCK_SIZE_K that does not divide the block's K.
         triton.runtime.errors.OutOfResources (or a compile error) for configs that do not
         fit the device: callers that search configs catch these.
     """
     cfg = normalize_config(config)
     if cfg["BLOCK_SIZE_M"] != routing.block_m:
         raise ValueError(f"BLOCK_SIZE_M {cfg['BLOCK_SIZE_M']} != routing block {routing.block_m}")
+    _check_quant_config(cfg, quant)
+    if quant is not None and (a_scale is None or w_scale is None):
+        raise ValueError("fp8 GEMM needs a_scale and w_scale")
     if kind == "up":
         return _launch(a, w, out, routing.sorted_ids, routing.sorted_ids, routing.expert_ids, routing.ntpp,
-                       routing.num_valid_tokens, routing.top_k, False, cfg)
+                       routing.num_valid_tokens, routing.top_k, False, cfg, a_scale, w_scale, quant)
     if kind == "down":
         if topk_weights is None:
             raise ValueError("down GEMM needs topk_weights")
         return _launch(a, w, out, topk_weights, routing.sorted_ids, routing.expert_ids, routing.ntpp,
-                       routing.num_valid_tokens, 1, True, cfg)
+                       routing.num_valid_tokens, 1, True, cfg, a_scale, w_scale, quant)
     raise ValueError(f"kind must be 'up' or 'down', got {kind!r}")
 
 
-def precompile(kind: str, dtype: torch.dtype, E: int, N: int, hidden: int, top_k: int, config: dict):
+def precompile(kind: str, dtype: torch.dtype, E: int, N: int, hidden: int, top_k: int, config: dict,
+               quant=None):
     """Compile (without launching) the GEMM kernel for one config, into Triton's cache.
 
     Uses the same signature and specialisation as :func:`moe_gemm` for contiguous
-    tensors of ``dtype`` with w1 [E, 2N, hidden] and w2 [E, hidden, N], so a later launch
-    in any process sharing ``TRITON_CACHE_DIR`` loads the binary instead of compiling.
-    Needs a GPU (not meaningful under TRITON_INTERPRET). Raises what Triton raises.
+    tensors of ``dtype`` with w1 [E, 2N, hidden] and w2 [E, hidden, N] (fp8 operands and
+    float32 scales when ``quant`` is a :class:`remote.kernel.quant.QuantSpec`; ``dtype`` is
+    then the output dtype), so a later launch in any process sharing ``TRITON_CACHE_DIR``
+    loads the binary instead of compiling. Needs a GPU (not meaningful under
+    TRITON_INTERPRET). Raises what Triton raises, and ValueError as :func:`moe_gemm`.
     """
+    from .quant import FP8_DTYPE
+
     cfg = normalize_config(config)
+    _check_quant_config(cfg, quant)
     bm = cfg["BLOCK_SIZE_M"]
     if kind == "up":
         n_out, k_in = 2 * N, hidden
@@ -193,13 +254,23 @@ def precompile(kind: str, dtype: torch.dtype, E: int, N: int, hidden: int, top_k
     else:
         n_out, k_in = hidden, N
         a_stride, w_strides, row_div, mul = (N, 1), (hidden * N, N, 1), 1, True
-    args = [dtype, dtype, dtype, torch.float32 if mul else torch.int32, torch.int32, torch.int32, torch.int32,
-            n_out, k_in, max_padded_tokens(top_k, E, bm), top_k,
-            a_stride[0], a_stride[1], w_strides[0], w_strides[1], w_strides[2], n_out, 1]
+    op = FP8_DTYPE if quant is not None else dtype
+    if quant is None:
+        scale_ptrs, scale_strides = [dtype, dtype], [0, 0, 0, 0, 0]
+    elif not quant.block_shape:
+        scale_ptrs, scale_strides = [torch.float32, torch.float32], [0, 0, 1, 0, 0]
+    else:
+        nk = -(-k_in // quant.group_k)
+        nn = -(-n_out // quant.group_n)
+        scale_ptrs, scale_strides = [torch.float32, torch.float32], [nk, 1, nn * nk, nk, 1]
+    args = [op, op, dtype, torch.float32 if mul else torch.int32, torch.int32, torch.int32, torch.int32,
+            *scale_ptrs, n_out, k_in, max_padded_tokens(top_k, E, bm), top_k,
+            a_stride[0], a_stride[1], w_strides[0], w_strides[1], w_strides[2], n_out, 1, *scale_strides]
     meta = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=cfg["BLOCK_SIZE_N"], BLOCK_SIZE_K=cfg["BLOCK_SIZE_K"],
                 GROUP_SIZE_M=cfg["GROUP_SIZE_M"], A_ROW_DIV=row_div, MUL_ROUTED_WEIGHT=mul,
-                EVEN_K=(k_in % cfg["BLOCK_SIZE_K"] == 0), num_warps=cfg["num_warps"],
-                num_stages=cfg["num_stages"])
+                EVEN_K=(k_in % cfg["BLOCK_SIZE_K"] == 0), QUANT=_quant_code(quant),
+                GROUP_N=quant.group_n if quant else 0, GROUP_K=quant.group_k if quant else 0,
+                num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return _moe_gemm_kernel.warmup(*args, grid=(1,), **meta)
 
 
@@ -223,24 +294,29 @@ def make_buffers(M: int, top_k: int, N: int, hidden: int, dtype, device, fill=fl
 
 
 def fused_moe(x, w1, w2, topk_weights, topk_ids, config: dict, down_config: dict | None = None,
-              buffers=None, routing: Routing | None = None, out=None):
+              buffers=None, routing: Routing | None = None, out=None, quant=None):
     """Fused MoE forward: ``sum_k w_k * silu_mul(x W1[e_k]^T) W2[e_k]^T``.
 
     Args:
         x: [M, hidden] fp16/bf16 (fp32 works too); w1: [E, 2N, hidden]; w2: [E, hidden, N],
-            same dtype, contiguous, same device.
+            same dtype as x (or fp8 e4m3 with ``quant``), contiguous, same device.
         topk_weights: float32 [M, top_k]; topk_ids: int32 [M, top_k] in [0, E).
         config: up-GEMM config (SGLang fields); down_config: down-GEMM config (default:
             ``config``), must have the same BLOCK_SIZE_M.
         buffers: optional ``make_buffers`` tuple to reuse (e.g. inside a CUDA graph).
         routing: optional precomputed :func:`align` result for this BLOCK_SIZE_M.
         out: optional [M, hidden] output tensor.
+        quant: ``None``, or a :class:`remote.kernel.quant.QuantWeights` (fp8_w8a8): w1/w2 are
+            fp8 with its scales; x and the SiLU-and-mul activations are quantized
+            dynamically as SGLang does (per-tensor, or per token and 128-column group for
+            block [128, 128]); intermediate buffers and the output stay in ``x.dtype``.
 
     Returns:
         [M, hidden] tensor of ``x.dtype``.
 
     Raises:
-        ValueError: mismatched BLOCK_SIZE_M or shapes.
+        ValueError: mismatched BLOCK_SIZE_M or shapes, or a block fp8 BLOCK_SIZE_K that does
+        not divide the block's K.
     """
     M, hidden = x.shape
     E, two_n, hidden_w = w1.shape
@@ -257,9 +333,20 @@ def fused_moe(x, w1, w2, topk_weights, topk_ids, config: dict, down_config: dict
     if buffers is None:
         buffers = make_buffers(M, top_k, N, hidden, x.dtype, x.device, fill=0.0)
     h, act, y = buffers
-    moe_gemm("up", x, w1, h, routing, config)
-    silu_and_mul(h, out=act)
-    moe_gemm("down", act, w2, y, routing, down_config, topk_weights=topk_weights.reshape(-1))
+    flat_w = topk_weights.reshape(-1)
+    if quant is None:
+        moe_gemm("up", x, w1, h, routing, config)
+        silu_and_mul(h, out=act)
+        moe_gemm("down", act, w2, y, routing, down_config, topk_weights=flat_w)
+    else:
+        from .quant import quant_activation
+        spec = quant.spec
+        xq, xs = quant_activation(x, spec)
+        moe_gemm("up", xq, w1, h, routing, config, a_scale=xs, w_scale=quant.w1_scale, quant=spec)
+        silu_and_mul(h, out=act)
+        aq, as_ = quant_activation(act, spec)
+        moe_gemm("down", aq, w2, y, routing, down_config, topk_weights=flat_w, a_scale=as_,
+                 w_scale=quant.w2_scale, quant=spec)
     r = y.view(M, top_k, hidden).sum(dim=1)
     if out is None:
         return r

@@ -9,30 +9,52 @@ import torch
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+def quant_spec(quant):
+    """``None`` or a :class:`remote.kernel.quant.QuantSpec` from the tuner spec's ``quant``
+    entry (``None``, or ``{"block_shape": None | [bn, bk]}`` for fp8_w8a8)."""
+    if quant is None:
+        return None
+    from ..kernel.quant import QuantSpec
+    bs = quant.get("block_shape")
+    return QuantSpec(tuple(int(v) for v in bs) if bs else None)
+
+
 class Problem:
     """Inputs for one batch size M: random x [M, hidden], routing from a softmax top-k of
     random logits, shared weights, and reusable buffers. Inputs are never zeros.
 
-    ``weights``: ``(w1 [E, 2N, hidden], w2 [E, hidden, N])`` reused across batch sizes of a
-    worker (regenerated only when absent). ``seed`` seeds x and the routing logits.
+    ``weights``: ``(w1 [E, 2N, hidden], w2 [E, hidden, N], qw)`` reused across batch sizes of
+    a worker (regenerated only when absent). ``seed`` seeds x and the routing logits.
+    ``quant``: ``None`` (weights in ``dtype``) or a :class:`remote.kernel.quant.QuantSpec`
+    (fp8_w8a8): the weights are fp8 e4m3 with float32 scales (``qw``, a
+    :class:`remote.kernel.quant.QuantWeights`), x and the down GEMM's input are also kept
+    quantized (``xq``/``xs``, ``aq``/``as_``) so a single GEMM is timed without the
+    quantization step, which no config changes.
     """
 
     def __init__(self, E: int, N: int, hidden: int, top_k: int, M: int, dtype: torch.dtype, device: str,
-                 seed: int, weights=None):
+                 seed: int, weights=None, quant=None):
         from ..kernel.fused_moe import make_buffers
         from ..kernel.reference import route
 
         self.E, self.N, self.hidden, self.top_k, self.M = E, N, hidden, top_k, M
         self.dtype, self.device = dtype, torch.device(device)
+        self.quant = quant
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
         if weights is None:
             w1 = torch.randn(E, 2 * N, hidden, generator=gen, device=self.device, dtype=torch.float32)
-            w1 = (w1 / math.sqrt(hidden)).to(dtype)
+            w1 = w1 / math.sqrt(hidden)
             w2 = torch.randn(E, hidden, N, generator=gen, device=self.device, dtype=torch.float32)
-            w2 = (w2 / math.sqrt(N)).to(dtype)
-            weights = (w1, w2)
-        self.w1, self.w2 = weights
+            w2 = w2 / math.sqrt(N)
+            if quant is None:
+                weights = (w1.to(dtype), w2.to(dtype), None)
+            else:
+                from ..kernel.quant import QuantWeights, quant_weight
+                (w1q, s1), (w2q, s2) = quant_weight(w1, quant), quant_weight(w2, quant)
+                weights = (w1q, w2q, QuantWeights(quant, s1, s2))
+            del w1, w2
+        self.w1, self.w2, self.qw = weights
         self.x = torch.randn(M, hidden, generator=gen, device=self.device, dtype=torch.float32).to(dtype)
         logits = torch.randn(M, E, generator=gen, device=self.device, dtype=torch.float32)
         self.topk_weights, self.topk_ids = route(M, E, top_k, logits=logits)
@@ -40,12 +62,16 @@ class Problem:
         self.buffers = make_buffers(M, top_k, N, hidden, dtype, self.device, fill=0.0)
         # the down GEMM's input gets real (random, non-zero) activations
         self.act_in = torch.randn(M * top_k, N, generator=gen, device=self.device, dtype=torch.float32).to(dtype)
+        if quant is not None:
+            from ..kernel.quant import quant_activation
+            self.xq, self.xs = quant_activation(self.x, quant)
+            self.aq, self.as_ = quant_activation(self.act_in, quant)
         self._routing = {}
 
     @property
     def weights(self):
-        """``(w1, w2)`` for reuse by the next Problem."""
-        return self.w1, self.w2
+        """``(w1, w2, qw)`` for reuse by the next Problem."""
+        return self.w1, self.w2, self.qw
 
     def routing(self, block_m: int):
         """Cached :func:`remote.kernel.fused_moe.align` result for ``block_m``."""
@@ -62,10 +88,12 @@ class BuiltinProvider:
     name = "builtin"
     separable = True
 
-    def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None) -> Problem:
-        """A :class:`Problem` for ``shape`` (keys E, N, hidden, topk) and batch size M."""
+    def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None,
+                     quant=None) -> Problem:
+        """A :class:`Problem` for ``shape`` (keys E, N, hidden, topk) and batch size M;
+        ``quant`` as the tuner spec's entry (see :func:`quant_spec`)."""
         return Problem(shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype], device, seed,
-                       weights)
+                       weights, quant_spec(quant))
 
     def gemm_fn(self, p: Problem, kind: str, cfg: dict):
         """A zero-argument callable launching one GEMM (``up`` or ``down``) with ``cfg``.
@@ -76,6 +104,12 @@ class BuiltinProvider:
 
         r = p.routing(int(cfg["BLOCK_SIZE_M"]))
         h, _act, y = p.buffers
+        if p.quant is not None:
+            if kind == "up":
+                return lambda: moe_gemm("up", p.xq, p.w1, h, r, cfg, a_scale=p.xs, w_scale=p.qw.w1_scale,
+                                        quant=p.quant)
+            return lambda: moe_gemm("down", p.aq, p.w2, y, r, cfg, topk_weights=p.flat_weights, a_scale=p.as_,
+                                    w_scale=p.qw.w2_scale, quant=p.quant)
         if kind == "up":
             return lambda: moe_gemm("up", p.x, p.w1, h, r, cfg)
         return lambda: moe_gemm("down", p.act_in, p.w2, y, r, cfg, topk_weights=p.flat_weights)
@@ -88,20 +122,27 @@ class BuiltinProvider:
         r = p.routing(int(up_cfg["BLOCK_SIZE_M"]))
         out = torch.empty(p.M, p.hidden, dtype=p.dtype, device=p.device)
         return lambda: fused_moe(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids, up_cfg, down_cfg,
-                                 buffers=p.buffers, routing=r, out=out)
+                                 buffers=p.buffers, routing=r, out=out, quant=p.qw)
 
     def check(self, p: Problem, up_cfg: dict, down_cfg: dict) -> float:
         """Relative error of the fused MoE with these configs against the float64
-        reference, buffers poisoned with NaN first (``inf`` if anything stayed NaN)."""
+        reference, buffers poisoned with NaN first (``inf`` if anything stayed NaN).
+        fp8: against :func:`remote.kernel.reference.fused_moe_reference_fp8` (same
+        quantized numbers), so the same 1e-2 bound applies."""
         from ..kernel.fused_moe import fused_moe, make_buffers
-        from ..kernel.reference import fused_moe_reference, relative_error
+        from ..kernel.reference import fused_moe_reference, fused_moe_reference_fp8, relative_error
 
         bufs = make_buffers(p.M, p.top_k, p.N, p.hidden, p.dtype, p.device)
         out = torch.full((p.M, p.hidden), float("nan"), dtype=p.dtype, device=p.device)
-        fused_moe(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids, up_cfg, down_cfg, buffers=bufs, out=out)
-        ref = fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids)
+        fused_moe(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids, up_cfg, down_cfg, buffers=bufs, out=out,
+                  quant=p.qw)
+        if p.qw is not None:
+            ref = fused_moe_reference_fp8(p.x, p.w1, p.w2, p.qw, p.topk_weights, p.topk_ids)
+        else:
+            ref = fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids)
         return relative_error(out, ref)
 
-    def precompile_args(self, shape: dict, dtype: str) -> dict:
+    def precompile_args(self, shape: dict, dtype: str, quant=None) -> dict:
         """Picklable arguments for :func:`remote.tuner.compile.compile_one`."""
-        return dict(dtype=dtype, E=shape["E"], N=shape["N"], hidden=shape["hidden"], top_k=shape["topk"])
+        return dict(dtype=dtype, E=shape["E"], N=shape["N"], hidden=shape["hidden"], top_k=shape["topk"],
+                    quant=quant)

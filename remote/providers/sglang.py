@@ -15,7 +15,7 @@ import importlib
 
 import torch
 
-from .builtin import DTYPES, Problem
+from .builtin import DTYPES, Problem, quant_spec
 
 
 def _imports():
@@ -45,10 +45,19 @@ class SglangProvider:
         self.override_config, self.fused_moe = _imports()
         self._new_api = None
 
-    def make_problem(self, shape, M, dtype, device, seed, weights=None) -> Problem:
+    def make_problem(self, shape, M, dtype, device, seed, weights=None, quant=None) -> Problem:
         """Same inputs as the builtin provider (see :class:`remote.providers.builtin.Problem`)."""
         return Problem(shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype], device, seed,
-                       weights)
+                       weights, quant_spec(quant))
+
+    @staticmethod
+    def _quant_kwargs(p: Problem) -> dict:
+        """fp8_w8a8 arguments of SGLang's ``fused_moe`` (per-tensor or block weight scales;
+        activations quantized dynamically by SGLang)."""
+        if p.qw is None:
+            return {}
+        return dict(use_fp8_w8a8=True, w1_scale=p.qw.w1_scale, w2_scale=p.qw.w2_scale,
+                    block_shape=list(p.quant.block_shape) if p.quant.block_shape else None)
 
     def _call(self, p: Problem):
         if self._new_api is None:
@@ -65,10 +74,11 @@ class SglangProvider:
             logits = torch.zeros(p.M, p.E, device=p.device, dtype=torch.float32)
             topk = StandardTopKOutput(p.topk_weights, p.topk_ids, logits)
             cfg = MoeRunnerConfig(inplace=False)
-            return lambda: self.fused_moe(p.x, p.w1, p.w2, topk, moe_runner_config=cfg)
+            return lambda: self.fused_moe(p.x, p.w1, p.w2, topk, moe_runner_config=cfg, **self._quant_kwargs(p))
         logits = torch.log(torch.full((p.M, p.E), 1e-6, device=p.device)).scatter(
             1, p.topk_ids.long(), torch.log(p.topk_weights))
-        return lambda: self.fused_moe(p.x, p.w1, p.w2, logits, p.top_k, renormalize=True, inplace=False)
+        return lambda: self.fused_moe(p.x, p.w1, p.w2, logits, p.top_k, renormalize=True, inplace=False,
+                                      **self._quant_kwargs(p))
 
     def full_fn(self, p: Problem, up_cfg: dict, down_cfg: dict):
         """Callable running SGLang's fused MoE with ``up_cfg`` forced (``down_cfg`` must be
@@ -86,10 +96,12 @@ class SglangProvider:
 
     def check(self, p: Problem, up_cfg: dict, down_cfg: dict) -> float:
         """Relative error of SGLang's output against the float64 reference."""
-        from ..kernel.reference import fused_moe_reference, relative_error
+        from ..kernel.reference import fused_moe_reference, fused_moe_reference_fp8, relative_error
 
         out = self.full_fn(p, up_cfg, down_cfg)()
+        if p.qw is not None:
+            return relative_error(out, fused_moe_reference_fp8(p.x, p.w1, p.w2, p.qw, p.topk_weights, p.topk_ids))
         return relative_error(out, fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids))
 
-    def precompile_args(self, shape, dtype):
+    def precompile_args(self, shape, dtype, quant=None):
         return None

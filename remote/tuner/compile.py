@@ -20,14 +20,16 @@ def _init_worker(device_index: int):
     torch.cuda.set_device(device_index)
 
 
-def compile_one(kind: str, cfg: dict, dtype: str, E: int, N: int, hidden: int, top_k: int):
-    """Compile the builtin GEMM for one (kind, cfg). Returns ``(ok, error_text)``; never raises."""
+def compile_one(kind: str, cfg: dict, dtype: str, E: int, N: int, hidden: int, top_k: int, quant=None):
+    """Compile the builtin GEMM for one (kind, cfg); ``quant`` as the tuner spec's entry
+    (fp8_w8a8). Returns ``(ok, error_text)``; never raises."""
     try:
         import torch
 
         from ..kernel.fused_moe import precompile
+        from ..providers.builtin import quant_spec
         td = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
-        precompile(kind, td, E, N, hidden, top_k, cfg)
+        precompile(kind, td, E, N, hidden, top_k, cfg, quant_spec(quant))
         return True, ""
     except Exception as exc:  # a candidate that does not compile is skipped, not fatal
         return False, f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -4,10 +4,14 @@ spread over several GPUs, one spawned worker process per GPU (:func:`tune_parall
 A ``spec`` is a plain dict (picklable): ``shape`` {E, N, hidden, topk}, ``dtype``
 (bfloat16/float16/float32), ``space``, ``provider`` (resolved name), ``seed``,
 ``dtype_selector``, ``block_shape``, ``shipped`` ({"up": cfg-dict, "down": cfg-dict|None}
-or None), ``check`` (bool: verify tuned configs against the float64 reference).
+or None), ``check`` (bool: verify tuned configs against the float64 reference), ``quant``
+(``None``, or ``{"block_shape": None | [bn, bk]}`` for fp8_w8a8: ``dtype`` is then the
+activation/output dtype and the weights are fp8 e4m3).
 
 Messages passed to ``emit(msg)``: ``("progress", M, best_us)``, ``("log", msg, level)``,
-``("done", M, result)``, ``("error", M, text)``.
+``("done", M, result)``, ``("error", M, text)``, and ``("fatal", M, text, traceback)``: a CUDA
+out-of-memory error outside any candidate (a candidate that runs out of memory is skipped like
+any failing candidate); the device stops there, and :func:`tune_parallel` stops every worker.
 """
 
 from __future__ import annotations
@@ -79,27 +83,30 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
     compiler = None
     if not cpu and provider.separable:
         idx = int(device.split(":")[1]) if ":" in device else 0
-        compiler = Compiler(provider.precompile_args(spec["shape"], spec["dtype"]), device_index=idx,
+        compiler = Compiler(provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")),
+                            device_index=idx,
                             workers=spec.get("compile_workers"))
     smem = _smem_limit(device)
-    elem = {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
+    quant = spec.get("quant")
+    elem = 1 if quant is not None else {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
+    block_k = int(quant["block_shape"][1]) if quant and quant.get("block_shape") else None
     shape = spec["shape"]
     weights = None
     prev = None  # this worker's last winner: warm start for the next batch size
     try:
         for M in batch_sizes:
             try:
-                p = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + M, weights)
+                p = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + M, weights, quant=quant)
                 weights = p.weights
                 ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(("log", m, lvl)),
                                cpu=cpu)
                 if not cpu and not timer._warm:
-                    d = sp.default_config(M, shape["E"])
+                    d = sp.default_config(M, shape["E"], spec.get("dtype_selector"), spec.get("block_shape"))
                     timer.warm_up(provider.full_fn(p, d, d))
                 sh = shipped_pair(spec.get("shipped"), M)
                 hints = [h for h in (prev, sh) if h]
                 res = search(ev, spec["space"], M, shape["E"], shape["topk"], smem, elem,
-                             progress=lambda best, M=M: emit(("progress", M, best)), hints=hints)
+                             progress=lambda best, M=M: emit(("progress", M, best)), hints=hints, block_k=block_k)
                 prev = (res["up"], res["down"])
                 default = sp.default_config(M, shape["E"], spec.get("dtype_selector"), spec.get("block_shape"))
                 variants = {"default": (default, default), "tuned": (res["up"], res["down"])}
@@ -115,7 +122,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 res["speedup_vs_shipped"] = _ratio(times.get("shipped"), times["tuned"])
                 if spec.get("check", True):
                     small = provider.make_problem(shape, min(M, 256), spec["dtype"], device, spec["seed"] + 7 * M,
-                                                  weights)
+                                                  weights, quant=quant)
                     res["rel_err"] = provider.check(small, res["up"], res["down"])
                     if not res["rel_err"] < 1e-2:
                         emit(("error", M, f"tuned config fails the correctness check: rel_err={res['rel_err']}"))
@@ -124,10 +131,27 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 emit(("done", M, res))
             except Exception as exc:
                 import traceback
+                if is_oom(exc):
+                    # a candidate out of memory is skipped inside the search; this one came from
+                    # what every candidate needs (inputs, buffers, the reference check): stop
+                    emit(("fatal", M, f"out of GPU memory on {device} at batch size {M}, outside any candidate "
+                                      f"(inputs, buffers or the correctness check): {type(exc).__name__}: {exc}",
+                          traceback.format_exc()[-4000:]))
+                    return
                 emit(("error", M, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"))
     finally:
         if compiler:
             compiler.close()
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for a CUDA out-of-memory error: ``torch.cuda.OutOfMemoryError``, or the plain
+    ``RuntimeError("CUDA out of memory...")`` of torch before 1.13."""
+    import torch
+    cls = getattr(torch.cuda, "OutOfMemoryError", None)
+    if cls is not None and isinstance(exc, cls):
+        return True
+    return isinstance(exc, RuntimeError) and "CUDA out of memory" in str(exc)
 
 
 def _ratio(a, b):
@@ -187,5 +211,9 @@ def tune_parallel(spec: dict, devices: list[str], batch_sizes: list[int], emit) 
             exited += 1
             continue
         emit(msg)
+        if msg[0] == "fatal":  # the tune ends: the other GPUs' work would be thrown away
+            for pr in procs:
+                pr.terminate()
+            break
     for pr in procs:
         pr.join(timeout=10)

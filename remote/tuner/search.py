@@ -245,22 +245,24 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
 
 
 def search(ev: Evaluator, space: str, M: int, E: int, top_k: int, smem_limit, elem_bytes: int, dims=None,
-           progress=None, hints=None) -> dict:
+           progress=None, hints=None, block_k: int | None = None) -> dict:
     """Run the search of ``space`` (``full``/``fast``/``smoke``) for batch size M.
 
     ``smem_limit``: bytes of shared memory a block may use (None: unknown/CPU);
     ``elem_bytes``: weight element size; ``dims``: optional ``(K_max, N_max)`` of the GEMMs
     (unused block sizes beyond them are pruned); ``hints``: warm-start pairs for ``fast``
-    (see :func:`search_fast`). Returns the dict of :func:`_result`.
+    (see :func:`search_fast`); ``block_k``: the fp8 block's K for block-quantized weights
+    (configs whose BLOCK_SIZE_K does not divide it are ruled out, :func:`space.fits`).
+    Returns the dict of :func:`_result`.
     Raises RuntimeError when no candidate runs, ValueError for an unknown space.
     """
     def feasible(c):
-        return sp.fits(c, smem_limit, elem_bytes)[0]
+        return sp.fits(c, smem_limit, elem_bytes, block_k)[0]
 
     if space == "smoke":
-        return search_fixed(ev, sp.smoke_space(), "smoke", progress)
+        return search_fixed(ev, [c for c in sp.smoke_space() if feasible(c)], "smoke", progress)
     if space == "full":
-        keep, ruled_out = sp.prune(sp.full_space(), smem_limit, elem_bytes)
+        keep, ruled_out = sp.prune(sp.full_space(), smem_limit, elem_bytes, block_k=block_k)
         ev.log(f"M={M}: full space {len(keep)} configs, {len(ruled_out)} ruled out before timing", "info")
         return search_fixed(ev, keep, "full", progress)
     if space == "fast":

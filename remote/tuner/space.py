@@ -65,14 +65,18 @@ def acc_regs_per_thread(cfg: dict) -> int:
     return int(cfg["BLOCK_SIZE_M"]) * int(cfg["BLOCK_SIZE_N"]) // (32 * int(cfg["num_warps"]))
 
 
-def fits(cfg: dict, smem_limit: int | None, elem_bytes: int = 2) -> tuple[bool, str]:
+def fits(cfg: dict, smem_limit: int | None, elem_bytes: int = 2, block_k: int | None = None) -> tuple[bool, str]:
     """Whether a config can run well on the device, without compiling it.
 
     Rules: shared memory per block (:func:`smem_bytes`) <= ``smem_limit`` (the device's
     opt-in per-block limit, bytes; ``None`` = unknown, not checked); the accumulator alone
     must fit the 255 registers a thread may have (a larger one spills to local memory on
-    every K step). Returns ``(ok, reason)``.
+    every K step); for block-quantized fp8 (``block_k`` = the block's K, e.g. 128)
+    BLOCK_SIZE_K must divide ``block_k`` (one weight scale per K step, the rule SGLang's
+    tuner applies to block_shape). Returns ``(ok, reason)``.
     """
+    if block_k and int(block_k) % int(cfg["BLOCK_SIZE_K"]):
+        return False, f"BLOCK_SIZE_K {cfg['BLOCK_SIZE_K']} does not divide the fp8 block's K {block_k}"
     if smem_limit is not None:
         need = smem_bytes(cfg, elem_bytes)
         if need > smem_limit:
@@ -84,15 +88,16 @@ def fits(cfg: dict, smem_limit: int | None, elem_bytes: int = 2) -> tuple[bool, 
 
 
 def prune(configs: list[dict], smem_limit: int | None, elem_bytes: int = 2, max_k: int | None = None,
-          max_n: int | None = None) -> tuple[list[dict], list[tuple[dict, str]]]:
+          max_n: int | None = None, block_k: int | None = None) -> tuple[list[dict], list[tuple[dict, str]]]:
     """Split ``configs`` into (runnable, [(ruled_out, reason)]) by :func:`fits`.
 
     ``max_k``/``max_n``: optional GEMM K and N; BLOCK_SIZE_K > next_pow2(K) (or N) only
     pads with masked work and is ruled out too (never the case for real models).
+    ``block_k``: see :func:`fits`.
     """
     keep, out = [], []
     for c in configs:
-        ok, why = fits(c, smem_limit, elem_bytes)
+        ok, why = fits(c, smem_limit, elem_bytes, block_k)
         if ok and max_k is not None and int(c["BLOCK_SIZE_K"]) > max(16, _next_pow2(max_k)):
             ok, why = False, f"BLOCK_SIZE_K {c['BLOCK_SIZE_K']} > K {max_k}"
         if ok and max_n is not None and int(c["BLOCK_SIZE_N"]) > max(16, _next_pow2(max_n)):
