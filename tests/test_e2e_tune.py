@@ -139,3 +139,30 @@ def test_readme_demo_path_persistent_hosts(tmp_path):
         down = subprocess.run([sys.executable, "-m", "tests.testbed", "down"], cwd=REPO, capture_output=True,
                               text=True, timeout=300)
         assert down.returncode == 0, down.stderr[-2000:]
+
+
+def test_fp8_block_model_tuned_and_loaded(testbed_factory, tmp_path):
+    """A host serving an fp8 checkpoint with block [128, 128] scales (DeepSeek-V3 /
+    Qwen3-*-FP8 style ``quantization_config``): orch tunes the fp8_w8a8 kernel and installs
+    files under SGLang's exact fp8 names, and the server's log proves it loaded them."""
+    from tests.testbed.bed import TINY_MOE_CONFIG
+
+    cfg = dict(TINY_MOE_CONFIG, hidden_size=256, moe_intermediate_size=128, num_experts=4,
+               quantization_config={"quant_method": "fp8", "activation_scheme": "dynamic",
+                                    "weight_block_size": [128, 128]})
+    bed = testbed_factory(1, host_options={0: {"model_config": cfg}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    up = "E=4,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    down = up[: -len(".json")] + "_down.json"
+    assert "Using default MoE kernel config" in h.unit_log()
+    inv = inventory(bed, tmp_path / "hosts.yaml", orch_tune_batch_sizes=[2])
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert recap(proc)["hosts"][h.name]["outcome"] == "completed"
+    for name in (up, down):
+        cfg_file = json.loads(h.sh(f"cat {h.triton_dir + '/' + name!r}").stdout)
+        assert list(cfg_file) == ["2"] and 128 % cfg_file["2"]["BLOCK_SIZE_K"] == 0
+    log = h.unit_log().rsplit("server_args=", 1)[1]
+    assert f"Using MoE kernel config from {h.triton_dir}/{up}." in log
+    assert f"Using MoE kernel config from {h.triton_dir}/{down}." in log
