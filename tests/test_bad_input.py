@@ -206,3 +206,40 @@ def test_bad_and_hostile_values_on_a_host_change_nothing(testbed_factory, tmp_pa
     assert not found, found
     assert not list(REPO.glob(f"{tag}*")) and not list(Path("/tmp").glob(f"{tag}*"))
     assert h.sh("systemctl is-active web", check=False).stdout.strip() == "active"
+
+
+@pytest.mark.testbed
+def test_model_the_tuner_cannot_run_is_refused_before_the_stop(testbed_factory, tmp_path):
+    """A server on int8 weights (``--quantization w8a8_int8``: SGLang looks for
+    ``dtype=int8_w8a8`` files) is refused with the reason, while it keeps serving: the
+    refusal comes before the unit is stopped, so nothing on the host changes."""
+    bed = testbed_factory(1, host_options={0: {"extra_args": ["--quantization", "w8a8_int8"]}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    snap = _snapshot(h)
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "failed", r
+    assert "dtype=int8_w8a8" in r["cause"] and "orch configs import" in r["cause"], r["cause"]
+    assert _snapshot(h) == snap
+    h.wait_http("/health")
+
+
+@pytest.mark.parametrize("model,ok", [
+    ({"dtype_selector": None, "weight_dtype": "bfloat16"}, True),
+    ({"dtype_selector": "float32", "weight_dtype": "float32"}, True),
+    ({"dtype_selector": "fp8_w8a8", "weight_dtype": "fp8_e4m3", "block_shape": [128, 128]}, True),
+    ({"dtype_selector": "fp8_w8a8", "weight_dtype": "fp8_e4m3", "block_shape": None}, True),
+    ({"dtype_selector": "fp8_w8a8", "weight_dtype": "fp8_e4m3", "per_channel_quant": True}, False),
+    ({"dtype_selector": "fp8_w8a8", "weight_dtype": "fp8_e5m2"}, False),
+    ({"dtype_selector": "int8_w8a8", "weight_dtype": "int8"}, False),
+    ({"dtype_selector": "int4_w4a16", "weight_dtype": "int4"}, False),
+])
+def test_untunable_reason(model, ok):
+    from orchestrator.tasks.probe import untunable_reason
+    why = untunable_reason(model)
+    assert (why is None) == ok, why
+    if not ok:
+        assert model["dtype_selector"] in why

@@ -16,6 +16,7 @@ import json
 
 from ..engine.results import TaskFailed, TaskResult
 from ..store import ConfigStore, key_hash, tuning_key
+from .probe import untunable_reason
 
 #: SGLang's default tuning batch sizes (benchmark/kernels/fused_moe_triton, common_utils.py)
 DEFAULT_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
@@ -58,6 +59,9 @@ def config_source(ctx, space: str = "fast", batch_sizes: list[int] | None = None
                 (ctx.host_dir / "report.json").write_text(entry.report.read_text())
         ctx.state.setdefault("summary", {})["config_source"] = {"source": "store", "key": kh}
         return TaskResult.ok(msg, source="store", key=kh)
+    why = untunable_reason(probe.get("model"))
+    if why:  # refuse before the unit is stopped: nothing on the host has changed
+        raise TaskFailed(why)
     if groups is None:
         ctx.vars["orch_config_source"] = "tune"
         return TaskResult.ok("tuning on this host", source="tune", key=kh)
