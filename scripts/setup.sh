@@ -6,14 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for bin in /usr/sbin/sshd /usr/bin/fuser /usr/bin/lsof /usr/sbin/ip /usr/bin/unshare /usr/bin/nsenter /usr/bin/chromium; do
+for bin in /usr/sbin/sshd /usr/bin/fuser /usr/bin/lsof /usr/sbin/ip /usr/bin/unshare /usr/bin/nsenter /usr/bin/chromium \
+           /usr/bin/sudo /usr/sbin/visudo; do
   [ -x "$bin" ] || need_apt+=("$bin")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing system packages (missing: ${need_apt[*]})"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends openssh-server openssh-client iproute2 psmisc lsof util-linux procps chromium >/dev/null
+  apt-get install -y -qq --no-install-recommends openssh-server openssh-client iproute2 psmisc lsof util-linux procps chromium sudo >/dev/null
 fi
 [ -f tests/testbed/setup.sh ] && bash tests/testbed/setup.sh
 

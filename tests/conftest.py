@@ -28,7 +28,7 @@ def testbed_unavailable_reason() -> Optional[str]:
     """Why a test bed cannot be made here (str), or None when it can."""
     if os.geteuid() != 0:
         return "the test bed needs root (network namespaces, mounts)"
-    for tool in ("ip", "unshare", "nsenter", "ssh", "ssh-keygen"):
+    for tool in ("ip", "unshare", "nsenter", "ssh", "ssh-keygen", "sudo", "visudo", "useradd", "chpasswd"):
         if shutil.which(tool) is None:
             return f"`{tool}` is not installed (run tests/testbed/setup.sh)"
     if not os.path.exists("/usr/sbin/sshd"):

@@ -1,14 +1,17 @@
-"""Security (issue 7): host keys, secrets in records, payload integrity, permissions.
+"""Security (issue 7): host keys, secrets in records, payload integrity, permissions, least privilege.
 
-Run against a test-bed host over real SSH (Paramiko) in check mode, which connects, reads
+Run against test-bed hosts over real SSH (Paramiko), mostly in check mode, which connects, reads
 the unit, pushes and verifies the payload and probes, so every check below goes through
-the same code as a real run.
+the same code as a real run. The least-privilege tests log in as the bed's non-root user
+(``orchop``), which may use sudo with its password; sudo logs every command it runs for that user
+to ``/var/log/sudo-orchop.log`` on the host.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import stat
 import subprocess
 from pathlib import Path
@@ -17,6 +20,7 @@ import pytest
 
 from orchestrator.payload_bundle import build_bundle
 from tests.e2e_helpers import inventory, orch, recap
+from tests.testbed.bed import SUDO_LOG
 
 pytestmark = pytest.mark.testbed
 
@@ -71,12 +75,11 @@ def test_secrets_never_recorded_and_run_folders_private(testbed_factory, tmp_pat
     h.wait_http("/health")
     secret = "S3cr3t-" + secrets.token_hex(8)
     state = tmp_path / "state"
-    # become with a password: the bed has no sudo, so the run may fail at the first root step;
-    # either way the password must appear nowhere
+    # root login with become and a password (sudo asks root for none); the password must appear nowhere
     inv = inventory(bed, tmp_path / "hosts.yaml", ansible_become=True, ansible_become_password=secret)
     proc = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", "-v", state_dir=state)
     res = recap(proc)
-    assert res["hosts"][h.name]["outcome"] in ("check", "failed"), res
+    assert res["hosts"][h.name]["outcome"] == "check", res
     assert secret not in proc.stdout and secret not in proc.stderr
     # a real (non-check) run without become: its host record and controller record
     inv = inventory(bed, tmp_path / "hosts.yaml", ansible_become_password=secret, orch_bench=False)
@@ -125,3 +128,148 @@ def test_payload_verified_by_checksum_before_it_runs(testbed_factory, tmp_path):
     assert tampered and {"remote/names.py", "remote/evil.py"} <= set(tampered[0]["files"]), tampered
     assert h.file_tree_hash(root) == tree, "the payload was pushed again from the verified bundle"
     assert h.sh("test -e /tmp/orch-tampered", check=False).returncode != 0
+
+
+# --- least privilege: a non-root login, sudo only for the steps that need root -------------------------
+
+UP = "E=8,N=64,device_name=NVIDIA_H200.json"
+DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
+
+
+def _login_inventory(bed, path: Path, **host_vars) -> Path:
+    """The bed's inventory with every host reached as the non-root login user (``orchop``)."""
+    hv = dict({"ansible_user": bed.login_user}, **host_vars)
+    return inventory(bed, path, host_vars={h.name: hv for h in bed.hosts})
+
+
+def _sudo_commands(h) -> tuple[list[str], list[str]]:
+    """(lines of the host's sudo log, the COMMAND= of each); ([], []) when sudo never ran."""
+    lines = h.sh(f"cat {SUDO_LOG}", check=False).stdout.splitlines()
+    return lines, [x.split("COMMAND=", 1)[1] for x in lines if "COMMAND=" in x]
+
+
+def _untouched(h) -> dict:
+    """What a refused run must not change: configs, orch state, unit files and state, main PID, temp files."""
+    return {
+        "configs": h.file_tree_hash(h.config_dir),
+        "orch": h.sh("ls -A /var/lib/orch").stdout.split(),
+        "units": h.file_tree_hash("/etc/systemd/system"),
+        "active": h.unit_state(),
+        "pid": h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip(),
+        "tmp": sorted(p for p in h.sh("ls -A /tmp").stdout.split() if p.startswith("orch")),
+    }
+
+
+def _nowhere(secret: str, proc, state: Path, h, login_user: str) -> None:
+    """``secret`` is in no output, no file of the controller state dir, and no file under the host's
+    /var/log, /var/lib/orch, /tmp or the login user's home."""
+    assert secret not in proc.stdout and secret not in proc.stderr
+    files = [p for p in state.rglob("*") if p.is_file()]
+    assert any(p.name == "events.jsonl" for p in files)
+    for p in files:
+        assert secret.encode() not in p.read_bytes(), p
+    hits = h.sh(f"grep -rlF -e {shlex.quote(secret)} /var/log /var/lib/orch /tmp /home/{login_user}", check=False)
+    assert hits.returncode == 1 and not hits.stdout, (hits.returncode, hits.stdout, hits.stderr)
+
+
+def test_tune_as_non_root_user_uses_sudo_only_for_root_steps(testbed_factory, tmp_path):
+    bed = testbed_factory(1)
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    password = bed.become_password
+    state = tmp_path / "state"
+    inv = _login_inventory(bed, tmp_path / "hosts.yaml", ansible_become=True, ansible_become_password=password)
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", "-v", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    res = recap(proc)
+    run_id = res["run_id"]
+    assert res["hosts"][h.name]["outcome"] == "completed", res["hosts"][h.name]
+    events = [json.loads(x) for x in (state / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+    connected = next(e for e in events if e["event"] == "task" and e["module"] == "connect")
+    assert connected["data"]["user"] == bed.login_user and connected["data"]["become_user"] == "root", connected
+
+    # the job was done: new files installed (root-owned, world-readable), loaded, unit active, run recorded
+    for name in (UP, DOWN):
+        path = shlex.quote(f"{h.triton_dir}/{name}")
+        assert json.loads(h.sh(f"cat {path}").stdout)
+        assert h.sh(f"stat -c '%U %a' {path}").stdout.split() == ["root", "644"]
+    assert h.unit_state() == "active"
+    assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in h.unit_log()
+    record = json.loads(h.sh(f"cat /var/lib/orch/runs/{run_id}/state.json").stdout)
+    assert record["state"] == "completed"
+    assert h.sh(f"stat -c '%U %a' /var/lib/orch /var/lib/orch/runs/{run_id}").stdout.split() == \
+        ["root", "700", "root", "700"]
+    assert h.sh("test -e /var/lib/orch/lock.json", check=False).returncode != 0
+    assert (state / "runs" / run_id / "hosts" / h.name / "configs" / UP).exists(), "tuned file fetched via sudo"
+
+    # sudo ran exactly the steps that need root, for orchop, as root, with the right password
+    lines, commands = _sudo_commands(h)
+    assert lines and all(f" : {bed.login_user} : " in x and "USER=root" in x for x in lines), lines
+    assert not [x for x in lines if "incorrect password" in x]
+
+    def ran(pred) -> bool:
+        return any(pred(c) for c in commands)
+
+    assert f"/usr/bin/systemctl stop {h.unit}" in commands
+    assert f"/usr/bin/systemctl restart {h.unit}" in commands
+    assert ran(lambda c: c.startswith("/usr/bin/install -m 0600 -T -- /tmp/orch-xfer.") and c.endswith(".tar.gz"))
+    assert ran(lambda c: c.startswith("/usr/bin/install -m 0600 -T -- /tmp/orch-xfer.")
+               and " /var/lib/orch/payload/requests/install-" in c)
+    assert ran(lambda c: c.startswith("/usr/bin/install -m 0644 -T -- /var/lib/orch/work/") and UP in c)
+    for step in ("version", "probe", "lock acquire", "reap", "tune", "install --request", "lock release"):
+        assert ran(lambda c: f" -m remote {step}" in c), step
+    # reading the unit needs no root: it ran as orchop, never through sudo
+    assert not ran(lambda c: c.startswith("/usr/bin/systemctl ") and c.split()[1] in ("show", "cat", "is-active")), \
+        commands
+    assert any(e["event"] == "task" and e["module"] == "unit_facts" and e["status"] == "ok" for e in events)
+    # no staged copy left behind; the password appears nowhere
+    assert not [p for p in h.sh("ls -A /tmp").stdout.split() if p.startswith("orch-xfer.")]
+    _nowhere(password, proc, state, h, bed.login_user)
+
+
+def test_non_root_user_without_become_refused_clearly_nothing_changed(testbed_factory, tmp_path):
+    bed = testbed_factory(1)
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    before = _untouched(h)
+    inv = _login_inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "failed", r
+    cause = r["cause"]
+    assert len(cause.splitlines()) == 1, cause
+    for part in (h.name, f"logged in as {bed.login_user}, not root", "ansible_become is not set",
+                 "permission denied for /var/lib/orch"):
+        assert part in cause, (part, cause)
+    assert _untouched(h) == before  # no lock, no run record, no file, unit and PID as they were
+    assert _sudo_commands(h) == ([], [])
+
+
+def test_wrong_or_missing_become_password_refused_clearly_nothing_changed(testbed_factory, tmp_path):
+    bed = testbed_factory(1)
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    before = _untouched(h)
+    wrong = "Wr0ng-" + secrets.token_hex(8)
+    state = tmp_path / "s1"
+    inv = _login_inventory(bed, tmp_path / "hosts.yaml", ansible_become=True, ansible_become_password=wrong)
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", "-v", state_dir=state)
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "failed", r
+    assert r["cause"] == f"Connect: {h.name}: sudo: incorrect become password for {bed.login_user} on {h.name}"
+    assert _untouched(h) == before
+    lines, _ = _sudo_commands(h)
+    assert lines and all("incorrect password attempt" in x for x in lines), lines  # nothing ran as root
+    _nowhere(wrong, proc, state, h, bed.login_user)
+
+    # become without any password: the cause names the missing variable
+    inv = _login_inventory(bed, tmp_path / "hosts2.yaml", ansible_become=True)
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "s2")
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    cause = recap(proc)["hosts"][h.name]["cause"]
+    assert f"sudo: {bed.login_user} on {h.name} needs a password" in cause
+    assert "ansible_become_password is not set" in cause
+    assert _untouched(h) == before
+    assert all("incorrect password attempt" in x for x in _sudo_commands(h)[0])

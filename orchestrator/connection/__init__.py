@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .base import (CommandFailed, CommandResult, CommandTimeout, HostUnreachable, PrefixPrinter,
-                   Transport, quote_argv)
+from .base import (BecomeFailed, CommandFailed, CommandResult, CommandTimeout, HostUnreachable,
+                   PrefixPrinter, Transport, quote_argv)
 
 
 def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
@@ -48,5 +48,5 @@ def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
     return t
 
 
-__all__ = ["connect", "Transport", "CommandResult", "CommandFailed", "CommandTimeout",
+__all__ = ["connect", "Transport", "CommandResult", "CommandFailed", "BecomeFailed", "CommandTimeout",
            "HostUnreachable", "quote_argv"]

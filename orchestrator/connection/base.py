@@ -3,10 +3,19 @@
 Commands are given as argument lists and quoted here with :func:`shlex.join`, so
 nothing that came from an inventory or a host reaches a remote shell unquoted.
 Every output line is written prefixed with the host name.
+
+Least privilege (``ansible_become``): commands run as the login user (``ansible_user``); only
+the calls that pass ``become=True`` go through ``sudo -S -H -u <ansible_become_user>`` (Invoke's
+``sudo``, which answers the password prompt from ``ansible_become_password``; the password goes
+to sudo's stdin only, never into a command line, an output or a record). Copies into or out of
+root-only folders (``put``/``get`` with ``become=True``) stage the file in a private temp folder
+of the login user and move it with ``sudo install``.
 """
 
 from __future__ import annotations
 
+import posixpath
+import re
 import shlex
 import sys
 import threading
@@ -49,6 +58,26 @@ class CommandFailed(ConnectionError_):
         super().__init__(f"{host}: command failed (exit {result.exited}): {result.command}\n" + "\n".join(tail))
         self.result = result
         self.host = host
+
+
+class BecomeFailed(CommandFailed):
+    """sudo refused to run a ``become`` command (wrong or missing password, no sudo rights): the
+    command never ran. Raised whatever ``check`` says. The message names the login user and the
+    host, never the password."""
+
+    def __init__(self, msg: str, result: CommandResult, host: str):
+        ConnectionError_.__init__(self, msg)
+        self.result = result
+        self.host = host
+
+
+#: sudo's own refusals on stderr (the command did not run): (pattern, kind)
+_SUDO_REFUSALS = (
+    (re.compile(r"^sudo: \d+ incorrect password attempts?", re.M), "password"),
+    (re.compile(r"^sudo: (a password is required|no password was provided)", re.M), "password"),
+    (re.compile(r"is not in the sudoers file", re.M), "rights"),
+    (re.compile(r"^Sorry, user \S+ (is not allowed to execute|may not run sudo)", re.M), "rights"),
+)
 
 
 def quote_argv(argv: Sequence[str] | str) -> str:
@@ -127,6 +156,9 @@ class Transport:
     def _invoke_sudo(self, command: str, **kwargs):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    #: the account the transport logs in as (set by subclasses; used in messages)
+    login_user: str = "the login user"
+
     def __init__(self, host: str, become: bool = False, become_user: str = "root",
                  become_password: str | None = None, echo: Callable[[str], None] | None = None,
                  default_timeout: float | None = 600.0):
@@ -145,14 +177,20 @@ class Transport:
 
         ``timeout`` is in seconds (default ``default_timeout``); it raises
         :class:`CommandTimeout`. ``become=True`` runs it through sudo when the host's
-        ``ansible_become`` is set (the only steps that ask are those that need root).
-        ``on_stdout_line``/``on_stderr_line`` get each line as it arrives; ``echo``
+        ``ansible_become`` is set (the only steps that ask are those that need root);
+        sudo's ``secure_path`` then applies, so commands are plain names found there or
+        absolute paths. ``on_stdout_line``/``on_stderr_line`` get each line as it arrives; ``echo``
         also prints lines prefixed with the host. Raises :class:`CommandFailed` on a
-        non-zero exit when ``check``, :class:`HostUnreachable` when the link drops.
+        non-zero exit when ``check``, :class:`BecomeFailed` when sudo refused (any ``check``),
+        :class:`HostUnreachable` when the link drops. ``stdin_text`` cannot go with sudo
+        (``sudo -S`` reads the password from stdin): ValueError.
         """
         import invoke
 
         command = quote_argv(argv)
+        use_sudo = bool(become and self.become)
+        if use_sudo and stdin_text is not None:
+            raise ValueError("stdin_text cannot be combined with become: sudo -S reads the password from stdin")
         out_cb = self._line_cb(on_stdout_line, echo)
         err_cb = self._line_cb(on_stderr_line, echo)
         out_w, err_w = LineWriter(out_cb), LineWriter(err_cb)
@@ -162,11 +200,14 @@ class Transport:
             import io
             kwargs["in_stream"] = io.StringIO(stdin_text)
         try:
-            if become and self.become:
+            if use_sudo:
                 res = self._invoke_sudo(command, user=self.become_user,
                                         password=self._become_password or "", **kwargs)
             else:
                 res = self._invoke_run(command, **kwargs)
+        except invoke.exceptions.AuthFailure:  # sudo said "Sorry, try again.": wrong password
+            raise BecomeFailed(self._become_refused("password"), CommandResult(command, -1, "", ""),
+                               self.host) from None
         except invoke.exceptions.CommandTimedOut as exc:
             raise CommandTimeout(f"{self.host}: command timed out after {exc.timeout} s: {command}") from None
         except (OSError, EOFError) as exc:
@@ -178,9 +219,23 @@ class Transport:
             err_w.close()
         result = CommandResult(command=command, exited=res.exited if res.exited is not None else -1,
                                stdout=res.stdout, stderr=res.stderr)
+        if use_sudo and not result.ok:
+            for pattern, kind in _SUDO_REFUSALS:
+                if pattern.search(result.stderr or ""):
+                    raise BecomeFailed(self._become_refused(kind), result, self.host)
         if check and not result.ok:
             raise CommandFailed(result, self.host)
         return result
+
+    def _become_refused(self, kind: str) -> str:
+        """One-line cause of a sudo refusal (``kind``: ``password`` or ``rights``); never the password."""
+        if kind == "password" and not self._become_password:
+            return (f"{self.host}: sudo: {self.login_user} on {self.host} needs a password to become "
+                    f"{self.become_user}, and ansible_become_password is not set")
+        if kind == "password":
+            return f"{self.host}: sudo: incorrect become password for {self.login_user} on {self.host}"
+        return (f"{self.host}: sudo: {self.login_user} may not run commands as {self.become_user} on "
+                f"{self.host} (not allowed by sudoers)")
 
     def _line_cb(self, cb, echo):
         def handle(line: str) -> None:
@@ -190,12 +245,59 @@ class Transport:
                 self.echo(line)
         return handle
 
-    def put(self, local_path: str, remote_path: str) -> None:  # pragma: no cover - abstract
-        """Copy a local file to ``remote_path`` on the host."""
+    def put(self, local_path: str, remote_path: str, *, become: bool = False) -> None:
+        """Copy the local file ``local_path`` to ``remote_path`` on the host.
+
+        ``become=True`` means the target is root-only (e.g. under ``/var/lib/orch``): with the
+        host's ``ansible_become`` set, the file is uploaded as the login user into a private temp
+        folder (``mktemp -d``), moved into place by sudo (``install -m 0600``, so it belongs to the
+        become user) and the temp folder is removed. Otherwise it is copied directly as the login
+        user. Raises :class:`HostUnreachable` on a transfer error, :class:`CommandFailed` /
+        :class:`BecomeFailed` when the move fails.
+        """
+        if not (become and self.become):
+            self._put_file(local_path, remote_path)
+            return
+        tmpdir = self._user_tmpdir()
+        try:
+            staged = posixpath.join(tmpdir, "file")
+            self._put_file(local_path, staged)
+            self.run(["install", "-m", "0600", "-T", "--", staged, remote_path], become=True, timeout=300)
+        finally:
+            self.run(["rm", "-rf", "--", tmpdir], check=False, timeout=60)
+
+    def get(self, remote_path: str, local_path: str, *, become: bool = False) -> None:
+        """Copy ``remote_path`` on the host to the local file ``local_path``.
+
+        ``become=True`` means the source is root-only: with ``ansible_become`` set, sudo copies it
+        (``install -m 0644``) into a private temp folder of the login user (mode 0700, so no one
+        else can read it there), which is downloaded and then removed. Raises as :meth:`put`.
+        """
+        if not (become and self.become):
+            self._get_file(remote_path, local_path)
+            return
+        tmpdir = self._user_tmpdir()
+        try:
+            staged = posixpath.join(tmpdir, "file")
+            self.run(["install", "-m", "0644", "-T", "--", remote_path, staged], become=True, timeout=300)
+            self._get_file(staged, local_path)
+        finally:
+            self.run(["rm", "-rf", "--", tmpdir], check=False, timeout=60)
+
+    def _user_tmpdir(self) -> str:
+        """A new private (0700) temp folder of the login user on the host (``mktemp -d``); its path."""
+        res = self.run(["mktemp", "-d", "-t", "orch-xfer.XXXXXXXXXX"], timeout=60)
+        path = res.stdout.strip()
+        if not path.startswith("/") or "\n" in path:
+            raise CommandFailed(CommandResult(res.command, res.exited, res.stdout, "not a folder path"), self.host)
+        return path
+
+    def _put_file(self, local_path: str, remote_path: str) -> None:  # pragma: no cover - abstract
+        """Copy a local file to ``remote_path`` as the login user."""
         raise NotImplementedError
 
-    def get(self, remote_path: str, local_path: str) -> None:  # pragma: no cover - abstract
-        """Copy ``remote_path`` on the host to a local file."""
+    def _get_file(self, remote_path: str, local_path: str) -> None:  # pragma: no cover - abstract
+        """Copy ``remote_path`` (readable by the login user) to a local file."""
         raise NotImplementedError
 
     def close(self) -> None:

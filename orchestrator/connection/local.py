@@ -17,8 +17,11 @@ class LocalTransport(Transport):
 
     def __init__(self, host: str, **kw):
         super().__init__(host, **kw)
+        import getpass
+
         import invoke
 
+        self.login_user = getpass.getuser()
         self._ctx = invoke.Context()
 
     def open(self) -> None:
@@ -30,12 +33,12 @@ class LocalTransport(Transport):
     def _invoke_sudo(self, command: str, **kwargs):
         return self._ctx.sudo(command, **kwargs)
 
-    def put(self, local_path: str, remote_path: str) -> None:
+    def _put_file(self, local_path: str, remote_path: str) -> None:
         """Copy ``local_path`` to ``remote_path`` (same machine)."""
         if os.path.abspath(local_path) != os.path.abspath(remote_path):
             shutil.copyfile(local_path, remote_path)
 
-    def get(self, remote_path: str, local_path: str) -> None:
+    def _get_file(self, remote_path: str, local_path: str) -> None:
         """Copy ``remote_path`` to ``local_path`` (same machine)."""
         if os.path.abspath(local_path) != os.path.abspath(remote_path):
             shutil.copyfile(remote_path, local_path)

@@ -9,6 +9,7 @@ always refused by Paramiko (``BadHostKeyException``).
 
 from __future__ import annotations
 
+import getpass
 import os
 import socket
 import threading
@@ -70,6 +71,7 @@ class SSHTransport(Transport):
         self._conn = fabric.Connection(address, user=user, port=self.port,
                                        connect_timeout=connect_timeout,
                                        connect_kwargs=connect_kwargs)
+        self.login_user = self._conn.user or getpass.getuser()  # as resolved by Fabric (~/.ssh/config)
         if self._conn.gateway:
             # Fabric opens ProxyJump/ProxyCommand hops from ~/.ssh/config with AutoAddPolicy,
             # which would accept any key of the jump host: refuse rather than trust blindly.
@@ -126,16 +128,16 @@ class SSHTransport(Transport):
         self._ensure_open()
         return self._conn.sudo(command, **kwargs)
 
-    def put(self, local_path: str, remote_path: str) -> None:
-        """Upload ``local_path`` to ``remote_path`` over SFTP."""
+    def _put_file(self, local_path: str, remote_path: str) -> None:
+        """Upload ``local_path`` to ``remote_path`` over SFTP (as the login user)."""
         self._ensure_open()
         try:
             self._conn.put(local_path, remote=remote_path)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise HostUnreachable(f"{self.host}: upload to {remote_path} failed: {exc}") from exc
 
-    def get(self, remote_path: str, local_path: str) -> None:
-        """Download ``remote_path`` to ``local_path`` over SFTP."""
+    def _get_file(self, remote_path: str, local_path: str) -> None:
+        """Download ``remote_path`` to ``local_path`` over SFTP (as the login user)."""
         self._ensure_open()
         try:
             self._conn.get(remote_path, local=local_path)

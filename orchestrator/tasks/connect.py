@@ -3,20 +3,45 @@
 from __future__ import annotations
 
 from ..connection import connect as _connect
-from ..engine.results import TaskResult
+from ..engine.results import TaskFailed, TaskResult
 
 
-def connect(ctx) -> TaskResult:
-    """Open ``ctx.transport`` from the host's inventory variables.
+def connect(ctx, require_root: bool = True) -> TaskResult:
+    """Open ``ctx.transport`` from the host's inventory variables and check who orch is there.
 
-    Raises :class:`orchestrator.connection.HostUnreachable` (the host is then
-    reported unreachable) on a refused or changed host key, failed auth or timeout.
+    Commands run as the login user (``ansible_user``). With ``ansible_become``, sudo is tried
+    once here (``id -un`` as the become user) so a wrong or missing ``ansible_become_password``
+    or missing sudo rights fail now, naming the host, before anything is read or changed.
+    ``require_root`` (default): orch's state folder (``orch_state_dir``, root-only), the unit and
+    the GPU processes need root, so a login user that is not root without ``ansible_become``
+    fails here with the reason.
+
+    Raises :class:`orchestrator.connection.HostUnreachable` (the host is then reported
+    unreachable) on a refused or changed host key, failed auth or timeout;
+    :class:`orchestrator.connection.BecomeFailed` when sudo refuses; :class:`TaskFailed` when
+    root is needed and not available.
     """
     if ctx.transport is None:
         ctx.transport = _connect(ctx.name, ctx.vars, accept_new_host_keys=ctx.options.accept_new_host_keys,
                                  echo_output=ctx.options.echo_output)
-    who = ctx.transport.run(["id", "-un"], timeout=30).stdout.strip()
+    t = ctx.transport
+    who = t.run(["id", "-un"], timeout=30).stdout.strip()
+    if t.become:
+        as_ = t.run(["id", "-un"], become=True, timeout=60).stdout.strip()
+        if require_root and who != "root" and as_ != "root":
+            raise TaskFailed(f"{ctx.name}: logged in as {who} and ansible_become_user is {as_}, not root: orch "
+                             f"needs root on the host for {_state_dir(ctx)}, the unit and the GPU processes")
+        return TaskResult.ok(f"connected as {who}, sudo to {as_} for the steps that need root", user=who,
+                             become_user=as_)
+    if require_root and who != "root":
+        raise TaskFailed(f"{ctx.name}: logged in as {who}, not root, and ansible_become is not set: permission "
+                         f"denied for {_state_dir(ctx)} (root-only), the unit and the GPU processes; set "
+                         f"ansible_become: true (and ansible_become_password) for {who}")
     return TaskResult.ok(f"connected as {who}", user=who)
+
+
+def _state_dir(ctx) -> str:
+    return str(ctx.vars.get("orch_state_dir") or "/var/lib/orch")
 
 
 connect.check_safe = True

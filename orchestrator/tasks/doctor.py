@@ -43,7 +43,11 @@ def _validate_remote(ctx, path: str) -> str | None:
     from remote.configio import validate_config
     from remote.protocol import PayloadError
 
-    res = ctx.transport.run(["head", "-c", str(MAX_CONFIG_BYTES + 1), path], check=False, become=True, timeout=60)
+    # config files are world-readable (orch installs them 0644): sudo only when the folder is not
+    argv = ["head", "-c", str(MAX_CONFIG_BYTES + 1), "--", path]
+    res = ctx.transport.run(argv, check=False, timeout=60)
+    if not res.ok and "Permission denied" in res.stderr:
+        res = ctx.transport.run(argv, check=False, become=True, timeout=60)
     if not res.ok:
         return f"cannot read: {res.stderr.strip()[:100]}"
     if len(res.stdout.encode()) > MAX_CONFIG_BYTES:

@@ -79,7 +79,8 @@ class PayloadClient:
         return argv
 
     def push_request(self, name: str, data: dict) -> str:
-        """Upload ``data`` as JSON into the payload's request folder; return its path."""
+        """Upload ``data`` as JSON into the payload's request folder (root-only: through sudo
+        when the host uses ``ansible_become``); return its path."""
         req_dir = posixpath.join(self.state_dir, "payload", "requests")
         self.transport.run(["mkdir", "-p", req_dir], become=True)
         self.transport.run(["chmod", "700", req_dir], become=True)
@@ -88,7 +89,7 @@ class PayloadClient:
             json.dump(data, fh)
             local = fh.name
         try:
-            self.transport.put(local, remote)
+            self.transport.put(local, remote, become=True)
         finally:
             os.unlink(local)
         return remote
@@ -209,7 +210,7 @@ def push(ctx, interpreter: str | None = None, state_dir: str | None = None) -> T
             fh.write(bundle.data)
             local = fh.name
         try:
-            t.put(local, remote_tar)
+            t.put(local, remote_tar, become=True)
         finally:
             os.unlink(local)
         got = t.run(["sha256sum", remote_tar], become=True).stdout.split()

@@ -66,10 +66,10 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
         if not remote_path:
             continue
         local = local_dir / posixpath.basename(remote_path)
-        ctx.transport.get(remote_path, str(local))
+        ctx.transport.get(remote_path, str(local), become=True)  # the tuner's folder is root-only
         fetched[role] = str(local)
     if data.get("report"):
-        ctx.transport.get(data["report"], str(ctx.host_dir / "report.json"))
+        ctx.transport.get(data["report"], str(ctx.host_dir / "report.json"), become=True)
     expected = {k: posixpath.basename(v) for k, v in (plan.get("paths") or {}).items()}
     for role, local in fetched.items():
         if expected.get(role) and posixpath.basename(local) != expected[role]:

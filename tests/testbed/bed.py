@@ -8,16 +8,20 @@ Every host (``gpu-a``, ``gpu-b``, ...) is
   ``ip netns exec NS unshare --mount --pid --uts --fork --mount-proc ...`` that bind-mounts the
   host's own ``/etc/systemd/system``, ``/root/.ssh``, ``/opt/sglang`` (its own copy of the
   stand-in SGLang tree), ``/var/lib/orch``, ``/models`` (``tiny-moe/config.json``), ``/run``,
-  ``/var/log``, ``/tmp``, ``/srv``, ``/usr/bin/systemctl`` and ``/usr/bin/journalctl`` (wrappers for
+  ``/var/log``, ``/tmp``, ``/srv``, ``/etc/sudoers.d`` and the login user's home ``/home/orchop``,
+  ``/usr/bin/systemctl`` and ``/usr/bin/journalctl`` (wrappers for
   docker-systemctl-replacement), and a private ``/dev`` with fake ``/dev/nvidia0..``,
   ``/dev/nvidiactl``; then runs sshd (port 22, own host key) and starts the unit
   ``sglang-qwen.service`` (a real unit file running the stand-in with the repo's venv python);
+- two logins over SSH with the bed's key: ``root``, and the non-root ``orchop`` (``LOGIN_USER``,
+  an account of this machine made by :func:`ensure_login_user`) that may use ``sudo`` with its
+  password inside the host only; sudo logs each of its commands to ``/var/log/sudo-orchop.log``;
 - two processes holding ``/dev/nvidia0`` that are children of the host's PID 1: a leftover
   ``sglang::scheduler_TP0`` and ``nvidia-persistenced`` (which a reap must spare).
 
 Only loopback and these namespaces are ever addressed. The hosts share the root file system
-otherwise; the empty mount points ``/models``, ``/opt/sglang``, ``/var/lib/orch``, ``/root/.ssh``
-are created on it when missing.
+otherwise; the empty mount points ``/models``, ``/opt/sglang``, ``/var/lib/orch``, ``/root/.ssh``,
+``/home/orchop`` are created on it when missing.
 
 State of each bed lives in ``/run/orchtb/<bed id>/state.json`` so that ``cleanup_stale()``
 (run by ``TestBed`` and ``python -m tests.testbed up``) removes namespaces, processes and veths
@@ -36,6 +40,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -61,6 +66,12 @@ NS_PREFIX = "orchtb-"
 SUBNET_PREFIX = "10.213"  # hosts get 10.213.<k>.0/24, k in 1..254
 DEFAULT_UNIT = "sglang-qwen"
 SGLANG_PORT = 30000
+#: non-root login of every bed host (an account of this machine, shared by the hosts through /etc/passwd and
+#: /etc/shadow). Its home and the sudoers drop-in are per host (binds): it may use sudo, with its password,
+#: only inside bed hosts; sudo logs each of its commands to SUDO_LOG of the host.
+LOGIN_USER = "orchop"
+LOGIN_HOME = f"/home/{LOGIN_USER}"
+SUDO_LOG = f"/var/log/sudo-{LOGIN_USER}.log"
 
 TINY_MOE_CONFIG: Dict[str, Any] = {
     "architectures": ["Qwen3MoeForCausalLM"],
@@ -96,6 +107,36 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "start_unit": True,             # start the unit at bed creation
     "timeout_stop_s": 15,           # TimeoutStopSec of the unit
 }
+
+
+def _everyone_can_run(path: str) -> bool:
+    """True when any user may execute ``path`` (its real file and every folder above it have o+x)."""
+    real = os.path.realpath(path)
+    try:
+        if not os.stat(real).st_mode & stat.S_IXOTH:
+            return False
+        d = os.path.dirname(real)
+        while True:
+            if not os.stat(d).st_mode & stat.S_IXOTH:
+                return False
+            if d == "/":
+                return True
+            d = os.path.dirname(d)
+    except OSError:
+        return False
+
+
+def _systemctl_wrapper(run_dir: Path) -> str:
+    """Text of the host's ``/usr/bin/systemctl`` (docker-systemctl-replacement). Every login runs
+    it (``systemctl show`` needs no root), so when the venv's interpreter is not executable by
+    everyone (e.g. a pyenv Python under /root), the stdlib-only ``systemctl3.py`` is copied into
+    the host's ``/run/orchtb`` (``run_dir``) and run by ``/usr/bin/python3``."""
+    if _everyone_can_run(VENV_PYTHON) or not _everyone_can_run("/usr/bin/python3"):
+        return f"#!/bin/sh\nexec {shlex.quote(SYSTEMCTL3)} \"$@\"\n"
+    module = _run([VENV_PYTHON, "-c", "import systemctl2.systemctl3 as m; print(m.__file__)"]).stdout.strip()
+    shutil.copy(module, run_dir / "systemctl3.py")
+    os.chmod(run_dir / "systemctl3.py", 0o644)
+    return "#!/bin/sh\nexec /usr/bin/python3 /run/orchtb/systemctl3.py \"$@\"\n"
 
 
 class TestBedError(RuntimeError):
@@ -256,6 +297,56 @@ def cleanup_stale() -> List[str]:
     return removed
 
 
+def ensure_login_user() -> str:
+    """Create the bed's login user ``LOGIN_USER`` on this machine if missing (idempotent, under the
+    state lock) and return its password. The password is random, made once per machine, set with
+    ``chpasswd`` and kept only in ``STATE_ROOT/<user>.password`` (mode 0600, root). The user has
+    no sudo rights on this machine (the drop-in exists only inside bed hosts). Also creates the
+    empty mount point ``LOGIN_HOME``. Raises TestBedError when ``useradd``/``chpasswd`` fail."""
+    pw_file = STATE_ROOT / f"{LOGIN_USER}.password"
+    with _state_lock():
+        if _run(["getent", "passwd", LOGIN_USER], check=False).returncode != 0:
+            r = _run(["useradd", "--no-create-home", "--home-dir", LOGIN_HOME, "--shell", "/bin/sh",
+                      "--comment", "orch test bed login (sudo only inside bed hosts)", LOGIN_USER], check=False)
+            if r.returncode != 0:
+                raise TestBedError(f"useradd {LOGIN_USER} failed: {r.stderr.strip()}")
+        try:
+            password = pw_file.read_text().strip()
+        except FileNotFoundError:
+            password = ""
+        status = _run(["passwd", "--status", LOGIN_USER], check=False).stdout.split()
+        if not password or status[1:2] != ["P"]:  # new, or the account has no usable password
+            password = password or secrets.token_urlsafe(24)
+            r = _run(["chpasswd"], check=False, input=f"{LOGIN_USER}:{password}\n")
+            if r.returncode != 0:
+                raise TestBedError(f"chpasswd for {LOGIN_USER} failed: {r.stderr.strip()}")
+            tmp = pw_file.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(password + "\n")
+            tmp.replace(pw_file)
+        os.makedirs(LOGIN_HOME, mode=0o700, exist_ok=True)
+    return password
+
+
+def sudoers_text(user: str = LOGIN_USER, log: str = SUDO_LOG) -> str:
+    """The bed hosts' sudoers drop-in: ``user`` may run any command as any user with its own
+    password (asked every time), without a tty; sudo logs every command, one line each, to ``log``
+    (a per-host file: /var/log is per host)."""
+    return "\n".join([
+        f"# orch test bed: the login user {user} may use sudo with its password; every command is logged",
+        f"Defaults:{user} logfile={log}",
+        f"Defaults:{user} loglinelen=0",
+        f"Defaults:{user} !syslog",
+        f"Defaults:{user} !requiretty",
+        f"Defaults:{user} !lecture",
+        f"Defaults:{user} !mail_badpass",
+        f"Defaults:{user} timestamp_timeout=0",
+        f"{user} ALL=(ALL) ALL",
+        "",
+    ])
+
+
 def _used_subnets() -> set:
     used = set()
     out = _run(["ip", "-o", "-4", "addr", "show"], check=False).stdout
@@ -324,7 +415,8 @@ class Host:
     def local_path(self, path: str) -> Path:
         """Path in the root namespace of a file inside one of this host's own mounts
         (``/opt/sglang``, ``/var/lib/orch``, ``/etc/systemd/system``, ``/models``, ``/run``,
-        ``/var/log``, ``/tmp``, ``/srv``, ``/root/.ssh``). ValueError for other paths."""
+        ``/var/log``, ``/tmp``, ``/srv``, ``/root/.ssh``, ``/etc/sudoers.d``, ``/home/orchop``).
+        ValueError for other paths."""
         for inside, local in _host_mounts(self.hostdir):
             if path == inside or path.startswith(inside.rstrip("/") + "/"):
                 return Path(local) / os.path.relpath(path, inside)
@@ -429,6 +521,8 @@ def _host_mounts(hostdir: Path) -> List[Tuple[str, str]]:
         ("/opt/sglang", f"{h}/opt-sglang"),
         ("/var/lib/orch", f"{h}/var-lib-orch"),
         ("/models", f"{h}/models"),
+        ("/etc/sudoers.d", f"{h}/etc-sudoers.d"),
+        (LOGIN_HOME, f"{h}/home-login"),
         ("/var/log", f"{h}/var-log"),
         ("/srv", f"{h}/srv"),
         ("/tmp", f"{h}/tmp"),
@@ -463,6 +557,9 @@ def _unit_text(host: Host) -> str:
         "ExecStart=" + " ".join(shlex.quote(a) for a in args),
         "WorkingDirectory=/root",
         "KillMode=control-group",
+        # docker-systemctl-replacement keeps its state beside /run only when the caller may write
+        # /run (root); fix the path so a non-root `systemctl show` (LOGIN_USER) reads the same state
+        f"StatusFile=/run/{o['unit']}.service.status",
         f"TimeoutStopSec={o['timeout_stop_s']}",
         "Restart=no",
         "",
@@ -482,7 +579,8 @@ class TestBed:
     folder under /tmp by default, removed at teardown); ``persistent``: keep the hosts after this
     process exits (for ``python -m tests.testbed up``).
     Attributes: ``hosts`` (list of Host), ``key_path`` (private key accepted by every host as
-    root), ``known_hosts_path`` (OpenSSH known_hosts listing every host's key), ``bed_id``.
+    root and as ``login_user``), ``known_hosts_path`` (OpenSSH known_hosts listing every host's
+    key), ``bed_id``, ``login_user`` (``orchop``: non-root, sudo with ``become_password``).
     """
 
     __test__ = False  # not a pytest test class
@@ -502,6 +600,8 @@ class TestBed:
         self.key_path = self.workdir / "id_ed25519"
         self.known_hosts_path = self.workdir / "known_hosts"
         self.state_dir = STATE_ROOT / self.bed_id
+        self.login_user = LOGIN_USER
+        self.become_password = ""  # set by create() (ensure_login_user); never written into a host
         self._up = False
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -545,6 +645,9 @@ class TestBed:
         """Create the namespaces, trees and processes of every host and wait until each one's
         sshd answers and its unit was started. Raises TestBedError."""
         cleanup_stale()
+        if shutil.which("visudo") is None or not os.path.exists("/usr/bin/sudo"):
+            raise TestBedError("sudo is not installed (run tests/testbed/setup.sh)")
+        self.become_password = ensure_login_user()
         self.workdir.mkdir(parents=True, exist_ok=True)
         triton_version = os.environ.get("ORCH_STANDIN_TRITON_VERSION") or _run(
             [VENV_PYTHON, "-c", "import triton; print(triton.__version__)"]).stdout.strip()
@@ -621,6 +724,24 @@ class TestBed:
         # SSH: authorized key, host key, sshd config (all read by sshd inside the host)
         shutil.copy(f"{self.key_path}.pub", hd / "root-ssh" / "authorized_keys")
         os.chmod(hd / "root-ssh" / "authorized_keys", 0o600)
+        # the non-root login: its own home on this host (same key), and its sudo rights here only
+        import pwd
+
+        pw = pwd.getpwnam(LOGIN_USER)
+        home = hd / "home-login"
+        (home / ".ssh").mkdir(mode=0o700)
+        shutil.copy(f"{self.key_path}.pub", home / ".ssh" / "authorized_keys")
+        os.chmod(home / ".ssh" / "authorized_keys", 0o600)
+        os.chmod(home, 0o700)
+        for p in (home, home / ".ssh", home / ".ssh" / "authorized_keys"):
+            os.chown(p, pw.pw_uid, pw.pw_gid)
+        os.chmod(hd / "etc-sudoers.d", 0o755)
+        dropin = hd / "etc-sudoers.d" / LOGIN_USER
+        dropin.write_text(sudoers_text())
+        os.chmod(dropin, 0o440)
+        check = _run(["visudo", "-c", "-q", "-f", str(dropin)], check=False)
+        if check.returncode != 0:
+            raise TestBedError(f"sudoers drop-in {dropin} is invalid: {check.stdout}{check.stderr}")
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{host.name}-hostkey", "-f",
               str(hd / "ssh_host_ed25519_key")])
         shutil.copy(hd / "ssh_host_ed25519_key", hd / "run" / "orchtb" / "ssh_host_ed25519_key")
@@ -631,6 +752,7 @@ class TestBed:
             "HostKey /run/orchtb/ssh_host_ed25519_key",
             "PidFile /run/sshd.pid",
             "PermitRootLogin prohibit-password",
+            f"AllowUsers root {LOGIN_USER}",
             "PubkeyAuthentication yes",
             "PasswordAuthentication no",
             "KbdInteractiveAuthentication no",
@@ -648,7 +770,7 @@ class TestBed:
         ]))
         # systemctl / journalctl of the host
         (hd / "bin").mkdir()
-        (hd / "bin" / "systemctl").write_text(f"#!/bin/sh\nexec {shlex.quote(SYSTEMCTL3)} \"$@\"\n")
+        (hd / "bin" / "systemctl").write_text(_systemctl_wrapper(hd / "run" / "orchtb"))
         (hd / "bin" / "journalctl").write_text(
             f"#!/bin/sh\nexec {shlex.quote(VENV_PYTHON)} {shlex.quote(JOURNAL_SHIM)} \"$@\"\n")
         for n in ("systemctl", "journalctl"):
@@ -693,7 +815,7 @@ class TestBed:
 
     def _start_host(self, host: Host) -> None:
         rfd, wfd = os.pipe()
-        for mp in ("/models", "/opt/sglang", "/var/lib/orch"):
+        for mp in ("/models", "/opt/sglang", "/var/lib/orch", LOGIN_HOME):
             os.makedirs(mp, exist_ok=True)
         os.makedirs("/root/.ssh", mode=0o700, exist_ok=True)
         cmd = ["ip", "netns", "exec", host.ns, "unshare", "--mount", "--pid", "--uts", "--fork", "--mount-proc",
@@ -771,12 +893,13 @@ class TestBed:
                 return h
         raise KeyError(name)
 
-    def ssh_command(self, host: Host, command: str) -> List[str]:
-        """argv of an OpenSSH client call running ``command`` on ``host`` with strict host key
-        checking against ``known_hosts_path`` (for tests and the README)."""
+    def ssh_command(self, host: Host, command: str, user: Optional[str] = None) -> List[str]:
+        """argv of an OpenSSH client call running ``command`` on ``host`` as ``user`` (default
+        ``host.user``, root) with strict host key checking against ``known_hosts_path``."""
         return ["ssh", "-i", str(self.key_path), "-o", f"UserKnownHostsFile={self.known_hosts_path}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                "-o", "GlobalKnownHostsFile=/dev/null", "-p", str(host.port), f"{host.user}@{host.address}", command]
+                "-o", "GlobalKnownHostsFile=/dev/null", "-p", str(host.port), f"{user or host.user}@{host.address}",
+                command]
 
     def write_inventory(self, path: os.PathLike, group: str = "testbed", **extra_vars: Any) -> Path:
         """Write an Ansible-style YAML inventory of the hosts to ``path`` and return it.

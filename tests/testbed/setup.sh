@@ -3,7 +3,8 @@
 # Used by .ci/run. The Python side (docker-systemctl-replacement, paramiko, pyyaml, ...) comes
 # from the project's venv: pip install -e '.[test]'.
 set -eu
-PKGS="openssh-server openssh-client openssh-sftp-server iproute2 util-linux psmisc lsof procps curl"
+# sudo: the bed's non-root login (orchop) uses it inside the hosts (`become`)
+PKGS="openssh-server openssh-client openssh-sftp-server iproute2 util-linux psmisc lsof procps curl sudo passwd"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -15,7 +16,7 @@ if [ -n "$missing" ]; then
     apt-get install -y -q --no-install-recommends $missing
 fi
 # checks: the bed needs these to work
-for tool in ip unshare nsenter ssh ssh-keygen fuser lsof curl; do
+for tool in ip unshare nsenter ssh ssh-keygen fuser lsof curl sudo visudo useradd chpasswd; do
     command -v "$tool" >/dev/null || { echo "setup.sh: $tool missing after install" >&2; exit 1; }
 done
 test -x /usr/sbin/sshd || { echo "setup.sh: /usr/sbin/sshd missing" >&2; exit 1; }
