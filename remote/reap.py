@@ -24,7 +24,8 @@ How:
    until they are gone or ``--term-timeout`` passes, then SIGKILL the rest and poll up to
    ``--kill-timeout``. A process counts as gone when its ``/proc`` entry is absent, is a zombie,
    or has another start time (PID reused). A PID is only signalled while its start time is
-   still the one seen in the scan.
+   still the one seen in the scan, re-read right before each signal (through a pidfd where
+   the kernel has them, so a PID reused in between is never hit: :func:`signal_if_same`).
 4. Re-scan. Any unprotected holder left (a target that survived, a new holder, or a holder we
    may not signal) -> ``PayloadError('runtime')`` listing them, ``detail`` = the result below.
    With ``--only-pids``, holders outside that set are listed under ``others`` and not fatal.
@@ -299,16 +300,45 @@ def _wait_gone(procs: list[dict], timeout: float) -> None:
         time.sleep(POLL_S)
 
 
+def signal_if_same(pid: int, starttime: int | None, sig: signal.Signals) -> bool:
+    """Send ``sig`` to ``pid`` only while it is still the process first seen with ``starttime``
+    (``/proc/PID/stat`` field 22); returns False, sending nothing, when it is gone, a zombie, or
+    the PID now names another process.
+
+    Where the kernel has pidfds (Linux 5.3+, Python 3.9+), the process is pinned with
+    ``pidfd_open`` first, its start time is checked, and the signal goes through the pidfd: a
+    PID reused between the check and the signal cannot be hit. Elsewhere the check comes right
+    before ``kill`` (a window of microseconds).
+    """
+    fd = None
+    if hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal"):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        except OSError:  # ENOSYS (older kernel), EPERM: fall back to kill()
+            fd = None
+    try:
+        if not alive(pid, starttime):
+            return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def _signal(p: dict, sig: signal.Signals) -> None:
-    if p["exited"] or not alive(p["pid"], p["starttime"]):
+    if p["exited"] or not signal_if_same(p["pid"], p["starttime"], sig):
         p["exited"] = True
         return
-    try:
-        os.kill(p["pid"], sig)
-        p["signal"] = sig.name
-        log(f"sent {sig.name} to {p['pid']} ({p['cmdline'][:200]})")
-    except ProcessLookupError:
-        p["exited"] = True
+    p["signal"] = sig.name
+    log(f"sent {sig.name} to {p['pid']} ({p['cmdline'][:200]})")
 
 
 def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.0,

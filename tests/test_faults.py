@@ -121,34 +121,254 @@ def _ready_bed(testbed_factory, tmp_path, opts=None, **vars_):
 
 
 # ------------------------------------------------------------------- controller interrupts
-@pytest.mark.parametrize("sig,step", [
-    pytest.param(signal.SIGINT, "tune", id="SIGINT-tune"),  # Ctrl-C while the payload tunes (unit stopped)
-    pytest.param(signal.SIGTERM, "wait_ready", id="SIGTERM-wait_ready"),  # new configs installed, warming up
-])
-def test_interrupted_controller_restores_host(testbed_factory, tmp_path, sig, step):
-    opts = {0: {"config_files": {UP: OLD_UP}, "warmup_s": 6}}
-    bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path, opts, **LONG_TUNE)
+#: Fault hooks installed on the step bed's host (``/srv/orch-faults``, first on the unit's
+#: PYTHONPATH, which the payload inherits). Nothing of this is in the product.
+#: - ``hold-<cmd>`` (content: N, default 1): the N-th ``python -m remote <cmd>`` writes
+#:   ``entered-<cmd>`` and waits until ``hold-<cmd>`` is removed (a gate the test opens).
+#: - ``oom-tune``: inside ``python -m remote tune`` only, ``torch.randn`` (which builds the
+#:   tuning problem's inputs) raises ``torch.cuda.OutOfMemoryError`` as a full GPU does.
+FAULTS_DIR = "/srv/orch-faults"
+SITECUSTOMIZE = r"""
+import os, time
+
+_D = "/srv/orch-faults"
+
+
+def _payload_command():
+    try:
+        argv = open("/proc/self/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        return None
+    for i in range(len(argv) - 2):
+        if argv[i] == b"-m" and argv[i + 1] == b"remote":
+            return argv[i + 2].decode()
+    return None
+
+
+_cmd = _payload_command()
+if _cmd:
+    _hold = os.path.join(_D, "hold-" + _cmd)
+    if os.path.exists(_hold):
+        _count = os.path.join(_D, "count-" + _cmd)
+        _n = (int(open(_count).read() or 0) if os.path.exists(_count) else 0) + 1
+        open(_count, "w").write(str(_n))
+        if _n == int(open(_hold).read().strip() or 1):
+            open(os.path.join(_D, "entered-" + _cmd), "w").write(str(os.getpid()))
+            while os.path.exists(_hold):
+                time.sleep(0.05)
+    if _cmd == "tune" and os.path.exists(os.path.join(_D, "oom-tune")):
+        import torch
+
+        def _oom(*a, **k):
+            raise torch.cuda.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.10 GiB "
+                "of which 1.19 GiB is free.")
+
+        torch.randn = _oom
+"""
+#: gate for a host binary (bind-mounted over it inside the host's own mount namespace):
+#: while ``hold-<name>`` exists and its content is empty or equals the first argument, the call
+#: writes ``entered-<name>`` and waits; then it runs the real binary (copied beside it)
+GATE_SH = """#!/bin/sh
+name=$(basename "$0")
+hold=/srv/orch-faults/hold-$name
+if [ -e "$hold" ]; then
+  want=$(cat "$hold")
+  if [ -z "$want" ] || [ "$want" = "$1" ]; then
+    echo $$ > /srv/orch-faults/entered-$name
+    while [ -e "$hold" ]; do sleep 0.05; done
+  fi
+fi
+exec /srv/orch-faults/real/$name "$@"
+"""
+GATED_BINARIES = ("sha256sum", "systemctl")
+
+
+@pytest.fixture(scope="module")
+def step_bed(tmp_path_factory):
+    """One host for every interrupt case (each case leaves it restored, and checks it is on entry).
+
+    The unit's PYTHONPATH starts with ``/srv/orch-faults`` (the payload inherits it), which holds
+    :data:`SITECUSTOMIZE`; ``sha256sum`` and ``systemctl`` are gated by :data:`GATE_SH`.
+    """
+    from tests.conftest import _require_testbed
+
+    _require_testbed()
+    from tests.testbed.bed import TestBed
+
+    opts = {0: {"config_files": {UP: OLD_UP}, "warmup_s": 6,
+                "env": {"PYTHONPATH": f"{FAULTS_DIR}:/opt/sglang"}}}
+    bed = TestBed(n_hosts=1, host_options=opts, workdir=tmp_path_factory.mktemp("stepbed"))
+    bed.__enter__()
+    try:
+        h = bed.hosts[0]
+        d = h.local_path(FAULTS_DIR)
+        (d / "real").mkdir(parents=True)
+        (d / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        for name in GATED_BINARIES:
+            (d / name).write_text(GATE_SH)
+            (d / name).chmod(0o755)
+            h.sh(f"cp /usr/bin/{name} {FAULTS_DIR}/real/{name} && mount --bind {FAULTS_DIR}/{name} /usr/bin/{name}")
+        h.wait_http("/health")
+        bed.tree0 = h.file_tree_hash(h.config_dir)
+        yield bed
+    finally:
+        bed.destroy()
+
+
+def _faults(h):
+    return h.local_path(FAULTS_DIR)
+
+
+def _reset_faults(h) -> None:
+    for p in _faults(h).iterdir():
+        if p.name.startswith(("hold-", "entered-", "count-", "oom-")):
+            p.unlink()
+
+
+def _wait_file(h, proc, name: str, timeout: float = 240) -> None:
+    """Wait until the host's fault hook wrote ``name`` (a gate was entered); fail if orch ends first."""
+    path = _faults(h) / name
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"orch exited ({proc.returncode}) before {name}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {name} within {timeout} s")
+        time.sleep(0.1)
+
+
+def _wait_log(log: Path, text: str, proc, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"orch never printed {text!r}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def _main_pid(h) -> str:
+    out = h.sh("systemctl show sglang-qwen -p MainPID").stdout
+    return out.strip().partition("=")[2]
+
+
+#: (step, gate): ``gate`` = (name, content of ``hold-<name>``) holds the step's own command on
+#: the host while the signal arrives: for a payload command (``probe``, ``bench``, ...) the
+#: content is which call to hold (default the first); for a gated binary, its first argument
+#: (empty: any). ``None``: the step is hit by watching the run (the tune process, the start).
+STEPS = [
+    ("payload_push", ("sha256sum", "")),   # checking the pushed payload's checksums on the host
+    ("probe", ("probe", "")),
+    ("bench_before", ("bench", "")),       # interruptible: orch stops the tagged benchmark itself
+    ("stop", ("systemctl", "stop")),
+    ("reap", ("reap", "")),
+    ("tune", None),                        # also: the lock heartbeat advances while it tunes
+    ("install", ("install", "")),
+    ("wait_ready", None),                  # new configs installed, the server warming up
+    ("bench_after", ("bench", "2")),       # the new configs loaded and proven from the log
+]
+#: steps before the unit is stopped: nothing to restore, the unit is never restarted
+BEFORE_STOP = {"payload_push": None, "probe": None, "bench_before": "failed"}
+
+
+@pytest.mark.parametrize("step,gate", [pytest.param(s, g, id=s) for s, g in STEPS])
+def test_interrupted_controller_restores_host(step_bed, tmp_path, step, gate):
+    """Ctrl-C (SIGINT) or SIGTERM to ``orch tune`` in each step that changes the host or is
+    about to: exit 130; the host restored byte for byte (or never touched, before the stop),
+    running, its record final, unlocked, no payload process left."""
+    bed, h = step_bed, step_bed.hosts[0]
+    sig = signal.SIGINT if STEPS.index((step, gate)) % 2 == 0 else signal.SIGTERM
+    # the previous case left the host as every case must: restored, running, unlocked
+    _reset_faults(h)
+    assert h.file_tree_hash(h.config_dir) == bed.tree0 and _lock(h) is None
+    h.wait_http("/health", timeout=60)
+    pid0 = _main_pid(h)
+    extra = dict(LONG_TUNE, orch_lock_heartbeat_interval=1) if step == "tune" else {}
+    inv = inventory(bed, tmp_path / "hosts.yaml", **extra)
+    hold = None
+    if gate:
+        name = gate[0]
+        hold = _faults(h) / f"hold-{name}"
+        hold.write_text(gate[1])
     state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
     try:
-        if step == "tune":
+        if gate:
+            _wait_file(h, proc, f"entered-{name}")
+            proc.send_signal(sig)
+            _wait_log(log, "finishing the current step", proc)
+            hold.unlink()  # the held command goes on (or was already stopped by orch)
+        elif step == "tune":
             _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
             _wait_payload_tune(h)
+            # the lock's heartbeat is renewed while the payload tunes (no task boundary in between)
+            first = (_lock(h) or {}).get("heartbeat_ts")
+            seen = {first}
+            deadline = time.monotonic() + 60
+            while len(seen) < 3 and time.monotonic() < deadline:
+                lk = _lock(h) or {}
+                assert lk.get("run_id") == rid, lk
+                seen.add(lk.get("heartbeat_ts"))
+                time.sleep(0.2)
+            assert len(seen) >= 3 and min(seen) == first, f"heartbeat not renewed while tuning: {seen}"
+            assert _wait_payload_tune(h, timeout=1), "the tune must still run"
+            proc.send_signal(sig)
         else:
             _wait_event(state, rid, proc, lambda e: e.get("event") == "service_started", "the start on new configs")
             assert h.sh(f"test -f '{h.triton_dir}/{DOWN}'", check=False).returncode == 0, "new files installed"
-        proc.send_signal(sig)
+            proc.send_signal(sig)
         rc, result = _wait_exit(proc, log)
     finally:
+        if hold is not None and hold.exists():
+            hold.unlink()
         if proc.poll() is None:
             proc.kill()
     assert rc == 130, log.read_text()[-4000:]
     r = result["hosts"][h.name]
     assert r["outcome"] == "failed" and "interrupted by the operator" in r["cause"], r
-    _assert_restored(h, tree, rid)
     assert not _payload_procs(h), "the interrupted payload must not keep running"
+    if step in BEFORE_STOP:
+        assert h.file_tree_hash(h.config_dir) == bed.tree0 and _lock(h) is None
+        assert h.unit_state() == "active" and _main_pid(h) == pid0, "the unit was never stopped"
+        h.wait_http("/health", timeout=60)
+        record = h.local_path(f"/var/lib/orch/runs/{rid}/state.json")
+        if BEFORE_STOP[step] is None:  # interrupted before the run recorded anything
+            assert not record.exists()
+        else:  # recorded `started`, ended before the stop: the release records it final
+            assert _host_run_state(h, rid) == BEFORE_STOP[step]
+        return
+    assert r["rescued"] == 1, r
+    _assert_restored(h, bed.tree0, rid)
+    assert h.sh(f"test -e '{h.triton_dir}/{DOWN}'", check=False).returncode != 0
     # the server runs on the old file again (the log of its last start)
     assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in h.unit_log().rsplit("server_args=", 1)[1]
+
+
+def test_cuda_oom_in_payload_restored_with_stderr_tail(step_bed, tmp_path):
+    """The payload's tune runs out of GPU memory building its inputs (simulated: ``torch.randn``
+    raises ``torch.cuda.OutOfMemoryError`` in that process only): the payload ends with a clear
+    error instead of trying every batch size; the host is restored, running, recorded, unlocked."""
+    bed, h = step_bed, step_bed.hosts[0]
+    _reset_faults(h)
+    assert h.file_tree_hash(h.config_dir) == bed.tree0 and _lock(h) is None
+    (_faults(h) / "oom-tune").write_text("")
+    try:
+        # (batch sizes of their own: no checkpoint of an earlier case to resume from)
+        inv = inventory(bed, tmp_path / "hosts.yaml", orch_tune_batch_sizes=[1, 2, 4, 8])
+        proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    finally:
+        _reset_faults(h)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    res = recap(proc)
+    r = res["hosts"][h.name]
+    assert r["outcome"] == "failed" and r["rescued"] == 1, r
+    cause = r["cause"]
+    assert "Tune the fused-MoE kernel" in cause and "payload tune failed (runtime)" in cause, cause
+    assert "out of GPU memory" in cause and "batch size 1," in cause, cause  # stopped at the first
+    hr = json.loads((Path(res["run_dir"]) / "hosts" / h.name / "result.json").read_text())
+    # the payload's stderr tail: the traceback ending in the OOM
+    assert "Traceback" in hr["cause"] and "OutOfMemoryError: CUDA out of memory" in hr["cause"], hr["cause"]
+    _assert_restored(h, bed.tree0, res["run_id"])
+    assert not _payload_procs(h)
 
 
 def test_sigkill_leaves_record_next_tune_refuses_recover_restores(testbed_factory, tmp_path):
@@ -157,6 +377,7 @@ def test_sigkill_leaves_record_next_tune_refuses_recover_restores(testbed_factor
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
     try:
         _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
+        _wait_payload_tune(h)  # the dead controller leaves its tune running (~1 min of work left)
         proc.kill()  # SIGKILL: no rescue, no always
         proc.wait(timeout=30)
     finally:
@@ -175,13 +396,35 @@ def test_sigkill_leaves_record_next_tune_refuses_recover_restores(testbed_factor
     assert h.unit_state() in ("inactive", "failed"), "a refused run must change nothing"
     assert (_lock(h) or {}).get("run_id") == rid
 
+    # what a dead controller can leave running (its SSH session gone, a tune that has not yet
+    # written to the closed pipe): a tagged `timeout` wrapper and its Python child. Recover must
+    # stop it, and leave alone two look-alikes: a payload tune started by hand (no tag) and one
+    # of another run (another tag).
+    sleeper = "import time; time.sleep(900)"
+    left = h.sh(f"nohup timeout 900 env ORCH_TAG={rid}.beef python3 -c '{sleeper}' -m remote tune --left "
+                ">/dev/null 2>&1 & echo $!").stdout.split()
+    decoys = h.sh(
+        f"nohup python3 -c '{sleeper}' -m remote tune --by-hand >/dev/null 2>&1 & echo $!; "
+        f"nohup timeout 900 env ORCH_TAG=20260101T000000Z-tune-0a0b0c.1234 python3 -c '{sleeper}' -m remote tune "
+        ">/dev/null 2>&1 & echo $!").stdout.split()
+    assert len(left) == 1 and len(decoys) == 2, (left, decoys)
+    _until(lambda: h.sh(f"pgrep -P {left[0]}", check=False).returncode == 0)  # its Python child runs
+    child = h.sh(f"pgrep -P {left[0]}").stdout.split()[0]
+
     # orch recover: restores the files, breaks the dead holder's lock, starts the unit
-    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "state3"),
-               state_dir=tmp_path / "state3")
-    assert rec.returncode == 0, rec.stderr[-4000:]
-    assert recap(rec)["hosts"][h.name]["outcome"] == "completed"
-    _assert_restored(h, tree, rid)
-    assert not _payload_procs(h), "the dead run's payload must be stopped"
+    try:
+        rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir",
+                   str(tmp_path / "state3"), state_dir=tmp_path / "state3")
+        assert rec.returncode == 0, rec.stderr[-4000:]
+        assert recap(rec)["hosts"][h.name]["outcome"] == "completed"
+        _assert_restored(h, tree, rid)
+        for pid in (left[0], child):  # the dead run's wrapper and its Python child are gone
+            assert h.sh(f"kill -0 {pid}", check=False).returncode != 0, f"leftover {pid} still runs"
+        assert not h.sh("pgrep -af '^[^ ]*python[^ ]* -m remote tune --model'", check=False).stdout.strip()
+        for pid in decoys:  # recover stopped only the dead run's tagged processes
+            assert h.sh(f"kill -0 {pid}", check=False).returncode == 0, f"decoy {pid} was killed"
+    finally:
+        h.sh(f"kill {' '.join(left + decoys)}", check=False)
     broken = json.loads(h.sh("cat /var/lib/orch/lock.broken.json").stdout)
     assert broken["previous"]["run_id"] == rid
 
@@ -390,3 +633,147 @@ def test_disk_full_during_install_no_partial_file(testbed_factory, tmp_path):
         assert sorted(os.path.basename(p) for p in h.file_tree_hash(d)) == sorted([UP, "filler"])
     finally:
         h.sh(f"umount '{d}'", check=False)
+
+
+# --------------------------------------------------------------- without the bed (fast)
+def _fake_ctx(calls, fail_with=None):
+    """A host context with a fake payload client whose ``lock`` calls are recorded."""
+    from types import SimpleNamespace
+
+    events, lines = [], []
+
+    def call(command, args, timeout=None):
+        calls.append((command, list(args)))
+        if fail_with is not None:
+            raise fail_with
+        return {}
+
+    pl = SimpleNamespace(call=call, state_dir="/var/lib/orch")
+    ctx = SimpleNamespace(name="h1", payload=pl, options=SimpleNamespace(run_id="r-1"), vars={}, state={},
+                          emit=lambda ev, **f: events.append((ev, f)), say=lines.append)
+    return ctx, events, lines
+
+
+def _until(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_lock_heartbeat_thread_renews_until_stopped_and_ends_when_the_lock_is_lost():
+    from orchestrator.tasks.hoststate import start_heartbeat, stop_heartbeat
+    from orchestrator.tasks.payload import PayloadFailed
+
+    calls = []
+    ctx, events, _ = _fake_ctx(calls)
+    hb = start_heartbeat(ctx, 0.02)
+    _until(lambda: hb.beats >= 3)
+    assert calls[0] == ("lock", ["heartbeat", "--run-id", "r-1", "--state-dir", "/var/lib/orch"])
+    assert ctx.state["on_host_done"] == [stop_heartbeat]  # the engine stops it when the host ends
+    stop_heartbeat(ctx)
+    n = len(calls)
+    time.sleep(0.1)
+    assert len(calls) == n and not hb._thread.is_alive() and "lock_heartbeat" not in ctx.state
+
+    # the lock was broken by someone else: the heartbeats end, with an event and a warning
+    calls = []
+    ctx, events, lines = _fake_ctx(calls, PayloadFailed("lock", "not_found", "no host lock to renew for run r-1"))
+    hb = start_heartbeat(ctx, 0.02)
+    _until(lambda: not hb._thread.is_alive())
+    assert len(calls) == 1 and events[0][0] == "lock_lost" and "no longer holds the host lock" in lines[0]
+
+    # a failed renewal (link down) is recorded and retried
+    calls = []
+    ctx, events, _ = _fake_ctx(calls, OSError("link down"))
+    hb = start_heartbeat(ctx, 0.02)
+    _until(lambda: len(calls) >= 3)
+    stop_heartbeat(ctx)
+    assert {e for e, _ in events} == {"lock_heartbeat_failed"} and "link down" in events[0][1]["error"]
+
+
+def test_recover_stops_only_the_tagged_processes_of_the_unfinished_run():
+    import re
+
+    from orchestrator.tasks.recover import tag_pattern
+
+    rid = "20260512T101500Z-tune-1a2b3c"
+    pat = re.compile(tag_pattern(rid))  # plain ERE: the same meaning for Python's re
+    assert pat.search(f"timeout --kill-after=30 172800 env PYTHONPATH=/x ORCH_TAG={rid}.9f8e python -m remote tune")
+    for other in ("python -m remote tune --model-config /m",  # started by hand: no tag
+                  f"timeout 9 env ORCH_TAG={rid}x.1 python -m remote tune",  # another run, same prefix
+                  "timeout 9 env ORCH_TAG=20260512T101500Z-tune-1a2b3d.1 python -m remote bench"):
+        assert not pat.search(other), other
+    assert tag_pattern("a.b") == "ORCH_TAG=a[.]b[.]"
+    for bad in ("x.*", "a|b", "", "..", "r$(id)", "a b"):  # from a host's records: no pattern syntax
+        with pytest.raises(ValueError):
+            tag_pattern(bad)
+
+
+def test_reaper_never_signals_a_process_whose_pid_was_reused():
+    from remote.reap import proc_stat, signal_if_same
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = proc_stat(child.pid)[2]
+        # the start time recorded at the scan differs: the PID now names another process
+        assert signal_if_same(child.pid, start + 1, signal.SIGKILL) is False
+        assert child.poll() is None, "a reused PID must never be signalled"
+        assert signal_if_same(child.pid, start, signal.SIGTERM) is True
+        assert child.wait(timeout=10) == -signal.SIGTERM
+        # gone (reaped): nothing is sent
+        assert signal_if_same(child.pid, start, signal.SIGTERM) is False
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_tuner_skips_a_candidate_out_of_memory_but_stops_on_inputs_out_of_memory(monkeypatch):
+    import torch
+
+    import remote.providers
+    from remote.tuner import space as sp
+    from remote.tuner.driver import tune_on_device
+    from remote.tuner.search import CPU_PROTOCOL, Evaluator
+
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    cfgs = sp.smoke_space()[:2]
+
+    class Provider:
+        name, separable = "fake", False
+
+        def __init__(self):
+            self.problems = []
+
+        def make_problem(self, shape, M, *a, **k):
+            self.problems.append(M)
+            raise oom
+
+        def full_fn(self, p, up, down):
+            def run():
+                if up == cfgs[0]:
+                    raise oom
+            return run
+
+    class Timer:
+        def time(self, fn, **proto):
+            fn()
+            return 1.0
+
+    # a candidate that runs out of memory is skipped (logged), the others are timed
+    logged = []
+    ev = Evaluator(Provider(), None, Timer(), log=lambda m, lvl="info": logged.append(m), cpu=True)
+    got = ev.measure("joint", cfgs, CPU_PROTOCOL)
+    assert list(got) == [sp.cfg_key(cfgs[1])] and ev.failed == 1 and "OutOfMemoryError" in logged[0]
+
+    # out of memory for the inputs every candidate needs: a `fatal` message, no other batch size
+    prov = Provider()
+    monkeypatch.setattr(remote.providers, "get_provider", lambda name: prov)
+    msgs = []
+    spec = dict(shape={"E": 8, "N": 64, "hidden": 128, "topk": 2}, dtype="float32", space="smoke",
+                provider="fake", seed=0, dtype_selector=None, block_shape=None, shipped=None, check=False)
+    tune_on_device(spec, "cpu", [1, 2, 4], msgs.append)
+    assert prov.problems == [1], "the tune must stop at the first out-of-memory"
+    assert [m[0] for m in msgs] == ["fatal"] and msgs[0][1] == 1
+    assert "out of GPU memory" in msgs[0][2] and "OutOfMemoryError" in msgs[0][3]

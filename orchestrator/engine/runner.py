@@ -113,6 +113,12 @@ class Engine:
             recap.failed += 1
             self.emit("internal_error", host=host.name, error=recap.cause)
         finally:
+            # what tasks started for the length of the play (the lock heartbeat thread) ends here
+            for hook in ctx.state.pop("on_host_done", []):
+                try:
+                    hook(ctx)
+                except Exception as exc:  # must not keep the host from finishing
+                    self.emit("internal_error", host=host.name, error=f"on_host_done: {exc}")
             if self.options.groups is not None:
                 self.options.groups.host_done(host.name)
             recap.summary = dict(ctx.state.get("summary", {}))

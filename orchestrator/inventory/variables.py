@@ -312,6 +312,9 @@ _SPECS: list[VarSpec] = [
             "Timeout of one ordinary remote command.", _seconds),
     VarSpec("orch_connect_timeout", "seconds", "a positive number of seconds", 10,
             "SSH connect timeout.", _seconds),
+    VarSpec("orch_lock_heartbeat_interval", "seconds", "a positive number of seconds", 60,
+            "Renew the host lock's heartbeat this often while the run holds it (a lock is stale after 600 s).",
+            _seconds),
     VarSpec("orch_regression_threshold", "percent", "a percentage 0-100", 3.0,
             "Roll back when throughput drops by more than this percentage.", _percent),
 ]

@@ -8,8 +8,8 @@ state other than ``completed``/``restored``/``failed``/``rolled_back`` behind.
 - ``check_unfinished`` (in ``tune.yaml`` after the lock): refuse to start while such a run
   exists, naming it and offering ``orch recover``.
 - ``recover_select`` (``recover.yaml``): find the unfinished runs, take the lock over from
-  a dead holder (its pid on this machine is gone, or ``--break-lock``), stop leftover payload
-  processes.
+  a dead holder (its pid on this machine is gone, or ``--break-lock``), stop the leftover
+  payload processes of those runs (tagged ``ORCH_TAG=<run_id>.``; nothing else).
 - ``recover_restore``: put back the files of each unfinished run (payload ``restore``).
 - ``recover_mark``: record ``restored`` for each once the unit runs again.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import socket
 
 from ..engine.results import TaskFailed, TaskResult
@@ -60,7 +61,8 @@ def unfinished_runs(ctx, holder: str | None) -> list[dict]:
 
     A run counts when its state is not in :data:`FINISHED_STATES` and it went past
     ``started`` (it stopped the unit) or still holds the lock (``holder``): a run that
-    failed before the stop and released its lock changed nothing and stays ``started``.
+    failed before the stop and released its lock changed nothing (since the release records
+    such a run ``failed``, only records of older controllers stay ``started``).
     """
     runs = ctx.payload.call("runs", ["--state-dir", ctx.payload.state_dir], timeout=60).get("runs") or []
     out = []
@@ -97,8 +99,10 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
 
     A lock held by another run is broken when its holder is gone (:func:`holder_gone`) or with
     ``break_lock`` (``--break-lock``); else the task fails naming the holder (and its heartbeat
-    age when older than ``stale_after`` s). Then leftover ``python -m remote tune|bench`` processes
-    (of the dead run) are sent SIGTERM.
+    age when older than ``stale_after`` s). Then the leftover ``tune``/``bench`` payload processes
+    of the unfinished runs (their ``ORCH_TAG=<run_id>.``) are stopped; other processes, such as
+    a payload started by hand or by another run, are left alone. The lock's heartbeat is renewed
+    while this run holds it (:func:`~orchestrator.tasks.hoststate.start_heartbeat`).
     """
     pl = ctx.payload
     st = pl.call("lock", ["status", "--state-dir", pl.state_dir, "--stale-after", str(stale_after)], timeout=60)
@@ -127,10 +131,17 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
         pl.call("lock", ["acquire", "--run-id", ctx.options.run_id, "--state-dir", pl.state_dir,
                          "--controller", controller_id(), "--stale-after", str(stale_after)], timeout=60)
         ctx.state["locked"] = True
+        from .hoststate import start_heartbeat
+
+        start_heartbeat(ctx)
     ctx.vars["orch_unfinished"] = left
     if left and not ctx.check:
         # the dead controller's payload may still run (tune, bench); we hold the lock now
-        _stop_leftover_payloads(ctx.transport)
+        for r in left:
+            try:
+                _stop_leftover_payloads(ctx.transport, r["run_id"])
+            except ValueError as exc:  # a record whose name is no run id: nothing of it is signalled
+                ctx.emit("recover_stop_skipped", run_id=r["run_id"], error=str(exc))
     desc = ", ".join(f"{r['run_id']} ({r['state']})" for r in left) or "none"
     msg = f"unfinished runs: {desc}" + (f"; broke the lock of {broken}" if broken else "")
     return TaskResult.ok(msg, unfinished=left, broken_lock=broken)
@@ -139,14 +150,26 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
 recover_select.check_safe = True
 
 
-def _stop_leftover_payloads(t, wait: float = 30) -> None:
-    """SIGTERM every ``python -m remote tune|bench`` on the host, SIGKILL what is left after ``wait`` s.
+def tag_pattern(run_id: str) -> str:
+    """``pgrep -f`` pattern (POSIX ERE) matching the command lines tagged ``ORCH_TAG=<run_id>.``
+    by :meth:`~orchestrator.tasks.payload.PayloadClient.call` (the ``timeout`` wrapper of a long
+    payload command). Raises ValueError for a run id that is not a plain name (it comes from a
+    host's records: no pattern syntax may slip in)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", run_id or "") or run_id in (".", ".."):
+        raise ValueError(f"not a run id: {run_id!r}")
+    return "ORCH_TAG=" + run_id.replace(".", "[.]") + "[.]"
 
+
+def _stop_leftover_payloads(t, run_id: str, wait: float = 30) -> None:
+    """Stop run ``run_id``'s tagged payload commands still running on the host.
+
+    SIGTERM to the tagged ``timeout`` wrappers (they forward it to the payload's Python);
+    after ``wait`` s, SIGKILL to their children and then to them (SIGKILL is not forwarded).
     Only called while this run holds the host lock, so no live orch run owns them.
     """
     import time
 
-    pattern = "[ ]-m remote (tune|bench)( |$)"
+    pattern = tag_pattern(run_id)
     if not t.run(["pkill", "-TERM", "-f", pattern], check=False, become=True, timeout=30).ok:
         return  # none running
     deadline = time.monotonic() + wait
@@ -154,6 +177,10 @@ def _stop_leftover_payloads(t, wait: float = 30) -> None:
         if not t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).ok:
             return
         time.sleep(1)
+    pids = t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).stdout.split()
+    pids = [p for p in pids if p.isdigit()]
+    if pids:
+        t.run(["pkill", "-KILL", "-P", ",".join(pids)], check=False, become=True, timeout=30)
     t.run(["pkill", "-KILL", "-f", pattern], check=False, become=True, timeout=30)
 
 
