@@ -264,7 +264,8 @@ def test_wrong_or_missing_become_password_refused_clearly_nothing_changed(testbe
     assert lines and all("incorrect password attempt" in x for x in lines), lines  # nothing ran as root
     _nowhere(wrong, proc, state, h, bed.login_user)
 
-    # become without any password: the cause names the missing variable
+    # become without any password: the cause names the missing variable; sudo runs with -n, so it
+    # refuses at once and no failed authentication is counted (pam_faillock would lock the account)
     inv = _login_inventory(bed, tmp_path / "hosts2.yaml", ansible_become=True)
     proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "s2")
     assert proc.returncode == 1, proc.stderr[-4000:]
@@ -272,4 +273,81 @@ def test_wrong_or_missing_become_password_refused_clearly_nothing_changed(testbe
     assert f"sudo: {bed.login_user} on {h.name} needs a password" in cause
     assert "ansible_become_password is not set" in cause
     assert _untouched(h) == before
-    assert all("incorrect password attempt" in x for x in _sudo_commands(h)[0])
+    added = _sudo_commands(h)[0][len(lines):]
+    assert added and all("a password is required" in x for x in added), added
+
+
+def _transport(bed, h, user: str, **host_vars):
+    """An open transport to ``h`` (orch's own ``connect``) logged in as ``user``."""
+    from orchestrator.connection import connect
+
+    hv = {"ansible_host": h.address, "ansible_port": h.port, "ansible_user": user,
+          "ansible_ssh_private_key_file": str(bed.key_path), "orch_known_hosts": str(bed.known_hosts_path),
+          **host_vars}
+    return connect(h.name, hv)
+
+
+#: a command (run through sudo) whose output imitates sudo: its prompt, then, a moment later, the
+#: words sudo says after a refused password; then it prints whatever reaches its stdin
+_IMITATOR = ["sh", "-c", "printf '[sudo] password: \\n'; sleep 1; echo 'Sorry, try again.'; "
+             "echo \"stdin:[$(timeout 3 head -n 1)]\"; echo end"]
+
+
+def test_become_answers_only_sudos_own_prompt_and_quotes_the_become_user(testbed_factory, tmp_path):
+    """The password goes to sudo's stdin only when sudo itself asks: a command whose output looks like
+    sudo's prompt (a unit log read through sudo) gets nothing, and its "Sorry, try again." fails nothing.
+    ``ansible_become_user`` reaches the host's shell quoted."""
+    from orchestrator.connection import CommandFailed
+
+    bed = testbed_factory(1)
+    h = bed.hosts[0]
+    password = bed.become_password
+    lines_before = len(_sudo_commands(h)[0])
+    # orchop: sudo asks (and is answered once); root login: sudo never asks, so nothing is sent at all
+    for user in (bed.login_user, "root"):
+        t = _transport(bed, h, user, ansible_become=True, ansible_become_password=password)
+        try:
+            res = t.run(_IMITATOR, become=True, timeout=60)
+            assert res.stdout.splitlines() == ["[sudo] password: ", "Sorry, try again.", "stdin:[]", "end"], \
+                (user, res.stdout)
+            assert password not in res.stdout + res.stderr
+            assert "password:" not in res.stderr, res.stderr  # sudo's own prompt is not output
+            assert t.run(["id", "-un"], become=True, timeout=60).stdout.strip() == "root"
+        finally:
+            t.close()
+    added = _sudo_commands(h)[0][lines_before:]
+    assert len(added) == 2 and not [x for x in added if "incorrect password" in x], added
+
+    # a become user with shell syntax is one argument to sudo, never a command of its own
+    mark = h.local_path("/tmp/orch-injected")
+    t = _transport(bed, h, bed.login_user, ansible_become=True, ansible_become_password=password,
+                   ansible_become_user="root; touch /tmp/orch-injected; echo INJECTED")
+    try:
+        with pytest.raises(CommandFailed) as err:
+            t.run(["id", "-un"], become=True, timeout=60)
+    finally:
+        t.close()
+    assert "unknown user" in err.value.result.stderr and "INJECTED" not in err.value.result.stdout, err.value
+    assert not mark.exists()
+
+
+def test_local_transport_become_answers_only_sudos_own_prompt(tmp_path):
+    """``ansible_connection: local`` with ``become``: the same sudo call as over SSH (this machine's sudo,
+    as root: it never asks), so an imitated prompt gets no password and fails nothing; become user quoted."""
+    import os
+    import shutil
+
+    from orchestrator.connection import CommandFailed, connect
+
+    if os.geteuid() != 0 or not shutil.which("sudo"):
+        pytest.skip("needs root and sudo on this machine")
+    secret = "S3cr3t-" + secrets.token_hex(8)
+    t = connect("local", {"ansible_connection": "local", "ansible_become": True, "ansible_become_password": secret})
+    res = t.run(_IMITATOR, become=True, timeout=60)
+    assert res.stdout.splitlines() == ["[sudo] password: ", "Sorry, try again.", "stdin:[]", "end"], res.stdout
+    mark = tmp_path / "injected"
+    t = connect("local", {"ansible_connection": "local", "ansible_become": True,
+                          "ansible_become_user": f"root; touch {mark}"})
+    with pytest.raises(CommandFailed):
+        t.run(["id", "-un"], become=True, timeout=60)
+    assert not mark.exists()

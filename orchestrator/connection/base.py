@@ -5,9 +5,13 @@ nothing that came from an inventory or a host reaches a remote shell unquoted.
 Every output line is written prefixed with the host name.
 
 Least privilege (``ansible_become``): commands run as the login user (``ansible_user``); only
-the calls that pass ``become=True`` go through ``sudo -S -H -u <ansible_become_user>`` (Invoke's
-``sudo``, which answers the password prompt from ``ansible_become_password``; the password goes
-to sudo's stdin only, never into a command line, an output or a record). Copies into or out of
+the calls that pass ``become=True`` go through ``sudo -S -p PROMPT -H -u <ansible_become_user> --``
+(built and quoted here; PROMPT carries a random nonce per call, and :class:`SudoPromptAnswer`
+writes ``ansible_become_password`` to sudo's stdin once, only when that exact prompt shows, so a
+command whose output imitates sudo's prompt or its "Sorry, try again." gets nothing and fails
+nothing). Without a password sudo runs with ``-n`` (a password prompt is refused at once, no
+failed authentication is counted). The password never goes into a command line, an output or a
+record. Copies into or out of
 root-only folders (``put``/``get`` with ``become=True``) stage the file in a private temp folder
 of the login user and move it with ``sudo install``.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import secrets
 import shlex
 import sys
 import threading
@@ -78,6 +83,38 @@ _SUDO_REFUSALS = (
     (re.compile(r"is not in the sudoers file", re.M), "rights"),
     (re.compile(r"^Sorry, user \S+ (is not allowed to execute|may not run sudo)", re.M), "rights"),
 )
+
+
+class SudoPromptAnswer:
+    """Invoke stream watcher that answers sudo's password prompt, once.
+
+    ``prompt`` is the exact text passed to ``sudo -p`` (with a random nonce, so no command
+    output matches it by chance or by design); ``password`` is written to sudo's stdin the first
+    time the prompt appears. sudo asks a second time only when it refused that answer: then
+    ``invoke.watchers.ResponseNotAccepted`` is raised, which stops the command (Invoke raises
+    ``Failure`` with it as ``reason``). Other text (a log line saying "[sudo] password:" or
+    "Sorry, try again.") is ignored. Thread-safe (Invoke calls it from the stdout and the stderr
+    reader, each with that stream's whole text so far).
+    """
+
+    def __init__(self, prompt: str, password: str):
+        self._prompt = prompt
+        self._password = password
+        self._answered = False
+        self._lock = threading.Lock()
+
+    def submit(self, stream: str) -> list[str]:
+        """Responses to write to the command's stdin for ``stream`` (text so far of one stream)."""
+        from invoke.watchers import ResponseNotAccepted
+
+        with self._lock:
+            seen = stream.count(self._prompt)
+            if seen > 1:
+                raise ResponseNotAccepted("sudo asked for the password again: the answer was refused")
+            if seen == 1 and not self._answered:
+                self._answered = True
+                return [self._password + "\n"]
+            return []
 
 
 def quote_argv(argv: Sequence[str] | str) -> str:
@@ -153,9 +190,6 @@ class Transport:
     def _invoke_run(self, command: str, **kwargs):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _invoke_sudo(self, command: str, **kwargs):  # pragma: no cover - abstract
-        raise NotImplementedError
-
     #: the account the transport logs in as (set by subclasses; used in messages)
     login_user: str = "the login user"
 
@@ -191,34 +225,33 @@ class Transport:
         use_sudo = bool(become and self.become)
         if use_sudo and stdin_text is not None:
             raise ValueError("stdin_text cannot be combined with become: sudo -S reads the password from stdin")
-        out_cb = self._line_cb(on_stdout_line, echo)
-        err_cb = self._line_cb(on_stderr_line, echo)
-        out_w, err_w = LineWriter(out_cb), LineWriter(err_cb)
-        kwargs = dict(hide=True, warn=True, out_stream=out_w, err_stream=err_w, in_stream=False,
+        kwargs = dict(hide=True, warn=True, in_stream=False,
                       timeout=timeout if timeout is not None else self.default_timeout)
+        full, prompt = self._sudo_command(command, kwargs) if use_sudo else (command, None)
+        out_cb = self._line_cb(on_stdout_line, echo)
+        err_cb = self._line_cb(on_stderr_line, echo, strip=prompt)
+        out_w, err_w = LineWriter(out_cb), LineWriter(err_cb)
+        kwargs.update(out_stream=out_w, err_stream=err_w)
         if stdin_text is not None:
             import io
             kwargs["in_stream"] = io.StringIO(stdin_text)
         try:
-            if use_sudo:
-                res = self._invoke_sudo(command, user=self.become_user,
-                                        password=self._become_password or "", **kwargs)
-            else:
-                res = self._invoke_run(command, **kwargs)
-        except invoke.exceptions.AuthFailure:  # sudo said "Sorry, try again.": wrong password
-            raise BecomeFailed(self._become_refused("password"), CommandResult(command, -1, "", ""),
-                               self.host) from None
+            res = self._invoke_run(full, **kwargs)
         except invoke.exceptions.CommandTimedOut as exc:
             raise CommandTimeout(f"{self.host}: command timed out after {exc.timeout} s: {command}") from None
         except (OSError, EOFError) as exc:
             raise HostUnreachable(f"{self.host}: connection lost: {exc}") from exc
-        except invoke.exceptions.Failure as exc:  # sudo auth failures surface here
+        except invoke.exceptions.Failure as exc:
+            if isinstance(exc.reason, invoke.watchers.ResponseNotAccepted):  # sudo asked again: wrong password
+                raise BecomeFailed(self._become_refused("password"), CommandResult(command, -1, "", ""),
+                                   self.host) from None
             res = exc.result
         finally:
             out_w.close()
             err_w.close()
+        stderr = res.stderr.replace(prompt, "", 1) if prompt else res.stderr  # sudo's prompt is no output
         result = CommandResult(command=command, exited=res.exited if res.exited is not None else -1,
-                               stdout=res.stdout, stderr=res.stderr)
+                               stdout=res.stdout, stderr=stderr)
         if use_sudo and not result.ok:
             for pattern, kind in _SUDO_REFUSALS:
                 if pattern.search(result.stderr or ""):
@@ -226,6 +259,22 @@ class Transport:
         if check and not result.ok:
             raise CommandFailed(result, self.host)
         return result
+
+    def _sudo_command(self, command: str, kwargs: dict) -> tuple[str, str | None]:
+        """``command`` (already quoted) wrapped in sudo to ``become_user``, every part quoted, and
+        the prompt sudo will show (None when it will not ask).
+
+        With a password: ``sudo -S -p PROMPT`` and a :class:`SudoPromptAnswer` for this call's
+        random PROMPT is put in ``kwargs["watchers"]``; without one: ``sudo -n`` (never prompts).
+        """
+        prompt = None
+        if self._become_password:
+            prompt = f"[sudo via orch {secrets.token_hex(8)}] password: "
+            kwargs["watchers"] = [SudoPromptAnswer(prompt, self._become_password)]
+            head = ["sudo", "-S", "-p", prompt]
+        else:
+            head = ["sudo", "-n"]
+        return f"{shlex.join([*head, '-H', '-u', str(self.become_user), '--'])} {command}", prompt
 
     def _become_refused(self, kind: str) -> str:
         """One-line cause of a sudo refusal (``kind``: ``password`` or ``rights``); never the password."""
@@ -237,8 +286,12 @@ class Transport:
         return (f"{self.host}: sudo: {self.login_user} may not run commands as {self.become_user} on "
                 f"{self.host} (not allowed by sudoers)")
 
-    def _line_cb(self, cb, echo):
+    def _line_cb(self, cb, echo, strip: str | None = None):
         def handle(line: str) -> None:
+            if strip and strip in line:  # sudo's prompt, glued to the first line of stderr
+                line = line.replace(strip, "", 1)
+                if not line:
+                    return
             if cb is not None:
                 cb(line)
             if echo:

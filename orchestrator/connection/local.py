@@ -30,9 +30,6 @@ class LocalTransport(Transport):
     def _invoke_run(self, command: str, **kwargs):
         return self._ctx.run(command, **kwargs)
 
-    def _invoke_sudo(self, command: str, **kwargs):
-        return self._ctx.sudo(command, **kwargs)
-
     def _put_file(self, local_path: str, remote_path: str) -> None:
         """Copy ``local_path`` to ``remote_path`` (same machine)."""
         if os.path.abspath(local_path) != os.path.abspath(remote_path):

@@ -124,10 +124,6 @@ class SSHTransport(Transport):
         self._ensure_open()
         return self._conn.run(command, **kwargs)
 
-    def _invoke_sudo(self, command: str, **kwargs):
-        self._ensure_open()
-        return self._conn.sudo(command, **kwargs)
-
     def _put_file(self, local_path: str, remote_path: str) -> None:
         """Upload ``local_path`` to ``remote_path`` over SFTP (as the login user)."""
         self._ensure_open()
