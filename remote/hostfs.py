@@ -75,13 +75,19 @@ def sha256_file(path: str) -> str | None:
     return h.hexdigest()
 
 
-def read_bytes(path: str) -> bytes | None:
-    """Whole content of ``path``; ``None`` when it does not exist."""
+def read_bytes(path: str, follow_symlinks: bool = True) -> bytes | None:
+    """Whole content of ``path``; ``None`` when it does not exist.
+
+    ``follow_symlinks=False`` opens with ``O_NOFOLLOW``: a symlink swapped in after an
+    ``lstat`` check raises ``OSError`` (ELOOP) instead of being read through (root reading a
+    folder another user can write)."""
+    flags = os.O_RDONLY | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        fd = os.open(path, flags)
     except FileNotFoundError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
 
 
 def fsync_dir(path: str) -> None:

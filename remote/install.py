@@ -286,7 +286,11 @@ def apply_changes(state_dir: str, run_id: str, action: str, dest_dir: str,
             if st is not None:
                 if not stat.S_ISREG(st.st_mode):
                     raise PayloadError("bad_input", f"{path} exists and is not a regular file (symlink?)")
-                old = read_bytes(path)
+                try:
+                    old = read_bytes(path, follow_symlinks=False)
+                except OSError as exc:
+                    raise PayloadError("bad_input", f"{path}: cannot read it without following links: {exc}") \
+                        from None
                 mode_before, uid, gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
         before = None if old is None else sha256_bytes(old)
         after = None if new is None else sha256_bytes(new)

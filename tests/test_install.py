@@ -371,3 +371,34 @@ def test_cli_install_restore_runs(env, tmp_path):
     assert rc == 0 and (env["dest"] / UP).read_bytes() == b"old"
     rc, last = _cli("install", "--request", "-", stdin=json.dumps(req(env, [(UP, "{")], run_id="r2")))
     assert rc == 2 and last["type"] == "error" and last["kind"] == "bad_input"
+
+
+def test_symlinked_target_refused_and_never_read_through(env, tmp_path, monkeypatch):
+    """A config path that is a symlink (another user planting a link to a root-only file in a
+    folder it can write) is refused before anything changes; a link swapped in between the
+    lstat check and the read is not followed either (O_NOFOLLOW)."""
+    secret = tmp_path / "secret"
+    secret.write_text("root-only\n")
+    env["dest"].mkdir()
+    (env["dest"] / UP).symlink_to(secret)
+    before = snapshot(env["dest"])
+    with pytest.raises(PayloadError, match="not a regular file"):
+        inst.install(req(env, [(UP, cfg_text(64))]))
+    assert snapshot(env["dest"]) == before and not (env["state"] / "runs" / "r1" / "backup").exists()
+    # the race: lstat sees a regular file, the read then meets a symlink
+    (env["dest"] / UP).unlink()
+    (env["dest"] / UP).write_text(cfg_text(32))
+    real_lstat = os.lstat
+
+    def lstat_then_swap(path, *a, **kw):
+        st = real_lstat(path, *a, **kw)
+        if str(path).endswith(UP) and stat.S_ISREG(st.st_mode):
+            os.unlink(path)
+            os.symlink(secret, path)
+        return st
+    monkeypatch.setattr(inst.os, "lstat", lstat_then_swap)
+    with pytest.raises(PayloadError, match="without following links"):
+        inst.install(req(env, [(UP, cfg_text(64))], run_id="r2"))
+    assert os.path.islink(env["dest"] / UP) and secret.read_text() == "root-only\n"
+    backups = list((env["state"]).rglob("backup/*"))
+    assert not any(b.read_text() == "root-only\n" for b in backups)
