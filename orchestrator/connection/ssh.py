@@ -85,9 +85,19 @@ class SSHTransport(Transport):
             client.load_host_keys(self.known_hosts)
         policy = AcceptNewPolicy(self.known_hosts) if accept_new_host_keys else paramiko.RejectPolicy()
         client.set_missing_host_key_policy(policy)
+        # the lock heartbeat and the cancel watcher run commands from their own threads: one
+        # (re)connect at a time, so a dropped link is reopened once, not raced
+        self._open_lock = threading.RLock()
 
     def open(self) -> None:
-        """Connect now (otherwise the first command connects) and start keep-alives."""
+        """Connect now (otherwise the first command connects) and start keep-alives.
+        Thread-safe: concurrent callers wait for one connect."""
+        with self._open_lock:
+            if self._conn.is_connected:
+                return
+            self._open()
+
+    def _open(self) -> None:
         try:
             self._conn.open()
         except paramiko.BadHostKeyException as exc:
@@ -118,7 +128,7 @@ class SSHTransport(Transport):
 
     def _ensure_open(self):
         if not self._conn.is_connected:
-            self.open()
+            self.open()  # re-checks under the lock
 
     def _invoke_run(self, command: str, **kwargs):
         self._ensure_open()
