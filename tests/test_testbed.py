@@ -13,6 +13,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -323,6 +324,39 @@ def test_standin_speed_depends_on_config(local_server):
     assert (default["up"], tuned["up"], tuned["down"]) == ("default", "exact", "exact")
     assert tuned["token_delay_ms"] < default["token_delay_ms"] < regressed["token_delay_ms"]
     assert _throughput(url2, 1, 30) > 1.2 * _throughput(url, 1, 30)
+
+
+def test_code_under_a_per_host_mount_is_bound_back():
+    """A clone (and its venv) under /tmp or /run, which each host replaces with its own, is bound
+    back at the same path; code elsewhere needs no bind; one bind covers a venv inside the repo."""
+    from tests.testbed.bed import _hidden_code_binds
+
+    hd = Path("/x/orchtb-1/gpu-a")
+    assert _hidden_code_binds(hd, ["/tmp/clone", "/tmp/clone/.venv"]) == [["/tmp/clone", "/tmp/clone"]]
+    assert _hidden_code_binds(hd, ["/work/main", "/run/venv"]) == [["/run/venv", "/run/venv"]]
+    assert _hidden_code_binds(hd, ["/work/main", "/work/main/.venv", "/tmpx/repo"]) == []
+
+
+def test_bind_uses_the_open_folder_after_its_path_is_hidden(tmp_path):
+    """hostinit's bind follows the O_PATH fd, not the path name: a folder whose path an earlier
+    bind hid (a clone under /tmp once the host's /tmp is bound) still shows its own files."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare (a private mount namespace)")
+    cover, src = tmp_path / "cover", tmp_path / "parent" / "repo"
+    cover.mkdir()
+    src.mkdir(parents=True)
+    (src / "marker").write_text("repo files")
+    code = ("import os, sys\n"
+            "from tests.testbed.hostinit import _bind\n"
+            "cover, src = sys.argv[1:3]\n"
+            "fc, fs = os.open(cover, os.O_PATH), os.open(src, os.O_PATH)\n"
+            "_bind(fc, True, os.path.dirname(src))\n"  # hides src's path, like the host's own /tmp
+            "_bind(fs, True, src)\n"
+            "print(open(os.path.join(src, 'marker')).read())\n")
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", PY, "-c", code, str(cover), str(src)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "repo files"
 
 
 # ----------------------------------------------------------------------------------------

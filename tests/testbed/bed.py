@@ -530,6 +530,23 @@ def _host_mounts(hostdir: Path) -> List[Tuple[str, str]]:
     ]
 
 
+def _hidden_code_binds(hostdir: Path, paths: Optional[List[str]] = None) -> List[List[str]]:
+    """Binds ``[source, same path]`` that keep the bed's own code visible inside a host: the
+    repo (holder.py, the journalctl shim) and the venv (the units' interpreter, systemctl3) when
+    they sit under a per-host mount such as ``/tmp`` (a clone in /tmp would otherwise vanish
+    behind the host's own /tmp). ``paths`` defaults to the repo and the venv's root."""
+    if paths is None:
+        paths = [str(REPO), str(Path(VENV_PYTHON).parent.parent)]
+    insides = [inside for inside, _ in _host_mounts(hostdir)]
+    out: List[List[str]] = []
+    for p in dict.fromkeys(os.path.abspath(x) for x in paths):
+        hidden = any(p == i or p.startswith(i.rstrip("/") + "/") for i in insides)
+        covered = any(p == q or p.startswith(q.rstrip("/") + "/") for q, _ in out)
+        if hidden and not covered:
+            out.append([p, p])
+    return out
+
+
 def _unit_text(host: Host) -> str:
     o = host.options
     env = {"PYTHONPATH": "/opt/sglang", "ORCH_STANDIN_GPU_NAME": o["gpu_name"],
@@ -796,7 +813,7 @@ class TestBed:
                 [str(hd / "bin" / "systemctl"), "/usr/bin/systemctl"],
                 [str(hd / "bin" / "journalctl"), "/usr/bin/journalctl"],
                 [str(hd / "etc" / "resolv.conf"), "/etc/resolv.conf"],
-                [str(hd / "etc" / "hosts"), "/etc/hosts"]],
+                [str(hd / "etc" / "hosts"), "/etc/hosts"]] + _hidden_code_binds(hd),
             "nvidia": nvidia, "sshd_config": "/run/orchtb/sshd_config", "python": VENV_PYTHON,
             "setup_cmds": setup_cmds, "strays": bool(o["strays"]),
             "start_units": [o["unit"]] if o["start_unit"] else [],

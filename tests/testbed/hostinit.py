@@ -40,13 +40,15 @@ def _run(cmd: list[str]) -> None:
 
 def _bind(src_fd: int, is_dir: bool, dst: str) -> None:
     """Bind the file/folder open as O_PATH ``src_fd`` over ``dst`` (immune to earlier binds
-    hiding the source path, e.g. a work folder under /tmp once /tmp is bound)."""
+    hiding the source path, e.g. a work folder under /tmp once /tmp is bound). ``--no-canonicalize``:
+    mount would otherwise resolve ``/proc/self/fd/N`` to its path name and bind whatever that name
+    means now (a clone under /tmp, once /tmp is bound, is the host's own empty /tmp/<name>)."""
     if is_dir:
         os.makedirs(dst, exist_ok=True)
     elif not os.path.exists(dst):
         raise FileNotFoundError(f"mount point {dst} missing for a file bind")
-    subprocess.run(["mount", "--bind", f"/proc/self/fd/{src_fd}", dst], check=True, pass_fds=[src_fd],
-                   stdout=sys.stderr, stderr=sys.stderr)
+    subprocess.run(["mount", "--bind", "--no-canonicalize", f"/proc/self/fd/{src_fd}", dst], check=True,
+                   pass_fds=[src_fd], stdout=sys.stderr, stderr=sys.stderr)
 
 
 def _setup_dev(hostdir: str, nvidia: list[str]) -> None:
