@@ -36,12 +36,16 @@ HOST_OPTS = {0: {"config_files": {UP: OLD_UP}}}
 
 
 # ------------------------------------------------------------------------------ helpers
-def _popen(args: list[str], state_dir: Path, run_id: str, log: Path) -> subprocess.Popen:
-    """Start ``orch ARGS`` in the background (its own run id, output to ``log``)."""
+def _popen(args: list[str], state_dir: Path, run_id: str, log: Path, new_session: bool = False) -> subprocess.Popen:
+    """Start ``orch ARGS`` in the background (its own run id, output to ``log``).
+
+    ``new_session``: orch leads its own process group, which the test can signal as a whole,
+    as a terminal's Ctrl-C does (``os.killpg``)."""
     cmd = [sys.executable, "-m", "orchestrator", *args, "--state-dir", str(state_dir), "--run-id", run_id, "--json"]
     env = dict(os.environ, XDG_STATE_HOME=str(state_dir), COLUMNS="200")
     fh = open(log, "w")
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=new_session)
 
 
 def _events(state_dir: Path, run_id: str) -> list[dict]:
@@ -167,21 +171,29 @@ if _cmd:
         torch.randn = _oom
 """
 #: gate for a host binary (bind-mounted over it inside the host's own mount namespace):
-#: while ``hold-<name>`` exists and its content is empty or equals the first argument, the call
-#: writes ``entered-<name>`` and waits; then it runs the real binary (copied beside it)
+#: ``hold-<name>`` holds ``WANT [N]``: the N-th call (default the first) whose first argument is
+#: WANT (empty: any call) writes ``entered-<name>`` and waits while ``hold-<name>`` exists; then
+#: every call runs the real binary (copied beside it). Matching calls are counted in ``count-<name>``.
 GATE_SH = """#!/bin/sh
 name=$(basename "$0")
-hold=/srv/orch-faults/hold-$name
+d=/srv/orch-faults
+hold=$d/hold-$name
 if [ -e "$hold" ]; then
-  want=$(cat "$hold")
+  read -r want nth < "$hold"
   if [ -z "$want" ] || [ "$want" = "$1" ]; then
-    echo $$ > /srv/orch-faults/entered-$name
-    while [ -e "$hold" ]; do sleep 0.05; done
+    n=$(( $(cat "$d/count-$name" 2>/dev/null || echo 0) + 1 ))
+    echo "$n" > "$d/count-$name"
+    if [ "$n" = "${nth:-1}" ]; then
+      echo $$ > "$d/entered-$name"
+      while [ -e "$hold" ]; do sleep 0.05; done
+    fi
   fi
 fi
-exec /srv/orch-faults/real/$name "$@"
+exec "$d/real/$name" "$@"
 """
-GATED_BINARIES = ("sha256sum", "systemctl")
+#: ``id`` (Connect's ``id -un``), ``systemctl`` (show/cat, stop, restart), ``journalctl`` (the
+#: log mark before a start and verify-log), ``sha256sum`` (the payload check)
+GATED_BINARIES = ("sha256sum", "systemctl", "journalctl", "id")
 
 
 @pytest.fixture(scope="module")
@@ -254,8 +266,11 @@ def _main_pid(h) -> str:
 #: (step, gate): ``gate`` = (name, content of ``hold-<name>``) holds the step's own command on
 #: the host while the signal arrives: for a payload command (``probe``, ``bench``, ...) the
 #: content is which call to hold (default the first); for a gated binary, its first argument
-#: (empty: any). ``None``: the step is hit by watching the run (the tune process, the start).
+#: (empty: any), then which matching call (default the first). ``None``: the step is hit by
+#: watching the run (the tune process, the start).
 STEPS = [
+    ("connect", ("id", "-un")),            # Connect's check of who orch is on the host
+    ("read_unit", ("systemctl", "show")),  # Read the unit (`systemctl show`, then `systemctl cat`)
     ("payload_push", ("sha256sum", "")),   # checking the pushed payload's checksums on the host
     ("probe", ("probe", "")),
     ("bench_before", ("bench", "")),       # interruptible: orch stops the tagged benchmark itself
@@ -264,17 +279,19 @@ STEPS = [
     ("tune", None),                        # also: the lock heartbeat advances while it tunes
     ("install", ("install", "")),
     ("wait_ready", None),                  # new configs installed, the server warming up
+    # verify-log reads the unit's log; the 1st `journalctl -u` is the mark before the start
+    ("verify_log", ("journalctl", "-u 2")),
     ("bench_after", ("bench", "2")),       # the new configs loaded and proven from the log
 ]
 #: steps before the unit is stopped: nothing to restore, the unit is never restarted
-BEFORE_STOP = {"payload_push": None, "probe": None, "bench_before": "failed"}
+BEFORE_STOP = {"connect": None, "read_unit": None, "payload_push": None, "probe": None, "bench_before": "failed"}
 
 
 @pytest.mark.parametrize("step,gate", [pytest.param(s, g, id=s) for s, g in STEPS])
 def test_interrupted_controller_restores_host(step_bed, tmp_path, step, gate):
-    """Ctrl-C (SIGINT) or SIGTERM to ``orch tune`` in each step that changes the host or is
-    about to: exit 130; the host restored byte for byte (or never touched, before the stop),
-    running, its record final, unlocked, no payload process left."""
+    """Ctrl-C (SIGINT) or SIGTERM to ``orch tune`` in each step that talks to the host, from
+    Connect to the benchmark after: exit 130; the host restored byte for byte (or never touched,
+    before the stop), running, its record final, unlocked, no payload process left."""
     bed, h = step_bed, step_bed.hosts[0]
     sig = signal.SIGINT if STEPS.index((step, gate)) % 2 == 0 else signal.SIGTERM
     # the previous case left the host as every case must: restored, running, unlocked
@@ -337,9 +354,94 @@ def test_interrupted_controller_restores_host(step_bed, tmp_path, step, gate):
             assert _host_run_state(h, rid) == BEFORE_STOP[step]
         return
     assert r["rescued"] == 1, r
+    if step == "verify_log":  # hit in verify-log: it finished, the benchmark after never started
+        tasks = {e["task"]: e["status"] for e in _events(state, rid) if e.get("event") == "task"}
+        assert tasks.get("Prove the new configs were loaded") == "ok" and "Benchmark after" not in tasks, tasks
     _assert_restored(h, bed.tree0, rid)
     assert h.sh(f"test -e '{h.triton_dir}/{DOWN}'", check=False).returncode != 0
     # the server runs on the old file again (the log of its last start)
+    assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in h.unit_log().rsplit("server_args=", 1)[1]
+
+
+def _wait_log_count(log: Path, text: str, count: int, proc, timeout: float = 60) -> None:
+    """Wait until orch's output holds ``text`` at least ``count`` times; fail if orch ends first."""
+    deadline = time.monotonic() + timeout
+    while log.read_text().count(text) < count:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"orch printed {text!r} fewer than {count} times:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+#: the rescue steps of tune.yaml after ``stop_payload``, each of which must run to the end
+RESCUE_TASKS = ("Restore the earlier configs", "Start the unit again", "Wait for readiness on the earlier configs",
+                "Record the restore on the host")
+
+
+def test_second_signal_during_the_rescue_does_not_cut_it_short(step_bed, tmp_path):
+    """Ctrl-C while the new files are installed, then the operator insists while the rescue runs:
+    Ctrl-C while it restores the files, SIGTERM while it restarts the unit, Ctrl-C while it waits
+    for readiness. (Interrupted during the tune instead, the rescue has no file to restore.)
+    Each later signal only prints that orch is still restoring; the rescue runs to the end:
+    restored byte for byte, running on the old files, recorded ``restored``, unlocked, no payload
+    left, exit 130. Ctrl-C goes to orch's whole process group, as a terminal sends it."""
+    bed, h = step_bed, step_bed.hosts[0]
+    _reset_faults(h)
+    assert h.file_tree_hash(h.config_dir) == bed.tree0 and _lock(h) is None
+    h.wait_http("/health", timeout=60)
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    faults = _faults(h)
+    # held: the payload install, the rescue's payload restore, the rescue's restart (the first:
+    # the run's own start never comes)
+    holds = {"install": "", "restore": "", "systemctl": "restart"}
+    for name, content in holds.items():
+        (faults / f"hold-{name}").write_text(content)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log, new_session=True)
+    again = "interrupted again: still restoring hosts"
+
+    def ctrl_c():
+        os.killpg(proc.pid, signal.SIGINT)
+
+    try:
+        _wait_file(h, proc, "entered-install")
+        ctrl_c()
+        _wait_log(log, "SIGINT: finishing the current step", proc)
+        (faults / "hold-install").unlink()  # the install finishes: the new files are in place
+        _wait_file(h, proc, "entered-restore")  # the rescue's payload restore
+        assert h.sh(f"test -f '{h.triton_dir}/{DOWN}'", check=False).returncode == 0, "new files installed"
+        ctrl_c()
+        _wait_log_count(log, again, 1, proc)
+        assert proc.poll() is None
+        (faults / "hold-restore").unlink()
+        _wait_file(h, proc, "entered-systemctl")  # the rescue's `systemctl restart`
+        proc.send_signal(signal.SIGTERM)
+        _wait_log_count(log, again, 2, proc)
+        assert proc.poll() is None
+        (faults / "hold-systemctl").unlink()
+        _wait_event(state, rid, proc, lambda e: e.get("event") == "service_started", "the rescue's start")
+        ctrl_c()
+        _wait_log_count(log, again, 3, proc)
+        # the third signal came while the readiness wait was still running (the server warms up 6 s)
+        assert not [e for e in _events(state, rid) if e.get("event") == "task"
+                    and e.get("task") == "Wait for readiness on the earlier configs"], log.read_text()[-3000:]
+        rc, result = _wait_exit(proc, log)
+    finally:
+        for name in holds:
+            (faults / f"hold-{name}").unlink(missing_ok=True)
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 130, log.read_text()[-4000:]
+    assert log.read_text().count(again) == 3
+    r = result["hosts"][h.name]
+    assert r["outcome"] == "failed" and "interrupted by the operator" in r["cause"], r
+    assert "rescue also failed" not in r["cause"] and r["rescued"] == 1, r
+    status = {e["task"]: e["status"] for e in _events(state, rid) if e.get("event") == "task"}
+    assert {t: status.get(t) for t in RESCUE_TASKS} == {
+        "Restore the earlier configs": "changed", "Start the unit again": "changed",
+        "Wait for readiness on the earlier configs": "ok", "Record the restore on the host": "ok"}, status
+    assert not _payload_procs(h), "the interrupted payload must not keep running"
+    _assert_restored(h, bed.tree0, rid)
+    assert h.sh(f"test -e '{h.triton_dir}/{DOWN}'", check=False).returncode != 0
     assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in h.unit_log().rsplit("server_args=", 1)[1]
 
 
