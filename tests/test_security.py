@@ -10,10 +10,12 @@ to ``/var/log/sudo-orchop.log`` on the host.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shlex
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -351,3 +353,39 @@ def test_local_transport_become_answers_only_sudos_own_prompt(tmp_path):
     with pytest.raises(CommandFailed):
         t.run(["id", "-un"], become=True, timeout=60)
     assert not mark.exists()
+
+
+def test_local_transport_command_survives_the_terminals_ctrl_c(tmp_path):
+    """``ansible_connection: local``: a terminal's Ctrl-C goes to orch's whole process group.
+    orch handles it (cancel flag, rescue); the command it is running (an install, a restore)
+    must not die of it, or a second Ctrl-C would cut the rescue short."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "ctl.py"
+    started = tmp_path / "started"
+    child = [sys.executable, "-c",
+             f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(2); print('finished')"]
+    script.write_text(
+        "import signal, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "signal.signal(signal.SIGINT, lambda *a: print('controller got SIGINT', flush=True))\n"
+        "from orchestrator.connection import connect\n"
+        "t = connect('local', {'ansible_connection': 'local'})\n"
+        f"r = t.run({child!r}, check=False, timeout=60)\n"
+        "print('exit', r.exited, r.stdout.strip(), flush=True)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own group, like orch in a terminal
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "command did not start"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "controller got SIGINT" in out
+    assert "exit 0 finished" in out, out

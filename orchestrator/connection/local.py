@@ -28,7 +28,11 @@ class LocalTransport(Transport):
         """Nothing to open for a local host."""
 
     def _invoke_run(self, command: str, **kwargs):
-        return self._ctx.run(command, **kwargs)
+        # Invoke starts the command in orch's own process group, so a terminal's Ctrl-C (SIGINT to
+        # the whole group) would also kill it, e.g. the payload's install, or the rescue's restore
+        # after a second Ctrl-C. Ignored signals stay ignored across exec (Python then keeps
+        # SIGINT ignored too): orch alone handles the interrupt, as it does for SSH hosts.
+        return self._ctx.run(f"trap '' INT QUIT; {command}", **kwargs)
 
     def _put_file(self, local_path: str, remote_path: str) -> None:
         """Copy ``local_path`` to ``remote_path`` (same machine)."""
