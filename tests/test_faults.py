@@ -797,7 +797,7 @@ def test_lock_heartbeat_thread_renews_until_stopped_and_ends_when_the_lock_is_lo
 def test_recover_stops_only_the_tagged_processes_of_the_unfinished_run():
     import re
 
-    from orchestrator.tasks.recover import tag_pattern
+    from orchestrator.tasks.payload import tag_pattern
 
     rid = "20260512T101500Z-tune-1a2b3c"
     pat = re.compile(tag_pattern(rid))  # plain ERE: the same meaning for Python's re

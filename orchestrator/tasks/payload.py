@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import secrets
 import tempfile
 import threading
@@ -274,26 +275,52 @@ def cleanup(ctx) -> TaskResult:
 cleanup.check_safe = True
 
 
+def tag_pattern(run_id: str) -> str:
+    """``pgrep -f`` pattern (POSIX ERE) matching the command lines tagged ``ORCH_TAG=<run_id>.``
+    by :meth:`PayloadClient.call` (the ``timeout`` wrapper of a long payload command). Raises
+    ValueError for a run id that is not a plain name (recover reads run ids from a host's
+    records: no pattern syntax may slip in)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", run_id or "") or run_id in (".", ".."):
+        raise ValueError(f"not a run id: {run_id!r}")
+    return "ORCH_TAG=" + run_id.replace(".", "[.]") + "[.]"
+
+
+def stop_tagged(t, run_id: str, wait: float = 30) -> str | None:
+    """Stop run ``run_id``'s tagged payload commands (tune, bench) still running on the host.
+
+    SIGTERM to the tagged ``timeout`` wrappers (they forward it to the payload's Python, whose
+    own command line carries no tag); after ``wait`` s, SIGKILL to their children and then to
+    them (SIGKILL is not forwarded). Returns ``None`` when none ran, else ``"SIGTERM"`` or
+    ``"SIGKILL"`` (what ended them). Raises ValueError as :func:`tag_pattern`.
+    """
+    import time
+
+    pattern = tag_pattern(run_id)
+    if not t.run(["pkill", "-TERM", "-f", pattern], check=False, become=True, timeout=30).ok:
+        return None
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if not t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).ok:
+            return "SIGTERM"
+        time.sleep(1)
+    pids = [p for p in t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).stdout.split()
+            if p.isdigit()]
+    if pids:
+        t.run(["pkill", "-KILL", "-P", ",".join(pids)], check=False, become=True, timeout=30)
+    t.run(["pkill", "-KILL", "-f", pattern], check=False, become=True, timeout=30)
+    return "SIGKILL"
+
+
 def stop_payload(ctx, wait: float = 30) -> TaskResult:
     """Task ``stop_payload`` (rescue): end this run's tune/bench still running on the host.
 
     A dropped SSH link does not stop a remote command; before the unit is started again,
     the tuner must not hold the GPUs. Matches only ``ORCH_TAG=<run_id>.`` (this run's
-    commands): SIGTERM, wait up to ``wait`` seconds, then SIGKILL.
+    commands), see :func:`stop_tagged`.
     """
     if ctx.transport is None:
         return TaskResult.skipped("not connected")
-    pattern = f"ORCH_TAG={ctx.options.run_id}[.]"
-    t = ctx.transport
-    if not t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).ok:
+    how = stop_tagged(ctx.transport, ctx.options.run_id, wait)
+    if how is None:
         return TaskResult.ok("no payload of this run is running")
-    t.run(["pkill", "-TERM", "-f", pattern], check=False, become=True, timeout=30)
-    import time
-
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if not t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).ok:
-            return TaskResult.changed("stopped this run's payload (SIGTERM)")
-        time.sleep(1)
-    t.run(["pkill", "-KILL", "-f", pattern], check=False, become=True, timeout=30)
-    return TaskResult.changed("stopped this run's payload (SIGKILL)")
+    return TaskResult.changed(f"stopped this run's payload ({how})")

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import getpass
 import os
-import re
 import socket
 
 from ..engine.results import TaskFailed, TaskResult
-from .payload import PayloadFailed
+from .payload import PayloadFailed, stop_tagged
 
 #: host run-record states of a run that ended (anything else was cut short)
 FINISHED_STATES = ("completed", "restored", "failed", "rolled_back")
@@ -139,7 +138,7 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
         # the dead controller's payload may still run (tune, bench); we hold the lock now
         for r in left:
             try:
-                _stop_leftover_payloads(ctx.transport, r["run_id"])
+                stop_tagged(ctx.transport, r["run_id"])
             except ValueError as exc:  # a record whose name is no run id: nothing of it is signalled
                 ctx.emit("recover_stop_skipped", run_id=r["run_id"], error=str(exc))
     desc = ", ".join(f"{r['run_id']} ({r['state']})" for r in left) or "none"
@@ -148,40 +147,6 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
 
 
 recover_select.check_safe = True
-
-
-def tag_pattern(run_id: str) -> str:
-    """``pgrep -f`` pattern (POSIX ERE) matching the command lines tagged ``ORCH_TAG=<run_id>.``
-    by :meth:`~orchestrator.tasks.payload.PayloadClient.call` (the ``timeout`` wrapper of a long
-    payload command). Raises ValueError for a run id that is not a plain name (it comes from a
-    host's records: no pattern syntax may slip in)."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", run_id or "") or run_id in (".", ".."):
-        raise ValueError(f"not a run id: {run_id!r}")
-    return "ORCH_TAG=" + run_id.replace(".", "[.]") + "[.]"
-
-
-def _stop_leftover_payloads(t, run_id: str, wait: float = 30) -> None:
-    """Stop run ``run_id``'s tagged payload commands still running on the host.
-
-    SIGTERM to the tagged ``timeout`` wrappers (they forward it to the payload's Python);
-    after ``wait`` s, SIGKILL to their children and then to them (SIGKILL is not forwarded).
-    Only called while this run holds the host lock, so no live orch run owns them.
-    """
-    import time
-
-    pattern = tag_pattern(run_id)
-    if not t.run(["pkill", "-TERM", "-f", pattern], check=False, become=True, timeout=30).ok:
-        return  # none running
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if not t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).ok:
-            return
-        time.sleep(1)
-    pids = t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).stdout.split()
-    pids = [p for p in pids if p.isdigit()]
-    if pids:
-        t.run(["pkill", "-KILL", "-P", ",".join(pids)], check=False, become=True, timeout=30)
-    t.run(["pkill", "-KILL", "-f", pattern], check=False, become=True, timeout=30)
 
 
 def recover_restore(ctx) -> TaskResult:
