@@ -24,8 +24,9 @@ import secrets
 import shlex
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 
 class ConnectionError_(Exception):
@@ -311,13 +312,9 @@ class Transport:
         if not (become and self.become):
             self._put_file(local_path, remote_path)
             return
-        tmpdir = self._user_tmpdir()
-        try:
-            staged = posixpath.join(tmpdir, "file")
+        with self._staged() as staged:
             self._put_file(local_path, staged)
             self.run(["install", "-m", "0600", "-T", "--", staged, remote_path], become=True, timeout=300)
-        finally:
-            self.run(["rm", "-rf", "--", tmpdir], check=False, timeout=60)
 
     def get(self, remote_path: str, local_path: str, *, become: bool = False) -> None:
         """Copy ``remote_path`` on the host to the local file ``local_path``.
@@ -329,21 +326,22 @@ class Transport:
         if not (become and self.become):
             self._get_file(remote_path, local_path)
             return
-        tmpdir = self._user_tmpdir()
-        try:
-            staged = posixpath.join(tmpdir, "file")
+        with self._staged() as staged:
             self.run(["install", "-m", "0644", "-T", "--", remote_path, staged], become=True, timeout=300)
             self._get_file(staged, local_path)
+
+    @contextmanager
+    def _staged(self) -> Iterator[str]:
+        """Path of a file inside a new private (0700) temp folder of the login user on the host
+        (``mktemp -d``); the folder is removed on exit, also after an error."""
+        res = self.run(["mktemp", "-d", "-t", "orch-xfer.XXXXXXXXXX"], timeout=60)
+        tmpdir = res.stdout.strip()
+        if not tmpdir.startswith("/") or "\n" in tmpdir:
+            raise CommandFailed(CommandResult(res.command, res.exited, res.stdout, "not a folder path"), self.host)
+        try:
+            yield posixpath.join(tmpdir, "file")
         finally:
             self.run(["rm", "-rf", "--", tmpdir], check=False, timeout=60)
-
-    def _user_tmpdir(self) -> str:
-        """A new private (0700) temp folder of the login user on the host (``mktemp -d``); its path."""
-        res = self.run(["mktemp", "-d", "-t", "orch-xfer.XXXXXXXXXX"], timeout=60)
-        path = res.stdout.strip()
-        if not path.startswith("/") or "\n" in path:
-            raise CommandFailed(CommandResult(res.command, res.exited, res.stdout, "not a folder path"), self.host)
-        return path
 
     def _put_file(self, local_path: str, remote_path: str) -> None:  # pragma: no cover - abstract
         """Copy a local file to ``remote_path`` as the login user."""
