@@ -45,6 +45,7 @@ from typing import Any
 from .naming import sglang_version_dir, sort_triton_folders, triton_folder, unparsable_triton_folders
 from .names import add_model_arguments, checked_device_name, shape_from_args
 from .protocol import PayloadError, log
+from .tune import unsupported_reason
 
 #: Loader module locations inside the ``sglang`` package, newest layout first.
 LOADER_LAYOUTS = (
@@ -263,6 +264,7 @@ def run(args: argparse.Namespace) -> dict:
             cap = (major, minor)
         shape, model_path = shape_from_args(args, capability=cap)
         model = shape.to_dict()
+        model["tuner_unsupported"] = unsupported_reason(model)
         file_names = shape.file_names(device_name)
 
     install_dir = os.path.join(sg["configs_root"], tfolder) if (sg["configs_root"] and tfolder) else None

@@ -177,19 +177,35 @@ def _load_shipped(path: str | None) -> dict | None:
     return {"up": up, "down": down, "path": str(p), "down_path": str(down_path) if down else None}
 
 
-def _quant_of(naming: dict):
-    """The tuner spec's ``quant`` entry for the file's selectors: ``None`` (bf16/fp16/fp32
-    weights) or ``{"block_shape": None | [bn, bk]}`` (fp8_w8a8 with e4m3 weights, per-tensor
-    or block scales). Raises PayloadError bad_input for what the builtin kernel does not run
-    (int8/int4 weights, per-channel fp8, fp8 e5m2)."""
-    sel, wd = naming["dtype_selector"], naming["weight_dtype"]
+def unsupported_reason(naming: dict) -> str | None:
+    """Why the tuner's kernel cannot run a model's MoE weights, or None when it can.
+
+    ``naming``: the selectors of :class:`remote.models.MoeShape` (``dtype_selector``,
+    ``weight_dtype``, ``per_channel_quant``, ``block_shape``; the probe reports them as
+    ``model`` with this answer as ``model.tuner_unsupported``, so the controller refuses such a
+    host before stopping it). Runs: bf16/fp16/fp32 weights, and fp8_w8a8 with e4m3 weights and
+    per-tensor or block scales; not int8/int4, per-channel fp8 or fp8 e5m2.
+    """
+    sel, wd = naming.get("dtype_selector"), naming.get("weight_dtype")
     if sel in (None, "float32") and wd in ("bfloat16", "float16", "float32"):
         return None
     if sel == "fp8_w8a8" and not naming.get("per_channel_quant") and wd == "fp8_e4m3":
-        return {"block_shape": list(naming["block_shape"]) if naming.get("block_shape") else None}
-    what = f"weights {wd} / selector {sel}" + (" per-channel" if naming.get("per_channel_quant") else "")
-    raise PayloadError("bad_input", f"{what}: the tuner's kernel runs bf16/fp16/fp32 and fp8_w8a8 "
-                                    "(per-tensor or block scales) only; int8/int4 and per-channel fp8 are not implemented")
+        return None
+    what = f"dtype={sel}" + (" per-channel" if naming.get("per_channel_quant") else "") + f", weights {wd}"
+    return (f"the model's MoE weights ({what}) are not a kind the tuner's kernel runs (bf16/fp16/fp32, "
+            "fp8_w8a8 per-tensor or block); int8/int4 and per-channel fp8 are not implemented")
+
+
+def _quant_of(naming: dict):
+    """The tuner spec's ``quant`` entry for the file's selectors: ``None`` (bf16/fp16/fp32
+    weights) or ``{"block_shape": None | [bn, bk]}`` (fp8_w8a8). Raises PayloadError
+    bad_input with :func:`unsupported_reason` for what the kernel does not run."""
+    why = unsupported_reason(naming)
+    if why:
+        raise PayloadError("bad_input", why)
+    if naming["dtype_selector"] != "fp8_w8a8":
+        return None
+    return {"block_shape": list(naming["block_shape"]) if naming.get("block_shape") else None}
 
 
 def run(args) -> dict:

@@ -63,23 +63,11 @@ probe.check_safe = True
 
 
 def untunable_reason(model: dict | None) -> str | None:
-    """Why the payload's tuner cannot tune this model's MoE weights, or None when it can.
-
-    ``model``: the probe's ``model`` entry (``dtype_selector``, ``weight_dtype``,
-    ``per_channel_quant``, ``block_shape``). The kernel runs bf16/fp16/fp32 weights and
-    fp8_w8a8 with e4m3 weights and per-tensor or block scales (remote/tune.py); int8/int4,
-    per-channel fp8 and fp8 e5m2 are refused here, before anything on the host changes.
-    """
-    if not model:
-        return None
-    sel, wd = model.get("dtype_selector"), model.get("weight_dtype")
-    if sel in (None, "float32") and wd in (None, "bfloat16", "float16", "float32"):
-        return None
-    if sel == "fp8_w8a8" and not model.get("per_channel_quant") and wd == "fp8_e4m3":
-        return None
-    what = f"dtype={sel}" + (" per-channel" if model.get("per_channel_quant") else "") + f", weights {wd}"
-    return (f"the model's MoE weights ({what}) are not a kind the tuner's kernel runs (bf16/fp16/fp32, fp8_w8a8 "
-            "per-tensor or block); tune them elsewhere and `orch configs import` the files")
+    """Why the payload's tuner cannot tune this model's MoE weights (the probe's
+    ``model.tuner_unsupported``, decided by the payload: ``remote.tune.unsupported_reason``),
+    with what to do instead; None when it can."""
+    why = (model or {}).get("tuner_unsupported")
+    return f"{why}; tune them elsewhere and `orch configs import` the files" if why else None
 
 
 def plan(ctx) -> TaskResult:
