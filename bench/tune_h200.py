@@ -147,6 +147,13 @@ def section_correct(res):
     say(f"  {len(rows)} runs, {len(bad)} failures")
 
 
+def _pair_label(u: dict, d: dict) -> str:
+    """``BM/BN/BK gG wW sS | BN/BK gG wW sS`` of a tuned up / down config pair (one table cell)."""
+    return (f"{u['BLOCK_SIZE_M']}/{u['BLOCK_SIZE_N']}/{u['BLOCK_SIZE_K']} g{u['GROUP_SIZE_M']} w{u['num_warps']} "
+            f"s{u['num_stages']} | {d['BLOCK_SIZE_N']}/{d['BLOCK_SIZE_K']} g{d['GROUP_SIZE_M']} w{d['num_warps']} "
+            f"s{d['num_stages']}")
+
+
 def section_tune(res, args, out):
     tdir = out / f"tune_{args.tune_space}"
     cmd = [sys.executable, "-m", "remote", "tune", "--provider", "builtin", "--space", args.tune_space,
@@ -185,10 +192,7 @@ def section_tune(res, args, out):
     say(f"  {'M':>5} {'default':>9} {'shipped':>9} {'tuned':>9} {'vs def':>7} {'vs ship':>7} {'evals':>5} "
         f"{'gpu_s':>6} {'err':>8}  tuned up / down")
     for M, r in sorted(rep["batch_sizes"].items(), key=lambda kv: int(kv[0])):
-        u, d = r["up"], r["down"]
-        cfg = (f"{u['BLOCK_SIZE_M']}/{u['BLOCK_SIZE_N']}/{u['BLOCK_SIZE_K']} g{u['GROUP_SIZE_M']} w{u['num_warps']} "
-               f"s{u['num_stages']} | {d['BLOCK_SIZE_N']}/{d['BLOCK_SIZE_K']} g{d['GROUP_SIZE_M']} w{d['num_warps']} "
-               f"s{d['num_stages']}")
+        cfg = _pair_label(r["up"], r["down"])
         say(f"  {M:>5} {r['default_us']:9.1f} {r['shipped_us'] or float('nan'):9.1f} {r['tuned_us']:9.1f} "
             f"{r['speedup_vs_default'] or 0:7.3f} {r['speedup_vs_shipped'] or 0:7.3f} {r['evaluated']:5d} "
             f"{r['search_gpu_s']:6.1f} {r.get('rel_err', float('nan')):8.1e}  {cfg}")
@@ -268,10 +272,7 @@ def section_fp8(res, args, out):
     say(f"TUNE fp8 block [128, 128] ({args.tune_space}, {wall:.0f} s wall): whole fused-MoE kernel time, us")
     say(f"  {'M':>5} {'default':>9} {'tuned':>9} {'vs def':>7} {'evals':>5} {'gpu_s':>6} {'err':>8}  tuned up / down")
     for M, r in sorted(rep["batch_sizes"].items(), key=lambda kv: int(kv[0])):
-        u, d = r["up"], r["down"]
-        cfg = (f"{u['BLOCK_SIZE_M']}/{u['BLOCK_SIZE_N']}/{u['BLOCK_SIZE_K']} g{u['GROUP_SIZE_M']} w{u['num_warps']} "
-               f"s{u['num_stages']} | {d['BLOCK_SIZE_N']}/{d['BLOCK_SIZE_K']} g{d['GROUP_SIZE_M']} w{d['num_warps']} "
-               f"s{d['num_stages']}")
+        cfg = _pair_label(r["up"], r["down"])
         say(f"  {M:>5} {r['default_us']:9.1f} {r['tuned_us']:9.1f} {r['speedup_vs_default'] or 0:7.3f} "
             f"{r['evaluated']:5d} {r['search_gpu_s']:6.1f} {r.get('rel_err', float('nan')):8.1e}  {cfg}")
 
