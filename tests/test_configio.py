@@ -10,7 +10,7 @@ import pytest
 from remote.configio import check_down_matches_up, dumps_config, load_config_file, loads_config, validate_config
 from remote.protocol import PayloadError
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "sglang-0.5.23-triton_3_6_0"
+REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "sglang-0.5.23-triton_3_6_0"
 
 
 def entry(m=16, n=64, k=64, g=1, w=4, s=3, **extra):
@@ -109,7 +109,6 @@ def test_down_must_share_block_size_m():
         check_down_matches_up(up, {"1": entry(m=16)})
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="shared reference configs absent")
 def test_shipped_reference_config_validates():
     files = sorted(REFERENCE.glob("*.json"))
     assert files

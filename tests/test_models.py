@@ -1,6 +1,6 @@
 """remote.models: model configs -> MoE shape -> SGLang 0.5.23 file names.
 
-The table below is copied by hand from /work/shared/models/README.md (E, N per TP,
+The table below is copied by hand from tests/data/models/README.md (E, N per TP,
 dtype selector); it is not computed with the code under test.
 """
 
@@ -18,7 +18,9 @@ import pytest
 from remote.models import hf_hub_dir, load_model_config, moe_shape, resolve_model_config_path
 from remote.protocol import PayloadError
 
-MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+MODELS = Path(__file__).resolve().parent / "data" / "models"
+#: configs of issue 11 (architectures with other field names); their shapes are checked elsewhere
+ISSUE_11_INPUTS = {"Llama-4-Scout-17B-16E", "Gemma-4-26B-A4B", "ERNIE-4.5-21B-A3B"}
 REPO = Path(__file__).resolve().parents[1]
 
 # (model, tp, up, down) on device "NVIDIA H200", default server flags
@@ -75,7 +77,7 @@ def cfg_of(model: str) -> dict:
 
 
 def test_table_covers_every_shared_model():
-    assert {p.stem for p in MODELS.glob("*.json")} == {m for m, *_ in README_TABLE}
+    assert {p.stem for p in MODELS.glob("*.json")} - ISSUE_11_INPUTS == {m for m, *_ in README_TABLE}
 
 
 @pytest.mark.parametrize("model, tp, up, down", README_TABLE, ids=[f"{m}-tp{t}" for m, t, *_ in README_TABLE])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+MODELS = Path(__file__).resolve().parent / "data" / "models"
 QWEN = MODELS / "Qwen3-30B-A3B.json"
 UP = "E=128,N=768,device_name=NVIDIA_H200.json"
 DOWN = "E=128,N=768,device_name=NVIDIA_H200_down.json"

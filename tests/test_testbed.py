@@ -2,7 +2,7 @@
 
 Part 1 (no root needed): the stand-in's loader follows SGLang 0.5.23's naming, lookup order,
 fallback, ``SGLANG_MOE_CONFIG_DIR``, ``_down`` reuse and JSON checks, with its exact log lines
-(/work/shared/facts/sglang-moe-configs.md); the server's readiness and simulated throughput.
+(the rules of SGLang 0.5.23 fused_moe_triton_config.py); the server's readiness and simulated throughput.
 Part 2 (``testbed`` marker): real SSH hosts in network namespaces.
 """
 
@@ -627,9 +627,12 @@ def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "standin_model", mod)  # dataclasses look the module up
     spec.loader.exec_module(mod)
-    models = sorted(Path("/work/shared/models").glob("*.json"))
-    if not models:
-        pytest.skip("no shared model configs")
+    # the three configs of issue 11 (other field names, Llama 4's separate shared expert) are held
+    # against SGLang's own model rules in test_models.py
+    issue_11 = {"Llama-4-Scout-17B-16E.json", "Gemma-4-26B-A4B.json", "ERNIE-4.5-21B-A3B.json"}
+    models = [p for p in sorted((Path(__file__).resolve().parent / "data" / "models").glob("*.json"))
+              if p.name not in issue_11]
+    assert models
     compared = 0
     for path in models:
         cfg = json.loads(path.read_text())
