@@ -1,7 +1,7 @@
 """HTML report of one controller run: ``orch report RUN_ID [--state-dir D] [--out FILE]``.
 
 Reads the controller's run record ``<state_dir>/runs/<run_id>/`` (layout in
-:mod:`orchestrator.records.run_record`) and writes ONE self-contained HTML file (default
+:mod:`orchestrator.records.controller`) and writes ONE self-contained HTML file (default
 ``<run dir>/report.html``): no JavaScript, no external references; plots are PNG images
 drawn with matplotlib's Agg canvas (optional extra ``orch[report]``) and embedded as
 ``data:image/png;base64`` URIs. The HTML comes from ``orchestrator/templates/report.html.j2``
@@ -32,6 +32,8 @@ Errors: :class:`ReportError` (run record not found or unreadable ``run.json``/``
 
 from __future__ import annotations
 
+from .errors import OrchError
+
 import base64
 import datetime as _dt
 import hashlib
@@ -50,7 +52,7 @@ HOST_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
 MAX_CONFIG_CHARS = 65536
 
 
-class ReportError(Exception):
+class ReportError(OrchError):
     """The run record cannot be found or read."""
 
 
@@ -221,7 +223,7 @@ def load_run(run_dir: Path) -> dict:
     recap = _read_json(run_dir / "recap.json") or {}
     if not run and not recap:
         raise ReportError(f"{run_dir}: no run.json or recap.json: not a run record")
-    from .records.run_record import read_events
+    from .records.controller import read_events
     try:
         events = read_events(run_dir)
     except (OSError, ValueError):
@@ -532,27 +534,3 @@ def report_after_run(run_dir: Path, console) -> Path | None:
     except Exception as exc:  # noqa: BLE001 - reporting is best effort here
         console.print(f"report: not written: {type(exc).__name__}: {exc}", markup=False)
         return None
-
-
-def cmd_report(args) -> int:
-    """``orch report RUN_ID [--state-dir D] [--out FILE]``: write the report, print its path.
-
-    Exit status 0 when written, 2 when the run is not found or unreadable, 1 when the file
-    cannot be written. Without matplotlib the report has tables only (a note says so).
-    """
-    import sys
-
-    try:
-        run_dir = find_run_dir(args.run_id, getattr(args, "state_dir", None))
-        if not have_matplotlib():
-            print("orch report: matplotlib not installed (pip install 'orch[report]'): writing tables without plots",
-                  file=sys.stderr)
-        path = build_report(run_dir, getattr(args, "out", None))
-    except ReportError as exc:
-        print(f"orch: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"orch: error: cannot write the report: {exc}", file=sys.stderr)
-        return 1
-    print(path)
-    return 0

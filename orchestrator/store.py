@@ -11,6 +11,8 @@ time, run id, payload version, provider), ``report.json`` and the config files.
 
 from __future__ import annotations
 
+from .errors import OrchError
+
 import datetime as _dt
 import hashlib
 import json
@@ -25,7 +27,7 @@ KEY_FIELDS = ("device_name", "triton_version", "provider", "sglang_version", "E"
               "dtype_selector", "block_shape", "per_channel_quant", "batch_sizes", "space")
 
 
-class StoreError(Exception):
+class StoreError(OrchError):
     """A store entry or an import is invalid; the message names the file."""
 
 

@@ -14,13 +14,13 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from orchestrator.connection import quote_argv
 from orchestrator.engine.results import TaskFailed
-from orchestrator.tasks.config_install import install_configs
+from orchestrator.tasks.install import install
+from tests.fakes import FakePayload, make_ctx
 from remote.naming import sglang_device_name
 from tests.e2e_helpers import REPO, inventory, orch, recap
 
@@ -110,30 +110,23 @@ def test_import_refuses_invalid_or_huge_config(tmp_path, content, needle):
     assert not stored, "nothing is stored from a refused import"
 
 
-class _NoCallPayload:
-    state_dir = "/var/lib/orch"
-
-    def call(self, *a, **kw):  # pragma: no cover - reaching it is the failure
-        raise AssertionError("install must not reach the host with invalid content")
-
-
 @pytest.mark.parametrize("content", ['{"1": {}}', "[]", '{"1": ' + json.dumps(GOOD_ENTRY) + ', "1": {}}', "x" * 10])
 def test_tuned_file_from_host_validated_before_install(tmp_path, content):
     """A config fetched from a host (tune) is checked on the controller before install is asked."""
     f = tmp_path / UP
     f.write_text(content)
-    ctx = SimpleNamespace(vars={"orch_plan": {"install_dir": "/x/configs/triton_3_9_0"}},
-                          state={"tuned_files": {"up": str(f)}}, payload=_NoCallPayload(),
-                          options=SimpleNamespace(run_id="20260101T000000Z-tune-abcdef"), host_dir=tmp_path)
+    payload = FakePayload()  # no command scripted: reaching the host with invalid content fails the test
+    ctx = make_ctx(tmp_path, payload=payload)
+    ctx.run.tuned_files = {"up": str(f)}
     with pytest.raises(TaskFailed, match=f"refusing to install {UP}"):
-        install_configs(ctx)
-    assert not ctx.state.get("install_attempted")
+        install(ctx, dest_dir="/x/configs/triton_3_9_0")
+    assert not ctx.run.install_attempted and not payload.calls
 
 
 # --------------------------------------------------------------------- hostile values
 @pytest.mark.parametrize("value", HOSTILE)
 def test_quote_argv_reaches_the_program_verbatim(tmp_path, value):
-    """The quoting every transport uses: a shell gives the program exactly the value, runs nothing."""
+    """The quoting every connection uses: a shell gives the program exactly the value, runs nothing."""
     cmd = quote_argv(["printf", "%s", value])
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0 and out.stdout == value

@@ -9,6 +9,7 @@ from orchestrator.engine.context import RunOptions
 from orchestrator.engine.playbook import PlaybookError, load_playbook
 from orchestrator.engine.results import TaskFailed, TaskResult
 from orchestrator.engine.runner import Engine
+from orchestrator.engine.task import READ_ONLY, task
 
 
 @dataclass
@@ -33,26 +34,34 @@ class Rep:
 
 def make(tmp_path, text, fail_on=(), check=False):
     calls = []
+    mods = {}
 
-    def step(ctx, what, value=None):
+    @task("step", registry=mods)
+    def step(ctx, what: str, value: object = None):
         calls.append((ctx.name, what, value))
         if (ctx.name, what) in fail_on or what in fail_on:
             raise TaskFailed(f"{what} broke")
         return TaskResult.changed(what, value=value)
 
-    def look(ctx, what):
+    @task("look", check_mode=READ_ONLY, registry=mods)
+    def look(ctx, what: str):
         calls.append((ctx.name, what, None))
         return TaskResult.ok(what, seen=what)
 
-    look.check_safe = True
-    mods = {"step": step, "look": look}
     pb = tmp_path / "pb.yaml"
     pb.write_text(textwrap.dedent(text))
-    plays = load_playbook(pb, set(mods))
+    plays = load_playbook(pb, mods)
     events = []
     opts = RunOptions(run_id="r1", run_dir=tmp_path / "run", check=check)
     eng = Engine(mods, opts, Rep(), lambda ev, **f: events.append((ev, f)))
     return eng, plays, calls, events
+
+
+def replace_task(eng, name, fn):
+    """Swap the function behind task ``name`` (same declaration) for a test."""
+    import dataclasses
+
+    eng.tasks[name] = dataclasses.replace(eng.tasks[name], fn=fn)
 
 
 PB = """
@@ -104,7 +113,7 @@ def test_serial_stops_after_failed_batch(tmp_path):
 
 def test_cancel_skips_to_rescue(tmp_path):
     eng, plays, calls, _ = make(tmp_path, PB)
-    orig = eng.modules["step"]
+    orig = eng.tasks["step"].fn
 
     def step(ctx, what, value=None):
         r = orig(ctx, what, value)
@@ -112,7 +121,7 @@ def test_cancel_skips_to_rescue(tmp_path):
             ctx.options.cancel.set()
         return r
 
-    eng.modules["step"] = step
+    replace_task(eng, "step", step)
     recaps = eng.run_play(plays[0], [H("a")], lambda h: {})
     assert [c[1] for c in calls] == ["facts", "stop", "restore", "unlock"]
     assert "interrupted" in recaps["a"].cause
@@ -121,31 +130,33 @@ def test_cancel_skips_to_rescue(tmp_path):
 def test_playbook_errors_name_file_and_task(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("- hosts: all\n  tasks:\n    - name: Stop\n      stpe: {what: x}\n")
-    with pytest.raises(PlaybookError, match=r"bad.yaml: play 1 tasks\[0\] \(Stop\): unknown module 'stpe'; did you mean 'step'"):
-        load_playbook(p, {"step", "look"})
+    tasks = make(tmp_path, PB)[0].tasks
+    with pytest.raises(PlaybookError, match=r"bad.yaml: play 1 tasks\[0\] \(Stop\): unknown task 'stpe'; did you mean 'step'"):
+        load_playbook(p, tasks)
     p.write_text("- hosts: all\n  tasks: [\n")
     with pytest.raises(PlaybookError, match=r"bad.yaml:\d+:\d+: YAML error"):
-        load_playbook(p, {"step"})
+        load_playbook(p, tasks)
 
 
 def test_bundled_playbooks_load():
     from orchestrator.engine.playbook import builtin_playbook
-    from orchestrator.tasks import MODULES
+    from orchestrator.tasks import RENAMED, TASKS
 
-    plays = load_playbook(builtin_playbook("tune"), set(MODULES))
-    assert plays[0].steps[0].module == "connect"
+    for name in ("tune", "rollback", "recover", "doctor", "bench", "runs"):
+        plays = load_playbook(builtin_playbook(name), TASKS, RENAMED)
+        assert plays[0].steps[0].module == "connect"
 
 
 def test_unexpected_exception_in_task_still_runs_rescue(tmp_path):
     eng, plays, calls, events = make(tmp_path, PB)
-    orig = eng.modules["step"]
+    orig = eng.tasks["step"].fn
 
     def step(ctx, what, value=None):
         if what == "install":
             raise KeyError("boom")
         return orig(ctx, what, value)
 
-    eng.modules["step"] = step
+    replace_task(eng, "step", step)
     recaps = eng.run_play(plays[0], [H("a")], lambda h: {})
     assert [c[1] for c in calls] == ["facts", "stop", "restore", "unlock"]
     assert "internal error in step: KeyError" in recaps["a"].cause

@@ -738,22 +738,18 @@ def test_disk_full_during_install_no_partial_file(testbed_factory, tmp_path):
 
 
 # --------------------------------------------------------------- without the bed (fast)
-def _fake_ctx(calls, fail_with=None):
+def _fake_ctx(calls, tmp_path, fail_with=None):
     """A host context with a fake payload client whose ``lock`` calls are recorded."""
-    from types import SimpleNamespace
+    from tests.fakes import FakePayload, make_ctx
 
-    events, lines = [], []
-
-    def call(command, args, timeout=None):
-        calls.append((command, list(args)))
+    def lock(args, _request):
+        calls.append(("lock", list(args)))
         if fail_with is not None:
             raise fail_with
         return {}
 
-    pl = SimpleNamespace(call=call, state_dir="/var/lib/orch")
-    ctx = SimpleNamespace(name="h1", payload=pl, options=SimpleNamespace(run_id="r-1"), vars={}, state={},
-                          emit=lambda ev, **f: events.append((ev, f)), say=lines.append)
-    return ctx, events, lines
+    ctx = make_ctx(tmp_path, payload=FakePayload({"lock": lock}), run_id="r-1")
+    return ctx, ctx.events, ctx.lines
 
 
 def _until(pred, timeout=10.0):
@@ -763,31 +759,32 @@ def _until(pred, timeout=10.0):
         time.sleep(0.01)
 
 
-def test_lock_heartbeat_thread_renews_until_stopped_and_ends_when_the_lock_is_lost():
-    from orchestrator.tasks.hoststate import start_heartbeat, stop_heartbeat
-    from orchestrator.tasks.payload import PayloadFailed
+def test_lock_heartbeat_thread_renews_until_stopped_and_ends_when_the_lock_is_lost(tmp_path):
+    from orchestrator.payload.client import PayloadFailed
+    from orchestrator.tasks.records import start_heartbeat, stop_heartbeat
 
     calls = []
-    ctx, events, _ = _fake_ctx(calls)
+    ctx, events, _ = _fake_ctx(calls, tmp_path)
     hb = start_heartbeat(ctx, 0.02)
     _until(lambda: hb.beats >= 3)
     assert calls[0] == ("lock", ["heartbeat", "--run-id", "r-1", "--state-dir", "/var/lib/orch"])
-    assert ctx.state["on_host_done"] == [stop_heartbeat]  # the engine stops it when the host ends
+    assert ctx.run.on_done == [stop_heartbeat]  # the engine stops it when the host ends
     stop_heartbeat(ctx)
     n = len(calls)
     time.sleep(0.1)
-    assert len(calls) == n and not hb._thread.is_alive() and "lock_heartbeat" not in ctx.state
+    assert len(calls) == n and not hb._thread.is_alive() and ctx.run.heartbeat is None
 
     # the lock was broken by someone else: the heartbeats end, with an event and a warning
     calls = []
-    ctx, events, lines = _fake_ctx(calls, PayloadFailed("lock", "not_found", "no host lock to renew for run r-1"))
+    ctx, events, lines = _fake_ctx(calls, tmp_path, PayloadFailed("lock", "not_found",
+                                                                   "no host lock to renew for run r-1"))
     hb = start_heartbeat(ctx, 0.02)
     _until(lambda: not hb._thread.is_alive())
     assert len(calls) == 1 and events[0][0] == "lock_lost" and "no longer holds the host lock" in lines[0]
 
     # a failed renewal (link down) is recorded and retried
     calls = []
-    ctx, events, _ = _fake_ctx(calls, OSError("link down"))
+    ctx, events, _ = _fake_ctx(calls, tmp_path, OSError("link down"))
     hb = start_heartbeat(ctx, 0.02)
     _until(lambda: len(calls) >= 3)
     stop_heartbeat(ctx)
@@ -797,7 +794,7 @@ def test_lock_heartbeat_thread_renews_until_stopped_and_ends_when_the_lock_is_lo
 def test_recover_stops_only_the_tagged_processes_of_the_unfinished_run():
     import re
 
-    from orchestrator.tasks.payload import tag_pattern
+    from orchestrator.payload.client import tag_pattern
 
     rid = "20260512T101500Z-tune-1a2b3c"
     pat = re.compile(tag_pattern(rid))  # plain ERE: the same meaning for Python's re

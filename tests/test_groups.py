@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from orchestrator.engine.groups import GroupCoordinator
+from orchestrator.fleet import GroupCoordinator
 
 
 def _in_threads(fns):

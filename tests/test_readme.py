@@ -24,3 +24,10 @@ def test_readme_commands_exist():
         assert script in README or script == "scripts/setup.sh"
         assert (root / script).exists()
     assert "bash scripts/test.sh" in (root / ".ci" / "run").read_text()
+
+
+def test_task_reference_is_current():
+    from orchestrator.engine.task import reference_markdown
+    from orchestrator.tasks import TASKS
+
+    assert reference_markdown(TASKS).strip() in README

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.payload_bundle import build_bundle
+from orchestrator.payload.bundle import build_bundle
 from tests.e2e_helpers import inventory, orch, recap
 from tests.testbed.bed import SUDO_LOG
 
@@ -280,7 +280,7 @@ def test_wrong_or_missing_become_password_refused_clearly_nothing_changed(testbe
 
 
 def _transport(bed, h, user: str, **host_vars):
-    """An open transport to ``h`` (orch's own ``connect``) logged in as ``user``."""
+    """An open connection to ``h`` (orch's own ``connect``) logged in as ``user``."""
     from orchestrator.connection import connect
 
     hv = {"ansible_host": h.address, "ansible_port": h.port, "ansible_user": user,

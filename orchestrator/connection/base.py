@@ -1,4 +1,4 @@
-"""One ``run`` API for every transport (Fabric ``Connection`` / Invoke ``Context``).
+"""One ``run`` API for every connection (Fabric ``Connection`` / Invoke ``Context``).
 
 Commands are given as argument lists and quoted here with :func:`shlex.join`, so
 nothing that came from an inventory or a host reaches a remote shell unquoted.
@@ -28,16 +28,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
+from ..errors import OrchError
+from .deadline import clamp
 
-class ConnectionError_(Exception):
-    """Base class for transport errors (named with a trailing ``_`` to avoid the builtin)."""
+
+class ConnectError(OrchError):
+    """Base class of connection errors (pyinfra's name; Python's own ``ConnectionError`` is a
+    different, OS-level class). The engine reports the host failed or unreachable."""
+
+    exit_status = 1
 
 
-class HostUnreachable(ConnectionError_):
+class HostUnreachable(ConnectError):
     """The host could not be reached or authenticated (host key, auth, timeout, dropped)."""
 
 
-class CommandTimeout(ConnectionError_):
+class CommandTimeout(ConnectError):
     """A remote command ran past its timeout (seconds)."""
 
 
@@ -56,7 +62,7 @@ class CommandResult:
         return self.exited == 0
 
 
-class CommandFailed(ConnectionError_):
+class CommandFailed(ConnectError):
     """A command exited non-zero while ``check=True``; carries the :class:`CommandResult`."""
 
     def __init__(self, result: CommandResult, host: str):
@@ -72,7 +78,7 @@ class BecomeFailed(CommandFailed):
     host, never the password."""
 
     def __init__(self, msg: str, result: CommandResult, host: str):
-        ConnectionError_.__init__(self, msg)
+        ConnectError.__init__(self, msg)
         self.result = result
         self.host = host
 
@@ -178,11 +184,11 @@ class PrefixPrinter:
             self.stream.flush()
 
 
-class Transport:
-    """Abstract host transport: :meth:`run`, :meth:`put`, :meth:`get`, :meth:`close`.
+class Connection:
+    """Abstract host connection: :meth:`run`, :meth:`put`, :meth:`get`, :meth:`close`.
 
-    Implementations: :class:`orchestrator.connection.ssh.SSHTransport` (Fabric) and
-    :class:`orchestrator.connection.local.LocalTransport` (Invoke). Both delegate to
+    Implementations: :class:`orchestrator.connection.ssh.SSHConnection` (Fabric) and
+    :class:`orchestrator.connection.local.LocalConnection` (Invoke). Both delegate to
     Invoke's ``Runner`` through the same ``run(command, **kwargs)`` call.
     """
 
@@ -191,7 +197,7 @@ class Transport:
     def _invoke_run(self, command: str, **kwargs):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    #: the account the transport logs in as (set by subclasses; used in messages)
+    #: the account the connection logs in as (set by subclasses; used in messages)
     login_user: str = "the login user"
 
     def __init__(self, host: str, become: bool = False, become_user: str = "root",
@@ -210,7 +216,8 @@ class Transport:
             stdin_text: str | None = None) -> CommandResult:
         """Run ``argv`` on the host and return a :class:`CommandResult`.
 
-        ``timeout`` is in seconds (default ``default_timeout``); it raises
+        ``timeout`` is in seconds (default ``default_timeout``), cut to what is left of the running
+        task's ``timeout:`` (:mod:`orchestrator.connection.deadline`); it raises
         :class:`CommandTimeout`. ``become=True`` runs it through sudo when the host's
         ``ansible_become`` is set (the only steps that ask are those that need root);
         sudo's ``secure_path`` then applies, so commands are plain names found there or
@@ -227,7 +234,7 @@ class Transport:
         if use_sudo and stdin_text is not None:
             raise ValueError("stdin_text cannot be combined with become: sudo -S reads the password from stdin")
         kwargs = dict(hide=True, warn=True, in_stream=False,
-                      timeout=timeout if timeout is not None else self.default_timeout)
+                      timeout=clamp(timeout if timeout is not None else self.default_timeout))
         full, prompt = self._sudo_command(command, kwargs) if use_sudo else (command, None)
         out_cb = self._line_cb(on_stdout_line, echo)
         err_cb = self._line_cb(on_stderr_line, echo, strip=prompt)
@@ -352,7 +359,7 @@ class Transport:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Close the transport; safe to call twice."""
+        """Close the connection; safe to call twice."""
 
     def __enter__(self):
         return self

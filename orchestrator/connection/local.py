@@ -1,6 +1,6 @@
-"""Local transport on Invoke's ``Context`` (``ansible_connection: local``).
+"""Local connection on Invoke's ``Context`` (``ansible_connection: local``).
 
-Same ``run`` API as the SSH transport: Fabric's ``Connection`` subclasses Invoke's
+Same ``run`` API as the SSH connection: Fabric's ``Connection`` subclasses Invoke's
 ``Context``, so one code path serves both.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 
-from .base import Transport
+from .base import Connection
 
 
-class LocalTransport(Transport):
+class LocalConnection(Connection):
     """Run commands on this machine through ``invoke.Context`` (``/bin/sh -c``)."""
 
     def __init__(self, host: str, **kw):

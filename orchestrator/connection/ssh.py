@@ -1,4 +1,4 @@
-"""SSH transport on Fabric (Paramiko), with verified host keys.
+"""SSH connection on Fabric (Paramiko), with verified host keys.
 
 Fabric's ``Connection`` installs Paramiko's ``AutoAddPolicy`` and loads no
 known_hosts (fabric #2071, #1804): here we load the known_hosts file ourselves
@@ -16,7 +16,7 @@ import threading
 
 import paramiko
 
-from .base import HostUnreachable, Transport
+from .base import HostUnreachable, Connection
 
 #: seconds between Paramiko keep-alive packets
 KEEPALIVE_S = 10
@@ -45,7 +45,7 @@ class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
                 fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
-class SSHTransport(Transport):
+class SSHConnection(Connection):
     """A host reached over SSH with Fabric.
 
     ``host`` is the inventory name (used in messages), ``address``/``port``/``user``

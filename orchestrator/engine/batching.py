@@ -20,6 +20,8 @@ stops the run (Ansible would go on unless the whole batch failed).
 
 from __future__ import annotations
 
+from ..errors import OrchError
+
 import random
 import re
 from fractions import Fraction
@@ -36,7 +38,7 @@ _PCT = re.compile(r"^\s*(\d+)\s*%\s*$")
 _INT = re.compile(r"^\s*(\d+)\s*$")
 
 
-class SerialError(ValueError):
+class SerialError(OrchError, ValueError):
     """A bad ``serial``/``order``/``max_fail_percentage`` value; ``str()`` says which and why."""
 
 

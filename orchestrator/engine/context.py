@@ -1,11 +1,14 @@
-"""Per-host state while a play runs: variables, transport, payload client, flags."""
+"""Per-host state while a play runs: variables, connection, payload client, what the run did."""
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from ..connection.deadline import time_left
 
 
 @dataclass
@@ -15,7 +18,12 @@ class RunOptions:
     ``check``: check mode (change nothing); ``run_id``: the run's id (also the host
     run-record name); ``run_dir``: controller-side record folder; ``accept_new_host_keys``:
     accept-new semantics for unknown host keys; ``leave_stopped``: do not restart a unit
-    after a failure; ``extra``: CLI values exposed to templates (``service``, ...).
+    after a failure; ``extra``: CLI values exposed to templates (``service``, ...);
+    ``cancel``: set on SIGINT/SIGTERM. ``hooks``: objects told about the play's progress
+    (``start_batch(names)``, ``host_started(name)``, ``host_done(name)``, each optional), e.g.
+    the fleet's tune-once-per-group coordinator. ``state_dir``, ``retune`` and ``fleet`` are
+    read by tasks only (the config store's folder, ``--retune``, the coordinator), never by the
+    engine.
     """
 
     run_id: str
@@ -26,22 +34,64 @@ class RunOptions:
     echo_output: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     cancel: threading.Event = field(default_factory=threading.Event)
+    hooks: list[Any] = field(default_factory=list)
     #: controller state dir (the config store lives under it)
     state_dir: Path | None = None
     #: ignore stored results and tune again
     retune: bool = False
-    #: meeting point of hosts sharing a tuning key (orchestrator.engine.groups.GroupCoordinator)
-    groups: Any = None
+    #: tune-once-per-group coordinator (orchestrator.fleet.GroupCoordinator), also in ``hooks``
+    fleet: Any = None
+
+
+@dataclass
+class HostRun:
+    """What this run did on one host: the one place rescue and ``always`` steps read it from.
+
+    Safety state (so a rescue undoes exactly what this run did): ``unit`` (the unit read),
+    ``was_active``; ``stopped_by_orch`` / ``started_by_orch`` (a rescue starts only a unit this
+    run stopped); ``install_attempted`` and ``install_manifest`` (restore only when this run
+    wrote); ``tuned_files`` (role -> local path of the files to install); ``log_mark`` (the unit
+    log before the last start, so only that start's lines are read); ``payload`` (version,
+    sha256, root of the pushed payload) and ``payload_tmp`` (check mode's temp folder);
+    ``locked`` / ``heartbeat`` (the host lock and the thread renewing it); ``record_state`` /
+    ``record_action`` (what the host's run record says). ``summary``: the JSON-able summary of the
+    host written to the run record and shown by the UI and the report. ``on_done``: callables
+    ``fn(ctx)`` run when the host's play ends, whatever happened (stop the heartbeat, remove the
+    check-mode temp folder).
+    """
+
+    unit: str | None = None
+    was_active: bool = False
+    stopped_by_orch: bool = False
+    started_by_orch: bool = False
+    install_attempted: bool = False
+    install_manifest: dict[str, Any] | None = None
+    tuned_files: dict[str, str] = field(default_factory=dict)
+    log_mark: str = ""
+    payload: dict[str, Any] | None = None
+    payload_tmp: str | None = None
+    locked: bool = False
+    heartbeat: Any = None
+    record_state: str | None = None
+    record_action: str = "tune"
+    summary: dict[str, Any] = field(default_factory=dict)
+    on_done: list[Callable[[Any], None]] = field(default_factory=list)
+
+    def when_done(self, fn: Callable[[Any], None]) -> None:
+        """Run ``fn(ctx)`` when the host's play ends (once, however often it is asked)."""
+        if fn not in self.on_done:
+            self.on_done.append(fn)
 
 
 class HostContext:
     """Everything a task module sees for one host.
 
-    ``vars``: merged inventory/play/extra variables plus registered task data;
-    ``state``: what earlier tasks did (``stopped_by_orch``, ``install_manifest``, ...) that
-    rescue tasks need; ``transport``: the connection (opened by the ``connect`` task);
-    ``payload``: the payload client (set by ``payload``); ``emit(event, **fields)``
-    appends to the run's ``events.jsonl``; ``progress(**fields)`` feeds the UI.
+    ``vars``: merged inventory/play/extra variables plus facts and registered results;
+    ``run``: what this run did on the host (:class:`HostRun`); ``connection``: the host's
+    connection (opened by the ``connect`` task); ``payload``: the payload client (set by
+    ``payload``); ``check``: whether the running task is in check mode (``--check``, or the
+    task's ``check_mode:`` keyword); ``emit(event, **fields)`` appends to the run's
+    ``events.jsonl``; ``progress(**fields)`` feeds the UI.
     """
 
     def __init__(self, name: str, variables: dict[str, Any], options: RunOptions,
@@ -50,8 +100,8 @@ class HostContext:
         self.name = name
         self.vars = variables
         self.options = options
-        self.state: dict[str, Any] = {}
-        self.transport = None
+        self.run = HostRun()
+        self.connection = None
         self.payload = None
         self._emit = emit
         self._progress = progress
@@ -61,10 +111,22 @@ class HostContext:
         self.current_task = ""
         #: True while rescue/always steps run: they finish even after an interrupt
         self.protected = False
+        #: the running task's check mode when its ``check_mode:`` keyword sets one (else --check)
+        self.task_check: bool | None = None
 
     @property
     def check(self) -> bool:
-        return self.options.check
+        """Check mode for the running task: its ``check_mode:`` keyword, else ``--check``."""
+        return self.options.check if self.task_check is None else self.task_check
+
+    def remaining(self, timeout: float) -> float:
+        """``timeout`` (s) cut to what is left of the running task's ``timeout:`` (never below 0)."""
+        left = time_left()
+        return float(timeout) if left is None else max(0.0, min(float(timeout), left))
+
+    def deadline(self, timeout: float) -> float:
+        """``time.monotonic()`` value at which a wait of ``timeout`` s (cut as :meth:`remaining`) ends."""
+        return time.monotonic() + self.remaining(timeout)
 
     def emit(self, event: str, **fields: Any) -> None:
         """Record an event for this host in the run's ``events.jsonl``."""
@@ -85,8 +147,8 @@ class HostContext:
         return self.options.cancel.is_set() and not self.protected
 
     def close(self) -> None:
-        if self.transport is not None:
+        if self.connection is not None:
             try:
-                self.transport.close()
+                self.connection.close()
             except Exception:  # closing a dead link must not mask the real error
                 pass

@@ -8,38 +8,58 @@ Format (a small subset of Ansible's)::
       vars: {...}
       tasks:
         - name: Stop the unit
-          service: {state: stopped}     # module name as the key, its args as the value
+          service: {name: "{{ service }}", state: stopped}   # task name as the key, its args
           when: "not check_mode"        # Jinja2 expression
-          register: stop
+          register: stop                # later: "stop is changed", "stop.msg"
+          timeout: 600                  # seconds for the whole task (its commands and waits)
+          check_mode: false             # Ansible's meaning: run for real even under --check
         - block: [...]                   # tasks; on failure run rescue, then always
           rescue: [...]
           always: [...]
 
 Every argument value is a Jinja2 template rendered against the host's variables
-(inventory vars < play vars < facts registered by earlier tasks). Errors raise
-:class:`PlaybookError` naming the file and the task.
+(inventory vars < play vars < facts and results registered by earlier tasks).
+
+The file is checked when it is loaded, before any host is contacted, against the tasks'
+declarations (:mod:`orchestrator.engine.task`): an unknown task, an unknown or missing
+argument, a value of the wrong type, an unknown key, or a ``when``/template that does not parse
+is one :class:`PlaybookError` naming the file, the task and what is accepted.
+
+Task keywords, with Ansible's meanings: ``name``, ``when``, ``register`` (the result's data,
+``status``, ``msg`` and ``changed``/``failed``/``skipped``/``unreachable``), ``ignore_errors``,
+``check_mode`` (``true``: run this task in check mode even on a real run; ``false``: run it for
+real even under ``--check``), ``timeout`` (seconds: the task fails when it has not ended by
+then; every command it runs and every wait is cut to that).
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
 import yaml
 
+from ..errors import OrchError
+from ..templating import check_syntax, is_template
+from .task import TaskArgError, TaskSpec
+
 TASK_KEYS = {"name", "when", "register", "ignore_errors", "check_mode", "timeout"}
 BLOCK_KEYS = {"name", "block", "rescue", "always", "when"}
 PLAY_KEYS = {"name", "hosts", "serial", "vars", "tasks", "max_fail_percentage", "any_errors_fatal", "order"}
+_REGISTER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class PlaybookError(Exception):
+class PlaybookError(OrchError):
     """A playbook that cannot be loaded; the message names the file and the task."""
 
 
 @dataclass
 class Task:
-    """One module call: ``module`` name, raw ``args`` (templated later), options."""
+    """One task call: the task ``module`` (its playbook key), ``args`` bound to its parameter
+    names (values templated later), and the task keywords."""
 
     name: str
     module: str
@@ -47,8 +67,11 @@ class Task:
     when: str | None = None
     register: str | None = None
     ignore_errors: bool = False
-    #: run this task in check mode too (read-only tasks); others are skipped there
+    #: Ansible's ``check_mode``: True forces check mode for this task, False runs it for real
+    #: even under --check, None follows --check
     check_mode: bool | None = None
+    #: seconds the whole task may take (None: no limit of its own)
+    timeout: float | None = None
 
 
 @dataclass
@@ -79,7 +102,43 @@ class Play:
     order: str = "inventory"
 
 
-def _steps(items: Any, where: str, known_modules: set[str]) -> list[Step]:
+def _check_expr(text: Any, loc: str, what: str) -> None:
+    """Refuse a ``when`` or template that does not parse (at load, not when the host reaches it)."""
+    texts = [text] if isinstance(text, str) else (
+        list(text.values()) if isinstance(text, dict) else list(text) if isinstance(text, list) else [])
+    for t in texts:
+        if isinstance(t, (dict, list)):
+            _check_expr(t, loc, what)
+        elif isinstance(t, str) and (what == "when" or is_template(t)):
+            err = check_syntax(t)
+            if err:
+                raise PlaybookError(f"{loc}: {what} {t!r} does not parse: {err}")
+
+
+def _task_keywords(item: dict, loc: str) -> dict[str, Any]:
+    """The task keywords of ``item``, type-checked."""
+    out: dict[str, Any] = {"when": item.get("when"), "register": item.get("register"),
+                           "ignore_errors": item.get("ignore_errors", False),
+                           "check_mode": item.get("check_mode"), "timeout": item.get("timeout")}
+    if out["when"] is not None:
+        if not isinstance(out["when"], (str, bool)):
+            raise PlaybookError(f"{loc}: when must be an expression (a string) or a boolean")
+        _check_expr(out["when"], loc, "when")
+    if out["register"] is not None and not (isinstance(out["register"], str)
+                                            and _REGISTER_NAME.match(out["register"])):
+        raise PlaybookError(f"{loc}: register must be a variable name, got {out['register']!r}")
+    for key in ("ignore_errors", "check_mode"):
+        if out[key] is not None and not isinstance(out[key], bool):
+            raise PlaybookError(f"{loc}: {key} must be true or false, got {out[key]!r}")
+    t = out["timeout"]
+    if t is not None:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
+            raise PlaybookError(f"{loc}: timeout must be a positive number of seconds, got {t!r}")
+        out["timeout"] = float(t)
+    return out
+
+
+def _steps(items: Any, where: str, tasks: dict[str, TaskSpec], renamed: dict[str, str]) -> list[Step]:
     if not isinstance(items, list):
         raise PlaybookError(f"{where}: expected a list of tasks")
     out: list[Step] = []
@@ -91,44 +150,51 @@ def _steps(items: Any, where: str, known_modules: set[str]) -> list[Step]:
         if "block" in item:
             extra = set(item) - BLOCK_KEYS
             if extra:
-                raise PlaybookError(f"{loc} ({name or 'block'}): unknown keys {sorted(extra)}")
+                raise PlaybookError(f"{loc} ({name or 'block'}): unknown keys {sorted(extra)}; a block accepts "
+                                    f"{sorted(BLOCK_KEYS)}")
+            if item.get("when") is not None:
+                _check_expr(item["when"], f"{loc} ({name or 'block'})", "when")
             out.append(Block(
                 name=name or "block",
-                block=_steps(item["block"], f"{loc}.block", known_modules),
-                rescue=_steps(item.get("rescue") or [], f"{loc}.rescue", known_modules),
-                always=_steps(item.get("always") or [], f"{loc}.always", known_modules),
+                block=_steps(item["block"], f"{loc}.block", tasks, renamed),
+                rescue=_steps(item.get("rescue") or [], f"{loc}.rescue", tasks, renamed),
+                always=_steps(item.get("always") or [], f"{loc}.always", tasks, renamed),
                 when=item.get("when"),
             ))
             continue
         modules = [k for k in item if k not in TASK_KEYS]
         if len(modules) != 1:
-            raise PlaybookError(f"{loc} ({name or 'unnamed'}): expected exactly one module key, got {modules}")
+            raise PlaybookError(f"{loc} ({name or 'unnamed'}): expected exactly one task key besides the keywords "
+                                f"{sorted(TASK_KEYS)}, got {modules}")
         module = modules[0]
-        if module not in known_modules:
-            import difflib
-
-            hint = difflib.get_close_matches(module, sorted(known_modules), n=1)
-            raise PlaybookError(f"{loc} ({name or module}): unknown module {module!r}"
-                                + (f"; did you mean {hint[0]!r}?" if hint else ""))
-        args = item[module] or {}
-        if not isinstance(args, dict):
-            raise PlaybookError(f"{loc} ({name or module}): arguments of {module} must be a mapping")
-        out.append(Task(name=name or module, module=module, args=args, when=item.get("when"),
-                        register=item.get("register"), ignore_errors=bool(item.get("ignore_errors", False)),
-                        check_mode=item.get("check_mode")))
+        loc_named = f"{loc} ({name or module})"
+        if module not in tasks:
+            if module in renamed:
+                hint = f"; it is called {renamed[module]!r} now" if renamed[module] else f"; {module} was removed"
+            else:
+                close = difflib.get_close_matches(module, sorted(tasks), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise PlaybookError(f"{loc_named}: unknown task {module!r}{hint}")
+        spec = tasks[module]
+        try:
+            args = spec.bind(item[module] or {})
+        except TaskArgError as exc:
+            raise PlaybookError(f"{loc_named}: {module}: {exc}") from None
+        _check_expr(args, loc_named, "template")
+        kw = _task_keywords(item, loc_named)
+        out.append(Task(name=name or module, module=module, args=args, **kw))
     return out
 
 
-def load_playbook(path: str | Path, known_modules: set[str] | None = None) -> list[Play]:
-    """Load and validate a playbook file; return its plays.
+def load_playbook(path: str | Path, tasks: dict[str, TaskSpec], renamed: dict[str, str] | None = None) -> list[Play]:
+    """Load a playbook file and check it against ``tasks`` (name -> :class:`TaskSpec`); return
+    its plays. ``renamed`` maps old task names to their new name (or "" when removed), for the
+    error a copied older playbook gets.
 
-    Raises :class:`PlaybookError` (file:line for YAML errors; file and task path for
-    structural errors such as an unknown module or key).
+    Raises :class:`PlaybookError`: file:line for YAML errors; the file, the task's path and name
+    and what is accepted for an unknown task, argument or keyword, a missing argument, a value of
+    the wrong type, or a ``when``/template that does not parse.
     """
-    if known_modules is None:
-        from ..tasks import MODULES
-
-        known_modules = set(MODULES)
     path = Path(path)
     try:
         text = path.read_text()
@@ -149,11 +215,11 @@ def load_playbook(path: str | Path, known_modules: set[str] | None = None) -> li
             raise PlaybookError(f"{where}: a play must be a mapping")
         extra = set(p) - PLAY_KEYS
         if extra:
-            raise PlaybookError(f"{where}: unknown keys {sorted(extra)}")
+            raise PlaybookError(f"{where}: unknown keys {sorted(extra)}; a play accepts {sorted(PLAY_KEYS)}")
         plays.append(Play(
             name=str(p.get("name") or f"play {i + 1}"),
             hosts=str(p.get("hosts") or "all"),
-            steps=_steps(p.get("tasks") or [], f"{where} tasks", known_modules),
+            steps=_steps(p.get("tasks") or [], f"{where} tasks", tasks, dict(renamed or {})),
             vars=dict(p.get("vars") or {}),
             serial=p.get("serial"),
             max_fail_percentage=p.get("max_fail_percentage"),

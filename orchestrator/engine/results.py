@@ -5,11 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import OrchError
+
 OK, CHANGED, FAILED, SKIPPED, UNREACHABLE = "ok", "changed", "failed", "skipped", "unreachable"
 
 
-class TaskFailed(Exception):
-    """Raised by a task module to fail the host with a message shown to the operator."""
+class TaskFailed(OrchError):
+    """Raised by a task module to fail the host with a message shown to the operator;
+    ``data`` is registered with the failed result."""
+
+    exit_status = 1
 
     def __init__(self, msg: str, data: dict | None = None):
         super().__init__(msg)
@@ -17,8 +22,10 @@ class TaskFailed(Exception):
         self.data = data or {}
 
 
-class Cancelled(Exception):
+class Cancelled(OrchError):
     """The run was interrupted (SIGINT/SIGTERM); rescue tasks still run."""
+
+    exit_status = 130
 
 
 @dataclass
@@ -27,24 +34,34 @@ class TaskResult:
 
     ``status`` is one of ``ok`` (nothing changed), ``changed``, ``failed``,
     ``skipped`` or ``unreachable``; ``data`` is registered under the task's
-    ``register`` name for later tasks; ``msg`` is shown to the operator.
+    ``register`` name for later tasks (with ``status``, ``msg`` and the booleans
+    ``changed``/``failed``/``skipped``/``unreachable``, as Ansible registers them); ``msg`` is
+    shown to the operator; ``facts`` are host variables the task publishes (declared in its
+    ``@task(sets=...)``), merged by the engine into the host's variables.
     """
 
     status: str = OK
     msg: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def ok(cls, msg: str = "", **data) -> "TaskResult":
-        return cls(OK, msg, data)
+    def ok(cls, msg: str = "", *, facts: dict[str, Any] | None = None, **data) -> "TaskResult":
+        return cls(OK, msg, data, dict(facts or {}))
 
     @classmethod
-    def changed(cls, msg: str = "", **data) -> "TaskResult":
-        return cls(CHANGED, msg, data)
+    def changed(cls, msg: str = "", *, facts: dict[str, Any] | None = None, **data) -> "TaskResult":
+        return cls(CHANGED, msg, data, dict(facts or {}))
 
     @classmethod
-    def skipped(cls, msg: str = "", **data) -> "TaskResult":
-        return cls(SKIPPED, msg, data)
+    def skipped(cls, msg: str = "", *, facts: dict[str, Any] | None = None, **data) -> "TaskResult":
+        return cls(SKIPPED, msg, data, dict(facts or {}))
+
+    def registered(self) -> dict[str, Any]:
+        """What ``register:`` stores: ``data`` plus ``status``, ``msg`` and Ansible's booleans."""
+        return dict(self.data, status=self.status, msg=self.msg, changed=self.status == CHANGED,
+                    failed=self.status in (FAILED, UNREACHABLE), skipped=self.status == SKIPPED,
+                    unreachable=self.status == UNREACHABLE)
 
 
 @dataclass

@@ -5,20 +5,33 @@ in order (a failed task ends that host's play after its block's ``rescue`` and
 ``always`` steps). After each batch, the failed share is compared with
 ``max_fail_percentage`` (Ansible's rule: it must be exceeded) and the play stops
 there if needed; hosts never started are reported as such.
+
+Where orch differs from Ansible on purpose (the README lists these too):
+
+- every ``rescue`` and ``always`` step runs even after one of them fails (the first failure is
+  reported after the last step): a failed restore must not keep the unit from being started;
+  Ansible stops a rescue at its first failure;
+- the hosts of a batch run the play independently, each in its own thread, like Ansible's
+  ``free`` strategy (not its default ``linear``): a host never waits for another's task;
+- a batch whose failed share exceeds ``max_fail_percentage`` (default: any failure) stops the
+  play; Ansible's default lets every batch run.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import time
 from typing import Any, Callable
 
+from .. import templating
 from ..connection import CommandFailed, CommandTimeout, HostUnreachable
-from . import templating
+from ..connection.deadline import task_deadline
 from .batching import batch_failed, order_hosts, serial_batches
 from .context import HostContext, RunOptions
 from .playbook import Block, Play, Step, Task
 from .results import (CHANGED, FAILED, OK, SKIPPED, UNREACHABLE, Cancelled, HostRecap, TaskFailed,
                       TaskResult)
+from .task import SKIP, TaskArgError, TaskSpec
 
 
 class _HostDone(Exception):
@@ -30,17 +43,23 @@ class _HostDone(Exception):
         self.cause = cause
 
 
+def _hook(hooks: list, method: str, *args: Any) -> None:
+    for h in hooks:
+        fn = getattr(h, method, None)
+        if fn is not None:
+            fn(*args)
+
+
 class Engine:
-    """Runs plays. ``modules`` maps a module name to ``fn(ctx, **args) -> TaskResult``.
+    """Runs plays. ``tasks`` maps a task name to its :class:`TaskSpec` (``@task`` declarations).
 
     ``reporter`` receives ``task_result(host, task_name, result)``, ``progress(host, **f)``
     and ``line(text)`` calls (see :mod:`orchestrator.ui`); ``emit(event, **fields)``
     records events (see :mod:`orchestrator.records`, which drops secrets before writing).
     """
 
-    def __init__(self, modules: dict[str, Callable[..., TaskResult]], options: RunOptions,
-                 reporter, emit: Callable[..., None]):
-        self.modules = modules
+    def __init__(self, tasks: dict[str, TaskSpec], options: RunOptions, reporter, emit: Callable[..., None]):
+        self.tasks = tasks
         self.options = options
         self.reporter = reporter
         self.emit = emit
@@ -66,8 +85,7 @@ class Engine:
             if self.options.cancel.is_set():
                 break
             self.emit("batch_start", batch=bi + 1, hosts=[h.name for h in batch])
-            if self.options.groups is not None:
-                self.options.groups.start_batch([h.name for h in batch])
+            _hook(self.options.hooks, "start_batch", [h.name for h in batch])
             with cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(batch)))) as pool:
                 futs = {pool.submit(self._run_host, play, h, hostvars(h), recaps[h.name]): h for h in batch}
                 for fut in cf.as_completed(futs):
@@ -91,15 +109,12 @@ class Engine:
         variables.update(play.vars)
         variables.update(self.options.extra)
         variables.setdefault("inventory_hostname", host.name)
-        if not variables.get("service"):
-            variables["service"] = variables.get("orch_service")
         variables["check_mode"] = self.options.check
         variables["run_id"] = self.options.run_id
         variables["group_names"] = list(getattr(host, "groups", []))
         ctx = HostContext(host.name, variables, self.options, self.emit,
                           progress=self.reporter.progress, echo=self.reporter.line)
-        if self.options.groups is not None:
-            self.options.groups.host_started(host.name)
+        _hook(self.options.hooks, "host_started", host.name)
         recap.outcome = "running"
         try:
             self._steps(play.steps, ctx, recap, protected=False)
@@ -113,15 +128,17 @@ class Engine:
             recap.failed += 1
             self.emit("internal_error", host=host.name, error=recap.cause)
         finally:
-            # what tasks started for the length of the play (the lock heartbeat thread) ends here
-            for hook in ctx.state.pop("on_host_done", []):
+            # what tasks started for the length of the play (the lock heartbeat thread, check
+            # mode's temp folder) ends here
+            done, ctx.run.on_done = list(ctx.run.on_done), []
+            ctx.protected = True
+            for fn in done:
                 try:
-                    hook(ctx)
+                    fn(ctx)
                 except Exception as exc:  # must not keep the host from finishing
-                    self.emit("internal_error", host=host.name, error=f"on_host_done: {exc}")
-            if self.options.groups is not None:
-                self.options.groups.host_done(host.name)
-            recap.summary = dict(ctx.state.get("summary", {}))
+                    self.emit("internal_error", host=host.name, error=f"on_done {getattr(fn, '__name__', fn)}: {exc}")
+            _hook(self.options.hooks, "host_done", host.name)
+            recap.summary = dict(ctx.run.summary)
             ctx.close()
 
     def _steps(self, steps: list[Step], ctx: HostContext, recap: HostRecap, protected: bool) -> None:
@@ -176,33 +193,58 @@ class Engine:
         ctx.protected = protected
         if not protected and ctx.cancelled():
             raise _HostDone(FAILED, "interrupted by the operator")
+        spec = self.tasks[task.module]
+        started = None
         try:
             if not templating.evaluate(task.when, ctx.vars):
                 self._record(ctx, recap, task, TaskResult.skipped("condition false"))
                 return
-            module = self.modules[task.module]
-            check_safe = task.check_mode if task.check_mode is not None else getattr(module, "check_safe", False)
-            if ctx.check and not check_safe:
+            check = self.options.check if task.check_mode is None else task.check_mode
+            if check and spec.check_mode == SKIP:
                 self._record(ctx, recap, task, TaskResult.skipped("check mode: would run"))
                 return
-            args = templating.render(task.args, ctx.vars)
-            result = module(ctx, **args)
+            args = spec.coerce(templating.render(task.args, ctx.vars))
+            ctx.task_check = task.check_mode
+            started = time.monotonic()
+            try:
+                with task_deadline(task.timeout):
+                    result = spec.fn(ctx, **args)
+            finally:
+                ctx.task_check = None
+            undeclared = sorted(k for k in result.facts if not spec.allows_fact(k))
+            if undeclared:
+                raise RuntimeError(f"task {spec.name} set undeclared facts {undeclared} (declared: {list(spec.sets)})")
+        except TaskArgError as exc:
+            result = TaskResult(FAILED, f"{task.module}: {exc}")
         except TaskFailed as exc:
             result = TaskResult(FAILED, exc.msg, exc.data)
         except HostUnreachable as exc:
             result = TaskResult(UNREACHABLE, str(exc))
-        except (CommandFailed, CommandTimeout, templating.TemplateError) as exc:
+        except CommandTimeout as exc:
+            result = TaskResult(FAILED, self._timed_out(task, started) or str(exc))
+        except (CommandFailed, templating.TemplateError) as exc:
             result = TaskResult(FAILED, str(exc))
         except Cancelled:
             result = TaskResult(FAILED, "interrupted by the operator")
         except Exception as exc:  # a bug in a task must still lead to the block's rescue
             result = TaskResult(FAILED, f"internal error in {task.module}: {type(exc).__name__}: {exc}")
             self.emit("internal_error", host=ctx.name, task=task.name, error=result.msg)
+        late = self._timed_out(task, started)
+        if late and result.status not in (FAILED, UNREACHABLE):
+            result = TaskResult(FAILED, late, result.data)
+        ctx.vars.update(result.facts)
         self._record(ctx, recap, task, result)
         if task.register:
-            ctx.vars[task.register] = dict(result.data, status=result.status, msg=result.msg)
+            ctx.vars[task.register] = result.registered()
         if result.status in (FAILED, UNREACHABLE) and not task.ignore_errors:
             raise _HostDone(result.status, f"{task.name}: {result.msg}")
+
+    @staticmethod
+    def _timed_out(task: Task, started: float | None) -> str | None:
+        """The failure text when ``task`` ran past its ``timeout:`` (s), else None."""
+        if task.timeout is None or started is None or time.monotonic() - started < task.timeout:
+            return None
+        return f"the task timed out after {task.timeout:g} s (its timeout:)"
 
     def _record(self, ctx: HostContext, recap: HostRecap, task: Task, result: TaskResult) -> None:
         recap.count(result.status if result.status in (OK, CHANGED, FAILED, SKIPPED, UNREACHABLE) else OK)

@@ -13,6 +13,8 @@ import re
 import shlex
 from dataclasses import asdict, dataclass, field
 
+from ..errors import OrchError
+
 #: SGLang server flags orch reads, with their aliases (SGLang 0.5.23 server_args.py)
 FLAG_ALIASES = {
     "--model-path": "model_path", "--model": "model_path",
@@ -29,8 +31,10 @@ BOOL_FLAGS = {"disable_shared_experts_fusion", "disable_flashinfer_autotune"}
 ENV_KEYS = ("SGLANG_MOE_CONFIG_DIR", "HF_HOME", "CUDA_VISIBLE_DEVICES", "SGLANG_CACHE_DIR", "PYTHONPATH")
 
 
-class UnitError(Exception):
+class UnitError(OrchError):
     """The unit is missing or is not an SGLang server; the message names the unit."""
+
+    exit_status = 1
 
 
 @dataclass
@@ -212,19 +216,19 @@ def parse_server_args(exec_start: list[str]) -> ServerArgs | None:
     return sa
 
 
-def gather_unit(transport, unit: str) -> UnitFacts:
-    """Query ``unit`` on a host through ``transport`` (read-only).
+def gather_unit(connection, unit: str) -> UnitFacts:
+    """Query ``unit`` on a host through ``connection`` (read-only).
 
     Raises :class:`UnitError` when the unit does not exist or is not an SGLang
     server. Every value is passed to systemctl as its own argument (no shell).
     """
     if not re.fullmatch(r"[A-Za-z0-9:_.@][A-Za-z0-9:_.@\\-]*", unit or ""):
         raise UnitError(f"invalid unit name {unit!r}")
-    show = transport.run(["systemctl", "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
+    show = connection.run(["systemctl", "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
                           "-p", "MainPID", "-p", "ControlGroup", "-p", "Environment", "-p", "ExecStart"],
                          check=False)
     props = parse_show(show.stdout)
-    cat = transport.run(["systemctl", "cat", unit], check=False)
+    cat = connection.run(["systemctl", "cat", unit], check=False)
     if props.get("LoadState") in ("not-found", "") and not cat.ok:
         raise UnitError(f"unit {unit} not found")
     if not cat.ok and not props.get("ExecStart"):
@@ -255,6 +259,6 @@ def gather_unit(transport, unit: str) -> UnitFacts:
     return facts
 
 
-def is_active(transport, unit: str) -> str:
+def is_active(connection, unit: str) -> str:
     """``systemctl is-active UNIT`` output (``active``, ``inactive``, ``failed``, ...)."""
-    return transport.run(["systemctl", "is-active", unit], check=False).stdout.strip() or "unknown"
+    return connection.run(["systemctl", "is-active", unit], check=False).stdout.strip() or "unknown"

@@ -12,13 +12,14 @@ Public API::
 """
 
 from .errors import InventoryError
-from .loader import Group, Host, Inventory, load_inventory
+from .loader import load_inventory
+from .model import Group, Host, Inventory
 from .patterns import select_hosts, split_patterns
 from .variables import (BUILTIN_PROTECTED_PROCESSES, KNOWN_VARS, SECRET_VARS, VarSpec,
-                        effective_vars, known_vars_markdown, redact)
+                        effective_vars, known_vars_markdown, redact, var)
 
 __all__ = [
     "BUILTIN_PROTECTED_PROCESSES", "Group", "Host", "Inventory", "InventoryError", "KNOWN_VARS",
     "SECRET_VARS", "VarSpec", "effective_vars", "known_vars_markdown", "load_inventory", "redact",
-    "select_hosts", "split_patterns",
+    "select_hosts", "split_patterns", "var",
 ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import OrchError
 
-class InventoryError(Exception):
+
+class InventoryError(OrchError):
     """A bad inventory, variable or ``--limit`` pattern.
 
     ``str(err)`` is one line that names the file and line when there is one, e.g.

@@ -48,7 +48,6 @@ A shadowed sibling, and a file naming no group/host of the inventory, give a war
 
 from __future__ import annotations
 
-import copy
 import difflib
 import os
 import re
@@ -60,50 +59,13 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 from ._yaml import YamlFile
 from .errors import InventoryError
-from .variables import KNOWN_VARS, BadValue, check_name, check_value, effective_vars, redact
+from .model import Group, Host, Inventory
+from .variables import KNOWN_VARS, BadValue, check_name, check_value
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _GROUP_KEYS = ("hosts", "children", "vars")
 _VARS_EXTS = ("", ".yml", ".yaml", ".json")  # Ansible: '' then C.YAML_FILENAME_EXTENSIONS
 _VARS_FILE_EXTS = (".yml", ".yaml", ".json")
-
-
-@dataclass(frozen=True, eq=False)
-class Host:
-    """One inventory host.
-
-    ``vars``: the host's variables merged by precedence (see module doc), validated, without
-    defaults and with templates unrendered; use :func:`effective_vars` for the values to act on.
-    ``groups``: every group the host is in, parents included, ``all`` excluded, sorted by name
-    (Ansible's ``group_names``). ``origins``: variable -> ``"path:line"`` of the assignment that won.
-    """
-
-    name: str
-    vars: dict[str, Any]
-    groups: list[str]
-    origins: dict[str, str] = field(default_factory=dict, compare=False)
-
-    def __repr__(self) -> str:
-        return f"Host(name={self.name!r}, vars={redact(self.vars)!r}, groups={self.groups!r})"
-
-
-@dataclass(frozen=True, eq=False)
-class Group:
-    """One inventory group.
-
-    ``vars``: its own variables (inventory file, then group_vars files), validated.
-    ``hosts``: every member host, descendants included, in inventory order; ``direct_hosts``:
-    those listed under this group's own ``hosts:``. ``depth``: longest path from ``all`` (0).
-    """
-
-    name: str
-    vars: dict[str, Any]
-    children: list[str]
-    parents: list[str]
-    hosts: list[str]
-    direct_hosts: list[str]
-    depth: int
-    priority: int
 
 
 @dataclass
@@ -134,51 +96,6 @@ class _H:
     vars: dict[str, _Val] = field(default_factory=dict)
     file_vars: dict[str, _Val] = field(default_factory=dict)
     direct_groups: list[str] = field(default_factory=list)
-
-
-class Inventory:
-    """A loaded inventory. Build it with :func:`load_inventory`.
-
-    ``path``: the inventory file as given. ``hosts``: list of :class:`Host` in inventory order
-    (first appearance in the file). ``groups``: name -> :class:`Group` (``all`` and
-    ``ungrouped`` always present). ``warnings``: one-line messages (not errors) found while loading.
-    """
-
-    def __init__(self, path: str, hosts: list[Host], groups: dict[str, Group],
-                 warnings: list[str]) -> None:
-        self.path = path
-        self.hosts = hosts
-        self.groups = groups
-        self.warnings = warnings
-        self._by_name = {h.name: h for h in hosts}
-        self._effective: dict[str, dict[str, Any]] = {}
-
-    def get_host(self, name: str) -> Host:
-        """The host called ``name``; raises :class:`InventoryError` (with a did-you-mean)."""
-        try:
-            return self._by_name[name]
-        except KeyError:
-            close = difflib.get_close_matches(name, list(self._by_name), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InventoryError(f"no host {name!r} in the inventory{hint}", self.path) from None
-
-    def host_vars(self, name: str) -> dict[str, Any]:
-        """:func:`effective_vars` of host ``name`` (defaults applied, templates rendered); a copy."""
-        if name not in self._effective:
-            self._effective[name] = effective_vars(self.get_host(name))
-        return copy.deepcopy(self._effective[name])
-
-    def select(self, limit: str | None) -> list[Host]:
-        """Hosts matching an Ansible ``--limit`` pattern, in inventory order (None: all hosts).
-
-        See :mod:`orchestrator.inventory.patterns`; raises :class:`InventoryError` when a pattern
-        matches nothing or the selection is empty.
-        """
-        from .patterns import select_hosts
-        return select_hosts(self, limit)
-
-    def __repr__(self) -> str:
-        return f"Inventory({self.path!r}, hosts={[h.name for h in self.hosts]!r})"
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from .errors import InventoryError
 
 if TYPE_CHECKING:
-    from .loader import Host, Inventory
+    from .model import Host, Inventory
 
 _SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?\d+)|(\d+):(\d*))\]$")
 _GLOB_CHARS = ("*", "?", "[")

@@ -31,11 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-import jinja2
-import jinja2.meta
-import jinja2.sandbox
-from jinja2.nativetypes import NativeEnvironment
-
+from ..templating import is_template, referenced_names, render_text
 from .errors import InventoryError
 
 #: Processes never signalled by the reaper, whatever the inventory says (facts: hosts.md,
@@ -293,6 +289,9 @@ _SPECS: list[VarSpec] = [
             "Wait at most this long for the server to become ready after a start.", _seconds),
     VarSpec("orch_stop_timeout", "seconds", "a positive number of seconds", 120,
             "Wait at most this long for the unit to stop.", _seconds),
+    VarSpec("orch_start_timeout", "seconds", "a positive number of seconds", 120,
+            "Wait at most this long for the unit to be active after a start (readiness after that: "
+            "orch_ready_timeout).", _seconds),
     VarSpec("orch_bench", "bool", "a boolean", True,
             "Run the throughput benchmark before and after the retune.", _bool),
     VarSpec("orch_bench_concurrency", "list[int]", "a list of positive integers", [1, 16, 64],
@@ -325,18 +324,18 @@ KNOWN_VARS: dict[str, VarSpec] = {s.name: s for s in _SPECS}
 #: Names whose values are never shown.
 SECRET_VARS = frozenset(s.name for s in _SPECS if s.secret)
 
-_TEMPLATE = re.compile(r"\{\{|\{%")
 
+def var(variables: Mapping[str, Any], name: str) -> Any:
+    """The value of the known variable ``name`` in ``variables`` (a host's effective variables),
+    or its default from :data:`KNOWN_VARS` when absent or null (a derived default, such as
+    ``ansible_host``'s, gives None here). Code reads inventory values through this, so every
+    default is written once, in the table. Raises KeyError for a name not in the table."""
+    spec = KNOWN_VARS[name]
+    value = variables.get(name)
+    if value is None and not callable(spec.default):
+        value = spec.check(copy.deepcopy(spec.default))
+    return value
 
-def is_template(value: Any) -> bool:
-    """True when ``value`` holds a Jinja2 expression anywhere (strings inside lists/dicts too)."""
-    if isinstance(value, str):
-        return bool(_TEMPLATE.search(value))
-    if isinstance(value, (list, tuple)):
-        return any(is_template(v) for v in value)
-    if isinstance(value, dict):
-        return any(is_template(v) for v in value.values())
-    return False
 
 
 def check_name(name: Any) -> str | None:
@@ -372,14 +371,6 @@ def redact(vars: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- effective variables
-
-class _SandboxedNativeEnvironment(jinja2.sandbox.SandboxedEnvironment, NativeEnvironment):
-    """Sandboxed (no attribute tricks) and native ("{{ sizes }}" stays a list, as in
-    orchestrator/engine/templating.py, so inventory and playbook templates agree)."""
-
-
-_ENV = _SandboxedNativeEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-
 
 def effective_vars(host: Any) -> dict[str, Any]:
     """All variables of one host, with defaults applied and templates rendered.
@@ -450,17 +441,13 @@ def effective_vars(host: Any) -> dict[str, Any]:
         if not isinstance(value, str) or not is_template(value):
             return value
         try:
-            tmpl_ast = _ENV.parse(value)
             context: dict[str, Any] = {}
-            for ref in jinja2.meta.find_undeclared_variables(tmpl_ast):
+            for ref in referenced_names(value):
                 try:
                     context[ref] = get(ref)
                 except KeyError:
                     pass  # StrictUndefined reports it below
-            out = _ENV.from_string(value).render(context)
-            if isinstance(out, jinja2.Undefined):  # a native "{{ x }}" returns it unraised
-                str(out)  # StrictUndefined: raises UndefinedError naming the variable
-            return out
+            return render_text(value, context)
         except InventoryError:
             raise
         except Exception as e:  # TemplateError, and e.g. TypeError from "{{ 'a' * [] }}"

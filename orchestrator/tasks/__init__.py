@@ -1,53 +1,24 @@
-"""Task modules the playbook engine runs, by name.
+"""The task modules the playbook engine runs, declared with ``@task``
+(:mod:`orchestrator.engine.task`); importing this package registers them all in :data:`TASKS`.
 
-Each module is ``fn(ctx, **args) -> TaskResult`` (see :mod:`orchestrator.engine.results`);
-``fn.check_safe = True`` marks the read-only ones that also run in check mode (the
-others are reported as skipped there). They raise ``TaskFailed`` to fail a host.
+Grouped by what they act on: :mod:`.connect`; :mod:`.systemd` (``unit_facts``, ``service``);
+:mod:`.payload` (``payload``, ``stop_payload``); :mod:`.records` (``lock``, ``run_state``,
+``runs``, ``check_unfinished``); :mod:`.probe` (``probe``, ``plan``); :mod:`.config_source`;
+:mod:`.tune`; :mod:`.install` (``install``, ``restore``); :mod:`.reap`; :mod:`.readiness`
+(``wait_ready``, ``verify_log``); :mod:`.bench`; :mod:`.rollback`; :mod:`.recover`;
+:mod:`.diagnose`. A task that drives one payload command has that command's name.
 """
 
 from __future__ import annotations
 
-from .benchmark import bench
-from .config_install import install_configs, restore_configs
-from .config_source import config_source
-from .connect import connect
-from .gpu_reaper import gpu_reap
-from .doctor import diagnose
-from .history import history
-from .hoststate import host_state, lock
-from .payload import cleanup, push, stop_payload
-from .probe import plan, probe
-from .readiness import verify_log, wait_ready
-from .recover import check_unfinished, recover_mark, recover_restore, recover_select
-from .rollback import rollback_restore, rollback_select
-from .service import service, unit_facts
-from .tuning import tune
+from ..engine.task import REGISTRY
+from . import (bench, config_source, connect, diagnose, install, payload, probe, readiness, reap,  # noqa: F401
+               records, recover, rollback, systemd, tune)
 
-MODULES = {
-    "connect": connect,
-    "unit_facts": unit_facts,
-    "payload": push,
-    "cleanup": cleanup,
-    "lock": lock,
-    "host_state": host_state,
-    "probe": probe,
-    "plan": plan,
-    "bench": bench,
-    "service": service,
-    "gpu_reap": gpu_reap,
-    "tune": tune,
-    "install_configs": install_configs,
-    "restore_configs": restore_configs,
-    "wait_ready": wait_ready,
-    "verify_log": verify_log,
-    "rollback_select": rollback_select,
-    "rollback_restore": rollback_restore,
-    "history": history,
-    "diagnose": diagnose,
-    "config_source": config_source,
-    "check_unfinished": check_unfinished,
-    "recover_select": recover_select,
-    "recover_restore": recover_restore,
-    "recover_mark": recover_mark,
-    "stop_payload": stop_payload,
-}
+#: name -> TaskSpec of every bundled task
+TASKS = REGISTRY
+
+#: task names of earlier releases -> their name now ("" when removed), for a copied playbook's error
+RENAMED = {"gpu_reap": "reap", "install_configs": "install", "restore_configs": "restore", "history": "runs",
+           "host_state": "run_state",
+           "cleanup": ""}

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import json
 
+from typing import Literal
+
 from ..engine.results import TaskFailed, TaskResult
+from ..engine.task import READ_ONLY, task
 from ..store import ConfigStore, key_hash, tuning_key
 from .probe import untunable_reason
+
+FACTS = ("orch_tuning_key", "orch_config_source", "orch_group_role")
 
 #: SGLang's default tuning batch sizes (benchmark/kernels/fused_moe_triton, common_utils.py)
 DEFAULT_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
@@ -36,64 +41,66 @@ def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[
     return out
 
 
-def config_source(ctx, space: str = "fast", batch_sizes: list[int] | None = None, provider: str = "auto") -> TaskResult:
-    """Decide tune / shard / reuse / store for this host; see the module docstring."""
+@task("config_source", check_mode=READ_ONLY, sets=FACTS)
+def config_source(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: list[int] | None,
+                  provider: Literal["auto", "sglang", "builtin"]) -> TaskResult:
+    """Decide where this host's files come from: the controller's store, its own tune, a shard of
+    its group's tune, or another host's tune (``orch_config_source``; see the module docstring).
+    Refuses, before anything is stopped, a model whose weights the tuner cannot run."""
     probe = ctx.vars.get("orch_probe") or {}
     names = probe.get("file_names") or {}
     key = tuning_key(probe, space, batch_sizes, provider)
     kh = key_hash(key)
-    ctx.vars["orch_tuning_key"] = {"hash": kh, **key}
-    groups = ctx.options.groups
+    facts = {"orch_tuning_key": {"hash": kh, **key}}
+    groups = ctx.options.fleet
     store = ConfigStore(ctx.options.state_dir) if ctx.options.state_dir else None
     entry = store.get(key) if (store and not ctx.options.retune) else None
     if entry is not None:
         if groups is not None:
             groups.report_key(ctx.name, "store:" + kh)
         prov = entry.provenance
-        ctx.vars["orch_config_source"] = "store"
+        facts["orch_config_source"] = "store"
         msg = f"reusing stored result {kh} (tuned on {prov.get('host')} at {prov.get('stored')}, run {prov.get('run_id')})"
         if not ctx.check:
             configs = {role: json.loads(p.read_text()) for role, p in entry.files.items()}
-            ctx.state["tuned_files"] = write_configs(ctx, configs, names)
+            ctx.run.tuned_files = write_configs(ctx, configs, names)
             if entry.report:
                 (ctx.host_dir / "report.json").write_text(entry.report.read_text())
-        ctx.state.setdefault("summary", {})["config_source"] = {"source": "store", "key": kh}
-        return TaskResult.ok(msg, source="store", key=kh)
+        ctx.run.summary["config_source"] = {"source": "store", "key": kh}
+        return TaskResult.ok(msg, facts=facts, source="store", key=kh)
     why = untunable_reason(probe.get("model"))
     if why:  # refuse before the unit is stopped: nothing on the host has changed
         raise TaskFailed(why)
     if groups is None:
-        ctx.vars["orch_config_source"] = "tune"
-        return TaskResult.ok("tuning on this host", source="tune", key=kh)
+        facts["orch_config_source"] = "tune"
+        return TaskResult.ok("tuning on this host", facts=facts, source="tune", key=kh)
     groups.report_key(ctx.name, kh)
     try:
         role = groups.assign(ctx.name, list(batch_sizes or DEFAULT_BATCH_SIZES), cancel=ctx.options.cancel)
     except TimeoutError as exc:
         raise TaskFailed(str(exc)) from None
-    ctx.vars["orch_config_source"] = role.kind
-    ctx.vars["orch_group_role"] = {"kind": role.kind, "key": kh, "members": role.members, "tuner": role.tuner,
-                                   "batch_sizes": role.batch_sizes, "shard_index": role.shard_index}
-    ctx.state.setdefault("summary", {})["config_source"] = {"source": role.kind, "key": kh, "group": role.members}
+    facts["orch_config_source"] = role.kind
+    facts["orch_group_role"] = {"kind": role.kind, "key": kh, "members": role.members, "tuner": role.tuner,
+                                "batch_sizes": role.batch_sizes, "shard_index": role.shard_index}
+    ctx.run.summary["config_source"] = {"source": role.kind, "key": kh, "group": role.members}
     group = f"group {kh} of {len(role.members)}: {', '.join(role.members)}"
     if role.kind == "tune":
-        return TaskResult.ok(("would tune" if ctx.check else "tuning") + f" for {group}", source="tune", key=kh)
+        return TaskResult.ok(("would tune" if ctx.check else "tuning") + f" for {group}", facts=facts, source="tune",
+                             key=kh)
     if role.kind == "shard":
         return TaskResult.ok(("would tune" if ctx.check else "tuning") + f" batch sizes {role.batch_sizes} for {group}",
-                             source="shard", key=kh)
+                             facts=facts, source="shard", key=kh)
     if ctx.check:
-        return TaskResult.ok(f"would reuse what {role.tuner} tunes for {group}", source="reuse", key=kh)
+        return TaskResult.ok(f"would reuse what {role.tuner} tunes for {group}", facts=facts, source="reuse", key=kh)
     ctx.say(f"waiting for {role.tuner} to tune {kh} (the server keeps serving)")
     try:
         result = groups.wait_result(kh, cancel=ctx.options.cancel)
     except RuntimeError as exc:
         raise TaskFailed(f"no configs from {role.tuner}: {exc}") from None
-    ctx.state["tuned_files"] = write_configs(ctx, result["configs"], names)
+    ctx.run.tuned_files = write_configs(ctx, result["configs"], names)
     if result.get("report"):
         (ctx.host_dir / "report.json").write_text(json.dumps(result["report"], indent=2))
-    return TaskResult.ok(f"reusing the configs {role.tuner} tuned for {group}", source="reuse", key=kh)
-
-
-config_source.check_safe = True
+    return TaskResult.ok(f"reusing the configs {role.tuner} tuned for {group}", facts=facts, source="reuse", key=kh)
 
 
 def publish_result(ctx, files: dict[str, str], report_path: str | None, provenance: dict) -> dict[str, str]:
@@ -104,7 +111,7 @@ def publish_result(ctx, files: dict[str, str], report_path: str | None, provenan
     role = ctx.vars.get("orch_group_role") or {}
     kh = (ctx.vars.get("orch_tuning_key") or {}).get("hash")
     key = {k: v for k, v in (ctx.vars.get("orch_tuning_key") or {}).items() if k != "hash"}
-    groups = ctx.options.groups
+    groups = ctx.options.fleet
     names = (ctx.vars.get("orch_probe") or {}).get("file_names") or {}
     configs = {r: json.loads(open(p).read()) for r, p in files.items()}
     report = json.loads(open(report_path).read()) if report_path else None
@@ -128,5 +135,5 @@ def publish_result(ctx, files: dict[str, str], report_path: str | None, provenan
 def publish_failure(ctx, error: str) -> None:
     """Tell hosts waiting on this host's key that its tuning failed (they fail at once)."""
     kh = (ctx.vars.get("orch_tuning_key") or {}).get("hash")
-    if ctx.options.groups is not None and kh:
-        ctx.options.groups.publish(kh, None, error=f"{ctx.name}: {error}")
+    if ctx.options.fleet is not None and kh:
+        ctx.options.fleet.publish(kh, None, error=f"{ctx.name}: {error}")

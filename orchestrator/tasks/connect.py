@@ -1,13 +1,16 @@
-"""Task ``connect``: open the host's transport (SSH with verified host keys, or local)."""
+"""Task ``connect``: open the host's connection (SSH with verified host keys, or local)."""
 
 from __future__ import annotations
 
 from ..connection import connect as _connect
 from ..engine.results import TaskFailed, TaskResult
+from ..engine.task import READ_ONLY, task
+from ..inventory.variables import var
 
 
+@task("connect", check_mode=READ_ONLY)
 def connect(ctx, require_root: bool = True) -> TaskResult:
-    """Open ``ctx.transport`` from the host's inventory variables and check who orch is there.
+    """Open the host's connection from its inventory variables and check who orch is there.
 
     Commands run as the login user (``ansible_user``). With ``ansible_become``, sudo is tried
     once here (``id -un`` as the become user) so a wrong or missing ``ansible_become_password``
@@ -21,10 +24,10 @@ def connect(ctx, require_root: bool = True) -> TaskResult:
     :class:`orchestrator.connection.BecomeFailed` when sudo refuses; :class:`TaskFailed` when
     root is needed and not available.
     """
-    if ctx.transport is None:
-        ctx.transport = _connect(ctx.name, ctx.vars, accept_new_host_keys=ctx.options.accept_new_host_keys,
+    if ctx.connection is None:
+        ctx.connection = _connect(ctx.name, ctx.vars, accept_new_host_keys=ctx.options.accept_new_host_keys,
                                  echo_output=ctx.options.echo_output)
-    t = ctx.transport
+    t = ctx.connection
     who = t.run(["id", "-un"], timeout=30).stdout.strip()
     if t.become:
         as_ = t.run(["id", "-un"], become=True, timeout=60).stdout.strip()
@@ -41,7 +44,4 @@ def connect(ctx, require_root: bool = True) -> TaskResult:
 
 
 def _state_dir(ctx) -> str:
-    return str(ctx.vars.get("orch_state_dir") or "/var/lib/orch")
-
-
-connect.check_safe = True
+    return str(var(ctx.vars, "orch_state_dir"))

@@ -13,6 +13,7 @@ import posixpath
 import shlex
 
 from ..engine.results import TaskFailed, TaskResult
+from ..engine.task import READ_ONLY, task
 
 #: MoE runner backends that read the Triton config files (SGLang 0.5.23)
 TRITON_BACKENDS = {"triton", "auto"}
@@ -43,23 +44,22 @@ def payload_env(ctx) -> dict[str, str]:
     return {k: env[k] for k in keys if k in env}
 
 
+@task("probe", check_mode=READ_ONLY, sets=("orch_probe",))
 def probe(ctx) -> TaskResult:
-    """Run ``python -m remote probe`` with the unit's model, TP/EP and environment."""
+    """Ask the host what it is (payload ``probe``, with the unit's model, TP/EP and environment):
+    GPUs, Triton, SGLang and its config folder, the model's E/N/top-k and the exact file names
+    SGLang looks for (``orch_probe``)."""
     env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
     flags = model_flags(ctx)
     if env.get("SGLANG_MOE_CONFIG_DIR"):
         flags += ["--moe-config-dir", env["SGLANG_MOE_CONFIG_DIR"]]
     ctx.payload.env.update(payload_env(ctx))
     data = ctx.payload.call("probe", flags, timeout=300)
-    ctx.vars["orch_probe"] = data
     (ctx.host_dir / "probe.json").write_text(json.dumps(data, indent=2, sort_keys=True))
     model = data.get("model", {})
     return TaskResult.ok(f"{data.get('device_name')} x{len(data.get('gpus') or [])}, triton {data.get('triton_version')}, "
                          f"sglang {(data.get('sglang') or {}).get('version')}, E={model.get('E')} N={model.get('N')}",
-                         **data)
-
-
-probe.check_safe = True
+                         facts={"orch_probe": data}, **data)
 
 
 def untunable_reason(model: dict | None) -> str | None:
@@ -70,8 +70,10 @@ def untunable_reason(model: dict | None) -> str | None:
     return f"{why}; tune them elsewhere and `orch configs import` the files" if why else None
 
 
+@task("plan", check_mode=READ_ONLY, sets=("orch_plan",))
 def plan(ctx) -> TaskResult:
-    """Decide what a tune does on this host and store it as ``orch_plan``.
+    """Decide what a tune does on this host (``orch_plan``): tune, or skip for a MoE backend that
+    does not read Triton config files; which exact files it would write, and which exist.
 
     ``orch_plan.action`` is ``tune`` or ``skip`` (a non-Triton MoE backend: the files
     would change nothing). ``orch_plan.paths`` are the exact files that would be written,
@@ -94,17 +96,13 @@ def plan(ctx) -> TaskResult:
     p = {"action": action, "reason": reason, "backend": backend, "install_dir": install_dir,
          "paths": paths, "existing": existing,
          "install_dir_exists": bool(probe_data.get("install_dir_exists", True))}
-    ctx.vars["orch_plan"] = p
-    ctx.state.setdefault("summary", {})["plan"] = p
+    ctx.run.summary["plan"] = p
     lines = [f"would write {paths[k]} ({'replace' if existing.get(k) else 'new'})" for k in sorted(paths)]
     if not p["install_dir_exists"]:
         lines.append(f"would create {install_dir} (this Triton's folder is missing)")
     if action == "skip":
-        return TaskResult.skipped(reason, **p)
+        return TaskResult.skipped(reason, facts={"orch_plan": p}, **p)
     if ctx.check:
         cmd = shlex.join((ctx.vars.get("orch_unit") or {}).get("exec_start") or [])
         lines = [f"check mode: unit runs `{cmd}`", f"MoE backend {backend}"] + lines
-    return TaskResult.ok("; ".join(lines), **p)
-
-
-plan.check_safe = True
+    return TaskResult.ok("; ".join(lines), facts={"orch_plan": p}, **p)

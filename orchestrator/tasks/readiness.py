@@ -13,11 +13,12 @@ import time
 import httpx
 
 from ..engine.results import Cancelled, TaskFailed, TaskResult
+from ..engine.task import task
+from ..facts.journal import text_since, unit_log
 from ..facts.moe_log import parse_moe_log, verify_loaded
 from ..facts.unit import is_active
 
 POLL_S = 1.0
-LOG_LINES = 20000
 
 
 def server_url(ctx) -> str:
@@ -35,45 +36,26 @@ def server_url(ctx) -> str:
     return f"http://{host}:{server.get('port', 30000)}"
 
 
-def _read_log(ctx, unit: str) -> str:
-    return ctx.transport.run(["journalctl", "-u", unit, "--no-pager", "-n", str(LOG_LINES)],
-                             check=False, become=True, timeout=60).stdout
-
-
-def mark_log(ctx, unit: str) -> None:
-    """Remember the unit log as it is now, so :func:`log_since_mark` returns only newer lines."""
-    ctx.state["log_mark"] = _read_log(ctx, unit)
-
-
 def log_since_mark(ctx, unit: str) -> str:
-    """Unit log lines written since :func:`mark_log` (logs that accumulate across restarts).
+    """Unit log lines written since the last start this run made (``ctx.run.log_mark``)."""
+    return text_since(ctx.run.log_mark, unit_log(ctx.connection, unit))
 
-    The earlier text is matched as a prefix; when the journal rotated in between, the
-    lines after the last earlier line are returned.
+
+@task("wait_ready", aliases={"unit": "name", "service": "name"})
+def wait_ready(ctx, name: str, timeout: float, generate_check: bool = True) -> TaskResult:
+    """Wait until the unit's server can generate: ``/v1/models`` (liveness) then ``/health``
+    (or, where it is absent, a 1-token ``/generate``), at most ``timeout`` s. Fails early, with the
+    log tail, when the unit becomes ``failed``/``inactive``. Reports the seconds it took.
     """
-    before = ctx.state.get("log_mark", "")
-    now = _read_log(ctx, unit)
-    if before and now.startswith(before):
-        return now[len(before):]
-    last = before.strip().splitlines()[-1:] if before.strip() else []
-    if last and last[0] in now:
-        return now.rsplit(last[0], 1)[1]
-    return now
-
-
-def wait_ready(ctx, unit: str, timeout: float = 1800, generate_check: bool = True) -> TaskResult:
-    """Task ``wait_ready``: poll ``/v1/models`` then ``/health`` until ready or ``timeout`` s.
-
-    Fails early when the unit becomes ``failed``/``inactive``. Returns the seconds it took.
-    """
+    unit = name
     url = server_url(ctx)
     start = time.monotonic()
-    deadline = start + float(timeout)
+    deadline = ctx.deadline(timeout)
     stage = "liveness"
     last = ""
     with httpx.Client(timeout=10.0) as client:
         while True:
-            state = is_active(ctx.transport, unit)
+            state = is_active(ctx.connection, unit)
             if state in ("failed", "inactive"):
                 tail = log_since_mark(ctx, unit).strip().splitlines()[-8:]
                 raise TaskFailed(f"{unit} became {state} while waiting for readiness; log tail:\n" + "\n".join(tail),
@@ -108,17 +90,14 @@ def wait_ready(ctx, unit: str, timeout: float = 1800, generate_check: bool = Tru
     return TaskResult.ok(f"ready at {url} after {took} s", seconds=took, url=url)
 
 
-wait_ready.check_safe = False
-
-
-def verify_log(ctx, unit: str, expect_paths: list[str] | None = None, allow_default: bool = False) -> TaskResult:
-    """Task ``verify_log``: prove from this start's log lines which MoE configs were loaded.
-
-    ``expect_paths``: files that must appear in ``Using MoE kernel config from <path>.``;
+@task("verify_log", aliases={"unit": "name", "service": "name"})
+def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_default: bool = False) -> TaskResult:
+    """Prove from the log lines of the unit's last start (by this run) which MoE configs SGLang
+    loaded. ``expect_paths``: files that must appear in ``Using MoE kernel config from <path>.``;
     any sub-optimal line (fallback, default, down missing) for them fails the task.
     ``allow_default`` (rollback to a state with no file): the default line is expected.
     """
-    text = log_since_mark(ctx, unit)
+    text = log_since_mark(ctx, name)
     rep = parse_moe_log(text)
     expect = list(expect_paths or [])
     problems = verify_loaded(rep, expect) if expect else []

@@ -5,8 +5,9 @@ A run records on the host how far it got (``<state_dir>/runs/<id>/state.json``, 
 releases it. A controller that dies without running those steps leaves the lock and a
 state other than ``completed``/``restored``/``failed``/``rolled_back`` behind.
 
-- ``check_unfinished`` (in ``tune.yaml`` after the lock): refuse to start while such a run
-  exists, naming it and offering ``orch recover``.
+(``check_unfinished``, in :mod:`orchestrator.tasks.records`, refuses a tune while such a run
+exists, naming it and offering ``orch recover``.)
+
 - ``recover_select`` (``recover.yaml``): find the unfinished runs, take the lock over from
   a dead holder (its pid on this machine is gone, or ``--break-lock``), stop the leftover
   payload processes of those runs (tagged ``ORCH_TAG=<run_id>.``; nothing else).
@@ -16,84 +17,16 @@ state other than ``completed``/``restored``/``failed``/``rolled_back`` behind.
 
 from __future__ import annotations
 
-import getpass
-import os
-import socket
-
 from ..engine.results import TaskFailed, TaskResult
-from .payload import PayloadFailed, stop_tagged
-
-#: host run-record states of a run that ended (anything else was cut short)
-FINISHED_STATES = ("completed", "restored", "failed", "rolled_back")
-
-
-def controller_id() -> str:
-    """``user@machine pid N``: who holds a host lock (shown to anyone refused by it)."""
-    return f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
+from ..engine.task import AWARE, task
+from ..payload.client import PayloadFailed, stop_tagged
+from ..records.host import holder_gone
+from .records import records, start_heartbeat
 
 
-def holder_gone(controller: str | None) -> bool:
-    """True when ``controller`` (a :func:`controller_id` text) names a process of THIS machine
-    that no longer exists. A holder on another machine, or an older text, is never judged gone."""
-    if not isinstance(controller, str) or " pid " not in controller:
-        return False
-    who, _, pid = controller.rpartition(" pid ")
-    if who.rpartition("@")[2] != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def lock_holder(ctx) -> str | None:
-    """Run id holding the host lock (``None`` when free or corrupt)."""
-    st = ctx.payload.call("lock", ["status", "--state-dir", ctx.payload.state_dir], timeout=60)
-    return (st.get("lock") or {}).get("run_id") if st.get("held") else None
-
-
-def unfinished_runs(ctx, holder: str | None) -> list[dict]:
-    """Host run records (payload ``runs``) of runs other than this one that did not finish.
-
-    A run counts when its state is not in :data:`FINISHED_STATES` and it went past
-    ``started`` (it stopped the unit) or still holds the lock (``holder``): a run that
-    failed before the stop and released its lock changed nothing (since the release records
-    such a run ``failed``, only records of older controllers stay ``started``).
-    """
-    runs = ctx.payload.call("runs", ["--state-dir", ctx.payload.state_dir], timeout=60).get("runs") or []
-    out = []
-    for r in runs:
-        st = (r.get("state") or {}).get("state") if isinstance(r.get("state"), dict) else None
-        if (r.get("run_id") != ctx.options.run_id and st and st not in FINISHED_STATES
-                and (st != "started" or r.get("run_id") == holder)):
-            out.append({"run_id": r["run_id"], "state": st, "action": r.get("action"), "created": r.get("created")})
-    return out
-
-
-def recover_hint(ctx) -> str:
-    """The command that brings this host back (``orch recover``)."""
-    return f"run `orch recover INVENTORY --limit {ctx.name} --service {ctx.vars.get('service') or 'UNIT'}`"
-
-
-def check_unfinished(ctx) -> TaskResult:
-    """Fail when the host has a run left unfinished by a controller that is gone (see module doc)."""
-    if ctx.payload is None:
-        return TaskResult.skipped("payload not on host")
-    left = unfinished_runs(ctx, lock_holder(ctx))
-    if left:
-        desc = ", ".join(f"{r['run_id']} (state {r['state']})" for r in left)
-        raise TaskFailed(f"the host has an unfinished orch run: {desc}; its controller stopped before "
-                         f"restoring the host. {recover_hint(ctx)} first", {"unfinished": left})
-    return TaskResult.ok("no unfinished run on the host")
-
-
-check_unfinished.check_safe = True
-
-
-def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> TaskResult:
+@task("recover_select", check_mode=AWARE, sets=("orch_unfinished",))
+def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
+                   heartbeat_interval: float | None = None) -> TaskResult:
     """Find unfinished runs (``orch_unfinished``) and take the host lock for this run.
 
     A lock held by another run is broken when its holder is gone (:func:`holder_gone`) or with
@@ -101,10 +34,11 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
     age when older than ``stale_after`` s). Then the leftover ``tune``/``bench`` payload processes
     of the unfinished runs (their ``ORCH_TAG=<run_id>.``) are stopped; other processes, such as
     a payload started by hand or by another run, are left alone. The lock's heartbeat is renewed
-    while this run holds it (:func:`~orchestrator.tasks.hoststate.start_heartbeat`).
+    every ``heartbeat_interval`` s while this run holds it
+    (:func:`orchestrator.tasks.records.start_heartbeat`). Under ``--check`` it only reports.
     """
-    pl = ctx.payload
-    st = pl.call("lock", ["status", "--state-dir", pl.state_dir, "--stale-after", str(stale_after)], timeout=60)
+    rec = records(ctx)
+    st = rec.lock_status(stale_after)
     lk = st.get("lock") or {}
     broken = None
     if st.get("held") and lk.get("run_id") != ctx.options.run_id:
@@ -117,43 +51,34 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600) -> T
         if ctx.check:
             broken = lk.get("run_id")
         else:
-            args = ["break", "--state-dir", pl.state_dir, "--run-id", ctx.options.run_id,
-                    "--stale-after", str(stale_after), "--force"]
-            if lk.get("run_id"):
-                args += ["--holder", lk["run_id"]]
-            pl.call("lock", args, timeout=60)
+            rec.break_lock(ctx.options.run_id, lk.get("run_id"), stale_after)
             broken = lk.get("run_id") or "corrupt lock"
             ctx.emit("lock_broken", holder=lk.get("run_id"), controller=lk.get("controller"),
                      why="holder gone" if gone else "--break-lock")
-    left = unfinished_runs(ctx, lk.get("run_id") if st.get("held") else None)
+    left = rec.unfinished(ctx.options.run_id, lk.get("run_id") if st.get("held") else None)
     if not ctx.check:
-        pl.call("lock", ["acquire", "--run-id", ctx.options.run_id, "--state-dir", pl.state_dir,
-                         "--controller", controller_id(), "--stale-after", str(stale_after)], timeout=60)
-        ctx.state["locked"] = True
-        from .hoststate import start_heartbeat
-
-        start_heartbeat(ctx)
-    ctx.vars["orch_unfinished"] = left
+        rec.acquire(ctx.options.run_id, stale_after)
+        ctx.run.locked = True
+        start_heartbeat(ctx, heartbeat_interval)
     if left and not ctx.check:
         # the dead controller's payload may still run (tune, bench); we hold the lock now
         for r in left:
             try:
-                stop_tagged(ctx.transport, r["run_id"])
+                stop_tagged(ctx.connection, r["run_id"])
             except ValueError as exc:  # a record whose name is no run id: nothing of it is signalled
                 ctx.emit("recover_stop_skipped", run_id=r["run_id"], error=str(exc))
     desc = ", ".join(f"{r['run_id']} ({r['state']})" for r in left) or "none"
     msg = f"unfinished runs: {desc}" + (f"; broke the lock of {broken}" if broken else "")
-    return TaskResult.ok(msg, unfinished=left, broken_lock=broken)
+    return TaskResult.ok(msg, facts={"orch_unfinished": left}, unfinished=left, broken_lock=broken)
 
 
-recover_select.check_safe = True
-
-
-def recover_restore(ctx) -> TaskResult:
-    """Restore the files of every run in ``orch_unfinished`` (a run that installed nothing has none)."""
+@task("recover_restore")
+def recover_restore(ctx, runs: list[dict]) -> TaskResult:
+    """Restore the files of every unfinished run in ``runs`` (``orch_unfinished``; a run that
+    installed nothing has none), each from the host's own backup and manifest (payload ``restore``)."""
     pl = ctx.payload
     done = []
-    for r in ctx.vars.get("orch_unfinished") or []:
+    for r in runs:
         try:
             data = pl.call("restore", ["--run-id", r["run_id"], "--state-dir", pl.state_dir, "--ignore-lock"],
                            timeout=300)
@@ -164,17 +89,15 @@ def recover_restore(ctx) -> TaskResult:
             continue
         done.append({"run_id": r["run_id"], "files": data.get("files") or []})
         ctx.emit("configs_restored", run_id=r["run_id"], files=data.get("files"))
-    ctx.state.setdefault("summary", {})["recovered"] = done
+    ctx.run.summary["recovered"] = done
     n = sum(1 for d in done for f in d["files"] if f.get("action") != "unchanged")
     return TaskResult.changed(f"restored {n} file(s) of {len(done)} run(s)", runs=done)
 
 
-def recover_mark(ctx) -> TaskResult:
-    """Record state ``restored`` (with ``recovered_by``) for every run in ``orch_unfinished``."""
-    import json
-
-    pl = ctx.payload
-    for r in ctx.vars.get("orch_unfinished") or []:
-        pl.call("runs", ["--set-state", r["run_id"], "restored", "--data",
-                         json.dumps({"recovered_by": ctx.options.run_id}), "--state-dir", pl.state_dir], timeout=60)
-    return TaskResult.changed(f"marked {len(ctx.vars.get('orch_unfinished') or [])} run(s) restored")
+@task("recover_mark")
+def recover_mark(ctx, runs: list[dict]) -> TaskResult:
+    """Record state ``restored`` (with ``recovered_by``) for every run in ``runs`` (``orch_unfinished``)."""
+    rec = records(ctx)
+    for r in runs:
+        rec.set_state(r["run_id"], "restored", {"recovered_by": ctx.options.run_id})
+    return TaskResult.changed(f"marked {len(runs)} run(s) restored")

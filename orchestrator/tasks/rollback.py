@@ -9,12 +9,16 @@ run (this run's id) with its own backups, so it can be rolled back too.
 from __future__ import annotations
 
 from ..engine.results import TaskFailed, TaskResult
+from ..engine.task import READ_ONLY, task
+from ..records.host import record_state
+from .records import records
 
 
+@task("rollback_select", check_mode=READ_ONLY, sets=("orch_rollback_target",))
 def rollback_select(ctx, to: str | None = None) -> TaskResult:
-    """Pick the run to undo; store it as ``orch_rollback_target``."""
-    runs = (ctx.payload.call("runs", ["--state-dir", ctx.payload.state_dir], timeout=60).get("runs")) or []
-    runs = [r for r in runs if r.get("run_id") != ctx.options.run_id]
+    """Pick the run to undo (``orch_rollback_target``): ``to`` (a run id), or the newest run on the
+    host that changed files and was not restored already. Skipped when there is none."""
+    runs = [r for r in records(ctx).runs() if r.get("run_id") != ctx.options.run_id]
     if to:
         match = [r for r in runs if r.get("run_id") == to]
         if not match:
@@ -22,30 +26,26 @@ def rollback_select(ctx, to: str | None = None) -> TaskResult:
         target = match[0]
     else:
         cands = [r for r in runs if r.get("changed") and not r.get("restores")
-                 and ((r.get("state") or {}).get("state") not in ("restored", "failed"))]
+                 and record_state(r) not in ("restored", "failed")]
         if not cands:
             return TaskResult.skipped("no run on this host changed files; nothing to roll back")
         target = cands[0]
-    ctx.vars["orch_rollback_target"] = target
     files = ", ".join(c.get("path", "").rsplit("/", 1)[-1] for c in target.get("changed") or [])
-    return TaskResult.ok(f"will undo run {target['run_id']} ({target.get('action')}): {files}", target=target)
+    return TaskResult.ok(f"will undo run {target['run_id']} ({target.get('action')}): {files}",
+                         facts={"orch_rollback_target": target}, target=target)
 
 
-rollback_select.check_safe = True
-
-
-def rollback_restore(ctx) -> TaskResult:
-    """Restore the target run's earlier files, recorded as this run; set ``orch_restored_paths``."""
-    target = ctx.vars["orch_rollback_target"]
-    data = ctx.payload.call("restore", ["--run-id", target["run_id"], "--state-dir", ctx.payload.state_dir,
+@task("rollback_restore", sets=("orch_restored_paths", "orch_deleted_paths"))
+def rollback_restore(ctx, run_id: str) -> TaskResult:
+    """Restore the files run ``run_id`` replaced (``orch_rollback_target.run_id``), recorded on the
+    host as this run (so a rollback can be rolled back). Sets ``orch_restored_paths`` (files put
+    back) and ``orch_deleted_paths`` (files that did not exist before and were removed)."""
+    data = ctx.payload.call("restore", ["--run-id", run_id, "--state-dir", ctx.payload.state_dir,
                                         "--as-run-id", ctx.options.run_id], timeout=300)
     files = data.get("files") or []
-    ctx.vars["orch_restored_paths"] = [f["path"] for f in files if f.get("action") in ("restored", "unchanged")
-                                       and f.get("sha256")]
-    ctx.vars["orch_deleted_paths"] = [f["path"] for f in files if f.get("action") == "deleted"]
-    ctx.state["install_attempted"] = True  # this run's own record can be restored by rescue
-    summary = ctx.state.setdefault("summary", {})
-    summary["rolled_back"] = target["run_id"]
-    summary["installed"] = ctx.vars["orch_restored_paths"]
-    summary["deleted"] = ctx.vars["orch_deleted_paths"]
-    return TaskResult.changed(f"restored the state before {target['run_id']}", **data)
+    restored = [f["path"] for f in files if f.get("action") in ("restored", "unchanged") and f.get("sha256")]
+    deleted = [f["path"] for f in files if f.get("action") == "deleted"]
+    ctx.run.install_attempted = True  # this run's own record can be restored by rescue
+    ctx.run.summary.update(rolled_back=run_id, installed=restored, deleted=deleted)
+    return TaskResult.changed(f"restored the state before {run_id}",
+                              facts={"orch_restored_paths": restored, "orch_deleted_paths": deleted}, **data)

@@ -1,4 +1,5 @@
-"""``orch runs``: per-host history read from the hosts' own run records."""
+"""``orch runs``: each host's run records, read from the host itself (true even when several
+controllers were used)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,16 @@ import json
 
 from rich.console import Console
 from rich.table import Table
+
+from .common import add_host_flags, batching
+from .run import run_playbook
+
+
+def add_parser(sub) -> None:
+    h = sub.add_parser("runs", help="the run records of orch runs, read from the hosts themselves")
+    add_host_flags(h)
+    h.add_argument("--host", help="only this host")
+    h.set_defaults(func=cmd_runs)
 
 
 def runs_table(recaps: dict, only_host: str | None = None) -> Table:
@@ -33,13 +44,12 @@ def runs_table(recaps: dict, only_host: str | None = None) -> Table:
 
 
 def cmd_runs(args) -> int:
-    """Run ``playbooks/runs.yaml`` over the inventory and print the history table (or JSON)."""
-    from .bundled import run_bundled
-
-    recaps, record = run_bundled("runs", args.inventory, limit=args.host or args.limit, check=True,
-                                 extra={"service": args.service} if args.service else {},
-                                 accept_new_host_keys=args.accept_new_host_keys, forks=10)
-    record.close()
+    """Run ``playbooks/runs.yaml`` over the inventory and print the run records (or JSON)."""
+    res = run_playbook("runs", args.inventory, limit=args.host or args.limit, service=args.service, check=True,
+                       batching=batching(args), state_dir=args.state_dir,
+                       accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose)
+    recaps = res.recaps
+    res.record.close()
     if args.json:
         print(json.dumps({h: {"outcome": r.outcome, "cause": r.cause, "runs": (r.summary or {}).get("runs")}
                           for h, r in recaps.items()}, indent=2, default=str))

@@ -14,6 +14,23 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import UsageError
+from .common import add_batch_flags, add_host_flags, batching
+from .run import run_playbook
+
+
+def add_parser(sub) -> None:
+    b = sub.add_parser("bench", help="throughput benchmark of each host's unit, run on the host")
+    add_host_flags(b)
+    add_batch_flags(b)
+    b.add_argument("--concurrency", help="levels, e.g. 1,16,64,256 (default orch_bench_concurrency)")
+    b.add_argument("--input-len", type=int, help="prompt tokens (default orch_bench_input_len)")
+    b.add_argument("--output-len", type=int, help="output tokens (default orch_bench_output_len)")
+    b.add_argument("--level-timeout", type=float, default=600, help="seconds per concurrency level (default 600)")
+    b.add_argument("--bench-tool", choices=["builtin", "sglang"], default="builtin",
+                   help="orch's client (default) or sglang.bench_serving")
+    b.set_defaults(func=cmd_bench)
+
 
 def bench_table(recaps: dict, results: dict) -> Table:
     """One row per host and concurrency level."""
@@ -36,18 +53,29 @@ def bench_table(recaps: dict, results: dict) -> Table:
     return t
 
 
+def _levels(text: str | None) -> list[int] | None:
+    """``--concurrency 1,16,64`` -> [1, 16, 64]; UsageError naming the flag for anything else."""
+    if text is None:
+        return None
+    try:
+        levels = [int(c) for c in text.split(",")]
+    except ValueError:
+        levels = []
+    if not levels or any(c < 1 for c in levels):
+        raise UsageError(f"--concurrency: expected positive integers separated by commas, got {text!r}")
+    return levels
+
+
 def cmd_bench(args) -> int:
     """Run the bench playbook; print the table or ``--json``; exit 1 if any host failed."""
-    from .bundled import run_bundled
-
     extra = {k: v for k, v in {
-        "service": args.service,
-        "bench_concurrency": [int(c) for c in args.concurrency.split(",")] if args.concurrency else None,
-        "bench_input_len": args.input_len, "bench_output_len": args.output_len,
-        "bench_level_timeout": args.level_timeout, "bench_tool": args.bench_tool}.items() if v is not None}
-    recaps, record = run_bundled("bench", args.inventory, limit=args.limit, extra=extra, state_dir=args.state_dir,
-                                 accept_new_host_keys=args.accept_new_host_keys, forks=args.forks,
-                                 verbose=args.verbose)
+        "bench_concurrency": _levels(args.concurrency), "bench_input_len": args.input_len,
+        "bench_output_len": args.output_len}.items() if v is not None}
+    extra.update(bench_level_timeout=args.level_timeout, bench_tool=args.bench_tool)
+    res = run_playbook("bench", args.inventory, limit=args.limit, service=args.service, extra=extra,
+                       batching=batching(args), state_dir=args.state_dir,
+                       accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose)
+    recaps, record = res.recaps, res.record
     results = {}
     for host in recaps:
         p = record.dir / "hosts" / host / "bench_bench.json"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-REMOTE_DIR = Path(__file__).resolve().parent.parent / "remote"
+REMOTE_DIR = Path(__file__).resolve().parents[2] / "remote"
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ concurrency fell by more than ``regression_threshold`` percent (automatic rollba
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from ..engine.results import TaskFailed, TaskResult
+from ..engine.task import task
 
 
 def _top(levels: list[dict]) -> dict:
@@ -19,13 +21,21 @@ def _top(levels: list[dict]) -> dict:
     return max(valid or levels, key=lambda lv: lv.get("max_concurrency", 0)) if levels else {}
 
 
-def bench(ctx, label: str = "after", concurrency: list[int] | None = None, input_len: int = 128,
-          output_len: int = 64, level_timeout: float = 300, tool: str = "builtin",
-          compare_to: str | None = None, regression_threshold: float = 3.0) -> TaskResult:
-    """Run the benchmark; store it as ``orch_bench_<label>``; optionally check for a regression."""
+@task("bench", sets=("orch_bench_*",))
+def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: int, level_timeout: float = 300,
+          tool: Literal["builtin", "sglang"] = "builtin", compare_to: str | None = None,
+          regression_threshold: float = 3.0) -> TaskResult:
+    """Benchmark the unit's server on the host; the result is the fact ``orch_bench_<label>``.
+
+    ``concurrency``: levels (parallel requests); ``input_len``/``output_len``: tokens per request;
+    ``level_timeout``: seconds per level; ``tool``: orch's own client or ``sglang.bench_serving``.
+    With ``compare_to`` (an earlier label), fails when output tokens/s at the highest concurrency
+    valid in both fell by more than ``regression_threshold`` percent (automatic rollback). A level
+    with more than 1% failed requests is invalid and fails the task.
+    """
     server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
     url = ctx.vars.get("orch_bench_url") or f"http://127.0.0.1:{server.get('port', 30000)}"
-    conc = [int(c) for c in (concurrency or [1, 16, 64])]
+    conc = [int(c) for c in concurrency]
     args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
             "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool]
     # sglang.bench_serving needs about a minute of its own start-up per level
@@ -33,10 +43,9 @@ def bench(ctx, label: str = "after", concurrency: list[int] | None = None, input
     data = ctx.payload.call("bench", args, timeout=per_level * (len(conc) + 1) + 120, interruptible=True,
                             on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
                                                                total=m.get("total", 0)))
-    ctx.vars[f"orch_bench_{label}"] = data
     (ctx.host_dir / f"bench_{label}.json").write_text(json.dumps(data, indent=2, sort_keys=True))
     top = _top(data.get("levels") or [])
-    summary = ctx.state.setdefault("summary", {})
+    summary = ctx.run.summary
     summary[f"bench_{label}"] = {"output_throughput": top.get("output_throughput"),
                                  "total_throughput": top.get("total_throughput"),
                                  "max_concurrency": top.get("max_concurrency"),
@@ -64,7 +73,4 @@ def bench(ctx, label: str = "after", concurrency: list[int] | None = None, input
             if change < -float(regression_threshold):
                 raise TaskFailed(f"throughput regression: {msg}; threshold -{regression_threshold}%",
                                  {"before": before, "after": after, "change_pct": change})
-    return TaskResult.ok(msg, **data)
-
-
-bench.check_safe = False
+    return TaskResult.ok(msg, facts={f"orch_bench_{label}": data}, **data)

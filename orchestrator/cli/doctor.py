@@ -15,6 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .common import add_host_flags, batching
+from .run import run_playbook
+
 GOOD = {"tuned", "not-triton"}
 STYLE = {"tuned": "green", "not-triton": "cyan", "fallback": "yellow", "default": "yellow",
          "restart-needed": "magenta", "broken": "bold red", "unreachable": "bold red", "failed": "bold red"}
@@ -112,14 +115,19 @@ def doctor_table(rows: dict[str, dict]) -> Table:
     return t
 
 
+def add_parser(sub) -> None:
+    d = sub.add_parser("doctor", help="find hosts that silently run untuned MoE kernels, and say why (read-only)")
+    add_host_flags(d)
+    d.add_argument("--fix", action="store_true", help="print the command that would fix each host (runs nothing)")
+    d.set_defaults(func=cmd_doctor)
+
+
 def cmd_doctor(args) -> int:
     """Run the doctor playbook and print the table (or ``--json``); exit 0 only if all hosts are fine."""
-    from .bundled import run_bundled
-
-    recaps, record = run_bundled("doctor", args.inventory, limit=args.limit, check=True,
-                                 extra={"service": args.service} if args.service else {},
-                                 state_dir=args.state_dir, accept_new_host_keys=args.accept_new_host_keys,
-                                 forks=args.forks, verbose=args.verbose)
+    res = run_playbook("doctor", args.inventory, limit=args.limit, service=args.service, check=True,
+                       batching=batching(args), state_dir=args.state_dir,
+                       accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose)
+    recaps, record = res.recaps, res.record
     rows = {}
     for host, r in recaps.items():
         row = dict((r.summary or {}).get("doctor") or {})

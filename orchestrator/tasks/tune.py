@@ -15,14 +15,21 @@ import json
 import posixpath
 import time
 
+from typing import Literal
+
+from .. import __version__
 from ..engine.results import TaskFailed, TaskResult
+from ..engine.task import task
 from .config_source import publish_failure, publish_result
 from .probe import model_flags
 
 
-def tune(ctx, space: str = "fast", batch_sizes: list[int] | None = None, provider: str = "auto",
-         timeout: float = 172800) -> TaskResult:
-    """Tune on the host (``timeout`` in seconds, default 48 h) and fetch the results.
+@task("tune")
+def tune(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: list[int] | None,
+         provider: Literal["auto", "sglang", "builtin"], timeout: float = 172800) -> TaskResult:
+    """Tune the fused-MoE kernel on the host (payload ``tune``, with a progress bar) and fetch the
+    up and down files it wrote. ``space``: search space size; ``batch_sizes``: the M to tune
+    (None: SGLang's list); ``provider``: whose kernel is timed; ``timeout`` in seconds (48 h).
 
     With a group role (``config_source``): a ``shard`` host tunes only its slice of the
     batch sizes; the result is published to the group and stored on the controller.
@@ -66,22 +73,20 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
         if not remote_path:
             continue
         local = local_dir / posixpath.basename(remote_path)
-        ctx.transport.get(remote_path, str(local), become=True)  # the tuner's folder is root-only
+        ctx.connection.get(remote_path, str(local), become=True)  # the tuner's folder is root-only
         fetched[role] = str(local)
     if data.get("report"):
-        ctx.transport.get(data["report"], str(ctx.host_dir / "report.json"), become=True)
+        ctx.connection.get(data["report"], str(ctx.host_dir / "report.json"), become=True)
     expected = {k: posixpath.basename(v) for k, v in (plan.get("paths") or {}).items()}
     for role, local in fetched.items():
         if expected.get(role) and posixpath.basename(local) != expected[role]:
             raise TaskFailed(f"tuner wrote {posixpath.basename(local)}, but the server looks for {expected[role]}")
-    from .. import __version__
-
     fetched = publish_result(ctx, fetched, str(ctx.host_dir / "report.json") if data.get("report") else None,
                              {"host": ctx.name, "run_id": ctx.options.run_id, "provider": data.get("provider"),
-                              "payload_version": (ctx.state.get("payload") or {}).get("version"),
+                              "payload_version": (ctx.run.payload or {}).get("version"),
                               "orch_version": __version__, "batch_sizes": batch_sizes})
-    ctx.state["tuned_files"] = fetched
-    summary = ctx.state.setdefault("summary", {})
+    ctx.run.tuned_files = fetched
+    summary = ctx.run.summary
     summary["speedup_vs_default"] = data.get("speedup_vs_default")
     summary["provider"] = data.get("provider")
     took = round(time.monotonic() - started, 1)

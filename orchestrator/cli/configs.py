@@ -9,8 +9,19 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .records import default_state_dir
-from .store import KEY_FIELDS, ConfigStore, StoreError
+from ..records import default_state_dir
+from ..store import KEY_FIELDS, ConfigStore, StoreError
+
+
+def add_parser(sub) -> None:
+    st = sub.add_parser("configs", help="the controller's store of tuned configs: list, show, export, import")
+    st.add_argument("action", choices=["list", "show", "export", "import"])
+    st.add_argument("target", nargs="?", help="entry hash prefix (show/export) or a folder (import)")
+    st.add_argument("--out", type=Path, help="export: destination folder")
+    st.add_argument("--key", type=Path, help="import: JSON file with the tuning key the files were tuned for")
+    st.add_argument("--state-dir", type=Path)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_configs)
 
 
 def cmd_configs(args) -> int:

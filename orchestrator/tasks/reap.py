@@ -1,4 +1,4 @@
-"""Task ``gpu_reap``: end leftover processes holding ``/dev/nvidia*`` after the unit stopped.
+"""Task ``reap`` (payload ``reap``): end leftover processes holding ``/dev/nvidia*`` after the unit stopped.
 
 The work is done on the host by the payload's ``reap`` command (it scans
 ``/proc/*/fd``; SIGTERM, wait, SIGKILL; never the protected set). Default protected
@@ -10,7 +10,7 @@ set: ``nvidia-persistenced``, ``nv-hostengine``, ``dcgm-exporter``, ``dcgmi``, `
 from __future__ import annotations
 
 from ..engine.results import TaskResult
-
+from ..engine.task import AWARE, task
 from ..inventory import BUILTIN_PROTECTED_PROCESSES
 
 
@@ -29,17 +29,18 @@ def unit_gpu_devices(ctx) -> str:
     return "/dev/nvidia[0-9]*"
 
 
-def gpu_reap(ctx, protected: list[str] | None = None, devices: str | None = None,
-             term_timeout: float = 15) -> TaskResult:
-    """Reap GPU holders on the host; record each PID killed with its command line.
+@task("reap", check_mode=AWARE)
+def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: float = 15) -> TaskResult:
+    """End the processes left holding the unit's GPUs; record each PID killed with its command line.
 
-    ``devices`` (comma-separated globs) defaults to the unit's own GPUs
-    (:func:`unit_gpu_devices`); ``term_timeout`` is the seconds between SIGTERM and SIGKILL.
-    Fails (payload error) when an unprotected holder remains.
+    ``protected``: process names never signalled (``orch_protected_processes``), added to the
+    built-in set (``nvidia-persistenced``, DCGM, Xorg, ...), never replacing it. ``devices``
+    (comma-separated globs) defaults to the unit's own GPUs (:func:`unit_gpu_devices`);
+    ``term_timeout`` is the seconds between SIGTERM and SIGKILL. Under ``--check`` it lists what
+    it would end. Fails (payload error) when an unprotected holder remains.
     """
     devices = devices or unit_gpu_devices(ctx)
-    extra = list(protected or ctx.vars.get("orch_protected_processes") or [])
-    protected = list(dict.fromkeys([*BUILTIN_PROTECTED_PROCESSES, *extra]))
+    protected = list(dict.fromkeys([*BUILTIN_PROTECTED_PROCESSES, *protected]))
     args = ["--devices", devices, "--protected", ",".join(protected), "--term-timeout", str(term_timeout)]
     if ctx.check:
         args.append("--check")
@@ -47,13 +48,10 @@ def gpu_reap(ctx, protected: list[str] | None = None, devices: str | None = None
     killed = data.get("killed") or []
     for k in killed:
         ctx.emit("process_killed", pid=k.get("pid"), cmdline=k.get("cmdline"), signal=k.get("signal"))
-    ctx.state.setdefault("summary", {})["reaped"] = killed
+    ctx.run.summary["reaped"] = killed
     kept = ", ".join(f"{p.get('pid')} {str(p.get('cmdline'))[:40]}" for p in data.get("protected") or [])
     msg = (f"killed {len(killed)}: " + ", ".join(f"{k.get('pid')} ({str(k.get('cmdline'))[:60]}) by {k.get('signal')}"
                                                   for k in killed)) if killed else "no leftover GPU processes"
     if kept:
         msg += f"; protected kept: {kept}"
     return TaskResult("changed" if killed and not ctx.check else "ok", msg, data)
-
-
-gpu_reap.check_safe = True  # passes --check to the payload in check mode

@@ -1,4 +1,5 @@
-"""Tasks ``install_configs`` and ``restore_configs``: write tuned files into SGLang's tree, or undo that.
+"""Tasks ``install`` and ``restore`` (payload commands of the same names): write tuned files into
+SGLang's tree, or undo that.
 
 The host side (payload ``install``/``restore``) backs up every file it will replace
 into ``<state_dir>/runs/<run_id>/backup/`` and writes a manifest (paths, sha256 before
@@ -14,6 +15,8 @@ import posixpath
 from pathlib import Path
 
 from ..engine.results import TaskFailed, TaskResult
+from ..engine.task import task
+from ..payload.client import PayloadFailed
 
 
 def _validate(name: str, text: str) -> None:
@@ -26,14 +29,14 @@ def _validate(name: str, text: str) -> None:
         raise TaskFailed(f"refusing to install {name}: {getattr(exc, 'msg', exc)}") from None
 
 
-def install_configs(ctx, files: dict[str, str] | None = None) -> TaskResult:
-    """Install the fetched config files (``files``: role -> local path; default: the tuned files).
-
-    Destination: ``orch_plan.install_dir`` (``configs/triton_X_Y_Z`` of the loader, or of
-    ``$SGLANG_MOE_CONFIG_DIR``), created when missing. Sets ``orch_installed`` (paths).
+@task("install", sets=("orch_installed",))
+def install(ctx, dest_dir: str, files: dict | None = None) -> TaskResult:
+    """Install config files into ``dest_dir`` (``orch_plan.install_dir``: ``configs/triton_X_Y_Z``
+    of the loader, or of ``$SGLANG_MOE_CONFIG_DIR``), created when missing, after backing up what
+    they replace; ``files``: role -> local path (default: the files this run tuned or reused).
+    Sets ``orch_installed`` (the paths written). ``ok`` when every file already had these bytes.
     """
-    plan = ctx.vars.get("orch_plan") or {}
-    files = files or ctx.state.get("tuned_files") or {}
+    files = files or ctx.run.tuned_files
     if not files:
         raise TaskFailed("no config files to install")
     payload_files = []
@@ -43,24 +46,26 @@ def install_configs(ctx, files: dict[str, str] | None = None) -> TaskResult:
         _validate(name, text)
         payload_files.append({"name": name, "content": text, "role": role})
     request = {"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
-               "dest_dir": plan["install_dir"], "files": payload_files, "create_dest": True}
-    ctx.state["install_attempted"] = True
+               "dest_dir": dest_dir, "files": payload_files, "create_dest": True}
+    ctx.run.install_attempted = True
     manifest = ctx.payload.call("install", request=request, timeout=300)
-    ctx.state["install_manifest"] = manifest
-    paths = [posixpath.join(plan["install_dir"], f["name"]) for f in payload_files]
-    ctx.vars["orch_installed"] = paths
-    ctx.state.setdefault("summary", {})["installed"] = paths
+    ctx.run.install_manifest = manifest
+    paths = [posixpath.join(dest_dir, f["name"]) for f in payload_files]
+    ctx.run.summary["installed"] = paths
     (ctx.host_dir / "install_manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    return TaskResult.changed("installed " + ", ".join(paths), manifest=manifest, paths=paths)
+    changed = any(f.get("action") != "unchanged" for f in manifest.get("files") or [{}])
+    result = TaskResult.changed if changed else TaskResult.ok
+    return result(("installed " if changed else "already installed ") + ", ".join(paths),
+                  facts={"orch_installed": paths}, manifest=manifest, paths=paths)
 
 
-def restore_configs(ctx, run_id: str | None = None) -> TaskResult:
-    """Put back every file the run changed (``run_id`` default: this run), from the host's manifest."""
-    if run_id is None and not ctx.state.get("install_attempted"):
+@task("restore")
+def restore(ctx, run_id: str | None = None) -> TaskResult:
+    """Put back every file a run changed (``run_id``, default: this run; rescue steps) from the
+    host's own backups and manifest. Skipped when this run installed nothing."""
+    if run_id is None and not ctx.run.install_attempted:
         return TaskResult.skipped("this run installed nothing")
     rid = run_id or ctx.options.run_id
-    from .payload import PayloadFailed
-
     try:
         data = ctx.payload.call("restore", ["--run-id", rid, "--state-dir", ctx.payload.state_dir], timeout=300)
     except PayloadFailed as exc:
@@ -68,6 +73,6 @@ def restore_configs(ctx, run_id: str | None = None) -> TaskResult:
             # install failed before its manifest: nothing on the host was changed
             return TaskResult.ok(f"run {rid} wrote nothing on the host: nothing to restore")
         raise
-    ctx.state.setdefault("summary", {})["restored"] = data.get("files")
+    ctx.run.summary["restored"] = data.get("files")
     ctx.emit("configs_restored", run_id=rid, files=data.get("files"))
     return TaskResult.changed(f"restored the files of run {rid}", **data)

@@ -1,0 +1,161 @@
+"""The one way every ``orch`` command runs a playbook: :func:`run_playbook`.
+
+It loads the inventory and the playbook (checked against the tasks' declarations before any
+host is contacted), opens the controller's run record, installs the signal handlers (SIGINT,
+SIGTERM, SIGHUP: finish the current step, then run every rescue step, so no unit is left
+stopped; a second signal only says so), runs each play over the hosts it selects with the
+batching options, and writes the recap.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..engine.batching import SerialError, parse_serial
+from ..engine.context import RunOptions
+from ..engine.playbook import builtin_playbook, load_playbook
+from ..engine.results import HostRecap
+from ..engine.runner import Engine
+from ..errors import UsageError
+from ..inventory import effective_vars, load_inventory
+from ..records import RunRecord, default_state_dir, new_run_id
+from ..tasks import RENAMED, TASKS
+from ..ui import Reporter
+
+
+@dataclass
+class Batching:
+    """How hosts are batched (Ansible's play keywords, as command-line flags): ``serial`` (a number,
+    a percentage or a list, text as given), ``forks`` (hosts in parallel within a batch),
+    ``max_fail_percentage``, ``any_errors_fatal``, ``order``. None: the play's own value."""
+
+    serial: str | None = None
+    forks: int = 5
+    max_fail_percentage: float | None = None
+    any_errors_fatal: bool | None = None
+    order: str | None = None
+
+
+@dataclass
+class RunResult:
+    """What a playbook run left: ``recaps`` (host name -> :class:`HostRecap`, inventory order),
+    ``record`` (the controller's run record, still open: callers add files, then close it),
+    ``cancelled`` (an operator interrupt arrived)."""
+
+    recaps: dict[str, HostRecap]
+    record: RunRecord
+    cancelled: bool = False
+    options: RunOptions | None = field(default=None, repr=False)
+
+    @property
+    def failed(self) -> bool:
+        """True when a host failed, was unreachable, or was never started."""
+        return any(r.is_failure or r.outcome == "not started" for r in self.recaps.values())
+
+
+def check_serial(value: str | None) -> str | None:
+    """``--serial`` checked with the engine's own parser (``1``, ``25%``, ``1,5,25%``); UsageError."""
+    if value is None:
+        return None
+    try:
+        parse_serial(value)
+    except SerialError as exc:
+        raise UsageError(f"--serial: {exc}") from None
+    return value
+
+
+def host_variables(service: str | None):
+    """The variables of each host as the playbooks see them: its effective inventory variables
+    and ``service`` (the unit: ``--service`` when given, else the host's ``orch_service``)."""
+    def hostvars(host) -> dict[str, Any]:
+        v = effective_vars(host)
+        v["service"] = service or v.get("orch_service")
+        return v
+    return hostvars
+
+
+def _install_signal_handlers(cancel: threading.Event, console: Console) -> dict:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum, _frame):
+        if cancel.is_set():
+            console.print("[red]interrupted again: still restoring hosts, please wait[/]")
+            return
+        cancel.set()
+        console.print(f"[yellow]{signal.Signals(signum).name}: finishing the current step, then restoring every "
+                      "host that was changed[/]")
+
+    # a dropped terminal (SIGHUP) must not leave units stopped either
+    return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+
+def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | None = None,
+                 service: str | None = None, extra: dict[str, Any] | None = None, check: bool = False,
+                 batching: Batching | None = None, state_dir: Path | None = None,
+                 accept_new_host_keys: bool = False, leave_stopped: bool = False, retune: bool = False,
+                 fleet: Any = None, run_id: str | None = None, verbose: bool = False,
+                 console: Console | None = None, label: str | None = None) -> RunResult:
+    """Run a playbook over the inventory's hosts that ``limit`` selects.
+
+    ``playbook``: a bundled playbook's name (``tune``, ``doctor``, ...) or a path. ``extra``:
+    variables for every host (above the inventory's); ``service``: the unit (default: each host's
+    ``orch_service``). ``fleet``: the tune-once-per-group coordinator, told about batches and
+    hosts (:class:`orchestrator.fleet.GroupCoordinator`). Returns a :class:`RunResult`; the
+    record holds ``run.json``, ``events.jsonl``, ``recap.json`` and each host's ``result.json``.
+    Raises :class:`~orchestrator.inventory.InventoryError` /
+    :class:`~orchestrator.engine.playbook.PlaybookError` / :class:`UsageError` for bad input,
+    before any host is contacted.
+    """
+    batching = batching or Batching()
+    console = console or Console(stderr=True, highlight=False)
+    check_serial(batching.serial)
+    is_path = isinstance(playbook, Path) or "/" in str(playbook) or str(playbook).endswith((".yaml", ".yml"))
+    name = label or (Path(playbook).stem if is_path else str(playbook))
+    pb_path = Path(playbook) if is_path else builtin_playbook(str(playbook))
+    inv = load_inventory(inventory)
+    hosts = inv.select(limit)
+    plays = load_playbook(pb_path, TASKS, RENAMED)
+    run_id = run_id or new_run_id(name)
+    state_dir = Path(state_dir or default_state_dir())
+    record = RunRecord(state_dir, run_id)
+    options = RunOptions(run_id=run_id, run_dir=record.dir, check=check, accept_new_host_keys=accept_new_host_keys,
+                         leave_stopped=leave_stopped, echo_output=verbose, extra=dict(extra or {}),
+                         state_dir=state_dir, retune=retune, fleet=fleet, hooks=[fleet] if fleet is not None else [])
+    record.write_json("run.json", {"run_id": run_id, "command": sys.argv, "inventory": str(inventory),
+                                   "playbook": str(pb_path), "check": check, "hosts": [h.name for h in hosts]})
+    old = _install_signal_handlers(options.cancel, console)
+    recaps: dict[str, HostRecap] = {}
+    hostvars = host_variables(service)
+    try:
+        with Reporter(console, verbose=verbose) as reporter:
+            console.print(f"orch {name} run [bold]{run_id}[/] on {len(hosts)} host(s)"
+                          + (" [cyan](check mode)[/]" if check else ""))
+            engine = Engine(TASKS, options, reporter, record.emit)
+            for play in plays:
+                wanted = {h.name for h in inv.select(play.hosts)}
+                play_hosts = [h for h in hosts if h.name in wanted]
+                recaps.update(engine.run_play(play, play_hosts, hostvars, serial=batching.serial,
+                                              forks=batching.forks, max_fail_percentage=batching.max_fail_percentage,
+                                              any_errors_fatal=batching.any_errors_fatal, order=batching.order))
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    result = {n: recap_dict(r) for n, r in recaps.items()}
+    record.write_json("recap.json", result)
+    for n in recaps:
+        record.write_json(f"hosts/{n}/result.json", result[n])
+    return RunResult(recaps, record, options.cancel.is_set(), options)
+
+
+def recap_dict(r: HostRecap) -> dict[str, Any]:
+    """A host's recap as JSON (``recap.json``, ``--json``)."""
+    return {"outcome": r.outcome, "cause": r.cause, "ok": r.ok, "changed": r.changed, "failed": r.failed,
+            "unreachable": r.unreachable, "skipped": r.skipped, "rescued": r.rescued, "summary": r.summary}

@@ -1,0 +1,55 @@
+"""Config files on the host as facts: are they valid for SGLang's loader, and were they changed
+after the server last started (SGLang caches configs in-process, so a restart is needed)."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+#: larger config files are refused unread (SGLang's own are a few KiB)
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def config_problem(connection, path: str) -> str | None:
+    """Why SGLang's loader would fail on the config file ``path`` on the host (unreadable, too
+    large, not JSON, a key or field it refuses), or None when it is valid. Read as the login user,
+    through sudo only when that is refused (orch installs configs 0644)."""
+    from remote.protocol import PayloadError
+    from remote.configio import validate_config
+
+    argv = ["head", "-c", str(MAX_CONFIG_BYTES + 1), "--", path]
+    res = connection.run(argv, check=False, timeout=60)
+    if not res.ok and "Permission denied" in res.stderr:
+        res = connection.run(argv, check=False, become=True, timeout=60)
+    if not res.ok:
+        return f"cannot read: {res.stderr.strip()[:100]}"
+    if len(res.stdout.encode()) > MAX_CONFIG_BYTES:
+        return "larger than 4 MiB"
+    try:
+        validate_config(json.loads(res.stdout), posixpath.basename(path))
+    except ValueError as exc:
+        return f"not JSON: {exc}"
+    except PayloadError as exc:
+        prefix = posixpath.basename(path) + ": "  # validate_config names the source first
+        return exc.msg[len(prefix):] if exc.msg.startswith(prefix) else exc.msg
+    return None
+
+
+def parse_changed_since_start(stdout: str, paths: list[str]) -> list[str]:
+    """From ``date +%s; ps -o etimes= -p PID; stat -c %Y PATHS...`` output: the paths whose mtime
+    is later than the process start (now - elapsed seconds). [] when the output is not that."""
+    vals = stdout.split()
+    if len(vals) != 2 + len(paths) or not all(v.isdigit() for v in vals):
+        return []
+    started = int(vals[0]) - int(vals[1])
+    return [p for p, m in zip(paths, vals[2:]) if int(m) > started]
+
+
+def changed_since_start(connection, main_pid: int, paths: list[str]) -> list[str]:
+    """Those of ``paths`` replaced after the unit's main process ``main_pid`` started; [] when it
+    cannot be told (no main PID, a command failed)."""
+    if not main_pid or not paths:
+        return []
+    res = connection.run(["sh", "-c", 'date +%s; ps -o etimes= -p "$1"; shift; stat -c %Y -- "$@"', "sh",
+                          str(main_pid), *paths], check=False, timeout=30)
+    return parse_changed_since_start(res.stdout, paths) if res.ok else []

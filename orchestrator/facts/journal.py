@@ -1,0 +1,43 @@
+"""The unit's log (``journalctl -u UNIT``) as a fact, and the pure functions that cut it.
+
+SGLang logs its MoE config lookups at start-up (see :mod:`orchestrator.facts.moe_log`); orch reads
+the lines of one start: those after a mark taken before it started the unit (:func:`text_since`),
+or those of the last start the log holds (:func:`last_start`). Logs accumulate across restarts
+(journald, and docker-systemctl-replacement's per-unit files on the test bed).
+"""
+
+from __future__ import annotations
+
+#: lines read from the end of the unit's journal
+LOG_LINES = 20000
+#: the line every SGLang start logs first (``server_args=ServerArgs(...)``, sglang/srt/server_args.py)
+START_MARKER = "server_args=ServerArgs("
+
+
+def unit_log(connection, unit: str, lines: int = LOG_LINES) -> str:
+    """The last ``lines`` lines of ``unit``'s journal (root: ``become``); ``""`` when none."""
+    return connection.run(["journalctl", "-u", unit, "--no-pager", "-n", str(int(lines))],
+                          check=False, become=True, timeout=60).stdout
+
+
+def text_since(before: str, now: str) -> str:
+    """The part of log text ``now`` written after ``before`` (an earlier read of the same log).
+
+    ``before`` is matched as a prefix; when the journal rotated in between, the lines after the
+    last line of ``before`` are returned; when that line is gone too, all of ``now``.
+    """
+    if before and now.startswith(before):
+        return now[len(before):]
+    last = before.strip().splitlines()[-1:] if before.strip() else []
+    if last and last[0] in now:
+        return now.rsplit(last[0], 1)[1]
+    return now
+
+
+def last_start(text: str) -> str | None:
+    """The lines of the last server start (from the line holding :data:`START_MARKER` on), or
+    None when the log holds no start."""
+    idx = text.rfind(START_MARKER)
+    if idx < 0:
+        return None
+    return text[text.rfind("\n", 0, idx) + 1:]

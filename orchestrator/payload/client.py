@@ -1,0 +1,201 @@
+"""The controller's side of the payload protocol (v1, docs/protocol.md): run ``python -m remote
+<command>`` on a host and read its JSON lines; stop a run's tagged payload commands.
+
+:class:`PayloadClient` is built by the ``payload`` task once the payload is on the host
+(:mod:`orchestrator.payload.deploy`); later tasks call ``ctx.payload.call(...)``, and the host's run
+records and lock go through :class:`orchestrator.records.host.HostRecords` on top of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import secrets
+import tempfile
+import threading
+import time
+from typing import Any, Callable
+
+from ..connection.deadline import clamp
+from ..engine.results import Cancelled, TaskFailed
+
+PROTO = 1
+
+
+class PayloadFailed(TaskFailed):
+    """The payload ended with an ``error`` line or crashed.
+
+    ``kind`` is the protocol error kind (``bad_input``, ``not_found``, ``locked``,
+    ``runtime``, or ``crash`` when no final line came); ``stderr_tail`` the last lines
+    of its stderr (kept for the report).
+    """
+
+    def __init__(self, command: str, kind: str, msg: str, stderr_tail: str = "", detail: Any = None):
+        text = f"payload {command} failed ({kind}): {msg}"
+        if stderr_tail and kind in ("crash", "runtime"):
+            text += "\n" + stderr_tail
+        super().__init__(text, {"kind": kind, "stderr_tail": stderr_tail, "detail": detail})
+        self.kind = kind
+
+
+class PayloadClient:
+    """Runs ``python -m remote <command>`` on a host with the unit's interpreter.
+
+    ``root`` is the unpacked payload folder (``<state_dir>/payload/<sha12>``);
+    ``env`` extra environment (``TRITON_INTERPRET=1`` on test beds).
+    ``call``'s timeout is cut to what is left of the running task's ``timeout:``.
+    """
+
+    def __init__(self, connection, interpreter: str, root: str, state_dir: str, env: dict[str, str] | None = None,
+                 cancel: threading.Event | None = None):
+        self.connection = connection
+        self.cancel = cancel
+        #: prefix of the ORCH_TAG of this run's long commands (see :func:`stop_payload`)
+        self.run_tag = "orch"
+        self.interpreter = interpreter
+        self.root = root
+        self.state_dir = state_dir
+        self.env = dict(env or {})
+
+    def argv(self, command: str, args: list[str], timeout: float | None = None, tag: str | None = None) -> list[str]:
+        """The full argument list run on the host (quoted by the connection).
+
+        ``tag`` (``ORCH_TAG=<random>``) marks the command line so an interrupted run can
+        signal exactly this process (``pkill -f``), never another.
+        """
+        extra = dict(self.env)
+        # the unit's own PYTHONPATH (where its sglang may live) follows the payload's root
+        pythonpath = ":".join(p for p in (self.root, extra.pop("PYTHONPATH", "")) if p)
+        # no __pycache__ in the verified payload tree (an added file counts as tampering)
+        env = [f"PYTHONPATH={pythonpath}", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"]
+        env += [f"{k}={v}" for k, v in sorted(extra.items())]
+        if tag:
+            env.append(f"ORCH_TAG={tag}")
+        argv = ["env", *env, self.interpreter, "-m", "remote", command, *[str(a) for a in args]]
+        if timeout:
+            # a dropped SSH channel does not stop a remote command: bound it on the host too
+            argv = ["timeout", "--kill-after=30", str(int(timeout)), *argv]
+        return argv
+
+    def push_request(self, name: str, data: dict) -> str:
+        """Upload ``data`` as JSON into the payload's request folder (root-only: through sudo
+        when the host uses ``ansible_become``); return its path."""
+        req_dir = posixpath.join(self.state_dir, "payload", "requests")
+        self.connection.run(["mkdir", "-p", req_dir], become=True)
+        self.connection.run(["chmod", "700", req_dir], become=True)
+        remote = posixpath.join(req_dir, f"{name}-{secrets.token_hex(4)}.json")
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+            json.dump(data, fh)
+            local = fh.name
+        try:
+            self.connection.put(local, remote, become=True)
+        finally:
+            os.unlink(local)
+        return remote
+
+    def call(self, command: str, args: list[str] | None = None, *, request: dict | None = None,
+             timeout: float | None = None, on_progress: Callable[[dict], None] | None = None,
+             on_log: Callable[[dict], None] | None = None, become: bool = True,
+             interruptible: bool = False) -> dict:
+        """Run one payload command and return the ``data`` of its ``result`` line.
+
+        ``timeout`` (s) bounds it on the host (``timeout``) and on the controller.
+        ``interruptible`` (long commands: tune, bench): an operator interrupt sends SIGTERM
+        to it on the host, so the rescue steps can run at once.
+        Raises :class:`PayloadFailed` on an ``error`` line, a crash or a missing result;
+        connection errors (:class:`HostUnreachable`, :class:`CommandTimeout`) pass through;
+        :class:`Cancelled` when an operator interrupt stopped an ``interruptible`` command.
+        """
+        args = list(args or [])
+        timeout = clamp(timeout)
+        if request is not None:
+            args += ["--request", self.push_request(command, request)]
+        final: dict = {}
+
+        def on_line(line: str) -> None:
+            line = line.strip()
+            if not line.startswith("{"):
+                return
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                return
+            if msg.get("proto") != PROTO:
+                return
+            kind = msg.get("type")
+            if kind == "progress" and on_progress:
+                on_progress(msg)
+            elif kind == "log" and on_log:
+                on_log(msg)
+            elif kind in ("result", "error"):
+                final.update(msg)
+
+        tag = None
+        if interruptible and timeout:
+            tag = f"{self.run_tag}.{secrets.token_hex(4)}"
+        done = threading.Event()
+        watcher = None
+        if tag and self.cancel is not None and not self.cancel.is_set():
+            watcher = threading.Thread(target=self._stop_on_cancel, args=(tag, done), daemon=True)
+            watcher.start()
+        try:
+            res = self.connection.run(self.argv(command, args, timeout, tag), check=False, become=become,
+                                     timeout=(timeout + 60) if timeout else None, on_stdout_line=on_line)
+        finally:
+            done.set()
+            if watcher is not None:
+                watcher.join(timeout=30)
+        tail = "\n".join(res.stderr.strip().splitlines()[-20:])
+        if final.get("type") == "result":
+            return final.get("data") or {}
+        if tag and self.cancel.is_set():  # we stopped it ourselves: say so, not "crash"
+            raise Cancelled(f"payload {command} stopped: interrupted by the operator")
+        if final.get("type") == "error":
+            raise PayloadFailed(command, final.get("kind", "runtime"), final.get("msg", ""), tail, final.get("detail"))
+        why = "killed by timeout" if res.exited in (124, 137) else f"exit {res.exited}"
+        raise PayloadFailed(command, "crash", f"no result line ({why})", tail)
+
+
+    def _stop_on_cancel(self, tag: str, done: threading.Event) -> None:
+        """On operator interrupt, SIGTERM the tagged payload (``timeout`` forwards it to Python)."""
+        while not done.wait(0.5):
+            if self.cancel.is_set():
+                # the `timeout` wrapper keeps the tag on its command line and forwards the signal
+                self.connection.run(["pkill", "-TERM", "-f", f"ORCH_TAG={tag}"], check=False, become=True, timeout=30)
+                return
+
+
+def tag_pattern(run_id: str) -> str:
+    """``pgrep -f`` pattern (POSIX ERE) matching the command lines tagged ``ORCH_TAG=<run_id>.``
+    by :meth:`PayloadClient.call` (the ``timeout`` wrapper of a long payload command). Raises
+    ValueError for a run id that is not a plain name (recover reads run ids from a host's
+    records: no pattern syntax may slip in)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", run_id or "") or run_id in (".", ".."):
+        raise ValueError(f"not a run id: {run_id!r}")
+    return "ORCH_TAG=" + run_id.replace(".", "[.]") + "[.]"
+
+
+def stop_tagged(t, run_id: str, wait: float = 30) -> str | None:
+    """Stop run ``run_id``'s tagged payload commands (tune, bench) still running on the host.
+
+    SIGTERM to the tagged ``timeout`` wrappers (they forward it to the payload's Python, whose
+    own command line carries no tag); after ``wait`` s, SIGKILL to their children and then to
+    them (SIGKILL is not forwarded). Returns ``None`` when none ran, else ``"SIGTERM"`` or
+    ``"SIGKILL"`` (what ended them). Raises ValueError as :func:`tag_pattern`.
+    """
+    pattern = tag_pattern(run_id)
+    if not t.run(["pkill", "-TERM", "-f", pattern], check=False, become=True, timeout=30).ok:
+        return None
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if not t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).ok:
+            return "SIGTERM"
+        time.sleep(1)
+    pids = [p for p in t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).stdout.split()
+            if p.isdigit()]
+    if pids:
+        t.run(["pkill", "-KILL", "-P", ",".join(pids)], check=False, become=True, timeout=30)
+    t.run(["pkill", "-KILL", "-f", pattern], check=False, become=True, timeout=30)
+    return "SIGKILL"

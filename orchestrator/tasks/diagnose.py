@@ -1,0 +1,225 @@
+"""Task ``diagnose``: why a host does or does not run tuned fused-MoE kernels (read-only).
+
+The task gathers facts (:func:`gather`: the unit, the probe, the unit's last start in its log,
+each config file's validity, files changed since that start, GPU holders outside the unit, the
+run that wrote an invalid file) and :func:`classify` decides, as a pure function of them.
+
+Verdicts (one per host):
+
+- ``not-triton``: the unit's ``--moe-runner-backend`` does not read Triton config files
+  (SGLang 0.5.23: only the ``triton`` runner does); ``orch tune`` would change nothing.
+- ``broken``: a config file SGLang would read is invalid (the server crashes at start),
+  or an unparsable ``configs/triton_*`` folder breaks SGLang's fallback sort (ValueError).
+- ``restart-needed``: the files on disk differ from what the server logged at its last
+  start, or a file it loaded was modified after the unit's main process started
+  (configs are cached in-process: a restart picks them up).
+- ``tuned``: the up (and down) file is in the installed Triton's folder, valid, and the
+  last start logged ``Using MoE kernel config from <path>.`` for it.
+- ``fallback``: found only in another Triton's folder, or the down file is missing
+  (sub-optimal line at start).
+- ``default``: no file anywhere: the built-in default config runs.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.results import TaskResult
+from ..engine.task import READ_ONLY, task
+from ..facts.files import changed_since_start, config_problem
+from ..facts.journal import last_start, unit_log
+from ..facts.moe_log import MoeLogReport, parse_moe_log
+from ..facts.processes import unit_pids
+from .probe import TRITON_BACKENDS
+from .records import records
+
+#: quantizations whose MoE does not run through the Triton fused_moe path on NVIDIA by default
+NON_TRITON_QUANT = {"mxfp4", "modelopt_fp4", "w4afp8", "modelopt_fp8"}
+
+
+@dataclass
+class DoctorFacts:
+    """What :func:`classify` decides from (all gathered read-only).
+
+    ``unit``: ``orch_unit`` (the unit's facts); ``probe``: ``orch_probe``; ``log``: the parsed
+    lines of the unit's last start (None when its log holds no start); ``file_errors``: role ->
+    why the file SGLang would load is invalid (None: valid or absent); ``changed_since_start``:
+    paths of files SGLang would load that were replaced after the last start; ``orphans``: GPU
+    holders outside the unit (dicts with ``pid``, ``cmdline``); ``installed_by_run``: the orch run
+    that wrote an invalid file (None when none did).
+    """
+
+    unit: dict[str, Any]
+    probe: dict[str, Any]
+    log: MoeLogReport | None
+    file_errors: dict[str, str | None] = field(default_factory=dict)
+    changed_since_start: list[str] = field(default_factory=list)
+    orphans: list[dict] = field(default_factory=list)
+    installed_by_run: str | None = None
+
+
+def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
+    probe = f.probe
+    names = probe.get("file_names") or {}
+    install_dir = probe.get("install_dir") or ""
+    ex = (probe.get("existing") or {}).get(role) or {}
+    return {"name": names.get(role), "in_installed_folder": bool(ex.get("in_installed_folder")),
+            "other_folders": [d for d in ex.get("folders") or [] if d != probe.get("triton_folder")],
+            "sglang_would_load": ex.get("sglang_would_load"), "fallback_error": ex.get("fallback_error"),
+            "error": f.file_errors.get(role),
+            "path": posixpath.join(install_dir, names[role]) if names.get(role) and install_dir else None}
+
+
+def _logged(rep: MoeLogReport | None, up: dict, down: dict) -> str | None:
+    """What the last start logged: tuned, fallback, default, other, none (None: no start logged)."""
+    if rep is None:
+        return None
+    if up["sglang_would_load"] and up["sglang_would_load"] in rep.loaded and (
+            not down["sglang_would_load"] or down["sglang_would_load"] in rep.loaded) and not rep.suboptimal:
+        return "tuned"
+    if rep.loaded or rep.fallback or rep.down_missing:
+        return "fallback" if (rep.fallback or rep.down_missing or rep.suboptimal) else "other"
+    if rep.default:
+        return "default"
+    return "none"
+
+
+def classify(f: DoctorFacts) -> dict[str, Any]:
+    """The doctor's row for one host: the facts shown in the table plus ``verdict``, ``why`` and
+    ``notes`` (see the module docstring for the verdicts). Pure: reads only ``f``."""
+    unit, probe = f.unit, f.probe
+    server = unit.get("server") or {}
+    backend = server.get("moe_runner_backend") or "auto"
+    sg = probe.get("sglang") or {}
+    model = probe.get("model") or {}
+    rep = f.log
+    notes: list[str] = list(probe.get("warnings") or [])
+    up, down = _file_info(f, "up"), _file_info(f, "down")
+    row = {
+        "gpus": [g.get("name") for g in probe.get("gpus") or []], "device_name": probe.get("device_name"),
+        "capability": ((probe.get("gpus") or [{}])[0]).get("capability"),
+        "triton_version": probe.get("triton_version"), "sglang_version": sg.get("version"),
+        "configs_root": sg.get("configs_root"),
+        "moe_config_dir": (unit.get("environment") or {}).get("SGLANG_MOE_CONFIG_DIR"), "backend": backend,
+        "tp": server.get("tp"), "ep": server.get("ep"), "E": model.get("E"), "N": model.get("N"),
+        "dtype_selector": model.get("dtype_selector"), "file_names": probe.get("file_names") or {},
+        "files": {"up": up, "down": down},
+        "log": ({"loaded": rep.loaded, "fallback": rep.fallback, "default": rep.default,
+                 "down_missing": rep.down_missing, "suboptimal": rep.suboptimal} if rep else None),
+        "orphans": list(f.orphans), "unit_state": unit.get("active_state"), "installed_by_run": None,
+    }
+    invalid = [f"{posixpath.basename(posixpath.dirname(i['sglang_would_load']))}/"
+               f"{posixpath.basename(i['sglang_would_load'])} is invalid (a start would crash): {i['error']}"
+               for i in (up, down) if i["error"] and i["sglang_would_load"]]
+    if backend not in TRITON_BACKENDS:
+        verdict = "not-triton"
+        why = (f"--moe-runner-backend {backend}: Triton MoE config files are not used by this server; "
+               "orch tune would change nothing")
+        if backend.startswith("flashinfer"):
+            cache = (unit.get("environment") or {}).get("SGLANG_CACHE_DIR") or "~/.cache/sglang"
+            why += (f". FlashInfer autotunes at start-up on SM90+ (cache {cache}/flashinfer/autotune/)"
+                    + ("; --disable-flashinfer-autotune is SET, so it runs untuned" if server.get(
+                        "disable_flashinfer_autotune") else ""))
+    elif backend == "auto" and (server.get("quantization") in NON_TRITON_QUANT):
+        verdict = "not-triton"
+        why = f"backend auto with --quantization {server.get('quantization')}: not the Triton fused_moe path"
+    elif backend == "auto" and rep is not None and not rep.any_lookup:
+        verdict = "not-triton"
+        why = "backend auto: the last start logged no Triton MoE config lookup, so it resolved to another runner"
+    elif invalid or any("unparsable" in str(i.get("fallback_error") or "") for i in (up, down)):
+        verdict = "broken"
+        why = "; ".join(invalid) or f"{up.get('fallback_error') or down.get('fallback_error')}"
+    else:
+        if up["in_installed_folder"] and down["in_installed_folder"]:
+            disk = "tuned"
+        elif up["sglang_would_load"]:
+            disk = "fallback"
+        else:
+            disk = "default"
+        logged = _logged(rep, up, down)
+        newer = f.changed_since_start if logged is not None and logged == disk else []
+        if logged is not None and logged != disk:
+            verdict = "restart-needed"
+            why = f"files on disk say {disk}, but the last start logged {logged}: restart the unit to load them"
+        elif newer:
+            verdict = "restart-needed"
+            why = ("changed after the last start (the server caches configs): "
+                   + ", ".join(posixpath.basename(p) for p in newer) + "; restart the unit to load them")
+        else:
+            verdict = disk
+            why = {"tuned": "up and down files in the installed Triton folder, valid, loaded at the last start",
+                   "fallback": ("only in " + ", ".join(up["other_folders"]) if not up["in_installed_folder"]
+                                else f"down file missing: {down['name']}") + " (sub-optimal)",
+                   "default": "no up file in any Triton folder: SGLang's default config (sub-optimal)"}[disk]
+            if logged is None:
+                notes.append("no server start found in the unit log")
+    if backend == "auto" and verdict != "not-triton" and rep is None:
+        notes.append("backend auto: no start logged, so it is unknown whether it resolves to the Triton runner")
+    if row["unit_state"] and row["unit_state"] != "active":
+        notes.append(f"unit is {row['unit_state']}: the verdict reflects the files and its last logged start")
+    if verdict == "broken" and "unparsable" in why:  # the probe's warning says it again
+        notes = [n for n in notes if "unparsable" not in n]
+    if verdict == "broken":
+        row["installed_by_run"] = f.installed_by_run
+    if f.orphans:
+        notes.append(f"{len(f.orphans)} GPU holder(s) outside the unit: "
+                     + ", ".join(f"pid {p.get('pid')} ({(str(p.get('cmdline') or '?').split() or ['?'])[0][:40]})"
+                                 for p in f.orphans) + " (not killed; orch tune reaps them)")
+    if sg.get("other_layout_configs_root"):
+        notes.append(f"stale configs of another SGLang layout at {sg['other_layout_configs_root']}")
+    row.update(verdict=verdict, why=why, notes=notes)
+    return row
+
+
+def _run_that_wrote(ctx, paths: list[str]) -> str | None:
+    """Id of the newest orch run on the host (not yet restored) that wrote one of ``paths``
+    (from the host's run records), else None. ``orch rollback`` can undo only such a run; any
+    other invalid file is fixed by ``orch tune`` writing a valid one."""
+    want = {p for p in paths if p}
+    if not want:
+        return None
+    try:
+        runs = records(ctx).runs()
+    except Exception:  # noqa: BLE001 - advisory only: the verdict stands without it
+        return None
+    for r in runs:  # newest first
+        if r.get("restored_at") or ((r.get("state") or {}).get("state") == "restored"):
+            continue
+        if any(c.get("path") in want for c in r.get("changed") or []):
+            return r.get("run_id")
+    return None
+
+
+def _holders(ctx, unit_pid_set: set[int]) -> list[dict]:
+    """GPU holders now that are not processes of the unit (payload ``reap --check``: kills nothing)."""
+    data = ctx.payload.call("reap", ["--check"], timeout=120)
+    cands = data.get("killed") or data.get("would_kill") or []
+    return [p for p in cands if int(p.get("pid", 0)) not in unit_pid_set]
+
+
+def gather(ctx, unit: str) -> DoctorFacts:
+    """Read everything :func:`classify` needs from the host (read-only; see :class:`DoctorFacts`)."""
+    facts = ctx.vars.get("orch_unit") or {}
+    probe = ctx.vars.get("orch_probe") or {}
+    existing = probe.get("existing") or {}
+    main_pid = int(facts.get("main_pid") or 0)
+    text = last_start(unit_log(ctx.connection, unit))
+    loads = {role: (existing.get(role) or {}).get("sglang_would_load") for role in ("up", "down")}
+    errors = {role: config_problem(ctx.connection, path) if path else None for role, path in loads.items()}
+    f = DoctorFacts(unit=facts, probe=probe, log=parse_moe_log(text) if text is not None else None,
+                    file_errors=errors,
+                    changed_since_start=changed_since_start(ctx.connection, main_pid, [p for p in loads.values() if p]),
+                    orphans=_holders(ctx, unit_pids(ctx.connection, main_pid)))
+    if any(errors.values()):
+        f.installed_by_run = _run_that_wrote(ctx, [loads[r] for r, e in errors.items() if e])
+    return f
+
+
+@task("diagnose", check_mode=READ_ONLY, aliases={"unit": "name", "service": "name"})
+def diagnose(ctx, name: str) -> TaskResult:
+    """Classify the host (see the module docstring); its row goes into the host summary as ``doctor``."""
+    row = classify(gather(ctx, name))
+    ctx.run.summary["doctor"] = row
+    return TaskResult.ok(f"{row['verdict']}: {row['why']}", **row)
