@@ -32,6 +32,7 @@ Errors: :class:`ReportError` (run record not found or unreadable ``run.json``/``
 
 from __future__ import annotations
 
+from .atomic import write_text
 from .errors import OrchError
 
 import base64
@@ -510,11 +511,7 @@ def build_report(run_dir: Path, out: Path | None = None, plots: bool | None = No
     html = render(data)
     out = Path(out) if out else run_dir / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.chmod(0o644)
-    tmp.replace(out)
-    return out
+    return write_text(out, html)
 
 
 def report_after_run(run_dir: Path, console) -> Path | None:

@@ -28,8 +28,9 @@ class ScriptedConnection:
 
     ``script``: list of ``(pattern, answer)``; ``pattern`` is a regular expression matched
     (``re.search``) against the command line joined by spaces, ``answer`` a
-    :class:`CommandResult`-like tuple ``(exited, stdout, stderr)``, a string (stdout, exit 0), or
-    a function ``fn(argv) -> answer``. The first matching pattern answers. ``calls`` lists
+    :class:`CommandResult`-like tuple or list ``(exited, stdout, stderr)``, a string (stdout,
+    exit 0), a function ``fn(argv) -> answer``, or ``{"seq": [answer, ...]}``: one answer per
+    call, the last repeating. The first matching pattern answers. ``calls`` lists
     ``(argv, become)`` of every command run.
     """
 
@@ -54,6 +55,9 @@ class ScriptedConnection:
         line = " ".join(argv)
         for pattern, answer in self.script:
             if re.search(pattern, line):
+                if isinstance(answer, dict) and "seq" in answer:
+                    seq = answer["seq"]
+                    answer = seq.pop(0) if len(seq) > 1 else seq[0]
                 if callable(answer):
                     answer = answer(argv)
                 if isinstance(answer, str):

@@ -194,26 +194,9 @@ class Engine:
         if not protected and ctx.cancelled():
             raise _HostDone(FAILED, "interrupted by the operator")
         spec = self.tasks[task.module]
-        started = None
+        clock: list[float] = []  # when the task's function began (empty: it did not run)
         try:
-            if not templating.evaluate(task.when, ctx.vars):
-                self._record(ctx, recap, task, TaskResult.skipped("condition false"))
-                return
-            check = self.options.check if task.check_mode is None else task.check_mode
-            if check and spec.check_mode == SKIP:
-                self._record(ctx, recap, task, TaskResult.skipped("check mode: would run"))
-                return
-            args = spec.coerce(templating.render(task.args, ctx.vars))
-            ctx.task_check = task.check_mode
-            started = time.monotonic()
-            try:
-                with task_deadline(task.timeout):
-                    result = spec.fn(ctx, **args)
-            finally:
-                ctx.task_check = None
-            undeclared = sorted(k for k in result.facts if not spec.allows_fact(k))
-            if undeclared:
-                raise RuntimeError(f"task {spec.name} set undeclared facts {undeclared} (declared: {list(spec.sets)})")
+            result = self._call(task, spec, ctx, clock)
         except TaskArgError as exc:
             result = TaskResult(FAILED, f"{task.module}: {exc}")
         except TaskFailed as exc:
@@ -221,7 +204,7 @@ class Engine:
         except HostUnreachable as exc:
             result = TaskResult(UNREACHABLE, str(exc))
         except CommandTimeout as exc:
-            result = TaskResult(FAILED, self._timed_out(task, started) or str(exc))
+            result = TaskResult(FAILED, self._timed_out(task, clock) or str(exc))
         except (CommandFailed, templating.TemplateError) as exc:
             result = TaskResult(FAILED, str(exc))
         except Cancelled:
@@ -229,7 +212,7 @@ class Engine:
         except Exception as exc:  # a bug in a task must still lead to the block's rescue
             result = TaskResult(FAILED, f"internal error in {task.module}: {type(exc).__name__}: {exc}")
             self.emit("internal_error", host=ctx.name, task=task.name, error=result.msg)
-        late = self._timed_out(task, started)
+        late = self._timed_out(task, clock)
         if late and result.status not in (FAILED, UNREACHABLE):
             result = TaskResult(FAILED, late, result.data)
         ctx.vars.update(result.facts)
@@ -239,10 +222,32 @@ class Engine:
         if result.status in (FAILED, UNREACHABLE) and not task.ignore_errors:
             raise _HostDone(result.status, f"{task.name}: {result.msg}")
 
+    def _call(self, task: Task, spec: TaskSpec, ctx: HostContext, clock: list[float]) -> TaskResult:
+        """Evaluate ``when``, apply check mode, render and check the arguments, run the task under
+        its ``timeout:`` and check the facts it returns. ``clock`` gets the monotonic time the
+        task's function began."""
+        if not templating.evaluate(task.when, ctx.vars):
+            return TaskResult.skipped("condition false")
+        check = self.options.check if task.check_mode is None else task.check_mode
+        if check and spec.check_mode == SKIP:
+            return TaskResult.skipped("check mode: would run")
+        args = spec.coerce(templating.render(task.args, ctx.vars))
+        ctx.task_check = task.check_mode
+        clock.append(time.monotonic())
+        try:
+            with task_deadline(task.timeout):
+                result = spec.fn(ctx, **args)
+        finally:
+            ctx.task_check = None
+        undeclared = sorted(k for k in result.facts if not spec.allows_fact(k))
+        if undeclared:
+            raise RuntimeError(f"task {spec.name} set undeclared facts {undeclared} (declared: {list(spec.sets)})")
+        return result
+
     @staticmethod
-    def _timed_out(task: Task, started: float | None) -> str | None:
+    def _timed_out(task: Task, clock: list[float]) -> str | None:
         """The failure text when ``task`` ran past its ``timeout:`` (s), else None."""
-        if task.timeout is None or started is None or time.monotonic() - started < task.timeout:
+        if task.timeout is None or not clock or time.monotonic() - clock[0] < task.timeout:
             return None
         return f"the task timed out after {task.timeout:g} s (its timeout:)"
 

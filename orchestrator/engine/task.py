@@ -192,7 +192,8 @@ _FALSE = {"false", "no", "off", "0"}
 
 def check_value(value: Any, tp: Any, name: str) -> Any:
     """``value`` checked against annotation ``tp`` (and converted where Ansible converts: numeric
-    strings to numbers, ``"yes"``/``"no"`` to booleans). Raises :class:`TaskArgError`."""
+    strings to numbers, ``"yes"``/``"no"`` to booleans, numbers and lists to text for a string).
+    Raises :class:`TaskArgError`."""
     origin = typing.get_origin(tp)
     if tp is Any:
         return value
@@ -246,9 +247,10 @@ def check_value(value: Any, tp: Any, name: str) -> Any:
             return int(value)
         return float(value)
     if tp is str:
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        # as Ansible's type='str': numbers and the lists a native template renders become their text
+        if value is None or isinstance(value, bool) or not isinstance(value, (str, int, float, list, tuple, dict)):
             raise TaskArgError(f"argument {name!r} must be a string, got {value!r}")
-        return str(value)
+        return value if isinstance(value, str) else str(value)
     if isinstance(tp, type) and not isinstance(value, tp):
         raise TaskArgError(f"argument {name!r} must be {type_text(tp)}, got {value!r}")
     return value

@@ -41,3 +41,19 @@ def last_start(text: str) -> str | None:
     if idx < 0:
         return None
     return text[text.rfind("\n", 0, idx) + 1:]
+
+
+#: words of a line that says why a server start failed (Python tracebacks, CUDA and OS errors)
+_FAILURE_WORDS = ("Error", "error:", "Exception", "out of memory", "Traceback", "Killed", "failed")
+
+
+def start_failure(text: str) -> str | None:
+    """The last line of a start's log that says why it failed (an exception, CUDA out of memory,
+    ...), without the journal's prefix; None when no line does. ``text``: one start's lines."""
+    for line in reversed(text.splitlines()):
+        if " systemd[" in line:  # systemd's own "Main process exited" says that, not why
+            continue
+        if any(w in line for w in _FAILURE_WORDS):
+            body = line.split("]: ", 1)[-1] if "]: " in line else line
+            return body.strip()[:300]
+    return None

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_text
+
 
 def default_state_dir() -> Path:
     """``$XDG_STATE_HOME/orch``, else ``~/.local/state/orch``."""
@@ -66,10 +68,7 @@ class RunRecord:
         """Write ``data`` as JSON to ``relpath`` inside the run folder; return the path."""
         path = self.dir / relpath
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(_scrub(data), indent=2, sort_keys=True, default=str) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_text(path, json.dumps(_scrub(data), indent=2, sort_keys=True, default=str) + "\n")
 
     def close(self) -> None:
         with self._lock:

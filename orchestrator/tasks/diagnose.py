@@ -29,7 +29,7 @@ from typing import Any
 from ..engine.results import TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.files import changed_since_start, config_problem
-from ..facts.journal import last_start, unit_log
+from ..facts.journal import last_start, start_failure, unit_log
 from ..facts.moe_log import MoeLogReport, parse_moe_log
 from ..facts.processes import unit_pids
 from .probe import TRITON_BACKENDS
@@ -48,7 +48,8 @@ class DoctorFacts:
     why the file SGLang would load is invalid (None: valid or absent); ``changed_since_start``:
     paths of files SGLang would load that were replaced after the last start; ``orphans``: GPU
     holders outside the unit (dicts with ``pid``, ``cmdline``); ``installed_by_run``: the orch run
-    that wrote an invalid file (None when none did).
+    that wrote an invalid file (None when none did); ``start_failure``: the line of the last start
+    that says why it failed (None when none does).
     """
 
     unit: dict[str, Any]
@@ -58,6 +59,7 @@ class DoctorFacts:
     changed_since_start: list[str] = field(default_factory=list)
     orphans: list[dict] = field(default_factory=list)
     installed_by_run: str | None = None
+    start_failure: str | None = None
 
 
 def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
@@ -125,12 +127,18 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     elif backend == "auto" and (server.get("quantization") in NON_TRITON_QUANT):
         verdict = "not-triton"
         why = f"backend auto with --quantization {server.get('quantization')}: not the Triton fused_moe path"
-    elif backend == "auto" and rep is not None and not rep.any_lookup:
-        verdict = "not-triton"
-        why = "backend auto: the last start logged no Triton MoE config lookup, so it resolved to another runner"
     elif invalid or any("unparsable" in str(i.get("fallback_error") or "") for i in (up, down)):
         verdict = "broken"
         why = "; ".join(invalid) or f"{up.get('fallback_error') or down.get('fallback_error')}"
+    elif rep is not None and not rep.any_lookup and not rep.ready and unit.get("active_state") in ("failed", "inactive"):
+        # the server died before its MoE layers ran: nothing says which runner it would use
+        verdict = "broken"
+        why = (f"the last start ended ({unit.get('active_state')}) before any MoE config lookup"
+               + (f": {f.start_failure}" if f.start_failure else "")
+               + "; orch tune reaps leftover GPU processes and starts it again")
+    elif backend == "auto" and rep is not None and not rep.any_lookup and rep.ready:
+        verdict = "not-triton"
+        why = "backend auto: the last start logged no Triton MoE config lookup, so it resolved to another runner"
     else:
         if up["in_installed_folder"] and down["in_installed_folder"]:
             disk = "tuned"
@@ -139,6 +147,9 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         else:
             disk = "default"
         logged = _logged(rep, up, down)
+        if rep is not None and not rep.any_lookup and not rep.ready:
+            logged = None  # still starting: its lookups are not logged yet
+            notes.append("the last start has not finished warming up: its MoE config lookups are not logged yet")
         newer = f.changed_since_start if logged is not None and logged == disk else []
         if logged is not None and logged != disk:
             verdict = "restart-needed"
@@ -209,7 +220,7 @@ def gather(ctx, unit: str) -> DoctorFacts:
     loads = {role: (existing.get(role) or {}).get("sglang_would_load") for role in ("up", "down")}
     errors = {role: config_problem(ctx.connection, path) if path else None for role, path in loads.items()}
     f = DoctorFacts(unit=facts, probe=probe, log=parse_moe_log(text) if text is not None else None,
-                    file_errors=errors,
+                    file_errors=errors, start_failure=start_failure(text) if text else None,
                     changed_since_start=changed_since_start(ctx.connection, main_pid, [p for p in loads.values() if p]),
                     orphans=_holders(ctx, unit_pids(ctx.connection, main_pid)))
     if any(errors.values()):
