@@ -221,8 +221,8 @@ def run_playbook_command(args, playbook_name: str, extra: dict, check: bool) -> 
 
 def cmd_config_names(args) -> int:
     """``orch config-names``: the same naming code the payload runs (remote.models/remote.naming)."""
-    from remote.models import load_model_config, moe_shape
-    from remote.naming import sglang_device_name
+    from remote.sglang.model import load_model_config, moe_shape
+    from remote.sglang.naming import sglang_device_name
 
     cfg = load_model_config(args.model_config)
     shape = moe_shape(cfg, tp=args.tp, ep=args.ep, quantization=args.quantization, dtype=args.dtype,

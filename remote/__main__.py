@@ -19,13 +19,13 @@ from .protocol import PayloadError, error, exit_code, result
 COMMANDS = {
     "probe": ".probe",
     "names": ".names",
-    "tune": ".tune",
-    "reap": ".reap",
-    "install": ".install",
-    "restore": ".restore",
-    "runs": ".runs",
-    "lock": ".lock",
-    "bench": ".bench",
+    "tune": ".tuning.command",
+    "reap": ".host.reap",
+    "install": ".host.install",
+    "restore": ".host.restore",
+    "runs": ".host.runs",
+    "lock": ".host.lock",
+    "bench": ".bench.builtin",
 }
 
 

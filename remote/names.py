@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from .models import MoeShape, load_model_config, moe_shape, resolve_model_config_path
-from .naming import sglang_device_name
+from .sglang.model import MoeShape, load_model_config, moe_shape, resolve_model_config_path
+from .sglang.naming import sglang_device_name
 from .protocol import PayloadError
 
 
@@ -35,7 +35,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
 def shape_from_args(args: argparse.Namespace, capability: tuple[int, int] | None = None) -> tuple[MoeShape, str]:
     """Load the model config named by ``args`` and return ``(MoeShape, config path)``.
 
-    Raises PayloadError (not_found/bad_input) from :mod:`remote.models`.
+    Raises PayloadError (not_found/bad_input) from :mod:`remote.sglang.model`.
     """
     path = resolve_model_config_path(args.model_config, args.hf_home)
     cfg = load_model_config(str(path))

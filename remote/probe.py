@@ -11,7 +11,7 @@ Result ``data``::
     device_name: "NVIDIA_H200" | null       # SGLang form; --device-name wins over GPU 0
     mixed_gpus: bool                        # visible GPUs report different names
     torch_version, triton_version: str | null
-    triton_folder: "triton_3_6_0"           # where orch installs (remote.naming.triton_folder)
+    triton_folder: "triton_3_6_0"           # where orch installs (remote.sglang.naming.triton_folder)
     sglang_exact_folder: "triton_3_6_0"     # the folder SGLang tries first (verbatim version)
     sglang: {installed, version, package_dir, loader_module, layout "current"|"old"|null,
              configs_root, configs_root_exists, shipped_configs_root,
@@ -42,10 +42,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .naming import sglang_version_dir, sort_triton_folders, triton_folder, unparsable_triton_folders
+from .sglang.naming import sglang_version_dir, sort_triton_folders, triton_folder, unparsable_triton_folders
 from .names import add_model_arguments, checked_device_name, shape_from_args
 from .protocol import PayloadError, log
-from .tune import unsupported_reason
+from .tuning.command import unsupported_reason
 
 #: Loader module locations inside the ``sglang`` package, newest layout first.
 LOADER_LAYOUTS = (

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import bench, bench_sglang
+from remote.bench import builtin as bench, sglang_tool as bench_sglang
 from remote.protocol import PayloadError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,10 +17,10 @@ import sys
 
 import pytest
 
-from remote import install as inst
-from remote import restore as rest
-from remote import runs as runs_mod
-from remote.hostfs import TMP_MARK
+from remote.host import install as inst
+from remote.host import restore as rest
+from remote.host import runs as runs_mod
+from remote.host.fs import TMP_MARK
 from remote.protocol import PayloadError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -326,7 +326,7 @@ def test_restore_unknown_run_not_found(env):
 
 
 def test_install_refused_while_another_run_holds_lock(env):
-    from remote import lock
+    from remote.host import lock
 
     lock.acquire(str(env["state"]), "other", "ctl@a")
     with pytest.raises(PayloadError) as ei:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from remote import lock
+from remote.host import lock
 from remote.protocol import PayloadError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

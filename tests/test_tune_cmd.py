@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.configio import validate_config
+from remote.sglang.configfile import validate_config
 
 ROOT = Path(__file__).resolve().parent.parent
 UP = "E=8,N=64,device_name=NVIDIA_H200.json"

@@ -17,7 +17,7 @@ from ..engine.results import TaskFailed, TaskResult
 
 
 def _validate(name: str, text: str) -> None:
-    from remote.configio import validate_config
+    from remote.sglang.configfile import validate_config
     from remote.protocol import PayloadError
 
     try:

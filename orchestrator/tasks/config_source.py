@@ -24,7 +24,7 @@ DEFAULT_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 
 
 def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[str, str]:
     """Write ``configs`` (role -> SGLang config dict) under the host's record as the exact file names."""
-    from remote.configio import dumps_config
+    from remote.sglang.configfile import dumps_config
 
     out = {}
     d = ctx.host_dir / "configs"

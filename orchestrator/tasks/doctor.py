@@ -40,7 +40,7 @@ def last_start_log(text: str) -> str | None:
 
 
 def _validate_remote(ctx, path: str) -> str | None:
-    from remote.configio import validate_config
+    from remote.sglang.configfile import validate_config
     from remote.protocol import PayloadError
 
     # config files are world-readable (orch installs them 0644): sudo only when the folder is not

@@ -46,7 +46,7 @@ class SglangProvider:
         self._new_api = None
 
     def make_problem(self, shape, M, dtype, device, seed, weights=None, quant=None) -> Problem:
-        """Same inputs as the builtin provider (see :class:`remote.providers.builtin.Problem`)."""
+        """Same inputs as the builtin provider (see :class:`remote.tuning.providers.builtin.Problem`)."""
         return Problem(shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype], device, seed,
                        weights, quant_spec(quant))
 

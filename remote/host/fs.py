@@ -29,7 +29,7 @@ import stat
 import tempfile
 from typing import Any
 
-from .protocol import PayloadError
+from ..protocol import PayloadError
 
 #: Default state folder on a host (docs/protocol.md).
 DEFAULT_STATE_DIR = "/var/lib/orch"

@@ -15,7 +15,7 @@ parse as ``triton_<int>_<int>_<int>`` breaks its version sort):
 
 1. Everything is validated before anything is touched: run id, names (no ``/``, ``..``, NUL,
    control characters; must end in ``.json``), size (at most 4 MiB each), JSON syntax (no
-   duplicate keys) and ``remote.configio.validate_config(obj, name)`` (``PayloadError('bad_input')``).
+   duplicate keys) and ``remote.sglang.configfile.validate_config(obj, name)`` (``PayloadError('bad_input')``).
 2. ``<state_dir>/runs/<run_id>/`` is created mode 0700; every existing target is copied to
    ``backup/<name>`` (fsynced) before anything is written.
 3. ``manifest.json`` is written atomically (``"status": "writing"``) before the first config.
@@ -49,12 +49,12 @@ import stat
 import threading
 from typing import Any
 
-from . import PROTO
-from .hostfs import (DEFAULT_STATE_DIR, PRIVATE_FILE_MODE, TMP_MARK, atomic_write,
+from .. import PROTO
+from .fs import (DEFAULT_STATE_DIR, PRIVATE_FILE_MODE, TMP_MARK, atomic_write,
                      atomic_write_json, check_run_id, fsync_dir, load_request, now_iso,
                      read_bytes, read_json, remove_stale_temps, run_dir, sha256_bytes,
                      sha256_file)
-from .protocol import PayloadError, log
+from ..protocol import PayloadError, log
 
 #: Largest config content accepted, in bytes (UTF-8).
 MAX_CONTENT_BYTES = 4 * 1024 * 1024
@@ -118,7 +118,7 @@ def check_dest_dir(dest: Any, any_name: bool = False) -> str:
 def validate_content(name: str, content: Any) -> bytes:
     """Check one file's content (size, JSON, SGLang config rules) and return its UTF-8 bytes.
 
-    Uses ``remote.configio.loads_config`` (JSON syntax, duplicate keys, then
+    Uses ``remote.sglang.configfile.loads_config`` (JSON syntax, duplicate keys, then
     ``validate_config(obj, source)`` for the SGLang rules).
     Raises ``PayloadError('bad_input')``.
     """
@@ -128,7 +128,7 @@ def validate_content(name: str, content: Any) -> bytes:
     if len(data) > MAX_CONTENT_BYTES:
         raise PayloadError("bad_input", f"{name}: content is {len(data)} bytes, over {MAX_CONTENT_BYTES}")
     # configio.loads_config = json.loads (duplicate keys and NaN/Infinity refused) + validate_config
-    from .configio import loads_config
+    from ..sglang.configfile import loads_config
 
     loads_config(content, name)
     return data

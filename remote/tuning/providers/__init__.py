@@ -1,8 +1,8 @@
 """Kernel providers for the tuner: what is timed for a candidate config.
 
-- ``builtin`` (:mod:`remote.providers.builtin`): this payload's own Triton kernel
-  (``remote.kernel``); the up and down GEMMs are timed separately (separable search).
-- ``sglang`` (:mod:`remote.providers.sglang`): SGLang's own ``fused_moe`` entry with a
+- ``builtin`` (:mod:`remote.tuning.providers.builtin`): this payload's own Triton kernel
+  (``remote.tuning.kernel``); the up and down GEMMs are timed separately (separable search).
+- ``sglang`` (:mod:`remote.tuning.providers.sglang`): SGLang's own ``fused_moe`` entry with a
   forced config, when ``import sglang`` works; up and down share one config (joint search).
 
 :func:`get_provider` resolves ``auto``/``sglang``/``builtin``.
@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from ..protocol import PayloadError, log
+from ...protocol import PayloadError, log
 
 
 def get_provider(name: str = "auto"):

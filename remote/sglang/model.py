@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .naming import config_file_name, sglang_device_name
-from .protocol import PayloadError
+from ..protocol import PayloadError
 
 #: Largest config.json read (bytes); real ones are a few KB.
 MAX_CONFIG_BYTES = 16 * 1024 * 1024

@@ -34,7 +34,7 @@ import sys
 import tempfile
 from typing import Any
 
-from .protocol import PayloadError, log, progress
+from ..protocol import PayloadError, log, progress
 
 #: Names orch reports (remote.bench.METRIC_NAMES) <- alternative names seen in
 #: bench_serving outputs (older SGLang builds, vLLM). The first present wins.
@@ -200,7 +200,7 @@ def run_sglang(
     Raises PayloadError("not_found") if sglang is not importable (unless ``python``,
     another interpreter, is given: then a failing import shows up per level).
     """
-    from .bench import MAX_FAILURE_FRACTION, default_num_prompts, parse_url
+    from .builtin import MAX_FAILURE_FRACTION, default_num_prompts, parse_url
 
     parse_url(url)
     if python is None and not sglang_available():

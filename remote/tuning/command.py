@@ -47,8 +47,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import PAYLOAD_VERSION
-from .protocol import PayloadError, log, progress
+from .. import PAYLOAD_VERSION
+from ..protocol import PayloadError, log, progress
 
 SGLANG_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
 
@@ -132,7 +132,7 @@ def _resolve_shape(args) -> tuple[dict, dict]:
                            weight_dtype="fp8_e4m3", act_dtype=dt, shape_source="--shape")
     if not args.model_config:
         raise PayloadError("bad_input", "--model-config or --shape is required")
-    from .models import load_model_config, moe_shape
+    from ..sglang.model import load_model_config, moe_shape
     cfg = load_model_config(args.model_config, hf_home=args.hf_home)
     try:
         ms = moe_shape(cfg, tp=args.tp, ep=args.ep, quantization=args.quantization, dtype=args.dtype,
@@ -167,7 +167,7 @@ def _devices(gpus: str) -> list[str]:
 def _load_shipped(path: str | None) -> dict | None:
     if not path:
         return None
-    from .configio import load_config_file
+    from ..sglang.configfile import load_config_file
     p = Path(path)
     if not p.is_file():
         raise PayloadError("not_found", f"--shipped-config {path}: no such file")
@@ -180,7 +180,7 @@ def _load_shipped(path: str | None) -> dict | None:
 def unsupported_reason(naming: dict) -> str | None:
     """Why the tuner's kernel cannot run a model's MoE weights, or None when it can.
 
-    ``naming``: the selectors of :class:`remote.models.MoeShape` (``dtype_selector``,
+    ``naming``: the selectors of :class:`remote.sglang.model.MoeShape` (``dtype_selector``,
     ``weight_dtype``, ``per_channel_quant``, ``block_shape``; the probe reports them as
     ``model`` with this answer as ``model.tuner_unsupported``, so the controller refuses such a
     host before stopping it). Runs: bf16/fp16/fp32 weights, and fp8_w8a8 with e4m3 weights and
@@ -224,14 +224,14 @@ def run(args) -> dict:
                                             f"{torch.cuda.get_device_name(torch.device(devices[0]))} is "
                                             f"{cc[0]}.{cc[1]}")
     if cpu:
-        os.environ["TRITON_INTERPRET"] = "1"  # before remote.kernel is imported
+        os.environ["TRITON_INTERPRET"] = "1"  # before remote.tuning.kernel is imported
         if dtype == "bfloat16":
             log("CPU/interpreter run: bf16 loads are wrong under Triton's interpreter here; timing in float16 "
                 "(file names unchanged; the numbers mean nothing on CPU anyway)", "warning")
             dtype = "float16"
     import triton
 
-    from .naming import config_file_name, sglang_device_name
+    from ..sglang.naming import config_file_name, sglang_device_name
     torch_name = args.device_name or (None if cpu else torch.cuda.get_device_name(torch.device(devices[0])))
     if not torch_name:
         raise PayloadError("bad_input", "no GPU: --device-name is required to name the files")
@@ -314,7 +314,7 @@ def run(args) -> dict:
         raise PayloadError("runtime", f"tuning failed for batch sizes {missing}",
                            detail={"errors": errors, "checkpoint": str(out / checkpoint.NAME)})
 
-    from .configio import dumps_config
+    from ..sglang.configfile import dumps_config
     up = {str(M): done[str(M)]["up"] for M in batch_sizes}
     down = {str(M): dict(done[str(M)]["down"], BLOCK_SIZE_M=done[str(M)]["up"]["BLOCK_SIZE_M"]) for M in batch_sizes}
     paths = {"up": out / names["up"], "down": out / names["down"]}

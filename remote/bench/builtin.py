@@ -80,7 +80,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from .protocol import PayloadError, log, progress
+from ..protocol import PayloadError, log, progress
 
 # Metric names shared with sglang.bench_serving's --output-file JSON (SGLang 0.5.x `benchmark`).
 METRIC_NAMES = (
@@ -612,9 +612,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Entry point of the ``bench`` command; returns the result ``data``."""
     levels = parse_concurrency(args.concurrency)
     if args.tool == "sglang":
-        from . import bench_sglang
+        from . import sglang_tool
 
-        return bench_sglang.run_sglang(
+        return sglang_tool.run_sglang(
             url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
             num_prompts=args.num_prompts, level_timeout=args.level_timeout, seed=args.seed,
             model=args.model, api=args.api,
