@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from remote.host import changes
 from remote.host import install as inst
 from remote.host import restore as rest
 from remote.host import runs as runs_mod
@@ -241,7 +242,7 @@ def test_sigterm_mid_install_rolls_back(env, monkeypatch, twice):
     """SIGTERM after the first config: put back; a 2nd SIGTERM during the put-back is deferred."""
     env["dest"].mkdir()
     (env["dest"] / UP).write_bytes(b"old up")
-    real = inst.atomic_write
+    real = changes.atomic_write
     calls = []
 
     def atomic_then_term(path, data, **kw):
@@ -250,7 +251,7 @@ def test_sigterm_mid_install_rolls_back(env, monkeypatch, twice):
         if path == str(env["dest"] / UP) and (twice or calls.count(path) == 1):
             os.kill(os.getpid(), signal.SIGTERM)      # arrives after UP, before DOWN is written
 
-    monkeypatch.setattr(inst, "atomic_write", atomic_then_term)
+    monkeypatch.setattr(changes, "atomic_write", atomic_then_term)
     with pytest.raises(PayloadError, match="SIGTERM"):
         inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(32))]))
     monkeypatch.undo()

@@ -34,7 +34,7 @@ import os
 from .fs import (DEFAULT_STATE_DIR, atomic_write, check_run_id, fsync_dir, load_manifest,
                      now_iso, read_bytes, remove_stale_temps, run_dir, sha256_bytes, sha256_file,
                      update_state)
-from .install import apply_changes, check_name, held_by_other
+from .changes import apply_changes, check_name, held_by_other
 from ..protocol import PayloadError, log
 
 
