@@ -25,7 +25,7 @@ COMMANDS = {
     "restore": ".host.restore",
     "runs": ".host.runs",
     "lock": ".host.lock",
-    "bench": ".bench.builtin",
+    "bench": ".bench.command",
 }
 
 
