@@ -220,7 +220,7 @@ def run_playbook_command(args, playbook_name: str, extra: dict, check: bool) -> 
 
 
 def cmd_config_names(args) -> int:
-    """``orch config-names``: the same naming code the payload runs (remote.models/remote.naming)."""
+    """``orch config-names``: the same naming code the payload runs (remote.sglang.model/remote.sglang.naming)."""
     from remote.sglang.model import load_model_config, moe_shape
     from remote.sglang.naming import sglang_device_name
 

@@ -238,10 +238,10 @@ def test_model_the_tuner_cannot_run_is_refused_before_the_stop(testbed_factory, 
     ({"dtype_selector": "int4_w4a16", "weight_dtype": "int4"}, False),
 ])
 def test_untunable_reason(model, ok):
-    """The payload decides (``remote.tuning.command.unsupported_reason``, reported by the probe as
+    """The payload decides (``remote.tuning.support.unsupported_reason``, reported by the probe as
     ``model.tuner_unsupported``); the controller's refusal carries it with what to do."""
     from orchestrator.tasks.probe import untunable_reason
-    from remote.tuning.command import unsupported_reason
+    from remote.tuning.support import unsupported_reason
     model = dict(model, tuner_unsupported=unsupported_reason(model))
     why = untunable_reason(model)
     assert (why is None) == ok, why

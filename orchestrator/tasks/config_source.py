@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 
+from remote.sglang.defaults import DEFAULT_BATCH_SIZES
+
 from ..engine.results import TaskFailed, TaskResult
 from ..store import ConfigStore, key_hash, tuning_key
 from .probe import untunable_reason
-
-#: SGLang's default tuning batch sizes (benchmark/kernels/fused_moe_triton, common_utils.py)
-DEFAULT_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
 
 
 def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[str, str]:

@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import posixpath
 
+from remote.sglang.defaults import NON_TRITON_QUANT, TRITON_BACKENDS
+
 from ..engine.results import TaskResult
 from ..facts.moe_log import parse_moe_log
-from .probe import TRITON_BACKENDS
 
 START_MARKER = "server_args=ServerArgs("
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
-#: quantizations whose MoE does not run through the Triton fused_moe path on NVIDIA by default
-NON_TRITON_QUANT = {"mxfp4", "modelopt_fp4", "w4afp8", "modelopt_fp8"}
 
 
 def last_start_log(text: str) -> str | None:

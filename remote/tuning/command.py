@@ -9,7 +9,7 @@ Usage (payload command, see docs/protocol.md)::
     python -m remote tune --shape E=8,N=64,hidden=128,topk=2 ...   (no model config)
 
 Spaces: ``full`` = SGLang's 1920-config CUDA space (minus configs that cannot fit the
-device); ``fast`` = seeded screen + coordinate-descent refinement (remote/tuner/search.py);
+device); ``fast`` = seeded screen + coordinate-descent refinement (remote/tuning/tuner/search.py);
 ``smoke`` = 3 configs, for the CPU test bed. Without a GPU the kernel runs under
 ``TRITON_INTERPRET=1`` and the times are meaningless wall-clock numbers (the search logic
 is exercised, nothing is measured). ``--device-name`` is then required.
@@ -19,6 +19,10 @@ Outputs in ``--out``: ``E=..,N=..,device_name=...json`` and the ``..._down.json`
 ``checkpoint.json`` (resume: re-running the same command skips finished batch sizes;
 the checkpoint is keyed by shape, dtype, space, device name, Triton version, provider,
 seed and payload version).
+
+``--provider``: ``auto`` times SGLang's own fused-MoE entry when it is installed, else orch's
+builtin kernel (:func:`remote.tuning.support.resolve_provider_name`, the answer the probe
+reports as ``tuner_provider``).
 
 Result ``data``::
 
@@ -36,7 +40,7 @@ no device name on CPU), ``not_found`` (model config or shipped file missing; pro
 sglang requested but absent), ``runtime`` (CUDA out of memory outside any candidate, i.e.
 for the inputs every candidate needs: the message says so, ``detail.oom`` is true and the
 traceback is on stderr; or batch sizes failed: the checkpoint keeps the
-finished ones).
+finished ones; or ``--provider auto`` resolved to sglang but SGLang's entry does not import).
 """
 
 from __future__ import annotations
@@ -49,8 +53,8 @@ from pathlib import Path
 
 from .. import PAYLOAD_VERSION
 from ..protocol import PayloadError, log, progress
-
-SGLANG_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
+from ..sglang.defaults import DEFAULT_BATCH_SIZES
+from .support import unsupported_reason
 
 
 def add_arguments(p) -> None:
@@ -67,7 +71,7 @@ def add_arguments(p) -> None:
                    help="with --shape --quantization fp8: the weight block 'BN,BK' (e.g. 128,128); none = per-tensor")
     p.add_argument("--disable-shared-experts-fusion", action="store_true")
     p.add_argument("--device-name", default=None, help="torch device name override (needed without GPU)")
-    p.add_argument("--batch-sizes", default=",".join(map(str, SGLANG_BATCH_SIZES)))
+    p.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)))
     p.add_argument("--space", choices=("smoke", "fast", "full"), default="fast")
     p.add_argument("--out", default="tune-out")
     p.add_argument("--provider", choices=("auto", "sglang", "builtin"), default="auto")
@@ -175,25 +179,6 @@ def _load_shipped(path: str | None) -> dict | None:
     down_path = p.with_name(p.name[: -len(".json")] + "_down.json")
     down = load_config_file(down_path) if down_path.is_file() else None
     return {"up": up, "down": down, "path": str(p), "down_path": str(down_path) if down else None}
-
-
-def unsupported_reason(naming: dict) -> str | None:
-    """Why the tuner's kernel cannot run a model's MoE weights, or None when it can.
-
-    ``naming``: the selectors of :class:`remote.sglang.model.MoeShape` (``dtype_selector``,
-    ``weight_dtype``, ``per_channel_quant``, ``block_shape``; the probe reports them as
-    ``model`` with this answer as ``model.tuner_unsupported``, so the controller refuses such a
-    host before stopping it). Runs: bf16/fp16/fp32 weights, and fp8_w8a8 with e4m3 weights and
-    per-tensor or block scales; not int8/int4, per-channel fp8 or fp8 e5m2.
-    """
-    sel, wd = naming.get("dtype_selector"), naming.get("weight_dtype")
-    if sel in (None, "float32") and wd in ("bfloat16", "float16", "float32"):
-        return None
-    if sel == "fp8_w8a8" and not naming.get("per_channel_quant") and wd == "fp8_e4m3":
-        return None
-    what = f"dtype={sel}" + (" per-channel" if naming.get("per_channel_quant") else "") + f", weights {wd}"
-    return (f"the model's MoE weights ({what}) are not a kind the tuner's kernel runs (bf16/fp16/fp32, "
-            "fp8_w8a8 per-tensor or block); int8/int4 and per-channel fp8 are not implemented")
 
 
 def _quant_of(naming: dict):
