@@ -230,6 +230,7 @@ def test_checkpoint_roundtrip_and_key(tmp_path):
     res, why = checkpoint.load(tmp_path, kid)
     assert res == {} and "unreadable" in why
     assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob(".*orch-tmp*"))  # atomic_write leaves no temp file behind
 
 
 def test_split_batches_covers_all_and_balances():

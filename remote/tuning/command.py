@@ -18,7 +18,8 @@ Outputs in ``--out``: ``E=..,N=..,device_name=...json`` and the ``..._down.json`
 (exact SGLang 0.5.23 names, integer-string keys, sorted), ``report.json`` and
 ``checkpoint.json`` (resume: re-running the same command skips finished batch sizes;
 the checkpoint is keyed by shape, dtype, space, device name, Triton version, provider,
-seed and payload version).
+seed and payload version). Each is written with :func:`remote.host.fs.atomic_write` (temp
+file, fsync, rename, fsync folder): a reader sees the old or the new file, never a torn one.
 
 ``--provider``: ``auto`` times SGLang's own fused-MoE entry when it is installed, else orch's
 builtin kernel (:func:`remote.tuning.support.resolve_provider_name`, the answer the probe
@@ -52,6 +53,7 @@ import time
 from pathlib import Path
 
 from .. import PAYLOAD_VERSION
+from ..host.fs import atomic_write
 from ..protocol import PayloadError, log, progress
 from ..sglang.defaults import DEFAULT_BATCH_SIZES
 from .support import unsupported_reason
@@ -304,9 +306,7 @@ def run(args) -> dict:
     down = {str(M): dict(done[str(M)]["down"], BLOCK_SIZE_M=done[str(M)]["up"]["BLOCK_SIZE_M"]) for M in batch_sizes}
     paths = {"up": out / names["up"], "down": out / names["down"]}
     for k in ("up", "down"):
-        tmp = paths[k].with_name(paths[k].name + ".tmp")
-        tmp.write_text(dumps_config(up if k == "up" else down))
-        os.replace(tmp, paths[k])
+        atomic_write(str(paths[k]), dumps_config(up if k == "up" else down).encode("utf-8"))
     per_m = {str(M): done[str(M)] for M in batch_sizes}
     report = {
         "payload_version": PAYLOAD_VERSION, "provider": provider.name, "triton_version": triton.__version__,
@@ -321,7 +321,7 @@ def run(args) -> dict:
         "checkpoint_key": key_id, "resumed": resumed, "batch_sizes": per_m,
     }
     rpath = out / "report.json"
-    rpath.write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n")
+    atomic_write(str(rpath), (json.dumps(report, indent=1, sort_keys=True, default=str) + "\n").encode("utf-8"))
     return {
         "files": {k: str(v) for k, v in paths.items()}, "report": str(rpath), "provider": provider.name,
         "batch_sizes": batch_sizes, "space": args.space, "device_name": device_name,
