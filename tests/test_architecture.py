@@ -297,3 +297,44 @@ def test_import_graph_resolves_relative_imports_in_packages_and_modules(tmp_path
 @pytest.mark.parametrize("rel", ["remote/host/fs.py", "remote/host/__init__.py"])
 def test_module_name(rel):
     assert module_name(REPO / rel, REMOTE) == ("remote.host.fs" if rel.endswith("fs.py") else "remote.host")
+
+
+# ----------------------------------------------------------------------------- the bundle
+
+def test_bundle_carries_every_payload_module_and_runs_alone(tmp_path):
+    """The tarball pushed to hosts holds every module of ``remote/`` (subpackages included), and
+    the stdlib commands run from an unpacked copy with nothing else on the path (``python -S``:
+    no site-packages, so neither this checkout nor torch can be reached)."""
+    import io
+    import json
+    import tarfile
+
+    from orchestrator.payload_bundle import build_bundle
+    from remote import PAYLOAD_VERSION
+
+    b = build_bundle(REMOTE)
+    with tarfile.open(fileobj=io.BytesIO(b.data), mode="r:gz") as tar:
+        names = set(tar.getnames())
+        tar.extractall(tmp_path / "payload", filter="data")
+    want = {str(p.relative_to(REPO)) for p in REMOTE.rglob("*.py") if "__pycache__" not in p.parts}
+    assert want <= names and {"remote/sglang/lookup.py", "remote/host/changes.py", "remote/bench/common.py",
+                              "remote/tuning/support.py", "remote/tuning/kernel/fused_moe.py"} <= names
+    assert b.version == PAYLOAD_VERSION
+
+    def run(*argv):
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path / "payload")}
+        r = subprocess.run([sys.executable, "-S", "-m", "remote", *argv], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        lines = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+        assert r.returncode == 0 and lines[-1]["type"] == "result", r.stdout + r.stderr
+        return lines[-1]["data"]
+
+    assert run("version") == {"payload_version": PAYLOAD_VERSION, "proto": 1}
+    model = REPO / "tests" / "data" / "models" / "Qwen3-30B-A3B.json"
+    names_data = run("names", "--model-config", str(model), "--device-name", "NVIDIA H200")
+    assert names_data["file_names"]["up"] == "E=128,N=768,device_name=NVIDIA_H200.json"
+    probe = run("probe", "--model-config", str(model), "--device-name", "NVIDIA H200")
+    assert probe["torch_version"] is None and probe["file_names"] == names_data["file_names"]
+    assert probe["tuner_provider"]["auto"] == "builtin"
+    lock = run("lock", "status", "--state-dir", str(tmp_path / "state"))
+    assert lock["held"] is False and lock["lock"] is None

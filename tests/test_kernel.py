@@ -1,4 +1,4 @@
-"""Builtin fused-MoE kernel (remote/kernel) on the CPU under TRITON_INTERPRET=1.
+"""Builtin fused-MoE kernel (remote/tuning/kernel) on the CPU under TRITON_INTERPRET=1.
 
 fp16 and fp32 only: under Triton's interpreter here bf16 loads/stores give wrong values
 (fp32 exact), so bf16 is verified on the H200 by bench/tune_h200.py (docs/benchmarks.md).

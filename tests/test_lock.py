@@ -1,4 +1,4 @@
-"""Host lock: contention, re-entry, heartbeat, staleness, break, release (remote/lock.py)."""
+"""Host lock: contention, re-entry, heartbeat, staleness, break, release (remote/host/lock.py)."""
 
 from __future__ import annotations
 

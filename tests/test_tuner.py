@@ -1,4 +1,4 @@
-"""Tuner logic (remote/tuner): spaces, pruning, SGLang defaults, search, checkpoints.
+"""Tuner logic (remote/tuning/tuner): spaces, pruning, SGLang defaults, search, checkpoints.
 
 The search tests use a fake provider and timer with a synthetic cost landscape whose
 optimum is known, so they check the search itself, deterministically and fast.
