@@ -1,8 +1,9 @@
 """probe: GPUs, Triton, SGLang loader/config folders, model shape and exact file names.
 
-Flags: the model flags of ``names`` (``--model-config`` optional here), ``--device-name``
-(override of the CUDA name; required when no CUDA GPU is visible and a model is given),
-``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``, if set).
+Flags: the model flags of ``names`` (:func:`remote.sglang.model.add_model_arguments`;
+``--model-config`` optional here), ``--device-name`` (override of the CUDA name; required when
+no CUDA GPU is visible and a model is given), ``--moe-config-dir`` (the unit's
+``SGLANG_MOE_CONFIG_DIR``, if set).
 
 Result ``data``::
 
@@ -41,9 +42,9 @@ import importlib.metadata
 import os
 from typing import Any
 
-from .names import add_model_arguments, checked_device_name, shape_from_args
 from .protocol import PayloadError, log
 from .sglang.lookup import find_sglang, simulate_lookup
+from .sglang.model import add_model_arguments, checked_device_name, shape_from_args
 from .sglang.naming import sglang_version_dir, triton_folder, unparsable_triton_folders
 from .tuning.support import resolve_provider_name, unsupported_reason
 

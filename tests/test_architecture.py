@@ -4,7 +4,8 @@
 - (b) ``orchestrator/`` imports from ``remote`` only ``remote.sglang...`` and ``remote.protocol``;
 - (c) the stdlib-only parts of ``remote`` import with torch and triton blocked;
 - (d) at most 6 modules at the top of ``remote/`` (the rest lives in role folders);
-- (e) no import cycle inside ``remote/`` (:func:`import_cycles`, reusable for any package).
+- (e) no import cycle inside ``remote/`` (:func:`import_cycles`, reusable for any package);
+- commands (``COMMANDS`` of ``remote/__main__.py``) never import one another.
 
 (a), (b) and (e) read the source with :mod:`ast`: every ``import``/``from ... import``, at module
 level, inside functions and under ``if TYPE_CHECKING:`` alike, relative imports resolved.
@@ -253,6 +254,26 @@ def test_payload_top_level_stays_small():
 def test_no_import_cycle_in_the_payload():
     cycles = import_cycles(REMOTE)
     assert cycles == [], "import cycles in remote/:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def command_modules() -> dict[str, str]:
+    """``COMMANDS`` of ``remote/__main__.py`` (command -> absolute module), read from its source."""
+    tree = ast.parse((REMOTE / "__main__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMMANDS" for t in node.targets):
+            table = ast.literal_eval(node.value)
+            return {cmd: "remote" + mod for cmd, mod in table.items()}
+    raise AssertionError("remote/__main__.py has no COMMANDS table")
+
+
+def test_commands_never_import_one_another():
+    cmds = command_modules()
+    mods = modules_of(REMOTE)
+    assert set(cmds) >= {"probe", "names", "tune", "install", "restore", "bench"} and set(cmds.values()) <= set(mods)
+    graph = import_graph(REMOTE)
+    bad = [f"{a} imports {b}" for a in cmds.values() for b in sorted(graph[a]) if b in cmds.values()]
+    assert not bad, "what two commands share belongs in sglang/, host/, bench/common or tuning/support:\n" + \
+        "\n".join(bad)
 
 
 # ----------------------------------------------------------------------------- the scanner itself
