@@ -1,7 +1,9 @@
 """Entry point: ``python -m remote <command> [flags]``.
 
 Each command lives in its own module exposing ``add_arguments(parser)`` and
-``run(args) -> dict`` (the ``data`` of the final ``result`` line). A module raises
+``run(args) -> dict`` (the ``data`` of the final ``result`` line); :data:`COMMANDS` maps
+command names to those modules. Every command module is imported to build the parser, so
+none may import torch or triton at import time. A module raises
 ``remote.protocol.PayloadError`` for errors the controller should show as they are.
 """
 
