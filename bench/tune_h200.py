@@ -73,9 +73,9 @@ def section_env(res):
 
 
 def section_correct(res):
-    from remote.kernel.fused_moe import fused_moe, make_buffers
-    from remote.kernel.reference import fused_moe_reference, relative_error, route
-    from remote.tuner import space as sp
+    from remote.tuning.kernel.fused_moe import fused_moe, make_buffers
+    from remote.tuning.kernel.reference import fused_moe_reference, relative_error, route
+    from remote.tuning.tuner import space as sp
     dev = "cuda" if GPU else "cpu"
     dtypes = [torch.bfloat16, torch.float16] if GPU else [torch.float16, torch.float32]
     rows = []
@@ -96,7 +96,7 @@ def section_correct(res):
     if not GPU:
         cases = [c for c in cases if c[5] < 64 and c[1] <= 32]
     shipped = json.loads(SHIPPED.read_text())
-    from remote.tuner.driver import _smem_limit
+    from remote.tuning.tuner.driver import _smem_limit
     smem = _smem_limit("cuda:0") if GPU else None
     for dt in dtypes:
         for name, E, N, H, k, M, mode in cases:
@@ -199,10 +199,10 @@ def section_tune(res, args, out):
 
 
 def section_fp8(res, args, out):
-    from remote.kernel.fused_moe import fused_moe, make_buffers
-    from remote.kernel.quant import QuantSpec, QuantWeights, quant_weight
-    from remote.kernel.reference import fused_moe_reference, fused_moe_reference_fp8, relative_error, route
-    from remote.tuner import space as sp
+    from remote.tuning.kernel.fused_moe import fused_moe, make_buffers
+    from remote.tuning.kernel.quant import QuantSpec, QuantWeights, quant_weight
+    from remote.tuning.kernel.reference import fused_moe_reference, fused_moe_reference_fp8, relative_error, route
+    from remote.tuning.tuner import space as sp
     dev = "cuda" if GPU else "cpu"
     dt = torch.bfloat16 if GPU else torch.float16
     gen = torch.Generator(device=dev)
@@ -278,12 +278,12 @@ def section_fp8(res, args, out):
 
 
 def section_fastfull(res, args):
-    from remote.providers.builtin import BuiltinProvider
-    from remote.tuner.compile import Compiler
-    from remote.tuner.driver import _smem_limit, compare
-    from remote.tuner.search import Evaluator, search
-    from remote.tuner.timing import Timer
-    from remote.tuner import space as sp
+    from remote.tuning.providers.builtin import BuiltinProvider
+    from remote.tuning.tuner.compile import Compiler
+    from remote.tuning.tuner.driver import _smem_limit, compare
+    from remote.tuning.tuner.search import Evaluator, search
+    from remote.tuning.tuner.timing import Timer
+    from remote.tuning.tuner import space as sp
     shape = dict(E=128, N=768, hidden=2048, topk=8) if GPU else dict(E=8, N=64, hidden=128, topk=2)
     dtype = "bfloat16" if GPU else "float16"
     dev = "cuda:0" if GPU else "cpu"

@@ -13,11 +13,11 @@ What it shows, per host (from ``hosts/<host>/``):
 - the recap row (``recap.json``: outcome, cause, ok/changed/failed/...);
 - kernel time per batch size M for the default, shipped (if any) and tuned configs, a
   log-log plot, and the speedup per M (table and plot). Source: the payload tuner's
-  ``report.json`` (remote/tune.py): ``batch_sizes[M].default_us``, ``shipped_us``,
-  ``tuned_us`` (microseconds of the whole fused MoE, remote/tuner/driver.py
+  ``report.json`` (remote/tuning/command.py): ``batch_sizes[M].default_us``, ``shipped_us``,
+  ``tuned_us`` (microseconds of the whole fused MoE, remote/tuning/tuner/driver.py
   ``compare``), ``speedup_vs_default`` = default_us / tuned_us, ``speedup_vs_shipped``;
 - output throughput (tokens/s) and median ITL (ms) against max_concurrency, before
-  and after (``bench_before.json`` / ``bench_after.json``, remote/bench.py levels);
+  and after (``bench_before.json`` / ``bench_after.json``, remote/bench/ levels);
 - the installed files with their paths and hashes (``install_manifest.json``, else
   ``summary.installed``) and the tuned config files themselves (``configs/*.json``);
 - the task timeline (``events.jsonl``).

@@ -34,14 +34,18 @@ class StoreError(OrchError):
 def tuning_key(probe: dict, space: str, batch_sizes: list[int] | None, provider: str) -> dict[str, Any]:
     """The tuning key of a host from its payload probe (dict of :data:`KEY_FIELDS`).
 
-    ``provider`` ``auto`` resolves to ``sglang`` when SGLang is installed on the host, else
-    ``builtin`` (the payload's rule), so two hosts that would tune with different kernels
-    never share files.
+    ``provider`` ``auto`` is the kernel the payload resolves it to on that host, as its probe
+    reports it (``tuner_provider.auto``, decided by ``remote.tuning.support.resolve_provider_name``),
+    so two hosts that would tune with different kernels never share files. Raises
+    :class:`StoreError` when ``provider`` is ``auto`` and the probe has no answer.
     """
     model = probe.get("model") or {}
     sg = probe.get("sglang") or {}
     if provider == "auto":
-        provider = "sglang" if sg.get("installed") and sg.get("importable", True) else "builtin"
+        provider = (probe.get("tuner_provider") or {}).get("auto")
+        if provider not in ("sglang", "builtin"):
+            raise StoreError(f"the probe reported no tuner_provider.auto (got {provider!r}): "
+                             "cannot tell which kernel `tune --provider auto` would run")
     return {
         "device_name": probe.get("device_name"), "triton_version": probe.get("triton_version"),
         "provider": provider, "sglang_version": sg.get("version"),
@@ -89,7 +93,7 @@ class ConfigStore:
 
     def put(self, key: dict, files: dict[str, str | Path], report: str | Path | None, provenance: dict) -> Entry:
         """Store validated config files for ``key`` atomically (a temp folder renamed in place)."""
-        from remote.configio import load_config_file
+        from remote.sglang.configfile import load_config_file
         from remote.protocol import PayloadError
 
         for role, path in files.items():
@@ -137,7 +141,7 @@ class ConfigStore:
             raise StoreError(f"{src}: expected one up file and at most one _down file, found {[p.name for p in jsons]}")
         files = {"up": up[0], **({"down": down[0]} if down else {})}
         if down:
-            from remote.configio import check_down_matches_up, load_config_file
+            from remote.sglang.configfile import check_down_matches_up, load_config_file
             from remote.protocol import PayloadError
 
             try:

@@ -1,9 +1,27 @@
-"""orch payload: the program orch pushes to each GPU host.
+"""orch payload: the program orch pushes to each GPU host (``python -m remote <command>``).
 
-Runs with the host's own Python; needs only the standard library, plus torch and
-triton for ``probe`` and ``tune``. Imports nothing from ``orchestrator``.
-See docs/protocol.md for the JSON-lines protocol spoken with the controller.
+Runs with the host's own Python; needs only the standard library, plus torch and triton for
+``tune`` (``probe`` uses them when present). See docs/protocol.md for the JSON-lines protocol
+spoken with the controller.
+
+Roles, one folder each:
+
+- the program: ``__main__`` (``COMMANDS``: command name -> module) and ``protocol``;
+- read-only commands: ``probe``, ``names``;
+- ``sglang/``: SGLang's rules (file names, model MoE shape, config JSON, the loader's lookup,
+  defaults), standard library only;
+- ``host/``: host operations (atomic writes, backups and manifests, install, restore, run
+  records, the host lock, the GPU reaper), standard library only;
+- ``bench/``: the ``bench`` command (orch's HTTP client, SGLang's bench_serving);
+- ``tuning/``: the ``tune`` command with its kernel, tuner and providers (torch, triton), and
+  ``tuning.support``, what the tuner can run, readable without torch.
+
+Import rule: nothing here imports ``orchestrator``; ``orchestrator`` imports only
+``remote.sglang`` and ``remote.protocol``; commands never import one another (what they share
+lives in ``sglang/``, ``host/fs``, ``host/changes``, ``bench/common`` or ``tuning/support``);
+only ``tuning/`` imports torch or triton, and only when tuning. ``tests/test_architecture.py``
+checks all of it.
 """
 
-PAYLOAD_VERSION = "0.1.0"
+PAYLOAD_VERSION = "0.2.0"
 PROTO = 1

@@ -1,7 +1,9 @@
 """Entry point: ``python -m remote <command> [flags]``.
 
 Each command lives in its own module exposing ``add_arguments(parser)`` and
-``run(args) -> dict`` (the ``data`` of the final ``result`` line). A module raises
+``run(args) -> dict`` (the ``data`` of the final ``result`` line); :data:`COMMANDS` maps
+command names to those modules. Every command module is imported to build the parser, so
+none may import torch or triton at import time. A module raises
 ``remote.protocol.PayloadError`` for errors the controller should show as they are.
 """
 
@@ -19,13 +21,13 @@ from .protocol import PayloadError, error, exit_code, result
 COMMANDS = {
     "probe": ".probe",
     "names": ".names",
-    "tune": ".tune",
-    "reap": ".reap",
-    "install": ".install",
-    "restore": ".restore",
-    "runs": ".runs",
-    "lock": ".lock",
-    "bench": ".bench",
+    "tune": ".tuning.command",
+    "reap": ".host.reap",
+    "install": ".host.install",
+    "restore": ".host.restore",
+    "runs": ".host.runs",
+    "lock": ".host.lock",
+    "bench": ".bench.command",
 }
 
 

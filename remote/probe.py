@@ -1,8 +1,9 @@
 """probe: GPUs, Triton, SGLang loader/config folders, model shape and exact file names.
 
-Flags: the model flags of ``names`` (``--model-config`` optional here), ``--device-name``
-(override of the CUDA name; required when no CUDA GPU is visible and a model is given),
-``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``, if set).
+Flags: the model flags of ``names`` (:func:`remote.sglang.model.add_model_arguments`;
+``--model-config`` optional here), ``--device-name`` (override of the CUDA name; required when
+no CUDA GPU is visible and a model is given), ``--moe-config-dir`` (the unit's
+``SGLANG_MOE_CONFIG_DIR``, if set).
 
 Result ``data``::
 
@@ -11,7 +12,7 @@ Result ``data``::
     device_name: "NVIDIA_H200" | null       # SGLang form; --device-name wins over GPU 0
     mixed_gpus: bool                        # visible GPUs report different names
     torch_version, triton_version: str | null
-    triton_folder: "triton_3_6_0"           # where orch installs (remote.naming.triton_folder)
+    triton_folder: "triton_3_6_0"           # where orch installs (remote.sglang.naming.triton_folder)
     sglang_exact_folder: "triton_3_6_0"     # the folder SGLang tries first (verbatim version)
     sglang: {installed, version, package_dir, loader_module, layout "current"|"old"|null,
              configs_root, configs_root_exists, shipped_configs_root,
@@ -24,34 +25,28 @@ Result ``data``::
                          in_installed_folder: bool, sglang_would_load: path | null,
                          fallback_error: str | null}}
     unparsable_folders: [triton_* names SGLang's fallback sort cannot parse]
+    tuner_provider: {auto: "sglang"|"builtin",  # the kernel `tune --provider auto` times here
+                     reason: str | null}       # why auto falls back to builtin
     warnings: [str]
 
-SGLang is located WITHOUT importing it (its ``__init__`` is heavy and may touch the GPU):
-``importlib.util.find_spec("sglang")`` only finds a top-level package's spec, it does
-not execute it; the version comes from ``importlib.metadata``. Loader paths are those of
-SGLang 0.5.23 (``moe_runner/triton_utils/``, since sglang PR #23019) and older releases
-(``fused_moe_triton/``); SGLang resolves ``os.path.realpath(__file__)``, so do we.
+SGLang is located and its loader's search replayed WITHOUT importing it
+(:mod:`remote.sglang.lookup`); the tuner's answers (``model.tuner_unsupported``,
+``tuner_provider``) come from :mod:`remote.tuning.support`, which imports neither torch nor
+sglang. torch and triton are imported only inside the functions that query them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import importlib.util
 import os
-from pathlib import Path
 from typing import Any
 
-from .naming import sglang_version_dir, sort_triton_folders, triton_folder, unparsable_triton_folders
-from .names import add_model_arguments, checked_device_name, shape_from_args
 from .protocol import PayloadError, log
-from .tune import unsupported_reason
-
-#: Loader module locations inside the ``sglang`` package, newest layout first.
-LOADER_LAYOUTS = (
-    ("current", ("srt", "layers", "moe", "moe_runner", "triton_utils", "fused_moe_triton_config.py")),
-    ("old", ("srt", "layers", "moe", "fused_moe_triton", "fused_moe_triton_config.py")),
-)
+from .sglang.lookup import find_sglang, simulate_lookup
+from .sglang.model import add_model_arguments, checked_device_name, shape_from_args
+from .sglang.naming import sglang_version_dir, triton_folder, unparsable_triton_folders
+from .tuning.support import resolve_provider_name, unsupported_reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,98 +115,6 @@ def triton_version() -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
-
-
-# --------------------------------------------------------------------------- SGLang
-
-def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
-    """Locate SGLang's fused-MoE loader and config folders on disk without importing sglang.
-
-    ``moe_config_dir``: the unit's ``SGLANG_MOE_CONFIG_DIR``; it replaces the base folder
-    (configs_root = ``<dir>/configs``). Returns the ``sglang`` object described in the
-    module docstring.
-    """
-    out: dict[str, Any] = {
-        "installed": False, "version": None, "package_dir": None, "loader_module": None,
-        "layout": None, "configs_root": None, "configs_root_exists": False,
-        "shipped_configs_root": None, "other_layout_configs_root": None,
-        "moe_config_dir": moe_config_dir,
-    }
-    try:
-        spec = importlib.util.find_spec("sglang")
-    except (ImportError, ValueError):
-        spec = None
-    pkg_dirs: list[str] = []
-    if spec is not None:
-        if spec.submodule_search_locations:
-            pkg_dirs = [str(p) for p in spec.submodule_search_locations]
-        elif spec.origin:
-            pkg_dirs = [os.path.dirname(spec.origin)]
-    if pkg_dirs:
-        out["installed"] = True
-        out["package_dir"] = pkg_dirs[0]
-        try:
-            out["version"] = importlib.metadata.version("sglang")
-        except importlib.metadata.PackageNotFoundError:
-            out["version"] = None
-        found: dict[str, str] = {}
-        for layout, parts in LOADER_LAYOUTS:
-            for d in pkg_dirs:
-                cand = Path(d).joinpath(*parts)
-                if cand.is_file():
-                    found.setdefault(layout, os.path.realpath(cand))
-        for layout, _ in LOADER_LAYOUTS:
-            if layout in found:
-                out["layout"] = layout
-                out["loader_module"] = found[layout]
-                out["shipped_configs_root"] = os.path.join(os.path.dirname(found[layout]), "configs")
-                break
-        for layout, parts in LOADER_LAYOUTS:
-            if layout == out["layout"]:
-                continue
-            other = Path(pkg_dirs[0]).joinpath(*parts[:-1], "configs")
-            if other.is_dir():
-                out["other_layout_configs_root"] = os.path.realpath(other)
-    if moe_config_dir:
-        out["configs_root"] = os.path.join(os.path.abspath(os.path.expanduser(moe_config_dir)), "configs")
-    else:
-        out["configs_root"] = out["shipped_configs_root"]
-    if out["configs_root"]:
-        out["configs_root_exists"] = os.path.isdir(out["configs_root"])
-    return out
-
-
-def simulate_lookup(configs_root: str, exact_folder: str, file_name: str) -> dict[str, Any]:
-    """What SGLang 0.5.23 ``get_moe_configs`` would do for ``file_name`` under ``configs_root``.
-
-    Exact ``<root>/<exact_folder>/<file>`` first; else every ``triton_*`` entry, newest
-    first (an unparsable entry makes the real loader raise ValueError, a missing root
-    FileNotFoundError; both reported in ``fallback_error``). Returns
-    ``{folders, sglang_would_load, fallback_error}``; ``folders`` lists every parsable
-    ``triton_*`` folder holding the file, newest first.
-    """
-    try:
-        entries = sorted(os.listdir(configs_root))
-    except FileNotFoundError:
-        entries = None
-    except OSError as exc:
-        return {"folders": [], "sglang_would_load": None, "fallback_error": f"cannot list {configs_root}: {exc}"}
-    if entries is None:
-        return {"folders": [], "sglang_would_load": None,
-                "fallback_error": f"{configs_root} does not exist: SGLang's fallback scan raises FileNotFoundError"}
-    tri = [e for e in entries if e.startswith("triton_")]
-    ordered = sort_triton_folders(tri)
-    folders = [f for f in ordered if os.path.isfile(os.path.join(configs_root, f, file_name))]
-    bad = unparsable_triton_folders(tri)
-    exact = os.path.join(configs_root, exact_folder, file_name)
-    if os.path.isfile(exact):
-        return {"folders": folders, "sglang_would_load": exact, "fallback_error": None}
-    if bad:
-        return {"folders": folders, "sglang_would_load": None,
-                "fallback_error": f"unparsable folder(s) {bad}: SGLang's fallback sort raises ValueError"}
-    return {"folders": folders,
-            "sglang_would_load": os.path.join(configs_root, folders[0], file_name) if folders else None,
-            "fallback_error": None}
 
 
 # --------------------------------------------------------------------------- command
@@ -283,6 +186,8 @@ def run(args: argparse.Namespace) -> dict:
             sim = simulate_lookup(sg["configs_root"], exact_folder, fname)
             sim["in_installed_folder"] = tfolder in sim["folders"]
             existing[kind] = sim
+    auto, why = resolve_provider_name("auto")
+    tuner_provider = {"auto": auto, "reason": why}
     for msg in warnings:
         log(msg, level="warning")
     return {
@@ -301,5 +206,6 @@ def run(args: argparse.Namespace) -> dict:
         "install_dir_exists": bool(install_dir and os.path.isdir(install_dir)),
         "existing": existing,
         "unparsable_folders": unparsable,
+        "tuner_provider": tuner_provider,
         "warnings": warnings,
     }

@@ -1,6 +1,6 @@
-"""Independent second benchmark client, used only as a test oracle for remote/bench.py.
+"""Independent second benchmark client, used only as a test oracle for remote/bench/builtin.py.
 
-Shares no code with remote/bench.py: asyncio + httpx instead of threads + http.client,
+Shares no code with remote/bench/builtin.py: asyncio + httpx instead of threads + http.client,
 its own prompt generator and its own stream parser. It measures one thing the
 agreement test compares: output tokens per second of a fixed-concurrency run against
 SGLang's streaming ``POST /generate``.

@@ -20,8 +20,8 @@ import pytest
 from orchestrator.connection import quote_argv
 from orchestrator.engine.results import TaskFailed
 from orchestrator.tasks.install import install
+from remote.sglang.naming import sglang_device_name
 from tests.fakes import FakePayload, make_ctx
-from remote.naming import sglang_device_name
 from tests.e2e_helpers import REPO, inventory, orch, recap
 
 UP = "E=8,N=64,device_name=NVIDIA_H200.json"
@@ -231,10 +231,10 @@ def test_model_the_tuner_cannot_run_is_refused_before_the_stop(testbed_factory, 
     ({"dtype_selector": "int4_w4a16", "weight_dtype": "int4"}, False),
 ])
 def test_untunable_reason(model, ok):
-    """The payload decides (``remote.tune.unsupported_reason``, reported by the probe as
+    """The payload decides (``remote.tuning.support.unsupported_reason``, reported by the probe as
     ``model.tuner_unsupported``); the controller's refusal carries it with what to do."""
     from orchestrator.tasks.probe import untunable_reason
-    from remote.tune import unsupported_reason
+    from remote.tuning.support import unsupported_reason
     model = dict(model, tuner_unsupported=unsupported_reason(model))
     why = untunable_reason(model)
     assert (why is None) == ok, why

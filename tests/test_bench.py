@@ -1,4 +1,4 @@
-"""Tests of the payload's ``bench`` command (remote/bench.py, remote/bench_sglang.py).
+"""Tests of the payload's ``bench`` command (remote/bench/: command.py, common.py, builtin.py, sglang_tool.py).
 
 A tiny in-test stdlib HTTP server (loopback only) plays SGLang's streaming ``/generate``
 and ``/v1/completions`` and can answer 500s, stall, or send errors, so failure counting,
@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from remote import bench, bench_sglang
+from remote.bench import builtin as bench
+from remote.bench import command, common
+from remote.bench import sglang_tool as bench_sglang
 from remote.protocol import PayloadError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -264,7 +266,7 @@ def test_metric_names_match_bench_serving():
                 "input_throughput", "output_throughput", "total_throughput", "mean_ttft_ms", "median_ttft_ms",
                 "p99_ttft_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms",
                 "median_e2e_latency_ms"}
-    assert set(bench.METRIC_NAMES) == expected
+    assert set(common.METRIC_NAMES) == expected
     assert set(bench_sglang.FIELD_ALIASES) >= expected
 
 
@@ -279,19 +281,19 @@ def test_prompts_are_deterministic_and_sized():
 @pytest.mark.parametrize("url", ["ftp://x:1", "127.0.0.1:30000", "http://", "http://h:1/?q=1", "http://h:99999"])
 def test_bad_url_rejected(url):
     with pytest.raises(PayloadError) as ei:
-        bench.parse_url(url)
+        common.parse_url(url)
     assert ei.value.kind == "bad_input"
 
 
 @pytest.mark.parametrize("text", ["", "0", "1,x", "-4"])
 def test_bad_concurrency_rejected(text):
     with pytest.raises(PayloadError):
-        bench.parse_concurrency(text)
+        command.parse_concurrency(text)
 
 
 def test_concurrency_and_default_prompts():
-    assert bench.parse_concurrency("1, 16,64") == [1, 16, 64]
-    assert bench.default_num_prompts(1) == 10 and bench.default_num_prompts(16) == 80
+    assert command.parse_concurrency("1, 16,64") == [1, 16, 64]
+    assert common.default_num_prompts(1) == 10 and common.default_num_prompts(16) == 80
 
 
 # --------------------------------------------------------------------------- against the fake server
@@ -304,7 +306,7 @@ def test_all_ok_counts_tokens_and_concurrency(fake, capsys):
     assert data["tool"] == "builtin" and data["url"] == srv.url
     assert [lv["max_concurrency"] for lv in data["levels"]] == [1, 4]
     for lv in data["levels"]:
-        for name in bench.METRIC_NAMES + bench.LEVEL_EXTRA_NAMES:
+        for name in common.METRIC_NAMES + common.LEVEL_EXTRA_NAMES:
             assert name in lv, name
         assert lv["completed"] == 12 and lv["failed"] == 0 and lv["timed_out"] == 0 and lv["valid"] is True
         assert lv["total_output_tokens"] == 12 * 5 and lv["total_input_tokens"] == 12 * 8
@@ -357,7 +359,7 @@ def test_server_reported_tokens_win_over_chunks(fake, capsys):
 
 def test_stream_request_itl_per_token(fake):
     srv = fake(repeat_last=True, gap_s=0.002)
-    target = bench.parse_url(srv.url)
+    target = common.parse_url(srv.url)
     rec = bench.stream_request(target, "generate", [5] * 7, 6, None, 10.0, time.perf_counter() + 10)
     assert rec.status == "completed", rec.error
     assert rec.output_tokens == 6 and rec.prompt_tokens == 7 and rec.chunks == 6
@@ -485,7 +487,7 @@ SGLANG_NEW = {  # field list of SGLang 0.5.x bench_serving --output-file
 
 def test_parse_new_sglang_record():
     m = bench_sglang.parse_bench_serving_record(SGLANG_NEW)
-    for k in bench.METRIC_NAMES:
+    for k in common.METRIC_NAMES:
         assert m[k] == pytest.approx(SGLANG_NEW[k]), k
     assert isinstance(m["completed"], int)
 

@@ -1,4 +1,4 @@
-"""remote.configio: validation, reading and writing of SGLang fused-MoE config JSON."""
+"""remote.sglang.configfile: validation, reading and writing of SGLang fused-MoE config JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.configio import check_down_matches_up, dumps_config, load_config_file, loads_config, validate_config
+from remote.sglang.configfile import check_down_matches_up, dumps_config, load_config_file, loads_config, validate_config
 from remote.protocol import PayloadError
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "sglang-0.5.23-triton_3_6_0"

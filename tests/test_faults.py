@@ -810,7 +810,7 @@ def test_recover_stops_only_the_tagged_processes_of_the_unfinished_run():
 
 
 def test_reaper_never_signals_a_process_whose_pid_was_reused():
-    from remote.reap import proc_stat, signal_if_same
+    from remote.host.reap import proc_stat, signal_if_same
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -831,10 +831,10 @@ def test_reaper_never_signals_a_process_whose_pid_was_reused():
 def test_tuner_skips_a_candidate_out_of_memory_but_stops_on_inputs_out_of_memory(monkeypatch):
     import torch
 
-    import remote.providers
-    from remote.tuner import space as sp
-    from remote.tuner.driver import tune_on_device
-    from remote.tuner.search import CPU_PROTOCOL, Evaluator
+    import remote.tuning.providers
+    from remote.tuning.tuner import space as sp
+    from remote.tuning.tuner.driver import tune_on_device
+    from remote.tuning.tuner.search import CPU_PROTOCOL, Evaluator
 
     oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
     cfgs = sp.smoke_space()[:2]
@@ -868,7 +868,7 @@ def test_tuner_skips_a_candidate_out_of_memory_but_stops_on_inputs_out_of_memory
 
     # out of memory for the inputs every candidate needs: a `fatal` message, no other batch size
     prov = Provider()
-    monkeypatch.setattr(remote.providers, "get_provider", lambda name: prov)
+    monkeypatch.setattr(remote.tuning.providers, "get_provider", lambda name: prov)
     msgs = []
     spec = dict(shape={"E": 8, "N": 64, "hidden": 128, "topk": 2}, dtype="float32", space="smoke",
                 provider="fake", seed=0, dtype_selector=None, block_shape=None, shipped=None, check=False)

@@ -17,10 +17,11 @@ import sys
 
 import pytest
 
-from remote import install as inst
-from remote import restore as rest
-from remote import runs as runs_mod
-from remote.hostfs import TMP_MARK
+from remote.host import changes
+from remote.host import install as inst
+from remote.host import restore as rest
+from remote.host import runs as runs_mod
+from remote.host.fs import TMP_MARK
 from remote.protocol import PayloadError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -241,7 +242,7 @@ def test_sigterm_mid_install_rolls_back(env, monkeypatch, twice):
     """SIGTERM after the first config: put back; a 2nd SIGTERM during the put-back is deferred."""
     env["dest"].mkdir()
     (env["dest"] / UP).write_bytes(b"old up")
-    real = inst.atomic_write
+    real = changes.atomic_write
     calls = []
 
     def atomic_then_term(path, data, **kw):
@@ -250,7 +251,7 @@ def test_sigterm_mid_install_rolls_back(env, monkeypatch, twice):
         if path == str(env["dest"] / UP) and (twice or calls.count(path) == 1):
             os.kill(os.getpid(), signal.SIGTERM)      # arrives after UP, before DOWN is written
 
-    monkeypatch.setattr(inst, "atomic_write", atomic_then_term)
+    monkeypatch.setattr(changes, "atomic_write", atomic_then_term)
     with pytest.raises(PayloadError, match="SIGTERM"):
         inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(32))]))
     monkeypatch.undo()
@@ -326,7 +327,7 @@ def test_restore_unknown_run_not_found(env):
 
 
 def test_install_refused_while_another_run_holds_lock(env):
-    from remote import lock
+    from remote.host import lock
 
     lock.acquire(str(env["state"]), "other", "ctl@a")
     with pytest.raises(PayloadError) as ei:

@@ -1,4 +1,4 @@
-"""Builtin fused-MoE kernel (remote/kernel) on the CPU under TRITON_INTERPRET=1.
+"""Builtin fused-MoE kernel (remote/tuning/kernel) on the CPU under TRITON_INTERPRET=1.
 
 fp16 and fp32 only: under Triton's interpreter here bf16 loads/stores give wrong values
 (fp32 exact), so bf16 is verified on the H200 by bench/tune_h200.py (docs/benchmarks.md).
@@ -6,14 +6,14 @@ fp16 and fp32 only: under Triton's interpreter here bf16 loads/stores give wrong
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before remote.kernel imports triton.jit
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before remote.tuning.kernel imports triton.jit
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from remote.kernel.align import max_padded_tokens, moe_align_block_size  # noqa: E402
-from remote.kernel.fused_moe import fused_moe, make_buffers, normalize_config  # noqa: E402
-from remote.kernel.reference import fused_moe_reference, relative_error, route  # noqa: E402
+from remote.tuning.kernel.align import max_padded_tokens, moe_align_block_size  # noqa: E402
+from remote.tuning.kernel.fused_moe import fused_moe, make_buffers, normalize_config  # noqa: E402
+from remote.tuning.kernel.reference import fused_moe_reference, relative_error, route  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="kernel tests run the Triton interpreter on CPU tensors")
@@ -132,9 +132,9 @@ def test_relative_error_never_passes_nan():
 
 
 # ------------------------------------------------------------------------------ fp8_w8a8
-from remote.kernel.quant import (QuantSpec, QuantWeights, dequant_weight, quant_per_token_group,  # noqa: E402
+from remote.tuning.kernel.quant import (QuantSpec, QuantWeights, dequant_weight, quant_per_token_group,  # noqa: E402
                                  quant_weight)
-from remote.kernel.reference import fused_moe_reference_fp8  # noqa: E402
+from remote.tuning.kernel.reference import fused_moe_reference_fp8  # noqa: E402
 
 
 def _run_fp8(block_shape, E, N, H, k, M, logits=None, cfg=None, seed=0, spoil=None):

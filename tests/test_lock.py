@@ -1,4 +1,4 @@
-"""Host lock: contention, re-entry, heartbeat, staleness, break, release (remote/lock.py)."""
+"""Host lock: contention, re-entry, heartbeat, staleness, break, release (remote/host/lock.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from remote import lock
+from remote.host import lock
 from remote.protocol import PayloadError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""remote.models: model configs -> MoE shape -> SGLang 0.5.23 file names.
+"""remote.sglang.model: model configs -> MoE shape -> SGLang 0.5.23 file names.
 
 The table below is copied by hand from tests/data/models/README.md (E, N per TP,
 dtype selector); it is not computed with the code under test.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.models import hf_hub_dir, load_model_config, moe_shape, resolve_model_config_path
+from remote.sglang.model import hf_hub_dir, load_model_config, moe_shape, resolve_model_config_path
 from remote.protocol import PayloadError
 
 MODELS = Path(__file__).resolve().parent / "data" / "models"
@@ -319,7 +319,7 @@ def test_hf_cache_miss_is_not_found(tmp_path):
 
 
 def test_models_and_naming_do_not_import_torch():
-    code = ("import sys; import remote.models, remote.naming, remote.names, remote.configio; "
+    code = ("import sys; import remote.sglang.model, remote.sglang.naming, remote.names, remote.sglang.configfile; "
             "bad = [m for m in ('torch', 'triton', 'numpy') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)

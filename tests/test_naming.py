@@ -1,10 +1,10 @@
-"""remote.naming: SGLang 0.5.23 file-name and Triton-folder rules."""
+"""remote.sglang.naming: SGLang 0.5.23 file-name and Triton-folder rules."""
 
 from __future__ import annotations
 
 import pytest
 
-from remote.naming import (
+from remote.sglang.naming import (
     config_file_name,
     parse_triton_folder,
     sglang_device_name,

@@ -186,3 +186,54 @@ def test_without_gpu_device_name_is_required(tmp_path):
 def test_hostile_device_name_refused(tmp_path, bad):
     rc, last = probe(tmp_path, None, "--model-config", str(QWEN), "--device-name", bad)
     assert rc == 2 and last["kind"] == "bad_input"
+
+
+# ------------------------------------------------- which kernel `tune --provider auto` times
+
+ENTRY = ("srt", "layers", "moe", "fused_moe_triton")  # the package of SGLang's fused-MoE entry
+
+
+def test_tuner_provider_auto_is_builtin_without_sglangs_entry(tmp_path):
+    rc, last = probe(tmp_path, None, "--device-name", "NVIDIA H200")
+    assert rc == 0 and last["data"]["tuner_provider"] == {
+        "auto": "builtin", "reason": "sglang is not installed for this interpreter"}
+    # installed (current layout) but without fused_moe_triton/: still builtin, and sglang not imported
+    site = tmp_path / "site"
+    make_sglang(site, (CURRENT,))
+    rc, last = probe(tmp_path, site, "--device-name", "NVIDIA H200")
+    tp = last["data"]["tuner_provider"]
+    assert last["data"]["sglang"]["installed"] and tp["auto"] == "builtin"
+    assert "sglang.srt.layers.moe.fused_moe_triton" in tp["reason"]
+
+
+def test_tuner_provider_auto_is_sglang_when_its_entry_is_installed(tmp_path):
+    site = tmp_path / "site"
+    make_sglang(site, (CURRENT,))
+    entry = site.joinpath("sglang", *ENTRY)
+    entry.mkdir(parents=True)
+    for f in ("__init__.py", "fused_moe.py"):
+        (entry / f).write_text("raise RuntimeError('not to be imported')\n")
+    rc, last = probe(tmp_path, site, "--device-name", "NVIDIA H200")  # asserts sglang was not imported
+    assert rc == 0 and last["data"]["tuner_provider"] == {"auto": "sglang", "reason": None}
+    (entry / "fused_moe.py").unlink()
+    rc, last = probe(tmp_path, site, "--device-name", "NVIDIA H200")
+    assert last["data"]["tuner_provider"]["auto"] == "builtin"
+    assert "sglang.srt.layers.moe.fused_moe_triton.fused_moe" in last["data"]["tuner_provider"]["reason"]
+
+
+@pytest.mark.parametrize("version, auto", [("0.5.8", "sglang"), ("0.5.23", "builtin")])
+def test_tuner_provider_auto_on_real_sglang_releases(tmp_path, version, auto):
+    """Against the source of real releases: 0.5.8 ships ``fused_moe_triton/fused_moe.py`` with
+    ``fused_moe`` and ``override_config`` in the package; 0.5.23 moved the kernel to
+    ``moe_runner/triton_utils`` and ships no ``fused_moe_triton/fused_moe.py``."""
+    from remote.tuning.support import SGLANG_MOE_ENTRY
+    from tests.sglang_releases import source_tree
+
+    tree = source_tree(version)
+    rc, last = probe(tmp_path, tree, "--device-name", "NVIDIA H200")
+    assert rc == 0 and last["data"]["tuner_provider"]["auto"] == auto, last["data"]["tuner_provider"]
+    if auto == "sglang":  # the attributes the provider takes are defined in those files
+        for module, attr in SGLANG_MOE_ENTRY:
+            base = tree.joinpath(*module.split("."))
+            src = (base / "__init__.py") if base.is_dir() else base.with_name(base.name + ".py")
+            assert f"def {attr}(" in src.read_text(), (module, attr)

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from remote import reap as rp
+from remote.host import reap as rp
 from remote.protocol import PayloadError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

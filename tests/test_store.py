@@ -10,7 +10,8 @@ from orchestrator.store import KEY_FIELDS, ConfigStore, StoreError, key_hash, tu
 CFG = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
              "num_stages": 3}}
 PROBE = {"device_name": "NVIDIA_H200", "triton_version": "3.6.0", "sglang": {"installed": True, "version": "0.5.23"},
-         "model": {"E": 128, "N": 768, "hidden": 2048, "topk": 8, "dtype_selector": None, "block_shape": None}}
+         "model": {"E": 128, "N": 768, "hidden": 2048, "topk": 8, "dtype_selector": None, "block_shape": None},
+         "tuner_provider": {"auto": "sglang", "reason": None}}
 
 
 def test_key_separates_what_changes_the_files():
@@ -18,8 +19,23 @@ def test_key_separates_what_changes_the_files():
     assert k["provider"] == "sglang" and k["batch_sizes"] == [1, 4] and set(k) == set(KEY_FIELDS)
     other = dict(PROBE, triton_version="3.5.1")
     assert key_hash(tuning_key(other, "fast", [1, 4], "auto")) != key_hash(k)
-    no_sglang = dict(PROBE, sglang={"installed": False})
+    no_sglang = dict(PROBE, sglang={"installed": False},
+                     tuner_provider={"auto": "builtin", "reason": "sglang is not installed for this interpreter"})
     assert tuning_key(no_sglang, "fast", None, "auto")["provider"] == "builtin"
+
+
+def test_auto_provider_is_the_probes_answer_not_a_guess():
+    # SGLang installed, but without the fused-MoE entry the sglang provider drives (SGLang 0.5.23):
+    # the payload tunes with its builtin kernel, so the key must say builtin
+    no_entry = dict(PROBE, tuner_provider={"auto": "builtin", "reason": "this SGLang has no ..."})
+    assert no_entry["sglang"]["installed"] is True
+    assert tuning_key(no_entry, "fast", None, "auto")["provider"] == "builtin"
+    assert tuning_key(no_entry, "fast", None, "sglang")["provider"] == "sglang"  # an explicit name is kept
+    assert key_hash(tuning_key(no_entry, "fast", [1], "auto")) != key_hash(tuning_key(PROBE, "fast", [1], "auto"))
+    unanswered = {k: v for k, v in PROBE.items() if k != "tuner_provider"}
+    with pytest.raises(StoreError, match="tuner_provider"):
+        tuning_key(unanswered, "fast", None, "auto")
+    assert tuning_key(unanswered, "fast", None, "builtin")["provider"] == "builtin"
 
 
 def test_put_get_export_import_round_trip(tmp_path, capsys):

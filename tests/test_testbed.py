@@ -620,7 +620,7 @@ def test_teardown_and_stale_cleanup(testbed_factory, tmp_path):
 def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):
     """Two independent implementations of SGLang's E/N/selector rules must agree on the
     shared real model configs (the stand-in must not import ``remote``)."""
-    remote_models = pytest.importorskip("remote.models")
+    remote_models = pytest.importorskip("remote.sglang.model")
     tree = tmp_path / "tree"
     standin_tree.make_tree(tree)
     spec = importlib.util.spec_from_file_location("standin_model", tree / "sglang/_standin/model.py")

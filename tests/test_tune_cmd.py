@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.configio import validate_config
+from remote.sglang.configfile import validate_config
 
 ROOT = Path(__file__).resolve().parent.parent
 UP = "E=8,N=64,device_name=NVIDIA_H200.json"
@@ -169,3 +169,25 @@ def test_fp8_w8a8_tune_writes_sglang_names_and_passes_check(tmp_path, block):
     assert res["default_config"]["BLOCK_SIZE_K"] == 128 and res["default_config"]["GROUP_SIZE_M"] == 32
     if block:
         assert 128 % res["up"]["BLOCK_SIZE_K"] == 0 and 128 % res["down"]["BLOCK_SIZE_K"] == 0
+
+
+def test_auto_never_falls_back_silently_from_an_installed_sglang_entry(tmp_path, model_config):
+    """SGLang's fused-MoE entry on disk means the probe says ``auto`` -> sglang and the controller's
+    store key says sglang: when that entry then fails to import, ``tune --provider auto`` stops with
+    an error naming the fix instead of timing the builtin kernel under the sglang key."""
+    entry = tmp_path / "site" / "sglang" / "srt" / "layers" / "moe" / "fused_moe_triton"
+    entry.mkdir(parents=True)
+    (tmp_path / "site" / "sglang" / "__init__.py").write_text("")
+    for d in (entry.parent, entry.parent.parent, entry.parent.parent.parent):
+        (d / "__init__.py").write_text("")
+    (entry / "__init__.py").write_text("raise ImportError('broken install: no sgl_kernel')\n")
+    (entry / "fused_moe.py").write_text("")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)])}
+    common = ("--model-config", model_config, "--device-name", "NVIDIA H200", "--out", str(tmp_path / "o"),
+              "--space", "smoke", "--batch-sizes", "1")
+    rc, lines, _ = run_tune(*common, "--provider", "auto", env_extra=env)
+    assert rc == 1 and lines[-1]["kind"] == "runtime", lines[-1]
+    assert "no sgl_kernel" in lines[-1]["msg"] and "--provider builtin" in lines[-1]["msg"]
+    rc, lines, _ = run_tune(*common, "--provider", "sglang", env_extra=env)
+    assert rc == 2 and lines[-1]["kind"] == "not_found" and "no sgl_kernel" in lines[-1]["msg"]
+    assert not (tmp_path / "o" / UP).exists()

@@ -1,4 +1,4 @@
-"""Tuner logic (remote/tuner): spaces, pruning, SGLang defaults, search, checkpoints.
+"""Tuner logic (remote/tuning/tuner): spaces, pruning, SGLang defaults, search, checkpoints.
 
 The search tests use a fake provider and timer with a synthetic cost landscape whose
 optimum is known, so they check the search itself, deterministically and fast.
@@ -12,9 +12,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 
-from remote.tuner import checkpoint, space as sp  # noqa: E402
-from remote.tuner.driver import shipped_pair, split_batches  # noqa: E402
-from remote.tuner.search import Evaluator, search  # noqa: E402
+from remote.tuning.tuner import checkpoint, space as sp  # noqa: E402
+from remote.tuning.tuner.driver import shipped_pair, split_batches  # noqa: E402
+from remote.tuning.tuner.search import Evaluator, search  # noqa: E402
 
 H200_SMEM = 232448  # shared_memory_per_block_optin read on the H200 (docs/benchmarks.md)
 
@@ -230,6 +230,7 @@ def test_checkpoint_roundtrip_and_key(tmp_path):
     res, why = checkpoint.load(tmp_path, kid)
     assert res == {} and "unreadable" in why
     assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob(".*orch-tmp*"))  # atomic_write leaves no temp file behind
 
 
 def test_split_batches_covers_all_and_balances():
@@ -243,7 +244,7 @@ def test_split_batches_covers_all_and_balances():
 
 
 def test_cpu_timer_measures_something():
-    from remote.tuner.timing import Timer
+    from remote.tuning.tuner.timing import Timer
     t = Timer("cpu")
     us = t.time(lambda: sum(range(20000)), reps=3)
     assert us > 0 and t.stats.calls == 1 and t.stats.seconds > 0
@@ -253,7 +254,7 @@ def test_cpu_timer_measures_something():
 def test_parallel_workers_relay_results():
     """Two spawned workers (CPU devices here; one per GPU on a host) each tune their share
     and every message reaches the caller."""
-    from remote.tuner.driver import tune_parallel
+    from remote.tuning.tuner.driver import tune_parallel
     spec = dict(shape=dict(E=4, N=32, hidden=64, topk=2), dtype="float16", space="smoke", provider="builtin",
                 seed=0, dtype_selector=None, block_shape=None, shipped=None, check=True)
     msgs = []

@@ -25,8 +25,8 @@ def add_parser(sub) -> None:
 def cmd_config_names(args) -> int:
     """Print the up and down file names (or ``--json`` with the model's MoE shape). A model config
     that cannot be read or is not an MoE model is a :class:`UsageError` naming why."""
-    from remote.models import load_model_config, moe_shape
-    from remote.naming import sglang_device_name
+    from remote.sglang.model import load_model_config, moe_shape
+    from remote.sglang.naming import sglang_device_name
     from remote.protocol import PayloadError
 
     try:

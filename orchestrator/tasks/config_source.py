@@ -16,6 +16,8 @@ import json
 
 from typing import Literal
 
+from remote.sglang.defaults import DEFAULT_BATCH_SIZES
+
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..store import ConfigStore, key_hash, tuning_key
@@ -23,13 +25,10 @@ from .probe import untunable_reason
 
 FACTS = ("orch_tuning_key", "orch_config_source", "orch_group_role")
 
-#: SGLang's default tuning batch sizes (benchmark/kernels/fused_moe_triton, common_utils.py)
-DEFAULT_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
-
 
 def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[str, str]:
     """Write ``configs`` (role -> SGLang config dict) under the host's record as the exact file names."""
-    from remote.configio import dumps_config
+    from remote.sglang.configfile import dumps_config
 
     out = {}
     d = ctx.host_dir / "configs"

@@ -26,17 +26,15 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
+from remote.sglang.defaults import NON_TRITON_QUANT, TRITON_BACKENDS
+
 from ..engine.results import TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.files import changed_since_start, config_problem
 from ..facts.journal import last_start, start_failure, unit_log
 from ..facts.moe_log import MoeLogReport, parse_moe_log
 from ..facts.processes import unit_pids
-from .probe import TRITON_BACKENDS
 from .records import records
-
-#: quantizations whose MoE does not run through the Triton fused_moe path on NVIDIA by default
-NON_TRITON_QUANT = {"mxfp4", "modelopt_fp4", "w4afp8", "modelopt_fp8"}
 
 
 @dataclass

@@ -20,7 +20,7 @@ from ..payload.client import PayloadFailed
 
 
 def _validate(name: str, text: str) -> None:
-    from remote.configio import validate_config
+    from remote.sglang.configfile import validate_config
     from remote.protocol import PayloadError
 
     try:

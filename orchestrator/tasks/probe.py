@@ -12,11 +12,10 @@ import json
 import posixpath
 import shlex
 
+from remote.sglang.defaults import TRITON_BACKENDS
+
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-
-#: MoE runner backends that read the Triton config files (SGLang 0.5.23)
-TRITON_BACKENDS = {"triton", "auto"}
 
 
 def model_flags(ctx) -> list[str]:
@@ -64,7 +63,7 @@ def probe(ctx) -> TaskResult:
 
 def untunable_reason(model: dict | None) -> str | None:
     """Why the payload's tuner cannot tune this model's MoE weights (the probe's
-    ``model.tuner_unsupported``, decided by the payload: ``remote.tune.unsupported_reason``),
+    ``model.tuner_unsupported``, decided by the payload: ``remote.tuning.support.unsupported_reason``),
     with what to do instead; None when it can."""
     why = (model or {}).get("tuner_unsupported")
     return f"{why}; tune them elsewhere and `orch configs import` the files" if why else None

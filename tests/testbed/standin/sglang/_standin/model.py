@@ -2,7 +2,7 @@
 
 Rules: /work/shared/facts/sglang-moe-configs.md ("E and N") and /work/shared/models/README.md.
 This is an independent small implementation (the stand-in must not import orch's ``remote``),
-which also cross-checks ``remote.models``.
+which also cross-checks ``remote.sglang.model``.
 """
 
 from __future__ import annotations

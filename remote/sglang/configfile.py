@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from .protocol import PayloadError
+from ..protocol import PayloadError
 
 REQUIRED_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 OPTIONAL_INT_FIELDS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")

@@ -27,9 +27,9 @@ import datetime as _dt
 import json
 import os
 
-from .hostfs import (DEFAULT_STATE_DIR, RUN_ID_RE, check_run_id, read_json, runs_root,
+from .fs import (DEFAULT_STATE_DIR, RUN_ID_RE, check_run_id, read_json, runs_root,
                      update_state)
-from .protocol import PayloadError
+from ..protocol import PayloadError
 
 #: States the controller may record.
 STATES = ("started", "stopped", "reaped", "installed", "restarted", "verified", "benchmarked",

@@ -6,7 +6,9 @@ take a ``TopKOutput`` and a ``MoeRunnerConfig``, older ones the gating logits an
 ``topk``). Up and down GEMMs share one forced config (``override_config`` forces one
 dict), so the search is joint, and the written ``_down`` file equals the up file.
 Not exercised in this project's CI or on its H200 (no SGLang there): the builtin provider
-is what was measured. Any failure at set-up falls back to builtin (``provider: auto``).
+is what was measured. ``provider: auto`` picks it when the entry is installed
+(:func:`remote.tuning.support.resolve_provider_name`, read from disk; the probe reports the same
+answer); an installed entry that then fails to import is an error, not a silent fallback.
 """
 
 from __future__ import annotations
@@ -15,23 +17,13 @@ import importlib
 
 import torch
 
+from ..support import SGLANG_MOE_ENTRY
 from .builtin import DTYPES, Problem, quant_spec
 
 
 def _imports():
-    oc_mod = importlib.import_module("sglang.srt.layers.moe.fused_moe_triton")
-    fm_mod = importlib.import_module("sglang.srt.layers.moe.fused_moe_triton.fused_moe")
-    return oc_mod.override_config, fm_mod.fused_moe
-
-
-def sglang_unavailable_reason() -> str | None:
-    """None when SGLang's fused-MoE entry and ``override_config`` import, else why not."""
-    try:
-        importlib.import_module("sglang")
-        _imports()
-    except Exception as exc:  # ImportError, or a broken install raising anything
-        return f"{type(exc).__name__}: {exc}"
-    return None
+    """``(override_config, fused_moe)`` of SGLang's entry (:data:`remote.tuning.support.SGLANG_MOE_ENTRY`)."""
+    return tuple(getattr(importlib.import_module(module), attr) for module, attr in SGLANG_MOE_ENTRY)
 
 
 class SglangProvider:
@@ -46,7 +38,7 @@ class SglangProvider:
         self._new_api = None
 
     def make_problem(self, shape, M, dtype, device, seed, weights=None, quant=None) -> Problem:
-        """Same inputs as the builtin provider (see :class:`remote.providers.builtin.Problem`)."""
+        """Same inputs as the builtin provider (see :class:`remote.tuning.providers.builtin.Problem`)."""
         return Problem(shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype], device, seed,
                        weights, quant_spec(quant))
 

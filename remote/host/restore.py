@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import os
 
-from .hostfs import (DEFAULT_STATE_DIR, atomic_write, check_run_id, fsync_dir, load_manifest,
+from .fs import (DEFAULT_STATE_DIR, atomic_write, check_run_id, fsync_dir, load_manifest,
                      now_iso, read_bytes, remove_stale_temps, run_dir, sha256_bytes, sha256_file,
                      update_state)
-from .install import apply_changes, check_name, held_by_other
-from .protocol import PayloadError, log
+from .changes import apply_changes, check_name, held_by_other
+from ..protocol import PayloadError, log
 
 
 def add_arguments(parser) -> None:

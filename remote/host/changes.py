@@ -1,32 +1,21 @@
-"""Back up, validate and atomically write config files into SGLang's Triton folder (``install``).
+"""Apply a set of file changes in one folder as a recorded run: backups, manifest, atomic writes, undo.
 
-``python -m remote install --request FILE`` (``-`` = stdin). The request is a JSON object::
+The routine shared by ``install`` (new configs) and ``restore --as-run-id`` (earlier content put
+back as a run of its own), so both leave the same record and neither command imports the other.
+:func:`apply_changes` does, for ``changes`` = ``[(name, new bytes | None), ...]`` in ``dest_dir``:
 
-    {"run_id": "20261129T0910-h200a",          # [A-Za-z0-9_.-]+
-     "state_dir": "/var/lib/orch",             # optional, default /var/lib/orch
-     "action": "tune",                         # "tune" (default) or "rollback"
-     "dest_dir": "<configs root>/triton_3_6_0",  # absolute; basename triton_<int>_<int>_<int>
-     "files": [{"name": "E=128,N=768,device_name=NVIDIA_H200.json", "content": "<json text>"}],
-     "create_dest": true}                      # create dest_dir when missing (parent must exist)
-
-Rules (why: SGLang 0.5.23 reads ``configs/triton_X_Y_Z/<exact name>`` and ``int()``s every
-top-level key, so one bad file breaks the server's MoE layer; a folder whose name does not
-parse as ``triton_<int>_<int>_<int>`` breaks its version sort):
-
-1. Everything is validated before anything is touched: run id, names (no ``/``, ``..``, NUL,
-   control characters; must end in ``.json``), size (at most 4 MiB each), JSON syntax (no
-   duplicate keys) and ``remote.configio.validate_config(obj, name)`` (``PayloadError('bad_input')``).
-2. ``<state_dir>/runs/<run_id>/`` is created mode 0700; every existing target is copied to
+1. ``<state_dir>/runs/<run_id>/`` is created mode 0700; every existing target is copied to
    ``backup/<name>`` (fsynced) before anything is written.
-3. ``manifest.json`` is written atomically (``"status": "writing"``) before the first config.
-4. Each config is written atomically (temp file in the same folder, fsync, rename, fsync folder);
-   mode and owner of a replaced file are kept, new files get 0644 and the folder's owner.
-5. On any failure (ENOSPC, EIO, SIGTERM/SIGHUP/SIGINT) every file already written is put back
+2. ``manifest.json`` is written atomically (``"status": "writing"``) before the first change.
+3. Each file is written atomically (:func:`remote.host.fs.atomic_write`: temp file in the same
+   folder, fsync, rename, fsync folder) or deleted (``None`` bytes); mode and owner of a
+   replaced file are kept, new files get 0644 and the folder's owner.
+4. On any failure (ENOSPC, EIO, SIGTERM/SIGHUP/SIGINT) every file already written is put back
    from its backup (or removed when it did not exist), a folder we created is removed if empty,
    our temp files are deleted, the manifest gets ``"status": "failed"`` and
    ``PayloadError('runtime')`` is raised. Old files are never left half-written.
 
-Result ``data``: the manifest::
+The manifest it returns (``status`` ``installed``)::
 
     {"proto": 1, "run_id", "action", "created", "status": "installed",
      "dest_dir", "dest_existed_before": bool, "dest_created": bool, "dest_removed": bool,
@@ -35,9 +24,9 @@ Result ``data``: the manifest::
                 "mode_before", "bytes_after"}],
      "reattached": bool}
 
-``backup`` is relative to the run folder (``backup/<name>``) or ``null`` when the file did not exist.
-Running the same request again after success returns the stored manifest with
-``"reattached": true`` and changes nothing.
+``backup`` is relative to the run folder (``backup/<name>``) or ``null`` when the file did not
+exist. Applying the same changes again as the same run after success returns the stored
+manifest with ``"reattached": true`` and changes nothing.
 """
 
 from __future__ import annotations
@@ -49,36 +38,12 @@ import stat
 import threading
 from typing import Any
 
-from . import PROTO
-from .hostfs import (DEFAULT_STATE_DIR, PRIVATE_FILE_MODE, TMP_MARK, atomic_write,
-                     atomic_write_json, check_run_id, fsync_dir, load_request, now_iso,
-                     read_bytes, read_json, remove_stale_temps, run_dir, sha256_bytes,
-                     sha256_file)
-from .protocol import PayloadError, log
-
-#: Largest config content accepted, in bytes (UTF-8).
-MAX_CONTENT_BYTES = 4 * 1024 * 1024
-
-#: Actions a run record may carry (docs/protocol.md).
-ACTIONS = ("tune", "rollback")
-
-#: Folder name SGLang can version-sort (``triton_<int>_<int>_<int>``), SGLang 0.5.23 get_moe_configs.
-TRITON_DIR_RE = re.compile(r"^triton_\d+_\d+_\d+$")
+from .. import PROTO
+from ..protocol import PayloadError, log
+from .fs import (PRIVATE_FILE_MODE, TMP_MARK, atomic_write, atomic_write_json, fsync_dir, now_iso,
+                 read_bytes, read_json, remove_stale_temps, run_dir, sha256_bytes, sha256_file)
 
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f/\\]")
-
-
-def add_arguments(parser) -> None:
-    """Flags of ``install``."""
-    parser.add_argument("--request", required=True, help="JSON request file, - for stdin")
-    parser.add_argument("--ignore-lock", action="store_true",
-                        help="do not refuse when the host lock is held by another run")
-
-
-def run(args) -> dict:
-    """``install`` command: see the module docstring; returns the manifest."""
-    req = load_request(args.request)
-    return install(req, ignore_lock=getattr(args, "ignore_lock", False))
 
 
 def check_name(name: Any) -> str:
@@ -96,87 +61,12 @@ def check_name(name: Any) -> str:
     return name
 
 
-def check_dest_dir(dest: Any, any_name: bool = False) -> str:
-    """Normalised absolute ``dest_dir``; raises ``PayloadError('bad_input')`` when unsafe.
-
-    Unless ``any_name``, the last component must be ``triton_<int>_<int>_<int>`` (SGLang 0.5.23
-    sorts these folders by version; another name raises ValueError in its fallback path).
-    """
-    if not isinstance(dest, str) or not dest or "\x00" in dest or "\n" in dest:
-        raise PayloadError("bad_input", f"dest_dir must be a path, got {dest!r}")
-    if not os.path.isabs(dest) or ".." in dest.split("/"):
-        raise PayloadError("bad_input", f"dest_dir must be absolute without '..': {dest!r}")
-    norm = os.path.normpath(dest)
-    if norm == "/":
-        raise PayloadError("bad_input", "dest_dir must not be /")
-    if not any_name and not TRITON_DIR_RE.match(os.path.basename(norm)):
-        raise PayloadError("bad_input",
-                           f"dest_dir {dest!r} must end in triton_<int>_<int>_<int> (SGLang folder rule)")
-    return norm
-
-
-def validate_content(name: str, content: Any) -> bytes:
-    """Check one file's content (size, JSON, SGLang config rules) and return its UTF-8 bytes.
-
-    Uses ``remote.configio.loads_config`` (JSON syntax, duplicate keys, then
-    ``validate_config(obj, source)`` for the SGLang rules).
-    Raises ``PayloadError('bad_input')``.
-    """
-    if not isinstance(content, str):
-        raise PayloadError("bad_input", f"{name}: content must be JSON text (a string)")
-    data = content.encode("utf-8")
-    if len(data) > MAX_CONTENT_BYTES:
-        raise PayloadError("bad_input", f"{name}: content is {len(data)} bytes, over {MAX_CONTENT_BYTES}")
-    # configio.loads_config = json.loads (duplicate keys and NaN/Infinity refused) + validate_config
-    from .configio import loads_config
-
-    loads_config(content, name)
-    return data
-
-
 def held_by_other(state_dir: str, run_ids: set[str]) -> dict | None:
     """The host lock (``lock.json``) when it is held by a run not in ``run_ids``, else ``None``."""
     lk = read_json(os.path.join(state_dir, "lock.json"), default=None)
     if isinstance(lk, dict) and lk.get("run_id") not in run_ids:
         return lk
     return None
-
-
-def install(req: dict, ignore_lock: bool = False) -> dict:
-    """Validate an install request (see module docstring) and apply it; return the manifest.
-
-    Raises ``PayloadError`` (``bad_input`` before anything changed, ``not_found`` when the
-    folder above ``dest_dir`` is missing or ``create_dest`` is false and ``dest_dir`` is missing,
-    ``locked`` when another run holds the host lock, ``runtime`` after a rolled-back failure).
-    """
-    run_id = check_run_id(req.get("run_id"))
-    state_dir = req.get("state_dir") or DEFAULT_STATE_DIR
-    if not isinstance(state_dir, str) or not os.path.isabs(state_dir):
-        raise PayloadError("bad_input", f"state_dir must be an absolute path, got {state_dir!r}")
-    action = req.get("action", "tune")
-    if action not in ACTIONS:
-        raise PayloadError("bad_input", f"action must be one of {ACTIONS}, got {action!r}")
-    dest_dir = check_dest_dir(req.get("dest_dir"), any_name=bool(req.get("any_dest_name")))
-    files = req.get("files")
-    if not isinstance(files, list) or not files:
-        raise PayloadError("bad_input", "files must be a non-empty list")
-    changes: list[tuple[str, bytes | None]] = []
-    seen = set()
-    for i, f in enumerate(files):
-        if not isinstance(f, dict):
-            raise PayloadError("bad_input", f"files[{i}] must be an object")
-        name = check_name(f.get("name"))
-        if name in seen:
-            raise PayloadError("bad_input", f"file {name!r} listed twice")
-        seen.add(name)
-        changes.append((name, validate_content(name, f.get("content"))))
-    create_dest = bool(req.get("create_dest", True))
-    if not ignore_lock:
-        other = held_by_other(state_dir, {run_id})
-        if other:
-            raise PayloadError("locked", f"host lock held by run {other.get('run_id')} "
-                                         f"({other.get('controller')}); not installing for {run_id}")
-    return apply_changes(state_dir, run_id, action, dest_dir, changes, create_dest=create_dest)
 
 
 class Interrupted(BaseException):

@@ -46,9 +46,9 @@ import tempfile
 import time
 from typing import Iterator
 
-from .hostfs import (DEFAULT_STATE_DIR, PRIVATE_FILE_MODE, atomic_write_json, check_run_id,
+from .fs import (DEFAULT_STATE_DIR, PRIVATE_FILE_MODE, atomic_write_json, check_run_id,
                      ensure_private_dir, fsync_dir, write_all)
-from .protocol import PayloadError
+from ..protocol import PayloadError
 
 #: Default seconds after the last heartbeat when a lock counts as stale.
 DEFAULT_STALE_AFTER = 600.0

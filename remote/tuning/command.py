@@ -9,7 +9,7 @@ Usage (payload command, see docs/protocol.md)::
     python -m remote tune --shape E=8,N=64,hidden=128,topk=2 ...   (no model config)
 
 Spaces: ``full`` = SGLang's 1920-config CUDA space (minus configs that cannot fit the
-device); ``fast`` = seeded screen + coordinate-descent refinement (remote/tuner/search.py);
+device); ``fast`` = seeded screen + coordinate-descent refinement (remote/tuning/tuner/search.py);
 ``smoke`` = 3 configs, for the CPU test bed. Without a GPU the kernel runs under
 ``TRITON_INTERPRET=1`` and the times are meaningless wall-clock numbers (the search logic
 is exercised, nothing is measured). ``--device-name`` is then required.
@@ -18,7 +18,12 @@ Outputs in ``--out``: ``E=..,N=..,device_name=...json`` and the ``..._down.json`
 (exact SGLang 0.5.23 names, integer-string keys, sorted), ``report.json`` and
 ``checkpoint.json`` (resume: re-running the same command skips finished batch sizes;
 the checkpoint is keyed by shape, dtype, space, device name, Triton version, provider,
-seed and payload version).
+seed and payload version). Each is written with :func:`remote.host.fs.atomic_write` (temp
+file, fsync, rename, fsync folder): a reader sees the old or the new file, never a torn one.
+
+``--provider``: ``auto`` times SGLang's own fused-MoE entry when it is installed, else orch's
+builtin kernel (:func:`remote.tuning.support.resolve_provider_name`, the answer the probe
+reports as ``tuner_provider``).
 
 Result ``data``::
 
@@ -36,7 +41,7 @@ no device name on CPU), ``not_found`` (model config or shipped file missing; pro
 sglang requested but absent), ``runtime`` (CUDA out of memory outside any candidate, i.e.
 for the inputs every candidate needs: the message says so, ``detail.oom`` is true and the
 traceback is on stderr; or batch sizes failed: the checkpoint keeps the
-finished ones).
+finished ones; or ``--provider auto`` resolved to sglang but SGLang's entry does not import).
 """
 
 from __future__ import annotations
@@ -47,10 +52,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import PAYLOAD_VERSION
-from .protocol import PayloadError, log, progress
-
-SGLANG_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
+from .. import PAYLOAD_VERSION
+from ..host.fs import atomic_write
+from ..protocol import PayloadError, log, progress
+from ..sglang.defaults import DEFAULT_BATCH_SIZES
+from .support import unsupported_reason
 
 
 def add_arguments(p) -> None:
@@ -67,7 +73,7 @@ def add_arguments(p) -> None:
                    help="with --shape --quantization fp8: the weight block 'BN,BK' (e.g. 128,128); none = per-tensor")
     p.add_argument("--disable-shared-experts-fusion", action="store_true")
     p.add_argument("--device-name", default=None, help="torch device name override (needed without GPU)")
-    p.add_argument("--batch-sizes", default=",".join(map(str, SGLANG_BATCH_SIZES)))
+    p.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)))
     p.add_argument("--space", choices=("smoke", "fast", "full"), default="fast")
     p.add_argument("--out", default="tune-out")
     p.add_argument("--provider", choices=("auto", "sglang", "builtin"), default="auto")
@@ -132,7 +138,7 @@ def _resolve_shape(args) -> tuple[dict, dict]:
                            weight_dtype="fp8_e4m3", act_dtype=dt, shape_source="--shape")
     if not args.model_config:
         raise PayloadError("bad_input", "--model-config or --shape is required")
-    from .models import load_model_config, moe_shape
+    from ..sglang.model import load_model_config, moe_shape
     cfg = load_model_config(args.model_config, hf_home=args.hf_home)
     try:
         ms = moe_shape(cfg, tp=args.tp, ep=args.ep, quantization=args.quantization, dtype=args.dtype,
@@ -167,7 +173,7 @@ def _devices(gpus: str) -> list[str]:
 def _load_shipped(path: str | None) -> dict | None:
     if not path:
         return None
-    from .configio import load_config_file
+    from ..sglang.configfile import load_config_file
     p = Path(path)
     if not p.is_file():
         raise PayloadError("not_found", f"--shipped-config {path}: no such file")
@@ -175,25 +181,6 @@ def _load_shipped(path: str | None) -> dict | None:
     down_path = p.with_name(p.name[: -len(".json")] + "_down.json")
     down = load_config_file(down_path) if down_path.is_file() else None
     return {"up": up, "down": down, "path": str(p), "down_path": str(down_path) if down else None}
-
-
-def unsupported_reason(naming: dict) -> str | None:
-    """Why the tuner's kernel cannot run a model's MoE weights, or None when it can.
-
-    ``naming``: the selectors of :class:`remote.models.MoeShape` (``dtype_selector``,
-    ``weight_dtype``, ``per_channel_quant``, ``block_shape``; the probe reports them as
-    ``model`` with this answer as ``model.tuner_unsupported``, so the controller refuses such a
-    host before stopping it). Runs: bf16/fp16/fp32 weights, and fp8_w8a8 with e4m3 weights and
-    per-tensor or block scales; not int8/int4, per-channel fp8 or fp8 e5m2.
-    """
-    sel, wd = naming.get("dtype_selector"), naming.get("weight_dtype")
-    if sel in (None, "float32") and wd in ("bfloat16", "float16", "float32"):
-        return None
-    if sel == "fp8_w8a8" and not naming.get("per_channel_quant") and wd == "fp8_e4m3":
-        return None
-    what = f"dtype={sel}" + (" per-channel" if naming.get("per_channel_quant") else "") + f", weights {wd}"
-    return (f"the model's MoE weights ({what}) are not a kind the tuner's kernel runs (bf16/fp16/fp32, "
-            "fp8_w8a8 per-tensor or block); int8/int4 and per-channel fp8 are not implemented")
 
 
 def _quant_of(naming: dict):
@@ -224,14 +211,14 @@ def run(args) -> dict:
                                             f"{torch.cuda.get_device_name(torch.device(devices[0]))} is "
                                             f"{cc[0]}.{cc[1]}")
     if cpu:
-        os.environ["TRITON_INTERPRET"] = "1"  # before remote.kernel is imported
+        os.environ["TRITON_INTERPRET"] = "1"  # before remote.tuning.kernel is imported
         if dtype == "bfloat16":
             log("CPU/interpreter run: bf16 loads are wrong under Triton's interpreter here; timing in float16 "
                 "(file names unchanged; the numbers mean nothing on CPU anyway)", "warning")
             dtype = "float16"
     import triton
 
-    from .naming import config_file_name, sglang_device_name
+    from ..sglang.naming import config_file_name, sglang_device_name
     torch_name = args.device_name or (None if cpu else torch.cuda.get_device_name(torch.device(devices[0])))
     if not torch_name:
         raise PayloadError("bad_input", "no GPU: --device-name is required to name the files")
@@ -314,14 +301,12 @@ def run(args) -> dict:
         raise PayloadError("runtime", f"tuning failed for batch sizes {missing}",
                            detail={"errors": errors, "checkpoint": str(out / checkpoint.NAME)})
 
-    from .configio import dumps_config
+    from ..sglang.configfile import dumps_config
     up = {str(M): done[str(M)]["up"] for M in batch_sizes}
     down = {str(M): dict(done[str(M)]["down"], BLOCK_SIZE_M=done[str(M)]["up"]["BLOCK_SIZE_M"]) for M in batch_sizes}
     paths = {"up": out / names["up"], "down": out / names["down"]}
     for k in ("up", "down"):
-        tmp = paths[k].with_name(paths[k].name + ".tmp")
-        tmp.write_text(dumps_config(up if k == "up" else down))
-        os.replace(tmp, paths[k])
+        atomic_write(str(paths[k]), dumps_config(up if k == "up" else down).encode("utf-8"))
     per_m = {str(M): done[str(M)] for M in batch_sizes}
     report = {
         "payload_version": PAYLOAD_VERSION, "provider": provider.name, "triton_version": triton.__version__,
@@ -336,7 +321,7 @@ def run(args) -> dict:
         "checkpoint_key": key_id, "resumed": resumed, "batch_sizes": per_m,
     }
     rpath = out / "report.json"
-    rpath.write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n")
+    atomic_write(str(rpath), (json.dumps(report, indent=1, sort_keys=True, default=str) + "\n").encode("utf-8"))
     return {
         "files": {k: str(v) for k, v in paths.items()}, "report": str(rpath), "provider": provider.name,
         "batch_sizes": batch_sizes, "space": args.space, "device_name": device_name,

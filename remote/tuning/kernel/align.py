@@ -3,7 +3,7 @@
 Pure torch, no host synchronisation, fixed output sizes, so it can run inside a CUDA
 graph capture. SGLang uses a custom CUDA kernel for this step; this one is a functional
 equivalent, not a performance equivalent (the tuner times the GEMMs with the alignment
-precomputed, see ``remote.tuner.timing``).
+precomputed, see ``remote.tuning.tuner.timing``).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ import subprocess
 import time
 from typing import Iterable
 
-from .protocol import PayloadError, log
+from ..protocol import PayloadError, log
 
 #: Default protected executables (hosts-and-services facts: persistence daemon, DCGM, exporters, X).
 DEFAULT_PROTECTED = "nvidia-persistenced,nv-hostengine,dcgm-exporter,dcgmi,Xorg"

@@ -1,9 +1,6 @@
-"""Throughput benchmark against the unit's own URL (sglang.bench_serving metric names).
+"""orch's own benchmark client (``bench --tool builtin``, the default): standard library only.
 
-``python -m remote bench --url http://127.0.0.1:30000 --concurrency 1,16,64
---input-len 1024 --output-len 256 [--api generate|openai] [--tool builtin|sglang]``
-
-The built-in client uses only the standard library (the host's Python has no httpx):
+It uses only the standard library (the host's Python has no httpx):
 one thread per in-flight request, ``http.client`` streaming, Server-Sent-Events lines
 ``data: {json}`` ending with ``data: [DONE]``. It talks to ``--url`` and nothing else,
 never retries, and bounds every loop by a count and a deadline.
@@ -33,22 +30,6 @@ Measurement (same definitions as sglang.bench_serving ``calculate_metrics``):
   the number of content chunks. Input tokens: the server's ``prompt_tokens`` when
   reported, else the number of ids sent.
 - Percentiles interpolate linearly between order statistics (numpy's default).
-
-Result ``data``::
-
-    {"tool": "builtin"|"sglang", "url": str,
-     "levels": [{"max_concurrency": int, "num_prompts": int,
-                 "duration": s, "completed": int, "failed": int, "timed_out": int,
-                 "not_sent": int, "valid": bool, "failure_rate": float,
-                 "total_input_tokens": int, "total_output_tokens": int,
-                 "request_throughput": req/s, "input_throughput": tok/s,
-                 "output_throughput": tok/s, "total_throughput": tok/s,
-                 "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
-                 "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
-                 "mean_e2e_latency_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms",
-                 "warmup_failed": int, "errors": [up to 5 distinct messages]}, ...],
-     "settings": {...the effective flags...}}
-
 Counting: every measured request ends in exactly one of ``completed``, ``failed``
 (HTTP status other than 200, a connection error, an ``error`` object in the stream,
 a malformed stream, or no content at all), ``timed_out`` (``--request-timeout``
@@ -60,15 +41,11 @@ their failures are counted in ``warmup_failed``. A level is ``valid`` only if ``
 ``num_prompts``. Latency metrics are over completed requests only; throughputs divide
 completed requests' tokens by ``duration``. Times with no samples are ``null``.
 
-Errors: ``PayloadError("bad_input")`` for a malformed URL or flags; ``--tool sglang``
-raises ``PayloadError("not_found")`` when ``import sglang`` fails on the host;
-``--api openai`` without ``--model`` raises ``PayloadError("runtime")`` when
-``/v1/models`` cannot be read.
+A level's ``data`` entry and the command's result are described in :mod:`remote.bench.command`.
 """
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import math
@@ -76,73 +53,17 @@ import random
 import socket
 import threading
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from .protocol import PayloadError, log, progress
-
-# Metric names shared with sglang.bench_serving's --output-file JSON (SGLang 0.5.x `benchmark`).
-METRIC_NAMES = (
-    "duration",
-    "completed",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "input_throughput",
-    "output_throughput",
-    "total_throughput",
-    "mean_ttft_ms",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "mean_itl_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "mean_e2e_latency_ms",
-    "median_e2e_latency_ms",
-)
-#: Extra per-level fields orch adds.
-LEVEL_EXTRA_NAMES = ("max_concurrency", "failed", "timed_out", "valid")
-
-#: A level with more unsuccessful requests than this fraction of num_prompts is invalid.
-MAX_FAILURE_FRACTION = 0.01
+from ..protocol import PayloadError, log, progress
+from .common import MAX_FAILURE_FRACTION, Target, default_num_prompts, parse_url
 
 # Random prompt token ids are drawn from [VOCAB_LO, vocab_hi): low ids are special
 # tokens in most vocabularies; 32000 is below the vocabulary size of every model
 # family orch targets (Llama-2/Mixtral 32000, Qwen 151936, DeepSeek 129280).
 VOCAB_LO = 100
 DEFAULT_VOCAB_HI = 32000
-
-
-@dataclass
-class Target:
-    """Where requests go: parsed from ``--url`` (``http://host:port[/prefix]``)."""
-
-    scheme: str
-    host: str
-    port: int
-    prefix: str  # path prefix without trailing slash, usually ""
-
-    def connection(self, timeout: float) -> http.client.HTTPConnection:
-        """A new (unconnected) HTTP(S) connection with socket timeout ``timeout`` s."""
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        return cls(self.host, self.port, timeout=timeout)
-
-
-def parse_url(url: str) -> Target:
-    """Parse ``--url``; raise ``PayloadError("bad_input")`` unless it is http(s)://host[:port]."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise PayloadError("bad_input", f"bad --url {url!r}: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise PayloadError("bad_input", f"bad --url {url!r}: want http://host:port")
-    if parts.query or parts.fragment:
-        raise PayloadError("bad_input", f"bad --url {url!r}: no query or fragment allowed")
-    if port is None:
-        port = 443 if parts.scheme == "https" else 80
-    return Target(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
 
 
 def make_prompts(count: int, input_len: int, seed: int, vocab_hi: int = DEFAULT_VOCAB_HI) -> list[list[int]]:
@@ -507,25 +428,6 @@ def discover_model(target: Target, timeout: float) -> str:
     finally:
         conn.close()
 
-
-def parse_concurrency(text: str) -> list[int]:
-    """``"1,16,64"`` -> [1, 16, 64]; PayloadError("bad_input") unless all are integers >= 1."""
-    try:
-        levels = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise PayloadError("bad_input", f"bad --concurrency {text!r}") from None
-    if not levels or any(c < 1 for c in levels):
-        raise PayloadError("bad_input", f"bad --concurrency {text!r}: want integers >= 1")
-    if len(levels) > 64:
-        raise PayloadError("bad_input", "at most 64 concurrency levels")
-    return levels
-
-
-def default_num_prompts(concurrency: int) -> int:
-    """Prompts per level when --num-prompts is not given: max(5 * C, 10) (steady state)."""
-    return max(5 * concurrency, 10)
-
-
 def run_builtin(
     url: str,
     levels: list[int],
@@ -589,39 +491,3 @@ def run_builtin(
             "request_timeout": request_timeout, "seed": seed, "model": model, "vocab_max": vocab_hi,
         },
     }
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``python -m remote bench``."""
-    p.add_argument("--url", required=True, help="the unit's base URL, e.g. http://127.0.0.1:30000")
-    p.add_argument("--api", choices=("generate", "openai"), default="generate")
-    p.add_argument("--concurrency", default="1,16,64", help="comma-separated levels (max in flight)")
-    p.add_argument("--input-len", type=int, default=1024, help="prompt tokens per request")
-    p.add_argument("--output-len", type=int, default=256, help="generated tokens per request")
-    p.add_argument("--num-prompts", type=int, default=None, help="per level; default max(5*C, 10)")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up requests per level (not measured)")
-    p.add_argument("--level-timeout", type=float, default=600.0, help="seconds per level")
-    p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
-    p.add_argument("--seed", type=int, default=1, help="seed of the random prompt token ids")
-    p.add_argument("--vocab-max", type=int, default=DEFAULT_VOCAB_HI, help="token ids drawn below this")
-    p.add_argument("--tool", choices=("builtin", "sglang"), default="builtin")
-    p.add_argument("--model", default=None, help="model name for --api openai; else from /v1/models")
-
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Entry point of the ``bench`` command; returns the result ``data``."""
-    levels = parse_concurrency(args.concurrency)
-    if args.tool == "sglang":
-        from . import bench_sglang
-
-        return bench_sglang.run_sglang(
-            url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
-            num_prompts=args.num_prompts, level_timeout=args.level_timeout, seed=args.seed,
-            model=args.model, api=args.api,
-        )
-    return run_builtin(
-        url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
-        num_prompts=args.num_prompts, api=args.api, warmup=args.warmup,
-        level_timeout=args.level_timeout, request_timeout=args.request_timeout,
-        seed=args.seed, model=args.model, vocab_hi=args.vocab_max,
-    )

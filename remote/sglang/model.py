@@ -16,6 +16,7 @@ use it without them).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .naming import config_file_name, sglang_device_name
-from .protocol import PayloadError
+from ..protocol import PayloadError
 
 #: Largest config.json read (bytes); real ones are a few KB.
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -519,3 +520,39 @@ def moe_shape(
         quant_method=q["method"],
         notes=notes,
     )
+
+
+# --------------------------------------------------------------------------- server flags
+# (the ``names`` and ``probe`` commands take a model the way the unit's server does)
+
+def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """Add the model/server flags of the ``names`` and ``probe`` commands to ``parser``."""
+    parser.add_argument("--model-config", required=required,
+                        help="model folder, config.json path, or HF repo id (offline cache lookup)")
+    parser.add_argument("--hf-home", default=None, help="HF_HOME of the cache (default $HF_HOME or ~/.cache/huggingface)")
+    parser.add_argument("--tp", type=int, default=1, help="server --tp-size")
+    parser.add_argument("--ep", type=int, default=1, help="server --ep-size")
+    parser.add_argument("--dtype", default=None, help="server --dtype (auto, bfloat16, float16, float32)")
+    parser.add_argument("--quantization", default=None, help="server --quantization (default: from the checkpoint)")
+    parser.add_argument("--disable-shared-experts-fusion", action="store_true",
+                        help="server --disable-shared-experts-fusion")
+
+
+def shape_from_args(args: argparse.Namespace, capability: tuple[int, int] | None = None) -> tuple[MoeShape, str]:
+    """Load the model config named by ``args`` and return ``(MoeShape, config path)``.
+
+    Raises PayloadError (not_found/bad_input) from :func:`load_model_config`/:func:`moe_shape`.
+    """
+    path = resolve_model_config_path(args.model_config, args.hf_home)
+    cfg = load_model_config(str(path))
+    shape = moe_shape(cfg, tp=args.tp, ep=args.ep, quantization=args.quantization, dtype=args.dtype,
+                      disable_shared_experts_fusion=args.disable_shared_experts_fusion, capability=capability)
+    return shape, str(path)
+
+
+def checked_device_name(name: str) -> str:
+    """SGLang form of a device name; PayloadError('bad_input') for a hostile one."""
+    try:
+        return sglang_device_name(name)
+    except ValueError as exc:
+        raise PayloadError("bad_input", f"--device-name: {exc}") from None

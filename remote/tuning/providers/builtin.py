@@ -1,4 +1,4 @@
-"""Builtin provider: times ``remote.kernel`` (the payload's own fused-MoE Triton kernel)."""
+"""Builtin provider: times ``remote.tuning.kernel`` (the payload's own fused-MoE Triton kernel)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 
 def quant_spec(quant):
-    """``None`` or a :class:`remote.kernel.quant.QuantSpec` from the tuner spec's ``quant``
+    """``None`` or a :class:`remote.tuning.kernel.quant.QuantSpec` from the tuner spec's ``quant``
     entry (``None``, or ``{"block_shape": None | [bn, bk]}`` for fp8_w8a8)."""
     if quant is None:
         return None
@@ -25,9 +25,9 @@ class Problem:
 
     ``weights``: ``(w1 [E, 2N, hidden], w2 [E, hidden, N], qw)`` reused across batch sizes of
     a worker (regenerated only when absent). ``seed`` seeds x and the routing logits.
-    ``quant``: ``None`` (weights in ``dtype``) or a :class:`remote.kernel.quant.QuantSpec`
+    ``quant``: ``None`` (weights in ``dtype``) or a :class:`remote.tuning.kernel.quant.QuantSpec`
     (fp8_w8a8): the weights are fp8 e4m3 with float32 scales (``qw``, a
-    :class:`remote.kernel.quant.QuantWeights`), x and the down GEMM's input are also kept
+    :class:`remote.tuning.kernel.quant.QuantWeights`), x and the down GEMM's input are also kept
     quantized (``xq``/``xs``, ``aq``/``as_``) so a single GEMM is timed without the
     quantization step, which no config changes.
     """
@@ -74,7 +74,7 @@ class Problem:
         return self.w1, self.w2, self.qw
 
     def routing(self, block_m: int):
-        """Cached :func:`remote.kernel.fused_moe.align` result for ``block_m``."""
+        """Cached :func:`remote.tuning.kernel.fused_moe.align` result for ``block_m``."""
         from ..kernel.fused_moe import align
 
         if block_m not in self._routing:
@@ -127,7 +127,7 @@ class BuiltinProvider:
     def check(self, p: Problem, up_cfg: dict, down_cfg: dict) -> float:
         """Relative error of the fused MoE with these configs against the float64
         reference, buffers poisoned with NaN first (``inf`` if anything stayed NaN).
-        fp8: against :func:`remote.kernel.reference.fused_moe_reference_fp8` (same
+        fp8: against :func:`remote.tuning.kernel.reference.fused_moe_reference_fp8` (same
         quantized numbers), so the same 1e-2 bound applies."""
         from ..kernel.fused_moe import fused_moe, make_buffers
         from ..kernel.reference import fused_moe_reference, fused_moe_reference_fp8, relative_error
@@ -143,6 +143,6 @@ class BuiltinProvider:
         return relative_error(out, ref)
 
     def precompile_args(self, shape: dict, dtype: str, quant=None) -> dict:
-        """Picklable arguments for :func:`remote.tuner.compile.compile_one`."""
+        """Picklable arguments for :func:`remote.tuning.tuner.compile.compile_one`."""
         return dict(dtype=dtype, E=shape["E"], N=shape["N"], hidden=shape["hidden"], top_k=shape["topk"],
                     quant=quant)

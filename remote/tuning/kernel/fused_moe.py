@@ -2,7 +2,7 @@
 
 Algorithm (the one SGLang's ``fused_moe_kernel`` implements, written independently):
 1. ``moe_align_block_size`` sorts the M*top_k (token, expert) pairs by expert, padding
-   each expert's run to a multiple of BLOCK_SIZE_M (``remote.kernel.align``).
+   each expert's run to a multiple of BLOCK_SIZE_M (``remote.tuning.kernel.align``).
 2. up GEMM: for each block of BLOCK_SIZE_M sorted pairs (one expert), ``x[token] @ w1[e].T``
    -> ``[M*top_k, 2N]`` (rows indexed by pair).
 3. SiLU-and-mul: ``silu(h[:, :N]) * h[:, N:]`` -> ``[M*top_k, N]`` (fp32 math).
@@ -15,7 +15,7 @@ configs but must share BLOCK_SIZE_M (one alignment), as in SGLang 0.5.23's ``_do
 Other keys (``USE_TMA``, AMD-only fields) are accepted and ignored.
 
 fp8_w8a8 (per-tensor and block [bn, bk]) uses the same kernel with fp8 e4m3 operands and
-float32 scales (``remote.kernel.quant``); the scales are applied in the fp32 accumulator as
+float32 scales (``remote.tuning.kernel.quant``); the scales are applied in the fp32 accumulator as
 SGLang 0.5.23's ``fused_moe_kernel`` does (per K step for block scales, once at the end for
 per-tensor ones).
 """
@@ -201,9 +201,9 @@ def moe_gemm(kind: str, a, w, out, routing: Routing, config: dict, topk_weights=
             ``topk_weights`` flattened [M*top_k] float32).
         routing: from :func:`align`, with ``routing.block_m == config BLOCK_SIZE_M``.
         config: SGLang-style config dict (see :func:`normalize_config`).
-        quant: ``None`` (a, w, out share one dtype) or a :class:`remote.kernel.quant.QuantSpec`
+        quant: ``None`` (a, w, out share one dtype) or a :class:`remote.tuning.kernel.quant.QuantSpec`
             for fp8_w8a8: ``a`` and ``w`` are ``torch.float8_e4m3fn``, ``a_scale``/``w_scale``
-            float32 as made by :mod:`remote.kernel.quant` (per-tensor [1] / [E]; block
+            float32 as made by :mod:`remote.tuning.kernel.quant` (per-tensor [1] / [E]; block
             [rows, K/bk] / [E, N/bn, K/bk]); ``out`` is bf16/fp16.
 
     Returns:
@@ -238,7 +238,7 @@ def precompile(kind: str, dtype: torch.dtype, E: int, N: int, hidden: int, top_k
 
     Uses the same signature and specialisation as :func:`moe_gemm` for contiguous
     tensors of ``dtype`` with w1 [E, 2N, hidden] and w2 [E, hidden, N] (fp8 operands and
-    float32 scales when ``quant`` is a :class:`remote.kernel.quant.QuantSpec`; ``dtype`` is
+    float32 scales when ``quant`` is a :class:`remote.tuning.kernel.quant.QuantSpec`; ``dtype`` is
     then the output dtype), so a later launch in any process sharing ``TRITON_CACHE_DIR``
     loads the binary instead of compiling. Needs a GPU (not meaningful under
     TRITON_INTERPRET). Raises what Triton raises, and ValueError as :func:`moe_gemm`.
@@ -306,7 +306,7 @@ def fused_moe(x, w1, w2, topk_weights, topk_ids, config: dict, down_config: dict
         buffers: optional ``make_buffers`` tuple to reuse (e.g. inside a CUDA graph).
         routing: optional precomputed :func:`align` result for this BLOCK_SIZE_M.
         out: optional [M, hidden] output tensor.
-        quant: ``None``, or a :class:`remote.kernel.quant.QuantWeights` (fp8_w8a8): w1/w2 are
+        quant: ``None``, or a :class:`remote.tuning.kernel.quant.QuantWeights` (fp8_w8a8): w1/w2 are
             fp8 with its scales; x and the SiLU-and-mul activations are quantized
             dynamically as SGLang does (per-tensor, or per token and 128-column group for
             block [128, 128]); intermediate buffers and the output stay in ``x.dtype``.

@@ -12,7 +12,7 @@ conventions"; ``random-ids`` because ``random`` downloads ShareGPT without
 ``--dataset-path``). bench_serving appends one JSON object per run to F; the last line
 is parsed with :func:`parse_bench_serving_record`, which accepts the field names of old
 and new sglang.bench_serving builds and of vLLM's ``benchmark_serving``/``vllm bench
-serve`` and returns the names remote/bench.py writes. The level dict gains
+serve`` and returns the names of :data:`remote.bench.common.METRIC_NAMES`. The level dict gains
 ``max_concurrency``, ``num_prompts``, ``failed`` (= P - completed), ``timed_out``
 (1 when the subprocess ran past its time limit, else 0: bench_serving does not report
 request timeouts separately), ``valid`` and ``errors``.
@@ -34,9 +34,10 @@ import sys
 import tempfile
 from typing import Any
 
-from .protocol import PayloadError, log, progress
+from ..protocol import PayloadError, log, progress
+from .common import MAX_FAILURE_FRACTION, default_num_prompts, parse_url
 
-#: Names orch reports (remote.bench.METRIC_NAMES) <- alternative names seen in
+#: Names orch reports (remote.bench.common.METRIC_NAMES) <- alternative names seen in
 #: bench_serving outputs (older SGLang builds, vLLM). The first present wins.
 FIELD_ALIASES: dict[str, tuple[str, ...]] = {
     "duration": ("duration", "benchmark_duration"),
@@ -70,7 +71,7 @@ def _num(v: Any) -> float | None:
 
 
 def parse_bench_serving_record(rec: dict[str, Any]) -> dict[str, Any]:
-    """Map one bench_serving JSON object to orch's metric names (remote.bench.METRIC_NAMES).
+    """Map one bench_serving JSON object to orch's metric names (remote.bench.common.METRIC_NAMES).
 
     Missing throughputs are derived from totals and ``duration`` (s):
     ``total_throughput = (total_input_tokens + total_output_tokens) / duration`` (absent in
@@ -195,13 +196,11 @@ def run_sglang(
 ) -> dict[str, Any]:
     """Benchmark ``url`` with sglang.bench_serving at each concurrency in ``levels``.
 
-    Returns the same ``data`` shape as remote.bench.run_builtin with ``"tool": "sglang"``.
+    Returns the same ``data`` shape as remote.bench.builtin.run_builtin with ``"tool": "sglang"``.
     Each subprocess may run ``level_timeout + STARTUP_ALLOWANCE_S`` seconds.
     Raises PayloadError("not_found") if sglang is not importable (unless ``python``,
     another interpreter, is given: then a failing import shows up per level).
     """
-    from .bench import MAX_FAILURE_FRACTION, default_num_prompts, parse_url
-
     parse_url(url)
     if python is None and not sglang_available():
         raise PayloadError("not_found", "--tool sglang: `import sglang` fails with " + sys.executable)

@@ -1,5 +1,6 @@
 """Checkpoint of a tuning run: one JSON file in the output folder, rewritten atomically
-after each finished batch size, keyed so that only the same run resumes from it."""
+(:func:`remote.host.fs.atomic_write`) after each finished batch size, keyed so that only the
+same run resumes from it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
+
+from ...host.fs import atomic_write
 
 NAME = "checkpoint.json"
 
@@ -38,13 +41,9 @@ def load(out_dir: str | os.PathLike, key_id: str) -> tuple[dict, str | None]:
 
 
 def save(out_dir: str | os.PathLike, key: dict, key_id: str, results: dict) -> Path:
-    """Write the checkpoint atomically (temp file + fsync + rename). Returns its path."""
+    """Write the checkpoint atomically and durably (:func:`remote.host.fs.atomic_write`: temp file,
+    fsync, rename, fsync folder; mode 0644). Returns its path. Raises ``OSError`` (ENOSPC, ...)."""
     path = Path(out_dir) / NAME
-    tmp = path.with_suffix(".json.tmp")
     text = json.dumps({"key_id": key_id, "key": key, "results": results}, indent=1, sort_keys=True, default=str)
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(str(path), text.encode("utf-8"))
     return path

@@ -5,10 +5,10 @@ Standard library only (runs with the host's Python). Nothing here goes through a
 Layout of the host state (docs/protocol.md, "Run records on the host")::
 
     <state_dir>/                 0700
-      lock.json                  see remote/lock.py
+      lock.json                  see remote/host/lock.py
       runs/                      0700
         <RUN_ID>/                0700
-          manifest.json          see remote/install.py
+          manifest.json          see remote/host/changes.py
           backup/<name>          earlier content of every file a run touched
           state.json             the controller's progress, see :func:`update_state`
 
@@ -29,7 +29,7 @@ import stat
 import tempfile
 from typing import Any
 
-from .protocol import PayloadError
+from ..protocol import PayloadError
 
 #: Default state folder on a host (docs/protocol.md).
 DEFAULT_STATE_DIR = "/var/lib/orch"

@@ -112,7 +112,7 @@ def dequant_activation(xq: torch.Tensor, scale: torch.Tensor, spec: QuantSpec, d
 
 @dataclass(frozen=True)
 class QuantWeights:
-    """fp8 expert weights' scales for :func:`remote.kernel.fused_moe.fused_moe`.
+    """fp8 expert weights' scales for :func:`remote.tuning.kernel.fused_moe.fused_moe`.
 
     ``w1_scale``/``w2_scale``: float32, [E] (per-tensor) or [E, rows/bn, cols/bk] (block),
     from :func:`quant_weight` of w1 [E, 2N, hidden] and w2 [E, hidden, N].

@@ -61,7 +61,7 @@ def fused_moe_reference_fp8(x, w1q, w2q, quant, topk_weights, topk_ids):
     Args:
         x: [M, hidden] bf16/fp16 (quantized here exactly as the kernel's caller does);
         w1q [E, 2N, hidden], w2q [E, hidden, N]: fp8 e4m3; quant: a
-        :class:`remote.kernel.quant.QuantWeights`; topk_weights/topk_ids as in
+        :class:`remote.tuning.kernel.quant.QuantWeights`; topk_weights/topk_ids as in
         :func:`fused_moe_reference`.
 
     The GEMMs run in float64 on dequantized operands. Between them the intermediates are

@@ -1,0 +1,76 @@
+"""What both benchmark clients share: metric names, the validity rule, ``--url`` and prompt counts.
+
+:mod:`remote.bench.builtin` (orch's client) and :mod:`remote.bench.sglang_tool` (SGLang's
+``bench_serving``) report levels under these names and judge them by one rule
+(:data:`MAX_FAILURE_FRACTION`); both import this module and neither imports the other.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import http.client
+import urllib.parse
+from dataclasses import dataclass
+
+from ..protocol import PayloadError
+
+# Metric names shared with sglang.bench_serving's --output-file JSON (SGLang 0.5.x `benchmark`).
+METRIC_NAMES = (
+    "duration",
+    "completed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "input_throughput",
+    "output_throughput",
+    "total_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "mean_e2e_latency_ms",
+    "median_e2e_latency_ms",
+)
+#: Extra per-level fields orch adds.
+LEVEL_EXTRA_NAMES = ("max_concurrency", "failed", "timed_out", "valid")
+
+#: A level with more unsuccessful requests than this fraction of num_prompts is invalid.
+MAX_FAILURE_FRACTION = 0.01
+
+
+@dataclass
+class Target:
+    """Where requests go: parsed from ``--url`` (``http://host:port[/prefix]``)."""
+
+    scheme: str
+    host: str
+    port: int
+    prefix: str  # path prefix without trailing slash, usually ""
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        """A new (unconnected) HTTP(S) connection with socket timeout ``timeout`` s."""
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=timeout)
+
+
+def parse_url(url: str) -> Target:
+    """Parse ``--url``; raise ``PayloadError("bad_input")`` unless it is http(s)://host[:port]."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise PayloadError("bad_input", f"bad --url {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PayloadError("bad_input", f"bad --url {url!r}: want http://host:port")
+    if parts.query or parts.fragment:
+        raise PayloadError("bad_input", f"bad --url {url!r}: no query or fragment allowed")
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    return Target(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+
+def default_num_prompts(concurrency: int) -> int:
+    """Prompts per level when --num-prompts is not given: max(5 * C, 10) (steady state)."""
+    return max(5 * concurrency, 10)

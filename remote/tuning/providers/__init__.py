@@ -1,0 +1,51 @@
+"""Kernel providers for the tuner: what is timed for a candidate config.
+
+- ``builtin`` (:mod:`remote.tuning.providers.builtin`): this payload's own Triton kernel
+  (``remote.tuning.kernel``); the up and down GEMMs are timed separately (separable search).
+- ``sglang`` (:mod:`remote.tuning.providers.sglang`): SGLang's own ``fused_moe`` entry with a
+  forced config, when that entry is installed; up and down share one config (joint search).
+
+Which one a name means is decided by :func:`remote.tuning.support.resolve_provider_name`, the
+rule the probe reports as ``tuner_provider``; :func:`resolve_provider` builds that provider.
+"""
+
+from __future__ import annotations
+
+from ...protocol import PayloadError, log
+from ..support import resolve_provider_name
+
+
+def resolve_provider(name: str = "auto"):
+    """``(provider instance, reason)`` for ``name`` (``auto``, ``sglang`` or ``builtin``).
+
+    The name is resolved by :func:`remote.tuning.support.resolve_provider_name` (``reason``:
+    why ``auto`` fell back to builtin, else None). Raises PayloadError: ``bad_input`` for an
+    unknown name; ``not_found`` for ``sglang`` when SGLang's fused-MoE entry is missing or does
+    not import; ``runtime`` when ``auto`` resolved to ``sglang`` (the entry is installed, and
+    the probe said so) but it does not import: falling back would tune another kernel than the
+    one the controller's store key names.
+    """
+    resolved, why = resolve_provider_name(name)
+    if resolved == "builtin":
+        from .builtin import BuiltinProvider
+
+        return BuiltinProvider(), why
+    try:
+        from .sglang import SglangProvider
+
+        return SglangProvider(), None
+    except Exception as exc:  # ImportError, or a broken install raising anything
+        msg = f"SGLang's fused-MoE entry is installed but does not import: {type(exc).__name__}: {exc}"
+        if name == "sglang":
+            raise PayloadError("not_found", f"provider sglang unavailable: {msg}") from None
+        raise PayloadError("runtime", f"provider auto resolved to sglang, but {msg}; "
+                                      "tune with --provider builtin (orch_tune_provider: builtin)") from None
+
+
+def get_provider(name: str = "auto"):
+    """The provider instance for ``name`` (see :func:`resolve_provider`); logs why ``auto``
+    fell back to the builtin kernel."""
+    provider, why = resolve_provider(name)
+    if why:
+        log(f"provider auto: SGLang not usable ({why}); using builtin kernel", "info")
+    return provider

@@ -1,0 +1,361 @@
+"""The import rules between the payload (``remote/``) and the controller (``orchestrator/``).
+
+- (a) nothing under ``remote/`` imports ``orchestrator`` (the payload runs alone on a host);
+- (b) ``orchestrator/`` imports from ``remote`` only ``remote.sglang...`` and ``remote.protocol``;
+- (c) the stdlib-only parts of ``remote`` import with torch and triton blocked;
+- (d) at most 6 modules at the top of ``remote/`` (the rest lives in role folders);
+- (e) no import cycle inside ``remote/`` (:func:`import_cycles`, reusable for any package);
+- commands (``COMMANDS`` of ``remote/__main__.py``) never import one another.
+
+(a), (b) and (e) read the source with :mod:`ast`: every ``import``/``from ... import``, at module
+level, inside functions and under ``if TYPE_CHECKING:`` alike, relative imports resolved.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REMOTE = REPO / "remote"
+ORCH = REPO / "orchestrator"
+
+#: Where the controller may import the payload's code (docs/protocol.md).
+ALLOWED_FROM_CONTROLLER = ("remote.sglang", "remote.protocol")
+
+#: Parts of the payload that must import without torch or triton (commands read-only or stdlib).
+TORCH_FREE = ("remote.sglang", "remote.host", "remote.bench", "remote.probe", "remote.names", "remote.protocol",
+              "remote.tuning.support", "remote.tuning.command", "remote.__main__")
+
+
+# ----------------------------------------------------------------------------- the AST scan
+
+def module_name(path: Path, package_root: Path) -> str:
+    """Dotted name of the module at ``path`` inside the package folder ``package_root``
+    (``remote/host/fs.py`` -> ``remote.host.fs``; ``remote/host/__init__.py`` -> ``remote.host``)."""
+    parts = list(path.relative_to(package_root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules_of(package_root: Path) -> dict[str, Path]:
+    """Every module of the package: dotted name -> file (``__pycache__`` left out)."""
+    return {module_name(p, package_root): p for p in sorted(package_root.rglob("*.py"))
+            if "__pycache__" not in p.parts}
+
+
+def imported_names(path: Path, module: str) -> list[tuple[str, tuple[str, ...], int]]:
+    """The imports of one file as ``(absolute module, imported names, line)``.
+
+    ``import a.b`` gives ``("a.b", (), line)``; ``from .x import y, z`` inside ``pkg.m`` gives
+    ``("pkg.x", ("y", "z"), line)``. Every import statement counts, wherever it sits (module
+    level, function body, ``if TYPE_CHECKING:``). Raises SyntaxError for a file that does not parse.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    is_package = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, (), node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                if not is_package:
+                    base = base[:-1]  # a module's package
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.append((target, tuple(a.name for a in node.names), node.lineno))
+    return out
+
+
+def import_graph(package_root: Path) -> dict[str, set[str]]:
+    """``module -> modules of the same package it imports`` (see :func:`imported_names`).
+
+    ``from p import x`` is an edge to ``p.x`` when that is a module of the package, else to
+    ``p``. ``import a.b.c`` is an edge to the deepest of ``a.b.c``, ``a.b``, ``a`` that is a
+    module of the package. Importing a submodule is not counted as importing its parent
+    packages' ``__init__`` (Python runs those first, but they cannot close a cycle through it).
+    """
+    mods = modules_of(package_root)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        for target, names, _line in imported_names(path, mod):
+            if names:
+                hits = {f"{target}.{n}" for n in names if f"{target}.{n}" in mods}
+                if len(hits) < len(names) and target in mods:
+                    hits.add(target)
+                graph[mod] |= hits
+            else:
+                parts = target.split(".")
+                for k in range(len(parts), 0, -1):
+                    if ".".join(parts[:k]) in mods:
+                        graph[mod].add(".".join(parts[:k]))
+                        break
+    for mod, edges in graph.items():
+        edges.discard(mod)  # a package __init__ importing its own names is no cycle
+    return graph
+
+
+def import_cycles(package_root: Path | str) -> list[list[str]]:
+    """Import cycles inside the package at ``package_root`` (a folder with ``__init__.py``).
+
+    Builds :func:`import_graph` (module-level and function-level imports, relative imports
+    resolved) and returns one cycle per strongly connected component that has one, as a path
+    that starts and ends at the same module (``["a.x", "a.y", "a.x"]``), sorted; ``[]`` when the
+    graph is acyclic.
+    """
+    graph = import_graph(Path(package_root))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = [0]
+
+    def connect(v: str) -> None:  # Tarjan's algorithm, iterative over each node's edges
+        work = [(v, iter(sorted(graph[v])))]
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for w in edges:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    advanced = True
+                    break
+                if w in on_stack:
+                    low[node] = min(low[node], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                if len(comp) > 1:
+                    components.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return sorted(_cycle_in(graph, comp) for comp in components)
+
+
+def _cycle_in(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
+    """One cycle through the first module of a strongly connected component (breadth-first,
+    so the shortest one back to it)."""
+    start, members = comp[0], set(comp)
+    parent: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & members):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return [start] + path[::-1][1:] + [start]
+                if w not in parent:
+                    parent[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"no cycle through {start} in {comp}")  # cannot happen for an SCC
+
+
+def imports_of_tree(package_root: Path):
+    """``(file, line, absolute module, names)`` for every import in the package's files."""
+    for mod, path in modules_of(package_root).items():
+        for target, names, line in imported_names(path, mod):
+            yield path, line, target, names
+
+
+# ----------------------------------------------------------------------------- the rules
+
+def test_payload_never_imports_the_controller():
+    bad = [f"{p.relative_to(REPO)}:{line}: {target}" for p, line, target, _ in imports_of_tree(REMOTE)
+           if target == "orchestrator" or target.startswith("orchestrator.")]
+    # importlib.import_module("orchestrator...") / __import__ with a literal name count too
+    for path in REMOTE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                arg = node.args[0].value
+                if fn in ("import_module", "__import__") and isinstance(arg, str) and arg.startswith("orchestrator"):
+                    bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {fn}({arg!r})")
+    assert not bad, "remote/ must not import orchestrator:\n" + "\n".join(bad)
+
+
+def _allowed(module: str) -> bool:
+    return any(module == a or module.startswith(a + ".") for a in ALLOWED_FROM_CONTROLLER)
+
+
+def test_controller_imports_only_the_shared_rules_of_the_payload():
+    bad = []
+    for path, line, target, names in imports_of_tree(ORCH):
+        if target != "remote" and not target.startswith("remote."):
+            continue
+        # `from remote import protocol` names the module through its parent
+        reached = [f"{target}.{n}" for n in names] if target == "remote" and names else [target]
+        bad += [f"{path.relative_to(REPO)}:{line}: {m}" for m in reached if not _allowed(m)]
+    assert not bad, f"orchestrator/ may import only {ALLOWED_FROM_CONTROLLER} from remote:\n" + "\n".join(bad)
+    # and it does use them (the rule is about something real)
+    used = {t for _, _, t, _ in imports_of_tree(ORCH) if t.startswith("remote.")}
+    assert {"remote.protocol", "remote.sglang.configfile", "remote.sglang.defaults"} <= used, used
+
+
+def _torch_free_modules() -> list[str]:
+    return [m for m in modules_of(REMOTE) if any(m == p or m.startswith(p + ".") for p in TORCH_FREE)]
+
+
+def test_stdlib_parts_of_the_payload_import_without_torch_or_triton():
+    mods = _torch_free_modules()
+    assert {"remote.sglang.naming", "remote.sglang.lookup", "remote.host.fs", "remote.host.changes",
+            "remote.probe", "remote.names", "remote.protocol", "remote.tuning.support"} <= set(mods)
+    code = (
+        "import importlib, json, sys\n"
+        "sys.modules['torch'] = None; sys.modules['triton'] = None  # any `import torch` now fails\n"
+        f"for m in {mods!r}:\n"
+        "    importlib.import_module(m)\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'triton', 'numpy') if sys.modules.get(m) is not None)))\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "[]", r.stdout
+
+
+def test_payload_top_level_stays_small():
+    top = sorted(p.name for p in REMOTE.glob("*.py"))
+    assert len(top) <= 6, f"{len(top)} modules at the top of remote/ (at most 6): {top}"
+    assert {"__init__.py", "__main__.py", "protocol.py"} <= set(top)
+
+
+def test_no_import_cycle_in_the_payload():
+    cycles = import_cycles(REMOTE)
+    assert cycles == [], "import cycles in remote/:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def command_modules() -> dict[str, str]:
+    """``COMMANDS`` of ``remote/__main__.py`` (command -> absolute module), read from its source."""
+    tree = ast.parse((REMOTE / "__main__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMMANDS" for t in node.targets):
+            table = ast.literal_eval(node.value)
+            return {cmd: "remote" + mod for cmd, mod in table.items()}
+    raise AssertionError("remote/__main__.py has no COMMANDS table")
+
+
+def test_commands_never_import_one_another():
+    cmds = command_modules()
+    mods = modules_of(REMOTE)
+    assert set(cmds) >= {"probe", "names", "tune", "install", "restore", "bench"} and set(cmds.values()) <= set(mods)
+    graph = import_graph(REMOTE)
+    bad = [f"{a} imports {b}" for a in cmds.values() for b in sorted(graph[a]) if b in cmds.values()]
+    assert not bad, "what two commands share belongs in sglang/, host/, bench/common or tuning/support:\n" + \
+        "\n".join(bad)
+
+
+# ----------------------------------------------------------------------------- the scanner itself
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root / next(iter(files)).split("/")[0]
+
+
+def test_import_cycles_finds_function_level_and_relative_cycles(tmp_path):
+    pkg = _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from .sub import b\n",                        # a -> pkg.sub.b
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/b.py": "def f():\n    from ..c import x\n",        # b -> pkg.c (inside a function)
+        "pkg/c.py": "import pkg.a\nx = 1\n",                       # c -> a: a -> b -> c -> a
+        "pkg/d.py": "from . import e\n",                           # d <-> e through the package
+        "pkg/e.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import d\n",
+        "pkg/f.py": "from .a import nothing_here\nfrom . import c\n",  # only outgoing edges
+    })
+    assert import_cycles(pkg) == [["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"], ["pkg.d", "pkg.e", "pkg.d"]]
+    (pkg / "c.py").write_text("x = 1\n")
+    (pkg / "e.py").write_text("import os\n")
+    assert import_cycles(pkg) == []
+
+
+def test_import_graph_resolves_relative_imports_in_packages_and_modules(tmp_path):
+    pkg = _write(tmp_path, {
+        "pkg/__init__.py": "from .x import y\n",                 # the package itself: level 1 = pkg
+        "pkg/x/__init__.py": "from .. import z\nfrom ..w import v\n",  # package pkg.x: level 2 = pkg
+        "pkg/x/y.py": "from . import q\n",                       # module: level 1 = its package pkg.x
+        "pkg/z.py": "",
+        "pkg/w.py": "",
+    })
+    g = import_graph(pkg)
+    assert g["pkg"] == {"pkg.x.y"} and g["pkg.x"] == {"pkg.z", "pkg.w"} and g["pkg.x.y"] == {"pkg.x"}
+
+
+@pytest.mark.parametrize("rel", ["remote/host/fs.py", "remote/host/__init__.py"])
+def test_module_name(rel):
+    assert module_name(REPO / rel, REMOTE) == ("remote.host.fs" if rel.endswith("fs.py") else "remote.host")
+
+
+# ----------------------------------------------------------------------------- the bundle
+
+def test_bundle_carries_every_payload_module_and_runs_alone(tmp_path):
+    """The tarball pushed to hosts holds every module of ``remote/`` (subpackages included), and
+    the stdlib commands run from an unpacked copy with nothing else on the path (``python -S``:
+    no site-packages, so neither this checkout nor torch can be reached)."""
+    import io
+    import json
+    import tarfile
+
+    from orchestrator.payload_bundle import build_bundle
+    from remote import PAYLOAD_VERSION
+
+    b = build_bundle(REMOTE)
+    with tarfile.open(fileobj=io.BytesIO(b.data), mode="r:gz") as tar:
+        names = set(tar.getnames())
+        tar.extractall(tmp_path / "payload", filter="data")
+    want = {str(p.relative_to(REPO)) for p in REMOTE.rglob("*.py") if "__pycache__" not in p.parts}
+    assert want <= names and {"remote/sglang/lookup.py", "remote/host/changes.py", "remote/bench/common.py",
+                              "remote/tuning/support.py", "remote/tuning/kernel/fused_moe.py"} <= names
+    assert b.version == PAYLOAD_VERSION
+
+    def run(*argv):
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path / "payload")}
+        r = subprocess.run([sys.executable, "-S", "-m", "remote", *argv], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        lines = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+        assert r.returncode == 0 and lines[-1]["type"] == "result", r.stdout + r.stderr
+        return lines[-1]["data"]
+
+    assert run("version") == {"payload_version": PAYLOAD_VERSION, "proto": 1}
+    model = REPO / "tests" / "data" / "models" / "Qwen3-30B-A3B.json"
+    names_data = run("names", "--model-config", str(model), "--device-name", "NVIDIA H200")
+    assert names_data["file_names"]["up"] == "E=128,N=768,device_name=NVIDIA_H200.json"
+    probe = run("probe", "--model-config", str(model), "--device-name", "NVIDIA H200")
+    assert probe["torch_version"] is None and probe["file_names"] == names_data["file_names"]
+    assert probe["tuner_provider"]["auto"] == "builtin"
+    lock = run("lock", "status", "--state-dir", str(tmp_path / "state"))
+    assert lock["held"] is False and lock["lock"] is None
