@@ -330,7 +330,7 @@ def test_bundle_carries_every_payload_module_and_runs_alone(tmp_path):
     import json
     import tarfile
 
-    from orchestrator.payload_bundle import build_bundle
+    from orchestrator.payload.bundle import build_bundle
     from remote import PAYLOAD_VERSION
 
     b = build_bundle(REMOTE)
@@ -359,3 +359,9 @@ def test_bundle_carries_every_payload_module_and_runs_alone(tmp_path):
     assert probe["tuner_provider"]["auto"] == "builtin"
     lock = run("lock", "status", "--state-dir", str(tmp_path / "state"))
     assert lock["held"] is False and lock["lock"] is None
+
+
+def test_no_import_cycle_in_the_controller():
+    """Issue 10: no cycle in orchestrator/ either (function-level imports count)."""
+    cycles = import_cycles(ORCH)
+    assert cycles == [], "import cycles in orchestrator/:\n" + "\n".join(" -> ".join(c) for c in cycles)

@@ -25,12 +25,23 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .errors import InventoryError
 
-if TYPE_CHECKING:
-    from .model import Host, Inventory
+
+class Host(Protocol):
+    """What a pattern reads of an inventory host (:class:`orchestrator.inventory.model.Host`)."""
+
+    name: str
+
+
+class Inventory(Protocol):
+    """What a pattern reads of an inventory (:class:`orchestrator.inventory.model.Inventory`):
+    its ``hosts`` in inventory order and its ``groups`` (name -> group with ``hosts``)."""
+
+    hosts: list[Any]
+    groups: dict[str, Any]
 
 _SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?\d+)|(\d+):(\d*))\]$")
 _GLOB_CHARS = ("*", "?", "[")
@@ -48,13 +59,13 @@ def split_patterns(limit: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _names_hint(inv: "Inventory", body: str) -> str:
+def _names_hint(inv: Inventory, body: str) -> str:
     names = [h.name for h in inv.hosts] + list(inv.groups)
     close = difflib.get_close_matches(body.lstrip("~"), names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _match_term(inv: "Inventory", term: str, limit: str) -> list["Host"]:
+def _match_term(inv: Inventory, term: str, limit: str) -> list[Host]:
     """Hosts matched by one term without its ``&``/``!`` prefix, in inventory order."""
     body, subscript = term, None
     m = _SUBSCRIPT.match(term)
@@ -131,7 +142,7 @@ def _expand_files(terms: list[str], limit: str) -> list[str]:
     return out
 
 
-def select_hosts(inv: "Inventory", limit: str | None) -> list["Host"]:
+def select_hosts(inv: Inventory, limit: str | None) -> list[Host]:
     """The hosts of ``inv`` selected by an Ansible ``--limit`` string, in inventory order.
 
     ``None`` selects every host. Raises :class:`InventoryError` naming the pattern when a term
