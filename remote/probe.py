@@ -14,28 +14,36 @@ Result ``data``::
     triton_folder: "triton_3_6_0"           # where orch installs (remote.naming.triton_folder)
     sglang_exact_folder: "triton_3_6_0"     # the folder SGLang tries first (verbatim version)
     sglang: {installed, version, package_dir, loader_module, layout "current"|"old"|null,
+             loader_rules: {name_selectors, reads_down, config_dir_env, fallback,
+                            fallback_versions} | null  (see loader_rules),
              configs_root, configs_root_exists, shipped_configs_root,
              other_layout_configs_root, moe_config_dir}
     model: MoeShape.to_dict() | null,  model_config_path
-    file_names: {up, down} | null
+    file_names: {up, down} | null           # named as this release names them (loader_rules)
     install_dir: "<configs_root>/<triton_folder>" | null
     install_dir_exists: bool
     existing: {up|down: {folders: [triton_* holding the file, newest first],
                          in_installed_folder: bool, sglang_would_load: path | null,
-                         fallback_error: str | null}}
+                         fallback_error: str | null,
+                         read_by_sglang: bool}}   # down: false when the release reads no _down file
     unparsable_folders: [triton_* names SGLang's fallback sort cannot parse]
     warnings: [str]
 
 SGLang is located WITHOUT importing it (its ``__init__`` is heavy and may touch the GPU):
 ``importlib.util.find_spec("sglang")`` only finds a top-level package's spec, it does
-not execute it; the version comes from ``importlib.metadata``. Loader paths are those of
-SGLang 0.5.23 (``moe_runner/triton_utils/``, since sglang PR #23019) and older releases
-(``fused_moe_triton/``); SGLang resolves ``os.path.realpath(__file__)``, so do we.
+not execute it; the version comes from ``importlib.metadata``. The loader module is the one
+that defines ``get_moe_configs``: ``moe_runner/triton_utils/fused_moe_triton_config.py`` (SGLang
+0.5.11+), ``fused_moe_triton/fused_moe_triton_config.py`` (0.5.2 ... 0.5.10) or
+``fused_moe_triton/fused_moe.py`` (0.5.1 and older); SGLang resolves
+``os.path.realpath(__file__)``, so do we. How that release names and looks up files
+(:func:`loader_rules`) is read from the module's source, never assumed from a version number;
+docs/sglang-releases.md lists what each release does.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.metadata
 import importlib.util
 import os
@@ -47,11 +55,17 @@ from .names import add_model_arguments, checked_device_name, shape_from_args
 from .protocol import PayloadError, log
 from .tune import unsupported_reason
 
-#: Loader module locations inside the ``sglang`` package, newest layout first.
+#: Loader module locations inside the ``sglang`` package, newest first: (layout, path parts).
+#: ``fused_moe.py`` (SGLang <= 0.5.1) counts only when it defines ``get_moe_configs`` (later
+#: releases keep a kernels-only module of that name).
 LOADER_LAYOUTS = (
     ("current", ("srt", "layers", "moe", "moe_runner", "triton_utils", "fused_moe_triton_config.py")),
     ("old", ("srt", "layers", "moe", "fused_moe_triton", "fused_moe_triton_config.py")),
+    ("old", ("srt", "layers", "moe", "fused_moe_triton", "fused_moe.py")),
 )
+#: The rules of SGLang 0.5.23, assumed when a loader module's source cannot be read.
+RULES_0_5_23 = {"name_selectors": ["dtype", "block_shape", "per_channel_quant", "down"], "reads_down": True,
+                "config_dir_env": True, "fallback": "scan", "fallback_versions": None}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,16 +138,75 @@ def triton_version() -> str | None:
 
 # --------------------------------------------------------------------------- SGLang
 
+def _defines_get_moe_configs(path: Path) -> bool:
+    try:
+        return "def get_moe_configs(" in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def loader_rules(source: str) -> dict[str, Any] | None:
+    """How an SGLang release names and looks up fused-MoE config files, read from its loader
+    module's ``source`` (the module defining ``get_config_file_name`` and ``get_moe_configs``).
+
+    Returns None when either function is missing or the source does not parse, else::
+
+        name_selectors: ["dtype", "block_shape", "per_channel_quant"?, "down"?]
+            # the selectors of get_config_file_name: ,per_channel_quant=True since 0.5.4,
+            # _down since 0.5.5 (a parameter per_channel_quant / down_moe)
+        reads_down: bool          # get_moe_configs takes down_moe: the server reads _down files
+                                  # (0.5.5+); otherwise the down GEMM always runs the up config
+        config_dir_env: bool      # get_moe_configs reads SGLANG_MOE_CONFIG_DIR (0.5.3+)
+        fallback: "scan" | "list" # scan: every configs/triton_* folder newest first (0.5.12+);
+                                  # list: a fixed list of versions (older releases)
+        fallback_versions: ["3.4.0", ...] | None   # the fixed list, in the order tried
+
+    Raises nothing; the oracle tests (tests/test_sglang_oracle.py) check this against the real
+    code of every covered release.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    name_fn, lookup_fn = funcs.get("get_config_file_name"), funcs.get("get_moe_configs")
+    if name_fn is None or lookup_fn is None:
+        return None
+    name_params = {a.arg for a in name_fn.args.args + name_fn.args.kwonlyargs}
+    lookup_params = {a.arg for a in lookup_fn.args.args + lookup_fn.args.kwonlyargs}
+    selectors = ["dtype", "block_shape"]
+    if "per_channel_quant" in name_params:
+        selectors.append("per_channel_quant")
+    if "down_moe" in name_params:
+        selectors.append("down")
+    fixed: list[str] | None = None
+    scans = env = False
+    for node in ast.walk(lookup_fn):
+        if isinstance(node, ast.Constant) and node.value == "SGLANG_MOE_CONFIG_DIR":
+            env = True
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.List) and any(
+                isinstance(t, ast.Name) and t.id == "supported_triton_versions" for t in node.targets):
+            fixed = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "listdir"):
+            scans = True
+    if fixed is None and not scans:
+        return None
+    return {"name_selectors": selectors, "reads_down": "down_moe" in lookup_params, "config_dir_env": env,
+            "fallback": "list" if fixed is not None else "scan", "fallback_versions": fixed}
+
+
 def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
     """Locate SGLang's fused-MoE loader and config folders on disk without importing sglang.
 
     ``moe_config_dir``: the unit's ``SGLANG_MOE_CONFIG_DIR``; it replaces the base folder
-    (configs_root = ``<dir>/configs``). Returns the ``sglang`` object described in the
-    module docstring.
+    (configs_root = ``<dir>/configs``) in releases that read it (``loader_rules``
+    ``config_dir_env``); older releases ignore it. Returns the ``sglang`` object described in
+    the module docstring.
     """
     out: dict[str, Any] = {
         "installed": False, "version": None, "package_dir": None, "loader_module": None,
-        "layout": None, "configs_root": None, "configs_root_exists": False,
+        "layout": None, "loader_rules": None, "configs_root": None, "configs_root_exists": False,
         "shipped_configs_root": None, "other_layout_configs_root": None,
         "moe_config_dir": moe_config_dir,
     }
@@ -154,25 +227,30 @@ def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
             out["version"] = importlib.metadata.version("sglang")
         except importlib.metadata.PackageNotFoundError:
             out["version"] = None
-        found: dict[str, str] = {}
+        found: list[tuple[str, str]] = []
         for layout, parts in LOADER_LAYOUTS:
             for d in pkg_dirs:
                 cand = Path(d).joinpath(*parts)
-                if cand.is_file():
-                    found.setdefault(layout, os.path.realpath(cand))
-        for layout, _ in LOADER_LAYOUTS:
-            if layout in found:
-                out["layout"] = layout
-                out["loader_module"] = found[layout]
-                out["shipped_configs_root"] = os.path.join(os.path.dirname(found[layout]), "configs")
-                break
+                if cand.is_file() and (parts[-1] != "fused_moe.py" or _defines_get_moe_configs(cand)):
+                    found.append((layout, os.path.realpath(cand)))
+                    break
+        # the module that defines get_moe_configs; else the first config module on disk
+        pick = next((f for f in found if _defines_get_moe_configs(Path(f[1]))), found[0] if found else None)
+        if pick:
+            out["layout"], out["loader_module"] = pick
+            out["shipped_configs_root"] = os.path.join(os.path.dirname(pick[1]), "configs")
+            try:
+                out["loader_rules"] = loader_rules(Path(pick[1]).read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                out["loader_rules"] = None
         for layout, parts in LOADER_LAYOUTS:
             if layout == out["layout"]:
                 continue
             other = Path(pkg_dirs[0]).joinpath(*parts[:-1], "configs")
             if other.is_dir():
                 out["other_layout_configs_root"] = os.path.realpath(other)
-    if moe_config_dir:
+    rules = out["loader_rules"] or RULES_0_5_23
+    if moe_config_dir and rules["config_dir_env"]:
         out["configs_root"] = os.path.join(os.path.abspath(os.path.expanduser(moe_config_dir)), "configs")
     else:
         out["configs_root"] = out["shipped_configs_root"]
@@ -181,37 +259,47 @@ def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
     return out
 
 
-def simulate_lookup(configs_root: str, exact_folder: str, file_name: str) -> dict[str, Any]:
-    """What SGLang 0.5.23 ``get_moe_configs`` would do for ``file_name`` under ``configs_root``.
+def simulate_lookup(configs_root: str, exact_folder: str, file_name: str,
+                    rules: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What SGLang's ``get_moe_configs`` would do for ``file_name`` under ``configs_root``.
 
-    Exact ``<root>/<exact_folder>/<file>`` first; else every ``triton_*`` entry, newest
-    first (an unparsable entry makes the real loader raise ValueError, a missing root
-    FileNotFoundError; both reported in ``fallback_error``). Returns
-    ``{folders, sglang_would_load, fallback_error}``; ``folders`` lists every parsable
-    ``triton_*`` folder holding the file, newest first.
+    ``exact_folder``: ``sglang_version_dir(triton.__version__)``; ``rules``: the release's
+    :func:`loader_rules` (None: SGLang 0.5.23's). First ``<root>/<exact_folder>/<file>``; else
+    the fallback: with ``fallback == "scan"`` every ``triton_*`` entry, newest version first,
+    each tried as ``triton_`` + its version with ``.`` made ``_`` (as SGLang rebuilds the name);
+    an unparsable entry makes the real loader raise ValueError, a missing root
+    FileNotFoundError (both reported in ``fallback_error``). With ``fallback == "list"`` only
+    the release's fixed versions, in its order (no listing, so no such errors).
+
+    Returns ``{folders, sglang_would_load, fallback_error}``; ``folders`` lists every parsable
+    ``triton_*`` folder holding the file, newest first (whether SGLang tries it or not).
     """
+    rules = rules or RULES_0_5_23
     try:
-        entries = sorted(os.listdir(configs_root))
+        entries = os.listdir(configs_root)  # SGLang sorts this order stably: ties keep it
     except FileNotFoundError:
         entries = None
     except OSError as exc:
         return {"folders": [], "sglang_would_load": None, "fallback_error": f"cannot list {configs_root}: {exc}"}
-    if entries is None:
-        return {"folders": [], "sglang_would_load": None,
-                "fallback_error": f"{configs_root} does not exist: SGLang's fallback scan raises FileNotFoundError"}
-    tri = [e for e in entries if e.startswith("triton_")]
-    ordered = sort_triton_folders(tri)
-    folders = [f for f in ordered if os.path.isfile(os.path.join(configs_root, f, file_name))]
-    bad = unparsable_triton_folders(tri)
+    tri = [e for e in entries or [] if e.startswith("triton_")]
+    folders = [f for f in sort_triton_folders(tri) if os.path.isfile(os.path.join(configs_root, f, file_name))]
     exact = os.path.join(configs_root, exact_folder, file_name)
     if os.path.isfile(exact):
         return {"folders": folders, "sglang_would_load": exact, "fallback_error": None}
-    if bad:
-        return {"folders": folders, "sglang_would_load": None,
-                "fallback_error": f"unparsable folder(s) {bad}: SGLang's fallback sort raises ValueError"}
-    return {"folders": folders,
-            "sglang_would_load": os.path.join(configs_root, folders[0], file_name) if folders else None,
-            "fallback_error": None}
+    if rules["fallback"] == "list":
+        tries = ["triton_" + v.replace(".", "_") for v in rules["fallback_versions"] or []]
+    elif entries is None:
+        return {"folders": [], "sglang_would_load": None,
+                "fallback_error": f"{configs_root} does not exist: SGLang's fallback scan raises FileNotFoundError"}
+    else:
+        bad = unparsable_triton_folders(tri)
+        if bad:
+            return {"folders": folders, "sglang_would_load": None,
+                    "fallback_error": f"unparsable folder(s) {bad}: SGLang's fallback sort raises ValueError"}
+        tries = ["triton_" + f[len("triton_"):].replace(".", "_") for f in sort_triton_folders(tri)]
+    hit = next((os.path.join(configs_root, f, file_name) for f in tries
+                if os.path.isfile(os.path.join(configs_root, f, file_name))), None)
+    return {"folders": folders, "sglang_would_load": hit, "fallback_error": None}
 
 
 # --------------------------------------------------------------------------- command
@@ -248,10 +336,16 @@ def run(args: argparse.Namespace) -> dict:
     if not sg["installed"]:
         warnings.append("sglang is not installed for this interpreter")
     elif not sg["loader_module"]:
-        warnings.append(f"no fused_moe_triton_config.py found under {sg['package_dir']}")
+        warnings.append(f"no SGLang MoE config loader (fused_moe_triton_config.py) found under {sg['package_dir']}")
     if sg["other_layout_configs_root"]:
         warnings.append(f"configs of another SGLang layout exist at {sg['other_layout_configs_root']} "
                         "(not read by this SGLang)")
+    rules = sg["loader_rules"] or RULES_0_5_23
+    if sg["loader_module"] and sg["loader_rules"] is None:
+        warnings.append(f"cannot read SGLang's lookup rules from {sg['loader_module']}; assuming SGLang 0.5.23's")
+    if args.moe_config_dir and not rules["config_dir_env"]:
+        warnings.append(f"SGLANG_MOE_CONFIG_DIR is set, but SGLang {sg['version'] or '?'} does not read it: "
+                        f"it loads configs from {sg['configs_root']}")
 
     model = file_names = None
     model_path = None
@@ -265,7 +359,7 @@ def run(args: argparse.Namespace) -> dict:
         shape, model_path = shape_from_args(args, capability=cap)
         model = shape.to_dict()
         model["tuner_unsupported"] = unsupported_reason(model)
-        file_names = shape.file_names(device_name)
+        file_names = shape.file_names(device_name, per_channel_selector="per_channel_quant" in rules["name_selectors"])
 
     install_dir = os.path.join(sg["configs_root"], tfolder) if (sg["configs_root"] and tfolder) else None
     existing: dict[str, Any] | None = None
@@ -275,13 +369,16 @@ def run(args: argparse.Namespace) -> dict:
             unparsable = unparsable_triton_folders(sorted(os.listdir(sg["configs_root"])))
         except OSError as exc:
             warnings.append(f"cannot list {sg['configs_root']}: {exc}")
-        if unparsable:
+        if unparsable and rules["fallback"] == "scan":
             warnings.append(f"unparsable folder(s) {unparsable} in {sg['configs_root']} break SGLang's fallback")
     if file_names and sg["configs_root"] and tfolder:
         existing = {}
         for kind, fname in file_names.items():
-            sim = simulate_lookup(sg["configs_root"], exact_folder, fname)
+            sim = simulate_lookup(sg["configs_root"], exact_folder, fname, rules)
             sim["in_installed_folder"] = tfolder in sim["folders"]
+            sim["read_by_sglang"] = kind == "up" or rules["reads_down"]
+            if not sim["read_by_sglang"]:  # this release never looks for _down files
+                sim["sglang_would_load"] = sim["fallback_error"] = None
             existing[kind] = sim
     for msg in warnings:
         log(msg, level="warning")
