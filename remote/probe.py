@@ -15,15 +15,18 @@ Result ``data``::
     triton_folder: "triton_3_6_0"           # where orch installs (remote.sglang.naming.triton_folder)
     sglang_exact_folder: "triton_3_6_0"     # the folder SGLang tries first (verbatim version)
     sglang: {installed, version, package_dir, loader_module, layout "current"|"old"|null,
+             loader_rules: {name_selectors, reads_down, config_dir_env, fallback,
+                            fallback_versions} | null  (see remote.sglang.lookup.loader_rules),
              configs_root, configs_root_exists, shipped_configs_root,
              other_layout_configs_root, moe_config_dir}
     model: MoeShape.to_dict() | null,  model_config_path
-    file_names: {up, down} | null
+    file_names: {up, down} | null           # named as this release names them (loader_rules)
     install_dir: "<configs_root>/<triton_folder>" | null
     install_dir_exists: bool
     existing: {up|down: {folders: [triton_* holding the file, newest first],
                          in_installed_folder: bool, sglang_would_load: path | null,
-                         fallback_error: str | null}}
+                         fallback_error: str | null,
+                         read_by_sglang: bool}}   # down: false when the release reads no _down file
     unparsable_folders: [triton_* names SGLang's fallback sort cannot parse]
     tuner_provider: {auto: "sglang"|"builtin",  # the kernel `tune --provider auto` times here
                      reason: str | null}       # why auto falls back to builtin
@@ -43,7 +46,7 @@ import os
 from typing import Any
 
 from .protocol import PayloadError, log
-from .sglang.lookup import find_sglang, simulate_lookup
+from .sglang.lookup import RULES_0_5_23, find_sglang, simulate_lookup
 from .sglang.model import add_model_arguments, checked_device_name, shape_from_args
 from .sglang.naming import sglang_version_dir, triton_folder, unparsable_triton_folders
 from .tuning.support import resolve_provider_name, unsupported_reason
@@ -151,10 +154,16 @@ def run(args: argparse.Namespace) -> dict:
     if not sg["installed"]:
         warnings.append("sglang is not installed for this interpreter")
     elif not sg["loader_module"]:
-        warnings.append(f"no fused_moe_triton_config.py found under {sg['package_dir']}")
+        warnings.append(f"no SGLang MoE config loader (fused_moe_triton_config.py) found under {sg['package_dir']}")
     if sg["other_layout_configs_root"]:
         warnings.append(f"configs of another SGLang layout exist at {sg['other_layout_configs_root']} "
                         "(not read by this SGLang)")
+    rules = sg["loader_rules"] or RULES_0_5_23
+    if sg["loader_module"] and sg["loader_rules"] is None:
+        warnings.append(f"cannot read SGLang's lookup rules from {sg['loader_module']}; assuming SGLang 0.5.23's")
+    if args.moe_config_dir and not rules["config_dir_env"]:
+        warnings.append(f"SGLANG_MOE_CONFIG_DIR is set, but SGLang {sg['version'] or '?'} does not read it: "
+                        f"it loads configs from {sg['configs_root']}")
 
     model = file_names = None
     model_path = None
@@ -168,7 +177,7 @@ def run(args: argparse.Namespace) -> dict:
         shape, model_path = shape_from_args(args, capability=cap)
         model = shape.to_dict()
         model["tuner_unsupported"] = unsupported_reason(model)
-        file_names = shape.file_names(device_name)
+        file_names = shape.file_names(device_name, per_channel_selector="per_channel_quant" in rules["name_selectors"])
 
     install_dir = os.path.join(sg["configs_root"], tfolder) if (sg["configs_root"] and tfolder) else None
     existing: dict[str, Any] | None = None
@@ -178,13 +187,16 @@ def run(args: argparse.Namespace) -> dict:
             unparsable = unparsable_triton_folders(sorted(os.listdir(sg["configs_root"])))
         except OSError as exc:
             warnings.append(f"cannot list {sg['configs_root']}: {exc}")
-        if unparsable:
+        if unparsable and rules["fallback"] == "scan":
             warnings.append(f"unparsable folder(s) {unparsable} in {sg['configs_root']} break SGLang's fallback")
     if file_names and sg["configs_root"] and tfolder:
         existing = {}
         for kind, fname in file_names.items():
-            sim = simulate_lookup(sg["configs_root"], exact_folder, fname)
+            sim = simulate_lookup(sg["configs_root"], exact_folder, fname, rules)
             sim["in_installed_folder"] = tfolder in sim["folders"]
+            sim["read_by_sglang"] = kind == "up" or rules["reads_down"]
+            if not sim["read_by_sglang"]:  # this release never looks for _down files
+                sim["sglang_would_load"] = sim["fallback_error"] = None
             existing[kind] = sim
     auto, why = resolve_provider_name("auto")
     tuner_provider = {"auto": auto, "reason": why}

@@ -37,7 +37,11 @@ def test_valid_config_is_canonicalised_in_numeric_order():
         ({"1.5": entry()}, "'1.5'"),
         ({" 1": entry()}, "' 1'"),
         ({"1": [1, 2]}, "value must be an object"),
-        ({"1": {k: v for k, v in entry().items() if k != "num_stages"}}, "missing field num_stages"),
+        ({"1": {k: v for k, v in entry().items() if k != "GROUP_SIZE_M"}}, "missing field GROUP_SIZE_M"),
+        ({"1": {k: v for k, v in entry().items() if k != "BLOCK_SIZE_K"}}, "missing field BLOCK_SIZE_K"),
+        ({"1": entry(w=6)}, "num_warps must be a power of two"),
+        ({"1": entry(num_ctas=0)}, "num_ctas"),
+        ({"1": entry(num_ctas=1.0)}, "num_ctas"),
         ({"1": entry(m=16.0)}, "BLOCK_SIZE_M"),
         ({"1": entry(m=True)}, "BLOCK_SIZE_M"),
         ({"1": entry(m="16")}, "BLOCK_SIZE_M"),
@@ -57,6 +61,21 @@ def test_invalid_configs_name_source_and_key(obj, words):
     assert ei.value.kind == "bad_input"
     assert ei.value.msg.startswith("up.json: ")
     assert words in ei.value.msg
+
+
+def test_launch_options_optional_when_reading_required_when_writing():
+    """SGLang hands each entry to the kernel launch as keywords: num_warps/num_stages are Triton
+    launch options with defaults (SGLang 0.5.23 ships 36 entries without them) and num_ctas is
+    one too (shipped in triton_3_1_0/E=8,N=3584,device_name=NVIDIA_L40S.json). What orch writes
+    is complete."""
+    bare = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1}
+    out = validate_config({"256": bare, "1": entry(num_ctas=1)}, "x")
+    assert out == {"1": entry(num_ctas=1), "256": bare}
+    with pytest.raises(PayloadError, match="x: key '256': missing field num_warps"):
+        validate_config({"256": bare}, "x", complete=True)
+    with pytest.raises(PayloadError, match="missing field num_stages"):
+        dumps_config({"1": dict(bare, num_warps=4)})
+    assert json.loads(dumps_config({"1": entry(num_ctas=2)}))["1"]["num_ctas"] == 2
 
 
 def test_amd_fields_accepted():

@@ -170,7 +170,8 @@ def test_default_row(doctored):
     for role in ("up", "down"):
         f = r["files"][role]
         assert not f["in_installed_folder"] and f["other_folders"] == [] and f["sglang_would_load"] is None
-    assert r["log"]["default"] == [f"{h.triton_dir}/{UP}", f"{h.triton_dir}/{DOWN}"]
+    # 0.5.23 words the missing down file with the default line too: the down GEMM reuses the up (default) table
+    assert r["log"]["default"] == [f"{h.triton_dir}/{UP}"] and r["log"]["down_missing"] == [f"{h.triton_dir}/{DOWN}"]
     assert "Using default MoE kernel config" in h.unit_log()
     assert r["fix"] == f"orch tune {doctored['inv']} --service sglang-qwen --limit gpu-c"
 
@@ -190,7 +191,8 @@ def test_restart_needed_row(doctored):
     h, r = doctored["bed"].host("gpu-e"), doctored["rows"]["gpu-e"]
     assert r["files"]["up"]["in_installed_folder"] and r["files"]["down"]["in_installed_folder"]
     # the running server started before the files existed: it logged the default config
-    assert r["log"]["default"] == [f"{h.triton_dir}/{UP}", f"{h.triton_dir}/{DOWN}"] and not r["log"]["loaded"]
+    assert r["log"]["default"] == [f"{h.triton_dir}/{UP}"] and not r["log"]["loaded"]
+    assert r["log"]["down_missing"] == [f"{h.triton_dir}/{DOWN}"]
     assert "disk say tuned" in r["why"] and "logged default" in r["why"]
     assert r["fix"].startswith("ssh gpu-e systemctl restart sglang-qwen")
 

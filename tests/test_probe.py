@@ -237,3 +237,50 @@ def test_tuner_provider_auto_on_real_sglang_releases(tmp_path, version, auto):
             base = tree.joinpath(*module.split("."))
             src = (base / "__init__.py") if base.is_dir() else base.with_name(base.name + ".py")
             assert f"def {attr}(" in src.read_text(), (module, attr)
+
+
+def test_release_rules_come_from_its_own_loader(tmp_path):
+    """SGLang 0.5.0rc2 (real module, stand-in tree): the loader is fused_moe_triton/fused_moe.py;
+    it reads no _down file and ignores SGLANG_MOE_CONFIG_DIR; its fallback is a fixed list."""
+    from tests.testbed import standin_tree
+
+    site = tmp_path / "site"
+    ldir = standin_tree.make_tree(site, None, "0.5.0rc2")
+    tf = installed_triton_folder()
+    put(ldir / "configs" / tf, DOWN)  # there, but never read by this release
+    put(ldir / "configs" / "triton_3_5_1", UP)  # not in its fallback list
+    put(ldir / "configs" / "triton_foo", "x.json")  # harmless without a folder scan
+    custom = tmp_path / "custom"
+    put(custom / "configs" / tf, UP, DOWN)
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200",
+                     "--moe-config-dir", str(custom))
+    d = last["data"]
+    sg = d["sglang"]
+    assert rc == 0 and (sg["version"], sg["layout"]) == ("0.5.0rc2", "old")
+    assert sg["loader_module"] == str(ldir / "fused_moe.py")
+    assert sg["loader_rules"] == {"name_selectors": ["dtype", "block_shape"], "reads_down": False,
+                                  "config_dir_env": False, "fallback": "list",
+                                  "fallback_versions": ["3.3.1", "3.2.0", "3.1.0"]}
+    assert sg["configs_root"] == str(ldir / "configs")
+    assert any("does not read it" in w for w in d["warnings"])
+    assert not any("break SGLang's fallback" in w for w in d["warnings"])
+    up, down = d["existing"]["up"], d["existing"]["down"]
+    assert up["folders"] == ["triton_3_5_1"] and up["sglang_would_load"] is None and up["fallback_error"] is None
+    assert down["in_installed_folder"] is True and down["read_by_sglang"] is False
+    assert down["sglang_would_load"] is None and up["read_by_sglang"] is True
+
+
+def test_fixed_list_release_falls_back_only_to_listed_folders(tmp_path):
+    """SGLang 0.5.8 (real module): a file in triton_3_5_1 is never found, one in triton_3_1_0 is."""
+    from tests.testbed import standin_tree
+
+    site = tmp_path / "site"
+    ldir = standin_tree.make_tree(site, "old")
+    put(ldir / "configs" / "triton_3_5_1", UP, DOWN)
+    put(ldir / "configs" / "triton_3_1_0", DOWN)
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
+    d = last["data"]
+    assert d["sglang"]["version"] == "0.5.8" and d["sglang"]["loader_rules"]["reads_down"] is True
+    assert d["existing"]["up"]["sglang_would_load"] is None
+    assert d["existing"]["down"]["sglang_would_load"] == str(ldir / "configs" / "triton_3_1_0" / DOWN)
+    assert d["existing"]["down"]["folders"] == ["triton_3_5_1", "triton_3_1_0"]

@@ -1,8 +1,8 @@
 """Tests of the test bed itself and of the stand-in SGLang server.
 
-Part 1 (no root needed): the stand-in's loader follows SGLang 0.5.23's naming, lookup order,
-fallback, ``SGLANG_MOE_CONFIG_DIR``, ``_down`` reuse and JSON checks, with its exact log lines
-(the rules of SGLang 0.5.23 fused_moe_triton_config.py); the server's readiness and simulated throughput.
+Part 1 (no root needed): the stand-in tree runs a real release's lookup module unchanged (its
+naming, folder search and log lines are tested against orch in test_sglang_oracle.py) and its
+knobs reach it; the server's readiness, crashes on invalid files and simulated throughput.
 Part 2 (``testbed`` marker): real SSH hosts in network namespaces.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import logging
 import os
 import shutil
 import signal
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sglang_loader import release_loader
+from tests.sglang_releases import source_tree
 from tests.testbed import standin_tree
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,8 +36,6 @@ DEFAULT_LINE = ("Using default MoE kernel config. Performance might be sub-optim
 FOUND_LINE = "Using MoE kernel config from {path}."
 FALLBACK_LINE = ("Config file not found at {path}. Fallback to triton version {v} and use MoE kernel config from "
                  "{path2}. Performance might be sub-optimal!")
-DOWN_REUSE_LINE = ("Down MoE config file not found at {path}; reusing the tuned up-projection config without TMA. "
-                   "Performance might be sub-optimal.")
 TILE = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}
 TINY = {"architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8, "moe_intermediate_size": 64,
         "hidden_size": 128, "num_experts_per_tok": 2, "torch_dtype": "bfloat16"}
@@ -46,18 +45,10 @@ TINY = {"architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8, "moe_interme
 # Part 1: the stand-in, in-process and as a local subprocess
 # ----------------------------------------------------------------------------------------
 @pytest.fixture
-def loader(tmp_path, monkeypatch):
-    """The loader module of a fresh copy of the stand-in tree (Triton reported as 3.6.0)."""
-    ldir = standin_tree.make_tree(tmp_path / "tree")
-    spec = importlib.util.spec_from_file_location(f"standin_loader_{id(tmp_path)}",
-                                                  ldir / "fused_moe_triton_config.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setenv("ORCH_STANDIN_TRITON_VERSION", "3.6.0")
-    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
-    monkeypatch.delenv("ORCH_STANDIN_GPU_NAME", raising=False)
-    mod.ldir = ldir
-    return mod
+def loader(tmp_path):
+    """SGLang 0.5.23's real lookup module in a fresh stand-in tree (Triton reported as 3.6.0)."""
+    with release_loader("0.5.23", tmp_path, triton_version="3.6.0") as rel:
+        yield rel
 
 
 def _put(path: Path, obj) -> Path:
@@ -66,112 +57,66 @@ def _put(path: Path, obj) -> Path:
     return path
 
 
-def _messages(caplog) -> list:
-    return [r.getMessage() for r in caplog.records]
+def test_tree_runs_the_release_module_unchanged(tmp_path):
+    """Each layout's tree holds its release's lookup module byte for byte, beside the stand-in's
+    configs/triton_3_1_0; no other file of the tree defines a lookup rule; the metadata names the
+    release."""
+    for layout, release in (("current", "0.5.23"), ("old", "0.5.8")):
+        ldir = standin_tree.make_tree(tmp_path / layout, layout)
+        rel = standin_tree.lookup_module_path(release)
+        assert ldir == (tmp_path / layout / standin_tree.LAYOUTS[layout]).resolve()
+        assert (tmp_path / layout / rel).read_bytes() == (source_tree(release) / rel).read_bytes()
+        assert sorted(p.name for p in (ldir / "configs").iterdir()) == ["triton_3_1_0"]
+        assert any(p.suffix == ".json" for p in (ldir / "configs/triton_3_1_0").iterdir())
+        rules = [p for p in (tmp_path / layout).rglob("*.py")
+                 if "def get_moe_configs" in p.read_text() or "def get_config_file_name" in p.read_text()]
+        assert rules == [tmp_path / layout / rel]
+        out = subprocess.run([PY, "-c", "import importlib.metadata as m, sglang; print(m.version('sglang'), "
+                              "sglang.__version__)"], env={**os.environ, "PYTHONPATH": str(tmp_path / layout)},
+                             capture_output=True, text=True, check=True)
+        assert out.stdout.split() == [release, release]
+    assert not (tmp_path / "old" / standin_tree.CURRENT_LOADER_DIR / "configs").exists()
+    with pytest.raises(ValueError, match="'current' layout"):
+        standin_tree.make_tree(tmp_path / "mismatch", "old", "0.5.23")
+    assert standin_tree.layout_of("0.4.10.post2") == "old"
 
 
-def test_config_file_name_rules(loader, monkeypatch):
-    f = loader.get_config_file_name
+def test_standin_knobs_reach_the_real_module(loader, monkeypatch):
+    """$ORCH_STANDIN_GPU_NAME is the GPU name and the Triton version stand-in moves the exact folder."""
+    f = loader.module.get_config_file_name
     assert f(8, 64, None) == "E=8,N=64,device_name=NVIDIA_H200.json"
-    assert (f(257, 256, "fp8_w8a8", [128, 128], down_moe=True)
-            == "E=257,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128]_down.json")
-    assert f(161, 192, "fp8_w8a8", [0, 0], per_channel_quant=True) == \
-        "E=161,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8,per_channel_quant=True.json"
     monkeypatch.setenv("ORCH_STANDIN_GPU_NAME", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
     assert f(8, 64, None) == "E=8,N=64,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition.json"
+    assert loader.module.get_moe_configs(8, 64, None) is None
+    assert DEFAULT_LINE.format(path=loader.configs / "triton_3_6_0" / f(8, 64, None)) in loader.lines()
+    loader.set_triton("3.9.1")
+    loader.module.get_moe_configs(8, 64, None)
+    assert DEFAULT_LINE.format(path=loader.configs / "triton_3_9_1" / f(8, 64, None)) in loader.lines()
 
 
-def test_shipped_tree_layout_and_metadata(tmp_path):
-    """The loader sits at the 0.5.23 path with configs/triton_3_1_0 beside it; none for the
-    installed Triton; metadata says 0.5.23. The old layout moves both."""
-    ldir = standin_tree.make_tree(tmp_path / "cur")
-    assert ldir == (tmp_path / "cur/sglang/srt/layers/moe/moe_runner/triton_utils").resolve()
-    assert (ldir / "fused_moe_triton_config.py").is_file()
-    shipped = sorted(p.name for p in (ldir / "configs").iterdir())
-    assert shipped == ["triton_3_1_0"]
-    assert any(p.suffix == ".json" for p in (ldir / "configs/triton_3_1_0").iterdir())
-    old = standin_tree.make_tree(tmp_path / "old", "old")
-    assert old == (tmp_path / "old/sglang/srt/layers/moe/fused_moe_triton").resolve()
-    assert (old / "configs/triton_3_1_0").is_dir()
-    assert not (tmp_path / "old/sglang/srt/layers/moe/moe_runner").exists()
-    out = subprocess.run([PY, "-c", "import importlib.metadata as m, sglang; print(m.version('sglang'), "
-                          "sglang.__version__)"], env={**os.environ, "PYTHONPATH": str(tmp_path / "old")},
-                         capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["0.5.23", "0.5.23"]
+def test_watch_sees_what_the_real_lookup_read(loader):
+    """sglang._standin.lookup.watching: the stand-in server's record of a lookup (exact,
+    fallback, none), observed from the real module's file checks and reads."""
+    from sglang._standin.lookup import watching
 
-
-def test_lookup_exact_fallback_default(loader, tmp_path, caplog):
-    caplog.set_level(logging.INFO)
-    configs = loader.ldir / "configs"
+    m = loader.module
     name = "E=8,N=64,device_name=NVIDIA_H200.json"
-    exact = configs / "triton_3_6_0" / name
-    # nothing anywhere: default line for the exact path
-    assert loader.get_moe_configs(8, 64, None) is None
-    assert _messages(caplog)[-1] == DEFAULT_LINE.format(path=exact)
-    # fallback: newest version first, compared as numbers (3.10.0 > 3.4.0)
-    _put(configs / "triton_3_4_0" / name, {"1": TILE})
-    newest = _put(configs / "triton_3_10_0" / name, {"2": TILE})
-    loader.get_moe_configs.cache_clear()
-    assert loader.get_moe_configs(8, 64, None) == {2: TILE}
-    assert _messages(caplog)[-1] == FALLBACK_LINE.format(path=exact, v="3.10.0", path2=newest)
-    # exact file wins
-    _put(exact, {"4": TILE, "1": TILE})
-    loader.get_moe_configs.cache_clear()
-    assert loader.get_moe_configs(8, 64, None) == {4: TILE, 1: TILE}
-    assert _messages(caplog)[-1] == FOUND_LINE.format(path=exact)
-    # cached in-process: deleting the file changes nothing until a restart
-    exact.unlink()
-    assert loader.get_moe_configs(8, 64, None) == {4: TILE, 1: TILE}
-
-
-def test_unparsable_folder_breaks_fallback_only(loader):
-    configs = loader.ldir / "configs"
-    (configs / "triton_3_6_0rc1").mkdir()
-    with pytest.raises(ValueError):
-        loader.get_moe_configs(8, 64, None)
-    _put(configs / "triton_3_6_0" / "E=8,N=64,device_name=NVIDIA_H200.json", {"1": TILE})
-    loader.get_moe_configs.cache_clear()
-    assert loader.get_moe_configs(8, 64, None) == {1: TILE}
-
-
-def test_moe_config_dir_replaces_shipped_folder(loader, tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO)
-    name = "E=8,N=64,device_name=NVIDIA_H200.json"
-    _put(loader.ldir / "configs" / "triton_3_6_0" / name, {"1": TILE})  # shipped: must be ignored
-    other = tmp_path / "override"
-    (other / "configs").mkdir(parents=True)
-    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(other))
-    assert loader.get_moe_configs(8, 64, None) is None
-    assert _messages(caplog)[-1] == DEFAULT_LINE.format(path=other / "configs/triton_3_6_0" / name)
-    mine = _put(other / "configs" / "triton_3_6_0" / name, {"8": TILE})
-    loader.get_moe_configs.cache_clear()
-    assert loader.get_moe_configs(8, 64, None) == {8: TILE}
-    assert _messages(caplog)[-1] == FOUND_LINE.format(path=mine)
-
-
-def test_down_missing_reuses_up(loader, caplog):
-    caplog.set_level(logging.INFO)
-    d = loader.ldir / "configs" / "triton_3_6_0"
-    up = _put(d / "E=8,N=64,device_name=NVIDIA_H200.json", {"1": TILE})
-    assert loader.get_moe_configs(8, 64, None, down_moe=True) == {1: TILE}
-    msgs = _messages(caplog)
-    assert msgs[-2] == FOUND_LINE.format(path=up)
-    assert msgs[-1] == DOWN_REUSE_LINE.format(path=d / "E=8,N=64,device_name=NVIDIA_H200_down.json")
-    down = _put(d / "E=8,N=64,device_name=NVIDIA_H200_down.json", {"1": dict(TILE, USE_TMA=True)})
-    loader.get_moe_configs.cache_clear()
-    assert loader.get_moe_configs(8, 64, None, down_moe=True)[1]["USE_TMA"] is True
-    assert _messages(caplog)[-1] == FOUND_LINE.format(path=down)
-
-
-@pytest.mark.parametrize("content, exc", [
-    ({"triton_version": "3.6.0", "1": TILE}, ValueError),
-    ({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64}}, KeyError),
-    ("{not json", ValueError),
-])
-def test_invalid_file_raises(loader, content, exc):
-    _put(loader.ldir / "configs" / "triton_3_6_0" / "E=8,N=64,device_name=NVIDIA_H200.json", content)
-    with pytest.raises(exc):
-        loader.get_moe_configs(8, 64, None)
+    exact = loader.configs / "triton_3_6_0" / name
+    with watching(m) as w:
+        m.get_moe_configs(8, 64, None)
+    assert w.outcome(name) == {"wanted": str(exact), "path": None, "outcome": "none"}
+    old = _put(loader.configs / "triton_3_1_0" / name, {"1": TILE})
+    loader.reset()
+    with watching(m) as w:
+        assert m.get_moe_configs(8, 64, None) == {1: TILE}
+    assert w.outcome(name) == {"wanted": str(exact), "path": str(old), "outcome": "fallback"}
+    assert FALLBACK_LINE.format(path=exact, v="3.1.0", path2=old) in loader.lines()
+    _put(exact, {"2": TILE})
+    loader.reset()
+    with watching(m) as w:
+        assert m.get_moe_configs(8, 64, None) == {2: TILE}
+    assert w.outcome(name)["outcome"] == "exact" and FOUND_LINE.format(path=exact) in loader.lines()
+    assert not hasattr(m, "open") and m.os is os  # restored
 
 
 def _free_port() -> int:
@@ -258,17 +203,22 @@ def test_standin_fault_knobs(local_server, tmp_path):
     assert _get(url + "/health") == 503
 
 
-def test_standin_crashes_on_invalid_config(local_server):
+@pytest.mark.parametrize("content, error", [
+    ({"triton_version": "3.9.0", "1": TILE}, "ValueError"),  # the real loader's int(key)
+    ("{not json", "JSONDecodeError"),
+    ({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64}}, "KeyError"),  # launch: no GROUP_SIZE_M
+])
+def test_standin_crashes_on_invalid_config(local_server, content, error):
     import triton
 
     target = (local_server.tree / standin_tree.CURRENT_LOADER_DIR / "configs"
               / f"triton_{triton.__version__.replace('.', '_')}" / "E=8,N=64,device_name=NVIDIA_H200.json")
-    _put(target, {"triton_version": triton.__version__, "1": TILE})
+    _put(target, content)
     url, proc, log = local_server(wait_bound=False)
     assert proc.wait(timeout=30) != 0
     text = log.read_text()
     assert FOUND_LINE.format(path=target) in text
-    assert "Traceback" in text and "ValueError" in text
+    assert "Traceback" in text and error in text
 
 
 def test_standin_api_shapes(local_server):
@@ -561,8 +511,13 @@ def test_old_layout_config_dir_and_gpu_name(bed):
         .stdout.split() == ["triton_3_1_0"]
     wanted = f"/srv/moe/configs/triton_{c.triton_version.replace('.', '_')}/E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3.json"
     assert DEFAULT_LINE.format(path=wanted) in c.unit_log()
-    info = json.loads(c.sh("curl -s http://127.0.0.1:30000/get_server_info").stdout)["standin_moe"]
-    assert info["loader"] == "/opt/sglang/sglang/srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py"
+    # the old layout runs SGLang 0.5.8's own module: its down line is the down_moe=False wording
+    assert "Using MoE kernel config with down_moe=False. Performance might be sub-optimal! Config file not " \
+           f"found at {wanted[:-5]}_down.json" in c.unit_log()
+    info = json.loads(c.sh("curl -s http://127.0.0.1:30000/get_server_info").stdout)
+    assert info["standin_moe"]["loader"] == \
+        "/opt/sglang/sglang/srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py"
+    assert info["version"] == "0.5.8"
 
 
 @pytest.mark.testbed

@@ -54,8 +54,8 @@ def fix_command(host: str, row: dict, inventory: str, service: str) -> str | Non
 
 def last_start_summary(row: dict) -> str:
     """What the unit logged at its last start about MoE configs, for the table (one line per
-    kind of lookup, files named by role ``up``/``down``; lines of SGLang 0.5.23's
-    ``fused_moe_triton_config.py``, parsed by :mod:`orchestrator.facts.moe_log`)."""
+    kind of lookup, files named by role ``up``/``down``; every release's lines, parsed by
+    :mod:`orchestrator.facts.moe_log`)."""
     lg = row.get("log")
     if lg is None:
         return "no start logged"

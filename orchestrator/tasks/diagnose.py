@@ -79,11 +79,9 @@ def _logged(rep: MoeLogReport | None, up: dict, down: dict) -> str | None:
     if up["sglang_would_load"] and up["sglang_would_load"] in rep.loaded and (
             not down["sglang_would_load"] or down["sglang_would_load"] in rep.loaded) and not rep.suboptimal:
         return "tuned"
-    if rep.loaded or rep.fallback or rep.down_missing:
-        return "fallback" if (rep.fallback or rep.down_missing or rep.suboptimal) else "other"
-    if rep.default:
-        return "default"
-    return "none"
+    # moe_log's one model for every release's wording (a missing down file reuses the up table)
+    return {"loaded": "fallback" if rep.suboptimal else "other", "fallback": "fallback",
+            "default": "default", "none": "none"}[rep.overall]
 
 
 def classify(f: DoctorFacts) -> dict[str, Any]:

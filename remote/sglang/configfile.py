@@ -1,11 +1,24 @@
 """Read, validate and write SGLang fused-MoE config JSON files (stdlib only).
 
-Format (SGLang 0.5.23 ``get_moe_configs``): a JSON object mapping a batch size M,
-written as a string of a positive integer, to a config object with int fields
-``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``BLOCK_SIZE_K``, ``GROUP_SIZE_M``, ``num_warps``,
-``num_stages``; optional ``USE_TMA`` (bool, down files) and the AMD-only ints
-``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack``. The loader does ``int(key)`` on
-every key, so any other key (vLLM's ``"triton_version"``) crashes the server.
+Format (``get_moe_configs`` of every SGLang release read, docs/sglang-releases.md): a JSON
+object mapping a batch size M, written as a string of a positive integer, to a config
+object. The loader does ``int(key)`` on every key, so any other key (vLLM's
+``"triton_version"``) crashes the server. The config object is passed to the Triton kernel
+launch as keyword arguments (``fused_moe_kernel[grid](..., **config)``), after SGLang pops
+``USE_TMA``; so:
+
+* ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``BLOCK_SIZE_K``, ``GROUP_SIZE_M`` (the kernel's
+  ``tl.constexpr`` parameters, no default) are required;
+* ``num_warps``, ``num_stages``, ``num_ctas`` are Triton launch options, optional (Triton's
+  defaults then apply: 4 warps, 3 stages on CUDA / 2 on ROCm, 1 CTA); 36 entries of the files
+  SGLang 0.5.23 ships omit ``num_warps``/``num_stages``, and one file sets ``num_ctas``;
+* ``USE_TMA`` (bool; SGLang's TMA switch, popped before the launch) and the ROCm launch options
+  ``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack`` are optional.
+
+No other field appears in any shipped file; Triton refuses an unknown launch keyword
+("Keyword argument X was specified but unrecognised"), so other fields are refused.
+What orch writes (:func:`dumps_config`) is complete: the four tile fields plus ``num_warps``
+and ``num_stages`` in every entry, batch sizes ascending.
 """
 
 from __future__ import annotations
@@ -16,8 +29,13 @@ from typing import Any
 
 from ..protocol import PayloadError
 
-REQUIRED_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
-OPTIONAL_INT_FIELDS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+#: Kernel constexpr fields every entry needs (SGLang's loader hands them to the kernel launch).
+REQUIRED_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
+#: Triton launch options of every entry orch writes (optional when reading: Triton defaults).
+LAUNCH_FIELDS = ("num_warps", "num_stages")
+#: The fields of every entry orch writes, in the order it writes them.
+WRITTEN_FIELDS = REQUIRED_FIELDS + LAUNCH_FIELDS
+OPTIONAL_INT_FIELDS = ("num_ctas", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
 OPTIONAL_BOOL_FIELDS = ("USE_TMA",)
 #: Largest batch-size key accepted (tokens on one rank); far above any real server.
 MAX_BATCH_KEY = 1 << 24
@@ -31,17 +49,19 @@ def _bad(source: str, msg: str) -> PayloadError:
     return PayloadError("bad_input", f"{source}: {msg}")
 
 
-def validate_config(obj: Any, source: str) -> dict[str, dict]:
-    """Check one SGLang fused-MoE config and return it with canonical keys.
+def validate_config(obj: Any, source: str, complete: bool = False) -> dict[str, dict]:
+    """Check one SGLang fused-MoE config as SGLang's loader and kernel launch accept it, and
+    return it with canonical keys.
 
     ``obj``: the parsed JSON. ``source``: a label (path or "up"/"down") used in messages.
+    ``complete``: also require :data:`LAUNCH_FIELDS` in every entry (what orch writes).
     Keys must be strings of positive integers (ASCII digits, no sign, no leading zero,
     at most :data:`MAX_BATCH_KEY`); values objects with the int fields
-    :data:`REQUIRED_FIELDS` (BLOCK_SIZE_*, GROUP_SIZE_M, num_warps positive, num_stages
-    non-negative as ROCm files use 0; BLOCK_SIZE_M/N/K and num_warps powers of two, as Triton's ``tl.arange``
-    and launch need), optional ``USE_TMA`` (bool) and ``waves_per_eu``,
-    ``matrix_instr_nonkdim``, ``kpack`` (non-negative ints). No other fields.
-    Returns a new dict ``{str(M): {field: value}}`` in ascending M.
+    :data:`REQUIRED_FIELDS` (positive; BLOCK_SIZE_M/N/K powers of two, as Triton's
+    ``tl.arange`` needs), optional ``num_warps`` (a positive power of two, Triton asserts it),
+    ``num_stages`` (non-negative: ROCm files use 0), ``num_ctas`` (positive),
+    ``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack`` (non-negative ints) and ``USE_TMA``
+    (bool). No other fields. Returns a new dict ``{str(M): {field: value}}`` in ascending M.
 
     Raises PayloadError('bad_input') naming ``source`` and the offending key/field.
     """
@@ -49,6 +69,7 @@ def validate_config(obj: Any, source: str) -> dict[str, dict]:
         raise _bad(source, f"top level must be a JSON object, got {type(obj).__name__}")
     if not obj:
         raise _bad(source, "no batch sizes (empty object)")
+    needed = WRITTEN_FIELDS if complete else REQUIRED_FIELDS
     out: dict[int, dict] = {}
     for key, val in obj.items():
         if not isinstance(key, str) or not key.isascii() or not key.isdigit() or key.startswith("0"):
@@ -58,12 +79,12 @@ def validate_config(obj: Any, source: str) -> dict[str, dict]:
             raise _bad(source, f"key {key!r} is larger than {MAX_BATCH_KEY}")
         if not isinstance(val, dict):
             raise _bad(source, f"key {key!r}: value must be an object, got {type(val).__name__}")
-        for f in REQUIRED_FIELDS:
+        for f in needed:
             if f not in val:
                 raise _bad(source, f"key {key!r}: missing field {f}")
         clean: dict[str, Any] = {}
         for f, v in val.items():
-            if f in REQUIRED_FIELDS:
+            if f in REQUIRED_FIELDS or f in LAUNCH_FIELDS or f == "num_ctas":
                 low = 0 if f == "num_stages" else 1  # ROCm configs use num_stages 0
                 if not _is_int(v) or v < low:
                     kind = "a non-negative" if low == 0 else "a positive"
@@ -141,14 +162,16 @@ def _reject_constant(name: str) -> Any:
 
 
 def dumps_config(cfg: dict) -> str:
-    """Serialise a config: keys sorted numerically, indent 4, trailing newline.
+    """Serialise a config orch writes: keys sorted numerically, indent 4, trailing newline.
 
-    ``cfg`` keys may be ints or digit strings; it is validated first (PayloadError
-    'bad_input' with source "config" when invalid). Field order inside each entry is
-    REQUIRED_FIELDS first, then the optional ones in a fixed order.
+    ``cfg`` keys may be ints or digit strings; it is validated first with ``complete=True``
+    (every entry has :data:`WRITTEN_FIELDS`; PayloadError 'bad_input' with source "config"
+    when invalid). Field order inside each entry is :data:`WRITTEN_FIELDS` first, then the
+    optional ones in a fixed order.
     """
-    canon = validate_config({str(k): v for k, v in cfg.items()} if isinstance(cfg, dict) else cfg, "config")
-    order = REQUIRED_FIELDS + OPTIONAL_BOOL_FIELDS + OPTIONAL_INT_FIELDS
+    canon = validate_config({str(k): v for k, v in cfg.items()} if isinstance(cfg, dict) else cfg, "config",
+                            complete=True)
+    order = WRITTEN_FIELDS + OPTIONAL_BOOL_FIELDS + OPTIONAL_INT_FIELDS
     ordered = {k: {f: v[f] for f in order if f in v} for k, v in canon.items()}
     return json.dumps(ordered, indent=4) + "\n"
 

@@ -1,20 +1,24 @@
 """Where SGLang's fused-MoE config loader looks, read from disk without importing sglang.
 
 :func:`find_sglang` locates the loader module and the ``configs/`` folder it reads (or the
-unit's ``SGLANG_MOE_CONFIG_DIR``); :func:`simulate_lookup` replays the loader's search for one
-file name. Both follow SGLang 0.5.23 ``fused_moe_triton_config.py`` (``get_moe_configs``):
-exact ``configs/<triton folder>/<file>`` first, else every ``triton_*`` folder newest first.
+unit's ``SGLANG_MOE_CONFIG_DIR``); :func:`loader_rules` reads how that release names and looks
+up files from the module's own source; :func:`simulate_lookup` replays the loader's search for
+one file name under those rules (SGLang 0.5.23: exact ``configs/<triton folder>/<file>`` first,
+else every ``triton_*`` folder newest first; older releases: a fixed list of versions).
 
 SGLang is located WITHOUT importing it (its ``__init__`` is heavy and may touch the GPU):
 ``importlib.util.find_spec("sglang")`` only finds a top-level package's spec, it does
-not execute it; the version comes from ``importlib.metadata``. Loader paths are those of
-SGLang 0.5.23 (``moe_runner/triton_utils/``, since sglang PR #23019) and older releases
-(``fused_moe_triton/``); SGLang resolves ``os.path.realpath(__file__)``, so do we.
+not execute it; the version comes from ``importlib.metadata``. The loader module is the one
+that defines ``get_moe_configs``: ``moe_runner/triton_utils/fused_moe_triton_config.py`` (SGLang
+0.5.11+), ``fused_moe_triton/fused_moe_triton_config.py`` (0.5.2 ... 0.5.10) or
+``fused_moe_triton/fused_moe.py`` (0.5.1 and older); SGLang resolves
+``os.path.realpath(__file__)``, so do we. docs/sglang-releases.md lists what each release does.
 Standard library only.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import os
@@ -23,11 +27,17 @@ from typing import Any
 
 from .naming import sort_triton_folders, unparsable_triton_folders
 
-#: Loader module locations inside the ``sglang`` package, newest layout first.
+#: Loader module locations inside the ``sglang`` package, newest first: (layout, path parts).
+#: ``fused_moe.py`` (SGLang <= 0.5.1) counts only when it defines ``get_moe_configs`` (later
+#: releases keep a kernels-only module of that name).
 LOADER_LAYOUTS = (
     ("current", ("srt", "layers", "moe", "moe_runner", "triton_utils", "fused_moe_triton_config.py")),
     ("old", ("srt", "layers", "moe", "fused_moe_triton", "fused_moe_triton_config.py")),
+    ("old", ("srt", "layers", "moe", "fused_moe_triton", "fused_moe.py")),
 )
+#: The rules of SGLang 0.5.23, assumed when a loader module's source cannot be read.
+RULES_0_5_23 = {"name_selectors": ["dtype", "block_shape", "per_channel_quant", "down"], "reads_down": True,
+                "config_dir_env": True, "fallback": "scan", "fallback_versions": None}
 
 
 def sglang_package_dirs() -> list[str]:
@@ -63,20 +73,88 @@ def sglang_module_file(module: str) -> str | None:
     return None
 
 
+def _defines_get_moe_configs(path: Path) -> bool:
+    try:
+        return "def get_moe_configs(" in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def loader_rules(source: str) -> dict[str, Any] | None:
+    """How an SGLang release names and looks up fused-MoE config files, read from its loader
+    module's ``source`` (the module defining ``get_config_file_name`` and ``get_moe_configs``).
+
+    Returns None when either function is missing or the source does not parse, else::
+
+        name_selectors: ["dtype", "block_shape", "per_channel_quant"?, "down"?]
+            # the selectors of get_config_file_name: ,per_channel_quant=True since 0.5.4,
+            # _down since 0.5.5 (a parameter per_channel_quant / down_moe)
+        reads_down: bool          # get_moe_configs takes down_moe: the server reads _down files
+                                  # (0.5.5+); otherwise the down GEMM always runs the up config
+        config_dir_env: bool      # get_moe_configs reads SGLANG_MOE_CONFIG_DIR (0.5.3+)
+        fallback: "scan" | "list" # scan: every configs/triton_* folder newest first (0.5.12+);
+                                  # list: a fixed list of versions (older releases)
+        fallback_versions: ["3.4.0", ...] | None   # the fixed list, in the order tried
+
+    Raises nothing; the oracle tests (tests/test_sglang_oracle.py) check this against the real
+    code of every covered release.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    name_fn, lookup_fn = funcs.get("get_config_file_name"), funcs.get("get_moe_configs")
+    if name_fn is None or lookup_fn is None:
+        return None
+    name_params = {a.arg for a in name_fn.args.args + name_fn.args.kwonlyargs}
+    lookup_params = {a.arg for a in lookup_fn.args.args + lookup_fn.args.kwonlyargs}
+    selectors = ["dtype", "block_shape"]
+    if "per_channel_quant" in name_params:
+        selectors.append("per_channel_quant")
+    if "down_moe" in name_params:
+        selectors.append("down")
+    fixed: list[str] | None = None
+    scans = env = False
+    for node in ast.walk(lookup_fn):
+        if isinstance(node, ast.Constant) and node.value == "SGLANG_MOE_CONFIG_DIR":
+            env = True
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.List) and any(
+                isinstance(t, ast.Name) and t.id == "supported_triton_versions" for t in node.targets):
+            fixed = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "listdir"):
+            scans = True
+    if fixed is None and not scans:
+        return None
+    return {"name_selectors": selectors, "reads_down": "down_moe" in lookup_params, "config_dir_env": env,
+            "fallback": "list" if fixed is not None else "scan", "fallback_versions": fixed}
+
+
 def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
     """Locate SGLang's fused-MoE loader and config folders on disk without importing sglang.
 
     ``moe_config_dir``: the unit's ``SGLANG_MOE_CONFIG_DIR``; it replaces the base folder
-    (configs_root = ``<dir>/configs``). Returns the ``sglang`` object described in the
-    module docstring.
+    (configs_root = ``<dir>/configs``) in releases that read it (``loader_rules``
+    ``config_dir_env``); older releases ignore it. Returns the ``sglang`` object described in
+    the module docstring.
     """
     out: dict[str, Any] = {
         "installed": False, "version": None, "package_dir": None, "loader_module": None,
-        "layout": None, "configs_root": None, "configs_root_exists": False,
+        "layout": None, "loader_rules": None, "configs_root": None, "configs_root_exists": False,
         "shipped_configs_root": None, "other_layout_configs_root": None,
         "moe_config_dir": moe_config_dir,
     }
-    pkg_dirs = sglang_package_dirs()
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        spec = None
+    pkg_dirs: list[str] = []
+    if spec is not None:
+        if spec.submodule_search_locations:
+            pkg_dirs = [str(p) for p in spec.submodule_search_locations]
+        elif spec.origin:
+            pkg_dirs = [os.path.dirname(spec.origin)]
     if pkg_dirs:
         out["installed"] = True
         out["package_dir"] = pkg_dirs[0]
@@ -84,25 +162,30 @@ def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
             out["version"] = importlib.metadata.version("sglang")
         except importlib.metadata.PackageNotFoundError:
             out["version"] = None
-        found: dict[str, str] = {}
+        found: list[tuple[str, str]] = []
         for layout, parts in LOADER_LAYOUTS:
             for d in pkg_dirs:
                 cand = Path(d).joinpath(*parts)
-                if cand.is_file():
-                    found.setdefault(layout, os.path.realpath(cand))
-        for layout, _ in LOADER_LAYOUTS:
-            if layout in found:
-                out["layout"] = layout
-                out["loader_module"] = found[layout]
-                out["shipped_configs_root"] = os.path.join(os.path.dirname(found[layout]), "configs")
-                break
+                if cand.is_file() and (parts[-1] != "fused_moe.py" or _defines_get_moe_configs(cand)):
+                    found.append((layout, os.path.realpath(cand)))
+                    break
+        # the module that defines get_moe_configs; else the first config module on disk
+        pick = next((f for f in found if _defines_get_moe_configs(Path(f[1]))), found[0] if found else None)
+        if pick:
+            out["layout"], out["loader_module"] = pick
+            out["shipped_configs_root"] = os.path.join(os.path.dirname(pick[1]), "configs")
+            try:
+                out["loader_rules"] = loader_rules(Path(pick[1]).read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                out["loader_rules"] = None
         for layout, parts in LOADER_LAYOUTS:
             if layout == out["layout"]:
                 continue
             other = Path(pkg_dirs[0]).joinpath(*parts[:-1], "configs")
             if other.is_dir():
                 out["other_layout_configs_root"] = os.path.realpath(other)
-    if moe_config_dir:
+    rules = out["loader_rules"] or RULES_0_5_23
+    if moe_config_dir and rules["config_dir_env"]:
         out["configs_root"] = os.path.join(os.path.abspath(os.path.expanduser(moe_config_dir)), "configs")
     else:
         out["configs_root"] = out["shipped_configs_root"]
@@ -111,34 +194,44 @@ def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
     return out
 
 
-def simulate_lookup(configs_root: str, exact_folder: str, file_name: str) -> dict[str, Any]:
-    """What SGLang 0.5.23 ``get_moe_configs`` would do for ``file_name`` under ``configs_root``.
+def simulate_lookup(configs_root: str, exact_folder: str, file_name: str,
+                    rules: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What SGLang's ``get_moe_configs`` would do for ``file_name`` under ``configs_root``.
 
-    Exact ``<root>/<exact_folder>/<file>`` first; else every ``triton_*`` entry, newest
-    first (an unparsable entry makes the real loader raise ValueError, a missing root
-    FileNotFoundError; both reported in ``fallback_error``). Returns
-    ``{folders, sglang_would_load, fallback_error}``; ``folders`` lists every parsable
-    ``triton_*`` folder holding the file, newest first.
+    ``exact_folder``: ``sglang_version_dir(triton.__version__)``; ``rules``: the release's
+    :func:`loader_rules` (None: SGLang 0.5.23's). First ``<root>/<exact_folder>/<file>``; else
+    the fallback: with ``fallback == "scan"`` every ``triton_*`` entry, newest version first,
+    each tried as ``triton_`` + its version with ``.`` made ``_`` (as SGLang rebuilds the name);
+    an unparsable entry makes the real loader raise ValueError, a missing root
+    FileNotFoundError (both reported in ``fallback_error``). With ``fallback == "list"`` only
+    the release's fixed versions, in its order (no listing, so no such errors).
+
+    Returns ``{folders, sglang_would_load, fallback_error}``; ``folders`` lists every parsable
+    ``triton_*`` folder holding the file, newest first (whether SGLang tries it or not).
     """
+    rules = rules or RULES_0_5_23
     try:
-        entries = sorted(os.listdir(configs_root))
+        entries = os.listdir(configs_root)  # SGLang sorts this order stably: ties keep it
     except FileNotFoundError:
         entries = None
     except OSError as exc:
         return {"folders": [], "sglang_would_load": None, "fallback_error": f"cannot list {configs_root}: {exc}"}
-    if entries is None:
-        return {"folders": [], "sglang_would_load": None,
-                "fallback_error": f"{configs_root} does not exist: SGLang's fallback scan raises FileNotFoundError"}
-    tri = [e for e in entries if e.startswith("triton_")]
-    ordered = sort_triton_folders(tri)
-    folders = [f for f in ordered if os.path.isfile(os.path.join(configs_root, f, file_name))]
-    bad = unparsable_triton_folders(tri)
+    tri = [e for e in entries or [] if e.startswith("triton_")]
+    folders = [f for f in sort_triton_folders(tri) if os.path.isfile(os.path.join(configs_root, f, file_name))]
     exact = os.path.join(configs_root, exact_folder, file_name)
     if os.path.isfile(exact):
         return {"folders": folders, "sglang_would_load": exact, "fallback_error": None}
-    if bad:
-        return {"folders": folders, "sglang_would_load": None,
-                "fallback_error": f"unparsable folder(s) {bad}: SGLang's fallback sort raises ValueError"}
-    return {"folders": folders,
-            "sglang_would_load": os.path.join(configs_root, folders[0], file_name) if folders else None,
-            "fallback_error": None}
+    if rules["fallback"] == "list":
+        tries = ["triton_" + v.replace(".", "_") for v in rules["fallback_versions"] or []]
+    elif entries is None:
+        return {"folders": [], "sglang_would_load": None,
+                "fallback_error": f"{configs_root} does not exist: SGLang's fallback scan raises FileNotFoundError"}
+    else:
+        bad = unparsable_triton_folders(tri)
+        if bad:
+            return {"folders": folders, "sglang_would_load": None,
+                    "fallback_error": f"unparsable folder(s) {bad}: SGLang's fallback sort raises ValueError"}
+        tries = ["triton_" + f[len("triton_"):].replace(".", "_") for f in sort_triton_folders(tri)]
+    hit = next((os.path.join(configs_root, f, file_name) for f in tries
+                if os.path.isfile(os.path.join(configs_root, f, file_name))), None)
+    return {"folders": folders, "sglang_would_load": hit, "fallback_error": None}

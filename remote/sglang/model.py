@@ -207,14 +207,17 @@ class MoeShape:
     quant_method: str | None = None
     notes: list[str] = field(default_factory=list)
 
-    def file_names(self, device_name: str) -> dict[str, str]:
+    def file_names(self, device_name: str, per_channel_selector: bool = True) -> dict[str, str]:
         """``{"up": ..., "down": ...}`` file names (SGLang 0.5.23 get_config_file_name).
 
         ``device_name`` may be the torch form (``"NVIDIA H200"``) or the SGLang form
-        (``"NVIDIA_H200"``). Raises ValueError for a hostile device name.
+        (``"NVIDIA_H200"``). ``per_channel_selector``: False for releases whose
+        ``get_config_file_name`` has no ``,per_channel_quant=True`` selector (before SGLang
+        0.5.4: ``remote.probe.loader_rules``). Raises ValueError for a hostile device name.
         """
         dev = sglang_device_name(device_name)
-        kw = dict(dtype=self.dtype_selector, block_shape=self.block_shape, per_channel_quant=self.per_channel_quant)
+        kw = dict(dtype=self.dtype_selector, block_shape=self.block_shape,
+                  per_channel_quant=self.per_channel_quant and per_channel_selector)
         return {
             "up": config_file_name(self.E, self.N, dev, **kw),
             "down": config_file_name(self.E, self.N, dev, down=True, **kw),

@@ -94,7 +94,9 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "n_gpus": 1,                    # /dev/nvidia0..n-1
     "backend": None,                # --moe-runner-backend (None: flag omitted, SGLang's auto)
     "moe_config_dir": None,         # SGLANG_MOE_CONFIG_DIR inside the host (created, with configs/)
-    "layout": "current",            # stand-in module layout: "current" | "old"
+    "layout": "current",            # stand-in tree layout: "current" (SGLang 0.5.23) | "old" (0.5.8)
+    "sglang_release": None,         # SGLang release whose real lookup module the stand-in runs
+                                    # (None: the layout's; else its own layout, "layout" ignored)
     "tp": 1,                        # --tp
     "model_config": None,           # dict replacing the tiny-moe config.json
     "config_files": {},             # name -> dict|str pre-installed before start (see _config_target)
@@ -641,6 +643,8 @@ class TestBed:
                 if unknown:
                     raise TestBedError(f"unknown host option(s) {sorted(unknown)}")
                 opts.update(self.host_options[key])
+        if opts["sglang_release"]:
+            opts["layout"] = standin_tree.layout_of(opts["sglang_release"])
         return opts
 
     def _save_state(self) -> None:
@@ -727,7 +731,7 @@ class TestBed:
         (hd / "var-log" / "journal").mkdir()
         (hd / "var-lib-orch").chmod(0o755)
         # stand-in SGLang tree for this host
-        standin_tree.make_tree(hd / "opt-sglang", o["layout"])
+        standin_tree.make_tree(hd / "opt-sglang", o["layout"], o["sglang_release"])
         # model
         (hd / "models" / "tiny-moe").mkdir(parents=True)
         (hd / "models" / "tiny-moe" / "config.json").write_text(

@@ -1,8 +1,10 @@
-"""Stand-in for the ``sglang`` package (version 0.5.23), used only by orch's test bed.
+"""Stand-in for the ``sglang`` package, used only by orch's test bed.
 
-It reproduces what orch depends on: the module layout of the fused-MoE config loader,
-the config lookup and its log lines, ``python -m sglang.launch_server`` and the HTTP API
-(``/v1/models``, ``/health``, ``/generate``, ``/v1/completions``, ...). It has no model.
+A tree built by ``tests/testbed/standin_tree.py`` holds the real config-lookup module of one
+SGLang release (its file names, folder search and log lines, unchanged) beside this stand-in of
+what orch needs around it: ``python -m sglang.launch_server`` and the HTTP API (``/v1/models``,
+``/health``, ``/generate``, ``/v1/completions``, ...), and the few ``sglang.srt`` names the
+lookup module imports. It has no model. ``sglang.version`` names the release.
 """
 
 from sglang.version import __version__

@@ -1,13 +1,16 @@
-"""The stand-in SGLang 0.5.23 server (orch test bed): ``python -m sglang.launch_server``.
+"""The stand-in SGLang server (orch test bed): ``python -m sglang.launch_server``.
 
 What it does at start, in SGLang's order:
 1. parse SGLang's flags (unknown ones tolerated), log ``server_args=...``;
 2. open and hold the GPU device file(s) (``$ORCH_STANDIN_NVIDIA_DEV``, default ``/dev/nvidia0``;
    with ``--tp K`` and the default path also ``/dev/nvidia1..K-1``); none -> exit 1;
 3. read ``<model-path>/config.json``, derive E and N (``sglang._standin.model``);
-4. with the ``triton``/``auto`` MoE runner, look up the up and ``_down`` configs through the
-   loader module (``fused_moe_triton_config.get_moe_configs``: exact 0.5.23 lookup and log lines).
-   An invalid file raises: the process dies with a traceback and exit status 1, like SGLang;
+4. with the ``triton``/``auto`` MoE runner, ask the release's real lookup module (copied into
+   the tree from its wheel: ``try_get_optimal_moe_config``, its folder search, file names and
+   log lines, see ``sglang._standin.lookup``) for the up and down configs of every batch size of
+   ``CAPTURE_BATCH_SIZES``, as CUDA-graph capture does. An invalid file raises (the real loader's
+   ``int(key)`` or JSON error, or a launch check for a missing tile field): the process dies with
+   a traceback and exit status 1, like SGLang;
 5. bind the HTTP port (``/v1/models``, ``/get_model_info``, ``/get_server_info`` answer 200 at
    once), warm up for ``$ORCH_STANDIN_WARMUP_S`` seconds (default 2; ``/health`` and
    ``/health_generate`` answer 503 until then), then log
@@ -44,7 +47,7 @@ after warm-up, while ``/health`` passes).
 from __future__ import annotations
 
 import argparse
-import importlib
+import inspect
 import json
 import logging
 import os
@@ -58,12 +61,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from sglang.version import __version__
 
+from . import lookup
 from . import model as model_mod
 
-LOADER_MODULES = (
-    "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",  # 0.5.23 (PR #23019)
-    "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config",  # older releases
-)
+#: Batch sizes M for which the start "captures CUDA graphs" (asks the lookup module for a config).
+CAPTURE_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160)
+#: The fused-MoE kernel's ``tl.constexpr`` parameters set from a config (no default: a launch
+#: without one fails); the other fields are Triton launch options with defaults.
+TILE_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
 TRITON_BACKENDS = ("auto", "triton")
 # Holders of /dev/nvidia* that do not take GPU memory (never count as occupying a GPU).
 NON_COMPUTE_HOLDERS = ("nvidia-persistenced", "nv-hostengine", "dcgm", "Xorg")
@@ -132,6 +137,14 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args, unknown = p.parse_known_args(argv)
     args.unknown = unknown
     return args
+
+
+def launch_check(config: Dict[str, Any], m: int) -> None:
+    """Fail like the kernel launch would for a config without one of :data:`TILE_FIELDS`
+    (the real launch raises there too; the stand-in runs no kernel). Raises KeyError."""
+    missing = [f for f in TILE_FIELDS if f not in config]
+    if missing:
+        raise KeyError(f"fused_moe_kernel launch at M={m}: config {config} has no {', '.join(missing)}")
 
 
 class Engine:
@@ -229,25 +242,40 @@ class StandinServer:
                 raise RuntimeError(f"No CUDA GPUs are available (cannot open {path}: {exc.strerror})") from exc
 
     def load_moe_configs(self) -> Tuple[str, str]:
-        """Run the loader's lookups for the up and down GEMMs; return their outcomes."""
-        loader = None
-        for name in LOADER_MODULES:
-            try:
-                loader = importlib.import_module(name)
-                break
-            except ImportError:
-                continue
-        if loader is None:
-            raise ImportError("fused_moe_triton_config module not found in this sglang tree")
+        """Run the release's own ``try_get_optimal_moe_config`` as CUDA-graph capture does (every
+        batch size of :data:`CAPTURE_BATCH_SIZES`, asking for the down config), launch-check each
+        config it returns, and return the outcomes of the up and down lookups (``exact``,
+        ``fallback``, ``reuse_up``, ``default``). Lookups are recorded in ``self.moe["lookups"]``."""
+        loader = lookup.import_lookup_module()
         self.moe["loader"] = loader.__file__
         s = self.shape
-        bn, bk = (s.block_shape or [0, 0])[:2]
-        loader.get_moe_configs(s.E, s.N, s.dtype, bn, bk, s.per_channel_quant, False)
-        loader.get_moe_configs(s.E, s.N, s.dtype, bn, bk, s.per_channel_quant, True)
-        self.moe["lookups"] = list(loader.LOOKUPS)
-        up = next((x["outcome"] for x in loader.LOOKUPS if not x["down_moe"]), "default")
-        down = next((x["outcome"] for x in loader.LOOKUPS if x["down_moe"]), "default")
-        return up, down
+        # the selectors this release has (older ones name no per-channel or _down file)
+        params = inspect.signature(loader.try_get_optimal_moe_config).parameters
+        kw = {"block_shape": s.block_shape}
+        if "per_channel_quant" in params:
+            kw["per_channel_quant"] = s.per_channel_quant
+        reads_down = "return_down_config" in params
+        name_kw = {k: v for k, v in kw.items() if k != "block_shape"}
+        names = {"up": loader.get_config_file_name(s.E, s.N, s.dtype, s.block_shape, **name_kw),
+                 "down": (loader.get_config_file_name(s.E, s.N, s.dtype, s.block_shape, **name_kw, down_moe=True)
+                          if reads_down else None)}
+        w1, w2 = (s.E, 2 * s.N, s.hidden), (s.E, s.hidden, s.N)
+        with lookup.watching(loader) as watch:
+            for m in CAPTURE_BATCH_SIZES:
+                if reads_down:
+                    up_cfg, (down_cfg, _) = loader.try_get_optimal_moe_config(
+                        w1, w2, s.topk, s.dtype, m, return_down_config=True, **kw)
+                else:
+                    up_cfg, down_cfg = loader.try_get_optimal_moe_config(w1, w2, s.topk, s.dtype, m, **kw), None
+                for cfg in (up_cfg, down_cfg or up_cfg):  # what fused_moe.py hands to each GEMM's launch
+                    launch_check(cfg, m)
+        up = watch.outcome(names["up"])
+        down = watch.outcome(names["down"]) if names["down"] else {"wanted": None, "path": None, "outcome": "none"}
+        up["outcome"] = "default" if up["outcome"] == "none" else up["outcome"]
+        if down["outcome"] == "none":  # the down GEMM runs the up config (tuned or default)
+            down["outcome"] = "reuse_up" if up["path"] else "default"
+        self.moe["lookups"] = [dict(up, down_moe=False), dict(down, down_moe=True)]
+        return up["outcome"], down["outcome"]
 
     def token_delay_ms(self, up: str, down: str) -> float:
         """Per-token base cost in ms from the two lookups' outcomes (see module docstring)."""
