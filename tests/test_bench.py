@@ -596,7 +596,6 @@ def test_run_sglang_absent_is_not_found(monkeypatch):
 
 # --------------------------------------------------------------------------- agreement with the oracle
 
-STANDIN = REPO / "tests" / "testbed" / "standin"
 
 
 def _wait_ready(url: str, proc: subprocess.Popen, deadline_s: float) -> None:
@@ -624,8 +623,10 @@ def _wait_ready(url: str, proc: subprocess.Popen, deadline_s: float) -> None:
 @pytest.fixture
 def standin_factory(tmp_path):
     """Start stand-in SGLang servers on loopback; ``start(**extra_env) -> url``; stopped at teardown."""
-    if not (STANDIN / "sglang" / "launch_server.py").is_file():
-        pytest.skip("stand-in SGLang server (tests/testbed/standin/sglang/launch_server.py) not present")
+    from tests.testbed.standin_tree import make_tree
+
+    tree = tmp_path / "sglang-tree"
+    make_tree(tree)  # the stand-in, running the real release's config-lookup module
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({
@@ -637,7 +638,7 @@ def standin_factory(tmp_path):
 
     def start(**extra_env) -> str:
         port = free_port()
-        env = dict(os.environ, PYTHONPATH=f"{STANDIN}:{REPO}", ORCH_STANDIN_WARMUP_S="0.5",
+        env = dict(os.environ, PYTHONPATH=f"{tree}:{REPO}", ORCH_STANDIN_WARMUP_S="0.5",
                    ORCH_STANDIN_NVIDIA_DEV=str(gpu), **extra_env)
         log_path = tmp_path / f"standin-{port}.log"
         with open(log_path, "wb") as log:
