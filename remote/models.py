@@ -409,8 +409,8 @@ class ArchRule:
     llm_config > language_config > text_config) and also copies the text config's fields onto the
     top level (utils/hf_transformers/config.py:258), so a field is read from the sub-config first,
     then from the top level. ``experts``/``intermediate``/``topk``/``hidden``: field names, first
-    present wins; ``a.b`` is a nested key, ``a[i]`` a list element, ``a[*]`` the first non-zero
-    element; a per-layer list must hold one value. ``intermediate_div``: the field holds a multiple
+    present wins; ``a.b`` is a nested key, ``a[i]`` a list element; a per-layer list must hold
+    one value. ``intermediate_div``: the field holds a multiple
     of the per-expert size (Zaya: gate+up). ``topk_default``: SGLang's default when no top-k
     field is set. ``expert_parallel``: False when each expert is a TP-sharded MLP packed into one
     tensor on every rank (E = all experts, N = size / TP; --ep-size has no effect).
@@ -502,17 +502,17 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
              "models/deepseek_v2.py:753", **_DS_FIELDS, layers="first_k_dense", notes=_NOT_V3),
     ArchRule("GLM-5 (GLM MoE DSA)", ("GlmMoeDsaForCausalLM",), "models/deepseek_v2.py:753", **_DS_FIELDS,
              fusion=_GLM_DSA_GATE, layers="first_k_dense"),
-    ArchRule("GLM-5-Next", ("Glm5NextForConditionalGeneration",), "models/glm5_next.py:748 (DeepseekV2MoE)",
+    ArchRule("GLM-5-Next", ("Glm5NextForConditionalGeneration",), "models/glm5_next.py:748 -> models/deepseek_v2.py:753",
              config_at="text_config", **_DS_FIELDS, fusion=_GLM5_NEXT_GATE, layers="first_k_dense"),
-    ArchRule("DeepSeek-V4", ("DeepseekV4ForCausalLM",), "models/deepseek_v4.py:3155 (DeepseekV2MoE)", **_DS_FIELDS,
+    ArchRule("DeepSeek-V4", ("DeepseekV4ForCausalLM",), "models/deepseek_v4.py:3155 -> models/deepseek_v2.py:753 (DeepseekV2MoE)", **_DS_FIELDS,
              layers="first_k_dense",
              notes=("SGLang fuses DeepSeek-V4's shared expert only with --enforce-shared-experts-fusion "
                     "(models/deepseek_v4.py:4864)",)),
-    ArchRule("Hunyuan V4", ("HYV4ForCausalLM",), "models/hunyuan_v4.py:625 (DeepseekV2MoE)",
+    ArchRule("Hunyuan V4", ("HYV4ForCausalLM",), "models/hunyuan_v4.py:625 -> models/deepseek_v2.py:753 (DeepseekV2MoE); configs/hy_v4.py:7",
              experts=("n_routed_experts", "num_local_experts"), intermediate=("moe_intermediate_size",),
              topk=("num_experts_per_tok",), layers="first_k_dense",
              notes=("fusion always off: the SwiGLU limit applies to routed experts only (models/hunyuan_v4.py:741)",)),
-    ArchRule("GigaChat 3.5", ("GigaChat35ForCausalLM",), "models/gigachat35.py:350 (DeepseekV2MoE)", **_DS_FIELDS,
+    ArchRule("GigaChat 3.5", ("GigaChat35ForCausalLM",), "models/gigachat35.py:350 -> models/deepseek_v2.py:753 (DeepseekV2MoE)", **_DS_FIELDS,
              layers="first_k_dense",
              notes=("SGLang forces --disable-shared-experts-fusion for it (arg_groups/model_overrides/gigachat35.py:17)",)),
     ArchRule("Kimi-K2.5 (vision)", ("KimiK25ForConditionalGeneration",), "models/deepseek_v2.py:753",
@@ -531,21 +531,21 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
              config_at="text_config", **_DS_FIELDS, when=("model_type", "deepseek_v3"),
              fusion=replace(_DEEPSEEK_V3_GATE, gate="models/pixtral.py:83 -> models/deepseek_v2.py:3325"),
              layers="first_k_dense"),
-    ArchRule("DeepSeek-VL2", ("DeepseekVL2ForCausalLM",), "models/deepseek_vl2.py:217 (DeepseekV2ForCausalLM)",
+    ArchRule("DeepSeek-VL2", ("DeepseekVL2ForCausalLM",), "models/deepseek_vl2.py:217 -> models/deepseek_v2.py:753",
              config_at="language_config", **_DS_FIELDS, when=("use_mla", True),
              fusion=replace(_DEEPSEEK_V3_GATE, gate="models/deepseek_vl2.py:167 -> models/deepseek_v2.py:3325"),
              layers="first_k_dense"),
     ArchRule("DeepSeek-VL2 (no MLA)", ("DeepseekVL2ForCausalLM",), "models/deepseek_vl2.py:220 -> models/deepseek.py:215",
              config_at="language_config", **_DS_FIELDS, expert_parallel=False, quantized=False,
              layers="first_k_dense", notes=_PACKED),
-    ArchRule("DeepSeek-OCR (noaux_tc)", ("DeepseekOCRForCausalLM",), "models/deepseek_ocr.py:1485 (DeepseekV3ForCausalLM)",
+    ArchRule("DeepSeek-OCR (noaux_tc)", ("DeepseekOCRForCausalLM",), "models/deepseek_ocr.py:1485 -> models/deepseek_v2.py:753",
              config_at="language_config", **_DS_FIELDS, when=("topk_method", "noaux_tc"),
              fusion=replace(_DEEPSEEK_V3_GATE, gate="models/deepseek_ocr.py:1436 -> models/deepseek_v2.py:3325"),
              layers="first_k_dense"),
     ArchRule("DeepSeek-OCR (no MLA)", ("DeepseekOCRForCausalLM",), "models/deepseek_ocr.py:1491 -> models/deepseek.py:215",
              config_at="language_config", **_DS_FIELDS, when=("use_mla", False), expert_parallel=False,
              quantized=False, layers="first_k_dense", notes=_PACKED),
-    ArchRule("DeepSeek-OCR (MLA)", ("DeepseekOCRForCausalLM",), "models/deepseek_ocr.py:1497 (DeepseekV2ForCausalLM)",
+    ArchRule("DeepSeek-OCR (MLA)", ("DeepseekOCRForCausalLM",), "models/deepseek_ocr.py:1497 -> models/deepseek_v2.py:753",
              config_at="language_config", **_DS_FIELDS, layers="first_k_dense"),
     ArchRule("DeepSeek-MoE (V1)", ("DeepseekForCausalLM",), "models/deepseek.py:215 (fused_moe)", **_DS_FIELDS,
              expert_parallel=False, quantized=False, layers="first_k_dense", notes=_PACKED),
@@ -570,8 +570,8 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
              layers="qwen_sparse",
              notes=("the shared expert stays a separate MLP on CUDA (fusion only with ROCm aiter)",)),
     ArchRule("Qwen3-MoE", ("Qwen3MoeForCausalLM",), "models/qwen3_moe.py:265", **_QWEN_FIELDS, layers="qwen_sparse"),
-    ArchRule("Mellum", ("MellumForCausalLM",), "models/mellum.py:413 (Qwen3MoeSparseMoeBlock)", **_QWEN_FIELDS,
-             layers=None),
+    ArchRule("Mellum", ("MellumForCausalLM",), "models/mellum.py:413 -> models/qwen3_moe.py:265", **_QWEN_FIELDS,
+             layers="mlp_layer_types"),
     ArchRule("Qwen3-VL-MoE, Intern-S1-Pro", ("Qwen3VLMoeForConditionalGeneration", "InternS1ProForConditionalGeneration"),
              "models/qwen3_moe.py:265", config_at="text_config", **_QWEN_FIELDS, layers="qwen_sparse"),
     ArchRule("Qwen3-Omni-MoE (thinker)", ("Qwen3OmniMoeForConditionalGeneration",), "models/qwen3_moe.py:265",
@@ -583,7 +583,7 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
                                          "Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM",
                                          "InternS2PreviewForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
                                          "MiniCPMV4_6ForConditionalGeneration", "MiniCPMV4_7ForConditionalGeneration"),
-             "models/qwen2_moe.py:318 (models/qwen3_5.py:1148)", config_at="text_config", **_QWEN_FIELDS,
+             "models/qwen3_5.py:1148 -> models/qwen2_moe.py:318", config_at="text_config", **_QWEN_FIELDS,
              notes=("the shared expert stays a separate MLP on CUDA: qwen3_5.py never sets "
                     "enable_cuda_shared_expert_fusion; dense variants carry no num_experts",)),
     ArchRule("Intern-S2 Mobius", ("InternS2MobiusForConditionalGeneration",), "models/interns2_mobius.py:329",
@@ -629,8 +629,9 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
              topk=("ffn_config.moe_top_k",), hidden=("d_model",), expert_parallel=False, quantized=False,
              notes=("every rank holds all experts (models/dbrx.py:110): --ep-size has no effect",)),
     ArchRule("Hunyuan MoE V1 (Hunyuan-A13B)", ("HunYuanMoEV1ForCausalLM",), "models/hunyuan.py:156",
-             experts=("num_experts",), intermediate=("moe_intermediate_size", "intermediate_size"),
-             topk=("moe_topk",)),
+             experts=("num_experts", "num_local_experts"), intermediate=("moe_intermediate_size", "intermediate_size"),
+             topk=("moe_topk", "num_experts_per_tok"),
+             notes=("moe_topk and moe_intermediate_size may be per-layer lists; they must hold one value",)),
     ArchRule("Hunyuan V3", ("HYV3ForCausalLM",), "models/hunyuan_v3.py:145", **_QWEN_FIELDS,
              layers="first_k_dense"),
     ArchRule("Ling / Bailing MoE (V1, V2), Sarvam-M MoE, Ming", ("BailingMoEForCausalLM", "BailingMoeForCausalLM",
@@ -660,10 +661,11 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
     ArchRule("IQuest Q1", ("IQuestQ1ForCausalLM",), "models/iquest_q1.py:215", experts=("num_experts",),
              intermediate=("intermediate_size",), topk=("num_experts_per_tok",), layers=None),
     ArchRule("Kimi Linear", ("KimiLinearForCausalLM",), "models/kimi_linear.py:115",
-             experts=("num_experts", "n_routed_experts"), intermediate=("moe_intermediate_size",),
-             topk=("num_experts_per_token", "num_experts_per_tok"), layers="first_k_dense"),
+             experts=("num_experts",), intermediate=("moe_intermediate_size",),
+             topk=("num_experts_per_token", "num_experts_per_tok"), layers="first_k_dense",
+             notes=("SGLang's KimiLinearConfig (configs/kimi_linear.py:95) sets n_routed_experts from num_experts",)),
     ArchRule("Kimi K3", ("KimiK3ForConditionalGeneration", "KimiK3LinearForCausalLM"), "models/kimi_k3.py:503",
-             config_at="text_config (vision only)", experts=("n_routed_experts", "num_experts"),
+             config_at="text_config (vision only)", experts=("num_experts",),
              intermediate=("moe_intermediate_size",), topk=("num_experts_per_token", "num_experts_per_tok"),
              hidden=("routed_expert_hidden_size", "hidden_size"), layers="first_k_dense",
              notes=("Latent MoE: the experts' K is routed_expert_hidden_size when set",)),
@@ -674,7 +676,8 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
                                   "NemotronH_Omni_Reasoning_V3"),
              "models/nemotron_h.py:276", config_at="llm_config (VL/Omni only)", **_DS_FIELDS,
              hidden=("moe_latent_size", "hidden_size"), gated=False, layers="pattern_E",
-             notes=("non-gated experts (relu2): w1 is [E, N, K]; the latent size is the experts' K when set",)),
+             notes=("relu2 experts; with moe_latent_size set the experts' K is that latent size "
+                    "(models/nemotron_h.py:260)",)),
     ArchRule("Nemotron-H Puzzle", ("NemotronHPuzzleForCausalLM",), "models/nemotron_h.py:276", **_DS_FIELDS,
              gated=False,
              refuse="per-layer block_configs give each MoE layer its own expert count "
@@ -691,7 +694,7 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
     ArchRule("xLLM / K2 Horizon", ("XllmForCausalLM", "K2HorizonForCausalLM"), "models/xllm.py:934", **_QWEN_FIELDS,
              layers="qwen_sparse", notes=("MoVA value experts are not a fused MoE",)),
     ArchRule("Zaya", ("ZayaForCausalLM",), "models/zaya.py:1231", experts=("num_experts",),
-             intermediate=("ffn_hidden_size_list[*]", "ffn_hidden_size"), intermediate_div=2,
+             intermediate=("ffn_hidden_size",), intermediate_div=2,
              topk=("moe_router_topk",), topk_default=1, layers=None,
              notes=("ffn_hidden_size is gate + up: N = ffn_hidden_size / 2 / TP (models/zaya.py:1227)",)),
     ArchRule("AFMoE", ("AfmoeForCausalLM",), "models/afmoe.py:284 (fused_moe)", **_QWEN_FIELDS,
@@ -749,9 +752,8 @@ def _lookup(spec: str, mc: dict, cfg: dict) -> Any:
         if index is None:
             return v
         if not isinstance(v, list):
-            return _MISSING
-        if index == "*":
-            return next((x for x in v if x), _MISSING)
+            raise PayloadError("bad_input", f"model config: {name} is {v!r}, not the list SGLang's model code indexes "
+                                            f"({spec})")
         i = int(index)
         return v[i] if -len(v) <= i < len(v) else _MISSING
     return _MISSING
@@ -798,7 +800,8 @@ def _moe_layer_count(rule_name: str | None, mc: dict, cfg: dict) -> int | None:
     <= i <= moe_layer_end_index, every moe_layer_interval, models/ernie4.py:184); ``freq_list``
     (moe_layer_freq[i] truthy, models/mimo_v2.py:1007); ``pattern_E`` ('E' in
     hybrid_override_pattern, configs/nemotron_h.py:38); ``dense_prefix`` (i >= num_dense_layers);
-    ``is_moe_layer`` (the list's true entries).
+    ``is_moe_layer`` (the list's true entries); ``mlp_layer_types`` (its ``"sparse"`` entries,
+    models/mellum.py:438).
     """
     def get(name: str, default: Any = None) -> Any:
         v = _lookup(name, mc, cfg)
@@ -811,6 +814,9 @@ def _moe_layer_count(rule_name: str | None, mc: dict, cfg: dict) -> int | None:
     if rule_name in ("freq_list", "is_moe_layer"):
         seq = get("moe_layer_freq" if rule_name == "freq_list" else "is_moe_layer")
         return sum(1 for x in seq if x) if isinstance(seq, list) else None
+    if rule_name == "mlp_layer_types":
+        seq = get("mlp_layer_types")
+        return sum(1 for x in seq if x == "sparse") if isinstance(seq, list) else None
     if rule_name is None or isinstance(L, bool) or not isinstance(L, int) or L <= 0:
         return None
     try:
@@ -1126,17 +1132,17 @@ def architecture_table_markdown() -> str:
 
     One row per rule: family, ``architectures[0]`` names, where the fields sit, the fields of
     E, N and top-k, the shared-expert fusion rule, and the SGLang 0.5.23 source (paths relative
-    to ``sglang/srt/``).
+    to ``sglang/srt/``) with the rule's other conditions and notes.
     """
     head = ("| family | `architectures[0]` | fields at | E (routed experts) | N (expert intermediate size) "
-            "| top-k | shared expert fused into the routed GEMM | SGLang 0.5.23 source |")
+            "| top-k | shared expert fused into the routed GEMM | SGLang 0.5.23 source, notes |")
     lines = [head, "|" + "---|" * 8]
     for r in ARCHITECTURES:
         archs = ", ".join(f"`{a}`" for a in r.archs)
         family = r.family + (f" (when `{r.when[0]}` is `{json.dumps(r.when[1])}`)" if r.when else "")
         if r.delegate:
             row = [family, archs, r.config_at, f"the rule of `{r.config_at}.architectures[0]`", "", "", "",
-                   r.source]
+                   "; ".join([r.source, *r.notes])]
         else:
             e = " / ".join(f"`{s}`" for s in r.experts)
             if r.expert_parallel:
@@ -1160,6 +1166,7 @@ def architecture_table_markdown() -> str:
                 extra.append("unquantized fused_moe only")
             if r.refuse:
                 extra.append("refused: " + r.refuse)
+            extra.extend(r.notes)
             shared = _fusion_text(r.fusion)
             row = [family, archs, r.config_at or "top level", e, n, k, shared,
                    r.source + ("; " + "; ".join(extra) if extra else "")]
