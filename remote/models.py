@@ -409,8 +409,9 @@ class ArchRule:
     llm_config > language_config > text_config) and also copies the text config's fields onto the
     top level (utils/hf_transformers/config.py:258), so a field is read from the sub-config first,
     then from the top level. ``experts``/``intermediate``/``topk``/``hidden``: field names, first
-    present wins; ``a.b`` is a nested key, ``a[i]`` a list element; a per-layer list must hold
-    one value. ``intermediate_div``: the field holds a multiple
+    present wins (later names: aliases the config class's ``attribute_map`` maps onto the first);
+    ``a.b`` is a nested key, ``a[i]`` a list element; a per-layer list must hold one value.
+    ``intermediate_div``: the field holds a multiple
     of the per-expert size (Zaya: gate+up). ``topk_default``: SGLang's default when no top-k
     field is set. ``expert_parallel``: False when each expert is a TP-sharded MLP packed into one
     tensor on every rank (E = all experts, N = size / TP; --ep-size has no effect).
@@ -482,6 +483,8 @@ _DS_FIELDS = dict(experts=("n_routed_experts",), intermediate=("moe_intermediate
                   topk=("num_experts_per_tok",))
 _QWEN_FIELDS = dict(experts=("num_experts",), intermediate=("moe_intermediate_size",),
                     topk=("num_experts_per_tok",))
+#: transformers 5.19's Qwen3-MoE-style classes store the count as num_local_experts (attribute_map)
+_QWEN3_FIELDS = dict(_QWEN_FIELDS, experts=("num_experts", "num_local_experts"))
 _MIXTRAL_FIELDS = dict(experts=("num_local_experts",), intermediate=("intermediate_size",),
                        topk=("num_experts_per_tok",))
 _NOT_V3 = ("SGLang's DeepSeek gate fuses the shared expert only when architectures[0] is "
@@ -493,14 +496,16 @@ _PACKED = ("experts are TP-sharded MLPs packed into one tensor on every rank: --
 #: (``*NextN``, ``*MTP``, DFlash/EAGLE heads) are left out: they are built from the target's config.
 ARCHITECTURES: tuple[ArchRule, ...] = (
     # ---- DeepSeek MoE (DeepseekV2MoE) and the models that reuse it
-    ArchRule("DeepSeek-V3 / R1, Kimi-K2", ("DeepseekV3ForCausalLM",), "models/deepseek_v2.py:753", **_DS_FIELDS,
+    ArchRule("DeepSeek-V3 / R1, Kimi-K2", ("DeepseekV3ForCausalLM",), "models/deepseek_v2.py:753",
+             **_DS_FIELDS | dict(experts=("n_routed_experts", "num_local_experts")),
              fusion=_DEEPSEEK_V3_GATE, layers="first_k_dense",
              notes=("384 routed experts (Kimi-K2.5) fuse only for a Quark MXFP4 checkpoint "
                     "(models/deepseek_v2.py:3359), which orch does not name",)),
     ArchRule("DeepSeek-V2 / V3.2, Mistral Large 3", ("DeepseekV2ForCausalLM", "DeepseekV32ForCausalLM",
                                                     "MistralLarge3ForCausalLM"),
              "models/deepseek_v2.py:753", **_DS_FIELDS, layers="first_k_dense", notes=_NOT_V3),
-    ArchRule("GLM-5 (GLM MoE DSA)", ("GlmMoeDsaForCausalLM",), "models/deepseek_v2.py:753", **_DS_FIELDS,
+    ArchRule("GLM-5 (GLM MoE DSA)", ("GlmMoeDsaForCausalLM",), "models/deepseek_v2.py:753",
+             **_DS_FIELDS | dict(experts=("n_routed_experts", "num_local_experts")),
              fusion=_GLM_DSA_GATE, layers="first_k_dense"),
     ArchRule("GLM-5-Next", ("Glm5NextForConditionalGeneration",), "models/glm5_next.py:748 -> models/deepseek_v2.py:753",
              config_at="text_config", **_DS_FIELDS, fusion=_GLM5_NEXT_GATE, layers="first_k_dense"),
@@ -552,30 +557,33 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
     ArchRule("dots.llm3 (Dots3 Note)", ("Dots3NoteForCausalLM",), "models/dots3_common/modeling.py:299", **_DS_FIELDS,
              fusion=_DOTS3_GATE, layers="first_k_dense"),
     ArchRule("LongCat-Flash", ("LongcatFlashForCausalLM",), "models/longcat_flash.py:300",
-             experts=("n_routed_experts",), intermediate=("moe_intermediate_size", "expert_ffn_hidden_size"),
-             topk=("moe_topk",),
+             experts=("n_routed_experts",), intermediate=("expert_ffn_hidden_size",), topk=("moe_topk",),
              notes=("SGLang's LongcatFlashConfig reads the expert size from expert_ffn_hidden_size "
                     "(configs/longcat_flash.py:87); zero experts are not GEMM experts",)),
-    ArchRule("MiMo-V2", ("MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"), "models/mimo_v2.py:452", **_DS_FIELDS,
+    ArchRule("MiMo-V2", ("MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"), "models/mimo_v2.py:452",
+             **_DS_FIELDS | dict(experts=("n_routed_experts", "num_local_experts")),
              layers="freq_list"),
     # ---- GLM-4 MoE
-    ArchRule("GLM-4.5 / 4.6 / 4.7 (GLM-4 MoE)", ("Glm4MoeForCausalLM",), "models/glm4_moe.py:436", **_DS_FIELDS,
+    ArchRule("GLM-4.5 / 4.6 / 4.7 (GLM-4 MoE)", ("Glm4MoeForCausalLM",), "models/glm4_moe.py:436",
+             **_DS_FIELDS | dict(experts=("n_routed_experts", "num_local_experts")),
              fusion=_GLM4_MOE_GATE, layers="first_k_dense"),
     ArchRule("GLM-4.5V (GLM-4 MoE vision)", ("Glm4vMoeForConditionalGeneration",), "models/glm4_moe.py:436",
-             config_at="text_config", **_DS_FIELDS, fusion=_GLM4V_MOE_GATE, layers="first_k_dense"),
-    ArchRule("GLM-4 MoE Lite", ("Glm4MoeLiteForCausalLM",), "models/glm4_moe_lite.py:209", **_DS_FIELDS,
+             config_at="text_config", **_DS_FIELDS | dict(experts=("n_routed_experts", "num_local_experts")),
+             fusion=_GLM4V_MOE_GATE, layers="first_k_dense"),
+    ArchRule("GLM-4 MoE Lite", ("Glm4MoeLiteForCausalLM",), "models/glm4_moe_lite.py:209",
+             **_DS_FIELDS | dict(experts=("n_routed_experts", "num_local_experts")),
              fusion=_GLM4_MOE_LITE_GATE, layers="first_k_dense"),
     # ---- Qwen MoE
     ArchRule("Qwen2-MoE / Qwen1.5-MoE", ("Qwen2MoeForCausalLM",), "models/qwen2_moe.py:318", **_QWEN_FIELDS,
              layers="qwen_sparse",
              notes=("the shared expert stays a separate MLP on CUDA (fusion only with ROCm aiter)",)),
-    ArchRule("Qwen3-MoE", ("Qwen3MoeForCausalLM",), "models/qwen3_moe.py:265", **_QWEN_FIELDS, layers="qwen_sparse"),
-    ArchRule("Mellum", ("MellumForCausalLM",), "models/mellum.py:413 -> models/qwen3_moe.py:265", **_QWEN_FIELDS,
+    ArchRule("Qwen3-MoE", ("Qwen3MoeForCausalLM",), "models/qwen3_moe.py:265", **_QWEN3_FIELDS, layers="qwen_sparse"),
+    ArchRule("Mellum", ("MellumForCausalLM",), "models/mellum.py:413 -> models/qwen3_moe.py:265", **_QWEN3_FIELDS,
              layers="mlp_layer_types"),
     ArchRule("Qwen3-VL-MoE, Intern-S1-Pro", ("Qwen3VLMoeForConditionalGeneration", "InternS1ProForConditionalGeneration"),
-             "models/qwen3_moe.py:265", config_at="text_config", **_QWEN_FIELDS, layers="qwen_sparse"),
+             "models/qwen3_moe.py:265", config_at="text_config", **_QWEN3_FIELDS, layers="qwen_sparse"),
     ArchRule("Qwen3-Omni-MoE (thinker)", ("Qwen3OmniMoeForConditionalGeneration",), "models/qwen3_moe.py:265",
-             config_at="thinker_config.text_config", **_QWEN_FIELDS, layers="qwen_sparse",
+             config_at="thinker_config.text_config", **_QWEN3_FIELDS, layers="qwen_sparse",
              notes=("SGLang serves the thinker only (models/qwen3_omni_moe.py:551)",)),
     ArchRule("Qwen3-Next", ("Qwen3NextForCausalLM",), "models/qwen2_moe.py:318", **_QWEN_FIELDS,
              fusion=_QWEN3_NEXT_GATE),
@@ -589,7 +597,8 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
     ArchRule("Intern-S2 Mobius", ("InternS2MobiusForConditionalGeneration",), "models/interns2_mobius.py:329",
              config_at="text_config", **_QWEN_FIELDS),
     # ---- Mixtral-style (num_local_experts / intermediate_size)
-    ArchRule("Mixtral", ("MixtralForCausalLM",), "models/mixtral.py:100", **_MIXTRAL_FIELDS),
+    ArchRule("Mixtral", ("MixtralForCausalLM",), "models/mixtral.py:100",
+             **_MIXTRAL_FIELDS | dict(experts=("num_local_experts", "num_experts"))),
     ArchRule("Phi-3.5-MoE", ("PhiMoEForCausalLM",), "models/phimoe.py:208", **_MIXTRAL_FIELDS),
     ArchRule("Granite MoE", ("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeSWAForCausalLM",
                              "GraniteMoeHybridForCausalLM"),
@@ -598,8 +607,10 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
     ArchRule("Grok-1", ("Grok1ForCausalLM", "Grok1ModelForCausalLM"), "models/grok.py:509",
              experts=("num_local_experts",), intermediate=("moe_intermediate_size", "intermediate_size"),
              topk=("num_experts_per_tok",)),
-    ArchRule("gpt-oss", ("GptOssForCausalLM",), "models/gpt_oss.py:240", **_MIXTRAL_FIELDS),
-    ArchRule("MiniMax-M2", ("MiniMaxM2ForCausalLM",), "models/minimax_m2.py:536", **_MIXTRAL_FIELDS),
+    ArchRule("gpt-oss", ("GptOssForCausalLM",), "models/gpt_oss.py:240",
+             **_MIXTRAL_FIELDS | dict(experts=("num_local_experts", "num_experts"))),
+    ArchRule("MiniMax-M2", ("MiniMaxM2ForCausalLM",), "models/minimax_m2.py:536",
+             **_MIXTRAL_FIELDS | dict(experts=("num_local_experts", "num_experts"))),
     ArchRule("MiniMax-M3", ("MiniMaxM3SparseForCausalLM",), "models/minimax_m3.py:422", **_MIXTRAL_FIELDS,
              fusion=_MINIMAX_M3_GATE, layers=None),
     ArchRule("MiniMax-M3 (vision)", ("MiniMaxM3SparseForConditionalGeneration",), "models/minimax_m3.py:422",
@@ -617,8 +628,8 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
              config_at="text_config", experts=("num_experts",), intermediate=("moe_intermediate_size",),
              topk=("top_k_experts",), enabled_by="enable_moe_block"),
     ArchRule("ERNIE 4.5 MoE", ("Ernie4_5_MoeForCausalLM",), "models/ernie4.py:104",
-             experts=("moe_num_experts",), intermediate=("moe_intermediate_size",), topk=("moe_k",),
-             layers="ernie_range",
+             experts=("moe_num_experts", "num_experts"), intermediate=("moe_intermediate_size",),
+             topk=("moe_k", "num_experts_per_tok"), layers="ernie_range",
              notes=("the shared experts are a separate MLP (models/ernie4.py:115): no E+1",)),
     ArchRule("ERNIE 4.5 VL MoE", ("Ernie4_5_VLMoeForConditionalGeneration",), "models/ernie45_moe_vl.py:218",
              experts=("moe_num_experts[0]",), intermediate=("moe_intermediate_size[0]",), topk=("moe_k",),
@@ -682,7 +693,7 @@ ARCHITECTURES: tuple[ArchRule, ...] = (
              gated=False,
              refuse="per-layer block_configs give each MoE layer its own expert count "
                     "(configs/nemotron_h.py:551): several fused-MoE shapes, not one"),
-    ArchRule("OLMoE", ("OlmoeForCausalLM",), "models/olmoe.py:88", experts=("num_experts",),
+    ArchRule("OLMoE", ("OlmoeForCausalLM",), "models/olmoe.py:88", experts=("num_experts", "num_local_experts"),
              intermediate=("intermediate_size",), topk=("num_experts_per_tok",)),
     ArchRule("SDAR MoE", ("SDARMoeForCausalLM",), "models/sdar_moe.py:98", **_QWEN_FIELDS, layers="qwen_sparse"),
     ArchRule("Step3-VL", ("Step3VLForConditionalGeneration",), "models/step3_vl.py:139", config_at="text_config",

@@ -462,6 +462,18 @@ def test_unknown_architecture_is_refused_by_name():
         moe_shape({k: v for k, v in cfg_of("Qwen3-30B-A3B").items() if k != "architectures"})
 
 
+def test_attribute_map_aliases():
+    # transformers 5.19 Qwen3MoeConfig: attribute_map {"num_experts": "num_local_experts"}
+    cfg = cfg_of("Qwen3-30B-A3B")
+    cfg["num_local_experts"] = cfg.pop("num_experts")
+    assert moe_shape(cfg, tp=2).E == 128
+    # transformers 5.19 Ernie4_5_MoeConfig: {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"}
+    cfg = cfg_of("ERNIE-4.5-21B-A3B")
+    cfg["num_experts"], cfg["num_experts_per_tok"] = cfg.pop("moe_num_experts"), cfg.pop("moe_k")
+    s = moe_shape(cfg, tp=2)
+    assert (s.E, s.N, s.topk) == (64, 768, 6)
+
+
 def test_missing_field_is_named_with_its_nesting():
     cfg = cfg_of("Gemma-4-26B-A4B")
     del cfg["text_config"]["top_k_experts"]

@@ -186,3 +186,35 @@ def test_without_gpu_device_name_is_required(tmp_path):
 def test_hostile_device_name_refused(tmp_path, bad):
     rc, last = probe(tmp_path, None, "--model-config", str(QWEN), "--device-name", bad)
     assert rc == 2 and last["kind"] == "bad_input"
+
+
+def test_probe_names_an_issue_11_model_and_reports_non_gated_experts(tmp_path):
+    """Llama 4 keeps its shared expert out of the routed GEMM (SGLang 0.5.23 models/llama4.py:120, :136);
+    Nemotron-H's relu2 experts (models/nemotron_h.py:287 is_gated=False) are not what the tuner times."""
+    site = tmp_path / "site"
+    make_sglang(site, (CURRENT,))
+    rc, last = probe(tmp_path, site, "--model-config", str(MODELS / "Llama-4-Scout-17B-16E.json"), "--tp", "4",
+                     "--device-name", "NVIDIA B200")
+    assert rc == 0 and last["type"] == "result", last
+    d = last["data"]
+    assert d["file_names"] == {"up": "E=16,N=2048,device_name=NVIDIA_B200.json",
+                               "down": "E=16,N=2048,device_name=NVIDIA_B200_down.json"}
+    assert d["model"]["shared_fused"] is False and d["model"]["tuner_unsupported"] is None
+    rc, last = probe(tmp_path, site, "--model-config", str(MODELS / "architectures" / "Nemotron-H-MoE.json"),
+                     "--tp", "2", "--device-name", "NVIDIA H200")
+    assert rc == 0, last
+    model = last["data"]["model"]
+    assert (model["E"], model["N"], model["gated"]) == (128, 928, False)
+    assert "not gated" in model["tuner_unsupported"]
+
+
+def test_probe_refuses_an_unknown_architecture_by_name(tmp_path):
+    site = tmp_path / "site"
+    make_sglang(site, (CURRENT,))
+    cfg = json.loads(QWEN.read_text())
+    cfg["architectures"] = ["BrandNewMoeForCausalLM"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    rc, last = probe(tmp_path, site, "--model-config", str(path), "--device-name", "NVIDIA H200")
+    assert rc != 0 and last["type"] == "error" and last["kind"] == "bad_input"
+    assert "BrandNewMoeForCausalLM" in last["msg"]
