@@ -281,13 +281,13 @@ def test_issue_11_inputs_give_the_names_sglang_looks_for(model, tp, device, up):
     assert names == {"up": up, "down": up[: -len(".json")] + "_down.json"}
 
 
-def test_config_names_command_on_an_issue_11_input():
-    r = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "config-names", "--model-config",
-         str(MODELS / "Llama-4-Scout-17B-16E.json"), "--tp", "4", "--device-name", "NVIDIA B200"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["E=16,N=2048,device_name=NVIDIA_B200.json", "E=16,N=2048,device_name=NVIDIA_B200_down.json"]
+def test_config_names_command_on_an_issue_11_input(capsys):
+    from orchestrator.cli import main
+    rc = main(["config-names", "--model-config", str(MODELS / "Llama-4-Scout-17B-16E.json"), "--tp", "4",
+               "--device-name", "NVIDIA B200"])
+    assert rc == 0
+    assert capsys.readouterr().out.split() == ["E=16,N=2048,device_name=NVIDIA_B200.json",
+                                               "E=16,N=2048,device_name=NVIDIA_B200_down.json"]
 
 
 # --------------------------------------------------------------------------- one config per family
