@@ -284,3 +284,35 @@ def test_fixed_list_release_falls_back_only_to_listed_folders(tmp_path):
     assert d["existing"]["up"]["sglang_would_load"] is None
     assert d["existing"]["down"]["sglang_would_load"] == str(ldir / "configs" / "triton_3_1_0" / DOWN)
     assert d["existing"]["down"]["folders"] == ["triton_3_5_1", "triton_3_1_0"]
+
+
+def test_probe_names_an_issue_11_model_and_reports_non_gated_experts(tmp_path):
+    """Llama 4 keeps its shared expert out of the routed GEMM (SGLang 0.5.23 models/llama4.py:120, :136);
+    Nemotron-H's relu2 experts (models/nemotron_h.py:287 is_gated=False) are not what the tuner times."""
+    site = tmp_path / "site"
+    make_sglang(site, (CURRENT,))
+    rc, last = probe(tmp_path, site, "--model-config", str(MODELS / "Llama-4-Scout-17B-16E.json"), "--tp", "4",
+                     "--device-name", "NVIDIA B200")
+    assert rc == 0 and last["type"] == "result", last
+    d = last["data"]
+    assert d["file_names"] == {"up": "E=16,N=2048,device_name=NVIDIA_B200.json",
+                               "down": "E=16,N=2048,device_name=NVIDIA_B200_down.json"}
+    assert d["model"]["shared_fused"] is False and d["model"]["tuner_unsupported"] is None
+    rc, last = probe(tmp_path, site, "--model-config", str(MODELS / "architectures" / "Nemotron-H-MoE.json"),
+                     "--tp", "2", "--device-name", "NVIDIA H200")
+    assert rc == 0, last
+    model = last["data"]["model"]
+    assert (model["E"], model["N"], model["gated"]) == (128, 928, False)
+    assert "not gated" in model["tuner_unsupported"]
+
+
+def test_probe_refuses_an_unknown_architecture_by_name(tmp_path):
+    site = tmp_path / "site"
+    make_sglang(site, (CURRENT,))
+    cfg = json.loads(QWEN.read_text())
+    cfg["architectures"] = ["BrandNewMoeForCausalLM"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    rc, last = probe(tmp_path, site, "--model-config", str(path), "--device-name", "NVIDIA H200")
+    assert rc != 0 and last["type"] == "error" and last["kind"] == "bad_input"
+    assert "BrandNewMoeForCausalLM" in last["msg"]

@@ -582,11 +582,7 @@ def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "standin_model", mod)  # dataclasses look the module up
     spec.loader.exec_module(mod)
-    # the three configs of issue 11 (other field names, Llama 4's separate shared expert) are held
-    # against SGLang's own model rules in test_models.py
-    issue_11 = {"Llama-4-Scout-17B-16E.json", "Gemma-4-26B-A4B.json", "ERNIE-4.5-21B-A3B.json"}
-    models = [p for p in sorted((Path(__file__).resolve().parent / "data" / "models").glob("*.json"))
-              if p.name not in issue_11]
+    models = sorted((Path(__file__).resolve().parent / "data" / "models").glob("*.json"))
     assert models
     compared = 0
     for path in models:

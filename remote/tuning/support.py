@@ -36,8 +36,12 @@ def unsupported_reason(naming: dict) -> str | None:
     ``weight_dtype``, ``per_channel_quant``, ``block_shape``; the probe reports them as
     ``model`` with this answer as ``model.tuner_unsupported``, so the controller refuses such a
     host before stopping it). Runs: bf16/fp16/fp32 weights, and fp8_w8a8 with e4m3 weights and
-    per-tensor or block scales; not int8/int4, per-channel fp8 or fp8 e5m2.
+    per-tensor or block scales; not int8/int4, per-channel fp8 or fp8 e5m2, nor non-gated experts
+    (``gated`` False: w1 ``[E, N, K]``, e.g. Nemotron-H's relu2 experts; the kernel runs ``[E, 2N, K]``).
     """
+    if naming.get("gated") is False:
+        return ("the model's experts are not gated (w1 is [E, N, K]); the tuner's kernel times gated experts "
+                "([E, 2N, K]), so its configs would be tuned for another GEMM")
     sel, wd = naming.get("dtype_selector"), naming.get("weight_dtype")
     if sel in (None, "float32") and wd in ("bfloat16", "float16", "float32"):
         return None

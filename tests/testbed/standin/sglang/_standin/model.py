@@ -72,7 +72,7 @@ def moe_shape(
     """
     text = _text_cfg(cfg)
     experts = None
-    for key in ("num_experts", "n_routed_experts", "num_local_experts"):
+    for key in ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"):  # ERNIE 4.5: moe_num_experts
         if text.get(key):
             experts = int(text[key])
             break
