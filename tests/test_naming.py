@@ -136,3 +136,26 @@ def test_sort_newest_first_numeric_not_lexicographic():
     assert sort_triton_folders(names) == ["triton_3_10_0", "triton_3_9_0", "triton_3_2_0", "triton_3_1_0", "triton_2_0_0"]
     assert unparsable_triton_folders(names) == ["triton_3_6_0+git"]
     assert unparsable_triton_folders(["triton_3_1_0"]) == []
+
+
+@pytest.mark.parametrize("dtype", [None, "fp8_w8a8", "int8_w8a8", "int4_w4a16", "int8_w8a16", "float32"])
+@pytest.mark.parametrize("block", [None, [128, 128], [0, 128]])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("down", [False, True])
+def test_parse_config_file_name_inverts_the_name(dtype, block, per_channel, down):
+    from remote.sglang.naming import config_file_name, parse_config_file_name
+
+    for device in ("NVIDIA_H200", "NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition", "NVIDIA_A100-SXM4-80GB"):
+        name = config_file_name(257, 256, device, dtype, block, per_channel, down)
+        got = parse_config_file_name(name)
+        assert got == {"E": 257, "N": 256, "device_name": device, "dtype": dtype,
+                       "block_shape": block if block and all(block) else None,
+                       "per_channel_quant": per_channel, "down": down}, name
+
+
+def test_parse_config_file_name_refuses_what_sglang_cannot_name():
+    from remote.sglang.naming import parse_config_file_name
+
+    for bad in ("E=8,N=64.json", "E=0,N=64,device_name=X.json", "E=8,N=64,device_name=X,dtype=bf16.json",
+                "E=8,N=64,device_name=X,block_shape=[128,128].json", "notes.txt", "E=8,N=64,device_name=a b.json"):
+        assert parse_config_file_name(bad) is None, bad

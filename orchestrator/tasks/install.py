@@ -30,19 +30,26 @@ def _validate(name: str, text: str) -> None:
 
 
 @task("install", sets=("orch_installed",))
-def install(ctx, dest_dir: str, files: dict | None = None) -> TaskResult:
+def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = None) -> TaskResult:
     """Install config files into ``dest_dir`` (``orch_plan.install_dir``: ``configs/triton_X_Y_Z``
     of the loader, or of ``$SGLANG_MOE_CONFIG_DIR``), created when missing, after backing up what
-    they replace; ``files``: role -> local path (default: the files this run tuned or reused).
-    Sets ``orch_installed`` (the paths written). ``ok`` when every file already had these bytes.
+    they replace; ``files``: role -> local path (default: the files this run tuned or reused);
+    ``names``: role -> the path the server reads (``orch_plan.paths``): only those roles are
+    installed, under those names (a release that reads no ``_down`` file gets none). Sets
+    ``orch_installed`` (the paths written). ``ok`` when every file already had these bytes.
     """
     files = files or ctx.run.tuned_files
     if not files:
         raise TaskFailed("no config files to install")
+    if names is not None:
+        missing = sorted(set(names) - set(files))
+        if missing:
+            raise TaskFailed(f"no tuned {', '.join(missing)} file to install")
+        files = {role: files[role] for role in names}
     payload_files = []
     for role, local in sorted(files.items()):
         text = Path(local).read_text()
-        name = Path(local).name
+        name = posixpath.basename(names[role]) if names is not None else Path(local).name
         _validate(name, text)
         payload_files.append({"name": name, "content": text, "role": role})
     request = {"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir, "action": "tune",

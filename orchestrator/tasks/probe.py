@@ -13,9 +13,12 @@ import posixpath
 import shlex
 
 from remote.sglang.defaults import TRITON_BACKENDS
+from remote.sglang.naming import parse_config_file_name
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
+from ..facts.journal import last_start, unit_log
+from ..facts.moe_log import parse_moe_log
 
 
 def model_flags(ctx) -> list[str]:
@@ -69,14 +72,57 @@ def untunable_reason(model: dict | None) -> str | None:
     return f"{why}; tune them elsewhere and `orch configs import` the files" if why else None
 
 
-@task("plan", check_mode=READ_ONLY, sets=("orch_plan",))
-def plan(ctx) -> TaskResult:
+def logged_lookups(text: str | None) -> dict[str, str]:
+    """role -> the path SGLang looked for first (``wanted``) in the lookup lines of one start's
+    log (:mod:`orchestrator.facts.moe_log`); the first line of each role counts. Pure."""
+    out: dict[str, str] = {}
+    if text:
+        for ln in parse_moe_log(text).lines:
+            if ln.role and ln.wanted and ln.role not in out:
+                out[ln.role] = ln.wanted
+    return out
+
+
+def reconcile(derived: dict[str, str], logged: dict[str, str]) -> tuple[dict[str, str], str, list[str]]:
+    """The paths to write: ``derived`` (role -> path from the unit and the model config) checked
+    against ``logged`` (role -> path the server's last start looked for, :func:`logged_lookups`).
+
+    SGLang's own lookup is ground truth: where the server logged one, its path is used. A different
+    folder (an SGLANG_MOE_CONFIG_DIR orch could not see) or a different device name is followed;
+    a different shape (E, N, dtype, block, per-channel) means the files orch would tune are for
+    another GEMM, so it raises :class:`TaskFailed` naming both, before anything is stopped.
+    Returns ``(paths, source, notes)`` with ``source`` ``log`` or ``derived``. Pure.
+    """
+    if not any(role in logged for role in derived):
+        return dict(derived), "derived", []
+    paths, notes = dict(derived), []
+    for role, path in derived.items():
+        want = logged.get(role)
+        if want is None or want == path:
+            continue
+        mine, theirs = parse_config_file_name(posixpath.basename(path)), parse_config_file_name(posixpath.basename(want))
+        shape = ("E", "N", "dtype", "block_shape", "per_channel_quant", "down")
+        if mine is None or theirs is None or any(mine[k] != theirs[k] for k in shape):
+            raise TaskFailed(f"the server's last start looked for {want}, but orch derives {path} from the unit "
+                             "and the model config (another E, N or dtype): its tune would be for another GEMM. "
+                             "Check the model config (orch_model_config), --tp/--ep and the quantization; nothing "
+                             "was changed")
+        paths[role] = want
+        notes.append(f"{role}: using the server's own lookup {want} (orch derived {path})")
+    return paths, "log", notes
+
+
+@task("plan", check_mode=READ_ONLY, sets=("orch_plan",), aliases={"unit": "name", "service": "name"})
+def plan(ctx, name: str) -> TaskResult:
     """Decide what a tune does on this host (``orch_plan``): tune, or skip for a MoE backend that
     does not read Triton config files; which exact files it would write, and which exist.
 
     ``orch_plan.action`` is ``tune`` or ``skip`` (a non-Triton MoE backend: the files
-    would change nothing). ``orch_plan.paths`` are the exact files that would be written,
-    ``orch_plan.existing`` which of them exist already.
+    would change nothing). ``orch_plan.paths`` are the exact files that would be written: only
+    those the host's SGLang release reads (a release before 0.5.5 reads no ``_down`` file), named
+    as the unit's last start looked them up when its log shows one (``orch_plan.names_source``
+    ``log``; else ``derived`` from the unit and the model config, see :func:`reconcile`).
+    ``orch_plan.existing`` says which exist already.
     """
     probe_data = ctx.vars.get("orch_probe") or {}
     server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
@@ -85,20 +131,34 @@ def plan(ctx) -> TaskResult:
     install_dir = probe_data.get("install_dir")
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
-    paths = {k: posixpath.join(install_dir, v) for k, v in names.items()}
-    existing = {k: bool(((probe_data.get("existing") or {}).get(k) or {}).get("in_installed_folder"))
-                for k in paths}
+    found = probe_data.get("existing") or {}
+    read = {k for k in names if (found.get(k) or {}).get("read_by_sglang", True)}
+    skipped_roles = sorted(set(names) - read)
+    derived = {k: posixpath.join(install_dir, v) for k, v in names.items() if k in read}
+    paths, source, notes = reconcile(derived, logged_lookups(last_start(unit_log(ctx.connection, name))))
+    existing = {k: bool((found.get(k) or {}).get("in_installed_folder")) and paths[k] == derived[k] for k in paths}
+    dirs = {posixpath.dirname(v) for v in paths.values()}
+    if len(dirs) != 1:
+        raise TaskFailed(f"the server looks for its up and down files in different folders: {sorted(dirs)}")
+    install_dir = dirs.pop()
     action = "tune" if backend in TRITON_BACKENDS else "skip"
     reason = "" if action == "tune" else (
         f"--moe-runner-backend {backend} does not read Triton MoE config files; installing them would change "
         "nothing" + (" (FlashInfer autotunes at start-up on SM90+)" if backend.startswith("flashinfer") else ""))
+    same_dir = install_dir == probe_data.get("install_dir")
     p = {"action": action, "reason": reason, "backend": backend, "install_dir": install_dir,
-         "paths": paths, "existing": existing,
-         "install_dir_exists": bool(probe_data.get("install_dir_exists", True))}
+         "paths": paths, "existing": existing, "names_source": source, "notes": notes,
+         # None: a folder the server's log named, not probed (the install creates it when missing)
+         "install_dir_exists": bool(probe_data.get("install_dir_exists", True)) if same_dir else None}
     ctx.run.summary["plan"] = p
     lines = [f"would write {paths[k]} ({'replace' if existing.get(k) else 'new'})" for k in sorted(paths)]
-    if not p["install_dir_exists"]:
+    lines += [f"no {r} file: SGLang {(probe_data.get('sglang') or {}).get('version') or ''} does not read one".replace(
+        "  ", " ") for r in skipped_roles]
+    if p["install_dir_exists"] is False:
         lines.append(f"would create {install_dir} (this Triton's folder is missing)")
+    lines.append("names from the server's own lookup at its last start" if source == "log"
+                 else "names derived from the unit and the model config (the server logged no lookup)")
+    lines += notes
     if action == "skip":
         return TaskResult.skipped(reason, facts={"orch_plan": p}, **p)
     if ctx.check:

@@ -47,7 +47,6 @@ def tune(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: list[int] | 
 
 
 def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
-    plan = ctx.vars.get("orch_plan") or {}
     names = (ctx.vars.get("orch_probe") or {}).get("file_names") or {}
     key_src = json.dumps([names, space, batch_sizes, provider], sort_keys=True)
     work = posixpath.join(ctx.payload.state_dir, "work", hashlib.sha256(key_src.encode()).hexdigest()[:16])
@@ -77,10 +76,10 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
         fetched[role] = str(local)
     if data.get("report"):
         ctx.connection.get(data["report"], str(ctx.host_dir / "report.json"), become=True)
-    expected = {k: posixpath.basename(v) for k, v in (plan.get("paths") or {}).items()}
+    expected = dict(names)  # what the probe derived: the names the payload's tuner must agree on
     for role, local in fetched.items():
         if expected.get(role) and posixpath.basename(local) != expected[role]:
-            raise TaskFailed(f"tuner wrote {posixpath.basename(local)}, but the server looks for {expected[role]}")
+            raise TaskFailed(f"tuner wrote {posixpath.basename(local)}, but the probe derived {expected[role]}")
     fetched = publish_result(ctx, fetched, str(ctx.host_dir / "report.json") if data.get("report") else None,
                              {"host": ctx.name, "run_id": ctx.options.run_id, "provider": data.get("provider"),
                               "payload_version": (ctx.run.payload or {}).get("version"),

@@ -101,6 +101,25 @@ def config_file_name(
     return f"E={E},N={N},device_name={device_name}{dtype_sel}{block_sel}{pc_sel}{down_sel}.json"
 
 
+_FILE_NAME = re.compile(
+    r"^E=(?P<E>[1-9][0-9]*),N=(?P<N>[1-9][0-9]*),device_name=(?P<device_name>[^ /,]*?)"
+    r"(?:,dtype=(?P<dtype>" + "|".join(DTYPE_SELECTORS) + r"))?"
+    r"(?:,block_shape=\[(?P<bn>[0-9]+), (?P<bk>[0-9]+)\])?"
+    r"(?P<per_channel_quant>,per_channel_quant=True)?(?P<down>_down)?\.json$")
+
+
+def parse_config_file_name(name: str) -> dict | None:
+    """The parts of a config file name (the inverse of :func:`config_file_name`): ``{E, N,
+    device_name, dtype, block_shape, per_channel_quant, down}``; None when ``name`` (a base name,
+    no folder) is not one SGLang's ``get_config_file_name`` can produce."""
+    m = _FILE_NAME.match(name)
+    if not m:
+        return None
+    return {"E": int(m["E"]), "N": int(m["N"]), "device_name": m["device_name"], "dtype": m["dtype"],
+            "block_shape": [int(m["bn"]), int(m["bk"])] if m["bn"] else None,
+            "per_channel_quant": bool(m["per_channel_quant"]), "down": bool(m["down"])}
+
+
 def sglang_version_dir(version: str) -> str:
     """The exact folder SGLang 0.5.23 tries first: ``"triton_" + version.replace(".", "_")``.
 
