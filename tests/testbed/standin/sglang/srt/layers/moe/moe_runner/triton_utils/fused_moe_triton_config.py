@@ -4,7 +4,8 @@ This file sits where SGLang 0.5.23 keeps its loader
 (``sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py``, since
 sglang PR #23019; the test bed's old-layout tree moves it to
 ``sglang/srt/layers/moe/fused_moe_triton/``), and its ``configs/triton_<X>_<Y>_<Z>/``
-folder sits beside it, as in the wheel. The rules follow /work/shared/facts/sglang-moe-configs.md:
+folder sits beside it, as in the wheel. The rules follow that module of the SGLang 0.5.23 wheel
+(``tests/sglang_releases.py`` fetches it for the tests that compare the two):
 
 - file name: ``get_config_file_name`` (SGLang 0.5.23);
 - base folder: ``$SGLANG_MOE_CONFIG_DIR`` if set, else this module's folder;
