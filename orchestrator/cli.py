@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--state-dir", type=Path)
     st.add_argument("--json", action="store_true")
 
-    rp = sub.add_parser("report", help="write an HTML report of a run (needs matplotlib for the plots)")
+    rp = sub.add_parser("report", help="write an HTML report of a run (an earlier, different one is kept)")
     rp.add_argument("run_id", help="run id, 'latest', or a run folder")
     rp.add_argument("--state-dir", type=Path, help="controller run records (default $XDG_STATE_HOME/orch)")
     rp.add_argument("--out", type=Path, help="output file (default <run dir>/report.html)")
@@ -161,7 +161,7 @@ def run_playbook_command(args, playbook_name: str, extra: dict, check: bool) -> 
     from .inventory import effective_vars
     from .records import RunRecord, default_state_dir, new_run_id
     from .tasks import MODULES
-    from .ui import Reporter, recap_table, summary_table
+    from .ui import Reporter, print_summary, recap_table
 
     console = Console(stderr=True, highlight=False)
     inv, hosts = _load_hosts(args)
@@ -206,10 +206,10 @@ def run_playbook_command(args, playbook_name: str, extra: dict, check: bool) -> 
     record.close()
     console.print(recap_table(all_recaps))
     if not check:
-        console.print(summary_table(all_recaps))
+        print_summary(console, all_recaps)
     console.print(f"run record: {record.dir}")
     if not check:
-        from .report import report_after_run  # never raises; skips without matplotlib
+        from .report import report_after_run  # never raises
 
         report_after_run(record.dir, console)
     if args.json:

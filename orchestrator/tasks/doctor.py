@@ -236,8 +236,8 @@ def diagnose(ctx, unit: str) -> TaskResult:
         row["installed_by_run"] = _run_that_wrote(ctx, [f.get("sglang_would_load") for f in (up, down) if f["error"]])
     if row["orphans"]:
         notes.append(f"{len(row['orphans'])} GPU holder(s) outside the unit: "
-                     + ", ".join(f"pid {p.get('pid')} ({(str(p.get('cmdline') or '?').split() or ['?'])[0][:40]})"
-                               for p in row["orphans"]) + " (not killed; orch tune reaps them)")
+                     + ", ".join(f"pid {p.get('pid')} ({str(p.get('cmdline') or '?')})" for p in row["orphans"])
+                     + " (not killed; orch tune reaps them)")
     if sg.get("other_layout_configs_root"):
         notes.append(f"stale configs of another SGLang layout at {sg['other_layout_configs_root']}")
     row.update(verdict=verdict, why=why, notes=notes)
