@@ -61,10 +61,10 @@ def print_runs(console: Console, recaps: dict, only_host: str | None = None) -> 
         for host, r in _selected(recaps, only_host):
             if not r.is_failure:
                 for run in (r.summary or {}).get("runs") or []:
-                    fields = dict(run_fields(run))
-                    blocks.append(field_block(Text.assemble((host, "bold"), "  ", fields.pop("run id")), [
-                        ("output tok/s" if k.startswith("output tok/s") else k,
-                         ("before → after: " + v) if k.startswith("output tok/s") else v) for k, v in fields.items()]))
+                    (_, run_id), *fields = run_fields(run)
+                    fields = [("output tok/s", "before → after: " + v) if k.startswith("output tok/s") else (k, v)
+                              for k, v in fields]
+                    blocks.append(field_block(Text.assemble((host, "bold"), "  ", run_id), fields))
         print_table_or_blocks(console, table, blocks)
     for host, r in failures:
         console.print(field_block(Text.assemble((host, "bold"), "  ", (r.outcome, "red")), [("cause", r.cause)]))

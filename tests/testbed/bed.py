@@ -1011,7 +1011,8 @@ class TestBed:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# Written by the orch test bed (bed {self.bed_id}); its hosts live in network namespaces "
-                        f"{NS_PREFIX}{self.bed_id}-*.\n# Remove with `python -m tests.testbed down` (persistent beds).\n"
+                        f"{NS_PREFIX}{self.bed_id}-*.\n"
+                        f"# Remove with `python -m tests.testbed down --inventory {path}` (persistent beds).\n"
                         + yaml.safe_dump(inv, sort_keys=False))
         return path
 
