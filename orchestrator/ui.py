@@ -119,7 +119,8 @@ def field_block(title: Text | str, fields: list[tuple[str, str | Text]]) -> Rend
     grid.add_column(overflow="fold")
     for label, value in fields:
         grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
-    return Group(title if isinstance(title, Text) else Text(str(title), style="bold"), Padding(grid, (0, 0, 0, 2)))
+    return Group(title if isinstance(title, Text) else Text(str(title), style="bold"),
+                 Padding(grid, (0, 0, 0, 2), expand=False))
 
 
 def print_table_or_blocks(console: Console, table: Table, blocks: list[RenderableType]) -> None:

@@ -110,7 +110,10 @@ def cmd_down(args: argparse.Namespace) -> int:
     if others:
         print(f"left up: persistent test bed(s) {', '.join(others)} (python -m tests.testbed status)")
     machine = bedmod.remove_machine_setup()
-    if machine:
+    if machine is None:
+        print(f"kept the {bedmod.LOGIN_USER} user and the beds' mount points: another test bed is still up "
+              "(python -m tests.testbed status)")
+    elif machine:
         print(f"removed machine set-up: {', '.join(machine)}")
     return 0
 

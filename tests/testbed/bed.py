@@ -350,17 +350,18 @@ def _make_mount_points() -> None:
     record.write_text(json.dumps(made))
 
 
-def remove_machine_setup() -> List[str]:
+def remove_machine_setup() -> Optional[List[str]]:
     """Undo what the beds set up on this machine itself, once no bed is left: the login user
     ``LOGIN_USER`` (only the account :func:`ensure_login_user` made, recognised by its comment),
     its password file, and the empty mount points the beds made (never a folder that existed
     before or holds anything). Does nothing while any bed state or ``orchtb-*`` namespace
     exists (tests of another process may be using the user). Returns what was removed (list of
-    str); ``/run/orchtb/.lock`` (an empty file on tmpfs) stays so concurrent runs keep one lock."""
+    str), or None when it did nothing because a bed is left; ``/run/orchtb/.lock`` (an empty file
+    on tmpfs) stays so concurrent runs keep one lock."""
     removed: List[str] = []
     with _state_lock():
         if any(d.is_dir() for d in STATE_ROOT.iterdir()) or list_namespaces():
-            return removed
+            return None
         entry = _run(["getent", "passwd", LOGIN_USER], check=False).stdout.split(":")
         if len(entry) > 4 and entry[4] == LOGIN_COMMENT:
             r = _run(["userdel", LOGIN_USER], check=False)
