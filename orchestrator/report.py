@@ -3,8 +3,9 @@
 Reads the controller's run record ``<state_dir>/runs/<run_id>/`` (layout in
 :mod:`orchestrator.records.controller`) and writes ONE self-contained HTML file (default
 ``<run dir>/report.html``): no JavaScript, no external references; plots are PNG images
-drawn with matplotlib's Agg canvas (optional extra ``orch[report]``) and embedded as
-``data:image/png;base64`` URIs. The HTML comes from ``orchestrator/templates/report.html.j2``
+drawn with matplotlib's Agg canvas (a dependency of orch) and embedded as
+``data:image/png;base64`` URIs. An earlier, different report at the same path is kept
+(:func:`write_report`). The HTML comes from ``orchestrator/templates/report.html.j2``
 rendered by Jinja2 with autoescaping ON: host names, paths and messages come from the
 hosts and are escaped.
 
@@ -41,6 +42,7 @@ import hashlib
 import io
 import json
 import math
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,16 @@ def _num(x) -> float | None:
 def _geomean(vals: list[float]) -> float | None:
     vals = [v for v in vals if v and v > 0]
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def speedup_stats(values) -> tuple[float, float, float] | None:
+    """``(geometric mean, min, max)`` of per-batch-size kernel speedups (``speedup_vs_default``:
+    default µs / tuned µs, from the payload's tuner), ignoring missing and non-positive values;
+    None when there is none. The one summary both the HTML report and the terminal show."""
+    vals = [v for v in (_num(x) for x in values) if v and v > 0]
+    if not vals:
+        return None
+    return _geomean(vals), min(vals), max(vals)
 
 
 def _kernel_rows(tune: dict | None) -> list[dict]:
@@ -248,7 +260,7 @@ def load_run(run_dir: Path) -> dict:
         before, after = _read_json(hd / "bench_before.json"), _read_json(hd / "bench_after.json")
         rows = _kernel_rows(tune)
         shown = {"bench_before", "bench_after", "installed", "speedup_vs_default", "reaped", "plan", "provider",
-                 "throughput_change_pct"}
+                 "throughput_change_pct", "speedup_measured_on"}
         hosts.append({
             "name": name, "anchor": f"host-{i}", "outcome": rc.get("outcome", "not started"),
             "cause": rc.get("cause") or "",
@@ -256,7 +268,8 @@ def load_run(run_dir: Path) -> dict:
             "summary": summary, "probe": probe, "tune": tune, "kernel": rows,
             "has_shipped": any(r["shipped_us"] is not None for r in rows),
             "interpret": bool((tune or {}).get("interpret")),
-            "geomean": _geomean([r["speedup_default"] for r in rows if r["speedup_default"]]),
+            "geomean": (speedup_stats(r["speedup_default"] for r in rows) or (None,))[0],
+            "speedup_measured_on": summary.get("speedup_measured_on"),
             "bench": _bench_rows(before, after),
             "bench_invalid": any(not (lv or {}).get("valid", True) for r in _bench_rows(before, after)
                                  for lv in (r["before"], r["after"])),
@@ -449,7 +462,7 @@ def group_plot(group: dict) -> str | None:
 
 
 def have_matplotlib() -> bool:
-    """True when matplotlib can be imported (the optional extra ``orch[report]``)."""
+    """True when matplotlib can be found (a dependency of orch; absent only in a broken install)."""
     import importlib.util
 
     return importlib.util.find_spec("matplotlib") is not None
@@ -489,9 +502,31 @@ def render(data: dict) -> str:
     return _env().get_template(TEMPLATE).render(**data, generated=now, version=__version__, colors=COLORS)
 
 
-def build_report(run_dir: Path, out: Path | None = None, plots: bool | None = None) -> Path:
-    """Write the HTML report of ``run_dir`` to ``out`` (default ``<run_dir>/report.html``); return its path.
+_GENERATED = re.compile(r'<p class="muted">Generated [^<]*</p>')
 
+
+def _same_report(a: str, b: str) -> bool:
+    """True when two report texts differ at most in their "Generated <time> by orch <version>" line."""
+    return _GENERATED.sub("", a) == _GENERATED.sub("", b)
+
+
+def _keep_earlier(out: Path) -> Path:
+    """Rename the existing ``out`` to ``<stem>.<its mtime, UTC>[-n]<suffix>`` beside it; return the new path."""
+    stamp = _dt.datetime.fromtimestamp(out.stat().st_mtime, _dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    kept, n = out.with_name(f"{out.stem}.{stamp}{out.suffix}"), 1
+    while kept.exists():
+        n += 1
+        kept = out.with_name(f"{out.stem}.{stamp}-{n}{out.suffix}")
+    out.rename(kept)
+    return kept
+
+
+def write_report(run_dir: Path, out: Path | None = None, plots: bool | None = None) -> tuple[Path, Path | None]:
+    """Write the HTML report of ``run_dir`` to ``out`` (default ``<run_dir>/report.html``).
+
+    Returns ``(path written, earlier report kept or None)``. A report already at ``out`` that
+    says the same (only its "Generated" line differs) is replaced; one that differs (the run
+    record or orch changed since) is kept, renamed ``report.<its time>.html``, never lost.
     ``plots``: None = draw them when matplotlib is importable; False = tables only (the
     report says so). Written atomically (temporary file + rename), mode 0644.
     Raises :class:`ReportError` (see :func:`load_run`), ``OSError`` when ``out`` cannot be written.
@@ -511,7 +546,21 @@ def build_report(run_dir: Path, out: Path | None = None, plots: bool | None = No
     html = render(data)
     out = Path(out) if out else run_dir / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
-    return write_text(out, html)
+    kept = None
+    if out.is_file():
+        try:
+            earlier = out.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            earlier = None
+        if earlier is None or not _same_report(earlier, html):
+            kept = _keep_earlier(out)
+    write_text(out, html)
+    return out, kept
+
+
+def build_report(run_dir: Path, out: Path | None = None, plots: bool | None = None) -> Path:
+    """:func:`write_report` returning only the path written."""
+    return write_report(run_dir, out, plots)[0]
 
 
 def report_after_run(run_dir: Path, console) -> Path | None:
@@ -522,11 +571,12 @@ def report_after_run(run_dir: Path, console) -> Path | None:
     """
     try:
         if not have_matplotlib():
-            console.print("report: skipped (matplotlib not installed: pip install 'orch[report]', "
-                          f"then orch report {Path(run_dir).name})", markup=False)
+            console.print("report: skipped (matplotlib, a dependency of orch, is not installed: pip install "
+                          f"matplotlib, then orch report {Path(run_dir).name})", markup=False)
             return None
-        path = build_report(run_dir)
-        console.print(f"report: {path}", markup=False)
+        path, kept = write_report(run_dir)
+        console.print(f"report: {path}" + (f" (the earlier, different report is kept as {kept})" if kept else ""),
+                      markup=False)
         return path
     except Exception as exc:  # noqa: BLE001 - reporting is best effort here
         console.print(f"report: not written: {type(exc).__name__}: {exc}", markup=False)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -48,16 +50,32 @@ class Reporter:
             self.console.print(text, markup=False)
 
     def task_result(self, host: str, task: str, result) -> None:
+        """Print ``status host task — msg``. On a terminal: wrapped at spaces to its width with the
+        continuation lines under the host, the lines of a multi-line ``msg`` after the first
+        indented a little more (nothing is cut mid-word, except a word wider than the terminal).
+        Into a file or a pipe: each line of ``msg`` whole, never wrapped."""
         style = STYLE.get(result.status, "white")
         msg = result.msg if (self.verbose or len(result.msg) < 2000) else result.msg[:2000] + " ..."
+        first, *rest = msg.split("\n") if msg else [""]
         text = Text()
-        text.append(f"{result.status:>11} ", style=style)
         text.append(host, style="bold")
         text.append(f" {task}")
-        if msg:
-            text.append(f" — {msg}")
+        if first:
+            text.append(f" — {first}")
+        if not self.console.is_terminal:  # a log file or a pipe: whole lines, never wrapped
+            whole = Text(f"{result.status:>11} ", style=style) + text
+            for extra in rest:
+                whole.append("\n" + " " * 14 + extra)
+            with self._lock:
+                self.console.print(whole, soft_wrap=True)
+            return
+        line = Table.grid(padding=(0, 1))
+        line.add_column(no_wrap=True, width=11, justify="right")
+        line.add_column(overflow="fold")
+        line.add_row(Text(result.status, style=style),
+                     Group(text, Padding(Text("\n".join(rest)), (0, 0, 0, 2))) if rest else text)
         with self._lock:
-            self.console.print(text, soft_wrap=True)
+            self.console.print(line)
         if host in self._bars and self._progress is not None and task.startswith("Tune"):
             self._progress.update(self._bars[host], visible=False)
 
@@ -82,23 +100,100 @@ def recap_table(recaps: dict, title: str = "PLAY RECAP") -> Table:
     return t
 
 
+def natural_width(console: Console, renderable: RenderableType) -> int:
+    """Cells that ``renderable`` takes on one line per row, with nothing wrapped."""
+    return Measurement.get(console, console.options.update_width(1 << 20), renderable).maximum
+
+
+def fits(console: Console, renderable: RenderableType) -> bool:
+    """True when ``renderable`` (a table whose columns do not wrap) fits the console's width."""
+    return natural_width(console, renderable) <= console.width
+
+
+def field_block(title: Text | str, fields: list[tuple[str, str | Text]]) -> RenderableType:
+    """One host's block for terminals too narrow for a table: ``title`` on its own line, then one
+    ``label  value`` row per field; a value wraps at spaces within the terminal and its further
+    lines stay under it. Values are plain text (never rich markup: they come from hosts)."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True, style="dim")
+    grid.add_column(overflow="fold")
+    for label, value in fields:
+        grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
+    return Group(title if isinstance(title, Text) else Text(str(title), style="bold"),
+                 Padding(grid, (0, 0, 0, 2), expand=False))
+
+
+def print_table_or_blocks(console: Console, table: Table, blocks: list[RenderableType]) -> None:
+    """Print ``table`` when it fits the console's width, else its title and each of ``blocks``
+    (one per host) separated by blank lines."""
+    if fits(console, table):
+        console.print(table)
+        return
+    if table.title:
+        console.print(Text(str(table.title), style="bold"))
+    for i, block in enumerate(blocks):
+        if i:
+            console.print()
+        console.print(block)
+
+
+def speedup_text(summary: dict) -> str:
+    """The kernel speedup of a host's summary as both the terminal and the HTML report show it:
+    the geometric mean over batch sizes of ``speedup_vs_default`` (default time / tuned time, the
+    payload's numbers; :func:`orchestrator.report.speedup_stats`), its range, and the host it was
+    measured on when the files came from another host of the group (``speedup_measured_on``).
+    ``-`` when nothing was measured."""
+    from .report import speedup_stats
+
+    stats = speedup_stats((summary.get("speedup_vs_default") or {}).values()
+                          if isinstance(summary.get("speedup_vs_default"), dict) else [])
+    if stats is None:
+        return "-"
+    gm, lo, hi = stats
+    text = f"{gm:.3f}x geo-mean ({lo:.2f}x–{hi:.2f}x)" if hi > lo else f"{gm:.3f}x"
+    if summary.get("speedup_measured_on"):
+        text += f"\nmeasured on {summary['speedup_measured_on']}"
+    return text
+
+
+def _summary_fields(r) -> list[tuple[str, str]]:
+    s = r.summary or {}
+    files = "\n".join(str(p).rsplit("/", 1)[-1] for p in (s.get("installed") or [])) or "-"
+    b, a = (s.get("bench_before") or {}).get("output_throughput"), (s.get("bench_after") or {}).get("output_throughput")
+    tp = f"{b:.1f} → {a:.1f}" if b and a else (f"→ {a:.1f}" if a else "-")
+    if s.get("throughput_change_pct") is not None:
+        tp += f" ({s['throughput_change_pct']:+.1f}%)"
+    return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]
+
+
 def summary_table(recaps: dict) -> Table:
-    """Per-host summary: files installed, kernel speedup the payload measured, throughput before -> after."""
+    """Per-host summary: files installed, kernel speedup the payload measured (geo-mean over batch
+    sizes, as in the HTML report; for a host that reused its group's files, the tuning host's
+    measurement, named), output throughput before -> after; causes are printed below it by
+    :func:`print_summary`. Columns do not wrap."""
     t = Table(title="SUMMARY")
-    for col in ("host", "files", "kernel speedup vs default", "output tok/s before → after", "cause"):
-        t.add_column(col)
+    for label in ("host", "files", "kernel speedup vs default", "output tok/s before → after"):
+        t.add_column(label, no_wrap=True)
     for name, r in recaps.items():
-        s = r.summary or {}
-        files = "\n".join(str(p).rsplit("/", 1)[-1] for p in (s.get("installed") or [])) or "-"
-        sp = s.get("speedup_vs_default") or {}
-        if isinstance(sp, dict) and sp:
-            vals = [float(v) for v in sp.values() if isinstance(v, (int, float))]
-            speed = f"{min(vals):.2f}x–{max(vals):.2f}x" if vals else "-"
-        else:
-            speed = "-"
-        b, a = (s.get("bench_before") or {}).get("output_throughput"), (s.get("bench_after") or {}).get("output_throughput")
-        tp = f"{b:.1f} → {a:.1f}" if b and a else (f"→ {a:.1f}" if a else "-")
-        if s.get("throughput_change_pct") is not None:
-            tp += f" ({s['throughput_change_pct']:+.1f}%)"
-        t.add_row(name, files, speed, tp, r.cause[:120] if r.cause else "")
+        t.add_row(name, *(Text(v) for _, v in _summary_fields(r)))
     return t
+
+
+def print_summary(console: Console, recaps: dict) -> None:
+    """The summary as a table when it fits the terminal, else one block per host; then each
+    host's cause in full (wrapped at spaces)."""
+    table = summary_table(recaps)
+    if not fits(console, table):
+        print_table_or_blocks(console, table, [field_block(name, _summary_fields(r) + ([("cause", r.cause)] if r.cause
+                                                                                      else []))
+                                               for name, r in recaps.items()])
+        return
+    console.print(table)
+    causes = Table.grid(padding=(0, 2))
+    causes.add_column(no_wrap=True, style="bold")
+    causes.add_column(overflow="fold")
+    for name, r in recaps.items():
+        if r.cause:
+            causes.add_row(name, Text(r.cause))
+    if causes.row_count:
+        console.print(causes)

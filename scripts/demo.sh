@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "down" ]; then
-  exec .venv/bin/python -m tests.testbed down
+  exec .venv/bin/python -m tests.testbed down --inventory inventories/testbed.yaml
 fi
 bash scripts/setup.sh
 .venv/bin/python -m tests.testbed up --hosts 2 --inventory inventories/testbed.yaml

@@ -117,13 +117,15 @@ def doctored(tmp_path_factory):
         before = {h.name: _snapshot(h) for h in bed.hosts}
         holders = {h.name: h.pids_holding("/dev/nvidia0") for h in bed.hosts}
         full = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", "--fix", state_dir=state)
-        text = orch("doctor", str(inv), "--service", "sglang-qwen", "--fix", state_dir=state)
+        text = orch("doctor", str(inv), "--service", "sglang-qwen", "--fix", state_dir=state, env={"COLUMNS": "250"})
+        narrow = orch("doctor", str(inv), "--service", "sglang-qwen", "--fix", state_dir=state,
+                      env={"COLUMNS": "100"})
         good = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", "--limit", "gpu-a,gpu-d",
                     state_dir=state)
-        print(text.stdout)  # the README's example table (pytest -s)
+        print(narrow.stdout)  # the README's example (pytest -s)
         after = {h.name: _snapshot(h) for h in bed.hosts}
         yield {"bed": bed, "inv": inv, "before": before, "after": after, "holders": holders,
-               "tune_id": tune_id, "full": full, "rows": recap(full), "text": text, "good": good}
+               "tune_id": tune_id, "full": full, "rows": recap(full), "text": text, "narrow": narrow, "good": good}
     finally:
         bed.destroy()
 
@@ -262,6 +264,26 @@ def test_text_table_and_fix_lines(doctored):
     fixes = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if re.match(r"^gpu-[a-z]: ", line))
     assert set(fixes) == {"gpu-b", "gpu-c", "gpu-e", "gpu-f", "gpu-g", "gpu-h", "gpu-i"}
     assert fixes == {h: doctored["rows"][h]["fix"] for h in fixes}
+
+
+def test_narrow_terminal_gets_one_block_per_host(doctored):
+    """At 100 columns: no table, one block per host headed by its verdict, every reason whole
+    (wrapped at spaces only), no line wider than the terminal; the --fix lines as in the table."""
+    from orchestrator.cli.doctor import verdict_reason
+
+    proc = doctored["narrow"]
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    out = proc.stdout
+    fixes = {line.split(": ", 1)[0]: line for line in out.splitlines() if re.match(r"^gpu-[a-z]: ", line)}
+    body = "\n".join(line for line in out.splitlines() if not re.match(r"^gpu-[a-z]: ", line))
+    assert "┃" not in body and all(len(line) <= 100 for line in body.splitlines()), body
+    flat = " ".join(body.split())
+    for host, verdict in EXPECTED.items():
+        assert re.search(rf"^{host}  {verdict}\s*$", body, re.M), (host, body)
+        assert " ".join(verdict_reason(doctored["rows"][host]).split()) in flat, host
+    for name in (UP, DOWN):
+        assert any(name in line for line in body.splitlines())
+    assert set(fixes) == {h for h, r in doctored["rows"].items() if r["fix"]}
 
 
 def test_exit_zero_when_all_tuned_or_not_triton(doctored):

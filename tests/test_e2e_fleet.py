@@ -47,12 +47,19 @@ def test_identical_hosts_tune_once_and_get_identical_files(testbed_factory, tmp_
     for h in bed.hosts:
         assert res["hosts"][h.name]["outcome"] == "completed"
         assert f"Using MoE kernel config from {h.triton_dir}/" in h.unit_log()
+    # b reused a's files: its summary carries a's measured speedup, named as a's (terminal and HTML)
+    sa, sb = res["hosts"][a.name]["summary"], res["hosts"][b.name]["summary"]
+    assert sb["speedup_measured_on"] == a.name and "speedup_measured_on" not in sa
+    assert sb["speedup_vs_default"] == sa["speedup_vs_default"] and sa["speedup_vs_default"]
+    assert f"measured on {a.name}" in proc.stderr
+    assert f"measured on {a.name}" in (state / "runs" / res["run_id"] / "report.html").read_text()
 
     # a later run reuses the store: no tuning at all
     again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", "--limit", b.name, state_dir=state)
     assert again.returncode == 0, again.stderr[-4000:]
     assert _tunings(_events(state, recap(again)["run_id"])) == []
     assert "reusing stored result" in again.stderr.replace("\n", " ")
+    assert recap(again)["hosts"][b.name]["summary"]["speedup_measured_on"].startswith(f"{a.name} (run ")
     listing = orch("configs", "list", "--json", "--state-dir", str(state), state_dir=state)
     assert len(json.loads(listing.stdout)) == 2
 

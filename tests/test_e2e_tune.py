@@ -136,8 +136,8 @@ def test_readme_demo_path_persistent_hosts(tmp_path):
         assert len(hosts) == 2 and all(h["outcome"] == "completed" for h in hosts.values())
         assert "report: " in proc.stderr
     finally:
-        down = subprocess.run([sys.executable, "-m", "tests.testbed", "down"], cwd=REPO, capture_output=True,
-                              text=True, timeout=300)
+        down = subprocess.run([sys.executable, "-m", "tests.testbed", "down", "--inventory", str(inv)], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)  # this bed only: a demo's stays up
         assert down.returncode == 0, down.stderr[-2000:]
 
 

@@ -172,12 +172,65 @@ def test_after_run_hook_never_raises(tmp_path):
     c = Console()
     (tmp_path / "runs" / "x").mkdir(parents=True)
     assert rep.report_after_run(tmp_path / "runs" / "x", c) is None
-    assert len(c.lines) == 1 and ("not written" in c.lines[0] or "matplotlib not installed" in c.lines[0])
+    assert len(c.lines) == 1 and ("not written" in c.lines[0] or "is not installed" in c.lines[0])
     if HAVE_MPL:
         _, run_dir = _state(tmp_path)
         c = Console()
         assert rep.report_after_run(run_dir, c) == run_dir / "report.html"
         assert c.lines == [f"report: {run_dir / 'report.html'}"]
+
+
+def test_matplotlib_comes_with_the_default_install():
+    """The report's plots need no extra: matplotlib is one of orch's own dependencies."""
+    import tomllib
+
+    meta = tomllib.loads((FIXTURE.parents[2] / "pyproject.toml").read_text())["project"]
+    assert any(d.split(">")[0].split("=")[0].strip() == "matplotlib" for d in meta["dependencies"])
+    assert HAVE_MPL
+
+
+def test_an_earlier_different_report_is_kept(tmp_path, capsys):
+    """`orch report` over the report the run wrote: the same report is replaced quietly; a
+    different one (the record changed since) is kept under a new name, and stderr says so."""
+    state, run_dir = _state(tmp_path)
+    first, kept = rep.write_report(run_dir)
+    assert kept is None
+    earlier = first.read_text()
+    assert main(["report", RUN_ID, "--state-dir", str(state)]) == 0
+    assert sorted(p.name for p in run_dir.glob("report*.html")) == ["report.html"]
+    assert "kept" not in capsys.readouterr().err
+    recap = _load(run_dir / "recap.json")
+    recap["gpu-a"]["cause"] = "edited after the first report"
+    _dump(run_dir / "recap.json", recap)
+    assert main(["report", RUN_ID, "--state-dir", str(state)]) == 0
+    err = capsys.readouterr().err
+    older = [p for p in run_dir.glob("report.*.html")]
+    assert len(older) == 1 and older[0].read_text() == earlier
+    assert f"the earlier one is kept as {older[0]}" in err
+    assert "edited after the first report" in (run_dir / "report.html").read_text()
+
+
+def test_reused_files_show_the_tuning_hosts_speedup_in_both_outputs(tmp_path):
+    """A host that installed the files its group's tuning host made: the HTML recap and the
+    terminal summary give the same geo-mean speedup, and both say where it was measured."""
+    from orchestrator.engine.results import HostRecap
+    from orchestrator.ui import speedup_text
+
+    _, run_dir = _state(tmp_path)
+    _add_host(run_dir, "gpu-b", 1.0)
+    recap = _load(run_dir / "recap.json")
+    tune = _load(run_dir / "hosts" / "gpu-b" / "report.json")
+    recap["gpu-b"].update(outcome="completed", cause="")
+    recap["gpu-b"]["summary"].update(speedup_measured_on="gpu-a", speedup_vs_default={
+        m: row["speedup_vs_default"] for m, row in tune["batch_sizes"].items()})
+    _dump(run_dir / "recap.json", recap)
+    text = rep.build_report(run_dir, plots=False).read_text()
+    row = re.search(r'<tr><td><a href="#host-1">gpu-b</a>(.*?)</tr>', text, re.S).group(1)
+    terminal = speedup_text(HostRecap("gpu-b", summary=recap["gpu-b"]["summary"]).summary)
+    geomean = terminal.split("x", 1)[0]
+    assert f"{geomean}×" in row and "measured on gpu-a" in row
+    assert terminal.endswith("measured on gpu-a")
+    assert "Measured on gpu-a, which tuned these files for the group" in text
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")

@@ -283,8 +283,8 @@ def test_code_under_a_per_host_mount_is_bound_back():
 
     hd = Path("/x/orchtb-1/gpu-a")
     assert _hidden_code_binds(hd, ["/tmp/clone", "/tmp/clone/.venv"]) == [["/tmp/clone", "/tmp/clone"]]
-    assert _hidden_code_binds(hd, ["/work/main", "/run/venv"]) == [["/run/venv", "/run/venv"]]
-    assert _hidden_code_binds(hd, ["/work/main", "/work/main/.venv", "/tmpx/repo"]) == []
+    assert _hidden_code_binds(hd, ["/srvx/clone", "/run/venv"]) == [["/run/venv", "/run/venv"]]
+    assert _hidden_code_binds(hd, ["/srvx/clone", "/srvx/clone/.venv", "/tmpx/repo"]) == []
 
 
 def test_bind_uses_the_open_folder_after_its_path_is_hidden(tmp_path):
@@ -570,6 +570,79 @@ def test_teardown_and_stale_cleanup(testbed_factory, tmp_path):
     assert bed_id in removed
     assert ns2 not in bedmod.list_namespaces()
     assert bedmod.process_gone(int(pid2))
+
+
+def _testbed_cli(*args: str) -> subprocess.CompletedProcess:
+    """``python -m tests.testbed ARGS`` from the repo root (what scripts/demo.sh runs)."""
+    return subprocess.run([PY, "-m", "tests.testbed", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def _persistent_bed_of(inventory: Path):
+    from tests.testbed import bed as bedmod
+
+    return next((b for b in bedmod.load_persistent_beds()
+                 if os.path.realpath((b.get("extra") or {}).get("inventory", "")) == os.path.realpath(inventory)), None)
+
+
+def _assert_bed_up(state: dict, inventory: Path) -> None:
+    """Every host of a persistent bed still runs (PID 1, namespace, sshd, the unit) and the files
+    `up` wrote are still there."""
+    from tests.testbed import bed as bedmod
+
+    assert inventory.exists() and inventory.with_name(inventory.stem + ".known_hosts").exists()
+    assert (bedmod.STATE_ROOT / state["bed_id"] / "state.json").exists()
+    for h in state["hosts"]:
+        assert not bedmod.process_gone(h["init_pid"]), h
+        assert h["ns"] in bedmod.list_namespaces()
+        with socket.create_connection((h["address"], 22), timeout=10) as s:
+            assert s.recv(64).startswith(b"SSH-2.0-")
+        unit = subprocess.run(["nsenter", "-t", str(h["init_pid"]), "-m", "-u", "-n", "-p", "--", "systemctl",
+                               "is-active", h["options"]["unit"]], capture_output=True, text=True, timeout=60)
+        assert unit.stdout.strip() == "active", unit
+
+
+@pytest.mark.testbed
+def test_test_runs_leave_the_demo_bed_up(testbed_factory, tmp_path):
+    """A persistent bed made as scripts/demo.sh makes it survives what tests do to beds: stale
+    clean-up, a test's own bed made and destroyed, and `down` of another persistent bed (the
+    README demo-path test in test_e2e_tune.py); `down --inventory` of its own inventory (what
+    `bash scripts/demo.sh down` runs) then removes it and the files `up` wrote."""
+    from tests.testbed import bed as bedmod
+
+    demo_inv, other_inv = tmp_path / "demo" / "testbed.yaml", tmp_path / "other" / "testbed.yaml"
+    up = _testbed_cli("up", "--hosts", "1", "--inventory", str(demo_inv))
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        demo = _persistent_bed_of(demo_inv)
+        assert demo is not None
+        bedmod.cleanup_stale()
+        _assert_bed_up(demo, demo_inv)
+        own = testbed_factory(1, host_options={0: {"start_unit": False, "strays": False}})
+        own.destroy()
+        _assert_bed_up(demo, demo_inv)
+        other = _testbed_cli("up", "--hosts", "1", "--inventory", str(other_inv))
+        assert other.returncode == 0, other.stderr[-3000:]
+        other_state = _persistent_bed_of(other_inv)
+        down = _testbed_cli("down", "--inventory", str(other_inv))
+        assert down.returncode == 0, down.stderr[-3000:]
+        assert f"removed test bed {other_state['bed_id']}" in down.stdout and not other_inv.exists()
+        assert _persistent_bed_of(other_inv) is None
+        assert "left up:" in down.stdout and demo["bed_id"] in down.stdout.split("left up:", 1)[1]
+        _assert_bed_up(demo, demo_inv)
+    finally:
+        down = _testbed_cli("down", "--inventory", str(demo_inv))
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert f"removed test bed {demo['bed_id']}" in down.stdout
+    assert _persistent_bed_of(demo_inv) is None and not demo_inv.exists()
+    assert demo["hosts"][0]["ns"] not in bedmod.list_namespaces()
+    assert bedmod.process_gone(demo["hosts"][0]["init_pid"])
+
+
+def test_demo_down_removes_the_demo_bed_only():
+    """`bash scripts/demo.sh down` names the inventory the demo's `up` wrote (the default of both)."""
+    demo = (REPO / "scripts" / "demo.sh").read_text()
+    assert "tests.testbed up --hosts 2 --inventory inventories/testbed.yaml" in demo
+    assert "tests.testbed down --inventory inventories/testbed.yaml" in demo
 
 
 def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):

@@ -13,10 +13,28 @@ import json
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from ..ui import field_block, fits, print_table_or_blocks
 from ..errors import UsageError
 from .common import add_batch_flags, add_host_flags, batching
 from .run import run_playbook
+
+
+BENCH_COLUMNS = ("host", "concurrency", "completed", "failed", "output tok/s", "total tok/s", "req/s",
+                 "median TTFT ms", "p99 TTFT ms", "median ITL ms", "valid")
+
+
+def level_cells(lv: dict) -> list[str]:
+    """One concurrency level of ``remote/bench.py`` as :data:`BENCH_COLUMNS` without host
+    (tokens/s, requests/s, milliseconds)."""
+    def f(k, nd=1):
+        v = lv.get(k)
+        return "-" if v is None else f"{v:.{nd}f}"
+    return [str(lv.get("max_concurrency")), str(lv.get("completed")),
+            str((lv.get("failed") or 0) + (lv.get("timed_out") or 0)), f("output_throughput"),
+            f("total_throughput"), f("request_throughput", 2), f("median_ttft_ms"), f("p99_ttft_ms"),
+            f("median_itl_ms"), "yes" if lv.get("valid", True) else "no"]
 
 
 def add_parser(sub) -> None:
@@ -33,23 +51,19 @@ def add_parser(sub) -> None:
 
 
 def bench_table(recaps: dict, results: dict) -> Table:
-    """One row per host and concurrency level."""
+    """One row per host and concurrency level (:data:`BENCH_COLUMNS`), cells never wrapped
+    (printed only when it fits: :func:`print_bench`); a host without results gets one row with
+    its outcome, the cause is printed in full below."""
     t = Table(title="orch bench")
-    for col in ("host", "concurrency", "completed", "failed", "output tok/s", "total tok/s", "req/s",
-                "median TTFT ms", "p99 TTFT ms", "median ITL ms", "valid"):
-        t.add_column(col, justify="left" if col == "host" else "right")
+    for col in BENCH_COLUMNS:
+        t.add_column(col, justify="left" if col == "host" else "right", no_wrap=True)
     for host, r in recaps.items():
         levels = (results.get(host) or {}).get("levels") or []
         if not levels:
-            t.add_row(host, "-", "-", "-", "-", "-", "-", "-", "-", "-", f"[red]{r.outcome}: {r.cause[:60]}[/]")
+            t.add_row(host, "-", "-", "-", "-", "-", "-", "-", "-", "-", Text(r.outcome, style="red"))
         for lv in levels:
-            def f(k, nd=1):
-                v = lv.get(k)
-                return "-" if v is None else f"{v:.{nd}f}"
-            t.add_row(host, str(lv.get("max_concurrency")), str(lv.get("completed")),
-                      str((lv.get("failed") or 0) + (lv.get("timed_out") or 0)), f("output_throughput"),
-                      f("total_throughput"), f("request_throughput", 2), f("median_ttft_ms"), f("p99_ttft_ms"),
-                      f("median_itl_ms"), "yes" if lv.get("valid", True) else "[red]no[/]")
+            cells = level_cells(lv)
+            t.add_row(host, *cells[:-1], Text(cells[-1], style="" if cells[-1] == "yes" else "red"))
     return t
 
 
@@ -64,6 +78,29 @@ def _levels(text: str | None) -> list[int] | None:
     if not levels or any(c < 1 for c in levels):
         raise UsageError(f"--concurrency: expected positive integers separated by commas, got {text!r}")
     return levels
+
+
+def _level_line(lv: dict) -> str:
+    c = dict(zip(BENCH_COLUMNS[1:], level_cells(lv)))
+    return (f"{c['output tok/s']} output tok/s, {c['total tok/s']} total tok/s, {c['req/s']} req/s; "
+            f"TTFT median {c['median TTFT ms']} ms, p99 {c['p99 TTFT ms']} ms; ITL median {c['median ITL ms']} ms; "
+            f"{c['completed']} completed, {c['failed']} failed; valid: {c['valid']}")
+
+
+def print_bench(console: Console, recaps: dict, results: dict) -> None:
+    """The benchmark as a table when it fits ``console.width``, else one block per host (a line
+    per concurrency level); then the cause of each failed host in full."""
+    table = bench_table(recaps, results)
+    if fits(console, table):
+        console.print(table)
+    else:
+        print_table_or_blocks(console, table, [
+            field_block(host, [(f"concurrency {lv.get('max_concurrency')}", _level_line(lv))
+                               for lv in (results.get(host) or {}).get("levels") or []] or [("outcome", r.outcome)])
+            for host, r in recaps.items()])
+    for host, r in recaps.items():
+        if r.is_failure and r.cause:
+            console.print(field_block(Text.assemble((host, "bold"), "  ", (r.outcome, "red")), [("cause", r.cause)]))
 
 
 def cmd_bench(args) -> int:
@@ -85,5 +122,5 @@ def cmd_bench(args) -> int:
     if args.json:
         print(json.dumps({"run_id": record.run_id, "hosts": results}, indent=2, default=str))
     else:
-        Console(width=200).print(bench_table(recaps, results))
+        print_bench(Console(), recaps, results)
     return 1 if any(r.is_failure for r in recaps.values()) else 0

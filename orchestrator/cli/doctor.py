@@ -12,8 +12,10 @@ import json
 import shlex
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+
+from ..ui import field_block, fits, print_table_or_blocks
 
 from .common import add_host_flags, batching
 from .run import run_playbook
@@ -80,38 +82,64 @@ def last_start_summary(row: dict) -> str:
     return "\n".join(parts) or "no Triton MoE lookup"
 
 
+COLUMNS = ("host", "device name", "triton / sglang", "backend", "E / N (TP/EP)", "up file", "down file",
+           "last start", "verdict")
+
+
+def _file_cell(info: dict | None, with_error: bool) -> str:
+    """A config file: its name, then where it is (installed folder / only other folders / missing);
+    with ``with_error``, the reason it is invalid in full (else ``invalid``: the reason is in the
+    verdict's explanation)."""
+    if not info or not info.get("name"):
+        return "-"
+    where = ("installed folder" if info.get("in_installed_folder") else
+             ("only " + ", ".join(info.get("other_folders") or []) if info.get("other_folders") else "missing"))
+    err = ("\n" + (str(info["error"]) if with_error else "invalid")) if info.get("error") else ""
+    return f"{info['name']}\n{where}{err}"
+
+
+def doctor_fields(row: dict, full: bool = False) -> list[tuple[str, str]]:
+    """``(column, text)`` of one diagnosed host in :data:`COLUMNS` order without host and verdict
+    (plain text; from the host, never markup). ``full``: file errors in full (the block layout)."""
+    gpus = row.get("gpus") or []
+    gpu = f"{row.get('device_name')}" + (f"\n{len(gpus)}x {', '.join(sorted(set(gpus)))}" if gpus else "") + (
+        f"\nsm {row['capability']}" if row.get("capability") else "")
+    files = row.get("files") or {}
+    return [("device name", gpu),
+            ("triton / sglang", f"{row.get('triton_version')} / {row.get('sglang_version')}"),
+            ("backend", str(row.get("backend", "-"))),
+            ("E / N (TP/EP)", f"{row.get('E')} / {row.get('N')} ({row.get('tp')}/{row.get('ep')})"
+             + (f"\n{row['dtype_selector'].lstrip(',')}" if row.get("dtype_selector") else "")),
+            ("up file", _file_cell(files.get("up"), full)), ("down file", _file_cell(files.get("down"), full)),
+            ("last start", last_start_summary(row))]
+
+
+def verdict_reason(row: dict) -> str:
+    """Why the host got its verdict, then its notes (``· ...``), one per line; for a host that was
+    not diagnosed, the error."""
+    if "verdict" not in row or row.get("error"):
+        return str(row.get("error") or "")
+    return "\n".join([str(row.get("why") or "")] + [f"· {n}" for n in row.get("notes") or []]).strip()
+
+
+def _verdict(row: dict) -> Text:
+    v = str(row.get("verdict", "failed"))
+    return Text(v, style=STYLE.get(v, "white"))
+
+
+def _diagnosed(row: dict) -> bool:
+    return "verdict" in row and not row.get("error")
+
+
 def doctor_table(rows: dict[str, dict]) -> Table:
-    """The doctor table: one row per host."""
+    """The wide layout: one row per host, :data:`COLUMNS`, cells never wrapped (so it is printed
+    only when it fits the terminal: :func:`print_doctor`); the verdicts' reasons go below it."""
     t = Table(title="orch doctor", show_lines=True)
-    for col in ("host", "device name", "triton / sglang", "backend", "E / N (TP/EP)", "up file", "down file",
-                "last start", "verdict"):
-        t.add_column(col, overflow="fold", min_width=46 if col == "verdict" else None)
+    for col in COLUMNS:
+        t.add_column(col, no_wrap=True)
     for host, r in rows.items():
-        if "verdict" not in r or r.get("error"):
-            t.add_row(host, "-", "-", "-", "-", "-", "-", "-", f"[bold red]{r.get('verdict', 'failed')}[/]: "
-                      f"{escape(str(r.get('error') or ''))[:300]}")
-            continue
-
-        def fcell(info):
-            if not info or not info.get("name"):
-                return "-"
-            where = ("installed folder" if info.get("in_installed_folder") else
-                     ("only " + ", ".join(info.get("other_folders") or []) if info.get("other_folders") else "missing"))
-            err = f"\n[red]{escape(info['error'])}[/]" if info.get("error") else ""
-            return escape(f"{info['name']}\n{where}") + err
-
-        last = escape(last_start_summary(r))
-        style = STYLE.get(r["verdict"], "white")
-        gpus = r.get("gpus") or []
-        gpu = f"{r.get('device_name')}" + (f"\n{len(gpus)}x {', '.join(sorted(set(gpus)))}" if gpus else "") + (
-            f"\nsm {r['capability']}" if r.get("capability") else "")
-        t.add_row(host, gpu,
-                  f"{r.get('triton_version')} / {r.get('sglang_version')}", r.get("backend", "-"),
-                  f"{r.get('E')} / {r.get('N')} ({r.get('tp')}/{r.get('ep')})"
-                  + (f"\n{r['dtype_selector'].lstrip(',')}" if r.get("dtype_selector") else ""),
-                  fcell((r.get("files") or {}).get("up")), fcell((r.get("files") or {}).get("down")), last,
-                  f"[{style}]{r['verdict']}[/]\n"
-                  + escape(str(r.get("why") or "") + "".join(f"\n· {n}" for n in r.get("notes") or [])))
+        cells = [Text(v) for _, v in doctor_fields(r)] if _diagnosed(r) else [Text("-")] * (len(COLUMNS) - 2)
+        t.add_row(host, *cells, _verdict(r))
     return t
 
 
@@ -120,6 +148,34 @@ def add_parser(sub) -> None:
     add_host_flags(d)
     d.add_argument("--fix", action="store_true", help="print the command that would fix each host (runs nothing)")
     d.set_defaults(func=cmd_doctor)
+
+
+def doctor_blocks(rows: dict[str, dict]) -> list:
+    """The narrow layout: one block per host (verdict and reason first, then the fields)."""
+    blocks = []
+    for host, r in rows.items():
+        title = Text.assemble((host, "bold"), "  ", _verdict(r))
+        fields = [("why", verdict_reason(r))] + (doctor_fields(r, full=True) if _diagnosed(r) else [])
+        blocks.append(field_block(title, fields))
+    return blocks
+
+
+def print_doctor(rows: dict[str, dict], console: Console) -> None:
+    """Print the doctor's findings to fit ``console.width``: the table and below it each host's
+    verdict with its reason (wrapped at spaces) when the table fits, else one block per host.
+    Nothing is cut: file names, verdicts and reasons appear whole."""
+    table = doctor_table(rows)
+    if not fits(console, table):
+        print_table_or_blocks(console, table, doctor_blocks(rows))
+        return
+    console.print(table)
+    reasons = Table.grid(padding=(0, 2))
+    reasons.add_column(no_wrap=True, style="bold")
+    reasons.add_column(no_wrap=True)
+    reasons.add_column(overflow="fold")
+    for host, r in rows.items():
+        reasons.add_row(host, _verdict(r), Text(verdict_reason(r)))
+    console.print(reasons)
 
 
 def cmd_doctor(args) -> int:
@@ -141,7 +197,7 @@ def cmd_doctor(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
-        Console(width=200).print(doctor_table(rows))
+        print_doctor(rows, Console())
     if args.fix and not args.json:  # with --json the command is each row's "fix"
         for host, row in rows.items():
             if row["fix"]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    rp = sub.add_parser("report", help="write an HTML report of a run")
+    rp = sub.add_parser("report", help="write an HTML report of a run (an earlier, different one is kept)")
     rp.add_argument("run_id", help="run id, 'latest', or a run folder")
     rp.add_argument("--state-dir", type=Path, help="controller run records (default $XDG_STATE_HOME/orch)")
     rp.add_argument("--out", type=Path, help="output file (default <run dir>/report.html)")

@@ -7,9 +7,33 @@ import json
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from ..ui import field_block, fits, print_table_or_blocks
 from .common import add_host_flags, batching
 from .run import run_playbook
+
+
+RUN_COLUMNS = ("host", "run id", "created", "action", "files changed", "output tok/s before → after", "state")
+
+
+def run_fields(run: dict) -> list[tuple[str, str]]:
+    """``(column, text)`` of one run record of a host (:data:`RUN_COLUMNS` without host): file
+    names whole, one per line, with what the run did to each."""
+    st = run.get("state") or {}
+    summ = ((st.get("data") or {}).get("summary")) or {}
+    b = (summ.get("bench_before") or {}).get("output_throughput")
+    a = (summ.get("bench_after") or {}).get("output_throughput")
+    tp = f"{b:.1f} → {a:.1f}" if b and a else (f"→ {a:.1f}" if a else "-")
+    files = "\n".join(f"{c.get('action')}: {str(c.get('path')).rsplit('/', 1)[-1]}"
+                      for c in run.get("changed") or []) or "-"
+    return [("run id", str(run.get("run_id", "?"))), ("created", str(run.get("created", ""))[:19]),
+            ("action", str(run.get("action") or "-")), ("files changed", files),
+            ("output tok/s before → after", tp), ("state", str(st.get("state") or run.get("status") or "-"))]
+
+
+def _selected(recaps: dict, only_host: str | None):
+    return [(h, r) for h, r in recaps.items() if not only_host or h == only_host]
 
 
 def add_parser(sub) -> None:
@@ -20,27 +44,40 @@ def add_parser(sub) -> None:
 
 
 def runs_table(recaps: dict, only_host: str | None = None) -> Table:
-    """One row per (host, run): run id, time, action, files changed, throughput before → after, outcome."""
+    """One row per (host, run): :data:`RUN_COLUMNS`, cells never wrapped (printed only when it
+    fits: :func:`print_runs`). A host whose history could not be read gets a row saying so; the
+    cause is printed in full below the table."""
     t = Table(title="orch runs")
-    for col in ("host", "run id", "created", "action", "files changed", "output tok/s before → after", "state"):
-        t.add_column(col)
-    for host, r in recaps.items():
-        if only_host and host != only_host:
-            continue
+    for col in RUN_COLUMNS:
+        t.add_column(col, no_wrap=True)
+    for host, r in _selected(recaps, only_host):
         if r.is_failure:
-            t.add_row(host, "-", "-", "-", "-", "-", f"[red]{r.outcome}: {r.cause[:80]}[/]")
+            t.add_row(host, "-", "-", "-", "-", "-", Text(r.outcome, style="red"))
             continue
         for run in (r.summary or {}).get("runs") or []:
-            st = run.get("state") or {}
-            summ = ((st.get("data") or {}).get("summary")) or {}
-            b = (summ.get("bench_before") or {}).get("output_throughput")
-            a = (summ.get("bench_after") or {}).get("output_throughput")
-            tp = f"{b:.1f} → {a:.1f}" if b and a else (f"→ {a:.1f}" if a else "-")
-            files = "\n".join(f"{c.get('action')}: {str(c.get('path')).rsplit('/', 1)[-1]}"
-                              for c in run.get("changed") or []) or "-"
-            t.add_row(host, run.get("run_id", "?"), str(run.get("created", ""))[:19], str(run.get("action") or "-"),
-                      files, tp, str(st.get("state") or run.get("status") or "-"))
+            t.add_row(host, *(Text(v) for _, v in run_fields(run)))
     return t
+
+
+def print_runs(console: Console, recaps: dict, only_host: str | None = None) -> None:
+    """The history as a table when it fits ``console.width``, else one block per run; the cause
+    of each host that failed in full (wrapped at spaces)."""
+    table = runs_table(recaps, only_host)
+    failures = [(h, r) for h, r in _selected(recaps, only_host) if r.is_failure]
+    if fits(console, table):
+        console.print(table)
+    else:
+        blocks = []
+        for host, r in _selected(recaps, only_host):
+            if not r.is_failure:
+                for run in (r.summary or {}).get("runs") or []:
+                    (_, run_id), *fields = run_fields(run)
+                    fields = [("output tok/s", "before → after: " + v) if k.startswith("output tok/s") else (k, v)
+                              for k, v in fields]
+                    blocks.append(field_block(Text.assemble((host, "bold"), "  ", run_id), fields))
+        print_table_or_blocks(console, table, blocks)
+    for host, r in failures:
+        console.print(field_block(Text.assemble((host, "bold"), "  ", (r.outcome, "red")), [("cause", r.cause)]))
 
 
 def cmd_runs(args) -> int:
@@ -54,5 +91,5 @@ def cmd_runs(args) -> int:
         print(json.dumps({h: {"outcome": r.outcome, "cause": r.cause, "runs": (r.summary or {}).get("runs")}
                           for h, r in recaps.items()}, indent=2, default=str))
     else:
-        Console().print(runs_table(recaps, args.host))
+        print_runs(Console(), recaps, args.host)
     return 1 if any(r.is_failure for r in recaps.values()) else 0

@@ -54,12 +54,12 @@ def add_parser(sub) -> None:
 def _finish(args, res: RunResult, console: Console, check: bool) -> int:
     """Print the recap (and summary), write the report, ``--json``; the exit status."""
     from ..report import report_after_run
-    from ..ui import recap_table, summary_table
+    from ..ui import print_summary, recap_table
 
     res.record.close()
     console.print(recap_table(res.recaps))
     if not check:
-        console.print(summary_table(res.recaps))
+        print_summary(console, res.recaps)
     console.print(f"run record: {res.record.dir}")
     if not check:
         report_after_run(res.record.dir, console)  # never raises

@@ -40,6 +40,19 @@ def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[
     return out
 
 
+def reused_speedup(ctx, report: dict | None, measured_on: str | None) -> None:
+    """For a host whose files were tuned elsewhere (group member or store): put the tuner's
+    per-batch-size ``speedup_vs_default`` (from its ``report.json``, written by remote/tuning/command.py) in the host's
+    summary with ``speedup_measured_on`` naming the host that measured it, so the terminal summary
+    and the HTML report show the same number and say where it comes from."""
+    per_m = {m: row.get("speedup_vs_default") for m, row in ((report or {}).get("batch_sizes") or {}).items()
+             if isinstance(row, dict)}
+    if per_m and measured_on:
+        summary = ctx.run.summary
+        summary["speedup_vs_default"] = per_m
+        summary["speedup_measured_on"] = measured_on
+
+
 @task("config_source", check_mode=READ_ONLY, sets=FACTS)
 def config_source(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: list[int] | None,
                   provider: Literal["auto", "sglang", "builtin"]) -> TaskResult:
@@ -65,6 +78,8 @@ def config_source(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: lis
             ctx.run.tuned_files = write_configs(ctx, configs, names)
             if entry.report:
                 (ctx.host_dir / "report.json").write_text(entry.report.read_text())
+                reused_speedup(ctx, json.loads(entry.report.read_text()),
+                               f"{prov.get('host')} (run {prov.get('run_id')})" if prov.get("host") else None)
         ctx.run.summary["config_source"] = {"source": "store", "key": kh}
         return TaskResult.ok(msg, facts=facts, source="store", key=kh)
     why = untunable_reason(probe.get("model"))
@@ -99,6 +114,7 @@ def config_source(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: lis
     ctx.run.tuned_files = write_configs(ctx, result["configs"], names)
     if result.get("report"):
         (ctx.host_dir / "report.json").write_text(json.dumps(result["report"], indent=2))
+        reused_speedup(ctx, result["report"], role.tuner)
     return TaskResult.ok(f"reusing the configs {role.tuner} tuned for {group}", facts=facts, source="reuse", key=kh)
 
 

@@ -172,8 +172,8 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         row["installed_by_run"] = f.installed_by_run
     if f.orphans:
         notes.append(f"{len(f.orphans)} GPU holder(s) outside the unit: "
-                     + ", ".join(f"pid {p.get('pid')} ({(str(p.get('cmdline') or '?').split() or ['?'])[0][:40]})"
-                                 for p in f.orphans) + " (not killed; orch tune reaps them)")
+                     + ", ".join(f"pid {p.get('pid')} ({str(p.get('cmdline') or '?')})" for p in f.orphans)
+                     + " (not killed; orch tune reaps them)")
     if sg.get("other_layout_configs_root"):
         notes.append(f"stale configs of another SGLang layout at {sg['other_layout_configs_root']}")
     row.update(verdict=verdict, why=why, notes=notes)

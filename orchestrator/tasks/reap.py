@@ -49,9 +49,22 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
     for k in killed:
         ctx.emit("process_killed", pid=k.get("pid"), cmdline=k.get("cmdline"), signal=k.get("signal"))
     ctx.run.summary["reaped"] = killed
-    kept = ", ".join(f"{p.get('pid')} {str(p.get('cmdline'))[:40]}" for p in data.get("protected") or [])
-    msg = (f"killed {len(killed)}: " + ", ".join(f"{k.get('pid')} ({str(k.get('cmdline'))[:60]}) by {k.get('signal')}"
-                                                  for k in killed)) if killed else "no leftover GPU processes"
-    if kept:
-        msg += f"; protected kept: {kept}"
+    msg = reap_message(killed, data.get("protected") or [])
     return TaskResult("changed" if killed and not ctx.check else "ok", msg, data)
+
+
+def reap_message(killed: list[dict], protected: list[dict]) -> str:
+    """The reap task's message: a count line, then one line per process with its PID, the signal
+    that ended it (or ``protected, kept``) and its whole command line (nothing cut: the terminal
+    wraps it at spaces). ``killed``/``protected``: the payload's ``reap`` lists of
+    ``{"pid", "cmdline", "signal"}``."""
+    if not killed and not protected:
+        return "no leftover GPU processes"
+    head = f"killed {len(killed)} leftover GPU process(es)" if killed else "no leftover GPU processes"
+    if protected:
+        head += f"; kept {len(protected)} protected"
+    lines = [head]
+    lines += [f"killed pid {k.get('pid')} by {k.get('signal')}: {k.get('cmdline')}" for k in killed]
+    lines += [f"kept pid {p.get('pid')} (protected): {p.get('cmdline')}" for p in protected]
+    return "\n".join(lines)
+

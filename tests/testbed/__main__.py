@@ -4,7 +4,12 @@
 hosts that stay up after the command exits (see ``tests.testbed.bed``), writes an inventory
 (default ``inventories/testbed.yaml``) with the absolute key path and ``orch_known_hosts``,
 writes the known_hosts file next to the inventory (``<inventory stem>.known_hosts``), and prints
-what it made. ``down`` removes every persistent bed (and stale ones). ``status`` lists them.
+what it made. ``down [--inventory PATH | BED_ID ... | --all]`` removes the persistent bed that
+``up`` made for that inventory (default ``inventories/testbed.yaml``, the demo's), the named
+beds, or with ``--all`` every persistent bed; then stale beds (whose owner and hosts are gone);
+then, once no bed at all is left on this machine, the login user and the mount points the beds
+made (:func:`tests.testbed.bed.remove_machine_setup`). Other beds (a test run's, another
+checkout's demo) are left as they are. ``status`` lists them.
 State: ``/run/orchtb/<bed id>/state.json``. Needs root.
 """
 
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -41,21 +47,23 @@ def cmd_up(args: argparse.Namespace) -> int:
         options.setdefault(host, {})[key] = value
     workdir = Path(args.workdir).resolve() if args.workdir else None
     bed = bedmod.TestBed(n_hosts=args.hosts, host_options=options, workdir=workdir, persistent=True)
-    try:
-        bed.create()
-    except BaseException:
-        bed.destroy()
-        raise
-    bed.detach()
     inventory = Path(args.inventory)
     if not inventory.is_absolute():
         inventory = Path.cwd() / inventory
     known = inventory.with_name(inventory.stem + ".known_hosts")
-    shutil.copy(bed.known_hosts_path, known)
-    bed.known_hosts_path = known
-    bed.write_inventory(inventory)
     bed.extra_state = {"inventory": str(inventory), "known_hosts_copy": str(known)}
-    bed.detach()
+    try:
+        bed.create()
+        inventory.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(bed.known_hosts_path, known)
+        bed.known_hosts_path = known
+        bed.write_inventory(inventory)
+        bed.detach()
+    except BaseException:  # nothing half-made stays up
+        bed.destroy()
+        for path in (inventory, known):
+            path.unlink(missing_ok=True)
+        raise
     print(f"test bed {bed.bed_id}: {len(bed.hosts)} host(s), work folder {bed.workdir}")
     for h in bed.hosts:
         print(f"  {h.name}: ssh root@{h.address} (namespace {h.ns}), unit {h.unit}.service, "
@@ -66,21 +74,47 @@ def cmd_up(args: argparse.Namespace) -> int:
     h = bed.hosts[0]
     print(f"  try: ssh -i {bed.key_path} -o UserKnownHostsFile={known} root@{h.address} "
           f"'ls /dev/nvidia*; systemctl status {h.unit}'")
-    print("  remove with: python -m tests.testbed down")
+    default = _same_file(str(inventory), str(REPO / "inventories" / "testbed.yaml"))
+    print("  remove with: python -m tests.testbed down" + ("" if default else f" --inventory {inventory}"))
     return 0
 
 
+def _same_file(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def cmd_down(args: argparse.Namespace) -> int:
-    """Remove every persistent bed, then anything stale."""
+    """Remove the selected persistent beds (see the module docstring), then anything stale, then
+    the machine set-up when no bed is left."""
     beds = bedmod.load_persistent_beds()
-    for state in beds:
+    if args.all:
+        chosen = beds
+    elif args.bed_ids:
+        chosen = [b for b in beds if b["bed_id"] in args.bed_ids]
+        for missing in sorted(set(args.bed_ids) - {b["bed_id"] for b in chosen}):
+            print(f"no persistent test bed {missing}")
+    else:
+        inventory = str(Path(args.inventory).absolute())
+        chosen = [b for b in beds if (b.get("extra") or {}).get("inventory")
+                  and _same_file(b["extra"]["inventory"], inventory)]
+    for state in chosen:
         bedmod.destroy_bed_state(state["bed_id"])
         print(f"removed test bed {state['bed_id']} ({', '.join(h['name'] for h in state.get('hosts', []))})")
     removed = bedmod.cleanup_stale()
     if removed:
         print(f"removed stale: {', '.join(removed)}")
-    if not beds and not removed:
-        print("no test bed to remove")
+    if not chosen and not removed:
+        what = "" if args.all or args.bed_ids else f" for {args.inventory}"
+        print(f"no test bed to remove{what}")
+    others = [b["bed_id"] for b in bedmod.load_persistent_beds()]
+    if others:
+        print(f"left up: persistent test bed(s) {', '.join(others)} (python -m tests.testbed status)")
+    machine = bedmod.remove_machine_setup()
+    if machine is None:
+        print(f"kept the {bedmod.LOGIN_USER} user and the beds' mount points: another test bed is still up "
+              "(python -m tests.testbed status)")
+    elif machine:
+        print(f"removed machine set-up: {', '.join(machine)}")
     return 0
 
 
@@ -88,7 +122,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     """List persistent beds and all orchtb-* namespaces."""
     for state in bedmod.load_persistent_beds():
         alive = "up" if bedmod._bed_is_live(state) else "dead"
-        print(f"bed {state['bed_id']} ({alive}): " + ", ".join(f"{h['name']}={h['address']}" for h in state["hosts"]))
+        inv = (state.get("extra") or {}).get("inventory")
+        print(f"bed {state['bed_id']} ({alive}): " + ", ".join(f"{h['name']}={h['address']}" for h in state["hosts"])
+              + (f", inventory {inv}" if inv else ""))
     print("namespaces: " + (" ".join(bedmod.list_namespaces()) or "none"))
     return 0
 
@@ -104,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--option", action="append", type=_parse_option, metavar="HOST.KEY=JSON",
                     help="per-host option, e.g. gpu-b.backend=flashinfer_cutlass (repeatable)")
     up.set_defaults(func=cmd_up)
-    down = sub.add_parser("down", help="remove the persistent hosts")
+    down = sub.add_parser("down", help="remove persistent hosts (default: the bed of inventories/testbed.yaml)")
+    down.add_argument("bed_ids", nargs="*", metavar="BED_ID", help="remove these beds (see status)")
+    down.add_argument("--inventory", default=str(REPO / "inventories" / "testbed.yaml"),
+                      help="remove the bed `up` made for this inventory (default: %(default)s)")
+    down.add_argument("--all", action="store_true", help="remove every persistent bed of this machine")
     down.set_defaults(func=cmd_down)
     st = sub.add_parser("status", help="list persistent hosts")
     st.set_defaults(func=cmd_status)

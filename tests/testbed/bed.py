@@ -71,7 +71,11 @@ SGLANG_PORT = 30000
 #: only inside bed hosts; sudo logs each of its commands to SUDO_LOG of the host.
 LOGIN_USER = "orchop"
 LOGIN_HOME = f"/home/{LOGIN_USER}"
+LOGIN_COMMENT = "orch test bed login (sudo only inside bed hosts)"  # marks the account the bed made
 SUDO_LOG = f"/var/log/sudo-{LOGIN_USER}.log"
+#: empty folders of this machine that the hosts' own folders are bound onto (path, mode when made)
+MOUNT_POINTS = [("/models", 0o755), ("/opt/sglang", 0o755), ("/var/lib/orch", 0o755), (LOGIN_HOME, 0o700),
+                ("/root/.ssh", 0o700)]
 
 TINY_MOE_CONFIG: Dict[str, Any] = {
     "architectures": ["Qwen3MoeForCausalLM"],
@@ -304,12 +308,13 @@ def ensure_login_user() -> str:
     state lock) and return its password. The password is random, made once per machine, set with
     ``chpasswd`` and kept only in ``STATE_ROOT/<user>.password`` (mode 0600, root). The user has
     no sudo rights on this machine (the drop-in exists only inside bed hosts). Also creates the
-    empty mount point ``LOGIN_HOME``. Raises TestBedError when ``useradd``/``chpasswd`` fail."""
+    empty mount points of the hosts' own folders (:data:`MOUNT_POINTS`, recorded when made, see
+    :func:`remove_machine_setup`). Raises TestBedError when ``useradd``/``chpasswd`` fail."""
     pw_file = STATE_ROOT / f"{LOGIN_USER}.password"
     with _state_lock():
         if _run(["getent", "passwd", LOGIN_USER], check=False).returncode != 0:
             r = _run(["useradd", "--no-create-home", "--home-dir", LOGIN_HOME, "--shell", "/bin/sh",
-                      "--comment", "orch test bed login (sudo only inside bed hosts)", LOGIN_USER], check=False)
+                      "--comment", LOGIN_COMMENT, LOGIN_USER], check=False)
             if r.returncode != 0:
                 raise TestBedError(f"useradd {LOGIN_USER} failed: {r.stderr.strip()}")
         try:
@@ -327,8 +332,61 @@ def ensure_login_user() -> str:
             with os.fdopen(fd, "w") as f:
                 f.write(password + "\n")
             tmp.replace(pw_file)
-        os.makedirs(LOGIN_HOME, mode=0o700, exist_ok=True)
+        _make_mount_points()
     return password
+
+
+def _make_mount_points() -> None:
+    """Create the missing empty mount points of :data:`MOUNT_POINTS` on this machine and record
+    the ones made in ``STATE_ROOT/made_paths.json`` (so that :func:`remove_machine_setup` removes
+    only what the bed made). Call under the state lock."""
+    record = STATE_ROOT / "made_paths.json"
+    try:
+        made = json.loads(record.read_text())
+    except (OSError, ValueError):
+        made = []
+    for path, mode in MOUNT_POINTS:
+        missing = [p for p in [path] + [str(a) for a in Path(path).parents] if not os.path.exists(p)]
+        os.makedirs(path, mode=mode, exist_ok=True)
+        made += [p for p in reversed(missing) if p not in made]  # parents first
+    record.write_text(json.dumps(made))
+
+
+def remove_machine_setup() -> Optional[List[str]]:
+    """Undo what the beds set up on this machine itself, once no bed is left: the login user
+    ``LOGIN_USER`` (only the account :func:`ensure_login_user` made, recognised by its comment),
+    its password file, and the empty mount points the beds made (never a folder that existed
+    before or holds anything). Does nothing while any bed state or ``orchtb-*`` namespace
+    exists (tests of another process may be using the user). Returns what was removed (list of
+    str), or None when it did nothing because a bed is left; ``/run/orchtb/.lock`` (an empty file
+    on tmpfs) stays so concurrent runs keep one lock."""
+    removed: List[str] = []
+    with _state_lock():
+        if any(d.is_dir() for d in STATE_ROOT.iterdir()) or list_namespaces():
+            return None
+        entry = _run(["getent", "passwd", LOGIN_USER], check=False).stdout.split(":")
+        if len(entry) > 4 and entry[4] == LOGIN_COMMENT:
+            r = _run(["userdel", LOGIN_USER], check=False)
+            if r.returncode != 0:
+                raise TestBedError(f"userdel {LOGIN_USER} failed: {r.stderr.strip()}")
+            removed.append(f"user {LOGIN_USER}")
+        pw_file = STATE_ROOT / f"{LOGIN_USER}.password"
+        if pw_file.exists():
+            pw_file.unlink()
+            removed.append(str(pw_file))
+        record = STATE_ROOT / "made_paths.json"
+        try:
+            made = json.loads(record.read_text())
+        except (OSError, ValueError):
+            made = []
+        for path in reversed(made):  # children before parents
+            try:
+                os.rmdir(path)
+                removed.append(path)
+            except OSError:
+                pass  # not empty (something else uses it now) or already gone
+        record.unlink(missing_ok=True)
+    return removed
 
 
 def sudoers_text(user: str = LOGIN_USER, log: str = SUDO_LOG) -> str:
@@ -668,6 +726,7 @@ class TestBed:
         cleanup_stale()
         if shutil.which("visudo") is None or not os.path.exists("/usr/bin/sudo"):
             raise TestBedError("sudo is not installed (run tests/testbed/setup.sh)")
+        self._save_state()  # recorded before the user is made: remove_machine_setup() then keeps it
         self.become_password = ensure_login_user()
         self.workdir.mkdir(parents=True, exist_ok=True)
         triton_version = os.environ.get("ORCH_STANDIN_TRITON_VERSION") or _run(
@@ -836,9 +895,6 @@ class TestBed:
 
     def _start_host(self, host: Host) -> None:
         rfd, wfd = os.pipe()
-        for mp in ("/models", "/opt/sglang", "/var/lib/orch", LOGIN_HOME):
-            os.makedirs(mp, exist_ok=True)
-        os.makedirs("/root/.ssh", mode=0o700, exist_ok=True)
         cmd = ["ip", "netns", "exec", host.ns, "unshare", "--mount", "--pid", "--uts", "--fork", "--mount-proc",
                "--propagation", "private", VENV_PYTHON, HOSTINIT, str(host.hostdir / "spec.json"), str(wfd)]
         host._unshare = subprocess.Popen(cmd, pass_fds=[wfd], stdin=subprocess.DEVNULL,
@@ -960,7 +1016,8 @@ class TestBed:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# Written by the orch test bed (bed {self.bed_id}); its hosts live in network namespaces "
-                        f"{NS_PREFIX}{self.bed_id}-*.\n# Remove with `python -m tests.testbed down` (persistent beds).\n"
+                        f"{NS_PREFIX}{self.bed_id}-*.\n"
+                        f"# Remove with `python -m tests.testbed down --inventory {path}` (persistent beds).\n"
                         + yaml.safe_dump(inv, sort_keys=False))
         return path
 

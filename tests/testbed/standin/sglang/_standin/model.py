@@ -1,6 +1,7 @@
 """MoE shape of a model as SGLang 0.5.23 sees it at run time (stand-in, orch test bed).
 
-Rules: /work/shared/facts/sglang-moe-configs.md ("E and N") and /work/shared/models/README.md.
+Rules: SGLang 0.5.23 (``E, _, N = w2.shape`` at run time; shared-expert fusion per model class),
+summarised with the real model configs in ``tests/data/models/README.md``.
 This is an independent small implementation (the stand-in must not import orch's ``remote``),
 which also cross-checks ``remote.sglang.model``.
 """
