@@ -525,7 +525,7 @@ def write_report(run_dir: Path, out: Path | None = None, plots: bool | None = No
     """Write the HTML report of ``run_dir`` to ``out`` (default ``<run_dir>/report.html``).
 
     Returns ``(path written, earlier report kept or None)``. A report already at ``out`` that
-    says the same (only its "Generated" line differs) is replaced; one that differs (the run
+    says the same (only its "Generated" line may differ) is left as it is; one that differs (the run
     record or orch changed since) is kept, renamed ``report.<its time>.html``, never lost.
     ``plots``: None = draw them when matplotlib is importable; False = tables only (the
     report says so). Written atomically (temporary file + rename), mode 0644.
@@ -552,8 +552,9 @@ def write_report(run_dir: Path, out: Path | None = None, plots: bool | None = No
             earlier = out.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             earlier = None
-        if earlier is None or not _same_report(earlier, html):
-            kept = _keep_earlier(out)
+        if earlier is not None and _same_report(earlier, html):
+            return out, None  # the same report: left as it is
+        kept = _keep_earlier(out)
     write_text(out, html)
     return out, kept
 

@@ -18,16 +18,21 @@ def cmd_report(args) -> int:
     """``orch report RUN_ID [--state-dir D] [--out FILE]``: write the report, print its path.
 
     Exit status 0 when written, 2 when the run is not found or unreadable, 1 when the file
-    cannot be written. Without matplotlib the report has tables only (a note says so).
+    cannot be written. An earlier, different report at that path is kept under a new name
+    (said on stderr). Without matplotlib (a broken install) the report has tables only (a note
+    says so).
     """
-    from ..report import ReportError, build_report, find_run_dir, have_matplotlib
+    from ..report import ReportError, find_run_dir, have_matplotlib, write_report
 
     try:
         run_dir = find_run_dir(args.run_id, getattr(args, "state_dir", None))
         if not have_matplotlib():
-            print("orch report: matplotlib not installed (pip install 'orch[report]'): writing tables without plots",
+            print("orch report: matplotlib (a dependency of orch) is not installed: writing tables without plots",
                   file=sys.stderr)
-        path = build_report(run_dir, getattr(args, "out", None))
+        path, kept = write_report(run_dir, getattr(args, "out", None))
+        if kept:
+            print(f"orch report: {path} existed and differed from this report: the earlier one is kept as {kept}",
+                  file=sys.stderr)
     except ReportError as exc:
         print(f"orch: error: {exc}", file=sys.stderr)
         return 2
