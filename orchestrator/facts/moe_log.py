@@ -17,7 +17,7 @@ from the ``_down`` suffix of the path) and what SGLang did:
     inference line, which names no file (``role`` None).
 
 Wordings, from the real code of each release (``docs/sglang-releases.md``; the oracle tests
-``tests/test_sglang_oracle.py`` hold them against every covered release):
+``tests/unit/remote/sglang/test_oracle.py`` hold them against every covered release):
 
 * ``found`` (all): ``Using MoE kernel config from {path}.``
 * ``fallback`` (all): ``Config file not found at {path}. Fallback to triton version {v} and use

@@ -4,7 +4,7 @@
 against it, :func:`effective_vars` applies its defaults, and :func:`known_vars_markdown`
 renders it for the README.
 
-Rules (decided here, tested in tests/test_inventory.py):
+Rules (decided here, tested in tests/unit/inventory/test_inventory.py):
 
 * A variable whose name starts with ``ansible_`` or ``orch_`` must be in ``KNOWN_VARS``;
   anything else with those prefixes is an error with a did-you-mean (difflib). Other names

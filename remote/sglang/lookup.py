@@ -96,7 +96,7 @@ def loader_rules(source: str) -> dict[str, Any] | None:
                                   # list: a fixed list of versions (older releases)
         fallback_versions: ["3.4.0", ...] | None   # the fixed list, in the order tried
 
-    Raises nothing; the oracle tests (tests/test_sglang_oracle.py) check this against the real
+    Raises nothing; the oracle tests (tests/unit/remote/sglang/test_oracle.py) check this against the real
     code of every covered release.
     """
     try:

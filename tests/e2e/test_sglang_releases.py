@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.e2e_helpers import inventory, orch, recap
+from tests.e2e.helpers import inventory, orch, recap
 
 pytestmark = pytest.mark.testbed
 

@@ -1,5 +1,5 @@
 """The doctor's verdict as a pure function of gathered facts (``classify``), one case per verdict,
-without the test bed (tests/test_doctor.py runs the same verdicts on bed hosts)."""
+without the test bed (tests/e2e/test_doctor.py runs the same verdicts on bed hosts)."""
 
 from __future__ import annotations
 

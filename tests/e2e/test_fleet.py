@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.e2e_helpers import inventory, orch, recap
+from tests.e2e.helpers import inventory, orch, recap
 
 pytestmark = pytest.mark.testbed
 

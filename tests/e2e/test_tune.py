@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.e2e_helpers import inventory, orch, recap
+from tests.e2e.helpers import inventory, orch, recap
 
 pytestmark = pytest.mark.testbed
 
@@ -122,7 +122,7 @@ def test_readme_demo_path_persistent_hosts(tmp_path):
     import sys
 
     from tests.conftest import _require_testbed
-    from tests.e2e_helpers import REPO
+    from tests.e2e.helpers import REPO
 
     _require_testbed()
     inv = tmp_path / "testbed.yaml"

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from orchestrator.records import new_run_id
-from tests.e2e_helpers import REPO, inventory, orch, recap
+from tests.e2e.helpers import REPO, inventory, orch, recap
 
 pytestmark = pytest.mark.testbed
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO  # noqa: E402  (re-exported for the e2e tests)
 
 #: small benchmark so e2e runs stay short (the stand-in simulates token timing)
 FAST_VARS = {"orch_bench_concurrency": [1, 4], "orch_bench_input_len": 16, "orch_bench_output_len": 8,

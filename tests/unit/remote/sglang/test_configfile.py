@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from remote.sglang.configfile import check_down_matches_up, dumps_config, load_config_file, loads_config, validate_config
 from remote.protocol import PayloadError
+from tests.paths import DATA
 
-REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "sglang-0.5.23-triton_3_6_0"
+REFERENCE = DATA / "reference" / "sglang-0.5.23-triton_3_6_0"
 
 
 def entry(m=16, n=64, k=64, g=1, w=4, s=3, **extra):

@@ -2,7 +2,7 @@
 
 :data:`WORDING_LINES` holds the real lines each release logs for each lookup outcome, captured
 from the releases' own code (``<configs>`` stands for the configs root);
-``tests/test_sglang_oracle.py`` checks that each release of :data:`RELEASE_WORDING` still logs
+``tests/unit/remote/sglang/test_oracle.py`` checks that each release of :data:`RELEASE_WORDING` still logs
 exactly these. The tests here run without the wheels.
 """
 

@@ -1,7 +1,7 @@
 """Tests of the test bed itself and of the stand-in SGLang server.
 
 Part 1 (no root needed): the stand-in tree runs a real release's lookup module unchanged (its
-naming, folder search and log lines are tested against orch in test_sglang_oracle.py) and its
+naming, folder search and log lines are tested against orch in unit/remote/sglang/test_oracle.py) and its
 knobs reach it; the server's readiness, crashes on invalid files and simulated throughput.
 Part 2 (``testbed`` marker): real SSH hosts in network namespaces.
 """
@@ -28,8 +28,9 @@ import pytest
 from tests.sglang_loader import release_loader
 from tests.sglang_releases import source_tree
 from tests.testbed import standin_tree
+from tests.paths import DATA, REPO as _REPO
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = _REPO
 PY = sys.executable
 DEFAULT_LINE = ("Using default MoE kernel config. Performance might be sub-optimal! Config file not found at {path}, "
                 "you can create them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/fused_moe_triton")
@@ -605,7 +606,7 @@ def _assert_bed_up(state: dict, inventory: Path) -> None:
 def test_test_runs_leave_the_demo_bed_up(testbed_factory, tmp_path):
     """A persistent bed made as scripts/demo.sh makes it survives what tests do to beds: stale
     clean-up, a test's own bed made and destroyed, and `down` of another persistent bed (the
-    README demo-path test in test_e2e_tune.py); `down --inventory` of its own inventory (what
+    README demo-path test in e2e/test_tune.py); `down --inventory` of its own inventory (what
     `bash scripts/demo.sh down` runs) then removes it and the files `up` wrote."""
     from tests.testbed import bed as bedmod
 
@@ -655,7 +656,7 @@ def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "standin_model", mod)  # dataclasses look the module up
     spec.loader.exec_module(mod)
-    models = sorted((Path(__file__).resolve().parent / "data" / "models").glob("*.json"))
+    models = sorted((DATA / "models").glob("*.json"))
     assert models
     compared = 0
     for path in models:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.e2e_helpers import inventory, orch
+from tests.e2e.helpers import inventory, orch
 
 pytestmark = pytest.mark.testbed
 

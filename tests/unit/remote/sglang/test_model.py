@@ -22,10 +22,11 @@ import pytest
 from remote.sglang.model import (ARCHITECTURES, RULES_BY_ARCH, architecture_table_markdown, hf_hub_dir, load_model_config,
                                  moe_shape, resolve_model_config_path)
 from remote.protocol import PayloadError
+from tests.paths import DATA, REPO as _REPO
 
-MODELS = Path(__file__).resolve().parent / "data" / "models"
+MODELS = DATA / "models"
 ARCH_MODELS = MODELS / "architectures"
-REPO = Path(__file__).resolve().parents[1]
+REPO = _REPO
 
 # (model, tp, up, down) on device "NVIDIA H200", default server flags
 README_TABLE = [

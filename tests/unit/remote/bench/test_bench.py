@@ -4,7 +4,7 @@ A tiny in-test stdlib HTTP server (loopback only) plays SGLang's streaming ``/ge
 and ``/v1/completions`` and can answer 500s, stall, or send errors, so failure counting,
 timeouts and metric math are checked against known server behaviour. The agreement
 test against the stand-in SGLang server (tests/testbed/standin) and the independent
-httpx client tests/bench_oracle.py is at the end; it is skipped when the stand-in
+httpx client tests/unit/remote/bench/oracle.py is at the end; it is skipped when the stand-in
 is absent.
 """
 
@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -27,8 +26,9 @@ from remote.bench import builtin as bench
 from remote.bench import command, common
 from remote.bench import sglang_tool as bench_sglang
 from remote.protocol import PayloadError
+from tests.paths import REPO as _REPO
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = _REPO
 PY = sys.executable
 
 
@@ -696,7 +696,7 @@ def _agreement(capsys, url: str, concurrency: int, input_len: int, output_len: i
     output tokens/s of each client: on this shared 2-core machine, load from other
     processes only ever slows a client down, so the best of a few runs is the measure.
     """
-    from tests import bench_oracle
+    from tests.unit.remote.bench import oracle as bench_oracle
 
     ours, theirs = [], []
     for _ in range(rounds):

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.payload.bundle import build_bundle
-from tests.e2e_helpers import inventory, orch, recap
+from tests.e2e.helpers import inventory, orch, recap
 from tests.testbed.bed import SUDO_LOG
+from tests.paths import REPO
 
 pytestmark = pytest.mark.testbed
 
@@ -369,7 +370,7 @@ def test_local_transport_command_survives_the_terminals_ctrl_c(tmp_path):
              f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(2); print('finished')"]
     script.write_text(
         "import signal, sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
         "signal.signal(signal.SIGINT, lambda *a: print('controller got SIGINT', flush=True))\n"
         "from orchestrator.connection import connect\n"
         "t = connect('local', {'ansible_connection': 'local'})\n"

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from remote.sglang.configfile import validate_config
+from tests.paths import REPO as _REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = _REPO
 UP = "E=8,N=64,device_name=NVIDIA_H200.json"
 DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
 

@@ -11,8 +11,9 @@ import pytest
 
 from remote.host import lock
 from remote.protocol import PayloadError
+from tests.paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 
 
 @pytest.fixture

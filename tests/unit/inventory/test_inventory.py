@@ -10,8 +10,7 @@ import pytest
 
 from orchestrator.inventory import (BUILTIN_PROTECTED_PROCESSES, KNOWN_VARS, InventoryError,
                                     effective_vars, known_vars_markdown, load_inventory)
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
 
 
 def write(base: Path, rel: str, text: str) -> Path:

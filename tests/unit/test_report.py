@@ -19,8 +19,9 @@ import pytest
 
 from orchestrator import report as rep
 from orchestrator.cli import main
+from tests.paths import DATA, REPO
 
-FIXTURE = Path(__file__).parent / "data" / "report_run"
+FIXTURE = DATA / "report_run"
 RUN_ID = "20261129T092040Z-tune-6c2b53"
 HOSTILE = "evil<script>alert(1)"
 HAVE_MPL = rep.have_matplotlib()
@@ -184,7 +185,7 @@ def test_matplotlib_comes_with_the_default_install():
     """The report's plots need no extra: matplotlib is one of orch's own dependencies."""
     import tomllib
 
-    meta = tomllib.loads((FIXTURE.parents[2] / "pyproject.toml").read_text())["project"]
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert any(d.split(">")[0].split("=")[0].strip() == "matplotlib" for d in meta["dependencies"])
     assert HAVE_MPL
 

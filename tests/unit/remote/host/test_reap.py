@@ -18,8 +18,9 @@ import pytest
 
 from remote.host import reap as rp
 from remote.protocol import PayloadError
+from tests.paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 PY = os.path.realpath(sys.executable)  # the base interpreter (helpers use only the stdlib)
 
 HOLD_FD = """

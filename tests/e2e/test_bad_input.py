@@ -22,7 +22,7 @@ from orchestrator.engine.results import TaskFailed
 from orchestrator.tasks.install import install
 from remote.sglang.naming import sglang_device_name
 from tests.fakes import FakePayload, make_ctx
-from tests.e2e_helpers import REPO, inventory, orch, recap
+from tests.e2e.helpers import REPO, inventory, orch, recap
 
 UP = "E=8,N=64,device_name=NVIDIA_H200.json"
 GOOD_ENTRY = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.paths import DATA, REPO as _REPO
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS = Path(__file__).resolve().parent / "data" / "models"
+REPO = _REPO
+MODELS = DATA / "models"
 QWEN = MODELS / "Qwen3-30B-A3B.json"
 UP = "E=128,N=768,device_name=NVIDIA_H200.json"
 DOWN = "E=128,N=768,device_name=NVIDIA_H200_down.json"

@@ -14,7 +14,7 @@ seen in the stream (or the count of ``data:`` objects when the server sends none
 ``duration_s`` is the wall time from the first request's start to the last one's end.
 Only ``url`` (loopback in the tests) is contacted.
 
-Run by hand: ``python tests/bench_oracle.py http://127.0.0.1:30000 4 32 24 16``.
+Run by hand: ``python -m tests.unit.remote.bench.oracle http://127.0.0.1:30000 4 32 24 16``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Triton version and the deterministic flag are the only stand-ins it reads), and 
   root, ``SGLANG_MOE_CONFIG_DIR``, ``_down`` files);
 * the log lines: every line the release logs for a lookup parses with
   ``orchestrator.facts.moe_log`` to the file, role and action that really happened, and the
-  wording is the one recorded in ``tests/test_moe_log.py``;
+  wording is the one recorded in ``tests/unit/facts/test_moe_log.py``;
 * the config files the release ships pass ``remote.sglang.configfile``'s validator.
 
 A release that cannot be fetched fails the test (CI has network to PyPI; the wheels are cached).
@@ -35,10 +35,11 @@ from remote.sglang import lookup as rprobe
 from remote.sglang.configfile import load_config_file
 from tests.sglang_loader import ORACLE_RELEASES, ReleaseLoader, release_loader
 from tests.sglang_releases import source_tree
-from tests.test_moe_log import RELEASE_WORDING, WORDING_LINES
+from tests.unit.facts.test_moe_log import RELEASE_WORDING, WORDING_LINES
 from tests.testbed import standin_tree
+from tests.paths import REPO as _REPO
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = _REPO
 DOC = REPO / "docs" / "sglang-releases.md"
 E, N, K, TOPK = 8, 64, 128, 2
 TRITON = "3.6.0"
@@ -334,7 +335,7 @@ def outcome_lines(rel: ReleaseLoader) -> dict[str, str]:
 
 
 def test_recorded_wording_is_the_release_wording(rel):
-    """tests/test_moe_log.py keeps each release's real lines as cases; they must be what the
+    """tests/unit/facts/test_moe_log.py keeps each release's real lines as cases; they must be what the
     release logs today, and the doc table's last column must name the same wording."""
     assert outcome_lines(rel) == WORDING_LINES[RELEASE_WORDING[rel.version]]
 
@@ -401,4 +402,4 @@ def test_doc_names_each_wording_as_the_parser_does():
     text = DOC.read_text()
     for wording in {row["Missing _down logs"] for row in doc_table().values()} - {"-"}:
         assert f"`{wording}`" in text
-    assert re.search(r"tests/test_sglang_oracle\.py", text)
+    assert re.search(r"tests/unit/remote/sglang/test_oracle\.py", text)

@@ -23,8 +23,9 @@ from remote.host import restore as rest
 from remote.host import runs as runs_mod
 from remote.host.fs import TMP_MARK
 from remote.protocol import PayloadError
+from tests.paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 UP = "E=128,N=768,device_name=NVIDIA_H200.json"
 DOWN = "E=128,N=768,device_name=NVIDIA_H200_down.json"
 
