@@ -279,8 +279,9 @@ STEPS = [
     ("tune", None),                        # also: the lock heartbeat advances while it tunes
     ("install", ("install", "")),
     ("wait_ready", None),                  # new configs installed, the server warming up
-    # verify-log reads the unit's log; the 1st `journalctl -u` is the mark before the start
-    ("verify_log", ("journalctl", "-u 2")),
+    # verify-log reads the unit's log; the 1st `journalctl -u` is the plan's read of the last
+    # start's lookups, the 2nd the mark before the start
+    ("verify_log", ("journalctl", "-u 3")),
     ("bench_after", ("bench", "2")),       # the new configs loaded and proven from the log
 ]
 #: steps before the unit is stopped: nothing to restore, the unit is never restarted
@@ -695,8 +696,9 @@ def test_payload_crash_and_kill_restore_with_stderr_tail(testbed_factory, tmp_pa
 @pytest.mark.parametrize("fault", ["never_ready", "wrong_file_loaded"])
 def test_server_fault_after_install_restored(testbed_factory, tmp_path, fault):
     env = ({"ORCH_STANDIN_FAULT_ON_CHANGE": "never_ready"} if fault == "never_ready"
-           # the server believes it runs on another GPU: it never loads the H200 file, logs the default
-           else {"ORCH_STANDIN_GPU_NAME": "NVIDIA H100 80GB HBM3"})
+           # the server cannot read the files orch installs (only those present at its first start):
+           # its lookup logs the default, so the proof from the log fails
+           else {"ORCH_STANDIN_FAULT_ON_CHANGE": "unreadable"})
     opts = {0: {"config_files": {UP: OLD_UP}, "env": env}}
     bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path, opts, orch_ready_timeout=25)
     proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")

@@ -90,31 +90,34 @@ class Watch:
 
 
 class _PathWatch(types.ModuleType):
-    def __init__(self, watch: Watch):
+    def __init__(self, watch: Watch, hidden: frozenset = frozenset()):
         super().__init__("os.path")
         self.__dict__["_watch"] = watch
+        self.__dict__["_hidden"] = hidden
 
     def exists(self, path: Any) -> bool:
-        self.__dict__["_watch"].checked.append(os.fspath(path))
-        return os.path.exists(path)
+        path = os.fspath(path)
+        self.__dict__["_watch"].checked.append(path)
+        return os.path.exists(path) and os.path.realpath(path) not in self.__dict__["_hidden"]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os.path, name)
 
 
 class _OsWatch(types.ModuleType):
-    def __init__(self, watch: Watch):
+    def __init__(self, watch: Watch, hidden: frozenset = frozenset()):
         super().__init__("os")
-        self.__dict__["path"] = _PathWatch(watch)
+        self.__dict__["path"] = _PathWatch(watch, hidden)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
 
 @contextmanager
-def watching(mod: types.ModuleType) -> Iterator[Watch]:
+def watching(mod: types.ModuleType, hidden: frozenset = frozenset()) -> Iterator[Watch]:
     """Record, while the block runs, the paths ``mod`` checks with ``os.path.exists`` and reads with
-    ``open`` (its module globals ``os`` and ``open`` are wrapped, then restored)."""
+    ``open`` (its module globals ``os`` and ``open`` are wrapped, then restored). ``hidden``: real
+    paths the module is told do not exist (the ``unreadable`` fault of the stand-in server)."""
     watch = Watch()
 
     def _open(path: Any, *args: Any, **kwargs: Any):
@@ -122,7 +125,7 @@ def watching(mod: types.ModuleType) -> Iterator[Watch]:
         return builtins.open(path, *args, **kwargs)
 
     saved_os = mod.os
-    mod.os = _OsWatch(watch)
+    mod.os = _OsWatch(watch, hidden)
     mod.open = _open
     try:
         yield watch

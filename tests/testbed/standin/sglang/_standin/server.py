@@ -32,6 +32,11 @@ nv-hostengine, dcgm or Xorg) holds a GPU device file, so a leftover must be reap
 ``ORCH_STANDIN_LEAK_SCHEDULER=1``: at start, leave an orphaned ``sglang::scheduler_TP0``
 process (re-parented to PID 1) holding the GPU that outlives the server, like sglang #23627.
 
+``ORCH_STANDIN_FAULT_ON_CHANGE=unreadable``: the first start records the config files on disk
+(path, sha256, in the shipped ``configs/`` and ``$SGLANG_MOE_CONFIG_DIR/configs``); a later start
+cannot read a file that is new or changed since (as under a security policy that labels only the
+files present at deployment): SGLang's lookup sees it as absent and logs the fallback or the default.
+
 ``ORCH_STANDIN_FAULT_ON_CHANGE=crash|never_ready``: the first start records which config files
 it loaded (path, sha256, outcome of each lookup) in ``$ORCH_STANDIN_STATE_DIR`` (default
 ``/run/sglang-standin``, per-host on the bed; set it when running outside the bed); a later start whose loaded files differ from that baseline
@@ -260,7 +265,9 @@ class StandinServer:
                  "down": (loader.get_config_file_name(s.E, s.N, s.dtype, s.block_shape, **name_kw, down_moe=True)
                           if reads_down else None)}
         w1, w2 = (s.E, 2 * s.N, s.hidden), (s.E, s.hidden, s.N)
-        with lookup.watching(loader) as watch:
+        hidden = (self.files_changed_since_first_start(loader)
+                  if os.environ.get("ORCH_STANDIN_FAULT_ON_CHANGE", "").strip() == "unreadable" else frozenset())
+        with lookup.watching(loader, hidden) as watch:
             for m in CAPTURE_BATCH_SIZES:
                 if reads_down:
                     up_cfg, (down_cfg, _) = loader.try_get_optimal_moe_config(
@@ -324,7 +331,7 @@ class StandinServer:
         self.moe["token_delay_ms"] = base
         self.never_ready = _env_flag("ORCH_STANDIN_NEVER_READY")
         fault = os.environ.get("ORCH_STANDIN_FAULT_ON_CHANGE", "").strip()
-        if fault:
+        if fault in ("crash", "never_ready"):
             if self.configs_changed_since_first_start():
                 self.moe["fault"] = fault
                 if fault == "crash":
@@ -345,6 +352,32 @@ class StandinServer:
                     digest = hashlib.sha256(f.read()).hexdigest()
             out.append([x["down_moe"], x["outcome"], x.get("path"), digest])
         return out
+
+    def files_changed_since_first_start(self, loader) -> frozenset:
+        """Real paths of config files new or changed since the first start (which records the
+        files then, under the loader's ``configs/`` and ``$SGLANG_MOE_CONFIG_DIR/configs``)."""
+        import hashlib
+
+        roots = [os.path.join(os.path.dirname(os.path.realpath(loader.__file__)), "configs")]
+        if os.environ.get("SGLANG_MOE_CONFIG_DIR"):
+            roots.append(os.path.join(os.environ["SGLANG_MOE_CONFIG_DIR"], "configs"))
+        now = {}
+        for root in roots:
+            for dirpath, _dirs, files in os.walk(root):
+                for name in files:
+                    path = os.path.realpath(os.path.join(dirpath, name))
+                    with open(path, "rb") as f:
+                        now[path] = hashlib.sha256(f.read()).hexdigest()
+        state_dir = os.environ.get("ORCH_STANDIN_STATE_DIR", "/run/sglang-standin")
+        os.makedirs(state_dir, exist_ok=True)
+        baseline = os.path.join(state_dir, "files-baseline.json")
+        if not os.path.exists(baseline):
+            with open(baseline, "w") as f:
+                json.dump(now, f)
+            return frozenset()
+        with open(baseline) as f:
+            first = json.load(f)
+        return frozenset(p for p, digest in now.items() if first.get(p) != digest)
 
     def configs_changed_since_first_start(self) -> bool:
         """True when this start loaded other config files than the first start (recorded then)."""
