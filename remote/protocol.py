@@ -8,6 +8,7 @@ line ends a command.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from typing import Any
@@ -15,6 +16,16 @@ from typing import Any
 from . import PROTO
 
 _lock = threading.Lock()
+
+#: A run id as both sides use it (``<UTC time>-<action>-<hex>``, e.g. ``20260101T000000Z-tune-abcdef``):
+#: the name of the host's run record folder and the ``ORCH_TAG`` of a run's long commands.
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+def is_run_id(text: Any) -> bool:
+    """True when ``text`` is a run id (:data:`RUN_ID_RE`, and not ``.`` or ``..``): safe as a folder
+    name and inside a ``pgrep -f`` pattern."""
+    return isinstance(text, str) and bool(RUN_ID_RE.match(text)) and text not in (".", "..")
 
 
 class PayloadError(Exception):

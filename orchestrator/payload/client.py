@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import re
 import secrets
 import tempfile
 import threading
 import time
 from typing import Any, Callable
+
+from remote.protocol import is_run_id
 
 from ..connection.deadline import clamp
 from ..engine.results import Cancelled, TaskFailed
@@ -172,7 +173,7 @@ def tag_pattern(run_id: str) -> str:
     by :meth:`PayloadClient.call` (the ``timeout`` wrapper of a long payload command). Raises
     ValueError for a run id that is not a plain name (recover reads run ids from a host's
     records: no pattern syntax may slip in)."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", run_id or "") or run_id in (".", ".."):
+    if not is_run_id(run_id):
         raise ValueError(f"not a run id: {run_id!r}")
     return "ORCH_TAG=" + run_id.replace(".", "[.]") + "[.]"
 

@@ -24,18 +24,16 @@ import errno
 import hashlib
 import json
 import os
-import re
 import stat
 import tempfile
 from typing import Any
 
-from ..protocol import PayloadError
+from ..protocol import PayloadError, is_run_id
 
 #: Default state folder on a host (docs/protocol.md).
 DEFAULT_STATE_DIR = "/var/lib/orch"
 
 #: Run ids allowed by the payload: letters, digits, ``_``, ``.``, ``-`` (no ``/``, not ``.``/``..``).
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 #: Marker inside the names of our temp files; files named ``.<name>.orch-tmp-*`` are ours.
 TMP_MARK = ".orch-tmp-"
@@ -175,11 +173,11 @@ def copy_durable(src: str, dst: str, mode: int = PRIVATE_FILE_MODE) -> str:
 
 
 def check_run_id(run_id: Any) -> str:
-    """Return ``run_id`` when it matches :data:`RUN_ID_RE` and is not ``.``/``..``.
+    """Return ``run_id`` when it is a run id (:func:`remote.protocol.is_run_id`).
 
     Raises ``PayloadError('bad_input')`` otherwise.
     """
-    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id) or run_id in (".", ".."):
+    if not is_run_id(run_id):
         raise PayloadError("bad_input", f"invalid run id {run_id!r}: want [A-Za-z0-9_.-]+")
     return run_id
 

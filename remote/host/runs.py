@@ -27,7 +27,8 @@ import datetime as _dt
 import json
 import os
 
-from .fs import (DEFAULT_STATE_DIR, RUN_ID_RE, check_run_id, read_json, runs_root,
+from ..protocol import is_run_id
+from .fs import (DEFAULT_STATE_DIR, check_run_id, read_json, runs_root,
                      update_state)
 from ..protocol import PayloadError
 
@@ -117,7 +118,7 @@ def list_runs(state_dir: str, run_id: str | None = None, limit: int = 0) -> dict
         return {"state_dir": state_dir, "runs": [describe_run(state_dir, run_id)]}
     try:
         names = sorted(n for n in os.listdir(root)
-                       if RUN_ID_RE.match(n) and n not in (".", "..") and os.path.isdir(os.path.join(root, n)))
+                       if is_run_id(n) and os.path.isdir(os.path.join(root, n)))
     except FileNotFoundError:
         names = []
     out = [describe_run(state_dir, n) for n in names]
