@@ -158,11 +158,18 @@ def speedup_text(summary: dict) -> str:
 
 def _summary_fields(r) -> list[tuple[str, str]]:
     s = r.summary or {}
-    files = "\n".join(str(p).rsplit("/", 1)[-1] for p in (s.get("installed") or [])) or "-"
+    files = "\n".join(str(p).rsplit("/", 1)[-1] for p in (s.get("installed") or []))
+    if s.get("rolled_back"):  # a rollback: what it put back and what it removed
+        files = "\n".join([f"restored {str(p).rsplit('/', 1)[-1]}" for p in s.get("installed") or []]
+                          + [f"removed {str(p).rsplit('/', 1)[-1]}" for p in s.get("deleted") or []])
+    files = files or "-"
     b, a = (s.get("bench_before") or {}).get("output_throughput"), (s.get("bench_after") or {}).get("output_throughput")
     tp = f"{b:.1f} → {a:.1f}" if b and a else (f"→ {a:.1f}" if a else "-")
     if s.get("throughput_change_pct") is not None:
         tp += f" ({s['throughput_change_pct']:+.1f}%)"
+    version = (s.get("bench_after") or s.get("bench_before") or {}).get("server_version")
+    if version and tp != "-":
+        tp += f"\nserver: sglang {version}"  # what the server says it is (a test bed's stand-in says so)
     return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]
 
 

@@ -50,7 +50,8 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
                                  "total_throughput": top.get("total_throughput"),
                                  "max_concurrency": top.get("max_concurrency"),
                                  "median_ttft_ms": top.get("median_ttft_ms"),
-                                 "median_itl_ms": top.get("median_itl_ms"), "valid": top.get("valid", True)}
+                                 "median_itl_ms": top.get("median_itl_ms"), "valid": top.get("valid", True),
+                                 "server_version": data.get("server_version")}
     otp = top.get("output_throughput")
     msg = (f"{label}: {otp:.1f} output tok/s at concurrency {top.get('max_concurrency')}"
            if otp is not None else f"{label}: no throughput measured")

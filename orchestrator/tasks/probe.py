@@ -59,7 +59,10 @@ def probe(ctx) -> TaskResult:
     data = ctx.payload.call("probe", flags, timeout=300)
     (ctx.host_dir / "probe.json").write_text(json.dumps(data, indent=2, sort_keys=True))
     model = data.get("model", {})
-    return TaskResult.ok(f"{data.get('device_name')} x{len(data.get('gpus') or [])}, triton {data.get('triton_version')}, "
+    gpus = data.get("gpus") or []
+    where = (f"{len(gpus)}x {gpus[0].get('name')}" if gpus else "no CUDA GPU visible") + (
+        f" (files named for {data.get('device_name')})" if data.get("device_name") else "")
+    return TaskResult.ok(f"{where}, triton {data.get('triton_version')}, "
                          f"sglang {(data.get('sglang') or {}).get('version')}, E={model.get('E')} N={model.get('N')}",
                          facts={"orch_probe": data}, **data)
 

@@ -37,6 +37,7 @@ from typing import Any
 from ..protocol import PayloadError
 from . import sglang_tool
 from .builtin import DEFAULT_VOCAB_HI, run_builtin
+from .common import parse_url, server_version
 
 
 def parse_concurrency(text: str) -> list[int]:
@@ -69,17 +70,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Entry point of the ``bench`` command; returns the result ``data``."""
+    """Entry point of the ``bench`` command; returns the result ``data`` (with ``server_version``:
+    what the server reports at ``/get_server_info``, None when it does not say)."""
     levels = parse_concurrency(args.concurrency)
     if args.tool == "sglang":
-        return sglang_tool.run_sglang(
+        data = sglang_tool.run_sglang(
             url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
             num_prompts=args.num_prompts, level_timeout=args.level_timeout, seed=args.seed,
             model=args.model, api=args.api,
         )
-    return run_builtin(
-        url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
-        num_prompts=args.num_prompts, api=args.api, warmup=args.warmup,
-        level_timeout=args.level_timeout, request_timeout=args.request_timeout,
-        seed=args.seed, model=args.model, vocab_hi=args.vocab_max,
-    )
+    else:
+        data = run_builtin(
+            url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
+            num_prompts=args.num_prompts, api=args.api, warmup=args.warmup,
+            level_timeout=args.level_timeout, request_timeout=args.request_timeout,
+            seed=args.seed, model=args.model, vocab_hi=args.vocab_max,
+        )
+    data["server_version"] = server_version(parse_url(args.url))
+    return data

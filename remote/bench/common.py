@@ -9,6 +9,7 @@ Standard library only.
 from __future__ import annotations
 
 import http.client
+import json
 import urllib.parse
 from dataclasses import dataclass
 
@@ -69,6 +70,24 @@ def parse_url(url: str) -> Target:
     if port is None:
         port = 443 if parts.scheme == "https" else 80
     return Target(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+
+def server_version(target: Target, timeout: float = 10.0) -> str | None:
+    """The ``version`` the server reports at ``GET /get_server_info`` (SGLang's server info), or
+    None when it does not answer with one (best effort: a benchmark does not depend on it)."""
+    conn = target.connection(timeout=timeout)
+    try:
+        conn.request("GET", target.prefix + "/get_server_info")
+        resp = conn.getresponse()
+        body = resp.read(1 << 20)
+        if resp.status != 200:
+            return None
+        version = json.loads(body).get("version")
+        return str(version) if version else None
+    except (OSError, http.client.HTTPException, ValueError, AttributeError):
+        return None
+    finally:
+        conn.close()
 
 
 def default_num_prompts(concurrency: int) -> int:

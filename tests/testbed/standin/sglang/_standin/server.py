@@ -442,7 +442,10 @@ class StandinServer:
                 "ep_size": a.ep_size, "dp_size": a.dp_size, "host": a.host, "port": a.port,
                 "moe_runner_backend": a.moe_runner_backend, "quantization": a.quantization, "dtype": a.dtype,
                 "disable_shared_experts_fusion": a.disable_shared_experts_fusion,
-                "version": __version__, "internal_states": [{"last_gen_throughput": 0.0}],
+                # the stand-in says what it is where SGLang reports its version: orch prints it beside
+                # the throughput it measured, which here comes from the model of speed above
+                "version": f"{__version__} (orch test-bed stand-in: throughput simulated, not a model)",
+                "internal_states": [{"last_gen_throughput": 0.0}],
                 "standin_moe": self.moe}
 
 
