@@ -84,7 +84,10 @@ def test_closest_entry_and_shipped_pair():
     assert u == d and u["BLOCK_SIZE_M"] == 32, "no _down file: the up entry is reused"
     down = {"1": dict(up["1"], BLOCK_SIZE_M=64, USE_TMA=True)}
     u, d = shipped_pair({"up": up, "down": down}, 1)
-    assert d["BLOCK_SIZE_M"] == u["BLOCK_SIZE_M"] == 16 and "USE_TMA" not in d
+    assert d["BLOCK_SIZE_M"] == u["BLOCK_SIZE_M"] == 16
+    assert d["USE_TMA"] is True, "USE_TMA stays: SGLang's kernel reads it from the down file"
+    # a provider whose kernel does not read USE_TMA (builtin) never sees it
+    assert "USE_TMA" not in Evaluator(FakeProvider(), None, FakeTimer()).clean("down", d)
     assert shipped_pair(None, 1) is None
 
 

@@ -35,17 +35,35 @@ def compile_one(kind: str, cfg: dict, dtype: str, E: int, N: int, hidden: int, t
         return False, f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
+def _resolve(target: str):
+    mod, _, attr = target.partition(":")
+    import importlib
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _run_target(target: str, kind: str, cfg: dict, args: dict):
+    return _resolve(target)(kind, cfg, **args)
+
+
 class Compiler:
     """A pool of spawned processes compiling (kind, cfg) jobs for one shape.
 
+    ``args``: picklable keyword arguments of the compile function; ``target``:
+    ``"module:function"`` of it, called as ``fn(kind, cfg, **args)`` and returning
+    ``(ok, error_text)`` (default: :func:`compile_one`, the builtin kernel); with
+    ``per_batch`` the batch size is one more argument (``M=...``; kernels specialised on
+    M-dependent integers, like SGLang's, compile per batch size).
     ``workers``: process count (default: CPU cores - 1, at least 1); ``device_index``:
-    the CUDA device whose architecture is compiled for. ``compile(jobs)`` returns
+    the CUDA device whose architecture is compiled for. ``compile(jobs, M=...)`` returns
     ``{(kind, cfg_key): error_text}`` for the jobs that failed. With ``enabled=False``
     (CPU/interpreter) it does nothing.
     """
 
-    def __init__(self, args: dict | None, device_index: int = 0, workers: int | None = None, enabled: bool = True):
+    def __init__(self, args: dict | None, device_index: int = 0, workers: int | None = None, enabled: bool = True,
+                 target: str | None = None, per_batch: bool = False):
         self.args = args
+        self.target = target
+        self.per_batch = per_batch
         self.enabled = enabled and args is not None
         self.done: set = set()
         self.failed: dict = {}
@@ -56,8 +74,9 @@ class Compiler:
             self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"),
                                                 initializer=_init_worker, initargs=(device_index,))
 
-    def compile(self, jobs):
-        """Compile ``jobs`` (iterable of ``(kind, cfg)``) in parallel; skip ones done before."""
+    def compile(self, jobs, M: int | None = None):
+        """Compile ``jobs`` (iterable of ``(kind, cfg)``) in parallel; skip ones done before
+        (per batch size ``M`` when ``per_batch``)."""
         import time
 
         from .space import cfg_key
@@ -66,11 +85,16 @@ class Compiler:
         todo = []
         for kind, cfg in jobs:
             key = (kind, cfg_key(cfg))
-            if key not in self.done:
-                self.done.add(key)
+            done_key = key + ((M,) if self.per_batch else ())
+            if done_key not in self.done:
+                self.done.add(done_key)
                 todo.append((key, kind, cfg))
         t0 = time.perf_counter()
-        futs = {self._pool.submit(compile_one, kind, cfg, **self.args): key for key, kind, cfg in todo}
+        args = dict(self.args, M=M) if self.per_batch else self.args
+        if self.target:
+            futs = {self._pool.submit(_run_target, self.target, kind, cfg, args): key for key, kind, cfg in todo}
+        else:
+            futs = {self._pool.submit(compile_one, kind, cfg, **args): key for key, kind, cfg in todo}
         for f in cf.as_completed(futs):
             ok, err = f.result()
             if not ok:
