@@ -73,6 +73,10 @@ OP_STANDINS = {
     "silu_and_mul": "SGLang's JIT/sgl_kernel gated SiLU; a Triton kernel honouring the same row filter",
     "gelu_and_mul": "as silu_and_mul, GELU",
     "moe_sum_reduce": "sgl_kernel's top-k sum; torch.sum over the top-k axis times the scaling factor",
+    "sglang_per_token_group_quant_fp8": "SGLang's JIT per-token-group fp8 quantization of the activations "
+                                        "(fp8 block configs); torch, same scales (amax / 448, eps 1e-10)",
+    "per_token_group_quant": "SGLang's JIT group quantization of the sorted TMA down input (fp8 block); torch, "
+                             "every row",
 }
 
 _installed: dict = {}
@@ -89,6 +93,7 @@ class _Placeholder:
         if len(a) == 1 and callable(a[0]) and not k:
             return a[0]  # used as a decorator
         return _Placeholder()
+
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -109,6 +114,22 @@ class _Placeholder:
 
     def __mro_entries__(self, bases):
         return (object,)
+
+
+class _MissingOp:
+    """A compiled op of a stand-in package that has no stand-in: raises when called, so no
+    result is ever silently wrong."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, *a, **k):
+        raise NotImplementedError(f"{self.name}: compiled op absent here and not stood in (tests/sglang_standins.py)")
+
+    def __getattr__(self, attr):  # namespaces of ops (sgl_kernel.scalar_types.uint4b8, ...)
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _MissingOp(f"{self.name}.{attr}")
 
 
 class _PlaceholderMeta(type):
@@ -257,7 +278,11 @@ class _StandinFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         m = types.ModuleType(spec.name)
         m.__file__ = f"<stand-in for {spec.name}>"
         m.__path__ = []
-        m.__getattr__ = _placeholder_attr
+        if spec.name.split(".")[0] == "sgl_kernel":
+            m.__getattr__ = lambda n, _p=spec.name: (_placeholder_attr(n) if n.startswith("__") or n[:1].isupper()
+                                                     else _MissingOp(f"{_p}.{n}"))
+        else:
+            m.__getattr__ = _placeholder_attr
         m.__version__ = "0.0.0+standin"
         return m
 
@@ -404,6 +429,34 @@ def moe_sum_reduce(x, out, routed_scaling_factor=1.0):
     return out
 
 
+def _group_quant(x, group_size):
+    import torch
+    rows, cols = x.reshape(-1, x.shape[-1]).shape
+    g = x.reshape(rows, cols // group_size, group_size).float()
+    scale = g.abs().amax(dim=2).clamp(min=1e-10) / 448.0
+    q = (g / scale.unsqueeze(2)).clamp(-448.0, 448.0).reshape(rows, cols).to(torch.float8_e4m3fn)
+    return q, scale.contiguous()
+
+
+def sglang_per_token_group_quant_fp8(x, group_size, eps=1e-10, column_major_scales=False, *a, **k):
+    """Stand-in for SGLang's JIT ``sglang_per_token_group_quant_fp8`` (row-major scales)."""
+    if column_major_scales:
+        raise NotImplementedError("stand-in: row-major scales only")
+    return _group_quant(x, group_size)
+
+
+def per_token_group_quant(input, output_q=None, output_s=None, group_size=128, *a, **k):
+    """Stand-in for SGLang's JIT ``per_token_group_quant`` (quantizes every row)."""
+    q, s = _group_quant(input, group_size)
+    if output_q is not None:
+        output_q.copy_(q)
+        q = output_q
+    if output_s is not None:
+        output_s.copy_(s)
+        s = output_s
+    return q, s
+
+
 def _fill_vllm_ops(module):
     """vLLM's ``_custom_ops`` argument order: ``(out, x)`` for activations, ``(x, out)`` for moe_sum."""
     module.silu_and_mul = lambda out, x: silu_and_mul(x, out)
@@ -536,6 +589,9 @@ def patch_ops(modules, follow_cuda_align: bool = False, bind_activation: bool = 
     ``bind_activation`` (CPU tests): bind :func:`silu_and_mul` in modules that define
     ``fused_experts`` but bound no ``silu_and_mul`` (SGLang binds it on CUDA only), so the
     provider's ``down`` timing includes the activation as on a GPU.
+    On the CPU (``follow_cuda_align``) SGLang's Triton ``per_token_group_quant_fp8`` is stood in
+    too: under ``TRITON_INTERPRET=1`` its fp32 -> fp8 cast stores wrong values (seen: off by two
+    fp8 steps), which is the interpreter's, not the GPU's, behaviour.
     ``device_name`` (CPU tests): what SGLang's ``get_device_name`` answers in modules that
     bound it (SGLang names config files after the GPU; without one it returns None and its
     file-name rule fails).
@@ -547,18 +603,26 @@ def patch_ops(modules, follow_cuda_align: bool = False, bind_activation: bool = 
             if "get_device_name" in vars(mod):
                 mod.get_device_name = lambda device_id=0, _n=device_name: _n
                 done.append(f"{mod.__name__}.get_device_name")
+    if follow_cuda_align:
+        for mod in modules:
+            if callable(vars(mod).get("per_token_group_quant_fp8")):
+                mod.per_token_group_quant_fp8 = sglang_per_token_group_quant_fp8
+                done.append(f"{mod.__name__}.per_token_group_quant_fp8")
     if bind_activation:
         for mod in modules:
             if "fused_experts" in vars(mod) and "silu_and_mul" not in vars(mod):
                 mod.silu_and_mul = silu_and_mul
                 done.append(f"{mod.__name__}.silu_and_mul")
-    ops = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul, "moe_sum_reduce": moe_sum_reduce}
+    ops = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul, "moe_sum_reduce": moe_sum_reduce,
+           "sglang_per_token_group_quant_fp8": sglang_per_token_group_quant_fp8,
+           "per_token_group_quant": per_token_group_quant}
     for mod in modules:
         names = vars(mod)
         for name, fn in ops.items():
             if name in names:
                 origin = getattr(names[name], "__module__", "") or ""
-                if origin.startswith(("sgl_kernel", "sglang.kernels.ops.activation")) or origin == __name__ \
+                if origin.startswith(("sgl_kernel", "sglang.kernels.ops.activation", "sglang.kernels.ops.quantization")) \
+                        or origin == __name__ \
                         or isinstance(names[name], _Placeholder):
                     setattr(mod, name, fn)
                     done.append(f"{mod.__name__}.{name}")
@@ -578,3 +642,63 @@ def patch_ops(modules, follow_cuda_align: bool = False, bind_activation: bool = 
                 except ImportError:
                     pass
     return done
+
+
+def prepare(source_root=None, cpu: bool | None = None, device_name: str = "NVIDIA H200") -> dict:
+    """One call that makes SGLang's fused MoE run here: :func:`install`, import SGLang's MoE
+    modules (the entry points ``remote.tuning.support.SGLANG_KERNEL_ROLES`` names), then :func:`patch_ops`
+    on them; on a machine without a GPU (``cpu``, default: no CUDA) also the CPU-only
+    stand-ins (CUDA alignment path, activation binding, ``device_name``).
+
+    Returns ``{"modules": [...], "logger": [...], "ops": ["module.name", ...]}``: every piece
+    that stands in (the bench prints it).
+    """
+    import torch
+
+    from remote.tuning.support import SGLANG_KERNEL_ROLES as ROLES
+
+    if cpu is None:
+        cpu = not torch.cuda.is_available()
+    info = install(source_root)
+    mods = []
+    for cands in ROLES.values():
+        for mod_name, _attr in cands:
+            try:
+                mods.append(importlib.import_module(mod_name))
+            except Exception:
+                continue
+    for extra in ("sglang.kernels.ops.quantization.fp8_kernel",):
+        try:
+            mods.append(importlib.import_module(extra))
+        except Exception:
+            pass
+    mods = list({id(m): m for m in mods}.values())
+    ops = patch_ops(mods, follow_cuda_align=cpu, bind_activation=cpu, device_name=device_name if cpu else None)
+    info["ops"] = sorted(set(ops))
+    _installed["ops"] = info["ops"]
+    return info
+
+
+SITECUSTOMIZE = """# written by tests/sglang_standins.py: makes SGLang's MoE importable in every Python process
+import os, sys
+sys.path.insert(0, os.environ["ORCH_STANDINS_REPO"])
+from tests.sglang_standins import prepare
+prepare(os.environ["ORCH_STANDINS_SGLANG"])
+"""
+
+
+def subprocess_env(site_dir, source_root, repo_root, base_env=None) -> dict:
+    """Environment for child processes (``python -m remote tune`` and its compile workers)
+    that runs :func:`prepare` at interpreter start: a ``sitecustomize.py`` in ``site_dir``
+    first on ``PYTHONPATH``. Returns the new environment (``base_env``: default os.environ)."""
+    import os
+    from pathlib import Path
+
+    Path(site_dir).mkdir(parents=True, exist_ok=True)
+    (Path(site_dir) / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = dict(base_env if base_env is not None else os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site_dir), str(repo_root)] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["ORCH_STANDINS_REPO"] = str(repo_root)
+    env["ORCH_STANDINS_SGLANG"] = str(source_root)
+    return env

@@ -551,11 +551,17 @@ class SglangProvider:
         """A callable running SGLang's ``fused_experts`` for this problem with ``up_cfg`` in
         the up file and ``down_cfg`` in the ``_down`` file (releases with ``_down`` files;
         otherwise ``up_cfg`` serves both GEMMs); ``None`` = no file (SGLang's default)."""
-        d = self._dir_for(p, up_cfg, down_cfg)
+        return self.dir_fn(p, self._dir_for(p, up_cfg, down_cfg))
+
+    def dir_fn(self, p: SglangProblem, config_dir: str):
+        """A callable running SGLang's ``fused_experts`` for this problem with
+        ``SGLANG_MOE_CONFIG_DIR=config_dir`` (a folder holding ``configs/triton_X_Y_Z/``; its
+        lookup cache cleared when the folder changes): whatever files it holds are read
+        exactly as the server reads them (closest batch-size key, ``_down`` file, USE_TMA)."""
         call = self._fused_call(p)
 
         def fn():
-            self._use_dir(d)
+            self._use_dir(config_dir)
             with torch.no_grad():  # as in the server (and SGLang's custom op skips its dispatcher then)
                 return call()
         return fn
