@@ -286,11 +286,12 @@ class SglangProblem:
     BLOCK_SIZE_M with TMA's sorted, block-padded layout: ``cache1`` [rows, 2N] (up output,
     filled with random values so the activation never sees garbage), ``cache2`` [rows, N]
     (down input), ``cache3`` [M, top_k, hidden] (down output). ``weights``: reuse
-    ``(w1, w2, (w1_scale, w2_scale) | None)`` of another batch size.
+    ``(w1, w2, (w1_scale, w2_scale) | None)`` of another batch size; ``empty_weights``:
+    uninitialised weights (compiling only).
     """
 
     def __init__(self, kernel: SglangKernel, E: int, N: int, hidden: int, top_k: int, M: int, dtype, device,
-                 seed: int, weights=None, quant=None, expert_rows: int | None = None):
+                 seed: int, weights=None, quant=None, empty_weights: bool = False):
         from ..kernel.reference import route
 
         self.k = kernel
@@ -300,20 +301,28 @@ class SglangProblem:
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
         if weights is None:
-            ew = E if expert_rows is None else expert_rows
-            if expert_rows is not None:  # compile-only: shapes and strides, no values needed
-                w1 = torch.empty(ew, 2 * N, hidden, device=self.device, dtype=torch.float32)
-                w2 = torch.empty(ew, hidden, N, device=self.device, dtype=torch.float32)
+            if empty_weights:  # compile-only: shapes, strides and dtypes matter, values do not
+                wd = torch.float8_e4m3fn if quant is not None else dtype
+                w1 = torch.empty(E, 2 * N, hidden, device=self.device, dtype=wd)
+                w2 = torch.empty(E, hidden, N, device=self.device, dtype=wd)
+                scales = None
+                if quant is not None:
+                    from ..kernel.quant import quant_weight
+                    small = torch.ones(E, 1, 1, device=self.device)
+                    s1 = quant_weight(small.expand(E, 2 * N, hidden), quant)[1]
+                    s2 = quant_weight(small.expand(E, hidden, N), quant)[1]
+                    scales = (s1, s2)
+                weights = (w1, w2, scales)
             else:
-                w1 = torch.randn(ew, 2 * N, hidden, generator=gen, device=self.device) / math.sqrt(hidden)
-                w2 = torch.randn(ew, hidden, N, generator=gen, device=self.device) / math.sqrt(N)
-            if quant is None:
-                weights = (w1.to(dtype), w2.to(dtype), None)
-            else:
-                from ..kernel.quant import quant_weight
-                (w1q, s1), (w2q, s2) = quant_weight(w1.nan_to_num(0.0), quant), quant_weight(w2.nan_to_num(0.0), quant)
-                weights = (w1q, w2q, (s1, s2))
-            del w1, w2
+                w1 = torch.randn(E, 2 * N, hidden, generator=gen, device=self.device) / math.sqrt(hidden)
+                w2 = torch.randn(E, hidden, N, generator=gen, device=self.device) / math.sqrt(N)
+                if quant is None:
+                    weights = (w1.to(dtype), w2.to(dtype), None)
+                else:
+                    from ..kernel.quant import quant_weight
+                    (w1q, s1), (w2q, s2) = quant_weight(w1, quant), quant_weight(w2, quant)
+                    weights = (w1q, w2q, (s1, s2))
+                del w1, w2
         self.w1, self.w2, scales = weights
         self.w1_scale, self.w2_scale = scales if scales else (None, None)
         self.x = torch.randn(M, hidden, generator=gen, device=self.device).to(dtype)
@@ -389,11 +398,11 @@ class SglangProvider:
     # ------------------------------------------------------------------ problems
 
     def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None,
-                     quant=None, expert_rows: int | None = None) -> SglangProblem:
+                     quant=None, empty_weights: bool = False) -> SglangProblem:
         """A :class:`SglangProblem` for ``shape`` (E, N, hidden, topk) and batch size M;
         ``quant`` as the tuner spec's entry (None, or {"block_shape": None | [bn, bk]})."""
         return SglangProblem(self.k, shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype],
-                             device, seed, weights, quant_spec(quant), expert_rows=expert_rows)
+                             device, seed, weights, quant_spec(quant), empty_weights=empty_weights)
 
     def default_config(self, p: SglangProblem) -> dict:
         """SGLang's default config for this problem (``get_default_config``)."""
@@ -599,6 +608,20 @@ class SglangProvider:
         """Picklable arguments of :func:`compile_one` (the batch size is added per job)."""
         return dict(shape=dict(shape), dtype=dtype, quant=quant)
 
+    def compile_workers(self, shape: dict, dtype: str, quant, device: str) -> int:
+        """How many compile processes fit: each holds the problem's weights and buffers on the
+        GPU (uninitialised) besides its CUDA context; at most half the free memory is used,
+        and at most CPU cores - 1."""
+        cpus = max(1, (os.cpu_count() or 2) - 1)
+        if not device.startswith("cuda"):
+            return cpus
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        wbytes = 1 if quant is not None else DTYPES[dtype].itemsize
+        E, N, H, k = shape["E"], shape["N"], shape["hidden"], shape["topk"]
+        rows = 4096 * k + min(4096 * k, E + 1) * 255
+        need = 3 * E * N * H * wbytes + rows * 3 * N * 2 + 4096 * k * H * 2 + (600 << 20)
+        return max(1, min(cpus, int(free * 0.5 // need)))
+
     compile_target = "remote.tuning.providers.sglang:compile_one"
 
 
@@ -609,8 +632,8 @@ def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: in
     """Compile SGLang's GEMM for (kind, cfg) at batch size M without launching it (worker
     processes of :class:`remote.tuner.compile.Compiler`). SGLang's own launch code runs with
     its kernels switched to Triton's compile-only mode (``JITFunction.run(warmup=True)``) on
-    inputs of the right shapes, strides and dtypes (one expert's weights: the expert count is
-    not part of the kernel's signature), so the binary lands in Triton's on-disk cache for the
+    inputs of the same shapes, strides and dtypes (weights left uninitialised), so the binary
+    lands in Triton's on-disk cache for the
     timing process. Returns ``(ok, error_text)``; never raises."""
     try:
         st = _worker_state
@@ -626,7 +649,9 @@ def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: in
         key = (M, json.dumps(shape, sort_keys=True), dtype, json.dumps(quant))
         if st.get("key") != key:
             st.pop("problem", None)
-            st["problem"] = prov.make_problem(shape, M, dtype, "cuda", 0, quant=quant, expert_rows=1)
+            # the real shapes (uninitialised weights): every integer the kernel is specialised on
+            # (strides, descriptor shapes, alignment sizes) matches the timing process's launch
+            st["problem"] = prov.make_problem(shape, M, dtype, "cuda", 0, quant=quant, empty_weights=True)
             st["key"] = key
         p = st["problem"]
         if kind == "down":  # compile the GEMM only (the activation kernel does not depend on cfg)

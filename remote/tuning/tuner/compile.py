@@ -54,9 +54,11 @@ class Compiler:
     ``per_batch`` the batch size is one more argument (``M=...``; kernels specialised on
     M-dependent integers, like SGLang's, compile per batch size).
     ``workers``: process count (default: CPU cores - 1, at least 1); ``device_index``:
-    the CUDA device whose architecture is compiled for. ``compile(jobs, M=...)`` returns
-    ``{(kind, cfg_key): error_text}`` for the jobs that failed. With ``enabled=False``
-    (CPU/interpreter) it does nothing.
+    the CUDA device whose architecture is compiled for. ``compile(jobs, M=...)`` waits and
+    returns ``{(kind, cfg_key): error_text}`` for the jobs that failed; ``submit``/``wait``
+    let the caller time finished configs while the others still compile. ``seconds``:
+    time spent waiting for compiles. With ``enabled=False`` (CPU/interpreter) it does
+    nothing.
     """
 
     def __init__(self, args: dict | None, device_index: int = 0, workers: int | None = None, enabled: bool = True,
@@ -68,39 +70,61 @@ class Compiler:
         self.done: set = set()
         self.failed: dict = {}
         self.seconds = 0.0
+        self._futures: dict = {}
         self._pool = None
         if self.enabled:
             n = workers or max(1, (os.cpu_count() or 2) - 1)
             self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"),
                                                 initializer=_init_worker, initargs=(device_index,))
 
-    def compile(self, jobs, M: int | None = None):
-        """Compile ``jobs`` (iterable of ``(kind, cfg)``) in parallel; skip ones done before
-        (per batch size ``M`` when ``per_batch``)."""
-        import time
-
+    def submit(self, jobs, M: int | None = None) -> dict:
+        """Start compiling ``jobs`` (iterable of ``(kind, cfg)``) in the pool without waiting;
+        jobs done or under way before (per batch size ``M`` when ``per_batch``) are not sent
+        again. Returns ``{(kind, cfg_key): future}`` for the jobs of this call that are still
+        running or were sent now (a finished one has no entry); the futures give
+        ``(ok, error_text)``."""
         from .space import cfg_key
         if not self.enabled:
             return {}
-        todo = []
+        out = {}
+        args = dict(self.args, M=M) if self.per_batch else self.args
         for kind, cfg in jobs:
             key = (kind, cfg_key(cfg))
             done_key = key + ((M,) if self.per_batch else ())
-            if done_key not in self.done:
+            fut = self._futures.get(done_key)
+            if fut is None and done_key not in self.done:
                 self.done.add(done_key)
-                todo.append((key, kind, cfg))
+                if self.target:
+                    fut = self._pool.submit(_run_target, self.target, kind, cfg, args)
+                else:
+                    fut = self._pool.submit(compile_one, kind, cfg, **args)
+                self._futures[done_key] = fut
+            if fut is not None and not fut.done():
+                out[key] = fut
+        return out
+
+    def wait(self, key, fut) -> str | None:
+        """Wait for one job of :meth:`submit`; the error text when it failed, else None."""
+        import time
         t0 = time.perf_counter()
-        args = dict(self.args, M=M) if self.per_batch else self.args
-        if self.target:
-            futs = {self._pool.submit(_run_target, self.target, kind, cfg, args): key for key, kind, cfg in todo}
-        else:
-            futs = {self._pool.submit(compile_one, kind, cfg, **args): key for key, kind, cfg in todo}
-        for f in cf.as_completed(futs):
-            ok, err = f.result()
-            if not ok:
-                self.failed[futs[f]] = err
+        ok, err = fut.result()
         self.seconds += time.perf_counter() - t0
-        return {k: self.failed[k] for k, _, _ in todo if k in self.failed}
+        if not ok:
+            self.failed[key] = err
+            return err
+        return None
+
+    def compile(self, jobs, M: int | None = None):
+        """Compile ``jobs`` (iterable of ``(kind, cfg)``) in parallel and wait for all; skip
+        ones done before (per batch size ``M`` when ``per_batch``). Returns
+        ``{(kind, cfg_key): error_text}`` for the jobs of this call that failed."""
+        futs = self.submit(jobs, M)
+        fails = {}
+        for key, fut in futs.items():
+            err = self.wait(key, fut)
+            if err:
+                fails[key] = err
+        return fails
 
     def close(self):
         """Shut the pool down."""

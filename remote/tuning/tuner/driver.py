@@ -87,9 +87,13 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
     target = getattr(provider, "compile_target", None)
     if not cpu and (provider.separable or target):
         idx = int(device.split(":")[1]) if ":" in device else 0
+        workers = spec.get("compile_workers")
+        fits = getattr(provider, "compile_workers", None)
+        if fits is not None:
+            n = fits(spec["shape"], spec["dtype"], spec.get("quant"), device)
+            workers = min(workers, n) if workers else n
         compiler = Compiler(provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")),
-                            device_index=idx,
-                            workers=spec.get("compile_workers"), target=target, per_batch=bool(target))
+                            device_index=idx, workers=workers, target=target, per_batch=bool(target))
     smem = _smem_limit(device)
     quant = spec.get("quant")
     elem = 1 if quant is not None else {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]

@@ -109,27 +109,42 @@ class Evaluator:
         for c in cfgs:
             c = self.clean(kind, c)
             uniq[sp.cfg_key(c)] = c
+        todo = [k for k in uniq if (kind, k, pname) not in self.cache]
         if self.compiler is not None and (kind != "joint" or self._joint_gemm):
-            fails = self.compiler.compile(((kind, c) for k, c in uniq.items() if (kind, k, pname) not in self.cache),
-                                          M=getattr(self.p, "M", None))
-            for (_kind, key), err in fails.items():
-                # ahead-of-time compilation is an optimisation: the launch below retries
-                # in this process and decides whether the candidate is skipped
-                self.log(f"precompile {kind} {sp.from_key(key)} failed: {err}", "debug")
+            # compile in parallel; time each config as soon as its binary is ready, while the
+            # others still compile (a failed ahead-of-time compile is only logged: the launch
+            # below retries in this process and decides whether the candidate is skipped)
+            import concurrent.futures as cf
+            futs = self.compiler.submit(((kind, uniq[k]) for k in todo), M=getattr(self.p, "M", None))
+            for key in [k for k in todo if (kind, k) not in futs]:
+                self._time(kind, key, uniq[key], protocol, pname)
+            by_fut = {f: key[1] for key, f in futs.items()}
+            for f in cf.as_completed(by_fut):
+                key = by_fut[f]
+                err = self.compiler.wait((kind, key), f)
+                if err:
+                    self.log(f"precompile {kind} {sp.from_key(key)} failed: {err}", "debug")
+                self._time(kind, key, uniq[key], protocol, pname)
+        for key in todo:
+            self._time(kind, key, uniq[key], protocol, pname)
         out = {}
-        for key, cfg in uniq.items():
-            ck = (kind, key, pname)
-            if ck not in self.cache:
-                try:
-                    self.cache[ck] = self.timer.time(self._fn(kind, cfg), **protocol)
-                    self.evaluated += 1
-                except Exception as exc:  # OutOfResources, compile errors, launch failures
-                    self.cache[ck] = None
-                    self.failed += 1
-                    self.log(f"skip {kind} {cfg}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
-            if self.cache[ck] is not None:
-                out[key] = self.cache[ck]
+        for key in uniq:
+            v = self.cache.get((kind, key, pname))
+            if v is not None:
+                out[key] = v
         return out
+
+    def _time(self, kind, key, cfg, protocol, pname):
+        ck = (kind, key, pname)
+        if ck in self.cache:
+            return
+        try:
+            self.cache[ck] = self.timer.time(self._fn(kind, cfg), **protocol)
+            self.evaluated += 1
+        except Exception as exc:  # OutOfResources, compile errors, launch failures
+            self.cache[ck] = None
+            self.failed += 1
+            self.log(f"skip {kind} {cfg}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
 
 
 def _pick(times_by_kind: dict) -> tuple[int, dict, dict]:
