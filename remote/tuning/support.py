@@ -58,9 +58,16 @@ SGLANG_KERNEL_ROLES = {
     ),
     "topk_output": (("sglang.srt.layers.moe.topk", "StandardTopKOutput"),),
     "runner_config": (("sglang.srt.layers.moe.moe_runner", "MoeRunnerConfig"),),
+    # forces one config for both GEMMs: the whole-kernel path of releases whose loader does not
+    # read SGLANG_MOE_CONFIG_DIR (before 0.5.3; they read no _down file either)
+    "override_config": (
+        ("sglang.srt.layers.moe.moe_runner.triton_utils", "override_config"),
+        ("sglang.srt.layers.moe.fused_moe_triton", "override_config"),
+    ),
 }
-#: Roles the provider does without (older releases pass top-k tensors and flags instead).
-SGLANG_OPTIONAL_ROLES = ("topk_output", "runner_config")
+#: Roles the provider does without (older releases pass top-k tensors and flags instead; newer
+#: ones read candidate files from SGLANG_MOE_CONFIG_DIR).
+SGLANG_OPTIONAL_ROLES = ("topk_output", "runner_config", "override_config")
 
 
 def unsupported_reason(naming: dict) -> str | None:

@@ -172,9 +172,21 @@ class SglangKernel:
         self.get_config_file_name = found["get_config_file_name"][1]
         self.topk_output_cls = found["topk_output"][1]
         self.runner_config_cls = found["runner_config"][1]
+        self.override_config = found["override_config"][1]
         self.invoke_params = frozenset(inspect.signature(self.invoke).parameters)
         self.fused_params = frozenset(inspect.signature(self.fused_experts).parameters)
-        self.down_file = "down_moe" in inspect.signature(self.get_config_file_name).parameters
+        from ...sglang.lookup import loader_rules
+        try:
+            rules = loader_rules(inspect.getsource(self.config_module)) or {}
+        except (OSError, TypeError):
+            rules = {}
+        self.loader_rules = rules
+        # the loader reads _down files / SGLANG_MOE_CONFIG_DIR (the probe's rule, read from its source)
+        self.down_file = bool(rules.get("reads_down", "down_moe" in inspect.signature(self.get_config_file_name).parameters))
+        self.config_dir_env = bool(rules.get("config_dir_env", True))
+        if not self.config_dir_env and (self.down_file or self.override_config is None):
+            raise SglangUnavailable("this SGLang's loader reads neither SGLANG_MOE_CONFIG_DIR nor a forced config "
+                                    "for both GEMMs: its whole kernel cannot be run on candidate configs")
         try:
             src = inspect.getsource(self.fused_module)
         except (OSError, TypeError):
@@ -190,6 +202,7 @@ class SglangKernel:
     def describe(self) -> dict:
         """What the tune report records: version, entry points, features."""
         return {"version": self.version, "entry_points": dict(self.entry_points), "down_file": self.down_file,
+                "config_dir_env": self.config_dir_env,
                 "server_args": self.server_args,
                 "up_tma": self.up_tma, "down_tma": self.down_tma, "tma_device": self.tma_device,
                 "invoke_params": sorted(self.invoke_params)}
@@ -559,14 +572,29 @@ class SglangProvider:
     def full_fn(self, p: SglangProblem, up_cfg: dict | None, down_cfg: dict | None):
         """A callable running SGLang's ``fused_experts`` for this problem with ``up_cfg`` in
         the up file and ``down_cfg`` in the ``_down`` file (releases with ``_down`` files;
-        otherwise ``up_cfg`` serves both GEMMs); ``None`` = no file (SGLang's default)."""
+        otherwise ``up_cfg`` serves both GEMMs); ``None`` = no file (SGLang's default). A
+        release older than 0.5.3 (no SGLANG_MOE_CONFIG_DIR) gets the config forced with its
+        ``override_config`` instead, which is what such a release does with a one-config file."""
+        if not self.k.config_dir_env:
+            # before SGLang 0.5.3: no SGLANG_MOE_CONFIG_DIR and no _down file; its override_config
+            # forces one config for both GEMMs, as a file with that single config would
+            cfg = dict(up_cfg if up_cfg is not None else self.default_config(p))
+            call = self._fused_call(p)
+
+            def forced():
+                with self.k.override_config(cfg), torch.no_grad():
+                    return call()
+            return forced
         return self.dir_fn(p, self._dir_for(p, up_cfg, down_cfg))
 
     def dir_fn(self, p: SglangProblem, config_dir: str):
         """A callable running SGLang's ``fused_experts`` for this problem with
         ``SGLANG_MOE_CONFIG_DIR=config_dir`` (a folder holding ``configs/triton_X_Y_Z/``; its
         lookup cache cleared when the folder changes): whatever files it holds are read
-        exactly as the server reads them (closest batch-size key, ``_down`` file, USE_TMA)."""
+        exactly as the server reads them (closest batch-size key, ``_down`` file, USE_TMA).
+        Raises SglangUnavailable for a release whose loader ignores SGLANG_MOE_CONFIG_DIR."""
+        if not self.k.config_dir_env:
+            raise SglangUnavailable(f"SGLang {self.k.version} does not read SGLANG_MOE_CONFIG_DIR")
         call = self._fused_call(p)
 
         def fn():
