@@ -381,6 +381,10 @@ class SglangProvider:
     """
 
     name = "sglang"
+    #: ``fast`` search for this kernel: 2 BLOCK_SIZE_M finalists refined over at most 2 rounds
+    #: (SGLang's kernel is specialised on M-dependent integers, so candidates compile per class of
+    #: batch size; the shipped config and SGLang's default always reach the final stage anyway)
+    fast_params = {"n_bm": 2, "max_rounds": 2}
 
     def __init__(self, kernel: SglangKernel | None = None):
         self.k = kernel or load_kernel()

@@ -372,5 +372,8 @@ def search(ev: Evaluator, space: str, M: int, E: int, top_k: int, smem_limit, el
         ev.log(f"M={M}: full space {len(keep)} configs, {len(ruled_out)} ruled out before timing", "info")
         return search_fixed(ev, keep, "full", progress, prefer)
     if space == "fast":
-        return search_fast(ev, M, E, top_k, feasible, progress, hints=hints, prefer=prefer)
+        # a provider may narrow the refinement (fewer BLOCK_SIZE_M finalists / rounds) where
+        # compiling candidates costs more, e.g. SGLang's kernel, compiled per batch-size class
+        params = dict(getattr(ev.provider, "fast_params", None) or {})
+        return search_fast(ev, M, E, top_k, feasible, progress, hints=hints, prefer=prefer, **params)
     raise ValueError(f"unknown space {space!r}")
