@@ -253,3 +253,39 @@ def test_standins_never_answer_for_a_compiled_op_they_do_not_replace():
     assert "sgl_kernel" in r["standins"]["modules"]
     assert not any("invoke_fused_moe_kernel" in o or "fused_moe_kernel" == o.rsplit(".", 1)[-1]
                    for o in r["standins"]["ops"])
+
+
+def test_alignment_standin_keeps_sglangs_contract():
+    """The CUDA alignment stand-in (used for M * top_k > 64, absent here and on the H200) gives
+    what SGLang's own Triton alignment gives where both apply: the same padded total, the same
+    expert per block, the same set of pairs in each block, pads holding numel."""
+    r = run_release("0.5.23", """
+        from sglang.kernels.ops.moe.moe_align_small_numel import moe_align_small_numel
+        from tests.sglang_standins import moe_align_block_size as standin
+        import triton
+        out = []
+        g = torch.Generator().manual_seed(5)
+        for E, M, k, bm in ((8, 5, 2, 16), (70, 7, 8, 16), (12, 20, 3, 32)):
+            ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(M)]).to(torch.int32)
+            numel = ids.numel()
+            cap = (numel * bm if numel < E + 1 else numel + (E + 1) * (bm - 1)) + 3
+            cap = cap // 4 * 4
+            nb = triton.cdiv(cap, bm)
+            res = []
+            for fn in ("sglang", "standin"):
+                st = torch.full((cap,), -7, dtype=torch.int32)
+                ex = torch.full((nb,), -7, dtype=torch.int32)
+                nt = torch.zeros(1, dtype=torch.int32)
+                if fn == "sglang":
+                    moe_align_small_numel(ids, E + 1, bm, st, ex, nt)
+                else:
+                    standin(ids, E + 1, bm, st, ex, nt, torch.zeros(E + 2, dtype=torch.int32), True)
+                total = int(nt[0])
+                blocks = [sorted(st[b * bm:(b + 1) * bm].tolist()) for b in range(total // bm)]
+                res.append({"total": total, "experts": ex[: total // bm].tolist(), "blocks": blocks})
+            out.append({"numel": numel, "sglang": res[0], "standin": res[1]})
+        emit(out)
+    """)
+    for case in r:
+        assert case["sglang"] == case["standin"], case
+        assert all(v == case["numel"] for b in case["standin"]["blocks"] for v in b if v >= case["numel"])
