@@ -212,9 +212,10 @@ def section_fp8check(res, args, ctx):
 # ----------------------------------------------------------------------------- tune
 
 
-def run_tune(args, ctx, name: str, extra: list, timeout: float) -> dict:
-    """``python -m remote tune`` in a child process (stand-ins via sitecustomize); returns
-    ``{"cmd", "wall_s", "rc", "report"?, "stdout_tail"}``."""
+def run_tune(args, ctx, name: str, extra: list, timeout: float, standins: bool = True) -> dict:
+    """``python -m remote tune`` in a child process (with ``standins``: SGLang importable via
+    sitecustomize, else a plain environment); returns ``{"cmd", "wall_s", "rc", "report"?,
+    "stdout_tail"}``."""
     out = Path(args.out) / name
     cmd = [sys.executable, "-m", "remote", "tune", "--out", str(out), "--seed", "0", "--no-resume"] + extra
     if args.smoke:
@@ -222,7 +223,8 @@ def run_tune(args, ctx, name: str, extra: list, timeout: float) -> dict:
     say(f"\nTUNE {name}: {' '.join(cmd)}")
     t0 = time.time()
     try:
-        p = subprocess.run(cmd, cwd=str(ROOT), env=ctx["env"], capture_output=True, text=True,
+        env = ctx["env"] if standins else dict(os.environ, PYTHONPATH=str(ROOT))
+        p = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True,
                            timeout=min(max(10, timeout), 86400))
         rc, stdout, stderr = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as exc:
@@ -257,7 +259,7 @@ def section_tune(res, args, ctx):
             continue
         out[prov_name] = run_tune(args, ctx, f"tune_{prov_name}_{space}",
                                   ["--provider", prov_name, "--space", space, "--batch-sizes", args.batch_sizes]
-                                  + model + extra, timeout=left(args) - 20)
+                                  + model + extra, timeout=left(args) - 20, standins=prov_name == "sglang")
         rep = out[prov_name].get("report")
         if rep:
             say(f"  {'M':>5} {'default':>9} {'shipped':>9} {'tuned':>9} {'vs def':>7} {'vs ship':>7} {'evals':>5} "
