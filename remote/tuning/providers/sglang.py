@@ -24,8 +24,8 @@ independently against whatever SGLang the host has installed:
 Launch options are the ones of a one-GPU server: no expert filtering (``filter_expert`` is
 False when ``num_experts == num_local_experts``), no fused all-reduce, out-of-place output;
 programmatic dependent launch, ``swap_ab`` and TMA support are decided by SGLang's own launch
-code. Entry points are found by what imports (:data:`remote.tuning.support.SGLANG_KERNEL_ROLES`,
-:func:`load_kernel`), never by version strings: SGLang 0.5.16+ (``sglang.kernels.ops.moe`` + ``moe_runner/triton_utils``),
+code. Entry points are found by what imports
+(:data:`remote.tuning.support.SGLANG_KERNEL_ROLES`, :func:`load_kernel`), never by version strings: SGLang 0.5.16+ (``sglang.kernels.ops.moe`` + ``moe_runner/triton_utils``),
 0.5.12 (``moe_runner/triton_utils``), 0.5.2-0.5.10 (``fused_moe_triton/`` split into
 modules), 0.4.x (``fused_moe_triton/fused_moe.py``).
 """
@@ -182,7 +182,8 @@ class SglangKernel:
             rules = {}
         self.loader_rules = rules
         # the loader reads _down files / SGLANG_MOE_CONFIG_DIR (the probe's rule, read from its source)
-        self.down_file = bool(rules.get("reads_down", "down_moe" in inspect.signature(self.get_config_file_name).parameters))
+        named_down = "down_moe" in inspect.signature(self.get_config_file_name).parameters
+        self.down_file = bool(rules.get("reads_down", named_down))
         self.config_dir_env = bool(rules.get("config_dir_env", True))
         if not self.config_dir_env and (self.down_file or self.override_config is None):
             raise SglangUnavailable("this SGLang's loader reads neither SGLANG_MOE_CONFIG_DIR nor a forced config "
@@ -662,7 +663,7 @@ _worker_state: dict = {}
 
 def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: int = 1):
     """Compile SGLang's GEMM for (kind, cfg) at batch size M without launching it (worker
-    processes of :class:`remote.tuner.compile.Compiler`). SGLang's own launch code runs with
+    processes of :class:`remote.tuning.tuner.compile.Compiler`). SGLang's own launch code runs with
     its kernels switched to Triton's compile-only mode (``JITFunction.run(warmup=True)``) on
     inputs of the same shapes, strides and dtypes (weights left uninitialised), so the binary
     lands in Triton's on-disk cache for the
