@@ -25,9 +25,11 @@ Launch options are the ones of a one-GPU server: no expert filtering (``filter_e
 False when ``num_experts == num_local_experts``), no fused all-reduce, out-of-place output;
 programmatic dependent launch, ``swap_ab`` and TMA support are decided by SGLang's own launch
 code. Entry points are found by what imports
-(:data:`remote.tuning.support.SGLANG_KERNEL_ROLES`, :func:`load_kernel`), never by version strings: SGLang 0.5.16+ (``sglang.kernels.ops.moe`` + ``moe_runner/triton_utils``),
-0.5.12 (``moe_runner/triton_utils``), 0.5.2-0.5.10 (``fused_moe_triton/`` split into
-modules), 0.4.x (``fused_moe_triton/fused_moe.py``).
+(:data:`remote.tuning.support.SGLANG_KERNEL_ROLES`, :func:`load_kernel`), never by version
+strings: SGLang 0.5.16+ (``sglang.kernels.ops.moe`` + ``moe_runner/triton_utils``), 0.5.12
+(``moe_runner/triton_utils``), 0.5.2-0.5.10 (``fused_moe_triton/`` split into modules), 0.4.x
+(``fused_moe_triton/fused_moe.py``). Releases before 0.5.3 (no ``SGLANG_MOE_CONFIG_DIR``, no
+``_down`` file) run the whole kernel with the candidate forced through ``override_config``.
 """
 
 from __future__ import annotations
