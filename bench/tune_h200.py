@@ -198,7 +198,18 @@ def section_tune(res, args, out):
             f"{r['search_gpu_s']:6.1f} {r.get('rel_err', float('nan')):8.1e}  {cfg}")
 
 
-def section_fp8(res, args, out):
+FP8_CASES = [("uneven loads", 16, 128, 256, 4, 37, "skew"), ("idle experts", 32, 128, 256, 2, 5, "idle"),
+             ("M < block", 8, 128, 256, 2, 3, "random"), ("E=1", 1, 128, 128, 1, 19, "random"),
+             ("top-k 1", 8, 128, 256, 1, 40, "random")]
+FP8_GPU_CASES = [("ref shape M=1", 128, 768, 2048, 8, 1, "random"),
+                 ("ref shape M=300", 128, 768, 2048, 8, 300, "random")]
+
+
+def fp8_correctness(seed: int = 4321) -> list[dict]:
+    """orch's fp8_w8a8 kernel against the float64 reference on the same quantized numbers:
+    per-tensor and block [128, 128] over :data:`FP8_CASES` (+ :data:`FP8_GPU_CASES` on a GPU),
+    default config and 16x64x64; one row per (scheme, case, config) with ``rel_err``,
+    ``rel_err_vs_unquantized`` and ``ok`` (< 1e-2). Same random numbers for the same seed."""
     from remote.tuning.kernel.fused_moe import fused_moe, make_buffers
     from remote.tuning.kernel.quant import QuantSpec, QuantWeights, quant_weight
     from remote.tuning.kernel.reference import fused_moe_reference, fused_moe_reference_fp8, relative_error, route
@@ -206,13 +217,8 @@ def section_fp8(res, args, out):
     dev = "cuda" if GPU else "cpu"
     dt = torch.bfloat16 if GPU else torch.float16
     gen = torch.Generator(device=dev)
-    gen.manual_seed(4321)
-    cases = [("uneven loads", 16, 128, 256, 4, 37, "skew"), ("idle experts", 32, 128, 256, 2, 5, "idle"),
-             ("M < block", 8, 128, 256, 2, 3, "random"), ("E=1", 1, 128, 128, 1, 19, "random"),
-             ("top-k 1", 8, 128, 256, 1, 40, "random")]
-    if GPU:
-        cases += [("ref shape M=1", 128, 768, 2048, 8, 1, "random"), ("ref shape M=300", 128, 768, 2048, 8, 300,
-                                                                        "random")]
+    gen.manual_seed(seed)
+    cases = FP8_CASES + (FP8_GPU_CASES if GPU else [])
     rows = []
     for block in (None, (128, 128)):
         spec = QuantSpec(block)
@@ -240,8 +246,14 @@ def section_fp8(res, args, out):
                 err, err_full = relative_error(o, ref), relative_error(o, ref_full)
                 rows.append(dict(scheme="block128" if block else "per-tensor", case=name, M=M, config=cname,
                                  rel_err=err, rel_err_vs_unquantized=err_full, ok=err < 1e-2))
-                if err >= 1e-2:
-                    say("FAIL", rows[-1])
+    return rows
+
+
+def section_fp8(res, args, out):
+    rows = fp8_correctness()
+    for r in rows:
+        if not r["ok"]:
+            say("FAIL", r)
     res["fp8_correct"] = rows
     say("\nFP8_W8A8 CORRECTNESS (max rel err over configs; pass < 1e-2; 'vs bf16' = quantization cost)")
     worst = {}

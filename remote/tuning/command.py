@@ -28,7 +28,8 @@ reports as ``tuner_provider``).
 Result ``data``::
 
     {"files": {"up": path, "down": path}, "report": path, "provider": "builtin"|"sglang",
-     "batch_sizes": [...], "speedup_vs_default": {"M": x, ...},
+     "provider_fallback_reason": str|null (why ``auto`` tuned the builtin kernel),
+     "sglang_version": str|null, "batch_sizes": [...], "speedup_vs_default": {"M": x, ...},
      "speedup_vs_shipped": {"M": x, ...} | null, "device_name": str, "triton_version": str,
      "resumed": [M, ...], "space": str}
 
@@ -231,12 +232,28 @@ def run(args) -> dict:
     from .providers import get_provider
     provider = get_provider(args.provider)
     shipped = _load_shipped(args.shipped_config)
+    sglang_info = None
+    if provider.name == "sglang":
+        sglang_info = provider.describe()
+        block = naming["block_shape"]
+        sglang_info["file_names"] = provider.k.file_names(shape["E"], shape["N"], naming["dtype_selector"], block)
+        if not cpu and sglang_info["file_names"]["up"] != names["up"]:
+            log(f"SGLang {provider.k.version} names the up file {sglang_info['file_names']['up']!r}, orch "
+                f"{names['up']!r}: the server would not read orch's file", "warning")
+        if shipped is None:
+            # the configs the server would load now: the baseline to beat and the tie preference
+            inst = provider.k.installed_configs(shape["E"], shape["N"], naming["dtype_selector"], block)
+            if inst:
+                shipped = dict(inst, path="SGLang get_moe_configs (installed tree or SGLANG_MOE_CONFIG_DIR)",
+                               down_path=None)
+        provider.close()
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from .tuner import checkpoint
     key, key_id = checkpoint.run_key(shape=shape, dtype=dtype, naming=sel, space=args.space, device=device_name,
                                      triton=triton.__version__, provider=provider.name, seed=args.seed,
+                                     sglang=sglang_info["version"] if sglang_info else None,
                                      payload=PAYLOAD_VERSION, interpret=cpu)
     done: dict = {}
     if not args.no_resume:
@@ -313,17 +330,22 @@ def run(args) -> dict:
         "torch_version": torch.__version__, "device_name": device_name, "torch_device_name": torch_name,
         "devices": devices, "interpret": cpu,
         "timing": ("wall-clock medians under TRITON_INTERPRET=1: meaningless for performance" if cpu else
-                   "CUDA graph of 10 calls, L2 flushed, median of 10 replays; whole fused MoE with "
-                   "alignment precomputed (up GEMM + SiLU-mul + down GEMM + top-k sum)"),
+                   "CUDA graph of 10 calls, L2 flushed, median of 10 replays; " +
+                   ("whole fused MoE = SGLang's fused_experts reading the candidate files (alignment, up GEMM, "
+                    "activation, down GEMM, top-k sum)" if provider.name == "sglang" else
+                    "whole fused MoE with alignment precomputed (up GEMM + SiLU-mul + down GEMM + top-k sum)")),
         "shape": shape, "dtype": dtype, "quant": quant, "naming": naming, "space": args.space, "seed": args.seed,
         "files": {k: str(v) for k, v in paths.items()},
         "shipped": ({"path": shipped["path"], "down_path": shipped["down_path"]} if shipped else None),
         "checkpoint_key": key_id, "resumed": resumed, "batch_sizes": per_m,
+        "sglang": sglang_info, "provider_fallback_reason": getattr(provider, "fallback_reason", None),
     }
     rpath = out / "report.json"
     atomic_write(str(rpath), (json.dumps(report, indent=1, sort_keys=True, default=str) + "\n").encode("utf-8"))
     return {
         "files": {k: str(v) for k, v in paths.items()}, "report": str(rpath), "provider": provider.name,
+        "provider_fallback_reason": getattr(provider, "fallback_reason", None),
+        "sglang_version": sglang_info["version"] if sglang_info else None,
         "batch_sizes": batch_sizes, "space": args.space, "device_name": device_name,
         "triton_version": triton.__version__, "resumed": resumed,
         "speedup_vs_default": {str(M): done[str(M)].get("speedup_vs_default") for M in batch_sizes},

@@ -18,6 +18,18 @@ fp8_w8a8 (per-tensor and block [bn, bk]) uses the same kernel with fp8 e4m3 oper
 float32 scales (``remote.tuning.kernel.quant``); the scales are applied in the fp32 accumulator as
 SGLang 0.5.23's ``fused_moe_kernel`` does (per K step for block scales, once at the end for
 per-tensor ones).
+
+fp8 accumulation on Hopper (:data:`FP8_ACCUMULATION`): Hopper's fp8 tensor-core MMA (wgmma)
+adds products into an accumulator of reduced precision (about 13-14 mantissa bits, as
+DeepSeek-V3's report measured), and Triton's default for sm_90 (``max_num_imprecise_acc``
+= 2**30) leaves a whole ``tl.dot`` in it; ``acc = tl.dot(a, b, acc)`` even carries the
+whole K loop there. Measured on the H200 with the per-tensor path that way: relative
+errors 1.3-2.4e-2 against the float64 reference on the same quantized numbers (3e-4 on the
+CPU), beyond the 1e-2 bar; the requantization of the activations between the GEMMs turns
+small accumulation errors into fp8 rounding flips, which is why the block path (a fresh dot
+per K step, as SGLang's kernel has it) still failed at small M. On sm_90 the kernel
+therefore converts the fp8 operands to fp16 before the dot (exact for e4m3) so products
+accumulate in fp32; other GPUs keep fp8 MMA (Triton's default is full precision there).
 """
 
 from __future__ import annotations
@@ -32,6 +44,31 @@ from .align import max_padded_tokens, moe_align_block_size
 
 CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 
+#: How fp8 dots accumulate (module docstring): ``"auto"`` (``"exact"`` on compute capability
+#: 9.x, ``"mma"`` elsewhere), ``"mma"`` (fp8 MMA, Triton's default accumulation),
+#: ``"promote32"`` (fp8 MMA, partial sums added in fp32 after every 32 products:
+#: ``max_num_imprecise_acc=32``), ``"exact"`` (operands converted to fp16, fp32 accumulation).
+#: Settable for measurements (bench/sglang_kernel_h200.py compares them on the GPU).
+FP8_ACCUMULATION = "auto"
+_FP8_ACC_CODES = {"mma": 0, "promote32": 1, "exact": 2}
+_CAPABILITY: dict = {}
+
+
+def fp8_acc_code(device) -> int:
+    """The ``FP8_ACC`` constexpr for fp8 launches on ``device`` (see :data:`FP8_ACCUMULATION`).
+    Raises ValueError for an unknown setting."""
+    mode = FP8_ACCUMULATION
+    if mode == "auto":
+        dev = torch.device(device)
+        key = (dev.type, dev.index)
+        if key not in _CAPABILITY:
+            _CAPABILITY[key] = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+        cap = _CAPABILITY[key]
+        mode = "exact" if cap is not None and cap[0] == 9 else "mma"
+    if mode not in _FP8_ACC_CODES:
+        raise ValueError(f"FP8_ACCUMULATION={FP8_ACCUMULATION!r}: one of auto, {', '.join(_FP8_ACC_CODES)}")
+    return _FP8_ACC_CODES[mode]
+
 
 @triton.jit(do_not_specialize=["EM", "num_valid_tokens"])
 def _moe_gemm_kernel(
@@ -44,11 +81,14 @@ def _moe_gemm_kernel(
     BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
     GROUP_SIZE_M: tl.constexpr, A_ROW_DIV: tl.constexpr, MUL_ROUTED_WEIGHT: tl.constexpr,
     EVEN_K: tl.constexpr, QUANT: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
+    FP8_ACC: tl.constexpr = 0,
 ):
     # QUANT: 0 = none (bf16/fp16/fp32 operands); 1 = fp8 per-tensor (a_scale [1], b_scale [E]),
     # applied once after the K loop; 2 = fp8 block [GROUP_N, GROUP_K] (a_scale [rows, K/GROUP_K]
     # per token group, b_scale [E, N/GROUP_N, K/GROUP_K]), applied per K step (BLOCK_SIZE_K
-    # divides GROUP_K, so one K step sees one scale column).
+    # divides GROUP_K, so one K step sees one scale column). FP8_ACC (fp8 only): 0 = fp8 MMA with
+    # Triton's default accumulation, 1 = fp8 MMA with partial sums promoted to fp32 every 32
+    # products, 2 = operands converted to fp16 (exact for e4m3) and accumulated in fp32.
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
@@ -85,11 +125,20 @@ def _moe_gemm_kernel(
             k_rem = K - k * BLOCK_SIZE_K
             a = tl.load(a_ptrs, mask=token_mask[:, None] & (offs_k[None, :] < k_rem), other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_rem, other=0.0)
+        if QUANT != 0 and FP8_ACC == 2:
+            a = a.to(tl.float16)  # e4m3 -> fp16 is exact (3 of 10 mantissa bits, range 2^-9..448)
+            b = b.to(tl.float16)
         if QUANT == 2:
             offs_ks = (k * BLOCK_SIZE_K) // GROUP_K
             a_s = tl.load(a_scale_ptrs + offs_ks * stride_ask, mask=token_mask, other=0.0)
             b_s = tl.load(b_scale_ptrs + offs_ks * stride_bsk)
-            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+            if FP8_ACC == 1:
+                part = tl.dot(a, b, max_num_imprecise_acc=32)
+            else:
+                part = tl.dot(a, b)
+            acc += part * a_s[:, None] * b_s[None, :]
+        elif QUANT == 1 and FP8_ACC == 1:
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=32)
         else:
             acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_SIZE_K * stride_ak
@@ -163,7 +212,7 @@ def _launch(a, w, c, topk_weights, sorted_ids, expert_ids, ntpp, num_valid_token
     meta = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=cfg["GROUP_SIZE_M"],
                 A_ROW_DIV=a_row_div, MUL_ROUTED_WEIGHT=mul_routed_weight, EVEN_K=(K % bk == 0),
                 QUANT=_quant_code(quant), GROUP_N=quant.group_n if quant else 0,
-                GROUP_K=quant.group_k if quant else 0,
+                GROUP_K=quant.group_k if quant else 0, FP8_ACC=fp8_acc_code(a.device) if quant else 0,
                 num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     grid = (triton.cdiv(EM, bm) * triton.cdiv(N, bn),)
     _moe_gemm_kernel[grid](*args, **meta)
@@ -219,6 +268,8 @@ def moe_gemm(kind: str, a, w, out, routing: Routing, config: dict, topk_weights=
     if cfg["BLOCK_SIZE_M"] != routing.block_m:
         raise ValueError(f"BLOCK_SIZE_M {cfg['BLOCK_SIZE_M']} != routing block {routing.block_m}")
     _check_quant_config(cfg, quant)
+    if quant is not None and fp8_acc_code(a.device) == 1 and cfg["BLOCK_SIZE_K"] < 32:
+        raise ValueError(f"BLOCK_SIZE_K={cfg['BLOCK_SIZE_K']}: fp8 promotion every 32 products needs >= 32")
     if quant is not None and (a_scale is None or w_scale is None):
         raise ValueError("fp8 GEMM needs a_scale and w_scale")
     if kind == "up":
@@ -270,6 +321,7 @@ def precompile(kind: str, dtype: torch.dtype, E: int, N: int, hidden: int, top_k
                 GROUP_SIZE_M=cfg["GROUP_SIZE_M"], A_ROW_DIV=row_div, MUL_ROUTED_WEIGHT=mul,
                 EVEN_K=(k_in % cfg["BLOCK_SIZE_K"] == 0), QUANT=_quant_code(quant),
                 GROUP_N=quant.group_n if quant else 0, GROUP_K=quant.group_k if quant else 0,
+                FP8_ACC=fp8_acc_code(torch.device("cuda", torch.cuda.current_device())) if quant else 0,
                 num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return _moe_gemm_kernel.warmup(*args, grid=(1,), **meta)
 

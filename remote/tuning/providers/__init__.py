@@ -2,8 +2,10 @@
 
 - ``builtin`` (:mod:`remote.tuning.providers.builtin`): this payload's own Triton kernel
   (``remote.tuning.kernel``); the up and down GEMMs are timed separately (separable search).
-- ``sglang`` (:mod:`remote.tuning.providers.sglang`): SGLang's own ``fused_moe`` entry with a
-  forced config, when that entry is installed; up and down share one config (joint search).
+- ``sglang`` (:mod:`remote.tuning.providers.sglang`): SGLang's own Triton kernel as the host's
+  SGLang has it (0.4.x-0.5.x layouts), timed per GEMM through its ``invoke_fused_moe_kernel`` and
+  as the whole ``fused_experts`` reading candidate files, with ``USE_TMA`` searched where SGLang
+  and the GPU support it.
 
 Which one a name means is decided by :func:`remote.tuning.support.resolve_provider_name`, the
 rule the probe reports as ``tuner_provider``; :func:`resolve_provider` builds that provider.
@@ -44,8 +46,9 @@ def resolve_provider(name: str = "auto"):
 
 def get_provider(name: str = "auto"):
     """The provider instance for ``name`` (see :func:`resolve_provider`); logs why ``auto``
-    fell back to the builtin kernel."""
+    fell back to the builtin kernel and keeps it as ``fallback_reason`` (None otherwise)."""
     provider, why = resolve_provider(name)
+    provider.fallback_reason = why  # the tune report carries it
     if why:
         log(f"provider auto: SGLang not usable ({why}); using builtin kernel", "info")
     return provider

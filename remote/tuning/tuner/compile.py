@@ -35,48 +35,96 @@ def compile_one(kind: str, cfg: dict, dtype: str, E: int, N: int, hidden: int, t
         return False, f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
+def _resolve(target: str):
+    mod, _, attr = target.partition(":")
+    import importlib
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _run_target(target: str, kind: str, cfg: dict, args: dict):
+    return _resolve(target)(kind, cfg, **args)
+
+
 class Compiler:
     """A pool of spawned processes compiling (kind, cfg) jobs for one shape.
 
+    ``args``: picklable keyword arguments of the compile function; ``target``:
+    ``"module:function"`` of it, called as ``fn(kind, cfg, **args)`` and returning
+    ``(ok, error_text)`` (default: :func:`compile_one`, the builtin kernel); with
+    ``per_batch`` the batch size is one more argument (``M=...``; kernels specialised on
+    M-dependent integers, like SGLang's, compile per batch size).
     ``workers``: process count (default: CPU cores - 1, at least 1); ``device_index``:
-    the CUDA device whose architecture is compiled for. ``compile(jobs)`` returns
-    ``{(kind, cfg_key): error_text}`` for the jobs that failed. With ``enabled=False``
-    (CPU/interpreter) it does nothing.
+    the CUDA device whose architecture is compiled for. ``compile(jobs, M=...)`` waits and
+    returns ``{(kind, cfg_key): error_text}`` for the jobs that failed; ``submit``/``wait``
+    let the caller time finished configs while the others still compile. ``seconds``:
+    time spent waiting for compiles. With ``enabled=False`` (CPU/interpreter) it does
+    nothing.
     """
 
-    def __init__(self, args: dict | None, device_index: int = 0, workers: int | None = None, enabled: bool = True):
+    def __init__(self, args: dict | None, device_index: int = 0, workers: int | None = None, enabled: bool = True,
+                 target: str | None = None, per_batch: bool = False):
         self.args = args
+        self.target = target
+        self.per_batch = per_batch
         self.enabled = enabled and args is not None
         self.done: set = set()
         self.failed: dict = {}
         self.seconds = 0.0
+        self._futures: dict = {}
         self._pool = None
         if self.enabled:
             n = workers or max(1, (os.cpu_count() or 2) - 1)
             self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"),
                                                 initializer=_init_worker, initargs=(device_index,))
 
-    def compile(self, jobs):
-        """Compile ``jobs`` (iterable of ``(kind, cfg)``) in parallel; skip ones done before."""
-        import time
-
+    def submit(self, jobs, M: int | None = None) -> dict:
+        """Start compiling ``jobs`` (iterable of ``(kind, cfg)``) in the pool without waiting;
+        jobs done or under way before (per batch size ``M`` when ``per_batch``) are not sent
+        again. Returns ``{(kind, cfg_key): future}`` for the jobs of this call that are still
+        running or were sent now (a finished one has no entry); the futures give
+        ``(ok, error_text)``."""
         from .space import cfg_key
         if not self.enabled:
             return {}
-        todo = []
+        out = {}
+        args = dict(self.args, M=M) if self.per_batch else self.args
         for kind, cfg in jobs:
             key = (kind, cfg_key(cfg))
-            if key not in self.done:
-                self.done.add(key)
-                todo.append((key, kind, cfg))
+            done_key = key + ((M,) if self.per_batch else ())
+            fut = self._futures.get(done_key)
+            if fut is None and done_key not in self.done:
+                self.done.add(done_key)
+                if self.target:
+                    fut = self._pool.submit(_run_target, self.target, kind, cfg, args)
+                else:
+                    fut = self._pool.submit(compile_one, kind, cfg, **args)
+                self._futures[done_key] = fut
+            if fut is not None and not fut.done():
+                out[key] = fut
+        return out
+
+    def wait(self, key, fut) -> str | None:
+        """Wait for one job of :meth:`submit`; the error text when it failed, else None."""
+        import time
         t0 = time.perf_counter()
-        futs = {self._pool.submit(compile_one, kind, cfg, **self.args): key for key, kind, cfg in todo}
-        for f in cf.as_completed(futs):
-            ok, err = f.result()
-            if not ok:
-                self.failed[futs[f]] = err
+        ok, err = fut.result()
         self.seconds += time.perf_counter() - t0
-        return {k: self.failed[k] for k, _, _ in todo if k in self.failed}
+        if not ok:
+            self.failed[key] = err
+            return err
+        return None
+
+    def compile(self, jobs, M: int | None = None):
+        """Compile ``jobs`` (iterable of ``(kind, cfg)``) in parallel and wait for all; skip
+        ones done before (per batch size ``M`` when ``per_batch``). Returns
+        ``{(kind, cfg_key): error_text}`` for the jobs of this call that failed."""
+        futs = self.submit(jobs, M)
+        fails = {}
+        for key, fut in futs.items():
+            err = self.wait(key, fut)
+            if err:
+                fails[key] = err
+        return fails
 
     def close(self):
         """Shut the pool down."""

@@ -56,16 +56,19 @@ def compare(provider, problem, timer, variants: dict, cpu: bool, rounds: int = 3
 
 def shipped_pair(shipped: dict | None, M: int):
     """SGLang 0.5.23's choice from a shipped up/down config pair for M: the entry with the
-    key closest to M of each file; a missing down file reuses the up entry; a down
-    BLOCK_SIZE_M that differs is overridden with the up one (0.5.23 warns and overrides)."""
+    key closest to M of each file; a missing down file reuses the up entry without TMA; a
+    down BLOCK_SIZE_M that differs is overridden with the up one (0.5.23 warns and
+    overrides). ``USE_TMA`` stays where the file has it (a provider whose kernel does not
+    read it ignores it); missing num_warps/num_stages get Triton's launch defaults (4, 3)."""
     from .space import closest_entry
     if not shipped or not shipped.get("up"):
         return None
     up = closest_entry(shipped["up"], M)
-    down = closest_entry(shipped["down"], M) if shipped.get("down") else dict(up)
+    down = closest_entry(shipped["down"], M) if shipped.get("down") else {k: v for k, v in up.items() if k != "USE_TMA"}
     down["BLOCK_SIZE_M"] = up["BLOCK_SIZE_M"]
-    up.pop("USE_TMA", None)
-    down.pop("USE_TMA", None)
+    for c in (up, down):
+        c.setdefault("num_warps", 4)
+        c.setdefault("num_stages", 3)
     return up, down
 
 
@@ -81,11 +84,16 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
     provider = get_provider(spec["provider"])
     timer = Timer(device)
     compiler = None
-    if not cpu and provider.separable:
+    target = getattr(provider, "compile_target", None)
+    if not cpu and (provider.separable or target):
         idx = int(device.split(":")[1]) if ":" in device else 0
+        workers = spec.get("compile_workers")
+        fits = getattr(provider, "compile_workers", None)
+        if fits is not None:
+            n = fits(spec["shape"], spec["dtype"], spec.get("quant"), device)
+            workers = min(workers, n) if workers else n
         compiler = Compiler(provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")),
-                            device_index=idx,
-                            workers=spec.get("compile_workers"))
+                            device_index=idx, workers=workers, target=target, per_batch=bool(target))
     smem = _smem_limit(device)
     quant = spec.get("quant")
     elem = 1 if quant is not None else {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
@@ -100,16 +108,21 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 weights = p.weights
                 ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(("log", m, lvl)),
                                cpu=cpu)
+                own_default = getattr(provider, "default_config", None)
+                default = (own_default(p) if own_default else
+                           sp.default_config(M, shape["E"], spec.get("dtype_selector"), spec.get("block_shape")))
                 if not cpu and not timer._warm:
-                    d = sp.default_config(M, shape["E"], spec.get("dtype_selector"), spec.get("block_shape"))
-                    timer.warm_up(provider.full_fn(p, d, d))
+                    timer.warm_up(provider.full_fn(p, default, default))
                 sh = shipped_pair(spec.get("shipped"), M)
                 hints = [h for h in (prev, sh) if h]
+                prefer = ([("shipped", sh[0], sh[1])] if sh else []) + [("default", default, default)]
                 res = search(ev, spec["space"], M, shape["E"], shape["topk"], smem, elem,
-                             progress=lambda best, M=M: emit(("progress", M, best)), hints=hints, block_k=block_k)
+                             progress=lambda best, M=M: emit(("progress", M, best)), hints=hints, block_k=block_k,
+                             prefer=prefer)
                 prev = (res["up"], res["down"])
-                default = sp.default_config(M, shape["E"], spec.get("dtype_selector"), spec.get("block_shape"))
-                variants = {"default": (default, default), "tuned": (res["up"], res["down"])}
+                # SGLang's kernel: "default" is what the server does without a file
+                no_file = (None, None) if own_default else (default, default)
+                variants = {"default": no_file, "tuned": (res["up"], res["down"])}
                 if sh:
                     variants["shipped"] = sh
                 times = compare(provider, p, timer, variants, cpu)
@@ -142,6 +155,9 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
     finally:
         if compiler:
             compiler.close()
+        close = getattr(provider, "close", None)
+        if close:
+            close()
 
 
 def is_oom(exc: BaseException) -> bool:

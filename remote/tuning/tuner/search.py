@@ -15,9 +15,17 @@ own entry, one forced config) the candidate is timed as the whole fused MoE.
   configs of each GEMM over one-step neighbours (stages, warps, group, BN/BK halved or
   doubled), at most 3 rounds; (3) the 4 best of each GEMM per finalist BM re-timed with
   the full protocol, side by side.
-Final stage (every space, separable provider): for the 3 best BLOCK_SIZE_M, the pairs of
-the 2 best up and 2 best down configs are timed as the whole fused MoE and the fastest
-pair wins (``_whole_stage``).
+Final stage (every space): for the 3 best BLOCK_SIZE_M, the pairs of the 2 best up and 2
+best down configs (joint providers: the best configs), plus the preferred pairs the caller
+names (the shipped/installed config for M, SGLang's default), are timed as the whole fused
+MoE, interleaved over 3 rounds (side by side, so drift hits all alike; median per pair).
+Stability rule: the fastest wins unless a preferred pair is within :data:`TIE` (1%) of it,
+timing noise on these machines; then the preferred pair wins (shipped before default), so
+two tunes of the same shape land on the same config where candidates tie
+(``_whole_stage``).
+``USE_TMA``: for the GEMMs in the provider's ``tma_kinds`` (SGLang's kernel on Hopper and
+newer), TMA on/off is one more coordinate: ``full`` times every config both ways, ``fast``
+adds it to the neighbours of coordinate descent and tries the hints both ways.
 - ``smoke``: the few configs of ``space.smoke_space`` (CPU test bed).
 Candidates that fail to compile or launch are logged and skipped.
 """
@@ -29,6 +37,10 @@ import time
 from . import space as sp
 
 FULL_PROTOCOL = dict(n_calls=10, reps=10)
+#: Whole-kernel times within this fraction of the fastest are a tie (timing noise, facts/tuning-on-h200.md).
+TIE = 0.01
+#: Interleaved rounds of the whole-kernel final stage on a GPU.
+WHOLE_ROUNDS = 3
 SCREEN_PROTOCOL = dict(n_calls=10, reps=3)
 CPU_PROTOCOL = dict(n_calls=1, reps=1)
 
@@ -36,50 +48,103 @@ CPU_PROTOCOL = dict(n_calls=1, reps=1)
 class Evaluator:
     """Times candidates for one Problem, caching results per (kind, config, protocol).
 
-    ``kinds``: ``("up", "down")`` for a separable provider, ``("joint",)`` otherwise.
+    ``kinds``: the provider's ``kinds`` when it has them, else ``("up", "down")`` for a
+    separable provider and ``("joint",)`` (timed as the whole kernel) otherwise.
+    ``tma_kinds``: the provider's GEMMs whose ``USE_TMA`` may be searched (default none).
     ``log``: callable(msg, level) for skipped candidates. ``cpu``: use the CPU protocol.
     """
 
     def __init__(self, provider, problem, timer, compiler=None, log=None, cpu=False):
         self.provider, self.p, self.timer, self.compiler = provider, problem, timer, compiler
-        self.kinds = ("up", "down") if provider.separable else ("joint",)
+        own = getattr(provider, "kinds", None)
+        self.kinds = tuple(own) if own else (("up", "down") if provider.separable else ("joint",))
+        self._joint_gemm = bool(own) and "joint" in self.kinds
+        self.tma_kinds = frozenset(getattr(provider, "tma_kinds", ()) or ())
         self.log = log or (lambda msg, level="info": None)
         self.cpu = cpu
         self.cache: dict = {}
         self.evaluated = 0
         self.failed = 0
+        self.pick_reason = ""
+
+    def clean(self, kind: str, cfg: dict) -> dict:
+        """``cfg`` reduced to what ``kind`` can use: the six fields, and ``USE_TMA`` only
+        for a GEMM in ``tma_kinds`` (a joint config never has it)."""
+        c = {k: int(cfg[k]) for k in sp.KEYS if k in cfg}
+        if cfg.get("USE_TMA") and kind in self.tma_kinds:
+            c["USE_TMA"] = True
+        return c
 
     def _fn(self, kind, cfg):
-        if kind == "joint":
+        if kind == "joint" and not self._joint_gemm:
             return self.provider.full_fn(self.p, cfg, cfg)
         return self.provider.gemm_fn(self.p, kind, cfg)
+
+    def whole(self, pairs: list, rounds: int = 1) -> dict:
+        """Time each ``(up_key, down_key)`` as the whole fused MoE (``full_fn``), full
+        protocol, interleaved over ``rounds`` rounds; ``{pair: median us}``, failures absent."""
+        import statistics
+        proto = CPU_PROTOCOL if self.cpu else FULL_PROTOCOL
+        samples: dict = {pr: [] for pr in pairs}
+        for _ in range(1 if self.cpu else max(1, rounds)):
+            for pr in pairs:
+                if samples[pr] is None:
+                    continue
+                try:
+                    samples[pr].append(self.timer.time(self.provider.full_fn(self.p, sp.from_key(pr[0]),
+                                                                             sp.from_key(pr[1])), **proto))
+                    self.evaluated += 1
+                except Exception as exc:
+                    samples[pr] = None
+                    self.failed += 1
+                    self.log(f"skip whole {pr}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
+        return {pr: statistics.median(v) for pr, v in samples.items() if v}
 
     def measure(self, kind: str, cfgs: list[dict], protocol: dict) -> dict:
         """Time ``cfgs`` for ``kind``; returns ``{cfg_key: microseconds}`` (failures absent)."""
         if self.cpu:
             protocol = CPU_PROTOCOL
         pname = (protocol["n_calls"], protocol["reps"])
-        uniq = {sp.cfg_key(c): c for c in cfgs}
-        if self.compiler is not None and kind != "joint":
-            fails = self.compiler.compile((kind, c) for k, c in uniq.items() if (kind, k, pname) not in self.cache)
-            for (_kind, key), err in fails.items():
-                # ahead-of-time compilation is an optimisation: the launch below retries
-                # in this process and decides whether the candidate is skipped
-                self.log(f"precompile {kind} {sp.from_key(key)} failed: {err}", "debug")
+        uniq = {}
+        for c in cfgs:
+            c = self.clean(kind, c)
+            uniq[sp.cfg_key(c)] = c
+        todo = [k for k in uniq if (kind, k, pname) not in self.cache]
+        if self.compiler is not None and (kind != "joint" or self._joint_gemm):
+            # compile in parallel; time each config as soon as its binary is ready, while the
+            # others still compile (a failed ahead-of-time compile is only logged: the launch
+            # below retries in this process and decides whether the candidate is skipped)
+            import concurrent.futures as cf
+            futs = self.compiler.submit(((kind, uniq[k]) for k in todo), M=getattr(self.p, "M", None))
+            for key in [k for k in todo if (kind, k) not in futs]:
+                self._time(kind, key, uniq[key], protocol, pname)
+            by_fut = {f: key[1] for key, f in futs.items()}
+            for f in cf.as_completed(by_fut):
+                key = by_fut[f]
+                err = self.compiler.wait((kind, key), f)
+                if err:
+                    self.log(f"precompile {kind} {sp.from_key(key)} failed: {err}", "debug")
+                self._time(kind, key, uniq[key], protocol, pname)
+        for key in todo:
+            self._time(kind, key, uniq[key], protocol, pname)
         out = {}
-        for key, cfg in uniq.items():
-            ck = (kind, key, pname)
-            if ck not in self.cache:
-                try:
-                    self.cache[ck] = self.timer.time(self._fn(kind, cfg), **protocol)
-                    self.evaluated += 1
-                except Exception as exc:  # OutOfResources, compile errors, launch failures
-                    self.cache[ck] = None
-                    self.failed += 1
-                    self.log(f"skip {kind} {cfg}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
-            if self.cache[ck] is not None:
-                out[key] = self.cache[ck]
+        for key in uniq:
+            v = self.cache.get((kind, key, pname))
+            if v is not None:
+                out[key] = v
         return out
+
+    def _time(self, kind, key, cfg, protocol, pname):
+        ck = (kind, key, pname)
+        if ck in self.cache:
+            return
+        try:
+            self.cache[ck] = self.timer.time(self._fn(kind, cfg), **protocol)
+            self.evaluated += 1
+        except Exception as exc:  # OutOfResources, compile errors, launch failures
+            self.cache[ck] = None
+            self.failed += 1
+            self.log(f"skip {kind} {cfg}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
 
 
 def _pick(times_by_kind: dict) -> tuple[int, dict, dict]:
@@ -109,6 +174,10 @@ def _finalists(times_by_kind: dict, n_bm: int = 3, n_each: int = 2) -> list[tupl
                                              for t in times_by_kind.values()))
     pairs = []
     for bm in ranked[:n_bm]:
+        if "joint" in times_by_kind:
+            t = times_by_kind["joint"]
+            pairs += [(c, c) for c in sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:n_each]]
+            continue
         ups = sorted((k for k in times_by_kind["up"] if k[0] == bm), key=lambda k: times_by_kind["up"][k])[:n_each]
         downs = sorted((k for k in times_by_kind["down"] if k[0] == bm),
                        key=lambda k: times_by_kind["down"][k])[:n_each]
@@ -116,47 +185,75 @@ def _finalists(times_by_kind: dict, n_bm: int = 3, n_each: int = 2) -> list[tupl
     return pairs
 
 
-def _whole_stage(ev: Evaluator, times_by_kind: dict):
-    """Final stage of every separable search: time the finalist up/down pairs as the whole
-    fused MoE (the quantity report.json compares), full protocol, and pick the fastest.
+def _prefer_keys(ev: Evaluator, prefer) -> list:
+    """``[(tag, (up_key, down_key))]`` of the caller's preferred pairs that this provider can
+    run: configs cleaned per GEMM (:meth:`Evaluator.clean`), down BLOCK_SIZE_M = up's (one
+    alignment), joint providers: the up config for both."""
+    out = []
+    for tag, up, down in prefer or ():
+        if not up or any(k not in up or k not in (down or up) for k in sp.KEYS):
+            continue
+        if "joint" in ev.kinds:
+            u = sp.cfg_key(ev.clean("joint", up))
+            pr = (u, u)
+        else:
+            d = dict(down or up, BLOCK_SIZE_M=up["BLOCK_SIZE_M"])
+            pr = (sp.cfg_key(ev.clean("up", up)), sp.cfg_key(ev.clean("down", d)))
+        if len(pr[0]) >= 6 and pr not in [p for _, p in out]:
+            out.append((tag, pr))
+    return out
 
-    Why: a GEMM timed alone with L2 flushed ranks close candidates differently from the
-    same GEMM inside the fused sequence (measured on the H200 at M=2048: the GEMM-sum pick
-    was 4.5% slower as a whole kernel than the full search's pick). Returns
-    ``(bm, picks, ts, whole_us)`` or None when no pair ran."""
-    best = None
+
+def _whole_stage(ev: Evaluator, times_by_kind: dict, prefer=None):
+    """Final stage of every search: time the finalist pairs and the preferred pairs
+    (``prefer``: ``[(tag, up_cfg, down_cfg)]``, e.g. ``("shipped", ...)``, ``("default", ...)``)
+    as the whole fused MoE (the quantity report.json compares), interleaved over
+    :data:`WHOLE_ROUNDS` rounds, and pick by the stability rule: the fastest, unless a
+    preferred pair (in ``prefer`` order) is within :data:`TIE` of it.
+
+    Why whole-kernel: a GEMM timed alone with L2 flushed ranks close candidates differently
+    from the same GEMM inside the fused sequence (measured on the H200 at M=2048: the
+    GEMM-sum pick was 4.5% slower as a whole kernel than the full search's pick). Returns
+    ``(bm, picks, ts, whole_us, final)`` or None when no pair ran; ``final`` lists every
+    pair timed with its tag and time."""
     # on the CPU (interpreter) the numbers mean nothing: one pair keeps the path exercised
-    for u, d in (_finalists(times_by_kind, 1, 1) if ev.cpu else _finalists(times_by_kind)):
-        ck = ("whole", u, d, (FULL_PROTOCOL["n_calls"], FULL_PROTOCOL["reps"]))
-        if ck not in ev.cache:
-            try:
-                proto = CPU_PROTOCOL if ev.cpu else FULL_PROTOCOL
-                ev.cache[ck] = ev.timer.time(ev.provider.full_fn(ev.p, sp.from_key(u), sp.from_key(d)), **proto)
-                ev.evaluated += 1
-            except Exception as exc:
-                ev.cache[ck] = None
-                ev.log(f"skip whole {u}/{d}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
-        w = ev.cache[ck]
-        if w is not None and (best is None or w < best[0]):
-            best = (w, u, d)
-    if best is None:
+    pairs = _finalists(times_by_kind, 1, 1) if ev.cpu else _finalists(times_by_kind)
+    tagged = _prefer_keys(ev, prefer)
+    if ev.cpu:
+        tagged = tagged[:1]
+    cands = list(dict.fromkeys(pairs + [pr for _, pr in tagged]))
+    t = ev.whole(cands, WHOLE_ROUNDS)
+    if not t:
         return None
-    w, u, d = best
-    return u[0], {"up": u, "down": d}, {"up": times_by_kind["up"][u], "down": times_by_kind["down"][d]}, w
+    fastest = min(t, key=t.get)
+    pick, why = fastest, "fastest"
+    for tag, pr in tagged:
+        if pr in t and t[pr] <= t[fastest] * (1 + TIE):
+            pick, why = pr, f"{tag} (within {TIE:.0%} of the fastest)" if pr != fastest else tag
+            break
+    tags = {pr: tag for tag, pr in tagged}
+    final = [{"up": sp.from_key(pr[0]), "down": sp.from_key(pr[1]), "whole_us": round(v, 3), "tag": tags.get(pr)}
+             for pr, v in sorted(t.items(), key=lambda kv: kv[1])]
+    u, d = pick
+    ts = {}
+    for kind, key in (("up", u), ("down", d), ("joint", u)):
+        if kind in times_by_kind and key in times_by_kind[kind]:
+            ts[kind] = times_by_kind[kind][key]
+    ev.pick_reason = why
+    return u[0], ({"joint": u} if "joint" in times_by_kind else {"up": u, "down": d}), ts, t[pick], final
 
 
-def _decide(ev: Evaluator, times_by_kind: dict):
-    """``(bm, picks, ts, whole_us)``: whole-kernel final stage for separable providers,
-    else (joint) the best measured config."""
-    if "joint" not in times_by_kind:
-        r = _whole_stage(ev, times_by_kind)
-        if r is not None:
-            return r
+def _decide(ev: Evaluator, times_by_kind: dict, prefer=None):
+    """``(bm, picks, ts, whole_us, final)``: the whole-kernel final stage; when no pair runs
+    as a whole kernel, the best by the sum of the GEMM times."""
+    r = _whole_stage(ev, times_by_kind, prefer)
+    if r is not None:
+        return r
     bm, picks, ts = _pick(times_by_kind)
-    return bm, picks, ts, None
+    return bm, picks, ts, None, []
 
 
-def _result(bm, picks, ts, ev: Evaluator, t0: float, gpu0: float, space: str, whole_us=None) -> dict:
+def _result(bm, picks, ts, ev: Evaluator, t0: float, gpu0: float, space: str, whole_us=None, final=None) -> dict:
     if "joint" in picks:
         up = down = sp.from_key(picks["joint"])
     else:
@@ -165,38 +262,44 @@ def _result(bm, picks, ts, ev: Evaluator, t0: float, gpu0: float, space: str, wh
             "whole_us": whole_us,
             "gemm_us": {k: v for k, v in ts.items()}, "evaluated": ev.evaluated, "failed": ev.failed,
             "search_gpu_s": round(ev.timer.stats.seconds - gpu0, 3), "search_wall_s": round(time.perf_counter() - t0, 3),
-            "space": space}
+            "space": space, "final": final or [], "pick": getattr(ev, "pick_reason", "best GEMM sum")}
 
 
-def search_fixed(ev: Evaluator, cfgs: list[dict], space: str, progress=None) -> dict:
-    """Exhaustive search over ``cfgs`` (the ``full`` and ``smoke`` spaces)."""
+def search_fixed(ev: Evaluator, cfgs: list[dict], space: str, progress=None, prefer=None) -> dict:
+    """Exhaustive search over ``cfgs`` (the ``full`` and ``smoke`` spaces); for a GEMM in
+    the provider's ``tma_kinds`` every config is also timed with ``USE_TMA``."""
     t0, gpu0 = time.perf_counter(), ev.timer.stats.seconds
     times = {}
     for kind in ev.kinds:
-        times[kind] = ev.measure(kind, cfgs, FULL_PROTOCOL)
+        kcfgs = cfgs + ([sp.with_tma(c, True) for c in cfgs] if kind in ev.tma_kinds else [])
+        times[kind] = ev.measure(kind, kcfgs, FULL_PROTOCOL)
         if progress and times[kind]:
             progress(min(times[kind].values()))
-    bm, picks, ts, whole = _decide(ev, times)
-    return _result(bm, picks, ts, ev, t0, gpu0, space, whole)
+    bm, picks, ts, whole, final = _decide(ev, times, prefer)
+    return _result(bm, picks, ts, ev, t0, gpu0, space, whole, final)
 
 
 def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=None, max_rounds: int = 3,
-                hints=None, n_bm: int = 3, n_frontier: int = 2, n_final: int = 4) -> dict:
+                hints=None, n_bm: int = 3, n_frontier: int = 2, n_final: int = 4, prefer=None) -> dict:
     """The ``fast`` search (module docstring). ``feasible(cfg) -> bool`` applies the
     device's resource limits. ``progress(best_us)`` is called after each stage.
     ``hints``: optional list of ``(up_cfg, down_cfg)`` pairs added to the seeds (warm start:
-    the previous batch size's winner, the shipped/installed config for M).
+    the previous batch size's winner, the shipped/installed config for M), tried with and
+    without ``USE_TMA`` for a GEMM in ``ev.tma_kinds``.
     ``n_bm`` BLOCK_SIZE_M finalists, ``n_frontier`` configs refined per GEMM and BM,
-    ``n_final`` configs per GEMM and BM re-timed with the full protocol."""
+    ``n_final`` configs per GEMM and BM re-timed with the full protocol. ``prefer``: see
+    :func:`_whole_stage`; the preferred pairs also seed the search."""
     t0, gpu0 = time.perf_counter(), ev.timer.stats.seconds
     seeds = [c for c in sp.seed_configs(M, E, top_k) if feasible(c)]
     extra = {kind: [] for kind in ev.kinds}
-    for up, down in hints or []:
-        for kind, c in (("up", up), ("down", down), ("joint", up)):
+    for up, down in list(hints or []) + [(u, d) for _, u, d in prefer or ()]:
+        for kind, c in (("up", up), ("down", down or up), ("joint", up)):
             if kind in extra and c:
-                c = {k: int(c[k]) for k in sp.KEYS if k in c}
-                if len(c) == len(sp.KEYS) and feasible(c):
+                c = ev.clean(kind, c)
+                if len(c) >= len(sp.KEYS) and feasible(c):
                     extra[kind].append(c)
+                    if kind in ev.tma_kinds:
+                        extra[kind].append(sp.with_tma(c, not c.get("USE_TMA")))
     screened = {kind: ev.measure(kind, seeds + extra[kind], SCREEN_PROTOCOL) for kind in ev.kinds}
     # rank BLOCK_SIZE_M by the sum of each GEMM's best seed
     bm_rank = []
@@ -217,7 +320,7 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
             for _ in range(max_rounds):
                 cands = []
                 for key in frontier:
-                    for nb in sp.neighbours(sp.from_key(key)):
+                    for nb in sp.neighbours(sp.from_key(key), tma=kind in ev.tma_kinds):
                         nk = sp.cfg_key(nb)
                         if nk not in seen and feasible(nb):
                             seen.add(nk)
@@ -240,31 +343,37 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
         for bm in finalists:
             top += sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:n_final]
         final[kind] = ev.measure(kind, [sp.from_key(k) for k in top], FULL_PROTOCOL)
-    bm, picks, ts, whole = _decide(ev, final)
-    return _result(bm, picks, ts, ev, t0, gpu0, "fast", whole)
+    bm, picks, ts, whole, fin = _decide(ev, final, prefer)
+    return _result(bm, picks, ts, ev, t0, gpu0, "fast", whole, fin)
 
 
 def search(ev: Evaluator, space: str, M: int, E: int, top_k: int, smem_limit, elem_bytes: int, dims=None,
-           progress=None, hints=None, block_k: int | None = None) -> dict:
+           progress=None, hints=None, block_k: int | None = None, prefer=None) -> dict:
     """Run the search of ``space`` (``full``/``fast``/``smoke``) for batch size M.
 
     ``smem_limit``: bytes of shared memory a block may use (None: unknown/CPU);
     ``elem_bytes``: weight element size; ``dims``: optional ``(K_max, N_max)`` of the GEMMs
     (unused block sizes beyond them are pruned); ``hints``: warm-start pairs for ``fast``
     (see :func:`search_fast`); ``block_k``: the fp8 block's K for block-quantized weights
-    (configs whose BLOCK_SIZE_K does not divide it are ruled out, :func:`space.fits`).
-    Returns the dict of :func:`_result`.
+    (configs whose BLOCK_SIZE_K does not divide it are ruled out, :func:`space.fits`);
+    ``prefer``: ``[(tag, up_cfg, down_cfg)]`` for the stability rule of the final stage
+    (:func:`_whole_stage`), e.g. the shipped config for M, SGLang's default.
+    Returns the dict of :func:`_result` (``final``: every pair of the final stage with its
+    whole-kernel time; ``pick``: why the winner won).
     Raises RuntimeError when no candidate runs, ValueError for an unknown space.
     """
     def feasible(c):
         return sp.fits(c, smem_limit, elem_bytes, block_k)[0]
 
     if space == "smoke":
-        return search_fixed(ev, [c for c in sp.smoke_space() if feasible(c)], "smoke", progress)
+        return search_fixed(ev, [c for c in sp.smoke_space() if feasible(c)], "smoke", progress, prefer)
     if space == "full":
         keep, ruled_out = sp.prune(sp.full_space(), smem_limit, elem_bytes, block_k=block_k)
         ev.log(f"M={M}: full space {len(keep)} configs, {len(ruled_out)} ruled out before timing", "info")
-        return search_fixed(ev, keep, "full", progress)
+        return search_fixed(ev, keep, "full", progress, prefer)
     if space == "fast":
-        return search_fast(ev, M, E, top_k, feasible, progress, hints=hints)
+        # a provider may narrow the refinement (fewer BLOCK_SIZE_M finalists / rounds) where
+        # compiling candidates costs more, e.g. SGLang's kernel, compiled per batch-size class
+        params = dict(getattr(ev.provider, "fast_params", None) or {})
+        return search_fast(ev, M, E, top_k, feasible, progress, hints=hints, prefer=prefer, **params)
     raise ValueError(f"unknown space {space!r}")

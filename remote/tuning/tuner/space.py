@@ -1,7 +1,9 @@
 """Search spaces, resource pruning and SGLang's default config.
 
 Config dicts use SGLang's field names: BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps,
-num_stages (all ints).
+num_stages (all ints), and ``USE_TMA`` (bool) where the kernel reads it (SGLang 0.5.5+
+down configs, 0.5.20+ up configs: TMA loads on Hopper and newer). A config without
+``USE_TMA`` means TMA off.
 """
 
 from __future__ import annotations
@@ -23,13 +25,26 @@ MAX_REGS_PER_THREAD = 255  # CUDA limit for any sm_70+ GPU
 
 
 def cfg_key(cfg: dict) -> tuple:
-    """Hashable key of a config: the six fields in :data:`KEYS` order."""
-    return tuple(int(cfg[k]) for k in KEYS)
+    """Hashable key of a config: the six fields in :data:`KEYS` order, plus a seventh
+    element 1 when ``USE_TMA`` is true (a config with TMA off keeps the 6-tuple)."""
+    key = tuple(int(cfg[k]) for k in KEYS)
+    return key + (1,) if cfg.get("USE_TMA") else key
 
 
 def from_key(key: tuple) -> dict:
-    """Inverse of :func:`cfg_key`."""
-    return dict(zip(KEYS, (int(v) for v in key)))
+    """Inverse of :func:`cfg_key` (``USE_TMA: True`` only when the key has it)."""
+    cfg = dict(zip(KEYS, (int(v) for v in key[:6])))
+    if len(key) > 6 and key[6]:
+        cfg["USE_TMA"] = True
+    return cfg
+
+
+def with_tma(cfg: dict, on: bool) -> dict:
+    """``cfg`` with ``USE_TMA`` set (``on``) or removed."""
+    c = {k: v for k, v in cfg.items() if k != "USE_TMA"}
+    if on:
+        c["USE_TMA"] = True
+    return c
 
 
 def full_space() -> list[dict]:
@@ -165,11 +180,14 @@ def seed_configs(M: int, E: int, top_k: int, block_ms=FULL_BM) -> list[dict]:
     return out
 
 
-def neighbours(cfg: dict) -> list[dict]:
+def neighbours(cfg: dict, tma: bool = False) -> list[dict]:
     """Configs one step from ``cfg`` inside the full space, BLOCK_SIZE_M fixed: any other
     num_stages, num_warps or GROUP_SIZE_M value; BLOCK_SIZE_N and BLOCK_SIZE_K halved or
-    doubled."""
+    doubled; with ``tma`` (the kernel reads ``USE_TMA`` for this GEMM) also ``USE_TMA``
+    flipped."""
     out = []
+    if tma:
+        out.append(with_tma(cfg, not cfg.get("USE_TMA")))
 
     def with_(**kw):
         c = dict(cfg)

@@ -222,22 +222,27 @@ def test_tuner_provider_auto_is_sglang_when_its_entry_is_installed(tmp_path):
     assert "sglang.srt.layers.moe.fused_moe_triton.fused_moe" in last["data"]["tuner_provider"]["reason"]
 
 
-@pytest.mark.parametrize("version, auto", [("0.5.8", "sglang"), ("0.5.23", "builtin")])
-def test_tuner_provider_auto_on_real_sglang_releases(tmp_path, version, auto):
-    """Against the source of real releases: 0.5.8 ships ``fused_moe_triton/fused_moe.py`` with
-    ``fused_moe`` and ``override_config`` in the package; 0.5.23 moved the kernel to
-    ``moe_runner/triton_utils`` and ships no ``fused_moe_triton/fused_moe.py``."""
-    from remote.tuning.support import SGLANG_MOE_ENTRY
+@pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.8", "0.5.23"])
+def test_tuner_provider_auto_on_real_sglang_releases(tmp_path, version):
+    """Against the source of real releases of the three layouts (0.4.x: one
+    ``fused_moe_triton/fused_moe.py``; 0.5.2-0.5.10: ``fused_moe_triton/`` split into modules;
+    0.5.16+: ``sglang.kernels.ops.moe`` + ``moe_runner/triton_utils``): ``auto`` is sglang, and
+    for every role the first candidate module on disk is one that holds the attribute."""
+    from remote.tuning.support import SGLANG_KERNEL_ROLES, SGLANG_OPTIONAL_ROLES
     from tests.sglang_releases import source_tree
 
     tree = source_tree(version)
     rc, last = probe(tmp_path, tree, "--device-name", "NVIDIA H200")
-    assert rc == 0 and last["data"]["tuner_provider"]["auto"] == auto, last["data"]["tuner_provider"]
-    if auto == "sglang":  # the attributes the provider takes are defined in those files
-        for module, attr in SGLANG_MOE_ENTRY:
+    assert rc == 0 and last["data"]["tuner_provider"] == {"auto": "sglang", "reason": None}, last["data"]
+    for role, cands in SGLANG_KERNEL_ROLES.items():
+        for module, attr in cands:
             base = tree.joinpath(*module.split("."))
             src = (base / "__init__.py") if base.is_dir() else base.with_name(base.name + ".py")
-            assert f"def {attr}(" in src.read_text(), (module, attr)
+            if src.is_file():
+                assert attr in src.read_text(), (version, role, module, attr)
+                break
+        else:
+            assert role in SGLANG_OPTIONAL_ROLES, f"{version}: no module of role {role}"
 
 
 def test_release_rules_come_from_its_own_loader(tmp_path):

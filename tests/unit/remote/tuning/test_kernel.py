@@ -208,3 +208,25 @@ def test_fp8_quantizers_round_trip():
     xq, xs = quant_per_token_group(x, 128)
     assert tuple(xs.shape) == (5, 3) and xq.shape == x.shape
     assert torch.allclose(xs[:, 0], x[:, :128].abs().amax(1) / 448)
+
+
+@pytest.mark.parametrize("mode", ["mma", "promote32", "exact"])
+@pytest.mark.parametrize("block_shape", [None, (128, 128)], ids=["per_tensor", "block128"])
+def test_fp8_accumulation_modes_compute_the_same_product(mode, block_shape, monkeypatch):
+    # the three ways an fp8 dot may accumulate (remote.tuning.kernel.fused_moe.FP8_ACCUMULATION) are the
+    # same arithmetic up to accumulation precision; the interpreter runs each code path
+    import remote.tuning.kernel.fused_moe as fm
+    monkeypatch.setattr(fm, "FP8_ACCUMULATION", mode)
+    err, _ = _run_fp8(block_shape, 8, 128, 256, 2, 5)
+    assert err < 1e-2, f"{mode}: rel err {err}"
+
+
+def test_fp8_accumulation_auto_is_exact_on_hopper_only(monkeypatch):
+    import remote.tuning.kernel.fused_moe as fm
+    monkeypatch.setattr(fm, "_CAPABILITY", {("cuda", 0): (9, 0), ("cuda", 1): (10, 0), ("cuda", 2): (8, 9)})
+    assert fm.fp8_acc_code("cuda:0") == 2, "sm_90: fp8 wgmma accumulates in reduced precision -> exact"
+    assert fm.fp8_acc_code("cuda:1") == 0 and fm.fp8_acc_code("cuda:2") == 0
+    assert fm.fp8_acc_code("cpu") == 0
+    monkeypatch.setattr(fm, "FP8_ACCUMULATION", "fast")
+    with pytest.raises(ValueError, match="FP8_ACCUMULATION"):
+        fm.fp8_acc_code("cpu")

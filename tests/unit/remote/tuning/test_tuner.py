@@ -84,7 +84,10 @@ def test_closest_entry_and_shipped_pair():
     assert u == d and u["BLOCK_SIZE_M"] == 32, "no _down file: the up entry is reused"
     down = {"1": dict(up["1"], BLOCK_SIZE_M=64, USE_TMA=True)}
     u, d = shipped_pair({"up": up, "down": down}, 1)
-    assert d["BLOCK_SIZE_M"] == u["BLOCK_SIZE_M"] == 16 and "USE_TMA" not in d
+    assert d["BLOCK_SIZE_M"] == u["BLOCK_SIZE_M"] == 16
+    assert d["USE_TMA"] is True, "USE_TMA stays: SGLang's kernel reads it from the down file"
+    # a provider whose kernel does not read USE_TMA (builtin) never sees it
+    assert "USE_TMA" not in Evaluator(FakeProvider(), None, FakeTimer()).clean("down", d)
     assert shipped_pair(None, 1) is None
 
 
@@ -200,6 +203,77 @@ def test_joint_provider_writes_one_config_for_both():
     r = search(ev, "smoke", 4, 8, 2, None, 2)
     assert r["up"] == r["down"]
     assert ev.kinds == ("joint",)
+
+
+class TmaProvider(FakeProvider):
+    """Per-GEMM provider with SGLang's coordinates: kinds up/down, USE_TMA searchable for down;
+    TMA makes the down GEMM 8% faster (the H200's large-M observation), costs 2% on up."""
+
+    kinds = ("up", "down")
+    tma_kinds = frozenset({"down"})
+
+    def gemm_fn(self, p, kind, cfg):
+        assert kind in self.kinds and (not cfg.get("USE_TMA") or kind in self.tma_kinds)
+        f = 0.92 if cfg.get("USE_TMA") else 1.0
+        return lambda: cost(kind, cfg) * f
+
+    def full_fn(self, p, up, down):
+        self.whole.append((sp.cfg_key(up), sp.cfg_key(down)))
+        return lambda: cost("up", up) + cost("down", down) * (0.92 if down.get("USE_TMA") else 1.0) + 5.0
+
+
+@pytest.mark.parametrize("space", ["fast", "full"])
+def test_use_tma_is_a_search_coordinate_where_the_kernel_reads_it(space):
+    ev = Evaluator(TmaProvider(), None, FakeTimer())
+    r = search(ev, space, 4096, 128, 8, H200_SMEM, 2)
+    assert r["down"].get("USE_TMA") is True, r["down"]
+    assert "USE_TMA" not in r["up"], "the up GEMM is not in tma_kinds: never searched"
+    assert sp.cfg_key(r["down"])[:6] == (64, 64, 128, 1, 4, 3)
+
+
+def test_stability_rule_prefers_the_shipped_pair_within_noise():
+    """Final stage: a preferred pair within 1% of the fastest wins (timing noise); beyond 1%,
+    the fastest wins. The preferred pairs are timed as whole kernels beside the finalists."""
+    best_up = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=16, num_warps=8, num_stages=4)
+    best_down = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=3)
+    # one step off the optimum in GROUP_SIZE_M: cost + 100 * 0.05 * log2(16) = +20 on ~205 (+10%)
+    far = dict(best_down, GROUP_SIZE_M=16)
+    near = dict(best_down, num_stages=4)  # + 100 * 0.15 * log2(4/3) = +6.2 (~3%): still beyond 1%
+
+    class Noisy(FakeProvider):
+        def full_fn(self, p, up, down):
+            t = cost("up", up) + cost("down", down) + 5.0
+            if sp.cfg_key(down) == sp.cfg_key(near):
+                t = (cost("up", best_up) + cost("down", best_down) + 5.0) * 1.006  # a tie: within 1%
+            return lambda: t
+
+    for shipped_down, wins in ((far, False), (near, True)):
+        ev = Evaluator(Noisy(), None, FakeTimer())
+        r = search(ev, "fast", 4096, 128, 8, H200_SMEM, 2, prefer=[("shipped", best_up, shipped_down)])
+        tags = {f["tag"] for f in r["final"]}
+        assert "shipped" in tags, "the shipped pair is timed in the final stage"
+        if wins:
+            assert sp.cfg_key(r["down"]) == sp.cfg_key(near) and r["pick"].startswith("shipped")
+        else:
+            assert sp.cfg_key(r["down"]) == sp.cfg_key(best_down) and r["pick"] == "fastest"
+
+
+def test_per_gemm_joint_kind_times_one_config_for_both_gemms():
+    """A provider whose release reads no _down file (kinds == ("joint",)) times each config
+    through gemm_fn("joint") (up + down with it), not the whole kernel; the result is one
+    config for both GEMMs."""
+    calls = []
+
+    class Joint(FakeProvider):
+        kinds = ("joint",)
+
+        def gemm_fn(self, p, kind, cfg):
+            calls.append(kind)
+            return lambda: cost("up", cfg) + cost("down", cfg)
+
+    prov = Joint(separable=False)
+    r = search(Evaluator(prov, None, FakeTimer()), "smoke", 4, 8, 2, None, 2)
+    assert r["up"] == r["down"] and set(calls) == {"joint"}
 
 
 def test_no_candidate_runs_raises():

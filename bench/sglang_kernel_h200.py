@@ -1,0 +1,551 @@
+#!/usr/bin/env python3
+"""SGLang's own fused-MoE Triton kernel on the H200: default, shipped and orch-tuned configs,
+all timed on SGLang's kernel side by side in one process; one script, one run.
+
+SGLang is not installed on the H200 and it has no network: its wheel is carried in
+(``--wheel``) and unpacked into ``--sglang-dir``. SGLang's import chain needs packages and
+compiled ops absent there; ``tests/sglang_standins.py`` stands in for exactly those (server
+packages as inert placeholders; compiled ops: the CUDA alignment used for M * top_k > 64, the
+gated activation, the top-k sum, fp8 group quantization). SGLang's Triton GEMM, its Triton
+alignment for small M and its launch code run for real. The compute stand-ins cost the same
+for every config set, so they shift absolute times, not the ranking; the script prints them.
+
+Sections (``--sections``, comma list; default ``env,fp8check,tune,compare``):
+
+- ``env``:      GPU, torch, Triton, SGLang version and entry points, the stand-ins in use.
+- ``fp8check``: orch's builtin fp8_w8a8 kernel, the 14 correctness cases of
+                ``bench/tune_h200.py --sections fp8`` (same seed), once per fp8 accumulation
+                mode (``remote.tuning.kernel.fused_moe.FP8_ACCUMULATION``: ``mma`` = the behaviour that
+                failed 3 cases on the H200, ``promote32``, ``exact`` = the default on sm_90),
+                plus the whole kernel's time per mode at the reference shape.
+- ``tune``:     ``python -m remote tune --space fast`` for Qwen3-30B-A3B at TP1 (E=128,
+                N=768, hidden 2048, top-k 8, bf16), all 18 SGLang batch sizes, with
+                ``--provider sglang`` (SGLang's kernel; baseline and tie preference: the
+                configs the installed SGLang loads, i.e. its shipped file) and with
+                ``--provider builtin``; wall time of each.
+- ``compare``:  per batch size, SGLang's ``fused_experts`` reading each config set from its own
+                ``SGLANG_MOE_CONFIG_DIR``: default (no file), shipped ``triton_3_6_0``, shipped
+                newest Triton folder holding the file (when another one does), builtin-tuned,
+                sglang-tuned; CUDA graph of 10 calls, L2 flushed, median of 10 replays, 5
+                interleaved rounds, median. Prints the targets (vs shipped, vs default).
+- ``full``:     ``--space full`` with the sglang provider at ``--full-batch-sizes`` (one tune
+                per batch size, largest first, each only if the budget still allows it), then
+                fast's and full's picks side by side: quality (fast/full time) and GPU-time
+                ratio (search timing seconds).
+- ``fp8shape``: the fp8 block-[128, 128] shape SGLang 0.5.23 ships an H200 file for in
+                ``triton_3_6_0``: E=256, N=512 (hidden 3072, top-k 8: Qwen3.5-122B-A10B-FP8
+                at TP2); sglang-provider fast tune over ``--fp8-batch-sizes``, then default vs
+                shipped vs tuned on SGLang's kernel.
+
+Budget: every section checks the time left of ``--budget-s`` (default 530 s) against its
+estimate and is skipped, or cut, with a message when it would not fit (one device call).
+
+Outputs under ``$OUT`` (or ``--out``): ``sglang_kernel_h200.json`` (rewritten after every
+section) and the tune folders.
+
+H200 (call 1):  python3 bench/sglang_kernel_h200.py --wheel WHEEL
+H200 (call 2):  python3 bench/sglang_kernel_h200.py --wheel WHEEL --sections env,full,fp8shape
+CPU check:      python3 bench/sglang_kernel_h200.py --smoke   (TRITON_INTERPRET=1, tiny shapes,
+                SGLang 0.5.23 from the test cache; numbers meaningless)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DATA = ROOT / "bench" / "data"
+MODEL = DATA / "Qwen3-30B-A3B.json"
+SGLANG_BATCH_SIZES = "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096"
+FP8_SHAPE = dict(E=256, N=512, hidden=3072, topk=8)
+
+T0 = time.time()
+
+
+def say(*a):
+    print(*a, flush=True)
+
+
+def left(args) -> float:
+    return args.budget_s - (time.time() - T0)
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+def setup(args) -> dict:
+    """Unpack SGLang, install the stand-ins here and for child processes; returns context."""
+    from tests import sglang_standins as st
+
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+        tree = st.release_tree("0.5.23")
+    else:
+        if not args.wheel and not (Path(args.sglang_dir) / "sglang").is_dir():
+            raise SystemExit("--wheel PATH is required (or an unpacked --sglang-dir)")
+        tree = st.unpack_wheel(args.wheel, args.sglang_dir) if args.wheel else Path(args.sglang_dir)
+    os.environ.setdefault("TRITON_CACHE_DIR", "/tmp/orch-triton-cache")
+    info = st.prepare(tree)
+    env = st.subprocess_env(Path(args.out) / "standin_site", tree, ROOT)
+    return {"tree": tree, "standins": info, "env": env}
+
+
+def provider():
+    from remote.tuning.providers.sglang import SglangProvider, load_kernel
+    return SglangProvider(load_kernel())
+
+
+# ----------------------------------------------------------------------------- env
+
+
+def section_env(res, args, ctx):
+    import torch
+    import triton
+
+    prov = provider()
+    info = {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "cpus": os.cpu_count(),
+            "sglang": prov.describe(), "standins": ctx["standins"]}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(capability=list(torch.cuda.get_device_capability()), sms=p.multi_processor_count,
+                    smem_optin=getattr(p, "shared_memory_per_block_optin", None))
+    res["env"] = info
+    say("ENV", json.dumps({k: v for k, v in info.items() if k not in ("sglang", "standins")}))
+    d = info["sglang"]
+    say(f"SGLang {d['version']}: entry points {json.dumps(d['entry_points'])}")
+    say(f"  _down files: {d['down_file']}, USE_TMA read from up: {d['up_tma']}, down: {d['down_tma']}, "
+        f"TMA on this device: {d['tma_device']}; searched for: {d['tma_kinds']}; {d['server_args']}")
+    say("STAND-INS (absent here, not part of SGLang's Triton GEMM/alignment/launch):")
+    say("  packages:", ", ".join(ctx["standins"]["modules"]) or "none")
+    say("  ops:", ", ".join(ctx["standins"]["ops"]) or "none")
+    say("  other:", ", ".join(ctx["standins"]["logger"]) or "none")
+    prov.close()
+
+
+# ----------------------------------------------------------------------------- fp8check
+
+
+def section_fp8check(res, args, ctx):
+    """The builtin fp8 kernel's correctness (and speed) per accumulation mode."""
+    import torch
+
+    import remote.tuning.kernel.fused_moe as fm
+    from bench.tune_h200 import fp8_correctness
+    from remote.tuning.providers.builtin import BuiltinProvider
+    from remote.tuning.tuner import space as sp
+    from remote.tuning.tuner.timing import Timer
+
+    modes = ["mma", "promote32", "exact"]
+    out = {"modes": {}, "default_mode_here": None}
+    gpu = torch.cuda.is_available()
+    out["default_mode_here"] = {0: "mma", 1: "promote32", 2: "exact"}[fm.fp8_acc_code("cuda" if gpu else "cpu")]
+    for mode in modes:
+        fm.FP8_ACCUMULATION = mode
+        try:
+            rows = fp8_correctness()
+        except Exception as exc:
+            say(f"  fp8check {mode}: {type(exc).__name__}: {exc}")
+            out["modes"][mode] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        out["modes"][mode] = {"rows": rows}
+    fm.FP8_ACCUMULATION = "auto"
+    say(f"\nFP8_W8A8 CORRECTNESS of orch's builtin kernel (max rel err over configs; pass < 1e-2); "
+        f"default mode on this GPU: {out['default_mode_here']}")
+    keys = []
+    worst = {}
+    for mode, r in out["modes"].items():
+        for row in r.get("rows", []):
+            key = (row["scheme"], row["case"])
+            if key not in keys:
+                keys.append(key)
+            worst[(mode, key)] = max(worst.get((mode, key), 0.0), row["rel_err"])
+    say(f"  {'scheme':10s} {'case':16s} " + " ".join(f"{m:>11s}" for m in modes))
+    for key in keys:
+        cells = []
+        for m in modes:
+            e = worst.get((m, key))
+            cells.append(f"{e:8.2e} {'ok' if e < 1e-2 else '!!'}" if e is not None else f"{'-':>11s}")
+        say(f"  {key[0]:10s} {key[1]:16s} " + " ".join(cells))
+    for m in modes:
+        n_bad = sum(1 for k in keys if worst.get((m, k), 0) >= 1e-2)
+        say(f"  {m}: {n_bad} of {len(keys)} cases fail")
+    # speed of each mode: whole fused MoE, default config, reference shape
+    if gpu and left(args) > 60:
+        shape = dict(E=128, N=768, hidden=2048, topk=8)
+        prov, timer = BuiltinProvider(), Timer("cuda:0")
+        times = {}
+        for block in (None, [128, 128]):
+            quant = {"block_shape": block}
+            weights = None
+            for M in (1, 256, 4096):
+                p = prov.make_problem(shape, M, "bfloat16", "cuda:0", 7, weights, quant=quant)
+                weights = p.weights
+                d = sp.default_config(M, shape["E"], "fp8_w8a8", block)
+                timer.warm_up(prov.full_fn(p, d, d))
+                for mode in modes:
+                    fm.FP8_ACCUMULATION = mode
+                    try:
+                        t = statistics.median(timer.time(prov.full_fn(p, d, d)) for _ in range(3))
+                    except Exception as exc:
+                        t = f"{type(exc).__name__}: {str(exc)[:120]}"
+                    times[f"{'block' if block else 'per-tensor'} M={M} {mode}"] = t
+                fm.FP8_ACCUMULATION = "auto"
+            del weights
+        out["speed_us"] = times
+        say("  whole-kernel time (us, default config, E=128 N=768 hidden 2048 top-k 8):")
+        for k, v in times.items():
+            say(f"    {k:32s} {v if isinstance(v, str) else f'{v:9.1f}'}")
+    res["fp8check"] = out
+
+
+# ----------------------------------------------------------------------------- tune
+
+
+def run_tune(args, ctx, name: str, extra: list, timeout: float, standins: bool = True) -> dict:
+    """``python -m remote tune`` in a child process (with ``standins``: SGLang importable via
+    sitecustomize, else a plain environment); returns ``{"cmd", "wall_s", "rc", "report"?,
+    "stdout_tail"}``."""
+    out = Path(args.out) / name
+    cmd = [sys.executable, "-m", "remote", "tune", "--out", str(out), "--seed", "0", "--no-resume"] + extra
+    if args.smoke:
+        cmd += ["--device-name", "NVIDIA H200"]
+    say(f"\nTUNE {name}: {' '.join(cmd)}")
+    t0 = time.time()
+    try:
+        env = ctx["env"] if standins else dict(os.environ, PYTHONPATH=str(ROOT))
+        p = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True,
+                           timeout=min(max(10, timeout), 86400))
+        rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, stdout, stderr = "timeout", (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (
+            exc.stdout or ""), ""
+    r = {"cmd": cmd, "wall_s": round(time.time() - t0, 1), "rc": rc, "stdout_tail": stdout[-3000:],
+         "stderr_tail": stderr[-3000:]}
+    rp = out / "report.json"
+    if rp.exists():
+        r["report"] = json.loads(rp.read_text())
+        r["files"] = r["report"]["files"]
+    else:
+        say(f"  no report (rc {rc}): {(stderr or stdout)[-1500:]}")
+    say(f"  {name}: {r['wall_s']} s wall, rc {rc}")
+    return r
+
+
+def _label(c: dict) -> str:
+    return (f"{c['BLOCK_SIZE_M']}/{c['BLOCK_SIZE_N']}/{c['BLOCK_SIZE_K']} g{c['GROUP_SIZE_M']} w{c.get('num_warps', 4)} "
+            f"s{c.get('num_stages', 3)}{' tma' if c.get('USE_TMA') else ''}")
+
+
+def section_tune(res, args, ctx):
+    model = (["--model-config", str(MODEL)] if not args.smoke else ["--shape", "E=8,N=64,hidden=128,topk=2"])
+    space = "smoke" if args.smoke else "fast"
+    out = {}
+    for prov_name, extra in (("sglang", []), ("builtin", ["--shipped-config", str(DATA / "E=128,N=768,device_name="
+                                                                                     "NVIDIA_H200.json")])):
+        est = 200 if prov_name == "sglang" else 150
+        if not args.smoke and left(args) < est:
+            say(f"  skip {prov_name} tune: {left(args):.0f} s left of the budget, needs ~{est} s")
+            continue
+        out[prov_name] = run_tune(args, ctx, f"tune_{prov_name}_{space}",
+                                  ["--provider", prov_name, "--space", space, "--batch-sizes", args.batch_sizes]
+                                  + model + extra, timeout=left(args) - 20, standins=prov_name == "sglang")
+        rep = out[prov_name].get("report")
+        if rep:
+            say(f"  {'M':>5} {'default':>9} {'shipped':>9} {'tuned':>9} {'vs def':>7} {'vs ship':>7} {'evals':>5} "
+                f"{'gpu_s':>6} {'wall_s':>6}  pick / up | down")
+            for M, r in sorted(rep["batch_sizes"].items(), key=lambda kv: int(kv[0])):
+                say(f"  {M:>5} {r['default_us'] or 0:9.1f} {r['shipped_us'] or 0:9.1f} {r['tuned_us'] or 0:9.1f} "
+                    f"{r['speedup_vs_default'] or 0:7.3f} {r['speedup_vs_shipped'] or 0:7.3f} {r['evaluated']:5d} "
+                    f"{r['search_gpu_s']:6.1f} {r['search_wall_s']:6.1f}  {r.get('pick', '')} / "
+                    f"{_label(r['up'])} | {_label(r['down'])}")
+    res["tune"] = out
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+def _shape_files(tree: Path, names: dict) -> dict:
+    """``{folder: {"up": path, "down": path|None}}`` of SGLang's shipped configs for these names."""
+    from remote.sglang.naming import parse_triton_folder
+    from remote.tuning.providers.sglang import load_kernel
+
+    base = Path(sys.modules[load_kernel().get_moe_configs.__module__].__file__).parent / "configs"
+    found = {}
+    for d in sorted(base.glob("triton_*")):
+        if parse_triton_folder(d.name) is None:
+            continue
+        up = d / names["up"]
+        if up.is_file():
+            down = d / names["down"] if names.get("down") else None
+            found[d.name] = {"up": up, "down": down if down and down.is_file() else None}
+    return found
+
+
+def _config_dir(root: Path, name: str, up: Path | None, down: Path | None, names: dict) -> Path:
+    """A SGLANG_MOE_CONFIG_DIR holding copies of ``up``/``down`` under the installed Triton's
+    folder, with SGLang's file names (an empty folder when ``up`` is None: SGLang's default)."""
+    import triton
+
+    from remote.sglang.naming import triton_folder
+    folder = root / name / "configs" / triton_folder(triton.__version__)
+    folder.mkdir(parents=True, exist_ok=True)
+    if up is not None:
+        shutil.copyfile(up, folder / names["up"])
+        if down is not None and names.get("down"):
+            shutil.copyfile(down, folder / names["down"])
+    return root / name
+
+
+def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: dict, rounds: int) -> list:
+    """Time SGLang's fused_experts per batch size for each ``{set: config dir}`` (interleaved
+    rounds, median); returns rows ``{"M", set: us, ...}``."""
+    import torch
+
+    from remote.tuning.tuner.timing import Timer
+    prov = provider()
+    cpu = not torch.cuda.is_available()
+    dev = "cpu" if cpu else "cuda:0"
+    timer = Timer(dev)
+    proto = dict(n_calls=1, reps=1) if cpu else dict(n_calls=10, reps=10)
+    rows = []
+    weights = None
+    try:
+        for M in batch_sizes:
+            p = prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant)
+            weights = p.weights
+            fns = {name: prov.dir_fn(p, str(d)) for name, d in sets.items()}
+            if not cpu:
+                timer.warm_up(next(iter(fns.values())))
+            samples = {name: [] for name in fns}
+            for _ in range(1 if cpu else rounds):
+                for name, fn in fns.items():
+                    try:
+                        samples[name].append(timer.time(fn, **proto))
+                    except Exception as exc:
+                        samples[name] = None
+                        say(f"  M={M} {name}: {type(exc).__name__}: {str(exc)[:200]}")
+                        fns[name] = None
+                fns = {k: v for k, v in fns.items() if v is not None}
+            row = {"M": M}
+            row.update({name: (statistics.median(v) if v else None) for name, v in samples.items()})
+            rows.append(row)
+            say("  M=%5d  " % M + "  ".join(f"{k} {v:9.1f}" if v else f"{k} -" for k, v in row.items() if k != "M"))
+    finally:
+        prov.close()
+    return rows
+
+
+def _ratio(a, b):
+    return None if not a or not b else round(a / b, 4)
+
+
+def section_compare(res, args, ctx):
+    from remote.tuning.providers.sglang import load_kernel
+    k = load_kernel()
+    shape = dict(E=8, N=64, hidden=128, topk=2) if args.smoke else dict(E=128, N=768, hidden=2048, topk=8)
+    dtype = "float16" if args.smoke else "bfloat16"
+    names = k.file_names(shape["E"], shape["N"], None, None)
+    shipped = _shape_files(ctx["tree"], names)
+    root = Path(tempfile.mkdtemp(prefix="orch-bench-sets-"))
+    if args.smoke and not shipped:
+        # no shipped file for the tiny CPU shape: the H200 reference file's entries stand in, so the
+        # shipped path (closest key, no _down file) runs
+        shipped = {"triton_3_6_0": {"up": DATA / "E=128,N=768,device_name=NVIDIA_H200.json", "down": None}}
+    sets = {"default": _config_dir(root, "default", None, None, names)}
+    if "triton_3_6_0" in shipped:
+        f = shipped["triton_3_6_0"]
+        sets["ship_3_6_0"] = _config_dir(root, "ship_3_6_0", f["up"], f["down"], names)
+    newest = [d for d in shipped if d != "triton_3_6_0"]
+    if newest:
+        from remote.sglang.naming import sort_triton_folders
+        d = sort_triton_folders(newest)[0]
+        f = shipped[d]
+        sets[f"ship_{d[len('triton_'):]}"] = _config_dir(root, f"ship_{d}", f["up"], f["down"], names)
+    say(f"\nCOMPARE on SGLang {k.version}'s kernel: shipped files for this shape in folders {sorted(shipped)}")
+    tunes = res.get("tune", {})
+    for prov_name in ("builtin", "sglang"):
+        files = (tunes.get(prov_name) or {}).get("files")
+        if files:
+            sets[f"{prov_name}_tuned"] = _config_dir(root, f"{prov_name}_tuned", Path(files["up"]),
+                                                     Path(files["down"]), names)
+    Ms = [int(x) for x in args.batch_sizes.split(",")]
+    est = 3.0 * len(Ms) * len(sets)
+    if not args.smoke and left(args) < est:
+        keep = max(1, int(len(Ms) * left(args) / est))
+        say(f"  budget: timing {keep} of {len(Ms)} batch sizes ({left(args):.0f} s left)")
+        Ms = Ms[::max(1, len(Ms) // keep)][:keep]
+    rows = compare_sets(args, shape, dtype, None, Ms, sets, rounds=5)
+    shutil.rmtree(root, ignore_errors=True)
+    res["compare"] = {"sets": sorted(sets), "rows": rows, "shipped_folders": sorted(shipped)}
+    say("\nCOMPARE (us, SGLang's fused_experts per config set; ratios > 1 = sglang-tuned faster)")
+    ship = "ship_3_6_0" if "ship_3_6_0" in sets else None
+    head = f"  {'M':>5} " + " ".join(f"{s:>14s}" for s in sets) + f" {'sg/ship':>8} {'sg/def':>7} {'bi/ship':>8}"
+    say(head)
+    for r in rows:
+        sg, bi = r.get("sglang_tuned"), r.get("builtin_tuned")
+        sh, de = (r.get(ship) if ship else None), r.get("default")
+        say(f"  {r['M']:>5} " + " ".join(f"{r.get(s) or 0:14.1f}" for s in sets) +
+            f" {_ratio(sh, sg) or 0:8.3f} {_ratio(de, sg) or 0:7.3f} {_ratio(sh, bi) or 0:8.3f}")
+    if ship and any(r.get("sglang_tuned") for r in rows):
+        ok_ship = [r["M"] for r in rows if r.get("sglang_tuned") and r.get(ship) and
+                   r[ship] / r["sglang_tuned"] >= 0.995]
+        big = [r for r in rows if r["M"] >= 2048 and r.get("sglang_tuned") and r.get(ship)]
+        ok_big = [r["M"] for r in big if r[ship] / r["sglang_tuned"] >= 1.04]
+        mid = [r for r in rows if r["M"] >= 256 and r.get("sglang_tuned") and r.get("default")]
+        ok_def = [r["M"] for r in mid if r["default"] / r["sglang_tuned"] >= 1.25]
+        say(f"  targets: >= shipped (0.5% noise) at {len(ok_ship)}/{len(rows)} M; >= 4% faster at M>=2048: "
+            f"{len(ok_big)}/{len(big)}; >= 1.25x default from M=256: {len(ok_def)}/{len(mid)}")
+        res["compare"]["targets"] = {"ge_shipped": ok_ship, "ge4pct_large": ok_big, "ge125_default": ok_def}
+
+
+# ----------------------------------------------------------------------------- full
+
+
+def section_full(res, args, ctx):
+    from remote.tuning.providers.sglang import load_kernel
+    k = load_kernel()
+    model = (["--model-config", str(MODEL)] if not args.smoke else ["--shape", "E=8,N=64,hidden=128,topk=2"])
+    space = "smoke" if args.smoke else "full"
+    Ms = sorted((int(x) for x in args.full_batch_sizes.split(",")), reverse=True)
+    fast_rep = ((res.get("tune") or {}).get("sglang") or {}).get("report")
+    if fast_rep is None or not all(str(M) in fast_rep["batch_sizes"] for M in Ms):
+        r = run_tune(args, ctx, "fast_for_full", ["--provider", "sglang", "--space", "smoke" if args.smoke else "fast",
+                                                  "--batch-sizes", ",".join(map(str, Ms))] + model,
+                     timeout=left(args) - 20)
+        fast_rep = r.get("report")
+    rows = []
+    shape = dict(E=8, N=64, hidden=128, topk=2) if args.smoke else dict(E=128, N=768, hidden=2048, topk=8)
+    names = k.file_names(shape["E"], shape["N"], None, None)
+    classes_done = set()
+    for M in Ms:
+        # SGLang's kernel is specialised on M * top_k (and the alignment size): the first full
+        # search of a class compiles all ~5000 candidates (with USE_TMA both ways), later ones reuse them
+        cls = M % 2 == 0
+        est = 420 if cls not in classes_done else (150 if M >= 1024 else 100)
+        if not args.smoke and left(args) < est:
+            say(f"  skip full at M={M}: {left(args):.0f} s left, needs ~{est} s")
+            continue
+        r = run_tune(args, ctx, f"full_M{M}", ["--provider", "sglang", "--space", space, "--batch-sizes", str(M)]
+                     + model, timeout=left(args) - 15)
+        classes_done.add(cls)
+        rep = r.get("report")
+        if not rep or not fast_rep:
+            rows.append({"M": M, "error": r.get("stderr_tail", "")[-500:]})
+            continue
+        fr, fu = fast_rep["batch_sizes"][str(M)], rep["batch_sizes"][str(M)]
+        root = Path(tempfile.mkdtemp(prefix="orch-bench-full-"))
+        from remote.sglang.configfile import dumps_config
+        sets = {}
+        for name, pick in (("fast", fr), ("full", fu)):
+            d = root / name / "configs"
+            import triton
+
+            from remote.sglang.naming import triton_folder
+            folder = d / triton_folder(triton.__version__)
+            folder.mkdir(parents=True)
+            (folder / names["up"]).write_text(dumps_config({str(M): pick["up"]}))
+            (folder / names["down"]).write_text(dumps_config({str(M): pick["down"]}))
+            sets[name] = root / name
+        t = compare_sets(args, shape, "float16" if args.smoke else "bfloat16", None, [M], sets, rounds=7)[0]
+        shutil.rmtree(root, ignore_errors=True)
+        row = {"M": M, "fast_us": t.get("fast"), "full_us": t.get("full"), "quality": _ratio(t.get("fast"), t.get("full")),
+               "fast_gpu_s": fr["search_gpu_s"], "full_gpu_s": fu["search_gpu_s"],
+               "gpu_ratio": _ratio(fr["search_gpu_s"], fu["search_gpu_s"]), "fast_evals": fr["evaluated"],
+               "full_evals": fu["evaluated"], "full_wall_s": r["wall_s"], "fast_pick": fr, "full_pick": fu}
+        rows.append(row)
+        say(f"  M={M}: fast/full time {row['quality']}, GPU time ratio {row['gpu_ratio']} "
+            f"(fast {fr['evaluated']} evals {fr['search_gpu_s']} s, full {fu['evaluated']} evals {fu['search_gpu_s']} s)")
+        res["full"] = rows
+    res["full"] = rows
+
+
+# ----------------------------------------------------------------------------- fp8 shape
+
+
+def section_fp8shape(res, args, ctx):
+    from remote.tuning.providers.sglang import load_kernel
+    k = load_kernel()
+    shape = dict(E=8, N=128, hidden=256, topk=2) if args.smoke else FP8_SHAPE
+    block = [128, 128]
+    Ms = [int(x) for x in args.fp8_batch_sizes.split(",")]
+    if not args.smoke and left(args) < 150:
+        say(f"  skip fp8shape: {left(args):.0f} s left")
+        return
+    r = run_tune(args, ctx, "tune_fp8_block", ["--provider", "sglang", "--space", "smoke" if args.smoke else "fast",
+                                               "--batch-sizes", ",".join(map(str, Ms)),
+                                               "--shape", ",".join(f"{a}={b}" for a, b in shape.items()),
+                                               "--quantization", "fp8", "--block-shape", "128,128"],
+                 timeout=left(args) - 60)
+    names = k.file_names(shape["E"], shape["N"], "fp8_w8a8", block)
+    shipped = _shape_files(ctx["tree"], names)
+    root = Path(tempfile.mkdtemp(prefix="orch-bench-fp8-"))
+    sets = {"default": _config_dir(root, "default", None, None, names)}
+    for d in ("triton_3_6_0",) + tuple(x for x in shipped if x != "triton_3_6_0")[:1]:
+        if d in shipped:
+            sets[f"ship_{d[len('triton_'):]}"] = _config_dir(root, d, shipped[d]["up"], shipped[d]["down"], names)
+    if r.get("files"):
+        sets["sglang_tuned"] = _config_dir(root, "tuned", Path(r["files"]["up"]), Path(r["files"]["down"]), names)
+    say(f"\nFP8 block [128, 128] E={shape['E']} N={shape['N']} hidden {shape['hidden']} top-k {shape['topk']}: "
+        f"shipped in {sorted(shipped)}; tune {r['wall_s']} s wall")
+    rows = compare_sets(args, shape, "float16" if args.smoke else "bfloat16", {"block_shape": block}, Ms, sets,
+                        rounds=5)
+    shutil.rmtree(root, ignore_errors=True)
+    res["fp8shape"] = {"shape": shape, "tune": r, "rows": rows, "sets": sorted(sets)}
+
+
+# ----------------------------------------------------------------------------- main
+
+
+SECTIONS = {"env": section_env, "fp8check": section_fp8check, "tune": section_tune, "compare": section_compare,
+            "full": section_full, "fp8shape": section_fp8shape}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--wheel", help="SGLang wheel (e.g. sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl)")
+    ap.add_argument("--sglang-dir", default="/tmp/orch-sglang", help="where the wheel is unpacked")
+    ap.add_argument("--sections", default="env,fp8check,tune,compare")
+    ap.add_argument("--batch-sizes", default=SGLANG_BATCH_SIZES)
+    ap.add_argument("--full-batch-sizes", default="4096,64,512,1")
+    ap.add_argument("--fp8-batch-sizes", default="1,16,64,256,1024,4096")
+    ap.add_argument("--budget-s", type=float, default=530.0, help="wall-clock budget of this run")
+    ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))
+    args = ap.parse_args()
+    if args.smoke:
+        args.batch_sizes = "1,40" if args.batch_sizes == SGLANG_BATCH_SIZES else args.batch_sizes
+        args.full_batch_sizes = "4"
+        args.fp8_batch_sizes = "3"
+        args.budget_s = 1e9
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    res = {"args": vars(args)}
+    ctx = setup(args)
+    res["setup_s"] = round(time.time() - T0, 1)
+    jpath = Path(args.out) / "sglang_kernel_h200.json"
+    for s in args.sections.split(","):
+        ts = time.time()
+        try:
+            SECTIONS[s](res, args, ctx)
+        except Exception as exc:
+            import traceback
+            traceback.print_exc()
+            res.setdefault("errors", {})[s] = f"{type(exc).__name__}: {exc}"
+        res.setdefault("section_s", {})[s] = round(time.time() - ts, 1)
+        say(f"[section {s}: {time.time() - ts:.0f} s; {time.time() - T0:.0f} s total]")
+        jpath.write_text(json.dumps(res, indent=1, default=str))
+    say(f"[total {time.time() - T0:.0f} s] -> {jpath}")
+
+
+if __name__ == "__main__":
+    main()
