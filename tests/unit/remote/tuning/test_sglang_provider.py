@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 RELEASES = ["0.4.10.post2", "0.5.8", "0.5.23"]
 
 PRELUDE = """
@@ -30,6 +30,7 @@ from tests.sglang_standins import prepare, release_tree
 STANDINS = prepare(release_tree({version!r}))
 import torch
 from remote.tuning.providers.sglang import SglangProvider, load_kernel
+from tests.paths import REPO
 K = load_kernel()
 P = SglangProvider(K)
 SHAPE = dict(E=8, N=64, hidden=128, topk=2)
