@@ -30,6 +30,7 @@ import importlib.util
 import logging
 import sys
 import types
+from pathlib import Path
 
 # package -> what it is for in SGLang (why a placeholder is harmless for the MoE kernel)
 MODULE_STANDINS = {

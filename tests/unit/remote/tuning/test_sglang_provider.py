@@ -15,9 +15,9 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
-
 import pytest
+
+from tests.paths import REPO
 
 ROOT = REPO
 RELEASES = ["0.4.10.post2", "0.5.8", "0.5.23"]
