@@ -327,7 +327,7 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
     counts.scatter_add_(0, buckets, torch.ones_like(buckets))
     padded = (counts + block_size - 1) // block_size * block_size
     if ignore_invalid_expert:
-        padded[0] = 0
+        padded[:1].zero_()  # no Python scalar: it would be a host copy, refused in a CUDA graph
     ends = torch.cumsum(padded, 0)
     starts = ends - padded
     order = torch.sort(buckets, stable=True).indices
@@ -347,7 +347,7 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
     experts_ids.copy_((owner - 1).to(experts_ids.dtype))
     num_tokens_post_pad[:1].copy_(total.to(num_tokens_post_pad.dtype))
     if cumsum_buffer is not None and cumsum_buffer.numel() >= num_experts + 1:
-        cumsum_buffer[0] = 0
+        cumsum_buffer[:1].zero_()
         cumsum_buffer[1:num_experts + 1].copy_(ends.to(cumsum_buffer.dtype))
 
 

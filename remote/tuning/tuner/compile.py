@@ -83,11 +83,18 @@ class Compiler:
         again. Returns ``{(kind, cfg_key): future}`` for the jobs of this call that are still
         running or were sent now (a finished one has no entry); the futures give
         ``(ok, error_text)``."""
-        from .space import cfg_key
         if not self.enabled:
             return {}
         out = {}
         args = dict(self.args, M=M) if self.per_batch else self.args
+        try:
+            return self._submit(jobs, M, args, out)
+        except cf.process.BrokenProcessPool as exc:
+            self._broken(exc)
+            return {}
+
+    def _submit(self, jobs, M, args, out) -> dict:
+        from .space import cfg_key
         for kind, cfg in jobs:
             key = (kind, cfg_key(cfg))
             done_key = key + ((M,) if self.per_batch else ())
@@ -103,11 +110,29 @@ class Compiler:
                 out[key] = fut
         return out
 
+    def _broken(self, exc: BaseException) -> None:
+        """The pool died (a worker could not start, e.g. no room for one more CUDA context):
+        compile no more ahead of time; each config then compiles at its first launch, in the
+        timing process (slower, same result)."""
+        import sys
+        if self.enabled:
+            print(f"orch tune: compile workers unavailable ({type(exc).__name__}: {str(exc)[:200]}); "
+                  "compiling in the timing process", file=sys.stderr)
+        self.enabled = False
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
     def wait(self, key, fut) -> str | None:
-        """Wait for one job of :meth:`submit`; the error text when it failed, else None."""
+        """Wait for one job of :meth:`submit`; the error text when it failed, else None (also
+        when the pool broke: see :meth:`_broken`)."""
         import time
         t0 = time.perf_counter()
-        ok, err = fut.result()
+        try:
+            ok, err = fut.result()
+        except cf.process.BrokenProcessPool as exc:
+            self._broken(exc)
+            ok, err = True, ""
         self.seconds += time.perf_counter() - t0
         if not ok:
             self.failed[key] = err

@@ -211,25 +211,32 @@ def tune_parallel(spec: dict, devices: list[str], batch_sizes: list[int], emit) 
     parts = split_batches(batch_sizes, len(devices))
     n_cpu = os.cpu_count() or 2
     spec = dict(spec, compile_workers=max(1, n_cpu // len(parts) - 1))
-    procs = [ctx.Process(target=_worker, args=(spec, dev, part, q), daemon=True) for dev, part in zip(devices, parts)]
-    for pr in procs:
-        pr.start()
-    exited = 0
-    while exited < len(procs):
-        try:
-            msg = q.get(timeout=5)
-        except queue_mod.Empty:
-            if not any(pr.is_alive() for pr in procs):
-                emit(("error", None, "GPU worker processes exited without reporting"))
+    # not daemonic: each worker runs its own pool of compile processes (a daemonic process may
+    # not have children); the finally below ends them whatever happens here
+    procs = [ctx.Process(target=_worker, args=(spec, dev, part, q), daemon=False) for dev, part in zip(devices, parts)]
+    try:
+        for pr in procs:
+            pr.start()
+        exited = 0
+        while exited < len(procs):
+            try:
+                msg = q.get(timeout=5)
+            except queue_mod.Empty:
+                if not any(pr.is_alive() for pr in procs):
+                    emit(("error", None, "GPU worker processes exited without reporting"))
+                    break
+                continue
+            if msg[0] == "exit":
+                exited += 1
+                continue
+            emit(msg)
+            if msg[0] == "fatal":  # the tune ends: the other GPUs' work would be thrown away
                 break
-            continue
-        if msg[0] == "exit":
-            exited += 1
-            continue
-        emit(msg)
-        if msg[0] == "fatal":  # the tune ends: the other GPUs' work would be thrown away
-            for pr in procs:
+    finally:  # an interrupt or an error here must not leave GPU workers behind
+        for pr in procs:
+            if pr.is_alive():
                 pr.terminate()
-            break
-    for pr in procs:
-        pr.join(timeout=10)
+        for pr in procs:
+            pr.join(timeout=10)
+            if pr.is_alive():
+                pr.kill()
