@@ -645,10 +645,10 @@ class SglangProvider:
 
     def compile_workers(self, shape: dict, dtype: str, quant, device: str) -> int:
         """How many compile processes fit: each holds the problem's weights and buffers on the
-        GPU (uninitialised) besides its CUDA context; at most a third of the free memory is
-        used (the timing process and the contexts' own growth need the rest: measured on the
-        H200, 31 workers ran out of memory at context creation), and at most 16 processes or
-        CPU cores - 1."""
+        GPU (uninitialised) besides its CUDA context; a worker is counted at four times its
+        buffers, at least 10 GiB (measured on the H200: 7-10 GiB each; 16 workers left the timing
+        process out of memory), within half the free memory, and at most 16 processes or CPU
+        cores - 1."""
         cpus = max(1, (os.cpu_count() or 2) - 1)
         if not device.startswith("cuda"):
             return cpus
@@ -657,7 +657,10 @@ class SglangProvider:
         E, N, H, k = shape["E"], shape["N"], shape["hidden"], shape["topk"]
         rows = 4096 * k + min(4096 * k, E + 1) * 255
         need = 3 * E * N * H * wbytes + rows * 3 * N * 2 + 4096 * k * H * 2 + (600 << 20)
-        return max(1, min(cpus, 16, int(free / 3 // need)))
+        # measured on the H200 (E=128, N=768, hidden 2048): a worker held 7-10 GiB, about four times
+        # this estimate (SGLang's import and Triton's launch machinery besides the buffers)
+        need = max(4 * need, 10 << 30)
+        return max(1, min(cpus, 16, int(free / 2 // need)))
 
     compile_target = "remote.tuning.providers.sglang:compile_one"
 
