@@ -572,6 +572,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=530.0, help="wall-clock budget of this run")
     ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))
+    ap.add_argument("--tuned", default=None, help="PROVIDER:UP:DOWN,... config files of an earlier tune to "
+                    "compare instead of tuning again (e.g. sglang:bench/results/.../sglang_fast_up.json:...)")
     args = ap.parse_args()
     if args.smoke:
         args.batch_sizes = "1,40" if args.batch_sizes == SGLANG_BATCH_SIZES else args.batch_sizes
@@ -580,6 +582,10 @@ def main():
         args.budget_s = 1e9
     Path(args.out).mkdir(parents=True, exist_ok=True)
     res = {"args": vars(args)}
+    for item in (args.tuned or "").split(","):
+        if item:
+            prov_name, up, down = item.split(":")
+            res.setdefault("tune", {})[prov_name] = {"files": {"up": up, "down": down}, "from": "earlier run"}
     ctx = setup(args)
     res["setup_s"] = round(time.time() - T0, 1)
     jpath = Path(args.out) / "sglang_kernel_h200.json"
