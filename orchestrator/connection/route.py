@@ -119,7 +119,7 @@ def resolve_route(name: str, hostvars: Mapping[str, Any], ssh_config) -> Route:
     if not hops:
         return Route(target)
     key = hostvars.get("orch_jump_private_key_file") if source == "orch_jump_host" else None
-    chain = [_hop_endpoint(ssh_config, h, key, known, name) for h in hops]
+    chain = [_hop_endpoint(ssh_config, h, key, known) for h in hops]
     if _same(chain[-1], target):  # "Host * / ProxyJump bastion" looked up for the bastion itself
         return Route(target)
     # the first hop is reached as OpenSSH reaches it: by its own ssh_config entry, ProxyJump included
@@ -131,14 +131,14 @@ def resolve_route(name: str, hostvars: Mapping[str, Any], ssh_config) -> Route:
             _refuse_proxy_command(name, first.host, fcfg)
             break
         before = tuple(h for h in _parse(more, name, f"~/.ssh/config (Host {first.host})")
-                       if not _same(_hop_endpoint(ssh_config, h, None, known, name), chain[0]))
+                       if not _same(_hop_endpoint(ssh_config, h, None, known), chain[0]))
         if not before:
             break
         if len(chain) + len(before) > MAX_HOPS:
             raise RouteError(f"{name}: more than {MAX_HOPS} jump hosts: ProxyJump in ~/.ssh/config loops "
                              f"(at {first.host}); end it with 'ProxyJump none' on the jump host")
         hops = before + hops
-        chain = [_hop_endpoint(ssh_config, h, None, known, name) for h in before] + chain
+        chain = [_hop_endpoint(ssh_config, h, None, known) for h in before] + chain
     return Route(target, tuple(chain), source)
 
 
@@ -160,10 +160,10 @@ def _same(a: Endpoint, b: Endpoint) -> bool:
     return (a.host.lower(), a.port) == (b.host.lower(), b.port)
 
 
-def _hop_endpoint(ssh_config, hop: JumpHop, key: str | None, known: str | None, name: str) -> Endpoint:
+def _hop_endpoint(ssh_config, hop: JumpHop, key: str | None, known: str | None) -> Endpoint:
     cfg = ssh_config.lookup(hop.host)
     return _endpoint(cfg, hop.host, user=hop.user, port=hop.port, key=key, known_hosts=known,
-                     label=f"jump host {hop} (on the way to {name})")
+                     label=f"jump host {hop}")
 
 
 def _endpoint(cfg, dest: str, *, user, port, key, known_hosts, label) -> Endpoint:

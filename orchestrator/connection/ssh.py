@@ -202,7 +202,8 @@ class SSHConnection(Connection):
         except paramiko.AuthenticationException as exc:
             tried = [*(k for k in ep.key_files if os.path.exists(k))]
             missing = [k for k in ep.key_files if not os.path.exists(k)]
-            how = ", ".join(filter(None, [", ".join(tried), "the ssh-agent" if ep.allow_agent else "",
+            agent = ep.allow_agent and os.environ.get("SSH_AUTH_SOCK")
+            how = ", ".join(filter(None, [", ".join(tried), "the ssh-agent" if agent else "",
                                           "~/.ssh/id_*" if ep.look_for_keys else ""])) or "no key"
             raise HostUnreachable(f"{who}: authentication failed as {conn.user} (tried {how}"
                                   + (f"; not found: {', '.join(missing)}" if missing else "") + f"): {exc}") from None
