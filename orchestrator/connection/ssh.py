@@ -200,13 +200,7 @@ class SSHConnection(Connection):
         except HostKeyRefused as exc:
             raise HostUnreachable(str(exc)) from None
         except paramiko.AuthenticationException as exc:
-            tried = [*(k for k in ep.key_files if os.path.exists(k))]
-            missing = [k for k in ep.key_files if not os.path.exists(k)]
-            agent = ep.allow_agent and os.environ.get("SSH_AUTH_SOCK")
-            how = ", ".join(filter(None, [", ".join(tried), "the ssh-agent" if agent else "",
-                                          "~/.ssh/id_*" if ep.look_for_keys else ""])) or "no key"
-            raise HostUnreachable(f"{who}: authentication failed as {conn.user} (tried {how}"
-                                  + (f"; not found: {', '.join(missing)}" if missing else "") + f"): {exc}") from None
+            raise HostUnreachable(self._auth_failed(ep, conn, exc)) from None
         except paramiko.ChannelException as exc:
             raise HostUnreachable(f"{who}: the jump host could not open a connection to it: {exc}") from None
         except paramiko.SSHException as exc:
@@ -218,6 +212,8 @@ class SSHConnection(Connection):
                     f"{who}: the server offers none of the host key types known_hosts lists for {ep.key_name} "
                     f"({types}); refusing to connect (searched "
                     f"{describe_files(ep.known_hosts_files, absent)})") from None
+            if "No authentication methods available" in msg:  # Paramiko found no key to offer at all
+                raise HostUnreachable(self._auth_failed(ep, conn, exc)) from None
             raise HostUnreachable(f"{who}: SSH failed: {msg}") from None
         except (socket.timeout, TimeoutError) as exc:
             raise HostUnreachable(f"{who}: connect timed out after {self.connect_timeout} s") from exc
@@ -233,6 +229,16 @@ class SSHConnection(Connection):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(DEAD_PEER_S * 1000))
         except (OSError, AttributeError):  # not Linux / not a TCP socket (a channel through a jump host)
             pass
+
+    def _auth_failed(self, ep: Endpoint, conn, exc) -> str:
+        """Why a login was refused: the user, and the keys offered (files, agent, defaults)."""
+        tried = [k for k in ep.key_files if os.path.exists(k)]
+        missing = [k for k in ep.key_files if not os.path.exists(k)]
+        agent = ep.allow_agent and os.environ.get("SSH_AUTH_SOCK")
+        how = ", ".join(filter(None, [", ".join(tried), "the ssh-agent" if agent else "",
+                                      "~/.ssh/id_*" if ep.look_for_keys else ""])) or "no key"
+        return (f"{self.host}: {ep.label}: authentication failed as {conn.user} (tried {how}"
+                + (f"; not found: {', '.join(missing)}" if missing else "") + f"): {exc}")
 
     def _ensure_open(self):
         if not self._conn.is_connected:
