@@ -182,6 +182,11 @@ class SSHConnection(Connection):
         """``host:port`` of the host itself (after ~/.ssh/config aliases)."""
         return self.route.target.label
 
+    @property
+    def hostname(self) -> str:
+        """The host's name or address as SSH connects to it (``HostName`` of an alias resolved)."""
+        return self.route.target.host
+
     def open(self) -> None:
         """Connect now (otherwise the first command connects) through every jump host, and start
         keep-alives. Thread-safe: concurrent callers wait for one connect."""

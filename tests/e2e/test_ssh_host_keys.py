@@ -88,10 +88,12 @@ def test_ssh_config_alias_user_port_identity_file(testbed_factory, tmp_path):
     inv_alias = write_inventory(bed, tmp_path / "alias.yaml", [h.name], orch_known_hosts=None,
                                 host_vars={"ansible_host": "gpu-alias", "ansible_user": None, "ansible_port": None,
                                            "ansible_ssh_private_key_file": None},
-                                ansible_become=True, ansible_become_password=bed.become_password)
-    proc, res = run_orch("tune", str(inv_alias), "--service", "sglang-qwen", "--check", state=tmp_path / "s2",
+                                ansible_become=True, ansible_become_password=bed.become_password, orch_bench=False)
+    # a full tune: its readiness check reaches the server at the alias's HostName too
+    proc, res = run_orch("tune", str(inv_alias), "--service", "sglang-qwen", state=tmp_path / "s2",
                          home_dir=alias_home, etc=no_global)
-    assert proc.returncode == 0 and res["hosts"][h.name]["outcome"] == "check", proc.stderr[-3000:]
+    assert proc.returncode == 0 and res["hosts"][h.name]["outcome"] == "completed", proc.stderr[-3000:]
+    assert h.unit_state() == "active"
     assert f"Accepted publickey for {bed.login_user} from" in sshd_log(h)
     connected = [e for e in events(res) if e["event"] == "task" and e["module"] == "connect"]
     assert connected and connected[0]["data"]["user"] == bed.login_user, connected
