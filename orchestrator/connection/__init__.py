@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from ..inventory.variables import var
 from .base import (BecomeFailed, CommandFailed, CommandResult, CommandTimeout, ConnectError, Connection,
-                   HostUnreachable, PrefixPrinter, quote_argv)
+                   HostUnreachable, PrefixPrinter, TransferFailed, quote_argv)
 
 
 def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
             echo_output: bool = False) -> Connection:
     """Build the connection for inventory host ``name`` from its merged variables.
 
-    Reads ``ansible_connection`` (``ssh`` or ``local``), ``ansible_host``,
-    ``ansible_port``, ``ansible_user``, ``ansible_ssh_private_key_file``,
+    Reads ``ansible_connection`` (``ssh`` or ``local``), ``ansible_host``, ``ansible_port``,
+    ``ansible_user``, ``ansible_ssh_private_key_file``, ``ansible_ssh_common_args`` (its jump
+    host), ``orch_jump_host``/``orch_jump_private_key_file``,
     ``ansible_become``/``ansible_become_user``/``ansible_become_password``,
     ``orch_known_hosts``, ``orch_connect_timeout`` (s) and ``orch_command_timeout`` (s); absent
-    ones take their defaults from the variable table (:data:`orchestrator.inventory.KNOWN_VARS`).
-    The SSH connection is opened here so an unreachable host fails at once with
-    :class:`HostUnreachable`.
+    ones take their defaults from the variable table (:data:`orchestrator.inventory.KNOWN_VARS`),
+    and for SSH what ``~/.ssh/config`` and ``/etc/ssh/ssh_config`` say, as OpenSSH would
+    (:func:`orchestrator.connection.route.resolve_route`). The SSH connection is opened here so
+    an unreachable host fails at once with :class:`HostUnreachable`; settings orch cannot follow
+    raise :class:`~orchestrator.connection.route.RouteError`.
     """
     common = dict(
         become=bool(var(hostvars, "ansible_become")),
@@ -30,22 +33,18 @@ def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
         from .local import LocalConnection
 
         return LocalConnection(name, **common)
+    import fabric
+
+    from .route import resolve_route
     from .ssh import SSHConnection
 
-    conn = SSHConnection(
-        name,
-        address=hostvars.get("ansible_host") or name,
-        port=int(var(hostvars, "ansible_port")),
-        user=hostvars.get("ansible_user"),
-        key_filename=hostvars.get("ansible_ssh_private_key_file"),
-        known_hosts=var(hostvars, "orch_known_hosts"),
-        accept_new_host_keys=accept_new_host_keys,
-        connect_timeout=float(var(hostvars, "orch_connect_timeout")),
-        **common,
-    )
+    # Fabric's Config reads ~/.ssh/config then /etc/ssh/ssh_config (first value wins, as in OpenSSH)
+    route = resolve_route(name, hostvars, fabric.Config().base_ssh_config)
+    conn = SSHConnection(name, route, accept_new_host_keys=accept_new_host_keys,
+                         connect_timeout=float(var(hostvars, "orch_connect_timeout")), **common)
     conn.open()
     return conn
 
 
 __all__ = ["connect", "Connection", "CommandResult", "CommandFailed", "BecomeFailed", "CommandTimeout",
-           "ConnectError", "HostUnreachable", "quote_argv"]
+           "ConnectError", "HostUnreachable", "TransferFailed", "quote_argv"]

@@ -43,6 +43,16 @@ class HostUnreachable(ConnectError):
     """The host could not be reached or authenticated (host key, auth, timeout, dropped)."""
 
 
+class TransferFailed(ConnectError):
+    """A file copy to or from the host failed while the link stayed up (a path that cannot be
+    written, a checksum that differs, ...): the host is reported failed with this reason, not
+    unreachable. ``result`` is the :class:`CommandResult` of the copying command when there was one."""
+
+    def __init__(self, msg: str, result: "CommandResult | None" = None):
+        super().__init__(msg)
+        self.result = result
+
+
 class CommandTimeout(ConnectError):
     """A remote command ran past its timeout (seconds)."""
 
@@ -313,7 +323,8 @@ class Connection:
         host's ``ansible_become`` set, the file is uploaded as the login user into a private temp
         folder (``mktemp -d``), moved into place by sudo (``install -m 0600``, so it belongs to the
         become user) and the temp folder is removed. Otherwise it is copied directly as the login
-        user. Raises :class:`HostUnreachable` on a transfer error, :class:`CommandFailed` /
+        user. Raises :class:`HostUnreachable` when the link drops, :class:`TransferFailed` when the
+        copy itself fails (the host is then failed, not unreachable), :class:`CommandFailed` /
         :class:`BecomeFailed` when the move fails.
         """
         if not (become and self.become):

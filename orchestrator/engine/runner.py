@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable
 
 from .. import templating
-from ..connection import CommandFailed, CommandTimeout, HostUnreachable
+from ..connection import CommandTimeout, ConnectError, HostUnreachable
 from ..connection.deadline import task_deadline
 from .batching import batch_failed, order_hosts, serial_batches
 from .context import HostContext, RunOptions
@@ -205,7 +205,7 @@ class Engine:
             result = TaskResult(UNREACHABLE, str(exc))
         except CommandTimeout as exc:
             result = TaskResult(FAILED, self._timed_out(task, clock) or str(exc))
-        except (CommandFailed, templating.TemplateError) as exc:
+        except (ConnectError, templating.TemplateError) as exc:  # CommandFailed, TransferFailed, RouteError
             result = TaskResult(FAILED, str(exc))
         except Cancelled:
             result = TaskResult(FAILED, "interrupted by the operator")

@@ -18,8 +18,11 @@ Rules (decided here, tested in tests/unit/inventory/test_inventory.py):
   :func:`redact` output.
 * ``ansible_group_priority`` is consumed by the loader (merge order of sibling groups) and is
   only honoured in the inventory file's group ``vars``, as in Ansible (see loader).
-* ``ansible_ssh_common_args`` is accepted and ignored with a warning: orch connects with
-  Paramiko, which reads no OpenSSH command-line options.
+* ``ansible_ssh_common_args``: orch connects with Paramiko, which reads no OpenSSH command line;
+  it takes the jump host from it (``-J SPEC`` / ``-o ProxyJump=SPEC``) and refuses every other
+  option by name (:mod:`orchestrator.inventory.ssh_args`), so nothing is ignored silently.
+* ``ansible_port`` and ``ansible_user`` have no fixed default, as in Ansible's ssh plugin:
+  unset, ``~/.ssh/config`` (``Port``, ``User``) decides, else 22 and the local user.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 from ..templating import is_template, referenced_names, render_text
 from .errors import InventoryError
+from .ssh_args import SSHArgsError, parse_proxy_jump, parse_ssh_common_args
 
 #: Processes never signalled by the reaper, whatever the inventory says (facts: hosts.md,
 #: "Stopping and leftover GPU processes": persistenced holds /dev/nvidia0, SIGKILL of
@@ -172,6 +176,28 @@ def _local_path(spec: "VarSpec", value: Any) -> str:
     raise _fail(spec, value)
 
 
+def _ssh_common_args(spec: "VarSpec", value: Any) -> str:
+    """``ansible_ssh_common_args``: only the jump host is read from it, anything else is refused."""
+    if not isinstance(value, str):
+        raise _fail(spec, value)
+    try:
+        parse_ssh_common_args(value)
+    except SSHArgsError as exc:
+        raise BadValue(str(exc)) from None
+    return value
+
+
+def _proxy_jump(spec: "VarSpec", value: Any) -> str:
+    """An OpenSSH ProxyJump spec (``[user@]host[:port][,...]`` or ``none``)."""
+    if not isinstance(value, str):
+        raise _fail(spec, value)
+    try:
+        parse_proxy_jump(value)
+    except SSHArgsError as exc:
+        raise BadValue(f"{spec.name}: {exc}") from None
+    return value.strip()
+
+
 def _url(spec: "VarSpec", value: Any) -> str:
     if isinstance(value, str) and re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
         return value.rstrip("/")
@@ -249,7 +275,8 @@ _SPECS: list[VarSpec] = [
             "Address to connect to.", numbers_as_text=True),
     VarSpec("ansible_user", "str", "a non-empty string", None,
             "SSH login user (default: ~/.ssh/config, else the local user).", numbers_as_text=True),
-    VarSpec("ansible_port", "int", "an integer 1-65535", 22, "SSH port.", _int_range(1, 65535)),
+    VarSpec("ansible_port", "int", "an integer 1-65535", None,
+            "SSH port (default: ~/.ssh/config Port, else 22).", _int_range(1, 65535)),
     VarSpec("ansible_ssh_private_key_file", "path", "a path", None,
             "Private key on the controller (~ expanded).", _local_path),
     VarSpec("ansible_python_interpreter", "str", "an interpreter path", None,
@@ -261,8 +288,8 @@ _SPECS: list[VarSpec] = [
     VarSpec("ansible_become_password", "str", "a non-empty string", None,
             "sudo password (never logged).", secret=True, numbers_as_text=True),
     VarSpec("ansible_ssh_common_args", "str", "a string", None,
-            "Accepted for compatibility and ignored (Paramiko reads no OpenSSH options).",
-            warn="ansible_ssh_common_args is ignored by orch (Paramiko reads no OpenSSH options)"),
+            "Read for the jump host only: '-J SPEC' or '-o ProxyJump=SPEC' (SPEC: [user@]host[:port],"
+            " comma-separated hops, or 'none'); any other option is refused by name.", _ssh_common_args),
     VarSpec("ansible_group_priority", "int", "an integer", 1,
             "Merge order of groups at the same depth (inventory file group vars only).",
             _int_range(-(2**31), 2**31), group_only=True),
@@ -302,8 +329,17 @@ _SPECS: list[VarSpec] = [
             "Benchmark output length (tokens).", _int_range(1, None)),
     VarSpec("orch_state_dir", "path", "an absolute path", "/var/lib/orch",
             "State folder on the host (payload, backups, run records).", _abs_path),
-    VarSpec("orch_known_hosts", "path", "a path", "~/.ssh/known_hosts",
-            "known_hosts file on the controller (~ expanded).", _local_path),
+    VarSpec("orch_known_hosts", "path", "a path", None,
+            "known_hosts file on the controller that --accept-new-host-keys writes (~ expanded; default: "
+            "~/.ssh/config UserKnownHostsFile, else ~/.ssh/known_hosts and ~/.ssh/known_hosts2). "
+            "/etc/ssh/ssh_known_hosts (or GlobalKnownHostsFile) is trusted too.", _local_path),
+    VarSpec("orch_jump_host", "str", "a ProxyJump spec like 'user@bastion:22'", None,
+            "Jump host(s) to reach the host through, OpenSSH ProxyJump syntax ([user@]host[:port], "
+            "comma-separated, 'none' for none); wins over ansible_ssh_common_args and ~/.ssh/config. "
+            "Each hop's key is verified like the host's.", _proxy_jump),
+    VarSpec("orch_jump_private_key_file", "path", "a path", None,
+            "Private key for the hops of orch_jump_host (default: their ~/.ssh/config IdentityFile, "
+            "the ssh-agent, ~/.ssh/id_*).", _local_path),
     VarSpec("orch_tune_provider", "auto|sglang|builtin", "one of 'auto', 'sglang', 'builtin'",
             "auto", "Tuner: SGLang's own, orch's built-in, or auto.",
             _choice("auto", "sglang", "builtin")),

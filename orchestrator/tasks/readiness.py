@@ -24,13 +24,14 @@ POLL_S = 1.0
 def server_url(ctx) -> str:
     """The server's base URL as the controller reaches it.
 
-    ``orch_sglang_url`` if set; else ``http://<ansible_host>:<port>`` from the unit's
-    ``--port`` (a server bound to 127.0.0.1 needs ``orch_sglang_url`` or a tunnel).
+    ``orch_sglang_url`` if set; else ``http://<host>:<port>`` with the unit's ``--port`` and the
+    address SSH connected to (``ansible_host`` after ~/.ssh/config's ``HostName``; a server bound
+    to 127.0.0.1, or one behind a bastion, needs ``orch_sglang_url`` or a tunnel).
     """
     if ctx.vars.get("orch_sglang_url"):
         return str(ctx.vars["orch_sglang_url"]).rstrip("/")
     server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
-    host = ctx.vars.get("ansible_host") or ctx.name
+    host = getattr(ctx.connection, "hostname", None) or ctx.vars.get("ansible_host") or ctx.name
     if ctx.vars.get("ansible_connection") == "local":
         host = "127.0.0.1"
     return f"http://{host}:{server.get('port', 30000)}"

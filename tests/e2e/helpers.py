@@ -36,9 +36,11 @@ def inventory(bed, path: Path, host_vars: dict | None = None, **group_vars) -> P
     return Path(path)
 
 
-def orch(*args: str, state_dir: Path, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m orchestrator ARGS --state-dir STATE --json``; returns the completed process."""
-    cmd = [sys.executable, "-m", "orchestrator", *args]
+def orch(*args: str, state_dir: Path, timeout: float = 600, env: dict | None = None,
+         prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m orchestrator ARGS --state-dir STATE --json``; returns the completed process.
+    ``prefix``: argv put before the interpreter (e.g. ``unshare ...`` for a private /etc/ssh)."""
+    cmd = [*(prefix or []), sys.executable, "-m", "orchestrator", *args]
     if args and args[0] in ("tune", "rollback", "doctor"):
         cmd += ["--state-dir", str(state_dir)]
     full_env = dict(os.environ, XDG_STATE_HOME=str(state_dir), COLUMNS="200")

@@ -111,6 +111,12 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "gpu_exclusive": False,         # ORCH_STANDIN_GPU_EXCLUSIVE: start fails while a leftover holds the GPU
     "start_unit": True,             # start the unit at bed creation
     "timeout_stop_s": 15,           # TimeoutStopSec of the unit
+    # --- SSH variants (fleet SSH: bastions, host keys, hardened sshd) ---
+    "sftp": True,                   # False: sshd_config without `Subsystem sftp` (hardened sshd)
+    "sshd_extra_ports": [],         # more `Port`s sshd listens on besides 22
+    "host_certificate": False,      # sshd also presents its host key signed by the bed's host CA
+    "ssh_only_via": None,           # name of another bed host (a bastion): SSH logins only from it,
+                                    # over a private link between the two namespaces
 }
 
 
@@ -441,6 +447,9 @@ class Host:
     init_pid: int = 0
     init_start: Optional[str] = None
     triton_version: str = ""
+    #: with ``ssh_only_via``: this host's and the bastion's address on their private link
+    link_address: Optional[str] = None
+    link_peer: Optional[str] = None
     _unshare: Optional[subprocess.Popen] = field(default=None, repr=False)
 
     # --- paths --------------------------------------------------------------------------
@@ -730,7 +739,8 @@ class TestBed:
         self.workdir.mkdir(parents=True, exist_ok=True)
         triton_version = os.environ.get("ORCH_STANDIN_TRITON_VERSION") or _run(
             [VENV_PYTHON, "-c", "import triton; print(triton.__version__)"]).stdout.strip()
-        for stale in (self.key_path, Path(f"{self.key_path}.pub"), self.known_hosts_path):
+        for stale in (self.key_path, Path(f"{self.key_path}.pub"), self.known_hosts_path, self.host_ca_path,
+                      Path(f"{self.host_ca_path}.pub")):
             stale.unlink(missing_ok=True)
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"orch-testbed-{self.bed_id}", "-f",
               str(self.key_path)])
@@ -750,6 +760,7 @@ class TestBed:
             self._save_state()
             for i, host in enumerate(self.hosts):
                 self._make_network(host, i)
+            self._make_jump_links()
         for host in self.hosts:
             self._make_files(host)
         for host in self.hosts:
@@ -775,6 +786,52 @@ class TestBed:
         _run(["ip", "-n", host.ns, "link", "set", "eth0", "up"])
         _run(["ip", "-n", host.ns, "link", "set", "lo", "up"])
         # no default route: a host reaches only its own /24 (the root namespace end), nothing else
+
+    def _make_jump_links(self) -> None:
+        """For each host with ``ssh_only_via: BASTION``: a veth pair straight between the two
+        namespaces (never in the root namespace), ``10.213.255.4j+1`` on the bastion's end and
+        ``.4j+2`` on the host's (10.213.255.0/24 is never a host subnet), and a route in the bastion
+        to the host's address over it. The host's sshd then admits logins only from the bastion's
+        link address (``AllowUsers user@ADDR``), so the controller's direct path is refused."""
+        jumped = [h for h in self.hosts if h.options["ssh_only_via"]]
+        for j, host in enumerate(jumped):
+            via = host.options["ssh_only_via"]
+            try:
+                bastion = self.host(via)
+            except KeyError:
+                raise TestBedError(f"[{host.name}] ssh_only_via: no bed host {via!r}") from None
+            if bastion is host or bastion.options["ssh_only_via"]:
+                raise TestBedError(f"[{host.name}] ssh_only_via {via!r}: the bastion must be another, directly "
+                                   "reachable host")
+            near, far = f"otb{self.bed_id}{50 + j:02d}", f"otp{self.bed_id}{50 + j:02d}"
+            host.link_peer, host.link_address = f"{SUBNET_PREFIX}.255.{4 * j + 1}", f"{SUBNET_PREFIX}.255.{4 * j + 2}"
+            _run(["ip", "link", "add", near, "netns", bastion.ns, "type", "veth", "peer", "name", far,
+                  "netns", host.ns])
+            _run(["ip", "-n", bastion.ns, "addr", "add", f"{host.link_peer}/30", "dev", near])
+            _run(["ip", "-n", host.ns, "addr", "add", f"{host.link_address}/30", "dev", far])
+            _run(["ip", "-n", bastion.ns, "link", "set", near, "up"])
+            _run(["ip", "-n", host.ns, "link", "set", far, "up"])
+            _run(["ip", "-n", bastion.ns, "route", "add", f"{host.address}/32", "via", host.link_address])
+
+    @property
+    def host_ca_path(self) -> Path:
+        """Private key of the bed's SSH host CA (made by the first host with ``host_certificate``)."""
+        return self.workdir / "host_ca"
+
+    def host_ca_public(self) -> str:
+        """``TYPE BASE64`` of the bed's host CA (for an ``@cert-authority`` known_hosts line)."""
+        return " ".join(Path(f"{self.host_ca_path}.pub").read_text().split()[:2])
+
+    def _sign_host_key(self, host: Host) -> None:
+        """Sign the host's key with the bed's host CA (``ssh-keygen -s -h``, principals: its
+        address and name, valid from 5 minutes ago for a day): a real OpenSSH host certificate."""
+        if not self.host_ca_path.exists():
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"orch-testbed-{self.bed_id}-host-ca",
+                  "-f", str(self.host_ca_path)])
+        hd = host.hostdir
+        _run(["ssh-keygen", "-q", "-s", str(self.host_ca_path), "-I", f"{host.name}-host", "-h",
+              "-n", f"{host.address},{host.name}", "-V", "-5m:+1d", str(hd / "ssh_host_ed25519_key.pub")])
+        shutil.copy(hd / "ssh_host_ed25519_key-cert.pub", hd / "run" / "orchtb" / "ssh_host_ed25519_key-cert.pub")
 
     def _make_files(self, host: Host) -> None:
         o = host.options
@@ -825,20 +882,25 @@ class TestBed:
               str(hd / "ssh_host_ed25519_key")])
         shutil.copy(hd / "ssh_host_ed25519_key", hd / "run" / "orchtb" / "ssh_host_ed25519_key")
         os.chmod(hd / "run" / "orchtb" / "ssh_host_ed25519_key", 0o600)
+        if o["host_certificate"]:
+            self._sign_host_key(host)
         (hd / "run" / "orchtb" / "sshd_config").write_text("\n".join([
             "Port 22",
             "ListenAddress 0.0.0.0",
             "HostKey /run/orchtb/ssh_host_ed25519_key",
             "PidFile /run/sshd.pid",
             "PermitRootLogin prohibit-password",
-            f"AllowUsers root {LOGIN_USER}",
+            (f"AllowUsers root@{host.link_peer} {LOGIN_USER}@{host.link_peer}" if host.link_peer
+             else f"AllowUsers root {LOGIN_USER}"),
             "PubkeyAuthentication yes",
             "PasswordAuthentication no",
             "KbdInteractiveAuthentication no",
             "UsePAM no",
             "StrictModes no",
             "AuthorizedKeysFile .ssh/authorized_keys",
-            "Subsystem sftp /usr/lib/openssh/sftp-server",
+            *(["Subsystem sftp /usr/lib/openssh/sftp-server"] if o["sftp"] else []),
+            *[f"Port {int(p)}" for p in o["sshd_extra_ports"]],
+            *(["HostCertificate /run/orchtb/ssh_host_ed25519_key-cert.pub"] if o["host_certificate"] else []),
             "PrintMotd no",
             "UseDNS no",
             "MaxStartups 100:30:200",

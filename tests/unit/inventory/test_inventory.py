@@ -220,13 +220,14 @@ def test_defaults_and_derived(tmp_path):
     for name, spec in KNOWN_VARS.items():
         if not spec.group_only:
             assert name in va
-    assert va["ansible_host"] == "a" and va["ansible_port"] == 22
+    # no fixed port (as Ansible's ssh plugin): ~/.ssh/config's Port, else 22, decides at connect
+    assert va["ansible_host"] == "a" and va["ansible_port"] is None
     assert vb["ansible_host"] == "10.9.0.2"
     assert va["orch_sglang_url"] is None  # derived later from the unit's --port
-    assert vb["ansible_port"] == 22  # null = default
+    assert vb["ansible_port"] is None  # null = default
     assert va["orch_ready_timeout"] == 1800 and va["orch_bench_concurrency"] == [1, 16, 64]
     assert va["orch_state_dir"] == "/var/lib/orch"
-    assert va["orch_known_hosts"] == os.path.expanduser("~/.ssh/known_hosts")
+    assert va["orch_known_hosts"] is None  # ~/.ssh/config UserKnownHostsFile, else ~/.ssh/known_hosts{,2}
     assert vb["orch_protected_processes"] == [*BUILTIN_PROTECTED_PROCESSES, "mydaemon"]
     assert va["orch_protected_processes"] == list(BUILTIN_PROTECTED_PROCESSES)
     # a copy each time: callers cannot change the inventory through it
@@ -280,9 +281,14 @@ def test_secret_never_shown(tmp_path):
     assert "hunter2" not in str(err) and "inv.yaml:3" in str(err)
 
 
-def test_ssh_common_args_accepted_with_warning(tmp_path):
-    inv = load(tmp_path, "all:\n  hosts:\n    a: {ansible_ssh_common_args: '-o X=1'}\n")
-    assert any("inv.yaml:3" in w and "ignored" in w for w in inv.warnings)
+def test_ssh_common_args_jump_host_read_other_options_refused(tmp_path):
+    inv = load(tmp_path, "all:\n  hosts:\n    a: {ansible_ssh_common_args: '-o ProxyJump=ops@login:2222'}\n")
+    assert inv.host_vars("a")["ansible_ssh_common_args"] == "-o ProxyJump=ops@login:2222"
+    assert not inv.warnings
+    err = error_of(tmp_path, "all:\n  hosts:\n    a: {ansible_ssh_common_args: '-J login -o X=1'}\n")
+    assert "inv.yaml:3" in str(err) and "unsupported option -o X" in str(err), err
+    err = error_of(tmp_path, "all:\n  hosts:\n    a: {orch_jump_host: 'ops@login:99999'}\n")
+    assert "inv.yaml:3" in str(err) and "orch_jump_host" in str(err) and "bad port '99999'" in str(err), err
 
 
 # ------------------------------------------------------------------ errors with file:line
