@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.e2e_helpers import inventory, orch, recap
+from tests.e2e.helpers import inventory, orch, recap
 
 
 def home(tmp: Path, name: str, ssh_config: str | None = None, files: dict | None = None) -> Path:
@@ -69,7 +69,7 @@ def check(inv: Path, state: Path, home_dir: Path, etc: Path, *flags: str, agent_
 
 
 def write_inventory(bed, path: Path, names: list[str], host_vars: dict | None = None, **group_vars) -> Path:
-    """The bed's inventory (tests.e2e_helpers.inventory) with only the hosts ``names``; a value None
+    """The bed's inventory (tests.e2e.helpers.inventory) with only the hosts ``names``; a value None
     in ``host_vars`` (applied to each host) or ``group_vars`` REMOVES that variable (to leave it to
     ~/.ssh/config or orch's default)."""
     inventory(bed, path, **{k: v for k, v in group_vars.items() if v is not None})

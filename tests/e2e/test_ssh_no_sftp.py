@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e_helpers import inventory, orch, recap
+from tests.e2e.helpers import inventory, orch, recap
 from tests.testbed.bed import SUDO_LOG
 
 pytestmark = pytest.mark.testbed
