@@ -19,6 +19,10 @@ Every host (``gpu-a``, ``gpu-b``, ...) is
 - two processes holding ``/dev/nvidia0`` that are children of the host's PID 1: a leftover
   ``sglang::scheduler_TP0`` and ``nvidia-persistenced`` (which a reap must spare).
 
+Real-fleet variants (issue 13, ``FLEET_OPTION_DEFAULTS``): units with ``EnvironmentFile=`` and
+``--config`` files, other ``--host``/``--port`` binds, several units per host with GPUs named by
+UUID (and a fake ``nvidia-smi``), a state folder shared with another host.
+
 Only loopback and these namespaces are ever addressed. The hosts share the root file system
 otherwise; the empty mount points ``/models``, ``/opt/sglang``, ``/var/lib/orch``, ``/root/.ssh``,
 ``/home/orchop`` are created on it when missing.
@@ -615,7 +619,7 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
         env["ORCH_STANDIN_NVIDIA_DEV"] = ",".join(f"/dev/nvidia{i}" for i in gpus)
     if cvd:
         env["CUDA_VISIBLE_DEVICES"] = cvd
-    env.update({k: str(v) for k, v in ((extra or {}).get("env") if extra else o["env"]).items()})
+    env.update({k: str(v) for k, v in ((extra.get("env") or {}) if extra else o["env"]).items()})
     bind = o["bind_host"] if not extra else "0.0.0.0"
     if extra or o["launch_args"] is None:
         flags = ["--model-path", "/models/tiny-moe", "--tp", str(len(gpus) if extra else o["tp"]),
