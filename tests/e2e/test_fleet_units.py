@@ -46,6 +46,16 @@ def _main_pid(host, unit=None) -> int:
     return int(out.split("=", 1)[1] or 0)
 
 
+def _server_pids(host) -> list:
+    """PIDs of the host's processes whose argv runs ``-m sglang.launch_server`` (the server and forks)."""
+    code = ("import os\n"
+            "for p in os.listdir('/proc'):\n"
+            "    try: a = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')\n"
+            "    except OSError: continue\n"
+            "    if any(a[i] == b'-m' and a[i + 1] == b'sglang.launch_server' for i in range(len(a) - 1)): print(p)\n")
+    return [int(x) for x in host.py(code).stdout.split()]
+
+
 def _events(state: Path, run_id: str) -> list:
     path = state / "runs" / run_id / "events.jsonl"
     return [json.loads(x) for x in path.read_text().splitlines()]
@@ -141,8 +151,7 @@ def test_port_held_after_stop_by_a_leftover_of_the_unit(testbed_factory, tmp_pat
     h = bed.hosts[0]
     h.wait_http("/health")
     main = _main_pid(h)
-    leftovers = [int(p) for p in h.sh(f"pgrep -f -- '-m sglang.launch_server' || true").stdout.split()
-                 if int(p) != main]
+    leftovers = [p for p in _server_pids(h) if p != main]
     assert leftovers, "the stand-in left no port holder"
     inv = inventory(bed, tmp_path / "hosts.yaml")
     state = tmp_path / "state"
