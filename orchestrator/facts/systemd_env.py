@@ -17,6 +17,9 @@ Rules (systemd.exec(5), "Environment" section; the parser is systemd's ``src/bas
   ``"..."`` may span lines and unescapes ``\\"``, ``\\\\``, `` \\` `` and ``\\$`` (other escapes stay as
   written, a backslash-newline is dropped); a key that is not a valid name (e.g. ``export FOO``)
   is ignored.
+- Specifiers (systemd.unit(5)) in these settings: ``%n`` (the unit's full name), ``%N`` (without
+  its suffix), ``%p`` (the part before ``@``), ``%i``/``%I`` (the instance after ``@``), ``%%``;
+  orch refuses any other (:func:`expand_specifiers`) rather than guess it.
 - ``ExecStart=`` is split into words first; then ``${FOO}`` (inside a word or as one) becomes the
   value of FOO as exactly one word, ``$FOO`` as a word of its own becomes the value split at
   whitespace (zero or more words); ``$$`` is a literal ``$``; an unset variable is empty.
@@ -187,6 +190,28 @@ def effective_environment(assignments: dict[str, str], files: list[dict[str, str
         else:
             env.pop(u, None)
     return env
+
+
+class SpecifierError(ValueError):
+    """A systemd specifier orch does not expand (the message names it)."""
+
+
+def expand_specifiers(text: str, unit: str) -> str:
+    """``text`` with the systemd specifiers of unit ``unit`` (``NAME.service`` or ``NAME``)
+    expanded (see the module docstring); raises :class:`SpecifierError` for another one. Pure."""
+    full = unit if "." in unit else f"{unit}.service"
+    stem = full.rsplit(".", 1)[0]
+    prefix, _, instance = stem.partition("@")
+    values = {"n": full, "N": stem, "p": prefix, "i": instance, "I": instance, "%": "%"}
+
+    def one(m: re.Match) -> str:
+        c = m.group(1)
+        if c not in values:
+            raise SpecifierError(f"systemd specifier %{c} in {text!r}: orch expands only "
+                                 "%n %N %p %i %I %%")
+        return values[c]
+
+    return re.sub(r"%(.)", one, text)
 
 
 _BRACED = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import OrchError
 from .sglang_config import ConfigFileError, config_path, merge_config
-from .systemd_env import (EnvFileRef, effective_environment, env_file_refs, expand_exec_argv, parse_env_file,
-                          parse_environ, parse_show_env_files)
+from .systemd_env import (EnvFileRef, SpecifierError, effective_environment, env_file_refs, expand_exec_argv,
+                          expand_specifiers, parse_env_file, parse_environ, parse_show_env_files)
 
 #: SGLang server flags orch reads, with their aliases (SGLang 0.5.23 server_args.py)
 FLAG_ALIASES = {
@@ -408,7 +408,12 @@ def gather_unit(connection, unit: str) -> UnitFacts:
     if not cat.ok and not props.get("ExecStart"):
         raise UnitError(f"unit {unit} not found ({(cat.stderr or cat.stdout).strip()[:200]})")
     settings = parse_unit_settings(cat.stdout) if cat.ok else UnitSettings()
-    exec_start, env = settings.exec_start, dict(settings.environment)
+    try:  # the unit file's own text (`systemctl show` has them expanded already)
+        exec_start = [expand_specifiers(w, unit) for w in settings.exec_start]
+        env = {k: expand_specifiers(v, unit) for k, v in settings.environment.items()}
+        refs = [EnvFileRef(expand_specifiers(r.path, unit), r.optional) for r in settings.env_files]
+    except SpecifierError as exc:
+        raise UnitError(f"unit {unit}: {exc}") from None
     if not exec_start and props.get("ExecStart"):
         exec_start = parse_show_exec_start(props["ExecStart"])
     if props.get("Environment"):
@@ -419,7 +424,8 @@ def gather_unit(connection, unit: str) -> UnitFacts:
                     env.setdefault(k, v)
         except ValueError:
             pass
-    refs = settings.env_files if cat.ok else parse_show_env_files(show.stdout)
+    if not cat.ok:
+        refs = parse_show_env_files(show.stdout)
     file_envs, env_report = read_env_files(connection, refs)
     env = effective_environment(env, file_envs, settings.unset)
     exec_start = expand_exec_argv(exec_start, env)

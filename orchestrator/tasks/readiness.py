@@ -76,7 +76,11 @@ def ask(ctx, endpoint: dict, path: str, method: str = "GET", body: dict | None =
     the controller (httpx) or the host (payload ``reach``). Returns ``(status or None, what
     happened)``; a connection failure is an answer, not an exception."""
     url = endpoint["url"]
-    if endpoint.get("via") == "controller" or ctx.payload is None:
+    if endpoint.get("via") != "controller" and ctx.payload is None:
+        # asking "127.0.0.1" from the controller would reach another machine's server
+        raise TaskFailed(f"the server is asked on its host ({url}), which needs the payload: run the payload "
+                         "task first, or set orch_sglang_url to where the controller reaches it")
+    if endpoint.get("via") == "controller":
         try:
             with httpx.Client(timeout=timeout) as client:
                 r = client.request(method, f"{url}{path}", json=body)

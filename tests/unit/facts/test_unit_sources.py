@@ -202,3 +202,23 @@ def test_config_flags_spell_booleans_lists_and_mappings_like_sglang():
     assert out == ["--a", "true", "--b", "false", "--d", '{"x": 1}', "--e", "None"]
     with pytest.raises(ConfigFileError, match="mapping"):
         merge_config(["--config", "/q.yaml"], "3\n", "/q.yaml")
+
+
+# --------------------------------------------------------------------------- template units
+
+
+def test_template_unit_specifiers_in_environment_file_and_exec_start():
+    text = unit_text("EnvironmentFile=/etc/sglang/%i.env",
+                     exec_start=f"{PY} -m sglang.launch_server --served-model-name %p-%i --port ${{PORT}}")
+    conn = ScriptedConnection([(r"^systemctl show", SHOW), (r"^systemctl cat", text),
+                               (r"^head -c .* -- /etc/sglang/b\.env$", "PORT=30001\nCUDA_VISIBLE_DEVICES=4,5,6,7\n"),
+                               (r"^cat /proc", "")])
+    f = gather_unit(conn, "sglang@b.service")
+    assert f.server.port == 30001 and f.server.served_model_name == "sglang-b"
+    assert f.environment["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+
+
+def test_unknown_specifier_is_refused():
+    text = unit_text("EnvironmentFile=%h/sglang.env")
+    with pytest.raises(UnitError, match="specifier %h"):
+        gather_unit(host(text), "sglang-qwen")
