@@ -25,6 +25,7 @@ from ..engine.task import task
 from ..facts.journal import text_since, unit_log
 from ..facts.moe_log import parse_moe_log, verify_loaded
 from ..facts.unit import is_active
+from ..payload.client import PayloadFailed
 
 POLL_S = 1.0
 
@@ -90,7 +91,10 @@ def ask(ctx, endpoint: dict, path: str, method: str = "GET", body: dict | None =
     args = ["--url", url, "--path", path, "--method", method, "--timeout", str(timeout)]
     if body is not None:
         args += ["--json", json.dumps(body)]
-    res = (ctx.payload.call("reach", args, timeout=timeout + 60).get("results") or [{}])[0]
+    try:
+        res = (ctx.payload.call("reach", args, timeout=timeout + 60).get("results") or [{}])[0]
+    except PayloadFailed as exc:  # no answer this time (the caller polls again or reports it)
+        return None, f"{path} not asked: {exc.msg[:160]}"
     status = res.get("status")
     return status, f"{path} {status if status is not None else res.get('error')}"
 

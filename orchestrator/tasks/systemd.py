@@ -14,6 +14,7 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import unit_log
 from ..facts.unit import UnitError, gather_unit, is_active, split_launch
+from ..payload.client import PayloadFailed
 
 POLL_S = 0.5
 
@@ -67,8 +68,9 @@ def free_port(ctx, unit: str) -> list[dict]:
 
     A leftover of the unit itself (in its cgroup, or running its launch command line: a fork of
     the server) is ended; any other holder fails the task naming its PID and command line,
-    before the start (which would die with "address already in use"). Returns the processes
-    ended; nothing to do without a payload or a parsed server."""
+    before the start (which would die with "address already in use"). When the check itself
+    fails (payload crash, link), it is only a warning: the start, perhaps a rescue's, is still
+    tried. Returns the processes ended; nothing to do without a payload or a parsed server."""
     facts = ctx.vars.get("orch_unit") or {}
     server = facts.get("server") or {}
     if ctx.payload is None or not server.get("port"):
@@ -77,7 +79,15 @@ def free_port(ctx, unit: str) -> list[dict]:
     args = ["--port", str(int(server["port"])), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
     if found is not None:
         args += ["--owner-args", json.dumps(found[1])]
-    data = ctx.payload.call("port", args, timeout=120)
+    try:
+        data = ctx.payload.call("port", args, timeout=120)
+    except PayloadFailed as exc:
+        if ((exc.data or {}).get("detail") or {}).get("holders"):
+            raise  # a holder that is not the unit's, or one that survived SIGKILL: named in the message
+        # the check itself failed: the start (perhaps a rescue's) must still be tried
+        ctx.emit("port_check_failed", error=exc.msg[:300])
+        ctx.say(f"WARNING: could not check port {server['port']} before starting {unit}: {exc.msg[:200]}")
+        return []
     killed = data.get("killed") or []
     for k in killed:
         ctx.emit("port_holder_killed", pid=k.get("pid"), cmdline=k.get("cmdline"), signal=k.get("signal"),
