@@ -11,17 +11,18 @@ Roles, one folder each:
 - ``sglang/``: SGLang's rules (file names, model MoE shape, config JSON, the loader's lookup,
   defaults), standard library only;
 - ``host/``: host operations (atomic writes, backups and manifests, install, restore, run
-  records, the host lock, the GPU reaper), standard library only;
-- ``bench/``: the ``bench`` command (orch's HTTP client, SGLang's bench_serving);
+  records, the host lock, the GPU reaper, the unit's port), standard library only;
+- ``bench/``: the ``bench`` command (orch's HTTP client, SGLang's bench_serving) and ``reach``
+  (where the server answers, asked from the host);
 - ``tuning/``: the ``tune`` command with its kernel, tuner and providers (torch, triton), and
   ``tuning.support``, what the tuner can run, readable without torch.
 
 Import rule: nothing here imports ``orchestrator``; ``orchestrator`` imports only
 ``remote.sglang`` and ``remote.protocol``; commands never import one another (what they share
-lives in ``sglang/``, ``host/fs``, ``host/changes``, ``bench/common`` or ``tuning/support``);
-only ``tuning/`` imports torch or triton, and only when tuning. ``tests/test_architecture.py``
+lives in ``sglang/``, ``host/fs``, ``host/changes``, ``host/procs``, ``bench/common`` or
+``tuning/support``); only ``tuning/`` imports torch or triton, and only when tuning. ``tests/test_architecture.py``
 checks all of it.
 """
 
-PAYLOAD_VERSION = "0.2.0"
+PAYLOAD_VERSION = "0.3.0"
 PROTO = 1

@@ -23,11 +23,13 @@ COMMANDS = {
     "names": ".names",
     "tune": ".tuning.command",
     "reap": ".host.reap",
+    "port": ".host.port",
     "install": ".host.install",
     "restore": ".host.restore",
     "runs": ".host.runs",
     "lock": ".host.lock",
     "bench": ".bench.command",
+    "reach": ".bench.reach",
 }
 
 

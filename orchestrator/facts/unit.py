@@ -1,10 +1,17 @@
 """Read-only facts about a systemd unit that runs ``sglang.launch_server``.
 
 Gathered with ``systemctl show`` (ActiveState, MainPID, ControlGroup, Environment,
-ExecStart) and ``systemctl cat`` (the unit file text: ``ExecStart=`` and
-``Environment=`` lines, needed where ``show`` lacks ExecStart, as
-docker-systemctl-replacement does). The launch command line is parsed into the
-server arguments orch needs (SGLang ``server_args.py`` flag names).
+ExecStart, WorkingDirectory) and ``systemctl cat`` (the unit file text: ``ExecStart=``,
+``Environment=``, ``EnvironmentFile=`` and ``UnsetEnvironment=`` lines, needed where ``show``
+lacks ExecStart, as docker-systemctl-replacement does).
+
+The unit's environment is the one systemd gives the server (:mod:`.systemd_env`): its
+``Environment=`` assignments overridden by its ``EnvironmentFile=`` files (read on the host), and
+``ExecStart=`` is expanded with it (``$VAR``, ``${VAR}``). The launch command line is parsed into
+the server arguments orch needs (SGLang ``server_args.py`` flag names); a ``--config FILE.yaml``
+is read on the host and merged as SGLang merges it (:mod:`.sglang_config`). When the unit runs,
+its main process's ``/proc/PID/environ`` is compared with the computed environment for the
+variables orch uses (:data:`ENV_KEYS`); a difference is reported in ``warnings``.
 """
 
 from __future__ import annotations
@@ -14,6 +21,9 @@ import shlex
 from dataclasses import asdict, dataclass, field
 
 from ..errors import OrchError
+from .sglang_config import ConfigFileError, config_path, merge_config
+from .systemd_env import (EnvFileRef, SpecifierError, effective_environment, env_file_refs, expand_exec_argv,
+                          expand_specifiers, parse_env_file, parse_environ, parse_show_env_files)
 
 #: SGLang server flags orch reads, with their aliases (SGLang 0.5.23 server_args.py)
 FLAG_ALIASES = {
@@ -26,9 +36,15 @@ FLAG_ALIASES = {
     "--served-model-name": "served_model_name",
     "--disable-shared-experts-fusion": "disable_shared_experts_fusion",
     "--disable-flashinfer-autotune": "disable_flashinfer_autotune",
+    "--nnodes": "nnodes", "--node-rank": "node_rank", "--dist-init-addr": "dist_init_addr",
+    "--download-dir": "download_dir",
 }
 BOOL_FLAGS = {"disable_shared_experts_fusion", "disable_flashinfer_autotune"}
-ENV_KEYS = ("SGLANG_MOE_CONFIG_DIR", "HF_HOME", "CUDA_VISIBLE_DEVICES", "SGLANG_CACHE_DIR", "PYTHONPATH")
+INT_FLAGS = {"tp", "ep", "port", "nnodes", "node_rank"}
+ENV_KEYS = ("SGLANG_MOE_CONFIG_DIR", "HF_HOME", "CUDA_VISIBLE_DEVICES", "SGLANG_CACHE_DIR", "PYTHONPATH",
+            "HF_HUB_CACHE", "SGLANG_USE_MODELSCOPE", "MODELSCOPE_CACHE")
+#: largest EnvironmentFile / --config file read (bytes)
+MAX_FILE_BYTES = 1024 * 1024
 
 
 class UnitError(OrchError):
@@ -44,7 +60,11 @@ class ServerArgs:
     ``interpreter``: the Python that runs SGLang (absolute path as in ExecStart);
     ``tp``/``ep``: tensor/expert parallel sizes (SGLang defaults 1/1); ``port``
     (default 30000) and ``host`` (default 127.0.0.1) as SGLang's defaults;
-    ``moe_runner_backend``: ``auto`` when not given.
+    ``moe_runner_backend``: ``auto`` when not given. ``nnodes``/``node_rank``/``dist_init_addr``:
+    a server spread over several hosts (SGLang defaults 1/0/None); ``download_dir``:
+    ``--download-dir``; ``config_file``: the ``--config`` YAML merged into these values (None:
+    none); ``launch_args``: the flags after ``-m sglang.launch_server`` as SGLang parses them
+    (``--config`` merged).
     """
 
     interpreter: str
@@ -60,11 +80,23 @@ class ServerArgs:
     served_model_name: str | None = None
     disable_shared_experts_fusion: bool = False
     disable_flashinfer_autotune: bool = False
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+    download_dir: str | None = None
+    config_file: str | None = None
+    launch_args: list[str] = field(default_factory=list)
 
 
 @dataclass
 class UnitFacts:
-    """A unit's state and parsed launch command (``server`` is None for a non-SGLang unit)."""
+    """A unit's state and parsed launch command (``server`` is None for a non-SGLang unit).
+
+    ``environment``: what systemd gives the server (Environment= overridden by EnvironmentFile=);
+    ``env_files``: ``[{"path", "optional", "read"}]`` of its EnvironmentFile= entries (``read``:
+    found and read); ``exec_start``: the ExecStart words with variables expanded;
+    ``warnings``: what the caller should show (e.g. the running process has another value).
+    """
 
     unit: str
     load_state: str
@@ -75,6 +107,9 @@ class UnitFacts:
     environment: dict[str, str] = field(default_factory=dict)
     exec_start: list[str] = field(default_factory=list)
     server: ServerArgs | None = None
+    env_files: list[dict] = field(default_factory=list)
+    working_directory: str = ""
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,37 +143,73 @@ def _unit_file_lines(text: str) -> list[str]:
     return lines
 
 
-def parse_unit_file(text: str) -> tuple[list[str], dict[str, str]]:
-    """Return (ExecStart argv, Environment) from ``systemctl cat`` text.
+@dataclass
+class UnitSettings:
+    """What a unit file says about the server's start: ``exec_start`` words (variables not yet
+    expanded), ``environment`` (``Environment=``, in order, later wins), ``env_files``
+    (``EnvironmentFile=`` entries after resets), ``unset`` (``UnsetEnvironment=``)."""
 
-    The last non-empty ``ExecStart=`` wins (an empty one resets, as in drop-ins);
-    systemd's prefixes ``-@:+!`` are dropped. ``Environment=`` assignments are split
-    with shell-like quoting, as systemd does. Raises :class:`UnitError` on a
-    command line with unbalanced quotes.
+    exec_start: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+    env_files: list[EnvFileRef] = field(default_factory=list)
+    unset: list[str] = field(default_factory=list)
+
+
+def parse_unit_settings(text: str) -> UnitSettings:
+    """Parse ``systemctl cat`` text (the unit file and its drop-ins, in order).
+
+    The last non-empty ``ExecStart=`` wins (an empty one resets, as in drop-ins); systemd's
+    prefixes ``-@:+!`` are dropped. ``Environment=`` assignments are split with shell-like
+    quoting, as systemd does; an empty ``Environment=`` (or ``EnvironmentFile=``,
+    ``UnsetEnvironment=``) resets that list. Raises :class:`UnitError` on a command line with
+    unbalanced quotes.
     """
-    exec_start: list[str] = []
-    env: dict[str, str] = {}
+    st = UnitSettings()
+    file_values: list[str] = []
     for line in _unit_file_lines(text):
-        if line.startswith("ExecStart="):
-            value = line[len("ExecStart="):].strip()
+        key, _, value = line.partition("=")
+        key = key.strip()
+        if key == "ExecStart":
+            value = value.strip()
             if not value:
-                exec_start = []
+                st.exec_start = []
                 continue
             value = value.lstrip("-@:+!")
             try:
-                exec_start = shlex.split(value)
+                st.exec_start = shlex.split(value)
             except ValueError as exc:
                 raise UnitError(f"cannot parse ExecStart {value!r}: {exc}") from None
-        elif line.startswith("Environment="):
+        elif key == "Environment":
+            if not value.strip():
+                st.environment = {}
+                continue
             try:
-                parts = shlex.split(line[len("Environment="):])
+                parts = shlex.split(value)
             except ValueError:
                 continue
             for p in parts:
                 if "=" in p:
                     k, v = p.split("=", 1)
-                    env[k] = v
-    return exec_start, env
+                    st.environment[k] = v
+        elif key == "EnvironmentFile":
+            file_values.append(value)
+        elif key == "UnsetEnvironment":
+            if not value.strip():
+                st.unset = []
+                continue
+            try:
+                st.unset += shlex.split(value)
+            except ValueError:
+                continue
+    st.env_files = env_file_refs(file_values)
+    return st
+
+
+def parse_unit_file(text: str) -> tuple[list[str], dict[str, str]]:
+    """Return (ExecStart argv, Environment=) from ``systemctl cat`` text (see
+    :func:`parse_unit_settings`; EnvironmentFile= contents are not included: they live on the host)."""
+    st = parse_unit_settings(text)
+    return st.exec_start, st.environment
 
 
 def parse_show_exec_start(value: str) -> list[str]:
@@ -170,13 +241,10 @@ def _unwrap_shell(argv: list[str]) -> list[str]:
     return argv
 
 
-def parse_server_args(exec_start: list[str]) -> ServerArgs | None:
-    """Find ``<python> -m sglang.launch_server ...`` in ``exec_start`` and parse its flags.
-
-    Accepts ``python -m sglang.launch_server``, ``bash -c '...'`` and ``env VAR=x python ...``
-    wrappers. Returns None when the command is not an SGLang server. Flag values come
-    as ``--flag value`` or ``--flag=value``.
-    """
+def split_launch(exec_start: list[str]) -> tuple[str, list[str]] | None:
+    """``(interpreter, launch args)`` of ``<python> -m sglang.launch_server ARGS`` in
+    ``exec_start`` (through ``bash -c '...'`` and ``env VAR=x ...`` wrappers), or None when the
+    command is not an SGLang server."""
     argv = _unwrap_shell(list(exec_start))
     try:
         i = argv.index("sglang.launch_server")
@@ -184,9 +252,32 @@ def parse_server_args(exec_start: list[str]) -> ServerArgs | None:
         return None
     if i < 2 or argv[i - 1] != "-m":
         return None
-    interpreter = argv[0]
-    args = argv[i + 1:]
-    sa = ServerArgs(interpreter=interpreter, argv=list(exec_start))
+    return argv[0], argv[i + 1:]
+
+
+def parse_server_args(exec_start: list[str], launch_args: list[str] | None = None) -> ServerArgs | None:
+    """Find ``<python> -m sglang.launch_server ...`` in ``exec_start`` and parse its flags.
+
+    Accepts ``python -m sglang.launch_server``, ``bash -c '...'`` and ``env VAR=x python ...``
+    wrappers. Returns None when the command is not an SGLang server. Flag values come
+    as ``--flag value`` or ``--flag=value``; the last one wins, as in argparse. ``launch_args``
+    replaces the flags of ``exec_start`` (the ``--config`` file merged in: :func:`gather_unit`).
+    Raises :class:`UnitError` for a flag orch reads with no value or a bad integer, and for one
+    spelled with underscores (``--tp_size``: SGLang refuses it, e.g. from a ``tp_size:`` key of a
+    ``--config`` file).
+    """
+    found = split_launch(exec_start)
+    if found is None:
+        return None
+    interpreter, args = found
+    if launch_args is not None:
+        args = list(launch_args)
+    sa = ServerArgs(interpreter=interpreter, argv=list(exec_start), launch_args=list(args))
+    for tok in args:
+        name = tok.split("=", 1)[0]
+        if name.startswith("--") and "_" in name and name.replace("_", "-") in FLAG_ALIASES:
+            raise UnitError(f"SGLang refuses the flag {name} (its spelling is {name.replace('_', '-')}); "
+                            "a --config file key with underscores becomes such a flag")
     j = 0
     while j < len(args):
         tok = args[j]
@@ -206,7 +297,7 @@ def parse_server_args(exec_start: list[str]) -> ServerArgs | None:
             j += 2
         else:
             j += 1
-        if field_name in ("tp", "ep", "port"):
+        if field_name in INT_FLAGS:
             try:
                 setattr(sa, field_name, int(val))
             except ValueError:
@@ -216,16 +307,99 @@ def parse_server_args(exec_start: list[str]) -> ServerArgs | None:
     return sa
 
 
+def read_host_file(connection, path: str, what: str) -> str | None:
+    """Text of the file ``path`` on the host (at most :data:`MAX_FILE_BYTES`), read as the login
+    user and through sudo only when that is refused; None when it does not exist. Raises
+    :class:`UnitError` naming ``what`` and the path when it cannot be read or is too large."""
+    argv = ["head", "-c", str(MAX_FILE_BYTES + 1), "--", path]
+    res = connection.run(argv, check=False, timeout=60)
+    if not res.ok and "Permission denied" in res.stderr:
+        res = connection.run(argv, check=False, become=True, timeout=60)
+    if not res.ok:
+        if "No such file" in res.stderr:
+            return None
+        raise UnitError(f"cannot read {what} {path}: {res.stderr.strip()[:200]}")
+    if len(res.stdout.encode()) > MAX_FILE_BYTES:
+        raise UnitError(f"{what} {path} is larger than {MAX_FILE_BYTES} bytes")
+    return res.stdout
+
+
+def _glob_files(connection, ref: EnvFileRef) -> list[str]:
+    """The files a wildcard ``EnvironmentFile=`` names (sorted, as glob(3)); wildcards only in the
+    last path component."""
+    folder, _, pattern = ref.path.rpartition("/")
+    if any(c in folder for c in "*?["):
+        raise UnitError(f"EnvironmentFile={ref.path}: orch reads wildcards only in the file name, not in folders")
+    res = connection.run(["find", folder or "/", "-mindepth", "1", "-maxdepth", "1", "-name", pattern, "-print"],
+                         check=False, timeout=60)
+    if not res.ok and "Permission denied" in res.stderr:
+        res = connection.run(["find", folder or "/", "-mindepth", "1", "-maxdepth", "1", "-name", pattern, "-print"],
+                             check=False, become=True, timeout=60)
+    return sorted(line for line in res.stdout.splitlines() if line)
+
+
+def read_env_files(connection, refs: list[EnvFileRef]) -> tuple[list[dict[str, str]], list[dict]]:
+    """Read the ``EnvironmentFile=`` files ``refs`` on the host: ``(parsed contents in order,
+    [{"path", "optional", "read"}])``. A missing optional file is skipped, as systemd does.
+    Raises :class:`UnitError` for a missing file without ``-`` (systemd would refuse to start the
+    unit, so orch must not stop it) and for an unreadable one."""
+    contents: list[dict[str, str]] = []
+    report: list[dict] = []
+    for ref in refs:
+        paths = _glob_files(connection, ref) if ref.is_glob else [ref.path]
+        if not paths and not ref.optional:
+            raise UnitError(f"EnvironmentFile={ref.path} matches no file, and it is not optional ('-'): "
+                            "systemd would refuse to start the unit")
+        for path in paths:
+            text = read_host_file(connection, path, "EnvironmentFile")
+            if text is None and not ref.optional:
+                raise UnitError(f"EnvironmentFile={path} does not exist and is not optional ('-'): "
+                                "systemd would refuse to start the unit")
+            report.append({"path": path, "optional": ref.optional, "read": text is not None})
+            if text is not None:
+                contents.append(parse_env_file(text))
+    return contents, report
+
+
+def running_environment(connection, main_pid: int) -> dict[str, str] | None:
+    """``/proc/MAIN_PID/environ`` of the running server (through sudo when the login user may
+    not read it), or None when it cannot be read."""
+    if not main_pid:
+        return None
+    argv = ["cat", f"/proc/{int(main_pid)}/environ"]
+    res = connection.run(argv, check=False, timeout=30)
+    if not res.ok:
+        res = connection.run(argv, check=False, become=True, timeout=30)
+    return parse_environ(res.stdout) if res.ok and res.stdout else None
+
+
+def environment_differences(computed: dict[str, str], running: dict[str, str] | None,
+                            keys=ENV_KEYS) -> list[str]:
+    """The variables of ``keys`` whose value differs between the unit's computed environment and
+    the running process's (``KEY: unit 'a', running 'b'``); [] when ``running`` is None. Pure."""
+    if running is None:
+        return []
+    out = []
+    for k in keys:
+        if computed.get(k) != running.get(k):
+            out.append(f"{k}: unit {computed.get(k)!r}, running {running.get(k)!r}")
+    return out
+
+
 def gather_unit(connection, unit: str) -> UnitFacts:
     """Query ``unit`` on a host through ``connection`` (read-only).
 
-    Raises :class:`UnitError` when the unit does not exist or is not an SGLang
-    server. Every value is passed to systemctl as its own argument (no shell).
+    Reads the unit's EnvironmentFile= files and its SGLang ``--config`` file on the host (see the
+    module docstring). Raises :class:`UnitError` when the unit does not exist or is not an SGLang
+    server, when an EnvironmentFile= that is not optional is missing, or when SGLang would refuse
+    its ``--config`` (the message names the file). Every value is passed to the host's commands as
+    its own argument (no shell).
     """
     if not re.fullmatch(r"[A-Za-z0-9:_.@][A-Za-z0-9:_.@\\-]*", unit or ""):
         raise UnitError(f"invalid unit name {unit!r}")
     show = connection.run(["systemctl", "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
-                          "-p", "MainPID", "-p", "ControlGroup", "-p", "Environment", "-p", "ExecStart"],
+                          "-p", "MainPID", "-p", "ControlGroup", "-p", "Environment", "-p", "ExecStart",
+                          "-p", "EnvironmentFiles", "-p", "WorkingDirectory"],
                          check=False)
     props = parse_show(show.stdout)
     cat = connection.run(["systemctl", "cat", unit], check=False)
@@ -233,7 +407,13 @@ def gather_unit(connection, unit: str) -> UnitFacts:
         raise UnitError(f"unit {unit} not found")
     if not cat.ok and not props.get("ExecStart"):
         raise UnitError(f"unit {unit} not found ({(cat.stderr or cat.stdout).strip()[:200]})")
-    exec_start, env = parse_unit_file(cat.stdout) if cat.ok else ([], {})
+    settings = parse_unit_settings(cat.stdout) if cat.ok else UnitSettings()
+    try:  # the unit file's own text (`systemctl show` has them expanded already)
+        exec_start = [expand_specifiers(w, unit) for w in settings.exec_start]
+        env = {k: expand_specifiers(v, unit) for k, v in settings.environment.items()}
+        refs = [EnvFileRef(expand_specifiers(r.path, unit), r.optional) for r in settings.env_files]
+    except SpecifierError as exc:
+        raise UnitError(f"unit {unit}: {exc}") from None
     if not exec_start and props.get("ExecStart"):
         exec_start = parse_show_exec_start(props["ExecStart"])
     if props.get("Environment"):
@@ -244,18 +424,48 @@ def gather_unit(connection, unit: str) -> UnitFacts:
                     env.setdefault(k, v)
         except ValueError:
             pass
+    if not cat.ok:
+        refs = parse_show_env_files(show.stdout)
+    file_envs, env_report = read_env_files(connection, refs)
+    env = effective_environment(env, file_envs, settings.unset)
+    exec_start = expand_exec_argv(exec_start, env)
     try:
         main_pid = int(props.get("MainPID") or 0)
     except ValueError:
         main_pid = 0
+    workdir = props.get("WorkingDirectory", "")
     facts = UnitFacts(unit=unit, load_state=props.get("LoadState", "loaded"),
                       active_state=props.get("ActiveState", "unknown"), sub_state=props.get("SubState", ""),
                       main_pid=main_pid, control_group=props.get("ControlGroup", ""),
-                      environment={k: env[k] for k in env}, exec_start=exec_start)
-    facts.server = parse_server_args(exec_start)
-    if facts.server is None:
+                      environment={k: env[k] for k in env}, exec_start=exec_start, env_files=env_report,
+                      working_directory=workdir)
+    launch = split_launch(exec_start)
+    if launch is None:
         raise UnitError(f"unit {unit} is not an SGLang server: its ExecStart does not run "
                         f"'python -m sglang.launch_server' ({shlex.join(exec_start)[:200]})")
+    args, cfg = launch[1], None
+    try:
+        cfg = config_path(args)
+        if cfg is not None:
+            if not cfg.startswith("/"):
+                if not workdir.startswith("/"):
+                    raise UnitError(f"unit {unit}: --config {cfg} is relative and the unit has no "
+                                    "absolute WorkingDirectory= to resolve it against")
+                cfg = workdir.rstrip("/") + "/" + cfg
+            text = read_host_file(connection, cfg, "SGLang --config file")
+            if text is None:
+                raise UnitError(f"unit {unit}: SGLang --config file {cfg} does not exist (SGLang would "
+                                "refuse to start)")
+            args = merge_config(args, text, cfg, store_true=BOOL_FLAGS)
+    except ConfigFileError as exc:
+        raise UnitError(f"unit {unit}: {exc}") from None
+    facts.server = parse_server_args(exec_start, args)
+    facts.server.config_file = cfg
+    if facts.active_state == "active":
+        diff = environment_differences(facts.environment, running_environment(connection, main_pid))
+        if diff:
+            facts.warnings.append("the running server was started with another environment than the unit "
+                                  "now gives (a restart applies the unit's): " + "; ".join(diff))
     return facts
 
 

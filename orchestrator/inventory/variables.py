@@ -297,8 +297,8 @@ _SPECS: list[VarSpec] = [
     VarSpec("orch_service", "str", "a systemd unit name", "sglang.service",
             "systemd unit of the SGLang server."),
     VarSpec("orch_sglang_url", "url", "an http(s) URL", None,
-            "Base URL of the server as the controller reaches it (default: http://<ansible_host>:"
-            "<the unit's --port>, 127.0.0.1 with ansible_connection local).", _url),
+            "Base URL of the server as the controller reaches it; readiness is then polled from the "
+            "controller (default: unset, the server is asked on its host where its --host/--port say).", _url),
     VarSpec("orch_device_name", "str", "a non-empty string", None,
             "torch.cuda.get_device_name() override (default: probed on the host)."),
     VarSpec("orch_model_config", "str", "a non-empty string", None,

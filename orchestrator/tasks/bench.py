@@ -1,5 +1,9 @@
 """Task ``bench``: throughput benchmark run ON the host against the unit's own URL.
 
+The URL is ``orch_bench_url`` when set, else the address where ``plan`` found the server
+answering on the host (``orch_endpoint``), else the first address its ``--host``/``--port`` give
+(:func:`orchestrator.tasks.readiness.endpoint_candidates`).
+
 The payload's ``bench`` command drives the server with fixed random-token prompts,
 streaming, and reports ``sglang.bench_serving``'s metric names (``output_throughput``
 in tokens/s, ``median_ttft_ms``, ``median_itl_ms``, ...). ``label`` is ``before`` or
@@ -14,6 +18,12 @@ from typing import Literal
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
+from .readiness import endpoint_candidates, endpoint_of
+
+
+def server_of(ctx) -> dict:
+    """The parsed launch command of the unit (``orch_unit.server``)."""
+    return (ctx.vars.get("orch_unit") or {}).get("server") or {}
 
 
 def _top(levels: list[dict]) -> dict:
@@ -33,8 +43,9 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
     valid in both fell by more than ``regression_threshold`` percent (automatic rollback). A level
     with more than 1% failed requests is invalid and fails the task.
     """
-    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
-    url = ctx.vars.get("orch_bench_url") or f"http://127.0.0.1:{server.get('port', 30000)}"
+    endpoint = endpoint_of(ctx)
+    url = ctx.vars.get("orch_bench_url") or (endpoint["url"] if endpoint["via"] == "host"
+                                             else endpoint_candidates(server_of(ctx))[0])
     conc = [int(c) for c in concurrency]
     args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
             "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool]

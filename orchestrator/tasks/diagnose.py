@@ -34,6 +34,7 @@ from ..facts.files import changed_since_start, config_problem
 from ..facts.journal import last_start, start_failure, unit_log
 from ..facts.moe_log import MoeLogReport, parse_moe_log
 from ..facts.processes import unit_pids
+from .reap import unit_gpu_devices
 from .records import records
 
 
@@ -199,9 +200,15 @@ def _run_that_wrote(ctx, paths: list[str]) -> str | None:
     return None
 
 
-def _holders(ctx, unit_pid_set: set[int]) -> list[dict]:
-    """GPU holders now that are not processes of the unit (payload ``reap --check``: kills nothing)."""
-    data = ctx.payload.call("reap", ["--check"], timeout=120)
+def _holders(ctx, unit_pid_set: set[int], unit: str) -> list[dict]:
+    """Holders of the unit's own GPUs (:func:`orchestrator.tasks.reap.unit_gpu_devices`) now that are
+    not processes of the unit nor of another unit's cgroup (payload ``reap --check``: kills
+    nothing); [] when the unit's GPUs cannot be told."""
+    devices, _why = unit_gpu_devices(ctx)
+    if devices is None:
+        return []
+    data = ctx.payload.call("reap", ["--check", "--devices", devices,
+                                     "--unit", unit if "." in unit else f"{unit}.service"], timeout=120)
     cands = data.get("killed") or data.get("would_kill") or []
     return [p for p in cands if int(p.get("pid", 0)) not in unit_pid_set]
 
@@ -218,7 +225,7 @@ def gather(ctx, unit: str) -> DoctorFacts:
     f = DoctorFacts(unit=facts, probe=probe, log=parse_moe_log(text) if text is not None else None,
                     file_errors=errors, start_failure=start_failure(text) if text else None,
                     changed_since_start=changed_since_start(ctx.connection, main_pid, [p for p in loads.values() if p]),
-                    orphans=_holders(ctx, unit_pids(ctx.connection, main_pid)))
+                    orphans=_holders(ctx, unit_pids(ctx.connection, main_pid), unit))
     if any(errors.values()):
         f.installed_by_run = _run_that_wrote(ctx, [loads[r] for r, e in errors.items() if e])
     return f

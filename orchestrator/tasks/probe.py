@@ -19,14 +19,18 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import last_start, unit_log
 from ..facts.moe_log import parse_moe_log
+from .readiness import find_endpoint
 
 
 def model_flags(ctx) -> list[str]:
     """Payload flags describing the model as the unit runs it (shared by probe and tune)."""
     server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
-    model = ctx.vars.get("orch_model_config") or server.get("model_path")
+    # once probed, the config file the probe found (where SGLang finds it: HF or ModelScope cache)
+    model = (ctx.vars.get("orch_model_config") or (ctx.vars.get("orch_probe") or {}).get("model_config_path")
+             or server.get("model_path"))
     if not model:
-        raise TaskFailed("the unit has no --model-path and orch_model_config is not set")
+        raise TaskFailed("the unit has no --model-path (nor a --config file giving one) and orch_model_config "
+                         "is not set")
     flags = ["--model-config", str(model), "--tp", str(server.get("tp") or 1), "--ep", str(server.get("ep") or 1)]
     if server.get("dtype") and server["dtype"] != "auto":
         flags += ["--dtype", server["dtype"]]
@@ -42,7 +46,8 @@ def model_flags(ctx) -> list[str]:
 def payload_env(ctx) -> dict[str, str]:
     """Environment of the unit the payload must see (HF cache, visible GPUs, config dir)."""
     env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
-    keys = ("HF_HOME", "HF_HUB_CACHE", "CUDA_VISIBLE_DEVICES", "SGLANG_MOE_CONFIG_DIR", "PYTHONPATH")
+    keys = ("HF_HOME", "HF_HUB_CACHE", "CUDA_VISIBLE_DEVICES", "SGLANG_MOE_CONFIG_DIR", "PYTHONPATH",
+            "SGLANG_USE_MODELSCOPE", "MODELSCOPE_CACHE")
     return {k: env[k] for k in keys if k in env}
 
 
@@ -55,6 +60,9 @@ def probe(ctx) -> TaskResult:
     flags = model_flags(ctx)
     if env.get("SGLANG_MOE_CONFIG_DIR"):
         flags += ["--moe-config-dir", env["SGLANG_MOE_CONFIG_DIR"]]
+    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
+    if server.get("download_dir") and not ctx.vars.get("orch_model_config"):
+        flags += ["--download-dir", str(server["download_dir"])]
     ctx.payload.env.update(payload_env(ctx))
     data = ctx.payload.call("probe", flags, timeout=300)
     (ctx.host_dir / "probe.json").write_text(json.dumps(data, indent=2, sort_keys=True))
@@ -115,7 +123,24 @@ def reconcile(derived: dict[str, str], logged: dict[str, str]) -> tuple[dict[str
     return paths, "log", notes
 
 
-@task("plan", check_mode=READ_ONLY, sets=("orch_plan",), aliases={"unit": "name", "service": "name"})
+def multi_node_reason(server: dict) -> str | None:
+    """Why orch refuses a server spread over several hosts (``--nnodes N > 1``), or None. Pure.
+
+    The nodes are ONE server: stopping any rank stops it, and each node loads the MoE configs of
+    its own GPUs. A retune must stop every node, install on every node and start them together,
+    ready through rank 0; orch's plays act per host (``--serial`` could even split the ranks), so
+    it refuses such a unit, on every rank, before anything is stopped."""
+    nnodes = int(server.get("nnodes") or 1)
+    if nnodes <= 1:
+        return None
+    return (f"multi-node server (--nnodes {nnodes}, this host is --node-rank {server.get('node_rank') or 0}, "
+            f"--dist-init-addr {server.get('dist_init_addr') or '?'}): its {nnodes} nodes are one server, and orch "
+            "retunes one host at a time, so it does not stop, tune, install and start the nodes together. Nothing "
+            "was stopped. Tune on one node (`python -m remote tune`, or `orch tune` on a single-node unit of the "
+            "same model, GPU and TP), `orch configs export`, install the files on every node, restart all ranks")
+
+
+@task("plan", check_mode=READ_ONLY, sets=("orch_plan", "orch_endpoint"), aliases={"unit": "name", "service": "name"})
 def plan(ctx, name: str) -> TaskResult:
     """Decide what a tune does on this host (``orch_plan``): tune, or skip for a MoE backend that
     does not read Triton config files; which exact files it would write, and which exist.
@@ -126,9 +151,15 @@ def plan(ctx, name: str) -> TaskResult:
     as the unit's last start looked them up when its log shows one (``orch_plan.names_source``
     ``log``; else ``derived`` from the unit and the model config, see :func:`reconcile`).
     ``orch_plan.existing`` says which exist already.
+    Refuses (fails, before anything is stopped) a multi-node server (:func:`multi_node_reason`) and
+    a running server that answers at none of its addresses; ``orch_endpoint`` is where it answers
+    (:func:`orchestrator.tasks.readiness.find_endpoint`), used by readiness and the benchmarks.
     """
     probe_data = ctx.vars.get("orch_probe") or {}
     server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
+    why_not = multi_node_reason(server)
+    if why_not:
+        raise TaskFailed(why_not)
     backend = server.get("moe_runner_backend") or "auto"
     names = probe_data.get("file_names") or {}
     install_dir = probe_data.get("install_dir")
@@ -164,7 +195,11 @@ def plan(ctx, name: str) -> TaskResult:
     lines += notes
     if action == "skip":
         return TaskResult.skipped(reason, facts={"orch_plan": p}, **p)
+    endpoint = find_endpoint(ctx)
+    ctx.run.summary["endpoint"] = endpoint
+    lines.append(f"server answers at {endpoint['url']} (from the {endpoint['via']})" if endpoint["checked"]
+                 else f"server not running: readiness will be asked at {endpoint['url']} (from the {endpoint['via']})")
     if ctx.check:
         cmd = shlex.join((ctx.vars.get("orch_unit") or {}).get("exec_start") or [])
         lines = [f"check mode: unit runs `{cmd}`", f"MoE backend {backend}"] + lines
-    return TaskResult.ok("; ".join(lines), facts={"orch_plan": p}, **p)
+    return TaskResult.ok("; ".join(lines), facts={"orch_plan": p, "orch_endpoint": endpoint}, **p)

@@ -6,13 +6,15 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Literal
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import unit_log
-from ..facts.unit import UnitError, gather_unit, is_active
+from ..facts.unit import UnitError, gather_unit, is_active, split_launch
+from ..payload.client import PayloadFailed
 
 POLL_S = 0.5
 
@@ -20,10 +22,12 @@ POLL_S = 0.5
 @task("unit_facts", check_mode=READ_ONLY, sets=("orch_unit", "orch_interpreter"),
       aliases={"unit": "name", "service": "name"})
 def unit_facts(ctx, name: str) -> TaskResult:
-    """Read the unit: its state, main PID, environment and the parsed ``sglang.launch_server``
-    command line (``orch_unit``), and the Python that runs it (``orch_interpreter``;
-    ``ansible_python_interpreter`` overrides it). Fails naming the unit when it is missing or not
-    an SGLang server."""
+    """Read the unit: its state, main PID, environment (``Environment=`` overridden by its
+    ``EnvironmentFile=`` files, as systemd does) and the parsed ``sglang.launch_server`` command
+    line (variables expanded, a ``--config`` YAML merged as SGLang merges it) (``orch_unit``), and
+    the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter`` overrides it).
+    Fails naming the unit (and the file) when it is missing, not an SGLang server, or its start
+    depends on a file systemd or SGLang would refuse."""
     try:
         facts = gather_unit(ctx.connection, name)
     except UnitError as exc:
@@ -33,9 +37,17 @@ def unit_facts(ctx, name: str) -> TaskResult:
     ctx.run.was_active = facts.active_state == "active"
     s = facts.server
     interpreter = ctx.vars.get("ansible_python_interpreter") or s.interpreter
-    return TaskResult.ok(f"{name}: {facts.active_state}, model {s.model_path}, tp {s.tp}, ep {s.ep}, "
-                         f"port {s.port}, moe backend {s.moe_runner_backend}",
-                         facts={"orch_unit": data, "orch_interpreter": interpreter}, **data)
+    msg = (f"{name}: {facts.active_state}, model {s.model_path}, tp {s.tp}, ep {s.ep}, "
+           f"host {s.host}, port {s.port}, moe backend {s.moe_runner_backend}")
+    read = [f["path"] for f in facts.env_files if f["read"]]
+    if read:
+        msg += f"; environment files {', '.join(read)}"
+    if s.config_file:
+        msg += f"; flags from --config {s.config_file}"
+    for w in facts.warnings:
+        ctx.emit("unit_warning", warning=w)
+        msg += f"; WARNING: {w}"
+    return TaskResult.ok(msg, facts={"orch_unit": data, "orch_interpreter": interpreter}, **data)
 
 
 def _wait_state(ctx, unit: str, wanted: set[str], timeout: float, fail_on: set[str]) -> str:
@@ -51,6 +63,42 @@ def _wait_state(ctx, unit: str, wanted: set[str], timeout: float, fail_on: set[s
     return state
 
 
+def free_port(ctx, unit: str) -> list[dict]:
+    """Before starting the stopped unit: make sure nothing listens on its port (payload ``port``).
+
+    A leftover of the unit itself (in its cgroup, or running its launch command line: a fork of
+    the server) is ended; any other holder fails the task naming its PID and command line,
+    before the start (which would die with "address already in use"). When the check itself
+    fails (payload crash, link), it is only a warning: the start, perhaps a rescue's, is still
+    tried. Returns the processes ended; nothing to do without a payload or a parsed server."""
+    facts = ctx.vars.get("orch_unit") or {}
+    server = facts.get("server") or {}
+    if ctx.payload is None or not server.get("port"):
+        return []
+    found = split_launch(facts.get("exec_start") or [])
+    args = ["--port", str(int(server["port"])), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
+    if found is not None:
+        args += ["--owner-args", json.dumps(found[1])]
+    try:
+        data = ctx.payload.call("port", args, timeout=120)
+    except PayloadFailed as exc:
+        if ((exc.data or {}).get("detail") or {}).get("holders"):
+            raise  # a holder that is not the unit's, or one that survived SIGKILL: named in the message
+        # the check itself failed: the start (perhaps a rescue's) must still be tried
+        ctx.emit("port_check_failed", error=exc.msg[:300])
+        ctx.say(f"WARNING: could not check port {server['port']} before starting {unit}: {exc.msg[:200]}")
+        return []
+    killed = data.get("killed") or []
+    for k in killed:
+        ctx.emit("port_holder_killed", pid=k.get("pid"), cmdline=k.get("cmdline"), signal=k.get("signal"),
+                 port=server["port"], why=k.get("why"))
+        ctx.say(f"ended {k.get('pid')} ({str(k.get('cmdline'))[:80]}), a leftover of {unit} that held port "
+                f"{server['port']} ({k.get('why')})")
+    if killed:
+        ctx.run.summary.setdefault("port_freed", []).extend(killed)
+    return killed
+
+
 def mark_log(ctx, unit: str) -> None:
     """Remember the unit log as it is now (``ctx.run.log_mark``), so that only the lines of the
     next start are read afterwards (:func:`orchestrator.facts.journal.text_since`)."""
@@ -64,8 +112,9 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
 
     ``only_if_stopped_by_orch`` (rescue steps): start only a unit this run stopped, so orch never
     starts what the operator had stopped; with ``--leave-stopped`` rescue starts nothing. Before
-    a start, the unit log is marked so ``verify_log`` reads only this start's lines. A start that
-    turns ``failed`` fails at once.
+    starting a stopped unit, its port must be free (:func:`free_port`: the unit's own leftovers are
+    ended, another holder fails the task naming it), and the unit log is marked so ``verify_log``
+    reads only this start's lines. A start that turns ``failed`` fails at once.
     """
     conn = ctx.connection
     unit = name
@@ -82,8 +131,11 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     if only_if_stopped_by_orch and (not touched or ctx.options.leave_stopped):
         return TaskResult.skipped("unit was not stopped by this run" if not ctx.options.leave_stopped
                                   else "--leave-stopped")
-    if state == "started" and is_active(conn, unit) == "active":
+    current = is_active(conn, unit)
+    if state == "started" and current == "active":
         return TaskResult.ok(f"{unit} already active")
+    if current != "active":
+        free_port(ctx, unit)
     mark_log(ctx, unit)
     verb = "restart" if state == "restarted" else "start"
     res = conn.run(["systemctl", verb, unit], become=True, timeout=timeout + 30, check=False)

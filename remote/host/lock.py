@@ -7,7 +7,16 @@ The lock is the file ``<state_dir>/lock.json``::
     {"run_id", "controller", "pid", "created", "heartbeat", "created_ts", "heartbeat_ts"}
 
 (``*_ts``: seconds since the epoch on the host's clock; ``created``/``heartbeat``: the same as
-ISO-8601 UTC; ``pid``: the payload process that acquired it, for information only.) It must
+ISO-8601 UTC; ``pid``: the payload process that acquired it, for information only; ``host`` and
+``machine_id``: the host that holds it, :func:`host_identity`.)
+
+The state folder belongs to ONE host. Its owner is recorded in ``<state_dir>/host.json``
+(``{"hostname", "machine_id", "since"}``) by the first lock taken in it; every later
+``acquire``/``heartbeat``/``release``/``break`` from another host (another host name or
+``/etc/machine-id``) is refused (``PayloadError('locked')``) naming the owner: two hosts sharing
+one folder (an ``orch_state_dir`` on NFS, hosts cloned with their data disk; clones share the
+machine id, so the host name tells them apart) would mix their runs, backups and locks. A renamed
+or re-imaged host: remove ``host.json`` (the message says so). It must
 outlive the payload process: the controller holds it across many payload calls. So liveness is
 judged by the heartbeat the controller renews (``lock heartbeat``) between steps, not by a PID:
 a lock whose heartbeat is older than ``--stale-after`` seconds (default 600) is *stale*.
@@ -89,6 +98,72 @@ def run(args) -> dict:
     return status(sd, sa)
 
 
+#: candidates of the machine id, systemd's first (machine-id(5)), then D-Bus's older copy
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+
+def host_identity() -> dict:
+    """``{"hostname", "machine_id"}`` of this host (``machine_id``: the first line of the first
+    readable :data:`MACHINE_ID_FILES`, "" when none)."""
+    mid = ""
+    for path in MACHINE_ID_FILES:
+        try:
+            with open(path) as fh:
+                mid = fh.readline().strip()
+        except OSError:
+            continue
+        if mid:
+            break
+    return {"hostname": socket.gethostname(), "machine_id": mid}
+
+
+def owner_path(state_dir: str) -> str:
+    """``<state_dir>/host.json``: the host the state folder belongs to."""
+    return os.path.join(state_dir, "host.json")
+
+
+def same_host(a: dict, b: dict) -> bool:
+    """True when identities ``a`` and ``b`` (:func:`host_identity`) name the same host: same host
+    name and same machine id (a missing machine id on either side matches any). Pure."""
+    if a.get("hostname") != b.get("hostname"):
+        return False
+    ma, mb = a.get("machine_id") or "", b.get("machine_id") or ""
+    return not ma or not mb or ma == mb
+
+
+def foreign_owner_error(state_dir: str, owner: dict, me: dict) -> PayloadError:
+    """The refusal for host ``me`` in a state folder that belongs to ``owner``."""
+    return PayloadError(
+        "locked",
+        f"the orch state folder {state_dir} belongs to host {owner.get('hostname')!r} (machine-id "
+        f"{owner.get('machine_id') or '?'}), not to this host {me.get('hostname')!r} (machine-id "
+        f"{me.get('machine_id') or '?'}): hosts must not share one state folder (orch_state_dir on a shared "
+        f"mount, or a disk cloned from another host). Give this host its own orch_state_dir; if this host "
+        f"was renamed or re-imaged, remove {owner_path(state_dir)}",
+        detail={"owner": owner, "host": me, "state_dir": state_dir})
+
+
+def check_owner(state_dir: str, claim: bool) -> dict:
+    """Refuse (``PayloadError('locked')``) when the state folder belongs to another host; with
+    ``claim``, record this host as its owner when nobody is. Call under :func:`_mutex`. Returns
+    this host's identity."""
+    me = host_identity()
+    owner = None
+    try:
+        with open(owner_path(state_dir), "rb") as fh:
+            owner = json.loads(fh.read().decode("utf-8"))
+    except FileNotFoundError:
+        owner = None
+    except (OSError, ValueError):
+        owner = {"hostname": "?", "machine_id": "", "error": "unreadable host.json"}
+    if isinstance(owner, dict) and owner:
+        if not same_host(owner, me):
+            raise foreign_owner_error(state_dir, owner, me)
+    elif claim:
+        atomic_write_json(owner_path(state_dir), dict(me, since=_iso(time.time())))
+    return me
+
+
 def lock_path(state_dir: str) -> str:
     """``<state_dir>/lock.json``."""
     return os.path.join(state_dir, "lock.json")
@@ -154,7 +229,8 @@ def describe(lock: dict | None, stale_after: float = DEFAULT_STALE_AFTER, now: f
 
 def _held_error(d: dict, wanted_by: str | None) -> PayloadError:
     lk = d["lock"] or {}
-    who = f"run {lk.get('run_id')} (controller {lk.get('controller')})" if "run_id" in lk else lk.get("error")
+    where = f", host {lk.get('host')}" if lk.get("host") else ""
+    who = f"run {lk.get('run_id')} (controller {lk.get('controller')}{where})" if "run_id" in lk else lk.get("error")
     ages = ""
     if d["age_s"] is not None:
         ages = f", age {d['age_s']:.0f} s, last heartbeat {d['heartbeat_age_s']:.0f} s ago"
@@ -168,16 +244,18 @@ def acquire(state_dir: str, run_id: str, controller: str,
     """Take the host lock for ``run_id``; see module docstring. Raises ``PayloadError('locked')``."""
     check_run_id(run_id)
     with _mutex(state_dir):
+        me = check_owner(state_dir, claim=True)
         cur = _read(state_dir)
-        if cur is not None and not isinstance(cur, _Corrupt) and cur.get("run_id") == run_id:
+        if (cur is not None and not isinstance(cur, _Corrupt) and cur.get("run_id") == run_id
+                and same_host(_lock_host(cur), me)):
             new = _renew(state_dir, cur)
             return dict(describe(new, stale_after), op="acquire", acquired=True, reentrant=True)
         if cur is not None:
             raise _held_error(describe(cur, stale_after), run_id)
         now = time.time()
         lock = {"run_id": run_id, "controller": controller, "pid": os.getpid(),
-                "host": socket.gethostname(), "created": _iso(now), "heartbeat": _iso(now),
-                "created_ts": now, "heartbeat_ts": now}
+                "host": me["hostname"], "machine_id": me["machine_id"], "created": _iso(now),
+                "heartbeat": _iso(now), "created_ts": now, "heartbeat_ts": now}
         fd, tmp = tempfile.mkstemp(prefix=".lock.json.orch-tmp-", dir=state_dir)
         try:
             try:
@@ -203,12 +281,19 @@ def _renew(state_dir: str, lock: dict) -> dict:
     return new
 
 
+def _lock_host(lock: dict) -> dict:
+    """The identity of the host that took ``lock`` (older locks name only the host name)."""
+    return {"hostname": lock.get("host"), "machine_id": lock.get("machine_id") or ""}
+
+
 def _own(state_dir: str, run_id: str, stale_after: float) -> dict | None:
-    """Current lock if ``run_id`` holds it; ``None`` if none; raises ``locked`` if another does."""
+    """Current lock if ``run_id`` holds it from this host; ``None`` if none; raises ``locked`` if
+    another run (or the same run from another host sharing the folder) does."""
+    me = check_owner(state_dir, claim=False)
     cur = _read(state_dir)
     if cur is None:
         return None
-    if isinstance(cur, _Corrupt) or cur.get("run_id") != run_id:
+    if isinstance(cur, _Corrupt) or cur.get("run_id") != run_id or not same_host(_lock_host(cur), me):
         raise _held_error(describe(cur, stale_after), run_id)
     return cur
 
@@ -253,6 +338,7 @@ def break_lock(state_dir: str, holder: str | None = None, force: bool = False,
         if rid is not None:
             check_run_id(rid)
     with _mutex(state_dir):
+        check_owner(state_dir, claim=False)
         cur = _read(state_dir)
         if cur is None:
             return dict(describe(None, stale_after), op="break", broken=False)

@@ -16,7 +16,10 @@ How:
    is on PATH) the PIDs of ``nvidia-smi --query-compute-apps=pid,process_name,used_memory
    --format=csv,noheader,nounits`` are checked against ``/proc``: a PID that is gone, or alive but
    holding no device file (another PID namespace?), is reported as a *ghost*, never killed.
-2. A process is *protected* when the basename of ``argv[0]`` (``/proc/PID/cmdline``) OR of
+2. A process in the cgroup of a systemd service other than ``--unit`` (``/proc/PID/cgroup``)
+   belongs to another unit (several SGLang units may share a host): it is never signalled, is
+   listed under ``other_units`` and does not fail the reap.
+   A process is *protected* when the basename of ``argv[0]`` (``/proc/PID/cmdline``) OR of
    ``/proc/PID/exe`` is in the protected set (``comm`` is cut at 15 characters, so
    ``nvidia-persistenced`` can't be matched there). PID 1, this payload and its ancestors are
    never signalled either (they are reported under ``skipped``).
@@ -39,7 +42,8 @@ Result ``data``::
      "would_kill": [{"pid", "cmdline", "via"}],          # --check only (else [])
      "protected": [{"pid", "cmdline"}], "skipped": [{"pid", "cmdline", "why"}],
      "ghosts": [{"pid", "process_name", "used_memory_mib", "why"}],
-     "others": [{"pid", "cmdline"}], "remaining": [{"pid", "cmdline"}],
+     "others": [{"pid", "cmdline"}], "other_units": [{"pid", "cmdline", "unit"}],
+     "remaining": [{"pid", "cmdline"}],
      "nvidia_smi": "used"|"absent"|"disabled"|"failed"}
 
 ``signal`` is the last signal sent before the process exited (``null``: it exited by itself).
@@ -53,17 +57,14 @@ import shutil
 import signal
 import stat
 import subprocess
-import time
 from typing import Iterable
 
 from ..protocol import PayloadError, log
+from .procs import (_pids, _read, _wait_gone, alive, ancestors, cmdline, exe_name, proc_stat,  # noqa: F401
+                    signal_if_same)
 
 #: Default protected executables (hosts-and-services facts: persistence daemon, DCGM, exporters, X).
 DEFAULT_PROTECTED = "nvidia-persistenced,nv-hostengine,dcgm-exporter,dcgmi,Xorg"
-
-#: Poll interval while waiting for processes to exit, seconds.
-POLL_S = 0.05
-
 
 def add_arguments(parser) -> None:
     """Flags of ``reap``."""
@@ -78,6 +79,8 @@ def add_arguments(parser) -> None:
                         help="comma list: restrict the targets to these PIDs")
     parser.add_argument("--use-nvidia-smi", choices=("auto", "yes", "no"), default="auto")
     parser.add_argument("--nvidia-smi", default=None, help="path of nvidia-smi (default: from PATH)")
+    parser.add_argument("--unit", default=None,
+                        help="the unit being serviced (NAME.service): processes of OTHER units' cgroups are spared")
 
 
 def run(args) -> dict:
@@ -94,49 +97,7 @@ def run(args) -> dict:
         device_globs=[g for g in args.devices.split(",") if g],
         protected={p.strip() for p in args.protected.split(",") if p.strip()},
         term_timeout=args.term_timeout, kill_timeout=args.kill_timeout, check=args.check,
-        only_pids=only, use_nvidia_smi=args.use_nvidia_smi, nvidia_smi=args.nvidia_smi)
-
-
-# ---------------------------------------------------------------- /proc helpers
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError, OSError):
-        return None
-
-
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """``(state, ppid, starttime)`` from ``/proc/PID/stat`` (fields 3, 4, 22); ``None`` if gone."""
-    raw = _read(f"/proc/{pid}/stat")
-    if not raw:
-        return None
-    rest = raw[raw.rfind(b")") + 2:].split()
-    try:
-        return rest[0].decode(), int(rest[1]), int(rest[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def cmdline(pid: int) -> list[str]:
-    """argv of ``pid`` from ``/proc/PID/cmdline`` (empty for kernel threads / gone processes)."""
-    raw = _read(f"/proc/{pid}/cmdline") or b""
-    if raw.endswith(b"\0"):
-        raw = raw[:-1]
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0")] if raw else []
-
-
-def exe_name(pid: int) -> str | None:
-    """Basename of ``/proc/PID/exe`` (without `` (deleted)``); ``None`` if unreadable."""
-    try:
-        target = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return None
-    if target.endswith(" (deleted)"):
-        target = target[: -len(" (deleted)")]
-    return os.path.basename(target)
+        only_pids=only, use_nvidia_smi=args.use_nvidia_smi, nvidia_smi=args.nvidia_smi, unit=args.unit)
 
 
 def is_protected(pid: int, protected: set[str]) -> bool:
@@ -149,32 +110,19 @@ def is_protected(pid: int, protected: set[str]) -> bool:
     return bool(names & protected)
 
 
-def ancestors(pid: int) -> set[int]:
-    """``pid`` and all its ancestors (by PPid), up to and including PID 1."""
-    out = {pid}
-    cur = pid
-    while cur > 1:
-        st = proc_stat(cur)
-        if st is None:
-            break
-        cur = st[1]
-        if cur in out or cur <= 0:
-            break
-        out.add(cur)
-    out.add(1)
-    return out
-
-
-def alive(pid: int, starttime: int | None) -> bool:
-    """True while ``pid`` exists, is not a zombie, and (when given) still has ``starttime``."""
-    st = proc_stat(pid)
-    if st is None or st[0] in ("Z", "X", "x"):
-        return False
-    return starttime is None or st[2] == starttime
-
-
-def _pids() -> list[int]:
-    return sorted(int(n) for n in os.listdir("/proc") if n.isdigit())
+def other_unit(cgroup_text: str, unit: str | None) -> str | None:
+    """The systemd unit (``NAME.service``) whose cgroup a process is in, from its
+    ``/proc/PID/cgroup`` text, when that is a service other than ``unit``; None for the unit's
+    own processes and for those in no service (a session, ``init.scope``, a container's ``/``).
+    Pure."""
+    lines = [ln.split(":", 2) for ln in cgroup_text.splitlines() if ln.count(":") >= 2]
+    # systemd's own hierarchy tells the unit: the unified one (0::) or v1's name=systemd
+    lines.sort(key=lambda f: 0 if f[1] in ("", "name=systemd") else 1)
+    for _, _, path in lines:
+        for part in reversed(path.strip().split("/")):
+            if part.endswith(".service"):
+                return None if part == unit else part
+    return None
 
 
 class Devices:
@@ -289,50 +237,6 @@ def nvidia_smi_apps(path: str, timeout: float = 30.0) -> list[dict]:
 # ---------------------------------------------------------------- the command
 
 
-def _wait_gone(procs: list[dict], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        for p in procs:
-            if not p["exited"] and not alive(p["pid"], p["starttime"]):
-                p["exited"] = True
-        if all(p["exited"] for p in procs) or time.monotonic() >= deadline:
-            return
-        time.sleep(POLL_S)
-
-
-def signal_if_same(pid: int, starttime: int | None, sig: signal.Signals) -> bool:
-    """Send ``sig`` to ``pid`` only while it is still the process first seen with ``starttime``
-    (``/proc/PID/stat`` field 22); returns False, sending nothing, when it is gone, a zombie, or
-    the PID now names another process.
-
-    Where the kernel has pidfds (Linux 5.3+, Python 3.9+), the process is pinned with
-    ``pidfd_open`` first, its start time is checked, and the signal goes through the pidfd: a
-    PID reused between the check and the signal cannot be hit. Elsewhere the check comes right
-    before ``kill`` (a window of microseconds).
-    """
-    fd = None
-    if hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal"):
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return False
-        except OSError:  # ENOSYS (older kernel), EPERM: fall back to kill()
-            fd = None
-    try:
-        if not alive(pid, starttime):
-            return False
-        if fd is not None:
-            signal.pidfd_send_signal(fd, sig)
-        else:
-            os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
 def _signal(p: dict, sig: signal.Signals) -> None:
     if p["exited"] or not signal_if_same(p["pid"], p["starttime"], sig):
         p["exited"] = True
@@ -343,10 +247,12 @@ def _signal(p: dict, sig: signal.Signals) -> None:
 
 def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.0,
          kill_timeout: float = 10.0, check: bool = False, only_pids: set[int] | None = None,
-         use_nvidia_smi: str = "auto", nvidia_smi: str | None = None) -> dict:
+         use_nvidia_smi: str = "auto", nvidia_smi: str | None = None, unit: str | None = None) -> dict:
     """Scan, SIGTERM/SIGKILL and verify; see the module docstring for rules and result.
 
     ``device_globs``: glob patterns of device files; ``protected``: executable basenames;
+    ``unit``: the unit serviced (``NAME.service``): processes in another service's cgroup are
+    never signalled (:func:`other_unit`);
     timeouts in seconds. Raises ``PayloadError('runtime')`` when unprotected holders remain,
     ``PayloadError('not_found')`` when ``use_nvidia_smi == "yes"`` and it is missing.
     """
@@ -382,11 +288,14 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
                 else:
                     ghosts.append(dict(r, why="no such process (stale nvidia-smi entry)"))
 
-    protected_l, skipped, targets, others = [], [], [], []
+    protected_l, skipped, targets, others, other_units = [], [], [], [], []
     for pid, h in sorted(holders.items()):
         brief = {"pid": pid, "cmdline": h["cmdline"]}
+        owner = other_unit((_read(f"/proc/{pid}/cgroup") or b"").decode("utf-8", "replace"), unit)
         if is_protected(pid, protected):
             protected_l.append(brief)
+        elif owner is not None:
+            other_units.append(dict(brief, unit=owner))
         elif pid in never:
             skipped.append(dict(brief, why="PID 1 or the payload / its ancestor"))
         elif only_pids is not None and pid not in only_pids:
@@ -397,7 +306,7 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
 
     result = {"devices": devices.paths, "check": check, "killed": [], "would_kill": [],
               "protected": protected_l, "skipped": skipped, "ghosts": ghosts, "others": others,
-              "remaining": [], "nvidia_smi": smi_state}
+              "other_units": other_units, "remaining": [], "nvidia_smi": smi_state}
     if check:
         result["would_kill"] = [{"pid": t["pid"], "cmdline": t["cmdline"], "via": t["via"]} for t in targets]
         result["remaining"] = [{"pid": t["pid"], "cmdline": t["cmdline"]} for t in targets] + \
@@ -419,7 +328,7 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
     after = scan(devices)
     remaining = []
     for pid, h in sorted(after.items()):
-        if is_protected(pid, protected):
+        if is_protected(pid, protected) or any(o["pid"] == pid for o in other_units):
             continue
         if only_pids is not None and pid not in only_pids and pid not in never:
             continue

@@ -68,11 +68,48 @@ def _looks_like_repo_id(spec: str) -> bool:
     return ok and ".." not in spec
 
 
-def resolve_model_config_path(spec: str, hf_home: str | None = None) -> Path:
+def use_modelscope(env: dict | None = None) -> bool:
+    """SGLang's ``SGLANG_USE_MODELSCOPE`` (0.5.23 ``environ.py``, an ``EnvBool``): true for
+    ``true``, ``1``, ``yes``, ``y`` in any case; unset is false. ``env`` defaults to ``os.environ``."""
+    value = (os.environ if env is None else env).get("SGLANG_USE_MODELSCOPE", "false")
+    return value.strip().lower() in ("true", "1", "yes", "y")
+
+
+def modelscope_model_root(env: dict | None = None) -> Path:
+    """ModelScope's model cache root, which SGLang 0.5.23 asks modelscope for
+    (``modelscope.utils.file_utils.get_model_cache_root``, modelscope 1.40):
+    ``$MODELSCOPE_CACHE/models``, default ``~/.cache/modelscope/hub/models``."""
+    env = os.environ if env is None else env
+    cache = env.get("MODELSCOPE_CACHE") or str(Path("~/.cache/modelscope/hub").expanduser())
+    return Path(cache).expanduser() / "models"
+
+
+def modelscope_candidates(spec: str, download_dir: str | None = None, env: dict | None = None) -> list[Path]:
+    """Folders where a ModelScope model ``spec`` (``ORG/NAME``) is found without a download, in
+    SGLang 0.5.23's order (``handle_modelscope_paths``): ``<model cache root>/ORG/NAME``, then
+    ``<--download-dir>/ORG/NAME``; also ``<model cache root>/ORG/NAME`` with the dots of NAME
+    written ``___``, where modelscope's ``snapshot_download`` stores a model (modelscope
+    ``get_model_masked_directory``; SGLang reaches it through that call)."""
+    root = modelscope_model_root(env)
+    org, _, name = spec.partition("/")
+    out = [root / spec]
+    if download_dir:
+        out.append(Path(download_dir).expanduser() / spec)
+    masked = root / org / name.replace(".", "___")
+    if masked not in out:
+        out.append(masked)
+    return out
+
+
+def resolve_model_config_path(spec: str, hf_home: str | None = None, download_dir: str | None = None,
+                              modelscope: bool | None = None) -> Path:
     """Find the config.json that ``spec`` names; see :func:`load_model_config`.
 
-    Raises PayloadError('not_found') naming every path tried, PayloadError('bad_input')
-    for an empty spec.
+    With ``modelscope`` (default: :func:`use_modelscope` of this process's environment, which the
+    controller sets to the unit's) a repo id is looked up where SGLang looks for a ModelScope model
+    (:func:`modelscope_candidates`, ``download_dir``: the server's ``--download-dir``), not in the
+    Hugging Face cache. Raises PayloadError('not_found') naming every path tried,
+    PayloadError('bad_input') for an empty spec.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise PayloadError("bad_input", "model config: empty --model-config")
@@ -86,6 +123,17 @@ def resolve_model_config_path(spec: str, hf_home: str | None = None) -> Path:
         return p
     if not _looks_like_repo_id(spec):
         raise PayloadError("not_found", f"model config: {p} does not exist")
+    if use_modelscope() if modelscope is None else modelscope:
+        tried = [c / "config.json" for c in modelscope_candidates(spec, download_dir)]
+        for cand in tried:
+            if cand.is_file():
+                return cand
+        raise PayloadError(
+            "not_found",
+            f"model config: {spec!r} (SGLANG_USE_MODELSCOPE) is in no ModelScope cache: tried "
+            + ", ".join(str(t) for t in tried)
+            + "; SGLang would download it at start, orch does not download",
+        )
     hub = hf_hub_dir(hf_home)
     repo_dir = hub / ("models--" + spec.replace("/", "--"))
     snaps = repo_dir / "snapshots"
@@ -118,7 +166,9 @@ def load_model_config(spec: str, hf_home: str | None = None) -> dict:
     repo id (``ORG/NAME``) resolved OFFLINE from the cache:
     ``<hub>/models--ORG--NAME/snapshots/<rev>/config.json`` where ``<rev>`` is
     ``refs/main`` when that snapshot has a config.json, else the newest snapshot that
-    does (``<hub>`` from :func:`hf_hub_dir`). Nothing is downloaded.
+    does (``<hub>`` from :func:`hf_hub_dir`); with ``SGLANG_USE_MODELSCOPE`` set in this
+    process's environment, from the ModelScope cache instead (:func:`resolve_model_config_path`).
+    Nothing is downloaded.
 
     Raises PayloadError('not_found') when no file is found and PayloadError('bad_input')
     when the file is larger than :data:`MAX_CONFIG_BYTES`, not JSON, or not an object;
@@ -1121,6 +1171,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     parser.add_argument("--model-config", required=required,
                         help="model folder, config.json path, or HF repo id (offline cache lookup)")
     parser.add_argument("--hf-home", default=None, help="HF_HOME of the cache (default $HF_HOME or ~/.cache/huggingface)")
+    parser.add_argument("--download-dir", default=None,
+                        help="server --download-dir (where a ModelScope model may be; SGLANG_USE_MODELSCOPE)")
     parser.add_argument("--tp", type=int, default=1, help="server --tp-size")
     parser.add_argument("--ep", type=int, default=1, help="server --ep-size")
     parser.add_argument("--dtype", default=None, help="server --dtype (auto, bfloat16, float16, float32)")
@@ -1134,7 +1186,7 @@ def shape_from_args(args: argparse.Namespace, capability: tuple[int, int] | None
 
     Raises PayloadError (not_found/bad_input) from :func:`load_model_config`/:func:`moe_shape`.
     """
-    path = resolve_model_config_path(args.model_config, args.hf_home)
+    path = resolve_model_config_path(args.model_config, args.hf_home, getattr(args, "download_dir", None))
     cfg = load_model_config(str(path))
     shape = moe_shape(cfg, tp=args.tp, ep=args.ep, quantization=args.quantization, dtype=args.dtype,
                       disable_shared_experts_fusion=args.disable_shared_experts_fusion, capability=capability)

@@ -19,6 +19,10 @@ Every host (``gpu-a``, ``gpu-b``, ...) is
 - two processes holding ``/dev/nvidia0`` that are children of the host's PID 1: a leftover
   ``sglang::scheduler_TP0`` and ``nvidia-persistenced`` (which a reap must spare).
 
+Real-fleet variants (issue 13, ``FLEET_OPTION_DEFAULTS``): units with ``EnvironmentFile=`` and
+``--config`` files, other ``--host``/``--port`` binds, several units per host with GPUs named by
+UUID (and a fake ``nvidia-smi``), a state folder shared with another host.
+
 Only loopback and these namespaces are ever addressed. The hosts share the root file system
 otherwise; the empty mount points ``/models``, ``/opt/sglang``, ``/var/lib/orch``, ``/root/.ssh``,
 ``/home/orchop`` are created on it when missing.
@@ -118,6 +122,41 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "ssh_only_via": None,           # name of another bed host (a bastion): SSH logins only from it,
                                     # over a private link between the two namespaces
 }
+
+# --- Real fleets (issue 13): unit variants and shared hosts. Kept apart from the options above so
+# that other variants can be added beside them; every default leaves the host as before.
+FLEET_OPTION_DEFAULTS: Dict[str, Any] = {
+    "files": {},             # {absolute path inside the host: text} written before the units start
+                             #   (per-host mounts, plus FLEET_ETC_DIRS which get a per-host folder)
+    "env_files": [],         # EnvironmentFile= values of the unit, e.g. ["-/etc/default/sglang-qwen"]
+    "launch_args": None,     # None: the usual --model-path/--tp/--port/--host; else the whole list of
+                             #   flags after `-m sglang.launch_server` (e.g. ["--config", "/etc/sglang/q.yaml"])
+    "port": SGLANG_PORT,     # the port the unit listens on (its --port, or the one its --config names)
+    "bind_host": "0.0.0.0",  # --host of the unit; None: flag omitted (SGLang binds 127.0.0.1);
+                             #   "address": the host's own address (127.0.0.1 is then refused)
+    "gpus": None,            # GPU indices the unit opens (None: 0..tp-1)
+    "cvd": None,             # CUDA_VISIBLE_DEVICES of the unit for those GPUs: None (unset), "index", "uuid"
+    "more_units": [],        # further SGLang units on this host, each {"unit", "port", "gpus", "cvd", "env"}
+    "nvidia_smi": False,     # /usr/local/sbin/nvidia-smi (tests/testbed/nvidia_smi.py) for the host's GPUs
+    "mig": {},               # {gpu index: [MIG profile, ...]} listed by that nvidia-smi
+    "shares_state_with": None,  # an earlier host's name: this host mounts that host's /var/lib/orch
+                                #   (one orch state folder on NFS, or hosts cloned with one data disk)
+}
+HOST_OPTION_DEFAULTS.update(FLEET_OPTION_DEFAULTS)
+#: /etc folders a host gets its own copy of when ``files`` writes into them (the machine's content
+#: first, so nothing else there disappears inside the host)
+FLEET_ETC_DIRS = ("/etc/default", "/etc/sglang")
+#: PCI bus ids of an 8-GPU HGX H200 board, in nvidia-smi's order
+PCI_BUS_IDS = ("00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0",
+               "00000000:9A:00.0", "00000000:AB:00.0", "00000000:BA:00.0", "00000000:DB:00.0")
+NVIDIA_SMI = str(Path(__file__).resolve().parent / "nvidia_smi.py")
+
+
+def gpu_uuid(host_name: str, index: int, kind: str = "GPU") -> str:
+    """Stable UUID of GPU ``index`` of host ``host_name`` (``GPU-8-4-4-4-12`` hex, as nvidia-smi
+    prints it; ``kind`` ``MIG`` for a MIG device)."""
+    h = hashlib.sha256(f"{kind}:{host_name}:{index}".encode()).hexdigest()
+    return f"{kind}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 def _everyone_can_run(path: str) -> bool:
@@ -477,8 +516,14 @@ class Host:
 
     @property
     def url(self) -> str:
-        """The unit's base URL as seen from inside the host."""
-        return f"http://127.0.0.1:{SGLANG_PORT}"
+        """The unit's base URL as seen from inside the host (its own address when the unit binds
+        only that, else 127.0.0.1)."""
+        where = self.address if self.options.get("bind_host") == "address" else "127.0.0.1"
+        return f"http://{where}:{self.options.get('port', SGLANG_PORT)}"
+
+    def gpu_uuid(self, index: int) -> str:
+        """UUID of this host's GPU ``index`` (what its nvidia-smi reports)."""
+        return gpu_uuid(self.name, index)
 
     def local_path(self, path: str) -> Path:
         """Path in the root namespace of a file inside one of this host's own mounts
@@ -615,7 +660,16 @@ def _hidden_code_binds(hostdir: Path, paths: Optional[List[str]] = None) -> List
     return out
 
 
-def _unit_text(host: Host) -> str:
+def _cvd_value(host: Host, gpus: List[int], kind: Optional[str]) -> Optional[str]:
+    """CUDA_VISIBLE_DEVICES naming ``gpus`` by index or by UUID (None: ``kind`` None)."""
+    if kind is None:
+        return None
+    return ",".join(host.gpu_uuid(i) if kind == "uuid" else str(i) for i in gpus)
+
+
+def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
+    """The unit file of the host's SGLang unit, or (``extra``: an entry of ``more_units``) of a
+    further unit on the same host."""
     o = host.options
     env = {"PYTHONPATH": "/opt/sglang", "ORCH_STANDIN_GPU_NAME": o["gpu_name"],
            "ORCH_STANDIN_WARMUP_S": str(o["warmup_s"]), "PYTHONUNBUFFERED": "1", "HOME": "/root"}
@@ -623,12 +677,28 @@ def _unit_text(host: Host) -> str:
         env["SGLANG_MOE_CONFIG_DIR"] = o["moe_config_dir"]
     if o["gpu_exclusive"]:
         env["ORCH_STANDIN_GPU_EXCLUSIVE"] = "1"
-    env.update({k: str(v) for k, v in o["env"].items()})
-    args = [VENV_PYTHON, "-m", "sglang.launch_server", "--model-path", "/models/tiny-moe", "--tp", str(o["tp"]),
-            "--port", str(SGLANG_PORT), "--host", "0.0.0.0"]
-    if o["backend"]:
+    unit = (extra or {}).get("unit") or o["unit"]
+    port = int((extra or {}).get("port") or o["port"])
+    gpus = list((extra or {}).get("gpus") or o["gpus"] or range(max(1, int(o["tp"]))))
+    cvd = _cvd_value(host, gpus, (extra or {}).get("cvd") if extra else o["cvd"])
+    if extra or o["gpus"] is not None:  # the stand-in opens exactly these device files
+        env["ORCH_STANDIN_NVIDIA_DEV"] = ",".join(f"/dev/nvidia{i}" for i in gpus)
+    if cvd:
+        env["CUDA_VISIBLE_DEVICES"] = cvd
+    env.update({k: str(v) for k, v in ((extra.get("env") or {}) if extra else o["env"]).items()})
+    bind = o["bind_host"] if not extra else "0.0.0.0"
+    if extra or o["launch_args"] is None:
+        flags = ["--model-path", "/models/tiny-moe", "--tp", str(len(gpus) if extra else o["tp"]),
+                 "--port", str(port)]
+        if bind is not None:
+            flags += ["--host", host.address if bind == "address" else bind]
+    else:
+        flags = [str(a) for a in o["launch_args"]]
+    args = [VENV_PYTHON, "-m", "sglang.launch_server"] + flags
+    if o["backend"] and not extra:
         args += ["--moe-runner-backend", o["backend"]]
-    args += [str(a) for a in o["extra_args"]]
+    if not extra:
+        args += [str(a) for a in o["extra_args"]]
     lines = [
         "[Unit]",
         f"Description=SGLang server (orch test bed stand-in) on {host.name}",
@@ -638,13 +708,14 @@ def _unit_text(host: Host) -> str:
         "Type=simple",
     ]
     lines += [f'Environment="{k}={v}"' for k, v in env.items()]
+    lines += [f"EnvironmentFile={f}" for f in ((extra or {}).get("env_files", []) if extra else o["env_files"])]
     lines += [
         "ExecStart=" + " ".join(shlex.quote(a) for a in args),
         "WorkingDirectory=/root",
         "KillMode=control-group",
         # docker-systemctl-replacement keeps its state beside /run only when the caller may write
         # /run (root); fix the path so a non-root `systemctl show` (LOGIN_USER) reads the same state
-        f"StatusFile=/run/{o['unit']}.service.status",
+        f"StatusFile=/run/{unit}.service.status",
         f"TimeoutStopSec={o['timeout_stop_s']}",
         "Restart=no",
         "",
@@ -922,6 +993,7 @@ class TestBed:
         (hd / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n")
         # the unit
         (hd / "etc-systemd-system" / f"{o['unit']}.service").write_text(_unit_text(host))
+        fleet_binds = self._make_fleet_files(host)
         # MoE config folder override and pre-installed config files
         setup_cmds = []
         if o["moe_config_dir"]:
@@ -937,13 +1009,63 @@ class TestBed:
                 [str(hd / "bin" / "systemctl"), "/usr/bin/systemctl"],
                 [str(hd / "bin" / "journalctl"), "/usr/bin/journalctl"],
                 [str(hd / "etc" / "resolv.conf"), "/etc/resolv.conf"],
-                [str(hd / "etc" / "hosts"), "/etc/hosts"]] + _hidden_code_binds(hd),
+                [str(hd / "etc" / "hosts"), "/etc/hosts"]] + fleet_binds + _hidden_code_binds(hd),
             "nvidia": nvidia, "sshd_config": "/run/orchtb/sshd_config", "python": VENV_PYTHON,
             "setup_cmds": setup_cmds, "strays": bool(o["strays"]),
-            "start_units": [o["unit"]] if o["start_unit"] else [],
+            "start_units": ([o["unit"]] + [u["unit"] for u in o["more_units"]]) if o["start_unit"] else [],
+            "unit_ports": {o["unit"]: int(o["port"]), **{u["unit"]: int(u["port"]) for u in o["more_units"]}},
+            "unit_addresses": {o["unit"]: host.url.split("//", 1)[1].rsplit(":", 1)[0]},
         }
         # /tmp and /run last: binding them must not hide later sources (hostinit also uses O_PATH fds)
         (hd / "spec.json").write_text(json.dumps(spec, indent=1))
+
+    def _make_fleet_files(self, host: Host) -> List[List[str]]:
+        """The real-fleet variants of ``host`` (FLEET_OPTION_DEFAULTS): further units, files
+        (``/etc/default``, ``/etc/sglang`` get a per-host copy), the fake ``nvidia-smi``, a state
+        folder shared with an earlier host. Returns the extra binds ``[source, inside]``."""
+        o, hd = host.options, host.hostdir
+        binds: List[List[str]] = []
+        for extra in o["more_units"]:
+            (hd / "etc-systemd-system" / f"{extra['unit']}.service").write_text(_unit_text(host, extra))
+        for path, text in o["files"].items():
+            if not path.startswith("/"):
+                raise TestBedError(f"host option files: {path!r} is not absolute")
+            etc = next((d for d in FLEET_ETC_DIRS if path.startswith(d + "/")), None)
+            if etc is not None:
+                local_dir = hd / ("etc-" + etc.rsplit("/", 1)[1])
+                if not local_dir.exists():
+                    if os.path.isdir(etc):
+                        shutil.copytree(etc, local_dir, symlinks=True)
+                    else:
+                        local_dir.mkdir(parents=True)
+                    binds.append([str(local_dir), etc])
+                target = local_dir / os.path.relpath(path, etc)
+            else:
+                target = host.local_path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        if o["nvidia_smi"]:
+            gpus = [{"index": i, "name": o["gpu_name"], "uuid": host.gpu_uuid(i),
+                     "pci_bus_id": PCI_BUS_IDS[i % len(PCI_BUS_IDS)],
+                     "mig": [{"profile": prof, "uuid": gpu_uuid(host.name, i * 100 + k, "MIG")}
+                             for k, prof in enumerate(o["mig"].get(i, o["mig"].get(str(i), [])))]}
+                    for i in range(int(o["n_gpus"]))]
+            (hd / "run" / "orchtb" / "gpus.json").write_text(json.dumps(gpus, indent=1))
+            shutil.copy(NVIDIA_SMI, hd / "run" / "orchtb" / "nvidia_smi.py")
+            os.chmod(hd / "run" / "orchtb" / "nvidia_smi.py", 0o644)
+            python = VENV_PYTHON if _everyone_can_run(VENV_PYTHON) else "/usr/bin/python3"
+            sbin = hd / "usr-local-sbin"
+            sbin.mkdir()
+            (sbin / "nvidia-smi").write_text(f"#!/bin/sh\nexec {shlex.quote(python)} /run/orchtb/nvidia_smi.py \"$@\"\n")
+            os.chmod(sbin / "nvidia-smi", 0o755)
+            binds.append([str(sbin), "/usr/local/sbin"])
+        if o["shares_state_with"]:
+            other = self.workdir / o["shares_state_with"] / "var-lib-orch"
+            if not other.is_dir():
+                raise TestBedError(f"shares_state_with: {o['shares_state_with']} is not an earlier host of this bed")
+            os.rmdir(hd / "var-lib-orch")
+            os.symlink(other, hd / "var-lib-orch")
+        return binds
 
     @staticmethod
     def _config_target(host: Host, name: str) -> str:
@@ -956,6 +1078,12 @@ class TestBed:
 
     def _start_host(self, host: Host) -> None:
         rfd, wfd = os.pipe()
+        for mp in ("/models", "/opt/sglang", "/var/lib/orch", LOGIN_HOME):
+            os.makedirs(mp, exist_ok=True)
+        for etc in FLEET_ETC_DIRS:  # mount points of the per-host /etc folders (FLEET_OPTION_DEFAULTS files)
+            if any(p.startswith(etc + "/") for p in host.options["files"]):
+                os.makedirs(etc, exist_ok=True)
+        os.makedirs("/root/.ssh", mode=0o700, exist_ok=True)
         cmd = ["ip", "netns", "exec", host.ns, "unshare", "--mount", "--pid", "--uts", "--fork", "--mount-proc",
                "--propagation", "private", VENV_PYTHON, HOSTINIT, str(host.hostdir / "spec.json"), str(wfd)]
         host._unshare = subprocess.Popen(cmd, pass_fds=[wfd], stdin=subprocess.DEVNULL,

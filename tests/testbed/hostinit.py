@@ -86,12 +86,12 @@ def _spawn_holder(python: str, argv0: str, extra_args: list[str], paths: list[st
     proc.wait()
 
 
-def _wait_port(port: int, timeout: float) -> bool:
+def _wait_port(port: int, timeout: float, address: str = "127.0.0.1") -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as s:
             s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((address, port)) == 0:
                 return True
         time.sleep(0.05)
     return False
@@ -134,7 +134,9 @@ def main(argv: list[str]) -> int:
         # unit with ORCH_STANDIN_GPU_EXCLUSIVE starts cleanly at bed creation
         for unit in spec.get("start_units", []):
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not _wait_port(spec.get("unit_port", 30000), 0.5):
+            port = (spec.get("unit_ports") or {}).get(unit, spec.get("unit_port", 30000))
+            address = (spec.get("unit_addresses") or {}).get(unit, "127.0.0.1")
+            while time.monotonic() < deadline and not _wait_port(port, 0.5, address):
                 state = subprocess.run(["/usr/bin/systemctl", "is-active", unit], env=env, text=True,
                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.strip()
                 if state not in ("active", "activating"):

@@ -10,7 +10,8 @@ release's wheel (``tests/sglang_releases.py`` fetches and caches it): the module
 ``sglang/srt/layers/moe/fused_moe_triton/fused_moe.py`` up to 0.5.1). The stand-in's example
 ``configs/triton_3_1_0/`` folder sits beside it, as the wheel's configs do; ``sglang.__version__``
 and the ``sglang-<release>.dist-info`` metadata name the release. ``dest`` is then usable as
-``PYTHONPATH``.
+``PYTHONPATH``. The release's ``--config`` merger (``ConfigArgumentMerger``) is copied unchanged to
+``sglang/_standin/release_config_parser.py`` (see :data:`CONFIG_PARSER_PATHS`).
 
 Layouts: ``current`` (the loader folder ``moe_runner/triton_utils``, default release
 :data:`DEFAULT_RELEASES` ``current``: 0.5.23) and ``old`` (``fused_moe_triton``, default release
@@ -40,6 +41,12 @@ LOOKUP_MODULE_PATHS = (
 #: The release each layout runs unless one is named.
 DEFAULT_RELEASES = {"current": "0.5.23", "old": "0.5.8"}
 STANDIN_CONFIGS = CURRENT_LOADER_DIR + "/configs"  # the stand-in's example configs in the source tree
+#: Where a release keeps the code that merges ``--config FILE.yaml`` into its flags
+#: (``ConfigArgumentMerger``), newest first; the stand-in runs it from
+#: :data:`STANDIN_CONFIG_PARSER` (its own path would clash with the stand-in's ``sglang/srt/utils.py``).
+CONFIG_PARSER_PATHS = ("sglang/srt/utils/server_args_config_parser.py",  # 0.5.20 and newer
+                       "sglang/srt/server_args_config_parser.py")        # 0.5.3 ... 0.5.16
+STANDIN_CONFIG_PARSER = "sglang/_standin/release_config_parser.py"
 
 
 def loader_dir(layout: str = "current") -> str:
@@ -104,6 +111,10 @@ def make_tree(dest: Path | str, layout: str | None = "current", release: str | N
     from tests.sglang_releases import source_tree
 
     shutil.copyfile(source_tree(release) / module_rel, dest / module_rel)
+    parser_src = next((source_tree(release) / rel for rel in CONFIG_PARSER_PATHS
+                       if (source_tree(release) / rel).is_file()), None)
+    if parser_src is not None:  # releases before 0.5.3 have no --config: the stand-in then refuses it
+        shutil.copyfile(parser_src, dest / STANDIN_CONFIG_PARSER)
     ldir = dest / LAYOUTS[own]
     if LAYOUTS[own] != CURRENT_LOADER_DIR:
         shutil.move(str(dest / STANDIN_CONFIGS), str(ldir / "configs"))

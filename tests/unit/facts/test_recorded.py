@@ -11,6 +11,8 @@ import pytest
 from orchestrator.facts.files import parse_changed_since_start
 from orchestrator.facts.journal import last_start, start_failure, text_since
 from orchestrator.facts.processes import descendants, parse_ps_tree
+from orchestrator.facts.gpus import UnresolvedDevices, gpu_table, resolve_visible_devices
+from orchestrator.facts.systemd_env import expand_exec_argv, parse_env_file
 from orchestrator.facts.unit import parse_server_args, parse_show, parse_show_exec_start
 
 CASES = Path(__file__).parent / "cases"
@@ -54,6 +56,28 @@ def test_systemctl_show(case):
     assert {k: getattr(sa, k) for k in case["server"]} == case["server"]
 
 
+@pytest.mark.parametrize("case", cases("unit.env_file"))
+def test_environment_file(case):
+    assert parse_env_file(case["text"]) == case["expected"]
+
+
+@pytest.mark.parametrize("case", cases("unit.exec_expand"))
+def test_exec_start_expansion(case):
+    assert expand_exec_argv(case["argv"], case["env"]) == case["expected"]
+
+
+@pytest.mark.parametrize("case", cases("gpus.visible_devices"))
+def test_visible_devices(case):
+    gpus = gpu_table(case["query"], case["list"], case["driver"])
+    assert gpus and [g.index for g in gpus] == list(range(len(gpus)))
+    if case["expected"] is None:
+        with pytest.raises(UnresolvedDevices, match="CUDA_VISIBLE_DEVICES"):
+            resolve_visible_devices(case["cvd"], gpus)
+    else:
+        assert resolve_visible_devices(case["cvd"], gpus) == case["expected"]
+
+
 def test_every_case_file_is_used():
-    used = {"journal.text_since", "journal.last_start", "journal.start_failure", "processes.unit_tree", "files.changed_since_start", "unit.show"}
+    used = {"journal.text_since", "journal.last_start", "journal.start_failure", "processes.unit_tree",
+            "files.changed_since_start", "unit.show", "unit.env_file", "unit.exec_expand", "gpus.visible_devices"}
     assert {p.stem for p in CASES.glob("*.json")} == used

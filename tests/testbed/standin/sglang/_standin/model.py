@@ -45,6 +45,31 @@ class MoeShape:
     per_channel_quant: bool = False
 
 
+def _env_true(name: str) -> bool:
+    """SGLang 0.5.23 ``EnvBool``: true for ``true``, ``1``, ``yes``, ``y`` (any case)."""
+    return os.environ.get(name, "false").lower() in ("true", "1", "yes", "y")
+
+
+def resolve_model_path(model_path: str, download_dir: Optional[str] = None) -> str:
+    """The folder SGLang 0.5.23 loads ``--model-path`` from (its ``handle_modelscope_paths``):
+    a path that exists is used as is; with ``SGLANG_USE_MODELSCOPE`` true, else
+    ``<root>/<model_path>`` where ``root`` is ModelScope's model cache root (modelscope 1.40
+    ``get_model_cache_root``: ``$MODELSCOPE_CACHE/models``, default ``~/.cache/modelscope/hub/models``),
+    else ``<download_dir>/<model_path>``. A miss would download from the hub: the stand-in raises
+    FileNotFoundError instead. Without ModelScope the path is returned unchanged."""
+    if not model_path or os.path.exists(model_path) or not _env_true("SGLANG_USE_MODELSCOPE"):
+        return model_path
+    cache = os.path.expanduser(os.environ.get("MODELSCOPE_CACHE") or os.path.join("~", ".cache", "modelscope", "hub"))
+    tried = [os.path.join(cache, "models", model_path)]
+    if download_dir:
+        tried.append(os.path.join(download_dir, model_path))
+    for cand in tried:
+        if os.path.exists(cand):
+            return cand
+    raise FileNotFoundError(f"stand-in: {model_path} is in no ModelScope cache ({', '.join(tried)}); "
+                            "SGLang would download it now")
+
+
 def load_config(model_path: str) -> Dict[str, Any]:
     """Read ``<model_path>/config.json`` (dict). Raises FileNotFoundError / JSONDecodeError."""
     with open(os.path.join(model_path, "config.json")) as f:

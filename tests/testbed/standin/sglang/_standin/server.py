@@ -43,6 +43,20 @@ it loaded (path, sha256, outcome of each lookup) in ``$ORCH_STANDIN_STATE_DIR`` 
 crashes like a Triton ``OutOfResources`` at CUDA-graph capture (``crash``) or never becomes
 healthy (``never_ready``); the same files as the first start load fine (for rollback tests).
 
+Real-fleet shapes (issue 13): ``--config FILE.yaml`` is merged into the flags by the release's own
+``ConfigArgumentMerger`` (copied unchanged into the tree as ``sglang._standin.release_config_parser``
+by ``standin_tree``), as ``prepare_server_args`` does: command line over file over defaults.
+``$ORCH_STANDIN_NVIDIA_DEV`` may list several device files (comma separated). With
+``--nnodes N > 1`` and ``--node-rank R >= 1`` the node serves only ``/health`` (and
+``/health_generate``), like SGLang's non-zero ranks; everything else answers 404. With
+``SGLANG_USE_MODELSCOPE`` true, a ``--model-path`` that is not a local path is looked up as SGLang
+0.5.23's ``handle_modelscope_paths`` does: ``<ModelScope model cache root>/<model-path>`` (the root is
+``$MODELSCOPE_CACHE/models``, default ``~/.cache/modelscope/hub/models``, as modelscope 1.40's
+``get_model_cache_root``), then ``<--download-dir>/<model-path>``; a miss would download, which the
+stand-in refuses (exit 1). ``ORCH_STANDIN_LEAK_PORT_HOLDER=1``: once the port is bound, a child
+process keeps the listening socket open, holds no GPU, and outlives the server (re-parented to PID 1,
+same command line as the server), so the next start fails with "address already in use".
+
 Fault knobs: ``ORCH_STANDIN_FAIL_START=1`` (exit 1 at start), ``ORCH_STANDIN_NEVER_READY=1``
 (``/health`` stays 503), ``ORCH_STANDIN_IGNORE_SIGTERM=1`` (SIGTERM ignored; only SIGKILL
 stops it), ``ORCH_STANDIN_HANG_GENERATE=1`` (``/generate`` and completions never answer
@@ -139,6 +153,17 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", default=None)
+    p.add_argument("--download-dir", default=None)
+    p.add_argument("--config", default=None, help="YAML file of flags (merged by the release's own code)")
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--config" in argv:  # the release's rule: only a separate --config token triggers the merge
+        from . import release_config_parser
+
+        argv = release_config_parser.ConfigArgumentMerger(p).merge_config_with_args(list(argv))
     args, unknown = p.parse_known_args(argv)
     args.unknown = unknown
     return args
@@ -232,7 +257,8 @@ class StandinServer:
         """Open the GPU device file(s) and keep them open. RuntimeError if one is missing, or
         (``ORCH_STANDIN_GPU_EXCLUSIVE``) already used by another compute process."""
         explicit = os.environ.get("ORCH_STANDIN_NVIDIA_DEV")
-        paths = [explicit] if explicit else [f"/dev/nvidia{i}" for i in range(max(1, self.args.tp_size))]
+        paths = ([p for p in explicit.split(",") if p] if explicit
+                 else [f"/dev/nvidia{i}" for i in range(max(1, self.args.tp_size))])
         if _env_flag("ORCH_STANDIN_GPU_EXCLUSIVE"):
             busy = self.other_holders(paths)
             if busy:
@@ -308,10 +334,10 @@ class StandinServer:
         if _env_flag("ORCH_STANDIN_LEAK_SCHEDULER"):
             import subprocess
 
-            dev = os.environ.get("ORCH_STANDIN_NVIDIA_DEV") or "/dev/nvidia0"
+            dev = (os.environ.get("ORCH_STANDIN_NVIDIA_DEV") or "/dev/nvidia0").split(",")[0]
             subprocess.run(["sglang::scheduler_TP0", "-c", LEAK_CODE, dev], executable=sys.executable,
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
-        cfg = model_mod.load_config(a.model_path)
+        cfg = model_mod.load_config(model_mod.resolve_model_path(a.model_path, a.download_dir))
         self.shape = model_mod.moe_shape(cfg, a.tp_size, a.ep_size, a.quantization, a.dtype,
                                          a.disable_shared_experts_fusion, a.moe_runner_backend)
         sched_logger.info("Load weight begin. avail mem=139.72 GB")
@@ -408,6 +434,8 @@ class StandinServer:
         handler = type("Handler", (_Handler,), {"standin": server})
         self.httpd = _HTTPServer((self.args.host, self.args.port), handler)
         logger.info(f"Uvicorn running on http://{self.args.host}:{self.args.port} (Press CTRL+C to quit)")
+        if _env_flag("ORCH_STANDIN_LEAK_PORT_HOLDER"):
+            self.leak_port_holder()
         threading.Thread(target=self._warmup, daemon=True).start()
 
         def on_term(signum, frame):
@@ -421,6 +449,31 @@ class StandinServer:
         signal.signal(signal.SIGINT, on_term)
         self.httpd.serve_forever(poll_interval=0.2)
         self.httpd.server_close()
+
+    @property
+    def health_only(self) -> bool:
+        """True on a non-zero rank of a multi-node server: it serves only ``/health``."""
+        return self.args.nnodes > 1 and self.args.node_rank >= 1
+
+    def leak_port_holder(self) -> None:
+        """Fork a child that keeps the listening socket (and nothing else of note: no GPU file) open
+        and outlives the server: it starts a new session and is re-parented to PID 1, so a stop of
+        the unit does not reach it. Its command line is the server's (a fork, no exec)."""
+        if os.fork():
+            return
+        if os.fork():
+            os._exit(0)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for std in (0, 1, 2):
+            os.dup2(null, std)
+        for fd in self.gpu_fds:
+            os.close(fd)
+        keep = self.httpd.socket.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 4096)
+        while True:
+            time.sleep(3600)
 
     def _warmup(self) -> None:
         if self.never_ready:
@@ -516,7 +569,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         s = self.standin
         path = self.path.split("?", 1)[0]
-        if path == "/v1/models":
+        if s.health_only and path not in ("/health", "/health_generate"):
+            self._send_json(404, {"detail": "Not Found"})
+        elif path == "/v1/models":
             self._send_json(200, {"object": "list", "data": [{
                 "id": s.served_name, "object": "model", "created": s.created, "owned_by": "sglang",
                 "root": s.served_name, "max_model_len": s.args.context_length or 40960}]})
@@ -536,6 +591,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
+        if self.standin.health_only:
+            self._send_json(404, {"detail": "Not Found"})
+            return
         try:
             body = self._body()
         except (ValueError, UnicodeDecodeError) as exc:

@@ -1,0 +1,92 @@
+"""The test bed's ``nvidia-smi`` (a host has no GPU): answers in the real command's formats.
+
+Installed per host as ``/usr/local/sbin/nvidia-smi`` when the host option ``nvidia_smi`` is set;
+reads the host's GPUs from ``/run/orchtb/gpus.json`` (``[{"index", "name", "uuid", "pci_bus_id",
+"mig": [{"profile", "uuid"}]}]``, written by the bed). Standard library only.
+
+What it answers, in the formats of a real driver (R535+; samples recorded from real hosts in
+``tests/unit/facts/cases/gpus.json``):
+
+- ``-L`` / ``--list-gpus``::
+
+      GPU 0: NVIDIA H200 (UUID: GPU-3f0c...)
+        MIG 3g.71gb     Device  0: (UUID: MIG-8a1d...)
+
+- ``--query-gpu=FIELD[,FIELD...] --format=csv[,noheader][,nounits]`` for the fields ``index``,
+  ``uuid``, ``pci.bus_id``, ``name``, ``count``: one line per GPU, values joined by ``", "``; a
+  header line (``index, uuid, pci.bus_id``) unless ``noheader``. Another field: ``Field "x" is
+  not a valid field to query.`` and exit status 2, as the real command.
+- ``--query-compute-apps=...``: no line (the bed's processes hold fake device files; no GPU
+  memory is in use), or the header alone without ``noheader``.
+
+Anything else exits 2 with a message naming what the bed's nvidia-smi does not answer.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+GPUS_FILE = "/run/orchtb/gpus.json"
+FIELDS = {"index": "index", "uuid": "uuid", "pci.bus_id": "pci_bus_id", "name": "name"}
+
+
+def _load() -> list:
+    with open(GPUS_FILE) as f:
+        return json.load(f)
+
+
+def list_gpus(gpus: list) -> str:
+    """``nvidia-smi -L`` text for ``gpus``."""
+    out = []
+    for g in gpus:
+        out.append(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
+        for i, m in enumerate(g.get("mig") or []):
+            out.append(f"  MIG {m['profile']:<12}Device {i:>2}: (UUID: {m['uuid']})")
+    return "\n".join(out) + "\n"
+
+
+def query_gpu(gpus: list, fields: list, header: bool) -> str:
+    """``--query-gpu=FIELDS --format=csv`` text for ``gpus``; KeyError naming an unknown field."""
+    rows = [", ".join(fields)] if header else []
+    for g in gpus:
+        vals = []
+        for f in fields:
+            if f == "count":
+                vals.append(str(len(gpus)))
+            else:
+                vals.append(str(g[FIELDS[f]]))
+        rows.append(", ".join(vals))
+    return "\n".join(rows) + ("\n" if rows else "")
+
+
+def main(argv: list) -> int:
+    """Entry point; returns the exit status."""
+    fmt = next((a.split("=", 1)[1] for a in argv if a.startswith("--format=")), "")
+    opts = set(fmt.split(",")) if fmt else set()
+    if argv and argv[0] in ("-L", "--list-gpus"):
+        sys.stdout.write(list_gpus(_load()))
+        return 0
+    q = next((a for a in argv if a.startswith("--query-gpu=")), None)
+    if q is not None:
+        if "csv" not in opts:
+            sys.stderr.write('"--format" option must be specified with "--query-gpu".\n')
+            return 2
+        fields = [f.strip() for f in q.split("=", 1)[1].split(",") if f.strip()]
+        bad = [f for f in fields if f not in FIELDS and f != "count"]
+        if bad:
+            sys.stdout.write(f'Field "{bad[0]}" is not a valid field to query.\n\n')
+            return 2
+        sys.stdout.write(query_gpu(_load(), fields, "noheader" not in opts))
+        return 0
+    q = next((a for a in argv if a.startswith("--query-compute-apps=")), None)
+    if q is not None:
+        if "noheader" not in opts:
+            sys.stdout.write(", ".join(q.split("=", 1)[1].split(",")) + "\n")
+        return 0
+    sys.stderr.write(f"the orch test bed's nvidia-smi does not answer {' '.join(argv) or '(no arguments)'}\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
