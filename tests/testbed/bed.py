@@ -36,6 +36,7 @@ openssh-server (``tests/testbed/setup.sh``).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import secrets
