@@ -190,8 +190,11 @@ def test_bad_and_hostile_values_on_a_host_change_nothing(testbed_factory, tmp_pa
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert recap(proc)["hosts"][h.name]["outcome"] == "check"
     events = (Path(recap(proc)["run_dir"]) / "events.jsonl").read_text()
-    assert f"would write {h.triton_dir}/E=8,N=64,device_name=X;touch_{tag}_$(touch_{tag})`touch_{tag}`.json" \
+    # the server's own last lookup (device NVIDIA_H200) decides the name written; orch's derivation
+    # from the hostile orch_device_name is reported beside it, verbatim (spaces as '_'), run by nothing
+    assert f"(orch derived {h.triton_dir}/E=8,N=64,device_name=X;touch_{tag}_$(touch_{tag})`touch_{tag}`.json)" \
         in events, "the hostile device name is used verbatim (spaces as '_') in the file name"
+    assert f"would write {h.triton_dir}/E=8,N=64,device_name=NVIDIA_H200.json" in events
     assert _snapshot(h) == snap
     # nothing ran: no file named by the tag anywhere on the host or the controller
     found = h.sh(f"find /root /tmp /srv /var/lib/orch /opt/sglang /models -name '{tag}*' 2>/dev/null",

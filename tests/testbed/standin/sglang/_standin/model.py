@@ -120,6 +120,7 @@ def moe_shape(
     qcfg = cfg.get("quantization_config") or text.get("quantization_config") or {}
     dtype_sel: Optional[str] = None
     block: Optional[List[int]] = None
+    per_channel = False
     method = (quantization or qcfg.get("quant_method") or "").lower()
     if method.startswith("fp8") or method == "w8a8_fp8":
         dtype_sel = "fp8_w8a8"
@@ -128,6 +129,7 @@ def moe_shape(
             block = [int(x) for x in wbs]
     elif method in ("w8a8_int8",):
         dtype_sel = "int8_w8a8"
+        per_channel = True  # SGLang 0.5.23 quantization/w8a8_int8.py get_triton_quant_info
     elif dtype_flag in ("float32", "float"):
         dtype_sel = "float32"
     return MoeShape(
@@ -137,4 +139,5 @@ def moe_shape(
         topk=int(text.get("num_experts_per_tok", 0) or 0),
         dtype=dtype_sel,
         block_shape=block,
+        per_channel_quant=per_channel,
     )
