@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import PayloadError, log, progress
-from .common import MAX_FAILURE_FRACTION, Target, default_num_prompts, parse_url
+from .common import MAX_FAILURE_FRACTION, Target, default_num_prompts, get_json, parse_url
 
 # Random prompt token ids are drawn from [VOCAB_LO, vocab_hi): low ids are special
 # tokens in most vocabularies; 32000 is below the vocabulary size of every model
@@ -412,21 +412,17 @@ def run_requests(
 
 def discover_model(target: Target, timeout: float) -> str:
     """First model id from ``GET /v1/models`` (OpenAI list format); PayloadError("runtime") if none."""
-    conn = target.connection(timeout=timeout)
     try:
-        conn.request("GET", target.prefix + "/v1/models")
-        resp = conn.getresponse()
-        body = resp.read(1 << 20)
-        if resp.status != 200:
-            raise PayloadError("runtime", f"GET /v1/models: HTTP {resp.status}; pass --model")
-        data = json.loads(body).get("data") or []
+        status, listing = get_json(target, "/v1/models", timeout)
+        if status != 200:
+            raise PayloadError("runtime", f"GET /v1/models: HTTP {status}; pass --model")
+        data = listing.get("data") or []
         if not data or not data[0].get("id"):
             raise PayloadError("runtime", "GET /v1/models listed no model; pass --model")
         return str(data[0]["id"])
     except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
         raise PayloadError("runtime", f"GET /v1/models failed: {exc}; pass --model") from None
-    finally:
-        conn.close()
+
 
 def run_builtin(
     url: str,

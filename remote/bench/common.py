@@ -72,22 +72,28 @@ def parse_url(url: str) -> Target:
     return Target(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
 
 
+def get_json(target: Target, path: str, timeout: float) -> tuple[int, object]:
+    """``GET <prefix><path>`` and its body as JSON (at most 1 MiB): ``(status, parsed body)``.
+    Raises OSError, ``http.client.HTTPException`` or ValueError as the request or parse fails."""
+    conn = target.connection(timeout=timeout)
+    try:
+        conn.request("GET", target.prefix + path)
+        resp = conn.getresponse()
+        body = resp.read(1 << 20)
+        return resp.status, (json.loads(body) if resp.status == 200 else None)
+    finally:
+        conn.close()
+
+
 def server_version(target: Target, timeout: float = 10.0) -> str | None:
     """The ``version`` the server reports at ``GET /get_server_info`` (SGLang's server info), or
     None when it does not answer with one (best effort: a benchmark does not depend on it)."""
-    conn = target.connection(timeout=timeout)
     try:
-        conn.request("GET", target.prefix + "/get_server_info")
-        resp = conn.getresponse()
-        body = resp.read(1 << 20)
-        if resp.status != 200:
-            return None
-        version = json.loads(body).get("version")
-        return str(version) if version else None
+        status, info = get_json(target, "/get_server_info", timeout)
+        version = info.get("version") if status == 200 else None
     except (OSError, http.client.HTTPException, ValueError, AttributeError):
         return None
-    finally:
-        conn.close()
+    return str(version) if version else None
 
 
 def default_num_prompts(concurrency: int) -> int:
