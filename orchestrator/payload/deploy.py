@@ -62,41 +62,58 @@ def deploy(connection, bundle: Bundle, base: str, state_dir: str, *, check: bool
     """Make ``<base>/<sha12>`` on the host hold exactly ``bundle``; return ``(root, pushed)``.
 
     An unpacked payload marked ``.verified`` is re-checked file by file; a changed, missing or added
-    file (``on_tampered(root, paths)`` is told) means it is pushed again. A push uploads the tarball,
-    compares its sha256 on the host, and unpacks it into a fresh 0700 folder. ``state_dir`` and
-    ``base`` are created (0700) unless ``check`` (the temp folder exists already). Raises
-    :class:`TaskFailed` on a checksum mismatch; connection errors pass through.
+    file (``on_tampered(root, paths)`` is told) means it is pushed again. A push uploads the tarball
+    into a private staging folder (``mktemp -d <base>/.push.XXXXXXXX``), compares its sha256 on the
+    host, unpacks and marks it there, and only then renames it to ``root`` (``mv -T``, one
+    ``rename(2)``): a reader never sees a half-unpacked tree, and two pushes racing for one folder
+    (hosts that mount the same state folder, docs/reliability.md) cannot delete each other's files.
+    The loser of such a race keeps the winner's tree when it matches the bundle. A tampered tree is
+    first renamed into the staging folder and removed with it. ``state_dir`` and ``base`` are
+    created (0700) unless ``check`` (the temp folder exists already). Raises :class:`TaskFailed` on
+    a checksum mismatch, or when ``root`` holds another tree after a lost race; connection errors
+    pass through.
     """
     conn = connection
     root = posixpath.join(base, bundle.short)
     marker = posixpath.join(root, ".verified")
     present = conn.run(["test", "-f", marker], check=False, become=True).ok
+    tampered = False
     if present:
         bad = tree_mismatch(conn, root, bundle)
         if bad:
             if on_tampered is not None:
                 on_tampered(root, bad)
-            present = False
+            present, tampered = False, True
     if present:
         return root, False
     for d in ((base,) if check else (state_dir, base)):
         conn.run(["mkdir", "-p", d], become=True)
         conn.run(["chmod", "700", d], become=True)
-    remote_tar = posixpath.join(base, bundle.filename)
-    with tempfile.NamedTemporaryFile(suffix=".tar.gz", delete=False) as fh:
-        fh.write(bundle.data)
-        local = fh.name
+    stage = conn.run(["mktemp", "-d", posixpath.join(base, ".push.XXXXXXXX")], become=True).stdout.strip()
     try:
-        conn.put(local, remote_tar, become=True)
+        remote_tar = posixpath.join(stage, bundle.filename)
+        with tempfile.NamedTemporaryFile(suffix=".tar.gz", delete=False) as fh:
+            fh.write(bundle.data)
+            local = fh.name
+        try:
+            conn.put(local, remote_tar, become=True)
+        finally:
+            os.unlink(local)
+        got = conn.run(["sha256sum", remote_tar], become=True).stdout.split()
+        if not got or got[0] != bundle.sha256:
+            raise TaskFailed(f"payload checksum mismatch on host: expected {bundle.sha256}, got {got[:1]}")
+        tree = posixpath.join(stage, "tree")
+        conn.run(["mkdir", "-m", "700", tree], become=True)
+        conn.run(["tar", "-xzf", remote_tar, "-C", tree, "--no-same-owner"], become=True)
+        conn.run(["touch", posixpath.join(tree, ".verified")], become=True)
+        if tampered:
+            conn.run(["mv", "-T", "--", root, posixpath.join(stage, "old")], check=False, become=True)
+        moved = conn.run(["mv", "-T", "--", tree, root], check=False, become=True)
+        if not moved.ok:
+            # Another push got there first (rename(2) does not replace a non-empty folder): keep
+            # its tree if it is this bundle, complete.
+            if not conn.run(["test", "-f", marker], check=False, become=True).ok or tree_mismatch(conn, root, bundle):
+                raise TaskFailed(f"could not put the payload at {root}: {moved.stderr.strip() or moved.stdout.strip()}")
     finally:
-        os.unlink(local)
-    got = conn.run(["sha256sum", remote_tar], become=True).stdout.split()
-    if not got or got[0] != bundle.sha256:
-        conn.run(["rm", "-f", remote_tar], check=False, become=True)
-        raise TaskFailed(f"payload checksum mismatch on host: expected {bundle.sha256}, got {got[:1]}")
-    conn.run(["rm", "-rf", root], become=True)
-    conn.run(["mkdir", "-p", root], become=True)
-    conn.run(["chmod", "700", root], become=True)
-    conn.run(["tar", "-xzf", remote_tar, "-C", root, "--no-same-owner"], become=True)
-    conn.run(["touch", marker], become=True)
+        conn.run(["rm", "-rf", "--", stage], check=False, become=True)
     return root, True

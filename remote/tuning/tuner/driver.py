@@ -16,9 +16,13 @@ any failing candidate); the device stops there, and :func:`tune_parallel` stops 
 
 from __future__ import annotations
 
+import math
 import os
 import queue as queue_mod
 import statistics
+
+REL_ERR_BAR = 1e-2  # relative error bound against the float64 reference (bf16 kernel's accumulation)
+KERNEL_FLOOR_FACTOR = 2.0  # a provider's own kernel: a tuned config may err up to this times its no-file error
 
 
 def _smem_limit(device: str):
@@ -52,6 +56,30 @@ def compare(provider, problem, timer, variants: dict, cpu: bool, rounds: int = 3
             except Exception:  # e.g. a shipped config that does not fit this device
                 samples[name].append(None)
     return {k: (None if not v or None in v else statistics.median(v)) for k, v in samples.items()}
+
+
+def check_tuned(provider, problem, up: dict, down: dict) -> dict:
+    """Correctness of a tuned up/down pair: ``{"rel_err", "rel_err_bar", "ok"}`` and, when the
+    bar was widened, ``"rel_err_default"``.
+
+    ``rel_err`` is ``provider.check`` (relative error against the float64 reference, dimensionless).
+    The bar is :data:`REL_ERR_BAR` (1e-2). A provider that times the server's own kernel (it has
+    ``default_config``: SGLang's) cannot change that kernel's numerics: its fp8 dots on Hopper
+    accumulate in reduced precision (measured on the H200: 1.19e-2 at M=1 for fp8 block [128, 128],
+    SGLang 0.5.23, E=256, N=512), so when the tuned pair misses 1e-2 the same kernel is checked with
+    no config file (what the server runs untuned) and the bar becomes ``max(1e-2, 2 x that error)``.
+    A config that miscomputes (wrong tiles, races, NaN) errs by O(1) and still fails; orch's builtin
+    kernel keeps the fixed bar (its fp8 accumulation is orch's to fix, see kernel/fused_moe.py).
+    """
+    err = provider.check(problem, up, down)
+    out = {"rel_err": err, "rel_err_bar": REL_ERR_BAR}
+    if not err < REL_ERR_BAR and getattr(provider, "default_config", None) is not None:
+        base = provider.check(problem, None, None)
+        out["rel_err_default"] = base
+        if math.isfinite(base):
+            out["rel_err_bar"] = max(REL_ERR_BAR, KERNEL_FLOOR_FACTOR * base)
+    out["ok"] = err < out["rel_err_bar"]
+    return out
 
 
 def shipped_pair(shipped: dict | None, M: int):
@@ -136,9 +164,14 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 if spec.get("check", True):
                     small = provider.make_problem(shape, min(M, 256), spec["dtype"], device, spec["seed"] + 7 * M,
                                                   weights, quant=quant)
-                    res["rel_err"] = provider.check(small, res["up"], res["down"])
-                    if not res["rel_err"] < 1e-2:
-                        emit(("error", M, f"tuned config fails the correctness check: rel_err={res['rel_err']}"))
+                    verdict = check_tuned(provider, small, res["up"], res["down"])
+                    ok = verdict.pop("ok")
+                    res.update(verdict)
+                    if not ok:
+                        base = (f"; the kernel with no config file: {verdict['rel_err_default']:.3g}"
+                                if "rel_err_default" in verdict else "")
+                        emit(("error", M, f"tuned config fails the correctness check: rel_err={res['rel_err']:.3g} "
+                                          f"(bar {verdict['rel_err_bar']:.3g}{base})"))
                         continue
                 res["compile_s"] = round(compiler.seconds, 3) if compiler else 0.0
                 emit(("done", M, res))
