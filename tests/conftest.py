@@ -131,14 +131,62 @@ def _reads_stay_in_the_repo(request):
                     "wheels):\n  " + "\n  ".join(found[:20]), pytrace=False)
 
 
+#: module-scoped fixtures that build a test bed: under pytest-xdist (``--dist loadgroup``) the tests
+#: that use one run on one worker, so each bed is built once, not once per worker
+MODULE_BEDS = frozenset({"doctored", "step_bed", "bed"})
+#: every costly module-scoped fixture grouped that way: the beds and the tune run that
+#: tests/unit/remote/tuning/test_command.py reads (about 25 s of the Triton interpreter)
+MODULE_SHARED = MODULE_BEDS | {"first_run"}
+
+
+def _scope(item, name: str) -> Optional[str]:
+    """Scope of the fixture ``name`` as ``item`` sees it (the closest definition), or None."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).get(name)
+    return defs[-1].scope if defs else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Mark every test that builds a test bed (``testbed_factory`` or a :data:`MODULE_BEDS` fixture)
+    ``testbed``, so ``-m "not testbed"`` (the quick tier) never makes one, and group the tests that
+    share a costly module-scoped fixture (:data:`MODULE_SHARED`) for xdist (first: ``-m``
+    deselection and the xdist worker's own hook of this name come after)."""
+    for item in items:
+        names = {n for n in getattr(item, "fixturenames", ()) if n == "testbed_factory" or _scope(item, n) == "module"}
+        if names & (MODULE_BEDS | {"testbed_factory"}) and item.get_closest_marker("testbed") is None:
+            item.add_marker(pytest.mark.testbed)
+        shared = MODULE_SHARED & names
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{min(shared)}"))
+
+
+def _outside_reads_failed(session: pytest.Session, found: List[str]) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("reads outside the repo (outside any test): " + ", ".join(found[:20]), red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_WORKER_OUTSIDE: List[str] = []  # the controller's collection of what xdist workers found
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run when something outside any test (collection, module fixtures) read outside the repo."""
-    if READ_GUARD.outside:
-        found = sorted({f"{event} {path}" for _, event, path in READ_GUARD.outside})
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line("reads outside the repo (outside any test): " + ", ".join(found[:20]), red=True)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    """Fail the run when something outside any test (collection, module fixtures) read outside the
+    repo. An xdist worker hands its findings to the controller (``workeroutput``), which fails the run."""
+    found = sorted({f"{event} {path}" for _, event, path in READ_GUARD.outside})
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["orch_reads_outside"] = found
+        return
+    found = sorted(set(found) | set(_WORKER_OUTSIDE))
+    if found:
+        _outside_reads_failed(session, found)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist controller: collect a finished worker's reads outside any test."""
+    _WORKER_OUTSIDE.extend(getattr(node, "workeroutput", {}).get("orch_reads_outside", ()))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -13,6 +13,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import READ_GUARD, REPO, ReadGuard, allowed_read_roots
 from tests.sglang_releases import cache_root
 
@@ -105,6 +107,25 @@ def test_a_test_that_reads_outside_errors(tmp_path):
     assert "2 passed, 1 error" in r.stdout, r.stdout[-3000:]
     assert "ERROR" in r.stdout and "test_lists_the_root_folder" in r.stdout.split("short test summary")[-1]
     assert "the test read outside the repo" in r.stdout and "os.listdir /\n" in r.stdout, r.stdout[-3000:]
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_read_outside_any_test_fails_the_run(tmp_path, workers):
+    """A read at import (collection, outside any test) fails the whole run, also when xdist
+    workers collect (they hand what they saw to the controller), though every test passes."""
+    (tmp_path / "test_import_reads.py").write_text(
+        "import os\n"
+        "os.listdir('/')\n"
+        "def test_one():\n"
+        "    pass\n"
+        "def test_two():\n"
+        "    pass\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                        *workers, "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path / "test_import_reads.py")],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert "2 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 1 and "reads outside the repo (outside any test): os.listdir /" in r.stdout, \
+        r.stdout[-3000:] + r.stderr[-3000:]
 
 
 def test_matplotlib_font_scan_is_exempt(tmp_path):

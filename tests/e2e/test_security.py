@@ -78,6 +78,9 @@ def test_secrets_never_recorded_and_run_folders_private(testbed_factory, tmp_pat
     h.wait_http("/health")
     secret = "S3cr3t-" + secrets.token_hex(8)
     state = tmp_path / "state"
+    # files written on the host from here on are searched for the secret (root's home is this
+    # machine's /root, with gigabytes of caches no run touches: only what changed is read)
+    h.sh("touch /tmp/.secret-scan-start")
     # root login with become and a password (sudo asks root for none); the password must appear nowhere
     inv = inventory(bed, tmp_path / "hosts.yaml", ansible_become=True, ansible_become_password=secret)
     proc = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", "-v", state_dir=state)
@@ -94,7 +97,8 @@ def test_secrets_never_recorded_and_run_folders_private(testbed_factory, tmp_pat
     assert any(p.name == "events.jsonl" for p in files)
     for p in files:
         assert secret.encode() not in p.read_bytes(), p
-    host_hits = h.sh(f"grep -rl {secret} /var/lib/orch /tmp /root", check=False).stdout.strip()
+    host_hits = h.sh(f"grep -rl {secret} /var/lib/orch /tmp; find /root -xdev -type f -newer "
+                     f"/tmp/.secret-scan-start -exec grep -l {secret} {{}} +", check=False).stdout.strip()
     assert not host_hits, host_hits
     # run folders: 0700 on the controller and on the host
     run_dir = state / "runs" / run_id

@@ -289,6 +289,32 @@ def test_code_under_a_per_host_mount_is_bound_back():
     assert _hidden_code_binds(hd, ["/srvx/clone", "/srvx/clone/.venv", "/tmpx/repo"]) == []
 
 
+def test_machine_dotfiles_bound_away_only_where_they_exist(tmp_path):
+    """Each of root's start-up files that exists on the machine gets an empty file bound over it
+    in every host; missing ones get no bind (a file bind needs its mount point)."""
+    from tests.testbed.bed import _clean_shell_binds
+
+    (tmp_path / "dot").mkdir()
+    present = tmp_path / "dot" / ".bashrc"
+    present.write_text('eval "$(pyenv init -)"\n')
+    hd = tmp_path / "host"
+    hd.mkdir()
+    binds = _clean_shell_binds(hd, (str(present), str(tmp_path / "dot" / ".profile")))
+    assert binds == [[str(hd / "empty-startup-file"), str(present)]]
+    assert (hd / "empty-startup-file").read_text() == ""
+
+
+@pytest.mark.testbed
+def test_host_shells_start_without_the_machines_dotfiles(bed):
+    """Over SSH, a host's root runs none of this machine's start-up files (they read empty there)."""
+    from tests.testbed.bed import ROOT_STARTUP_FILES
+
+    a = bed.host("gpu-a")
+    for path in ROOT_STARTUP_FILES:
+        out = bed_ssh(bed, a, f"if [ -e {path} ]; then wc -c < {path}; else echo absent; fi").strip()
+        assert out in ("0", "absent"), (path, out)
+
+
 def test_bind_uses_the_open_folder_after_its_path_is_hidden(tmp_path):
     """hostinit's bind follows the O_PATH fd, not the path name: a folder whose path an earlier
     bind hid (a clone under /tmp once the host's /tmp is bound) still shows its own files."""

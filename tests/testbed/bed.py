@@ -644,6 +644,29 @@ def _host_mounts(hostdir: Path) -> List[Tuple[str, str]]:
     ]
 
 
+#: root's shell start-up files of the machine running the bed: a host's shells start without them
+ROOT_STARTUP_FILES = ("/root/.bashrc", "/root/.profile", "/root/.bash_profile", "/root/.bash_login",
+                      "/root/.bash_logout")
+
+
+def _clean_shell_binds(hostdir: Path, candidates=ROOT_STARTUP_FILES) -> List[List[str]]:
+    """Binds ``[empty file, path]`` over root's start-up files that exist on this machine.
+
+    Bash sources ``~/.bashrc`` even for the non-interactive command sshd runs (Debian's bash), so
+    every command orch sends a host would run the machine's own dotfiles: a developer's
+    ``eval "$(pyenv init -)"`` runs ``pyenv rehash``, which takes a lock in the one ``/root/.pyenv``
+    every host shares; a shell killed while holding it (a test run interrupted) made every later
+    SSH command of every bed host wait on it until orch's 30 s command timeout. A bed host is
+    another machine: its root starts clean."""
+    empty = hostdir / "empty-startup-file"
+    out: List[List[str]] = []
+    for path in candidates:
+        if os.path.isfile(path):
+            empty.touch()
+            out.append([str(empty), path])
+    return out
+
+
 def _hidden_code_binds(hostdir: Path, paths: Optional[List[str]] = None) -> List[List[str]]:
     """Binds ``[source, same path]`` that keep the bed's own code visible inside a host: the
     repo (holder.py, the journalctl shim) and the venv (the units' interpreter, systemctl3) when
@@ -1010,7 +1033,8 @@ class TestBed:
                 [str(hd / "bin" / "systemctl"), "/usr/bin/systemctl"],
                 [str(hd / "bin" / "journalctl"), "/usr/bin/journalctl"],
                 [str(hd / "etc" / "resolv.conf"), "/etc/resolv.conf"],
-                [str(hd / "etc" / "hosts"), "/etc/hosts"]] + fleet_binds + _hidden_code_binds(hd),
+                [str(hd / "etc" / "hosts"), "/etc/hosts"]] + fleet_binds + _hidden_code_binds(hd)
+                + _clean_shell_binds(hd),
             "nvidia": nvidia, "sshd_config": "/run/orchtb/sshd_config", "python": VENV_PYTHON,
             "setup_cmds": setup_cmds, "strays": bool(o["strays"]),
             "start_units": ([o["unit"]] + [u["unit"] for u in o["more_units"]]) if o["start_unit"] else [],
