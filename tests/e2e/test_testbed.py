@@ -256,7 +256,8 @@ def _throughput(url: str, concurrency: int, tokens: int = 15) -> float:
 
 def test_standin_throughput_rises_then_plateaus(local_server):
     url, _, _ = local_server(env={"ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT": "8", "ORCH_STANDIN_MAX_BATCH": "4"})
-    t1, t4, t12 = _throughput(url, 1), _throughput(url, 4), _throughput(url, 12)
+    # best of 3 each (other load only slows a client down)
+    t1, t4, t12 = (max(_throughput(url, c) for _ in range(3)) for c in (1, 4, 12))
     assert t4 > 2.2 * t1, (t1, t4)
     assert t12 < 1.3 * t4, (t4, t12)
 
@@ -275,7 +276,13 @@ def test_standin_speed_depends_on_config(local_server):
     regressed = json.loads(urllib.request.urlopen(url3 + "/get_server_info").read())["standin_moe"]
     assert (default["up"], tuned["up"], tuned["down"]) == ("default", "exact", "exact")
     assert tuned["token_delay_ms"] < default["token_delay_ms"] < regressed["token_delay_ms"]
-    assert _throughput(url2, 1, 30) > 1.2 * _throughput(url, 1, 30)
+    # interleaved, best of 3 each: load from other processes (the suite runs in parallel) only
+    # ever slows a client down, so the best run is the server's speed
+    tuned_tps, default_tps = [], []
+    for _ in range(3):
+        tuned_tps.append(_throughput(url2, 1, 30))
+        default_tps.append(_throughput(url, 1, 30))
+    assert max(tuned_tps) > 1.2 * max(default_tps), (tuned_tps, default_tps)
 
 
 def test_code_under_a_per_host_mount_is_bound_back():

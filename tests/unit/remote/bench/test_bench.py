@@ -694,8 +694,10 @@ def test_standin_openai_api(standin, capsys):
                         warmup=0, level_timeout=60, request_timeout=30)
     lv = data["levels"][0]
     assert lv["valid"] is True and lv["total_output_tokens"] == 4 * 8
-    # the stand-in spends >= 4 ms per token: no ITL can be near zero
-    assert lv["median_itl_ms"] >= 3.0
+    # the stand-in spends >= 4 ms per token, so no request ends before 7 gaps have passed on the
+    # server; single ITLs are not bounded (a client slowed by other load reads tokens in bursts)
+    assert lv["mean_e2e_latency_ms"] >= 7 * 4.0, lv
+    assert lv["median_itl_ms"] >= 0.0
 
 
 def _agreement(capsys, url: str, concurrency: int, input_len: int, output_len: int, num_prompts: int,
