@@ -724,6 +724,16 @@ def _agreement(capsys, url: str, concurrency: int, input_len: int, output_len: i
     return max(ours), max(theirs)
 
 
+def _agrees(ours: float, oracle: float, server_max: float) -> None:
+    """orch's output tokens/s against the independent client's and the server's physical limit:
+    never above what the server can deliver (1% clock slack: tokens or clock not inflated), and
+    never more than 5% below the independent client (its timing not inflated). Not symmetric: on
+    a loaded CPU the heavier httpx client falls behind first, which says nothing about orch."""
+    assert ours <= server_max * 1.01, (ours, server_max)
+    assert ours >= 0.95 * oracle, (ours, oracle)
+    assert oracle <= server_max * 1.01, (oracle, server_max)
+
+
 def test_agreement_with_independent_oracle(standin_factory, capsys):
     # 15 ms per token (about a decode step of a large MoE at this batch) so that client-side
     # overhead on this shared CPU is small next to what is measured: the server's rate
@@ -732,7 +742,8 @@ def test_agreement_with_independent_oracle(standin_factory, capsys):
     # hiccup of the shared CPU (the suite runs in parallel) is small next to the run
     a, b = _agreement(capsys, url, concurrency=4, input_len=32, output_len=32, num_prompts=16, rounds=3)
     assert a > 0 and b > 0
-    assert abs(a - b) / b <= 0.05, (a, b)
+    # 4 waves of 4 requests, each at least 31 gaps of 15 ms after its first token
+    _agrees(a, b, 16 * 32 / (4 * 31 * 0.015))
 
 
 def test_agreement_with_oracle_on_fake_server(fake, capsys):
@@ -741,5 +752,4 @@ def test_agreement_with_oracle_on_fake_server(fake, capsys):
     # about 2.4 s a run, best of 3 each (as above: a hiccup of the shared CPU is small next to it)
     a, b = _agreement(capsys, srv.url, concurrency=4, input_len=16, output_len=24, num_prompts=16, rounds=3)
     # the server needs 20 + 23 * 25 ms per request: four waves of 4 requests at best
-    assert a <= 16 * 24 / (4 * 0.595) * 1.01
-    assert abs(a - b) / b <= 0.05, (a, b)
+    _agrees(a, b, 16 * 24 / (4 * 0.595))
