@@ -19,6 +19,7 @@ from ..engine.results import TaskFailed
 from .bundle import Bundle
 
 CHECK_TMP_PREFIX = "/tmp/orch-check."
+STALE_PUSH_MIN = 120  # a staging folder older than this (minutes) belongs to a push that died
 
 
 def check_mode_folder(connection) -> str:
@@ -68,7 +69,8 @@ def deploy(connection, bundle: Bundle, base: str, state_dir: str, *, check: bool
     ``rename(2)``): a reader never sees a half-unpacked tree, and two pushes racing for one folder
     (hosts that mount the same state folder, docs/reliability.md) cannot delete each other's files.
     The loser of such a race keeps the winner's tree when it matches the bundle. A tampered tree is
-    first renamed into the staging folder and removed with it. ``state_dir`` and ``base`` are
+    first renamed into the staging folder and removed with it. Staging folders older than
+    :data:`STALE_PUSH_MIN` minutes (a push that was killed) are removed first. ``state_dir`` and ``base`` are
     created (0700) unless ``check`` (the temp folder exists already). Raises :class:`TaskFailed` on
     a checksum mismatch, or when ``root`` holds another tree after a lost race; connection errors
     pass through.
@@ -89,6 +91,10 @@ def deploy(connection, bundle: Bundle, base: str, state_dir: str, *, check: bool
     for d in ((base,) if check else (state_dir, base)):
         conn.run(["mkdir", "-p", d], become=True)
         conn.run(["chmod", "700", d], become=True)
+    # staging folders of pushes killed before their cleanup (controller SIGKILLed, host rebooted);
+    # a push in progress is minutes old at most
+    conn.run(["find", base, "-mindepth", "1", "-maxdepth", "1", "-name", ".push.*", "-mmin", f"+{STALE_PUSH_MIN}",
+              "-exec", "rm", "-rf", "--", "{}", "+"], check=False, become=True)
     stage = conn.run(["mktemp", "-d", posixpath.join(base, ".push.XXXXXXXX")], become=True).stdout.strip()
     try:
         remote_tar = posixpath.join(stage, bundle.filename)

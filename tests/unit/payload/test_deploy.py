@@ -66,3 +66,20 @@ def test_concurrent_pushes_to_one_folder(tmp_path):
     assert {r[0] for r in results} == {str(base / bundle.short)}
     assert tree_mismatch(LocalConnection("local"), str(base / bundle.short), bundle) == []
     assert _leftovers(base) == []
+
+
+def test_staging_folders_of_killed_pushes_are_removed(tmp_path):
+    """A push killed before its cleanup leaves ``.push.*``; the next push removes it once it is
+    older than STALE_PUSH_MIN, and leaves a young one (a push in progress) alone."""
+    import time
+
+    from orchestrator.payload.deploy import STALE_PUSH_MIN
+
+    bundle = build_bundle()
+    base = tmp_path / "payload"
+    (base / ".push.dead0000" / "tree").mkdir(parents=True)
+    (base / ".push.live0000").mkdir()
+    old = time.time() - (STALE_PUSH_MIN + 5) * 60
+    os.utime(base / ".push.dead0000", (old, old))
+    deploy(LocalConnection("local"), bundle, str(base), str(tmp_path))
+    assert _leftovers(base) == [".push.live0000"]
