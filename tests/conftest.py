@@ -137,6 +137,8 @@ MODULE_BEDS = frozenset({"doctored", "step_bed", "bed"})
 #: every costly module-scoped fixture grouped that way: the beds and the tune run that
 #: tests/unit/remote/tuning/test_command.py reads (about 25 s of the Triton interpreter)
 MODULE_SHARED = MODULE_BEDS | {"first_run"}
+#: the fixtures that make a test a ``testbed`` test
+BED_FIXTURES = MODULE_BEDS | {"testbed_factory"}
 
 
 def _scope(item, name: str) -> Optional[str]:
@@ -153,18 +155,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     deselection and the xdist worker's own hook of this name come after)."""
     for item in items:
         names = {n for n in getattr(item, "fixturenames", ()) if n == "testbed_factory" or _scope(item, n) == "module"}
-        if names & (MODULE_BEDS | {"testbed_factory"}) and item.get_closest_marker("testbed") is None:
+        if names & BED_FIXTURES and item.get_closest_marker("testbed") is None:
             item.add_marker(pytest.mark.testbed)
         shared = MODULE_SHARED & names
         if shared:
             item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{min(shared)}"))
-
-
-def _outside_reads_failed(session: pytest.Session, found: List[str]) -> None:
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("reads outside the repo (outside any test): " + ", ".join(found[:20]), red=True)
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 _WORKER_OUTSIDE: List[str] = []  # the controller's collection of what xdist workers found
@@ -180,7 +175,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     found = sorted(set(found) | set(_WORKER_OUTSIDE))
     if found:
-        _outside_reads_failed(session, found)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("reads outside the repo (outside any test): " + ", ".join(found[:20]), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import BED_FIXTURES, REPO
 
 
 def test_tests_sharing_a_module_bed_run_on_one_worker(tmp_path):
@@ -47,7 +47,7 @@ def test_every_test_that_builds_a_bed_is_left_out_of_the_quick_tier():
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 args = {a.arg for a in node.args.args}
-                if args & {"testbed_factory", "bed", "doctored", "step_bed"}:
+                if args & BED_FIXTURES:
                     bed_tests.add(f"{path.name}::{node.name}")
     assert bed_tests, "no test bed tests found"
     leaked = [ln for ln in selected if ln.split("/")[-1].split("[")[0] in bed_tests]

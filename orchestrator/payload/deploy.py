@@ -70,10 +70,10 @@ def deploy(connection, bundle: Bundle, base: str, state_dir: str, *, check: bool
     (hosts that mount the same state folder, docs/reliability.md) cannot delete each other's files.
     The loser of such a race keeps the winner's tree when it matches the bundle. A tampered tree is
     first renamed into the staging folder and removed with it. Staging folders older than
-    :data:`STALE_PUSH_MIN` minutes (a push that was killed) are removed first. ``state_dir`` and ``base`` are
-    created (0700) unless ``check`` (the temp folder exists already). Raises :class:`TaskFailed` on
-    a checksum mismatch, or when ``root`` holds another tree after a lost race; connection errors
-    pass through.
+    :data:`STALE_PUSH_MIN` minutes (a push that was killed) are removed first. ``state_dir`` and
+    ``base`` are created (0700) unless ``check`` (the temp folder exists already). Raises
+    :class:`TaskFailed` on a checksum mismatch, or when ``root`` holds another tree after a lost
+    race; connection errors pass through.
     """
     conn = connection
     root = posixpath.join(base, bundle.short)

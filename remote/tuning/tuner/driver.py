@@ -58,9 +58,10 @@ def compare(provider, problem, timer, variants: dict, cpu: bool, rounds: int = 3
     return {k: (None if not v or None in v else statistics.median(v)) for k, v in samples.items()}
 
 
-def check_tuned(provider, problem, up: dict, down: dict) -> dict:
-    """Correctness of a tuned up/down pair: ``{"rel_err", "rel_err_bar", "ok"}`` and, when the
-    bar was widened, ``"rel_err_default"``.
+def check_tuned(provider, problem, up: dict, down: dict) -> tuple[bool, dict]:
+    """Correctness of a tuned up/down pair: ``(ok, fields)``, ``ok`` when ``rel_err < rel_err_bar``;
+    ``fields`` (kept in the batch size's result) are ``rel_err``, ``rel_err_bar`` and, when the bar
+    was widened, ``rel_err_default``.
 
     ``rel_err`` is ``provider.check`` (relative error against the float64 reference, dimensionless).
     The bar is :data:`REL_ERR_BAR` (1e-2). A provider that times the server's own kernel (it has
@@ -78,8 +79,7 @@ def check_tuned(provider, problem, up: dict, down: dict) -> dict:
         out["rel_err_default"] = base
         if math.isfinite(base):
             out["rel_err_bar"] = max(REL_ERR_BAR, KERNEL_FLOOR_FACTOR * base)
-    out["ok"] = err < out["rel_err_bar"]
-    return out
+    return err < out["rel_err_bar"], out
 
 
 def shipped_pair(shipped: dict | None, M: int):
@@ -164,8 +164,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 if spec.get("check", True):
                     small = provider.make_problem(shape, min(M, 256), spec["dtype"], device, spec["seed"] + 7 * M,
                                                   weights, quant=quant)
-                    verdict = check_tuned(provider, small, res["up"], res["down"])
-                    ok = verdict.pop("ok")
+                    ok, verdict = check_tuned(provider, small, res["up"], res["down"])
                     res.update(verdict)
                     if not ok:
                         base = (f"; the kernel with no config file: {verdict['rel_err_default']:.3g}"

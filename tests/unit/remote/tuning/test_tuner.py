@@ -357,15 +357,15 @@ def test_correctness_bar_follows_the_servers_own_kernel():
     a tuned config near that passes; an O(1) error still fails; orch's builtin kernel keeps 1e-2."""
     up, down = {"id": "u"}, {"id": "d"}
     near = _Checked({("u", "d"): 0.0131, (None, None): 0.0119}, own_kernel=True)
-    v = check_tuned(near, None, up, down)
-    assert v["ok"] and v["rel_err_default"] == 0.0119 and abs(v["rel_err_bar"] - 0.0238) < 1e-12
+    ok, v = check_tuned(near, None, up, down)
+    assert ok and v["rel_err_default"] == 0.0119 and abs(v["rel_err_bar"] - 0.0238) < 1e-12
     wrong = _Checked({("u", "d"): 0.9, (None, None): 0.0119}, own_kernel=True)
-    assert not check_tuned(wrong, None, up, down)["ok"]
+    assert not check_tuned(wrong, None, up, down)[0]
     builtin = _Checked({("u", "d"): 0.0131}, own_kernel=False)
-    v = check_tuned(builtin, None, up, down)
-    assert not v["ok"] and v["rel_err_bar"] == 1e-2 and "rel_err_default" not in v and builtin.calls == [(up, down)]
+    ok, v = check_tuned(builtin, None, up, down)
+    assert not ok and v["rel_err_bar"] == 1e-2 and "rel_err_default" not in v and builtin.calls == [(up, down)]
     good = _Checked({("u", "d"): 0.004}, own_kernel=True)
-    v = check_tuned(good, None, up, down)
-    assert v["ok"] and good.calls == [(up, down)]  # no second run when the fixed bar holds
+    ok, _ = check_tuned(good, None, up, down)
+    assert ok and good.calls == [(up, down)]  # no second run when the fixed bar holds
     nan_floor = _Checked({("u", "d"): 0.0131, (None, None): float("inf")}, own_kernel=True)
-    assert not check_tuned(nan_floor, None, up, down)["ok"]
+    assert not check_tuned(nan_floor, None, up, down)[0]
