@@ -7,9 +7,9 @@ For each concurrency level C this runs (host Python, subprocess, own process gro
         --random-range-ratio 1.0 --num-prompts P --max-concurrency C --seed S
         --output-file F [--model M]
 
-(flags as in /work/shared/facts/hosts-and-services.md "Throughput benchmark
-conventions"; ``random-ids`` because ``random`` downloads ShareGPT without
-``--dataset-path``). bench_serving appends one JSON object per run to F; the last line
+(``sglang.bench_serving``'s own flags; ``random-ids`` because the ``random`` dataset downloads
+ShareGPT when ``--dataset-path`` is not a JSON file: SGLang 0.5.23
+``sglang/benchmark/datasets/random.py``). bench_serving appends one JSON object per run to F; the last line
 is parsed with :func:`parse_bench_serving_record`, which accepts the field names of old
 and new sglang.bench_serving builds and of vLLM's ``benchmark_serving``/``vllm bench
 serve`` and returns the names of :data:`remote.bench.common.METRIC_NAMES`. The level dict gains

@@ -37,7 +37,8 @@ import time
 from . import space as sp
 
 FULL_PROTOCOL = dict(n_calls=10, reps=10)
-#: Whole-kernel times within this fraction of the fastest are a tie (timing noise, facts/tuning-on-h200.md).
+#: Whole-kernel times within this fraction of the fastest are a tie: timing noise on the H200 (two tunes of one
+#: shape on two GPUs differed by up to 1.9% at large M, docs/benchmarks.md section 4, "Against the targets").
 TIE = 0.01
 #: Interleaved rounds of the whole-kernel final stage on a GPU.
 WHOLE_ROUNDS = 3

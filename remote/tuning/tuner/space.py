@@ -12,8 +12,8 @@ import itertools
 
 KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 
-# SGLang benchmark/kernels/fused_moe_triton (get_configs_compute_bound, CUDA branch):
-# 4 x 5 x 3 x 4 x 2 x 4 = 1920 configs.
+# SGLang benchmark/kernels/fused_moe_triton/common_utils.py (get_configs_compute_bound, CUDA branch;
+# the tuner is benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py): 4 x 5 x 3 x 4 x 2 x 4 = 1920 configs.
 FULL_STAGES = (2, 3, 4, 5)
 FULL_BM = (16, 32, 64, 128, 256)
 FULL_BK = (64, 128, 256)
@@ -65,8 +65,9 @@ def smem_bytes(cfg: dict, elem_bytes: int = 2) -> int:
 
     ``num_stages`` pipeline buffers (``num_stages - 1`` when BLOCK_SIZE_M < 64) of
     ``(BLOCK_SIZE_M + BLOCK_SIZE_N) * BLOCK_SIZE_K * elem_bytes`` bytes. Formula from the
-    project's H200 measurements (facts/tuning-on-h200.md: matched Triton 3.6's figure for
-    every config compiled there). ``elem_bytes``: 2 for bf16/fp16, 1 for fp8, 4 for fp32.
+    project's H200 measurements with Triton 3.6 (docs/benchmarks.md section 1: 256x64x128 with 3
+    stages needs 245,760 B, Triton's own figure at its OutOfResources; a unit test holds it).
+    ``elem_bytes``: 2 for bf16/fp16, 1 for fp8, 4 for fp32.
     """
     stages = int(cfg["num_stages"])
     if int(cfg["BLOCK_SIZE_M"]) < 64:
@@ -130,7 +131,8 @@ def default_config(M: int, E: int, dtype_selector: str | None = None, block_shap
 
     bf16/fp16: ``BLOCK_SIZE_M 64, N 64, K 32, GROUP_SIZE_M 8``, or ``16/32/64, G1`` when
     M <= E; fp8_w8a8 per-tensor: ``128/256/128, G32, 8 warps, 4 stages``; fp8 block:
-    ``64/block_n/block_k, G32, 4 warps, 3 stages`` (facts/sglang-moe-configs.md). Where SGLang
+    ``64/block_n/block_k, G32, 4 warps, 3 stages`` (SGLang 0.5.23
+    ``srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py`` ``get_default_config``). Where SGLang
     leaves num_warps/num_stages out, Triton's launch defaults (4 warps, 3 stages) apply and
     are written here explicitly.
     """

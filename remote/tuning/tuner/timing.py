@@ -6,8 +6,8 @@ untimed, then ``reps`` times, each replay preceded by an L2 flush (a write over 
 twice the L2 size) and bracketed by CUDA events; the result is the median replay time
 divided by ``n_calls``, in microseconds. This is SGLang's tuner protocol (graph of 10
 calls, L2 flushed, 10 replays) with a median. Before the first measurement in a process,
-:meth:`Timer.warm_up` captures and replays throw-away graphs (the facts file records the
-first few graphs of a process replaying ~5% fast).
+:meth:`Timer.warm_up` captures and replays throw-away graphs (on the H200 the first few
+graphs of a process replayed about 5% fast at M=1, docs/benchmarks.md "What kernel time means").
 
 CPU protocol (TRITON_INTERPRET=1): median wall clock of ``reps`` calls. These numbers
 measure the Python interpreter of Triton, not a GPU: they mean nothing for performance and
