@@ -96,8 +96,8 @@ def section_correct(res):
     if not GPU:
         cases = [c for c in cases if c[5] < 64 and c[1] <= 32]
     shipped = json.loads(SHIPPED.read_text())
-    from remote.tuning.tuner.driver import _smem_limit
-    smem = _smem_limit("cuda:0") if GPU else None
+    from remote.tuning.tuner.driver import smem_limit
+    smem = smem_limit("cuda:0") if GPU else None
     for dt in dtypes:
         for name, E, N, H, k, M, mode in cases:
             if mode == "skew":
@@ -292,7 +292,7 @@ def section_fp8(res, args, out):
 def section_fastfull(res, args):
     from remote.tuning.providers.builtin import BuiltinProvider
     from remote.tuning.tuner.compile import Compiler
-    from remote.tuning.tuner.driver import _smem_limit, compare
+    from remote.tuning.tuner.driver import compare, smem_limit
     from remote.tuning.tuner.search import Evaluator, search
     from remote.tuning.tuner.timing import Timer
     from remote.tuning.tuner import space as sp
@@ -301,8 +301,8 @@ def section_fastfull(res, args):
     dev = "cuda:0" if GPU else "cpu"
     prov = BuiltinProvider()
     timer = Timer(dev)
-    comp = Compiler(prov.precompile_args(shape, dtype), 0, enabled=GPU)
-    smem = _smem_limit(dev)
+    comp = Compiler(prov.precompile_args(shape, dtype), prov.compile_target, 0, enabled=GPU)
+    smem = smem_limit(dev)
     rows = []
     weights = None
     space_full = "full" if GPU else "smoke"

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from .atomic import write_text
 from .errors import OrchError
+from .records.layout import (CONFIGS, HOSTS, INSTALL_MANIFEST, PROBE, RECAP, REPORT_HTML, RESULT, RUN, RUNS,
+                             TUNE_REPORT, bench_file, host_dir)
 
 import base64
 import datetime as _dt
@@ -71,9 +73,9 @@ def find_run_dir(run_id: str, state_dir: Path | None = None) -> Path:
     from .records import default_state_dir
 
     p = Path(run_id)
-    if p.is_dir() and ((p / "run.json").exists() or (p / "recap.json").exists()):
+    if p.is_dir() and ((p / RUN).exists() or (p / RECAP).exists()):
         return p
-    runs = Path(state_dir or default_state_dir()) / "runs"
+    runs = Path(state_dir or default_state_dir()) / RUNS
     if run_id == "latest":
         ids = sorted(d.name for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else []
         if not ids:
@@ -168,7 +170,7 @@ def _installed(manifest: dict | None, summary: dict) -> list[dict]:
 
 def _configs(host_dir: Path) -> list[dict]:
     out = []
-    d = host_dir / "configs"
+    d = host_dir / CONFIGS
     if d.is_dir():
         for p in sorted(d.glob("*.json")):
             raw = p.read_bytes()
@@ -232,8 +234,8 @@ def load_run(run_dir: Path) -> dict:
     Raises :class:`ReportError` when neither ``run.json`` nor ``recap.json`` can be read.
     """
     run_dir = Path(run_dir)
-    run = _read_json(run_dir / "run.json") or {}
-    recap = _read_json(run_dir / "recap.json") or {}
+    run = _read_json(run_dir / RUN) or {}
+    recap = _read_json(run_dir / RECAP) or {}
     if not run and not recap:
         raise ReportError(f"{run_dir}: no run.json or recap.json: not a run record")
     from .records.controller import read_events
@@ -246,18 +248,18 @@ def load_run(run_dir: Path) -> dict:
 
     names: list[str] = []
     for n in list(run.get("hosts") or []) + list(recap) + (
-            sorted(d.name for d in (run_dir / "hosts").iterdir() if d.is_dir()) if (run_dir / "hosts").is_dir() else []):
+            sorted(d.name for d in (run_dir / HOSTS).iterdir() if d.is_dir()) if (run_dir / HOSTS).is_dir() else []):
         if n not in names:
             names.append(str(n))
 
     hosts = []
     for i, name in enumerate(names):
-        hd = run_dir / "hosts" / name
-        rc = recap.get(name) or _read_json(hd / "result.json") or {}
+        hd = host_dir(run_dir, name)
+        rc = recap.get(name) or _read_json(hd / RESULT) or {}
         summary = rc.get("summary") or {}
-        probe = _read_json(hd / "probe.json")
-        tune = _read_json(hd / "report.json")
-        before, after = _read_json(hd / "bench_before.json"), _read_json(hd / "bench_after.json")
+        probe = _read_json(hd / PROBE)
+        tune = _read_json(hd / TUNE_REPORT)
+        before, after = _read_json(hd / bench_file("before")), _read_json(hd / bench_file("after"))
         rows = _kernel_rows(tune)
         shown = {"bench_before", "bench_after", "installed", "speedup_vs_default", "reaped", "plan", "provider",
                  "throughput_change_pct", "speedup_measured_on"}
@@ -276,7 +278,7 @@ def load_run(run_dir: Path) -> dict:
             "bench_tool": ((after or before) or {}).get("tool"), "bench_url": ((after or before) or {}).get("url"),
             "bench_settings": ((after or before) or {}).get("settings") or {},
             "throughput_change_pct": _num(summary.get("throughput_change_pct")),
-            "installed": _installed(_read_json(hd / "install_manifest.json"), summary),
+            "installed": _installed(_read_json(hd / INSTALL_MANIFEST), summary),
             "configs": _configs(hd), "reaped": summary.get("reaped") or [], "plan": summary.get("plan"),
             "extra": {k: json.dumps(v, default=str) for k, v in summary.items() if k not in shown},
             "facts": _facts(probe, tune), "group": _group_key(probe, tune),
@@ -544,7 +546,7 @@ def write_report(run_dir: Path, out: Path | None = None, plots: bool | None = No
             if len(g["hosts"]) > 1:
                 g["png"] = group_plot(g)
     html = render(data)
-    out = Path(out) if out else run_dir / "report.html"
+    out = Path(out) if out else run_dir / REPORT_HTML
     out.parent.mkdir(parents=True, exist_ok=True)
     kept = None
     if out.is_file():

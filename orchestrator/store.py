@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from remote.protocol import RESOLVED_PROVIDERS
+
 KEY_FIELDS = ("device_name", "triton_version", "provider", "sglang_version", "E", "N", "hidden", "topk",
               "dtype_selector", "block_shape", "per_channel_quant", "batch_sizes", "space")
 
@@ -43,7 +45,7 @@ def tuning_key(probe: dict, space: str, batch_sizes: list[int] | None, provider:
     sg = probe.get("sglang") or {}
     if provider == "auto":
         provider = (probe.get("tuner_provider") or {}).get("auto")
-        if provider not in ("sglang", "builtin"):
+        if provider not in RESOLVED_PROVIDERS:
             raise StoreError(f"the probe reported no tuner_provider.auto (got {provider!r}): "
                              "cannot tell which kernel `tune --provider auto` would run")
     return {

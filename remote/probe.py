@@ -1,7 +1,7 @@
 """probe: GPUs, Triton, SGLang loader/config folders, model shape and exact file names.
 
-Flags: the model flags of ``names`` (:func:`remote.sglang.model.add_model_arguments`;
-``--model-config`` optional here), ``--device-name`` (override of the CUDA name; required when
+Flags: the model flags of ``names`` (:func:`remote.sglang.model_flags.add_model_flags`;
+``--model-config`` optional here, ``--device-name`` overrides the CUDA name and is required when
 no CUDA GPU is visible and a model is given), ``--moe-config-dir`` (the unit's
 ``SGLANG_MOE_CONFIG_DIR``, if set).
 
@@ -47,15 +47,14 @@ from typing import Any
 
 from .protocol import PayloadError, log
 from .sglang.lookup import RULES_0_5_23, find_sglang, simulate_lookup
-from .sglang.model import add_model_arguments, checked_device_name, shape_from_args
+from .sglang.model_flags import add_model_flags, checked_device_name, shape_from_args
 from .sglang.naming import sglang_version_dir, triton_folder, unparsable_triton_folders
 from .tuning.support import resolve_provider_name, unsupported_reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of the ``probe`` command."""
-    add_model_arguments(parser, required=False)
-    parser.add_argument("--device-name", default=None, help="override torch.cuda.get_device_name()")
+    add_model_flags(parser, "probe")
     parser.add_argument("--moe-config-dir", default=None, help="the unit's SGLANG_MOE_CONFIG_DIR, if set")
 
 

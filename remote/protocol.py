@@ -1,8 +1,16 @@
-"""JSON-lines output of the payload (protocol version 1, docs/protocol.md).
+"""JSON-lines output of the payload (protocol version 1, docs/protocol.md), and the values of the
+command flags both sides spell.
 
 Every line written to stdout is one JSON object with ``"proto": 1`` and ``"type"``
 (``log``, ``progress``, ``result`` or ``error``). Exactly one ``result`` or ``error``
 line ends a command.
+
+The names ``tune --space`` and ``tune --provider`` accept are orch's own (not SGLang's rules,
+which live in :mod:`remote.sglang`), part of the command line the controller writes and the
+payload parses: they are declared here, the one module of the payload besides ``remote.sglang``
+that the controller may import. The controller's inventory variables (``orch_tune_space``,
+``orch_tune_provider``), its task arguments and the payload's argparse choices all check against
+these tuples.
 """
 
 from __future__ import annotations
@@ -16,6 +24,19 @@ from typing import Any
 from . import PROTO
 
 _lock = threading.Lock()
+
+#: ``tune --space``: ``smoke`` (3 configs, for CPU test beds), ``fast`` (a seeded screen refined by
+#: coordinate descent, remote/tuning/tuner/search.py), ``full`` (SGLang's 1920-config CUDA space,
+#: SGLang ``benchmark/kernels/fused_moe_triton/common_utils.py`` ``get_configs_compute_bound``).
+SEARCH_SPACES: tuple[str, ...] = ("smoke", "fast", "full")
+DEFAULT_SEARCH_SPACE = "fast"
+
+#: ``tune --provider``: whose kernel the tuner times; ``auto`` resolves to one of
+#: :data:`RESOLVED_PROVIDERS` on the host (``remote.tuning.support.resolve_provider_name``).
+PROVIDER_NAMES: tuple[str, ...] = ("auto", "sglang", "builtin")
+DEFAULT_PROVIDER = "auto"
+#: What a provider name resolves to: SGLang's own fused-MoE kernel or orch's builtin one.
+RESOLVED_PROVIDERS: tuple[str, ...] = ("sglang", "builtin")
 
 #: A run id as both sides use it (``<UTC time>-<action>-<hex>``, e.g. ``20260101T000000Z-tune-abcdef``):
 #: the name of the host's run record folder and the ``ORCH_TAG`` of a run's long commands.

@@ -5,7 +5,11 @@
 - (c) the stdlib-only parts of ``remote`` import with torch and triton blocked;
 - (d) at most 6 modules at the top of ``remote/`` (the rest lives in role folders);
 - (e) no import cycle inside ``remote/`` (:func:`import_cycles`, reusable for any package);
-- commands (``COMMANDS`` of ``remote/__main__.py``) never import one another.
+- commands (``COMMANDS`` of ``remote/__main__.py``) never import one another;
+- the generic tuner (``remote/tuning/tuner/``) imports no provider module: what is timed and
+  compiled is the provider's (``remote/tuning/providers/``), reached through the registry;
+- the GPU measurements in ``bench/`` import from ``remote`` only the modules of
+  :data:`BENCH_MAY_IMPORT`, only public names, and only names those modules define.
 
 (a), (b) and (e) read the source with :mod:`ast`: every ``import``/``from ... import``, at module
 level, inside functions and under ``if TYPE_CHECKING:`` alike, relative imports resolved.
@@ -27,6 +31,24 @@ ORCH = REPO / "orchestrator"
 
 #: Where the controller may import the payload's code (docs/protocol.md).
 ALLOWED_FROM_CONTROLLER = ("remote.sglang", "remote.protocol")
+
+#: What the GPU measurement scripts of ``bench/`` may import from the payload, and why: they time
+#: and check the kernels, the search and its parts on a real GPU, below the ``tune`` command.
+BENCH_MAY_IMPORT = {
+    "remote.sglang.naming": "SGLang's file and folder names",
+    "remote.sglang.configfile": "writing config files as SGLang reads them",
+    "remote.tuning.kernel.fused_moe": "orch's Triton kernel, timed and checked",
+    "remote.tuning.kernel.quant": "its fp8 quantization",
+    "remote.tuning.kernel.reference": "the float64 reference the kernels are checked against",
+    "remote.tuning.providers.builtin": "the builtin provider: what the tuner times",
+    "remote.tuning.providers.sglang": "SGLang's kernel, as the sglang provider drives it",
+    "remote.tuning.tuner.space": "the search spaces and their pruning",
+    "remote.tuning.tuner.search": "the search, run below the tune command",
+    "remote.tuning.tuner.timing": "the GPU timer",
+    "remote.tuning.tuner.compile": "ahead-of-time compilation",
+    "remote.tuning.tuner.driver": "the per-device steps (comparison, the device's shared memory)",
+}
+BENCH = REPO / "bench"
 
 #: Parts of the payload that must import without torch or triton (commands read-only or stdlib).
 TORCH_FREE = ("remote.sglang", "remote.host", "remote.bench", "remote.probe", "remote.names", "remote.protocol",
@@ -274,6 +296,65 @@ def test_commands_never_import_one_another():
     bad = [f"{a} imports {b}" for a in cmds.values() for b in sorted(graph[a]) if b in cmds.values()]
     assert not bad, "what two commands share belongs in sglang/, host/, bench/common or tuning/support:\n" + \
         "\n".join(bad)
+
+
+def test_the_generic_tuner_imports_no_provider():
+    graph = import_graph(REMOTE)
+    tuner = [m for m in graph if m.startswith("remote.tuning.tuner.")]
+    assert "remote.tuning.tuner.driver" in tuner
+    bad = [f"{m} imports {t}" for m in tuner for t in sorted(graph[m]) if t.startswith("remote.tuning.providers.")]
+    assert not bad, "provider-specific code belongs in remote/tuning/providers/:\n" + "\n".join(bad)
+    # the compile job of each provider is its own, and it names one
+    from remote.tuning.providers import builtin, sglang
+    assert builtin.BuiltinProvider.compile_target == "remote.tuning.providers.builtin:compile_one"
+    assert sglang.SglangProvider.compile_target == "remote.tuning.providers.sglang:compile_one"
+
+
+def _defined_names(path: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments, imports)."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return out
+
+
+def bench_imports() -> list[tuple[str, int, str, tuple[str, ...]]]:
+    """``(file, line, module, names)`` of each import of the payload in ``bench/*.py``; ``from
+    remote.x import submodule`` counts as importing ``remote.x.submodule``."""
+    mods = modules_of(REMOTE)
+    out = []
+    for path in sorted(BENCH.glob("*.py")):
+        for target, names, line in imported_names(path, f"bench.{path.stem}"):
+            if target != "remote" and not target.startswith("remote."):
+                continue
+            subs = [n for n in names if f"{target}.{n}" in mods]
+            out += [(path.name, line, f"{target}.{n}", ()) for n in subs]
+            if not subs or len(subs) < len(names):
+                out.append((path.name, line, target, tuple(n for n in names if n not in subs)))
+    return out
+
+
+def test_bench_imports_only_the_listed_payload_modules():
+    mods = modules_of(REMOTE)
+    found = bench_imports()
+    assert {m for _, _, m, _ in found} >= {"remote.tuning.kernel.fused_moe", "remote.tuning.tuner.search"}
+    bad = []
+    for file, line, module, names in found:
+        where = f"bench/{file}:{line}: {module}"
+        if module not in BENCH_MAY_IMPORT:
+            bad.append(f"{where} is not in BENCH_MAY_IMPORT")
+            continue
+        defined = _defined_names(mods[module])
+        bad += [f"{where}: {n} is private" for n in names if n.startswith("_")]
+        bad += [f"{where}: {n} is not defined there" for n in names if n not in defined]
+    assert not bad, "\n".join(bad)
+    assert set(BENCH_MAY_IMPORT) <= set(mods), "a listed module does not exist"
 
 
 # ----------------------------------------------------------------------------- the scanner itself

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..ui import field_block, fits, print_table_or_blocks
 from ..errors import UsageError
+from ..records.layout import BENCH_LABEL, BENCH_SUMMARY, bench_file, host_dir
 from .common import add_batch_flags, add_host_flags, batching
 from .run import run_playbook
 
@@ -115,9 +116,9 @@ def cmd_bench(args) -> int:
     recaps, record = res.recaps, res.record
     results = {}
     for host in recaps:
-        p = record.dir / "hosts" / host / "bench_bench.json"
+        p = host_dir(record.dir, host) / bench_file(BENCH_LABEL)
         results[host] = json.loads(p.read_text()) if p.exists() else {}
-    record.write_json("bench.json", results)
+    record.write_json(BENCH_SUMMARY, results)
     record.close()
     if args.json:
         print(json.dumps({"run_id": record.run_id, "hosts": results}, indent=2, default=str))

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..records.layout import DOCTOR
 from ..ui import field_block, fits, print_table_or_blocks
 
 from .common import add_host_flags, batching
@@ -192,7 +193,7 @@ def cmd_doctor(args) -> int:
         rows[host] = row
     for host, row in rows.items():
         row["fix"] = fix_command(host, row, str(args.inventory), args.service or "UNIT")
-    record.write_json("doctor.json", rows)
+    record.write_json(DOCTOR, rows)
     record.close()
     if args.json:
         print(json.dumps(rows, indent=2, default=str))

@@ -26,6 +26,7 @@ from ..engine.runner import Engine
 from ..errors import UsageError
 from ..inventory import effective_vars, load_inventory
 from ..records import RunRecord, default_state_dir, new_run_id
+from ..records.layout import HOSTS, RECAP, RESULT, RUN
 from ..tasks import RENAMED, TASKS
 from ..ui import Reporter
 
@@ -129,7 +130,7 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
     options = RunOptions(run_id=run_id, run_dir=record.dir, check=check, accept_new_host_keys=accept_new_host_keys,
                          leave_stopped=leave_stopped, echo_output=verbose, extra=dict(extra or {}),
                          state_dir=state_dir, retune=retune, fleet=fleet, hooks=[fleet] if fleet is not None else [])
-    record.write_json("run.json", {"run_id": run_id, "command": sys.argv, "inventory": str(inventory),
+    record.write_json(RUN, {"run_id": run_id, "command": sys.argv, "inventory": str(inventory),
                                    "playbook": str(pb_path), "check": check, "hosts": [h.name for h in hosts]})
     old = _install_signal_handlers(options.cancel, console)
     recaps: dict[str, HostRecap] = {}
@@ -149,9 +150,9 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
         for s, h in old.items():
             signal.signal(s, h)
     result = {n: recap_dict(r) for n, r in recaps.items()}
-    record.write_json("recap.json", result)
+    record.write_json(RECAP, result)
     for n in recaps:
-        record.write_json(f"hosts/{n}/result.json", result[n])
+        record.write_json(f"{HOSTS}/{n}/{RESULT}", result[n])
     return RunResult(recaps, record, options.cancel.is_set(), options)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..connection.deadline import time_left
+from ..records.layout import host_dir
 
 
 @dataclass
@@ -106,7 +107,7 @@ class HostContext:
         self._emit = emit
         self._progress = progress
         self._echo = echo
-        self.host_dir = options.run_dir / "hosts" / name
+        self.host_dir = host_dir(options.run_dir, name)
         self.host_dir.mkdir(parents=True, exist_ok=True)
         self.current_task = ""
         #: True while rescue/always steps run: they finish even after an interrupt

@@ -34,6 +34,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from remote.protocol import DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, SEARCH_SPACES
+from remote.sglang.defaults import DEFAULT_BATCH_SIZES
+
 from ..templating import is_template, referenced_names, render_text
 from .errors import InventoryError
 from .ssh_args import SSHArgsError, parse_proxy_jump, parse_ssh_common_args
@@ -264,6 +267,13 @@ class VarSpec:
         return repr(self.default) if isinstance(self.default, str) else str(self.default)
 
 
+def _choice_var(name: str, choices: tuple[str, ...], default: str, meaning: str) -> VarSpec:
+    """A variable whose value is one of ``choices``: its doc type (``a|b``), error phrase and check
+    all come from the one tuple."""
+    return VarSpec(name, "|".join(choices), "one of " + ", ".join(repr(c) for c in choices), default, meaning,
+                   _choice(*choices))
+
+
 def _default_host(get: Callable[[str], Any], host: str) -> str:
     """inventory host name"""
     return host
@@ -281,8 +291,8 @@ _SPECS: list[VarSpec] = [
             "Private key on the controller (~ expanded).", _local_path),
     VarSpec("ansible_python_interpreter", "str", "an interpreter path", None,
             "Python that runs the payload (default: the interpreter of the SGLang unit)."),
-    VarSpec("ansible_connection", "ssh|local", "one of 'ssh', 'local'", "ssh",
-            "'local' runs on the controller machine itself, without SSH.", _choice("ssh", "local")),
+    _choice_var("ansible_connection", ("ssh", "local"), "ssh",
+                "'local' runs on the controller machine itself, without SSH."),
     VarSpec("ansible_become", "bool", "a boolean", False, "Run remote commands with sudo.", _bool),
     VarSpec("ansible_become_user", "str", "a non-empty string", "root", "sudo target user."),
     VarSpec("ansible_become_password", "str", "a non-empty string", None,
@@ -307,9 +317,9 @@ _SPECS: list[VarSpec] = [
             "Process names never killed, added to the built-in set "
             + ", ".join(BUILTIN_PROTECTED_PROCESSES) + ".", _str_list),
     VarSpec("orch_tune_batch_sizes", "list[int]", "a list of positive integers", None,
-            "Batch sizes M to tune (default: the tune space's list).", _posint_list),
-    VarSpec("orch_tune_space", "smoke|fast|full", "one of 'smoke', 'fast', 'full'", "fast",
-            "Size of the kernel search space.", _choice("smoke", "fast", "full")),
+            "Batch sizes M to tune (default: SGLang's tuning list, "
+            + ", ".join(map(str, DEFAULT_BATCH_SIZES)) + ", for every space).", _posint_list),
+    _choice_var("orch_tune_space", SEARCH_SPACES, DEFAULT_SEARCH_SPACE, "Size of the kernel search space."),
     VarSpec("orch_triton_interpret", "bool", "a boolean", False,
             "Run the tuner with TRITON_INTERPRET=1 (CPU test beds only).", _bool),
     VarSpec("orch_ready_timeout", "seconds", "a positive number of seconds", 1800,
@@ -340,9 +350,8 @@ _SPECS: list[VarSpec] = [
     VarSpec("orch_jump_private_key_file", "path", "a path", None,
             "Private key for the hops of orch_jump_host (default: their ~/.ssh/config IdentityFile, "
             "the ssh-agent, ~/.ssh/id_*).", _local_path),
-    VarSpec("orch_tune_provider", "auto|sglang|builtin", "one of 'auto', 'sglang', 'builtin'",
-            "auto", "Tuner: SGLang's own, orch's built-in, or auto.",
-            _choice("auto", "sglang", "builtin")),
+    _choice_var("orch_tune_provider", PROVIDER_NAMES, DEFAULT_PROVIDER,
+                "Tuner: SGLang's own, orch's built-in, or auto."),
     VarSpec("orch_command_timeout", "seconds", "a positive number of seconds", 300,
             "Timeout of one ordinary remote command.", _seconds),
     VarSpec("orch_connect_timeout", "seconds", "a positive number of seconds", 10,

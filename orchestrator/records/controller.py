@@ -1,13 +1,7 @@
 """The controller's record of a run.
 
-Layout (``<state_dir>/runs/<run_id>/``)::
-
-    events.jsonl          one JSON object per event (time, event, host, task, ...)
-    run.json              command, options, inventory path, start/end, recap
-    hosts/<host>/         probe.json, unit.json, configs/*.json, report.json,
-                          bench_before.json, bench_after.json, result.json
-
-The default state dir follows the XDG base-directory spec: ``$XDG_STATE_HOME/orch``
+One folder per run, ``<state_dir>/runs/<run_id>/``, laid out as :mod:`orchestrator.records.layout`
+says (every file name of it comes from there). The default state dir follows the XDG base-directory spec: ``$XDG_STATE_HOME/orch``
 or ``~/.local/state/orch``. Secrets (keys containing ``password``) are never written.
 """
 
@@ -23,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_text
+from .layout import EVENTS, RUNS
 
 
 def default_state_dir() -> Path:
@@ -46,15 +41,15 @@ def _scrub(obj: Any) -> Any:
 
 
 class RunRecord:
-    """Creates ``<state_dir>/runs/<run_id>/`` and appends events to ``events.jsonl``."""
+    """Creates ``<state_dir>/runs/<run_id>/`` and appends events to ``events.jsonl`` (:data:`~.layout.EVENTS`)."""
 
     def __init__(self, state_dir: Path, run_id: str):
         self.run_id = run_id
-        self.dir = Path(state_dir) / "runs" / run_id
+        self.dir = Path(state_dir) / RUNS / run_id
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         self._lock = threading.Lock()
-        self._events = open(self.dir / "events.jsonl", "a", encoding="utf-8")
+        self._events = open(self.dir / EVENTS, "a", encoding="utf-8")
 
     def emit(self, event: str, **fields: Any) -> None:
         """Append one event (``time`` in Unix seconds, ``event`` name, fields)."""
@@ -77,7 +72,7 @@ class RunRecord:
 
 def read_events(run_dir: Path) -> list[dict]:
     """All events of a run folder, in order."""
-    path = Path(run_dir) / "events.jsonl"
+    path = Path(run_dir) / EVENTS
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -18,6 +18,7 @@ from typing import Literal
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
+from ..records.layout import bench_file
 from .readiness import endpoint_candidates, endpoint_of
 
 
@@ -54,7 +55,7 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
     data = ctx.payload.call("bench", args, timeout=per_level * (len(conc) + 1) + 120, interruptible=True,
                             on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
                                                                total=m.get("total", 0)))
-    (ctx.host_dir / f"bench_{label}.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+    (ctx.host_dir / bench_file(label)).write_text(json.dumps(data, indent=2, sort_keys=True))
     top = _top(data.get("levels") or [])
     summary = ctx.run.summary
     summary[f"bench_{label}"] = {"output_throughput": top.get("output_throughput"),

@@ -16,10 +16,12 @@ import json
 
 from typing import Literal
 
+from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES
 from remote.sglang.defaults import DEFAULT_BATCH_SIZES
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
+from ..records.layout import CONFIGS, TUNE_REPORT
 from ..store import ConfigStore, key_hash, tuning_key
 from .probe import untunable_reason
 
@@ -31,7 +33,7 @@ def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[
     from remote.sglang.configfile import dumps_config
 
     out = {}
-    d = ctx.host_dir / "configs"
+    d = ctx.host_dir / CONFIGS
     d.mkdir(parents=True, exist_ok=True)
     for role, cfg in configs.items():
         path = d / names[role]
@@ -54,8 +56,8 @@ def reused_speedup(ctx, report: dict | None, measured_on: str | None) -> None:
 
 
 @task("config_source", check_mode=READ_ONLY, sets=FACTS)
-def config_source(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: list[int] | None,
-                  provider: Literal["auto", "sglang", "builtin"]) -> TaskResult:
+def config_source(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | None,
+                  provider: Literal[PROVIDER_NAMES]) -> TaskResult:
     """Decide where this host's files come from: the controller's store, its own tune, a shard of
     its group's tune, or another host's tune (``orch_config_source``; see the module docstring).
     Refuses, before anything is stopped, a model whose weights the tuner cannot run."""
@@ -77,7 +79,7 @@ def config_source(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: lis
             configs = {role: json.loads(p.read_text()) for role, p in entry.files.items()}
             ctx.run.tuned_files = write_configs(ctx, configs, names)
             if entry.report:
-                (ctx.host_dir / "report.json").write_text(entry.report.read_text())
+                (ctx.host_dir / TUNE_REPORT).write_text(entry.report.read_text())
                 reused_speedup(ctx, json.loads(entry.report.read_text()),
                                f"{prov.get('host')} (run {prov.get('run_id')})" if prov.get("host") else None)
         ctx.run.summary["config_source"] = {"source": "store", "key": kh}
@@ -113,7 +115,7 @@ def config_source(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: lis
         raise TaskFailed(f"no configs from {role.tuner}: {exc}") from None
     ctx.run.tuned_files = write_configs(ctx, result["configs"], names)
     if result.get("report"):
-        (ctx.host_dir / "report.json").write_text(json.dumps(result["report"], indent=2))
+        (ctx.host_dir / TUNE_REPORT).write_text(json.dumps(result["report"], indent=2))
         reused_speedup(ctx, result["report"], role.tuner)
     return TaskResult.ok(f"reusing the configs {role.tuner} tuned for {group}", facts=facts, source="reuse", key=kh)
 
@@ -142,7 +144,7 @@ def publish_result(ctx, files: dict[str, str], report_path: str | None, provenan
     elif groups is not None and kh:
         groups.publish(kh, result)
     if ctx.options.state_dir and kh and (role.get("kind") != "shard" or role.get("shard_index") == 0):
-        report_file = ctx.host_dir / "report.json"
+        report_file = ctx.host_dir / TUNE_REPORT
         ConfigStore(ctx.options.state_dir).put(key, files, report_file if report_file.exists() else None, provenance)
     return files
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
 from ..payload.client import PayloadFailed
+from ..records.layout import INSTALL_MANIFEST
 
 
 def _validate(name: str, text: str) -> None:
@@ -59,7 +60,7 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     ctx.run.install_manifest = manifest
     paths = [posixpath.join(dest_dir, f["name"]) for f in payload_files]
     ctx.run.summary["installed"] = paths
-    (ctx.host_dir / "install_manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    (ctx.host_dir / INSTALL_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     changed = any(f.get("action") != "unchanged" for f in manifest.get("files") or [{}])
     result = TaskResult.changed if changed else TaskResult.ok
     return result(("installed " if changed else "already installed ") + ", ".join(paths),

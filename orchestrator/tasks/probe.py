@@ -19,36 +19,9 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import last_start, unit_log
 from ..facts.moe_log import parse_moe_log
+from ..payload.model_args import model_flags, payload_env
+from ..records.layout import PROBE
 from .readiness import find_endpoint
-
-
-def model_flags(ctx) -> list[str]:
-    """Payload flags describing the model as the unit runs it (shared by probe and tune)."""
-    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
-    # once probed, the config file the probe found (where SGLang finds it: HF or ModelScope cache)
-    model = (ctx.vars.get("orch_model_config") or (ctx.vars.get("orch_probe") or {}).get("model_config_path")
-             or server.get("model_path"))
-    if not model:
-        raise TaskFailed("the unit has no --model-path (nor a --config file giving one) and orch_model_config "
-                         "is not set")
-    flags = ["--model-config", str(model), "--tp", str(server.get("tp") or 1), "--ep", str(server.get("ep") or 1)]
-    if server.get("dtype") and server["dtype"] != "auto":
-        flags += ["--dtype", server["dtype"]]
-    if server.get("quantization"):
-        flags += ["--quantization", server["quantization"]]
-    if server.get("disable_shared_experts_fusion"):
-        flags += ["--disable-shared-experts-fusion"]
-    if ctx.vars.get("orch_device_name"):
-        flags += ["--device-name", str(ctx.vars["orch_device_name"])]
-    return flags
-
-
-def payload_env(ctx) -> dict[str, str]:
-    """Environment of the unit the payload must see (HF cache, visible GPUs, config dir)."""
-    env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
-    keys = ("HF_HOME", "HF_HUB_CACHE", "CUDA_VISIBLE_DEVICES", "SGLANG_MOE_CONFIG_DIR", "PYTHONPATH",
-            "SGLANG_USE_MODELSCOPE", "MODELSCOPE_CACHE")
-    return {k: env[k] for k in keys if k in env}
 
 
 @task("probe", check_mode=READ_ONLY, sets=("orch_probe",))
@@ -60,12 +33,9 @@ def probe(ctx) -> TaskResult:
     flags = model_flags(ctx)
     if env.get("SGLANG_MOE_CONFIG_DIR"):
         flags += ["--moe-config-dir", env["SGLANG_MOE_CONFIG_DIR"]]
-    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
-    if server.get("download_dir") and not ctx.vars.get("orch_model_config"):
-        flags += ["--download-dir", str(server["download_dir"])]
     ctx.payload.env.update(payload_env(ctx))
     data = ctx.payload.call("probe", flags, timeout=300)
-    (ctx.host_dir / "probe.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+    (ctx.host_dir / PROBE).write_text(json.dumps(data, indent=2, sort_keys=True))
     model = data.get("model", {})
     gpus = data.get("gpus") or []
     where = (f"{len(gpus)}x {gpus[0].get('name')}" if gpus else "no CUDA GPU visible") + (

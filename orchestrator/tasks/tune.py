@@ -1,7 +1,7 @@
 """Task ``tune``: run the payload's fused-MoE tuner on the host and fetch what it wrote.
 
 Options come from inventory variables: ``orch_tune_batch_sizes`` (list of M),
-``orch_tune_space`` (``smoke`` | ``fast`` | ``full``), ``orch_tune_provider``,
+``orch_tune_space`` (one of ``remote.protocol.SEARCH_SPACES``), ``orch_tune_provider``,
 ``orch_triton_interpret`` (test beds only). The tuner's working folder on the host is
 keyed by the config file names, space and batch sizes, so re-running resumes from its
 checkpoint. The up/down files and ``report.json`` are copied into the controller's
@@ -17,16 +17,19 @@ import time
 
 from typing import Literal
 
+from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES
+
 from .. import __version__
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
+from ..payload.model_args import model_flags
+from ..records.layout import CONFIGS, TUNE_REPORT
 from .config_source import publish_failure, publish_result
-from .probe import model_flags
 
 
 @task("tune")
-def tune(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: list[int] | None,
-         provider: Literal["auto", "sglang", "builtin"], timeout: float = 172800) -> TaskResult:
+def tune(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | None,
+         provider: Literal[PROVIDER_NAMES], timeout: float = 172800) -> TaskResult:
     """Tune the fused-MoE kernel on the host (payload ``tune``, with a progress bar) and fetch the
     up and down files it wrote. ``space``: search space size; ``batch_sizes``: the M to tune
     (None: SGLang's list); ``provider``: whose kernel is timed; ``timeout`` in seconds (48 h).
@@ -65,7 +68,7 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
     files = data.get("files") or {}
     if not files.get("up"):
         raise TaskFailed(f"tuner wrote no up-projection file: {data}")
-    local_dir = ctx.host_dir / "configs"
+    local_dir = ctx.host_dir / CONFIGS
     local_dir.mkdir(parents=True, exist_ok=True)
     fetched = {}
     for role, remote_path in files.items():
@@ -75,12 +78,12 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
         ctx.connection.get(remote_path, str(local), become=True)  # the tuner's folder is root-only
         fetched[role] = str(local)
     if data.get("report"):
-        ctx.connection.get(data["report"], str(ctx.host_dir / "report.json"), become=True)
+        ctx.connection.get(data["report"], str(ctx.host_dir / TUNE_REPORT), become=True)
     expected = dict(names)  # what the probe derived: the names the payload's tuner must agree on
     for role, local in fetched.items():
         if expected.get(role) and posixpath.basename(local) != expected[role]:
             raise TaskFailed(f"tuner wrote {posixpath.basename(local)}, but the probe derived {expected[role]}")
-    fetched = publish_result(ctx, fetched, str(ctx.host_dir / "report.json") if data.get("report") else None,
+    fetched = publish_result(ctx, fetched, str(ctx.host_dir / TUNE_REPORT) if data.get("report") else None,
                              {"host": ctx.name, "run_id": ctx.options.run_id, "provider": data.get("provider"),
                               "payload_version": (ctx.run.payload or {}).get("version"),
                               "orch_version": __version__, "batch_sizes": batch_sizes})

@@ -8,6 +8,13 @@ Usage (payload command, see docs/protocol.md)::
         [--shipped-config PATH]
     python -m remote tune --shape E=8,N=64,hidden=128,topk=2 ...   (no model config)
 
+The model flags (``--model-config``, ``--hf-home``, ``--download-dir``, ``--tp``, ``--ep``,
+``--dtype``, ``--quantization``, ``--disable-shared-experts-fusion``, ``--device-name``, ``--shape``,
+``--block-shape``) are :data:`remote.sglang.model_flags.MODEL_FLAGS`, shared with ``names``,
+``probe`` and ``orch config-names``; the shape they name comes from
+:func:`remote.sglang.model_flags.shape_from_args`. ``--space`` and ``--provider`` take
+:data:`remote.protocol.SEARCH_SPACES` and :data:`remote.protocol.PROVIDER_NAMES`.
+
 Spaces: ``full`` = SGLang's 1920-config CUDA space (minus configs that cannot fit the
 device); ``fast`` = seeded screen + coordinate-descent refinement (remote/tuning/tuner/search.py);
 ``smoke`` = 3 configs, for the CPU test bed. Without a GPU the kernel runs under
@@ -55,29 +62,22 @@ from pathlib import Path
 
 from .. import PAYLOAD_VERSION
 from ..host.fs import atomic_write
-from ..protocol import PayloadError, log, progress
+from ..protocol import (DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, SEARCH_SPACES, PayloadError, log,
+                        progress)
 from ..sglang.defaults import DEFAULT_BATCH_SIZES
+from ..sglang.model_flags import add_model_flags, shape_from_args
 from .support import unsupported_reason
+from .tuner.events import Done, Error, Event, Fatal, Log, Progress
 
 
 def add_arguments(p) -> None:
-    """Register the ``tune`` flags on an argparse parser."""
-    p.add_argument("--model-config", help="config.json path, HF cache repo id, or model dir")
-    p.add_argument("--shape", help="instead of --model-config: E=..,N=..,hidden=..,topk=..")
-    p.add_argument("--hf-home", default=None)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--ep", type=int, default=1)
-    p.add_argument("--dtype", default=None, help="server --dtype (auto|bfloat16|float16|float32)")
-    p.add_argument("--quantization", default=None,
-                   help="server --quantization; with --shape: 'fp8' tunes fp8_w8a8 (see --block-shape)")
-    p.add_argument("--block-shape", default=None,
-                   help="with --shape --quantization fp8: the weight block 'BN,BK' (e.g. 128,128); none = per-tensor")
-    p.add_argument("--disable-shared-experts-fusion", action="store_true")
-    p.add_argument("--device-name", default=None, help="torch device name override (needed without GPU)")
+    """Register the ``tune`` flags on an argparse parser: the model flags
+    (:func:`remote.sglang.model_flags.add_model_flags`) and the tuner's own."""
+    add_model_flags(p, "tune")
     p.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)))
-    p.add_argument("--space", choices=("smoke", "fast", "full"), default="fast")
+    p.add_argument("--space", choices=SEARCH_SPACES, default=DEFAULT_SEARCH_SPACE)
     p.add_argument("--out", default="tune-out")
-    p.add_argument("--provider", choices=("auto", "sglang", "builtin"), default="auto")
+    p.add_argument("--provider", choices=PROVIDER_NAMES, default=DEFAULT_PROVIDER)
     p.add_argument("--gpus", default="all", help="'all' or comma-separated CUDA indices")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-resume", action="store_true")
@@ -97,61 +97,17 @@ def parse_batch_sizes(text: str) -> list[int]:
     return vals
 
 
-def parse_shape(text: str) -> dict:
-    """``"E=8,N=64,hidden=128,topk=2"`` -> dict of ints. Raises PayloadError bad_input."""
-    out = {}
-    try:
-        for part in text.split(","):
-            k, v = part.split("=")
-            out[k.strip()] = int(v)
-    except ValueError:
-        raise PayloadError("bad_input", f"--shape: expected E=..,N=..,hidden=..,topk=..: {text!r}") from None
-    if set(out) != {"E", "N", "hidden", "topk"} or min(out.values()) < 1 or out["topk"] > out["E"]:
-        raise PayloadError("bad_input", f"--shape: need positive E, N, hidden, topk <= E: {text!r}")
-    return out
-
-
 def _resolve_shape(args) -> tuple[dict, dict]:
-    """``(shape, naming)``: shape {E,N,hidden,topk}; naming {dtype_selector, block_shape,
-    per_channel_quant, weight_dtype, act_dtype, shape_source}."""
-    if args.shape:
-        if args.model_config:
-            raise PayloadError("bad_input", "give --model-config or --shape, not both")
-        shape = parse_shape(args.shape)
-        dt = args.dtype if args.dtype not in (None, "auto") else "bfloat16"
-        sel = "float32" if dt == "float32" else None
-        if args.quantization in (None, ""):
-            if args.block_shape:
-                raise PayloadError("bad_input", "--block-shape needs --quantization fp8")
-            return shape, dict(dtype_selector=sel, block_shape=None, per_channel_quant=False, weight_dtype=dt,
-                               act_dtype=dt, shape_source="--shape")
-        if args.quantization != "fp8":
-            raise PayloadError("bad_input", f"--shape with --quantization {args.quantization!r}: only 'fp8'")
-        block = None
-        if args.block_shape:
-            try:
-                block = [int(v) for v in args.block_shape.split(",")]
-            except ValueError:
-                block = []
-            if len(block) != 2 or min(block) < 16 or any(v & (v - 1) for v in block):
-                raise PayloadError("bad_input", f"--block-shape: two powers of two >= 16, got {args.block_shape!r}")
-        return shape, dict(dtype_selector="fp8_w8a8", block_shape=block, per_channel_quant=False,
-                           weight_dtype="fp8_e4m3", act_dtype=dt, shape_source="--shape")
-    if not args.model_config:
-        raise PayloadError("bad_input", "--model-config or --shape is required")
-    from ..sglang.model import load_model_config, moe_shape
-    cfg = load_model_config(args.model_config, hf_home=args.hf_home)
-    try:
-        ms = moe_shape(cfg, tp=args.tp, ep=args.ep, quantization=args.quantization, dtype=args.dtype,
-                       disable_shared_experts_fusion=args.disable_shared_experts_fusion)
-    except ValueError as exc:
-        raise PayloadError("bad_input", f"model shape: {exc}") from None
+    """``(shape, naming)`` of the model flags (:func:`remote.sglang.model_flags.shape_from_args`):
+    shape {E,N,hidden,topk}; naming {dtype_selector, block_shape, per_channel_quant, weight_dtype,
+    act_dtype, shape_source, notes}."""
+    ms, source = shape_from_args(args)
     # SGLang's upstream tuner uses num_experts_per_tok (not the runtime top-k with a
     # fused shared expert) unless given recorded topk ids; so do we.
     shape = dict(E=ms.E, N=ms.N, hidden=ms.hidden, topk=ms.topk)
     return shape, dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape,
                        per_channel_quant=ms.per_channel_quant, weight_dtype=ms.weight_dtype,
-                       act_dtype=ms.act_dtype, shape_source=str(args.model_config), notes=list(ms.notes))
+                       act_dtype=ms.act_dtype, shape_source=source, notes=list(ms.notes))
 
 
 def _devices(gpus: str) -> list[str]:
@@ -281,37 +237,37 @@ def run(args) -> dict:
         per = (time.time() - t0) / n_new[0]
         return round(per * (total - len(done)) / max(1, min(len(devices), total - len(done) or 1)), 1)
 
-    def emit(msg):
-        kind = msg[0]
-        if kind == "progress":
-            progress(len(done), total, "tune", batch_size=msg[1], best_us=round(msg[2], 3), eta_s=eta())
-        elif kind == "log":
-            if msg[2] != "debug":
-                log(msg[1], msg[2])
-        elif kind == "done":
-            M, res = msg[1], msg[2]
-            done[str(M)] = res
+    def emit(event: Event) -> None:
+        if isinstance(event, Progress):
+            progress(len(done), total, "tune", batch_size=event.batch_size, best_us=round(event.best_us, 3),
+                     eta_s=eta())
+        elif isinstance(event, Log):
+            if event.level != "debug":
+                log(event.msg, event.level)
+        elif isinstance(event, Done):
+            res = event.result
+            done[str(event.batch_size)] = res
             n_new[0] += 1
             checkpoint.save(out, key, key_id, done)
-            progress(len(done), total, "tune", batch_size=M, best_us=round(res["tuned_us"] or res["kernel_us"], 3),
-                     eta_s=eta())
-        elif kind == "error":
-            errors[str(msg[1])] = msg[2]
-            log(f"batch size {msg[1]}: {msg[2]}", "error")
-        elif kind == "fatal":
-            fatal.append(msg)
+            progress(len(done), total, "tune", batch_size=event.batch_size,
+                     best_us=round(res["tuned_us"] or res["kernel_us"], 3), eta_s=eta())
+        elif isinstance(event, Error):
+            errors[str(event.batch_size)] = event.text
+            log(f"batch size {event.batch_size}: {event.text}", "error")
+        elif isinstance(event, Fatal):
+            fatal.append(event)
 
-    fatal: list = []
+    fatal: list[Fatal] = []
     if todo:
         from .tuner.driver import tune_parallel
         tune_parallel(spec, devices, todo, emit)
     if fatal:
         # out of GPU memory for what every candidate needs: the traceback goes to stderr (the
         # controller shows its tail), the finished batch sizes stay in the checkpoint
-        sys.stderr.write(fatal[0][3] if len(fatal[0]) > 3 else "")
+        sys.stderr.write(fatal[0].traceback)
         sys.stderr.flush()
-        raise PayloadError("runtime", fatal[0][2], detail={
-            "oom": True, "batch_size": fatal[0][1], "finished": sorted(int(k) for k in done),
+        raise PayloadError("runtime", fatal[0].text, detail={
+            "oom": True, "batch_size": fatal[0].batch_size, "finished": sorted(int(k) for k in done),
             "checkpoint": str(out / checkpoint.NAME)})
     if errors or any(str(M) not in done for M in batch_sizes):
         missing = [M for M in batch_sizes if str(M) not in done]

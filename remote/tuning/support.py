@@ -13,11 +13,8 @@ Standard library only; importing this module imports neither torch nor the ``tun
 
 from __future__ import annotations
 
-from ..protocol import PayloadError
+from ..protocol import PROVIDER_NAMES, PayloadError
 from ..sglang.lookup import sglang_module_file, sglang_package_dirs
-
-#: Names ``--provider`` accepts.
-PROVIDER_NAMES = ("auto", "sglang", "builtin")
 
 #: SGLang's fused-MoE entry points the ``sglang`` provider drives, by role: ``(module, attribute)``
 #: candidates, newest layout first; the first that imports wins
@@ -73,7 +70,7 @@ SGLANG_OPTIONAL_ROLES = ("topk_output", "runner_config", "override_config")
 def unsupported_reason(naming: dict) -> str | None:
     """Why the tuner's kernel cannot run a model's MoE weights, or None when it can.
 
-    ``naming``: the selectors of :class:`remote.sglang.model.MoeShape` (``dtype_selector``,
+    ``naming``: the selectors of :class:`remote.sglang.shape.MoeShape` (``dtype_selector``,
     ``weight_dtype``, ``per_channel_quant``, ``block_shape``; the probe reports them as
     ``model`` with this answer as ``model.tuner_unsupported``, so the controller refuses such a
     host before stopping it). Runs: bf16/fp16/fp32 weights, and fp8_w8a8 with e4m3 weights and
@@ -121,12 +118,12 @@ def resolve_provider_name(name: str) -> tuple[str, str | None]:
     ``resolved`` is ``"sglang"`` or ``"builtin"``; ``reason`` says why ``auto`` fell back to
     ``builtin`` (None otherwise). ``auto`` is ``sglang`` exactly when :func:`sglang_entry_missing`
     finds nothing missing. Raises PayloadError ``bad_input`` for a name not in
-    :data:`PROVIDER_NAMES`, ``not_found`` for ``sglang`` when its entry is missing.
+    :data:`remote.protocol.PROVIDER_NAMES`, ``not_found`` for ``sglang`` when its entry is missing.
     """
     if name == "builtin":
         return "builtin", None
     if name not in PROVIDER_NAMES:
-        raise PayloadError("bad_input", f"unknown provider {name!r} (auto|sglang|builtin)")
+        raise PayloadError("bad_input", f"unknown provider {name!r} ({'|'.join(PROVIDER_NAMES)})")
     why = sglang_entry_missing()
     if why is None:
         return "sglang", None

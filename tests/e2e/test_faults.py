@@ -836,6 +836,7 @@ def test_tuner_skips_a_candidate_out_of_memory_but_stops_on_inputs_out_of_memory
     import remote.tuning.providers
     from remote.tuning.tuner import space as sp
     from remote.tuning.tuner.driver import tune_on_device
+    from remote.tuning.tuner.events import Fatal
     from remote.tuning.tuner.search import CPU_PROTOCOL, Evaluator
 
     oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
@@ -876,5 +877,5 @@ def test_tuner_skips_a_candidate_out_of_memory_but_stops_on_inputs_out_of_memory
                 provider="fake", seed=0, dtype_selector=None, block_shape=None, shipped=None, check=False)
     tune_on_device(spec, "cpu", [1, 2, 4], msgs.append)
     assert prov.problems == [1], "the tune must stop at the first out-of-memory"
-    assert [m[0] for m in msgs] == ["fatal"] and msgs[0][1] == 1
-    assert "out of GPU memory" in msgs[0][2] and "OutOfMemoryError" in msgs[0][3]
+    assert [type(m) for m in msgs] == [Fatal] and msgs[0].batch_size == 1
+    assert "out of GPU memory" in msgs[0].text and "OutOfMemoryError" in msgs[0].traceback

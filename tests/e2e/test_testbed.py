@@ -684,7 +684,7 @@ def test_demo_down_removes_the_demo_bed_only():
 def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):
     """Two independent implementations of SGLang's E/N/selector rules must agree on the
     shared real model configs (the stand-in must not import ``remote``)."""
-    remote_models = pytest.importorskip("remote.sglang.model")
+    remote_models = pytest.importorskip("remote.sglang.shape")
     tree = tmp_path / "tree"
     standin_tree.make_tree(tree)
     spec = importlib.util.spec_from_file_location("standin_model", tree / "sglang/_standin/model.py")

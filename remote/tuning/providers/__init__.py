@@ -9,6 +9,10 @@
 
 Which one a name means is decided by :func:`remote.tuning.support.resolve_provider_name`, the
 rule the probe reports as ``tuner_provider``; :func:`resolve_provider` builds that provider.
+
+Each provider also owns its ahead-of-time compile job: ``compile_target`` (``"module:function"``
+run in the compile workers of :class:`remote.tuning.tuner.compile.Compiler`), ``precompile_args``
+and ``compile_per_batch`` (its kernel is specialised per batch size).
 """
 
 from __future__ import annotations

@@ -142,7 +142,26 @@ class BuiltinProvider:
             ref = fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids)
         return relative_error(out, ref)
 
+    #: What a compile worker of :class:`remote.tuning.tuner.compile.Compiler` runs: one GEMM per
+    #: (kind, config), whatever the batch size (the kernel is not specialised on M).
+    compile_target = "remote.tuning.providers.builtin:compile_one"
+    compile_per_batch = False
+
     def precompile_args(self, shape: dict, dtype: str, quant=None) -> dict:
-        """Picklable arguments for :func:`remote.tuning.tuner.compile.compile_one`."""
+        """Picklable arguments for :func:`compile_one`."""
         return dict(dtype=dtype, E=shape["E"], N=shape["N"], hidden=shape["hidden"], top_k=shape["topk"],
                     quant=quant)
+
+
+def compile_one(kind: str, cfg: dict, dtype: str, E: int, N: int, hidden: int, top_k: int, quant=None):
+    """Compile the builtin GEMM ``kind`` (``up`` or ``down``) with config ``cfg`` for the shape
+    (E experts, N, hidden, top-k) without launching it, in a compile worker of
+    :class:`remote.tuning.tuner.compile.Compiler`; ``dtype`` is a key of :data:`DTYPES`, ``quant``
+    the tuner spec's entry (fp8_w8a8, :func:`quant_spec`). Returns ``(ok, error_text)``; never raises."""
+    try:
+        from ..kernel.fused_moe import precompile
+
+        precompile(kind, DTYPES[dtype], E, N, hidden, top_k, cfg, quant_spec(quant))
+        return True, ""
+    except Exception as exc:  # a candidate that does not compile is skipped, not fatal
+        return False, f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -663,6 +663,8 @@ class SglangProvider:
         return max(1, min(cpus, 16, int(free / 2 // need)))
 
     compile_target = "remote.tuning.providers.sglang:compile_one"
+    #: SGLang's kernel is specialised on M-dependent integers: candidates compile per batch size
+    compile_per_batch = True
 
 
 _worker_state: dict = {}

@@ -1,10 +1,13 @@
 """Parallel ahead-of-time compilation of candidate configs on the host's CPU cores.
 
-Compilation dominates a search (about one CPU-second per config on the H200 host,
-facts/tuning-on-h200.md). Triton compiles for a signature and device without launching
-(``JITFunction.warmup``), and its on-disk cache (``TRITON_CACHE_DIR``, default
-``~/.triton/cache``) is shared by processes, so worker processes compile and the timing
-process then loads binaries. Under TRITON_INTERPRET=1 nothing is compiled.
+Compilation dominates a search: on the H200 host the ``full`` space's 2512 GEMM candidates of one
+batch size took 55.9 s to compile on 15 processes against 16.1 s of timing (docs/benchmarks.md
+section 3, run 2; bench/results/h200-2026-11-29/run2_log.txt). Triton compiles for a signature and
+device without launching (``JITFunction.warmup``), and its on-disk cache (``TRITON_CACHE_DIR``,
+default ``~/.triton/cache``) is shared by processes, so worker processes compile and the timing
+process then loads binaries. What a job compiles is the provider's (its ``compile_target``, e.g.
+:func:`remote.tuning.providers.builtin.compile_one`); this module knows no provider. Under
+TRITON_INTERPRET=1 nothing is compiled.
 """
 
 from __future__ import annotations
@@ -18,21 +21,6 @@ def _init_worker(device_index: int):
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     import torch
     torch.cuda.set_device(device_index)
-
-
-def compile_one(kind: str, cfg: dict, dtype: str, E: int, N: int, hidden: int, top_k: int, quant=None):
-    """Compile the builtin GEMM for one (kind, cfg); ``quant`` as the tuner spec's entry
-    (fp8_w8a8). Returns ``(ok, error_text)``; never raises."""
-    try:
-        import torch
-
-        from ..kernel.fused_moe import precompile
-        from ..providers.builtin import quant_spec
-        td = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
-        precompile(kind, td, E, N, hidden, top_k, cfg, quant_spec(quant))
-        return True, ""
-    except Exception as exc:  # a candidate that does not compile is skipped, not fatal
-        return False, f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
 def _resolve(target: str):
@@ -49,8 +37,8 @@ class Compiler:
     """A pool of spawned processes compiling (kind, cfg) jobs for one shape.
 
     ``args``: picklable keyword arguments of the compile function; ``target``:
-    ``"module:function"`` of it, called as ``fn(kind, cfg, **args)`` and returning
-    ``(ok, error_text)`` (default: :func:`compile_one`, the builtin kernel); with
+    ``"module:function"`` of it (the provider's ``compile_target``), called as
+    ``fn(kind, cfg, **args)`` in a worker and returning ``(ok, error_text)``; with
     ``per_batch`` the batch size is one more argument (``M=...``; kernels specialised on
     M-dependent integers, like SGLang's, compile per batch size).
     ``workers``: process count (default: CPU cores - 1, at least 1); ``device_index``:
@@ -61,8 +49,8 @@ class Compiler:
     nothing.
     """
 
-    def __init__(self, args: dict | None, device_index: int = 0, workers: int | None = None, enabled: bool = True,
-                 target: str | None = None, per_batch: bool = False):
+    def __init__(self, args: dict | None, target: str, device_index: int = 0, workers: int | None = None,
+                 enabled: bool = True, per_batch: bool = False):
         self.args = args
         self.target = target
         self.per_batch = per_batch
@@ -101,10 +89,7 @@ class Compiler:
             fut = self._futures.get(done_key)
             if fut is None and done_key not in self.done:
                 self.done.add(done_key)
-                if self.target:
-                    fut = self._pool.submit(_run_target, self.target, kind, cfg, args)
-                else:
-                    fut = self._pool.submit(compile_one, kind, cfg, **args)
+                fut = self._pool.submit(_run_target, self.target, kind, cfg, args)
                 self._futures[done_key] = fut
             if fut is not None and not fut.done():
                 out[key] = fut

@@ -8,10 +8,11 @@ or None), ``check`` (bool: verify tuned configs against the float64 reference), 
 (``None``, or ``{"block_shape": None | [bn, bk]}`` for fp8_w8a8: ``dtype`` is then the
 activation/output dtype and the weights are fp8 e4m3).
 
-Messages passed to ``emit(msg)``: ``("progress", M, best_us)``, ``("log", msg, level)``,
-``("done", M, result)``, ``("error", M, text)``, and ``("fatal", M, text, traceback)``: a CUDA
-out-of-memory error outside any candidate (a candidate that runs out of memory is skipped like
-any failing candidate); the device stops there, and :func:`tune_parallel` stops every worker.
+Events passed to ``emit(event)`` are the records of :mod:`remote.tuning.tuner.events`:
+:class:`~.events.Progress`, :class:`~.events.Log`, :class:`~.events.Done`, :class:`~.events.Error`
+and :class:`~.events.Fatal` (a CUDA out-of-memory error outside any candidate; a candidate that
+runs out of memory is skipped like any failing candidate): the device stops there, and
+:func:`tune_parallel` stops every worker.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ import os
 import queue as queue_mod
 import statistics
 
+from .events import Done, Error, Fatal, Log, Progress, WorkerExit
+
 REL_ERR_BAR = 1e-2  # relative error bound against the float64 reference (bf16 kernel's accumulation)
 KERNEL_FLOOR_FACTOR = 2.0  # a provider's own kernel: a tuned config may err up to this times its no-file error
 
 
-def _smem_limit(device: str):
+def smem_limit(device: str) -> int | None:
+    """Shared memory (bytes) one block may use on ``device`` with the opt-in limit (232,448 on an
+    H200), from torch's device properties, else Triton's driver; None on the CPU or when unknown."""
     import torch
     if not device.startswith("cuda"):
         return None
@@ -113,16 +118,16 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
     timer = Timer(device)
     compiler = None
     target = getattr(provider, "compile_target", None)
-    if not cpu and (provider.separable or target):
+    if not cpu and target:
         idx = int(device.split(":")[1]) if ":" in device else 0
         workers = spec.get("compile_workers")
         fits = getattr(provider, "compile_workers", None)
         if fits is not None:
             n = fits(spec["shape"], spec["dtype"], spec.get("quant"), device)
             workers = min(workers, n) if workers else n
-        compiler = Compiler(provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")),
-                            device_index=idx, workers=workers, target=target, per_batch=bool(target))
-    smem = _smem_limit(device)
+        compiler = Compiler(provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")), target,
+                            device_index=idx, workers=workers, per_batch=getattr(provider, "compile_per_batch", False))
+    smem = smem_limit(device)
     quant = spec.get("quant")
     elem = 1 if quant is not None else {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
     block_k = int(quant["block_shape"][1]) if quant and quant.get("block_shape") else None
@@ -134,8 +139,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
             try:
                 p = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + M, weights, quant=quant)
                 weights = p.weights
-                ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(("log", m, lvl)),
-                               cpu=cpu)
+                ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(Log(m, lvl)), cpu=cpu)
                 own_default = getattr(provider, "default_config", None)
                 default = (own_default(p) if own_default else
                            sp.default_config(M, shape["E"], spec.get("dtype_selector"), spec.get("block_shape")))
@@ -145,7 +149,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 hints = [h for h in (prev, sh) if h]
                 prefer = ([("shipped", sh[0], sh[1])] if sh else []) + [("default", default, default)]
                 res = search(ev, spec["space"], M, shape["E"], shape["topk"], smem, elem,
-                             progress=lambda best, M=M: emit(("progress", M, best)), hints=hints, block_k=block_k,
+                             progress=lambda best, M=M: emit(Progress(M, best)), hints=hints, block_k=block_k,
                              prefer=prefer)
                 prev = (res["up"], res["down"])
                 # SGLang's kernel: "default" is what the server does without a file
@@ -169,21 +173,21 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                     if not ok:
                         base = (f"; the kernel with no config file: {verdict['rel_err_default']:.3g}"
                                 if "rel_err_default" in verdict else "")
-                        emit(("error", M, f"tuned config fails the correctness check: rel_err={res['rel_err']:.3g} "
-                                          f"(bar {verdict['rel_err_bar']:.3g}{base})"))
+                        emit(Error(M, f"tuned config fails the correctness check: rel_err={res['rel_err']:.3g} "
+                                      f"(bar {verdict['rel_err_bar']:.3g}{base})"))
                         continue
                 res["compile_s"] = round(compiler.seconds, 3) if compiler else 0.0
-                emit(("done", M, res))
+                emit(Done(M, res))
             except Exception as exc:
                 import traceback
                 if is_oom(exc):
                     # a candidate out of memory is skipped inside the search; this one came from
                     # what every candidate needs (inputs, buffers, the reference check): stop
-                    emit(("fatal", M, f"out of GPU memory on {device} at batch size {M}, outside any candidate "
-                                      f"(inputs, buffers or the correctness check): {type(exc).__name__}: {exc}",
-                          traceback.format_exc()[-4000:]))
+                    emit(Fatal(M, f"out of GPU memory on {device} at batch size {M}, outside any candidate "
+                                  f"(inputs, buffers or the correctness check): {type(exc).__name__}: {exc}",
+                               traceback.format_exc()[-4000:]))
                     return
-                emit(("error", M, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"))
+                emit(Error(M, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"))
     finally:
         if compiler:
             compiler.close()
@@ -216,9 +220,9 @@ def _worker(spec, device, batch_sizes, queue):
             torch.cuda.set_device(torch.device(device))
         tune_on_device(spec, device, batch_sizes, queue.put)
     except BaseException as exc:  # report, never hang the parent
-        queue.put(("error", None, f"worker {device}: {type(exc).__name__}: {exc}"))
+        queue.put(Error(None, f"worker {device}: {type(exc).__name__}: {exc}"))
     finally:
-        queue.put(("exit", device, None))
+        queue.put(WorkerExit(device))
 
 
 def split_batches(batch_sizes: list[int], n: int) -> list[list[int]]:
@@ -232,7 +236,7 @@ def split_batches(batch_sizes: list[int], n: int) -> list[list[int]]:
 
 
 def tune_parallel(spec: dict, devices: list[str], batch_sizes: list[int], emit) -> None:
-    """One spawned process per device in ``devices``; messages are relayed to ``emit`` in
+    """One spawned process per device in ``devices``; their events are relayed to ``emit`` in
     the calling thread. With one device (or CPU) it runs in this process."""
     if len(devices) <= 1:
         tune_on_device(spec, devices[0] if devices else "cpu", batch_sizes, emit)
@@ -252,17 +256,17 @@ def tune_parallel(spec: dict, devices: list[str], batch_sizes: list[int], emit) 
         exited = 0
         while exited < len(procs):
             try:
-                msg = q.get(timeout=5)
+                event = q.get(timeout=5)
             except queue_mod.Empty:
                 if not any(pr.is_alive() for pr in procs):
-                    emit(("error", None, "GPU worker processes exited without reporting"))
+                    emit(Error(None, "GPU worker processes exited without reporting"))
                     break
                 continue
-            if msg[0] == "exit":
+            if isinstance(event, WorkerExit):
                 exited += 1
                 continue
-            emit(msg)
-            if msg[0] == "fatal":  # the tune ends: the other GPUs' work would be thrown away
+            emit(event)
+            if isinstance(event, Fatal):  # the tune ends: the other GPUs' work would be thrown away
                 break
     finally:  # an interrupt or an error here must not leave GPU workers behind
         for pr in procs:

@@ -1,5 +1,5 @@
 """Payload rules for real fleets (issue 13): the unit's port (``port``), other units' processes
-(``reap``), one host per state folder (``lock``), models in the ModelScope cache (``sglang.model``).
+(``reap``), one host per state folder (``lock``), models in the ModelScope cache (``sglang.model_config``).
 
 ``port`` runs against real processes listening on a free loopback port: one runs the unit's
 launch command line (a leftover of the unit), one does not (foreign)."""
@@ -18,7 +18,7 @@ import pytest
 
 from remote.host import lock, port, reap
 from remote.protocol import PayloadError
-from remote.sglang.model import modelscope_candidates, resolve_model_config_path, use_modelscope
+from remote.sglang.model_config import modelscope_candidates, resolve_model_config_path, use_modelscope
 
 LISTEN = """
 import socket, sys, time

@@ -1,4 +1,5 @@
-"""remote.sglang.model: model configs -> MoE shape -> SGLang 0.5.23 file names.
+"""remote.sglang.model_config, .shape, .architectures, .docs: model configs -> MoE shape -> SGLang 0.5.23
+file names.
 
 README_TABLE is copied by hand from tests/data/models/README.md (E, N per TP, dtype selector);
 ARCH_TABLE holds one config per architecture family (tests/data/models/architectures/) with the
@@ -19,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from remote.sglang.model import (ARCHITECTURES, RULES_BY_ARCH, architecture_table_markdown, hf_hub_dir, load_model_config,
-                                 moe_shape, resolve_model_config_path)
+from remote.sglang.architectures import ARCHITECTURES, RULES_BY_ARCH
+from remote.sglang.docs import architecture_table_markdown
+from remote.sglang.model_config import hf_hub_dir, load_model_config, resolve_model_config_path
+from remote.sglang.shape import moe_shape
 from remote.protocol import PayloadError
 from tests.paths import DATA, REPO as _REPO
 
@@ -530,7 +533,7 @@ def test_docs_table_is_generated_from_the_rules():
     table = doc.split(begin, 1)[1].split(end, 1)[0]
     assert table == architecture_table_markdown(), (
         "docs/sglang-models.md is stale: paste the output of "
-        "python -c 'from remote.sglang.model import architecture_table_markdown as t; print(t(), end=\"\")'")
+        "python -c 'from remote.sglang.docs import architecture_table_markdown as t; print(t(), end=\"\")'")
 
 
 # --------------------------------------------------------------------------- against SGLang 0.5.23
@@ -676,7 +679,8 @@ def test_hf_cache_miss_is_not_found(tmp_path):
 
 
 def test_models_and_naming_do_not_import_torch():
-    code = ("import sys; import remote.sglang.model, remote.sglang.naming, remote.names, remote.sglang.configfile; "
+    code = ("import sys; import remote.sglang.model_config, remote.sglang.shape, remote.sglang.architectures, "
+            "remote.sglang.model_flags, remote.sglang.docs, remote.sglang.naming, remote.names, remote.sglang.configfile; "
             "bad = [m for m in ('torch', 'triton', 'numpy') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)

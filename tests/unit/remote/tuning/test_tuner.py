@@ -329,14 +329,15 @@ def test_parallel_workers_relay_results():
     """Two spawned workers (CPU devices here; one per GPU on a host) each tune their share
     and every message reaches the caller."""
     from remote.tuning.tuner.driver import tune_parallel
+    from remote.tuning.tuner.events import Done, Error, Progress
     spec = dict(shape=dict(E=4, N=32, hidden=64, topk=2), dtype="float16", space="smoke", provider="builtin",
                 seed=0, dtype_selector=None, block_shape=None, shipped=None, check=True)
     msgs = []
     tune_parallel(spec, ["cpu", "cpu"], [1, 2], msgs.append)
-    done = {m[1]: m[2] for m in msgs if m[0] == "done"}
-    assert set(done) == {1, 2}, [m for m in msgs if m[0] == "error"]
+    done = {m.batch_size: m.result for m in msgs if isinstance(m, Done)}
+    assert set(done) == {1, 2}, [m for m in msgs if isinstance(m, Error)]
     assert all(r["rel_err"] < 1e-2 and r["up"]["BLOCK_SIZE_M"] == r["down"]["BLOCK_SIZE_M"] for r in done.values())
-    assert any(m[0] == "progress" for m in msgs)
+    assert any(isinstance(m, Progress) for m in msgs)
 
 
 class _Checked:

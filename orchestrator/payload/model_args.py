@@ -1,0 +1,50 @@
+"""What the controller tells a payload command about the unit's model: its model flags and environment.
+
+The tasks ``probe`` and ``tune`` call the payload with the same description of the model (the unit's
+``--model-path``, ``--tp-size``, ``--ep-size``, ``--dtype``, ``--quantization``, ...), written with
+the payload's own flag table (:func:`remote.sglang.model_flags.model_argv`), so the argv always
+parses back to the values it was built from (tests/unit/remote/sglang/test_model_flags.py).
+"""
+
+from __future__ import annotations
+
+from remote.sglang.model_flags import model_argv
+
+from ..engine.results import TaskFailed
+
+#: Variables of the unit's environment that the payload must see: where the model's config is
+#: (Hugging Face or ModelScope cache), the visible GPUs, the config folder SGLang reads.
+PAYLOAD_ENV_KEYS = ("HF_HOME", "HF_HUB_CACHE", "CUDA_VISIBLE_DEVICES", "SGLANG_MOE_CONFIG_DIR", "PYTHONPATH",
+                    "SGLANG_USE_MODELSCOPE", "MODELSCOPE_CACHE")
+
+
+def model_flags(ctx) -> list[str]:
+    """Payload flags describing the model as the unit runs it (the ``probe`` and ``tune`` tasks).
+
+    The model is ``orch_model_config`` when set, else (once probed) the config file the probe
+    found (where SGLang finds it: HF or ModelScope cache), else the unit's ``--model-path``; the
+    unit's ``--download-dir`` is passed with the unit's own model. ``orch_device_name`` becomes
+    ``--device-name``. Raises :class:`TaskFailed` when the unit names no model.
+    """
+    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
+    model = (ctx.vars.get("orch_model_config") or (ctx.vars.get("orch_probe") or {}).get("model_config_path")
+             or server.get("model_path"))
+    if not model:
+        raise TaskFailed("the unit has no --model-path (nor a --config file giving one) and orch_model_config "
+                         "is not set")
+    return model_argv({
+        "model_config": str(model),
+        "download_dir": None if ctx.vars.get("orch_model_config") else server.get("download_dir"),
+        "tp": server.get("tp") or 1,
+        "ep": server.get("ep") or 1,
+        "dtype": server.get("dtype") if server.get("dtype") not in (None, "", "auto") else None,
+        "quantization": server.get("quantization") or None,
+        "disable_shared_experts_fusion": bool(server.get("disable_shared_experts_fusion")),
+        "device_name": str(ctx.vars["orch_device_name"]) if ctx.vars.get("orch_device_name") else None,
+    })
+
+
+def payload_env(ctx) -> dict[str, str]:
+    """Environment of the unit the payload must see (:data:`PAYLOAD_ENV_KEYS` that the unit sets)."""
+    env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
+    return {k: env[k] for k in PAYLOAD_ENV_KEYS if k in env}
