@@ -8,8 +8,9 @@ Roles, one folder each:
 
 - the program: ``__main__`` (``COMMANDS``: command name -> module) and ``protocol``;
 - read-only commands: ``probe``, ``names``;
-- ``sglang/``: SGLang's rules (file names, model MoE shape, config JSON, the loader's lookup,
-  defaults), standard library only;
+- ``sglang/``: SGLang's rules, their one home (file names, model MoE shape, config JSON, the
+  loader's lookup, the start-up log, server flags and ``--config`` merge, which MoE runner reads
+  the Triton files, defaults), standard library only;
 - ``host/``: host operations (atomic writes, backups and manifests, install, restore, run
   records, the host lock, the GPU reaper, the unit's port), standard library only;
 - ``bench/``: the ``bench`` command (orch's HTTP client, SGLang's bench_serving) and ``reach``

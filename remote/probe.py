@@ -2,24 +2,29 @@
 
 Flags: the model flags of ``names`` (:func:`remote.sglang.model_flags.add_model_flags`;
 ``--model-config`` optional here, ``--device-name`` overrides the CUDA name and is required when
-no CUDA GPU is visible and a model is given), ``--moe-config-dir`` (the unit's
-``SGLANG_MOE_CONFIG_DIR``, if set).
+no CUDA GPU is visible and a model is given), ``--capability`` (override of GPU 0's compute
+capability, ``9.0``), ``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``, if set).
 
 Result ``data``::
 
     gpus: [{index, name, device_name, capability "9.0", smem_per_block_optin (bytes),
             total_memory (bytes)}]          # [] without CUDA/torch
     device_name: "NVIDIA_H200" | null       # SGLang form; --device-name wins over GPU 0
+    capability: "9.0" | null                # GPU 0's; --capability wins
     mixed_gpus: bool                        # visible GPUs report different names
     torch_version, triton_version: str | null
     triton_folder: "triton_3_6_0"           # where orch installs (remote.sglang.naming.triton_folder)
     sglang_exact_folder: "triton_3_6_0"     # the folder SGLang tries first (verbatim version)
     sglang: {installed, version, package_dir, loader_module, layout "current"|"old"|null,
              loader_rules: {name_selectors, reads_down, config_dir_env, fallback,
-                            fallback_versions} | null  (see remote.sglang.lookup.loader_rules),
+                            fallback_versions}  (remote.sglang.lookup.loader_rules),
+             loader_rules_inferred: str | null  # why the rules are inferred (module unreadable,
+                                                # remote.sglang.lookup.inferred_rules), else null
              configs_root, configs_root_exists, shipped_configs_root,
              other_layout_configs_root, moe_config_dir}
-    model: MoeShape.to_dict() | null,  model_config_path
+    model: MoeShape.to_dict() + {tuner_unsupported, checkpoint_quant_method} | null,
+    model_config_path                       # checkpoint_quant_method: remote.sglang.runner.checkpoint_quant_method
+    triton_kernels: bool                    # the triton_kernels package is importable (gpt-oss's runner)
     file_names: {up, down} | null           # named as this release names them (loader_rules)
     install_dir: "<configs_root>/<triton_folder>" | null
     install_dir_exists: bool
@@ -42,12 +47,16 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
+import json
 import os
 from typing import Any
 
 from .protocol import PayloadError, log
-from .sglang.lookup import RULES_0_5_23, find_sglang, simulate_lookup
+from .sglang.lookup import find_sglang, simulate_lookup
+from .sglang.model_config import load_model_config
 from .sglang.model_flags import add_model_flags, checked_device_name, shape_from_args
+from .sglang.runner import checkpoint_quant_method
 from .sglang.naming import sglang_version_dir, triton_folder, unparsable_triton_folders
 from .tuning.support import resolve_provider_name, unsupported_reason
 
@@ -55,6 +64,8 @@ from .tuning.support import resolve_provider_name, unsupported_reason
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of the ``probe`` command."""
     add_model_flags(parser, "probe")
+    parser.add_argument("--capability", default=None,
+                        help="override GPU 0's CUDA compute capability (MAJOR.MINOR, e.g. 9.0)")
     parser.add_argument("--moe-config-dir", default=None, help="the unit's SGLANG_MOE_CONFIG_DIR, if set")
 
 
@@ -119,6 +130,29 @@ def triton_version() -> str | None:
     return None
 
 
+def checked_capability(text: str | None) -> str | None:
+    """``--capability`` as ``MAJOR.MINOR`` (``9.0``, ``12.0``); None when not given. Raises
+    PayloadError('bad_input') for anything else."""
+    if text is None:
+        return None
+    parts = text.strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise PayloadError("bad_input", f"--capability {text!r}: expected a compute capability MAJOR.MINOR (e.g. 9.0)")
+    return f"{int(parts[0])}.{int(parts[1])}"
+
+
+def _checkpoint_quant(config_path: str) -> str | None:
+    """The checkpoint's quantization method as SGLang names it (``remote.sglang.runner.checkpoint_quant_method``),
+    from the model config and, beside it, ModelOpt's ``hf_quant_config.json`` when present."""
+    side = os.path.join(os.path.dirname(config_path), "hf_quant_config.json")
+    try:
+        with open(side, encoding="utf-8") as f:
+            hf_quant = json.load(f)
+    except (OSError, ValueError):
+        hf_quant = None
+    return checkpoint_quant_method(load_model_config(config_path), hf_quant)
+
+
 # --------------------------------------------------------------------------- command
 
 def run(args: argparse.Namespace) -> dict:
@@ -148,6 +182,9 @@ def run(args: argparse.Namespace) -> dict:
             raise PayloadError("bad_input", f"GPU 0 name {gpus[0]['name']!r} cannot be used in a file name")
     else:
         device_name = None
+    capability = checked_capability(args.capability) or (gpus[0]["capability"] if gpus else None)
+    if args.capability and gpus and gpus[0]["capability"] != capability:
+        warnings.append(f"--capability {capability} overrides GPU 0's {gpus[0]['capability']}")
 
     sg = find_sglang(args.moe_config_dir)
     if not sg["installed"]:
@@ -157,9 +194,10 @@ def run(args: argparse.Namespace) -> dict:
     if sg["other_layout_configs_root"]:
         warnings.append(f"configs of another SGLang layout exist at {sg['other_layout_configs_root']} "
                         "(not read by this SGLang)")
-    rules = sg["loader_rules"] or RULES_0_5_23
-    if sg["loader_module"] and sg["loader_rules"] is None:
-        warnings.append(f"cannot read SGLang's lookup rules from {sg['loader_module']}; assuming SGLang 0.5.23's")
+    rules = sg["loader_rules"]
+    if sg["loader_rules_inferred"] and sg["installed"]:
+        warnings.append(f"cannot read SGLang's lookup rules from {sg['loader_module'] or 'any loader module'}; "
+                        f"{sg['loader_rules_inferred']}: orch proves only the lookups the server's log shows")
     if args.moe_config_dir and not rules["config_dir_env"]:
         warnings.append(f"SGLANG_MOE_CONFIG_DIR is set, but SGLang {sg['version'] or '?'} does not read it: "
                         f"it loads configs from {sg['configs_root']}")
@@ -169,13 +207,11 @@ def run(args: argparse.Namespace) -> dict:
     if args.model_config:
         if device_name is None:
             raise PayloadError("bad_input", "no CUDA GPU visible: --device-name is required to name config files")
-        cap = None
-        if gpus:
-            major, minor = (int(x) for x in gpus[0]["capability"].split("."))
-            cap = (major, minor)
+        cap = tuple(int(x) for x in capability.split(".")) if capability else None
         shape, model_path = shape_from_args(args, capability=cap)
         model = shape.to_dict()
         model["tuner_unsupported"] = unsupported_reason(model)
+        model["checkpoint_quant_method"] = _checkpoint_quant(model_path)
         file_names = shape.file_names(device_name, per_channel_selector="per_channel_quant" in rules["name_selectors"])
 
     install_dir = os.path.join(sg["configs_root"], tfolder) if (sg["configs_root"] and tfolder) else None
@@ -204,6 +240,7 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "gpus": gpus,
         "device_name": device_name,
+        "capability": capability,
         "mixed_gpus": mixed,
         "torch_version": torch_ver,
         "triton_version": tver,
@@ -218,5 +255,6 @@ def run(args: argparse.Namespace) -> dict:
         "existing": existing,
         "unparsable_folders": unparsable,
         "tuner_provider": tuner_provider,
+        "triton_kernels": importlib.util.find_spec("triton_kernels") is not None,
         "warnings": warnings,
     }

@@ -58,7 +58,7 @@ def fix_command(host: str, row: dict, inventory: str, service: str) -> str | Non
 def last_start_summary(row: dict) -> str:
     """What the unit logged at its last start about MoE configs, for the table (one line per
     kind of lookup, files named by role ``up``/``down``; every release's lines, parsed by
-    :mod:`orchestrator.facts.moe_log`)."""
+    :mod:`remote.sglang.moe_log`)."""
     lg = row.get("log")
     if lg is None:
         return "no start logged"

@@ -1,6 +1,6 @@
 """The unit's log (``journalctl -u UNIT``) as a fact, and the pure functions that cut it.
 
-SGLang logs its MoE config lookups at start-up (see :mod:`orchestrator.facts.moe_log`); orch reads
+SGLang logs its MoE config lookups at start-up (see :mod:`remote.sglang.moe_log`); orch reads
 the lines of one start: those after a mark taken before it started the unit (:func:`text_since`),
 or those of the last start the log holds (:func:`last_start`). Logs accumulate across restarts
 (journald, and docker-systemctl-replacement's per-unit files on the test bed).
@@ -8,10 +8,10 @@ or those of the last start the log holds (:func:`last_start`). Logs accumulate a
 
 from __future__ import annotations
 
+from remote.sglang.moe_log import last_start_at
+
 #: lines read from the end of the unit's journal
 LOG_LINES = 20000
-#: the line every SGLang start logs first (``server_args=ServerArgs(...)``, sglang/srt/server_args.py)
-START_MARKER = "server_args=ServerArgs("
 
 
 def unit_log(connection, unit: str, lines: int = LOG_LINES) -> str:
@@ -35,12 +35,11 @@ def text_since(before: str, now: str) -> str:
 
 
 def last_start(text: str) -> str | None:
-    """The lines of the last server start (from the line holding :data:`START_MARKER` on), or
-    None when the log holds no start."""
-    idx = text.rfind(START_MARKER)
-    if idx < 0:
-        return None
-    return text[text.rfind("\n", 0, idx) + 1:]
+    """The lines of the last server start (from the line SGLang logs its server arguments on:
+    :func:`remote.sglang.moe_log.last_start_at`, every release's wording), or None when the log
+    holds no start."""
+    at = last_start_at(text)
+    return None if at < 0 else text[at:]
 
 
 #: words of a line that says why a server start failed (Python tracebacks, CUDA and OS errors)

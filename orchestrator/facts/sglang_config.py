@@ -1,31 +1,19 @@
-"""SGLang's ``--config FILE.yaml``: server flags kept in a YAML file (pure functions).
+"""SGLang's ``--config FILE.yaml`` read on the controller's side: the YAML parsed, then merged.
 
-The rule is SGLang's own (0.5.8 ... 0.5.23: ``prepare_server_args`` in ``srt/server_args.py`` and
-``ConfigArgumentMerger`` in ``srt/utils/server_args_config_parser.py``, ``srt/`` before 0.5.20):
-
-- the merge happens only when a token of the launch arguments is exactly ``--config`` (the
-  spelling ``--config=FILE`` is stored by argparse and ignored: no merge); more than one
-  ``--config`` or none after it is an error;
-- the file must end in ``.yaml``/``.yml`` and hold a mapping (an empty file is ``{}``);
-- each ``key: value`` becomes flags, the key used verbatim as ``--key``: a boolean of a
-  ``store_true`` flag adds ``--key`` when true and nothing when false, another boolean becomes
-  ``--key true|false``, a non-empty list ``--key item...`` (an empty one nothing), a mapping
-  ``--key <its JSON>``, anything else ``--key <str(value)>``;
-- the flags from the file go FIRST, then the command line without ``--config FILE``: argparse
-  keeps the last value, so the command line wins over the file, and the file over SGLang's
-  defaults.
-
-:func:`config_path` finds the file, :func:`merge_config` builds the merged argument list.
-``tests/unit/facts/test_sglang_config.py`` checks the merge against the real release's merger.
+The merge rule is SGLang's and lives with SGLang's other rules
+(:mod:`remote.sglang.server_config`: which token names the file, which names it may have, how each
+``key: value`` becomes flags, file first so the command line wins). This module only parses the
+file's text (PyYAML, ``safe_load``) and turns the rule's refusals into :class:`ConfigFileError`.
 """
 
 from __future__ import annotations
 
-import json
-import posixpath
 from typing import Iterable
 
 import yaml
+
+from remote.sglang import server_config
+from remote.sglang.server_config import ServerConfigError
 
 from ..errors import OrchError
 
@@ -38,59 +26,24 @@ class ConfigFileError(OrchError):
 
 
 def config_path(server_argv: list[str]) -> str | None:
-    """The file of ``--config FILE`` in the launch arguments ``server_argv`` (after
-    ``-m sglang.launch_server``), or None when SGLang would merge none. Raises
-    :class:`ConfigFileError` where SGLang raises: ``--config`` twice, or last with no file."""
-    idx = [i for i, a in enumerate(server_argv) if a == "--config"]
-    if not idx:
-        return None
-    if len(idx) > 1:
-        raise ConfigFileError("the launch command names --config more than once; SGLang refuses that "
-                              "(\"Multiple config files specified! Only one allowed.\")")
-    if idx[0] == len(server_argv) - 1:
-        raise ConfigFileError("--config is the last argument of the launch command: SGLang refuses it "
-                              "(\"No config file specified after --config flag!\")")
-    return server_argv[idx[0] + 1]
-
-
-def config_flags(data: object, path: str, store_true: Iterable[str] = ()) -> list[str]:
-    """The flags SGLang makes of the parsed YAML ``data`` of ``path`` (see the module docstring).
-    ``store_true``: the normalized names (``a_b``) of SGLang's ``store_true`` flags orch knows.
-    Raises :class:`ConfigFileError` when the file is not a mapping."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigFileError(f"SGLang --config {path}: the file must hold a mapping of flags at its top level")
-    st = set(store_true)
-    out: list[str] = []
-    for key, value in data.items():
-        key = str(key)
-        if isinstance(value, bool):
-            if key.replace("-", "_") in st:
-                if value:
-                    out.append(f"--{key}")
-            else:
-                out += [f"--{key}", str(value).lower()]
-        elif isinstance(value, list):
-            if value:
-                out += [f"--{key}"] + [str(v) for v in value]
-        elif isinstance(value, dict):
-            out += [f"--{key}", json.dumps(value)]
-        else:
-            out += [f"--{key}", str(value)]
-    return out
+    """:func:`remote.sglang.server_config.config_path`, raising :class:`ConfigFileError` where
+    SGLang refuses the command line (``--config`` twice, or last with no file)."""
+    try:
+        return server_config.config_path(server_argv)
+    except ServerConfigError as exc:
+        raise ConfigFileError(str(exc)) from None
 
 
 def merge_config(server_argv: list[str], text: str, path: str, store_true: Iterable[str] = ()) -> list[str]:
-    """``server_argv`` with its ``--config FILE`` replaced by the file's flags, in SGLang's order
-    (file first, so the command line wins). ``text``: the file's content. Raises
-    :class:`ConfigFileError` for a file SGLang refuses (suffix, YAML, not a mapping)."""
-    if posixpath.splitext(path)[1].lower() not in (".yaml", ".yml"):
-        raise ConfigFileError(f"SGLang --config {path}: SGLang reads only .yaml/.yml files")
+    """``server_argv`` with its ``--config FILE`` replaced by the flags of ``text`` (the file's
+    content), merged by SGLang's rule (:func:`remote.sglang.server_config.merged_args`). Raises
+    :class:`ConfigFileError` for a file SGLang refuses (name, YAML, not a mapping)."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigFileError(f"SGLang --config {path}: not valid YAML: {exc}") from None
-    flags = config_flags(data, path, store_true)
-    i = server_argv.index("--config")
-    return flags + server_argv[:i] + server_argv[i + 2:]
+        server_config.check_config_name(path)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigFileError(f"SGLang --config {path}: not valid YAML: {exc}") from None
+        return server_config.merged_args(server_argv, data, path, store_true)
+    except ServerConfigError as exc:
+        raise ConfigFileError(str(exc)) from None

@@ -8,10 +8,12 @@ lacks ExecStart, as docker-systemctl-replacement does).
 The unit's environment is the one systemd gives the server (:mod:`.systemd_env`): its
 ``Environment=`` assignments overridden by its ``EnvironmentFile=`` files (read on the host), and
 ``ExecStart=`` is expanded with it (``$VAR``, ``${VAR}``). The launch command line is parsed into
-the server arguments orch needs (SGLang ``server_args.py`` flag names); a ``--config FILE.yaml``
-is read on the host and merged as SGLang merges it (:mod:`.sglang_config`). When the unit runs,
-its main process's ``/proc/PID/environ`` is compared with the computed environment for the
-variables orch uses (:data:`ENV_KEYS`); a difference is reported in ``warnings``.
+the server arguments orch needs by SGLang's own flag rules (:mod:`remote.sglang.server_args`:
+flag names, aliases, defaults, :class:`ServerArgs`); a ``--config FILE.yaml`` is read on the host
+and merged as SGLang merges it (:mod:`.sglang_config`, rule in :mod:`remote.sglang.server_config`).
+When the unit runs, its main process's ``/proc/PID/environ`` is compared with the computed
+environment for the variables orch uses (:data:`ENV_KEYS`); a difference is reported in
+``warnings``. ``ServerArgs`` is :class:`remote.sglang.server_args.ServerArgs`.
 """
 
 from __future__ import annotations
@@ -20,27 +22,15 @@ import re
 import shlex
 from dataclasses import asdict, dataclass, field
 
+from remote.sglang import server_args
+from remote.sglang.server_args import BOOL_FLAGS, ServerArgs, ServerArgsError, split_launch
+
 from ..errors import OrchError
 from .sglang_config import ConfigFileError, config_path, merge_config
 from .systemd_env import (EnvFileRef, SpecifierError, effective_environment, env_file_refs, expand_exec_argv,
                           expand_specifiers, parse_env_file, parse_environ, parse_show_env_files)
 
-#: SGLang server flags orch reads, with their aliases (SGLang 0.5.23 server_args.py)
-FLAG_ALIASES = {
-    "--model-path": "model_path", "--model": "model_path",
-    "--tp": "tp", "--tp-size": "tp", "--tensor-parallel-size": "tp",
-    "--ep": "ep", "--ep-size": "ep", "--expert-parallel-size": "ep",
-    "--port": "port", "--host": "host",
-    "--moe-runner-backend": "moe_runner_backend",
-    "--quantization": "quantization", "--dtype": "dtype",
-    "--served-model-name": "served_model_name",
-    "--disable-shared-experts-fusion": "disable_shared_experts_fusion",
-    "--disable-flashinfer-autotune": "disable_flashinfer_autotune",
-    "--nnodes": "nnodes", "--node-rank": "node_rank", "--dist-init-addr": "dist_init_addr",
-    "--download-dir": "download_dir",
-}
-BOOL_FLAGS = {"disable_shared_experts_fusion", "disable_flashinfer_autotune"}
-INT_FLAGS = {"tp", "ep", "port", "nnodes", "node_rank"}
+#: the unit's environment variables orch uses (compared with the running server's)
 ENV_KEYS = ("SGLANG_MOE_CONFIG_DIR", "HF_HOME", "CUDA_VISIBLE_DEVICES", "SGLANG_CACHE_DIR", "PYTHONPATH",
             "HF_HUB_CACHE", "SGLANG_USE_MODELSCOPE", "MODELSCOPE_CACHE")
 #: largest EnvironmentFile / --config file read (bytes)
@@ -51,41 +41,6 @@ class UnitError(OrchError):
     """The unit is missing or is not an SGLang server; the message names the unit."""
 
     exit_status = 1
-
-
-@dataclass
-class ServerArgs:
-    """The parts of an SGLang launch command orch needs.
-
-    ``interpreter``: the Python that runs SGLang (absolute path as in ExecStart);
-    ``tp``/``ep``: tensor/expert parallel sizes (SGLang defaults 1/1); ``port``
-    (default 30000) and ``host`` (default 127.0.0.1) as SGLang's defaults;
-    ``moe_runner_backend``: ``auto`` when not given. ``nnodes``/``node_rank``/``dist_init_addr``:
-    a server spread over several hosts (SGLang defaults 1/0/None); ``download_dir``:
-    ``--download-dir``; ``config_file``: the ``--config`` YAML merged into these values (None:
-    none); ``launch_args``: the flags after ``-m sglang.launch_server`` as SGLang parses them
-    (``--config`` merged).
-    """
-
-    interpreter: str
-    argv: list[str]
-    model_path: str | None = None
-    tp: int = 1
-    ep: int = 1
-    port: int = 30000
-    host: str = "127.0.0.1"
-    moe_runner_backend: str = "auto"
-    quantization: str | None = None
-    dtype: str | None = None
-    served_model_name: str | None = None
-    disable_shared_experts_fusion: bool = False
-    disable_flashinfer_autotune: bool = False
-    nnodes: int = 1
-    node_rank: int = 0
-    dist_init_addr: str | None = None
-    download_dir: str | None = None
-    config_file: str | None = None
-    launch_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -205,13 +160,6 @@ def parse_unit_settings(text: str) -> UnitSettings:
     return st
 
 
-def parse_unit_file(text: str) -> tuple[list[str], dict[str, str]]:
-    """Return (ExecStart argv, Environment=) from ``systemctl cat`` text (see
-    :func:`parse_unit_settings`; EnvironmentFile= contents are not included: they live on the host)."""
-    st = parse_unit_settings(text)
-    return st.exec_start, st.environment
-
-
 def parse_show_exec_start(value: str) -> list[str]:
     """Parse real systemd's ``ExecStart={ path=... ; argv[]=... ; ... }`` property."""
     m = re.search(r"argv\[\]=(.*?) ;", value)
@@ -223,88 +171,13 @@ def parse_show_exec_start(value: str) -> list[str]:
         return m.group(1).split()
 
 
-def _unwrap_shell(argv: list[str]) -> list[str]:
-    """``bash -c 'exec python -m sglang.launch_server ...'`` -> the inner argv."""
-    if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in ("sh", "bash", "dash") and argv[1] in ("-c", "-lc"):
-        try:
-            inner = shlex.split(argv[2])
-        except ValueError:
-            return argv
-        while inner and (inner[0] == "exec" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", inner[0])):
-            inner = inner[1:]
-        return inner
-    if argv and argv[0].rsplit("/", 1)[-1] == "env":
-        rest = argv[1:]
-        while rest and (rest[0].startswith("-") or "=" in rest[0]):
-            rest = rest[1:]
-        return rest
-    return argv
-
-
-def split_launch(exec_start: list[str]) -> tuple[str, list[str]] | None:
-    """``(interpreter, launch args)`` of ``<python> -m sglang.launch_server ARGS`` in
-    ``exec_start`` (through ``bash -c '...'`` and ``env VAR=x ...`` wrappers), or None when the
-    command is not an SGLang server."""
-    argv = _unwrap_shell(list(exec_start))
-    try:
-        i = argv.index("sglang.launch_server")
-    except ValueError:
-        return None
-    if i < 2 or argv[i - 1] != "-m":
-        return None
-    return argv[0], argv[i + 1:]
-
-
 def parse_server_args(exec_start: list[str], launch_args: list[str] | None = None) -> ServerArgs | None:
-    """Find ``<python> -m sglang.launch_server ...`` in ``exec_start`` and parse its flags.
-
-    Accepts ``python -m sglang.launch_server``, ``bash -c '...'`` and ``env VAR=x python ...``
-    wrappers. Returns None when the command is not an SGLang server. Flag values come
-    as ``--flag value`` or ``--flag=value``; the last one wins, as in argparse. ``launch_args``
-    replaces the flags of ``exec_start`` (the ``--config`` file merged in: :func:`gather_unit`).
-    Raises :class:`UnitError` for a flag orch reads with no value or a bad integer, and for one
-    spelled with underscores (``--tp_size``: SGLang refuses it, e.g. from a ``tp_size:`` key of a
-    ``--config`` file).
-    """
-    found = split_launch(exec_start)
-    if found is None:
-        return None
-    interpreter, args = found
-    if launch_args is not None:
-        args = list(launch_args)
-    sa = ServerArgs(interpreter=interpreter, argv=list(exec_start), launch_args=list(args))
-    for tok in args:
-        name = tok.split("=", 1)[0]
-        if name.startswith("--") and "_" in name and name.replace("_", "-") in FLAG_ALIASES:
-            raise UnitError(f"SGLang refuses the flag {name} (its spelling is {name.replace('_', '-')}); "
-                            "a --config file key with underscores becomes such a flag")
-    j = 0
-    while j < len(args):
-        tok = args[j]
-        key, val = (tok.split("=", 1) + [None])[:2] if tok.startswith("--") and "=" in tok else (tok, None)
-        field_name = FLAG_ALIASES.get(key)
-        if field_name is None:
-            j += 1
-            continue
-        if field_name in BOOL_FLAGS:
-            setattr(sa, field_name, True)
-            j += 1
-            continue
-        if val is None:
-            if j + 1 >= len(args):
-                raise UnitError(f"flag {key} has no value in ExecStart")
-            val = args[j + 1]
-            j += 2
-        else:
-            j += 1
-        if field_name in INT_FLAGS:
-            try:
-                setattr(sa, field_name, int(val))
-            except ValueError:
-                raise UnitError(f"flag {key} must be an integer, got {val!r}") from None
-        else:
-            setattr(sa, field_name, val)
-    return sa
+    """:func:`remote.sglang.server_args.parse_server_args` (SGLang's flag rules), raising
+    :class:`UnitError` for a launch command SGLang would refuse (the message names the flag)."""
+    try:
+        return server_args.parse_server_args(exec_start, launch_args)
+    except ServerArgsError as exc:
+        raise UnitError(str(exc)) from None
 
 
 def read_host_file(connection, path: str, what: str) -> str | None:

@@ -201,6 +201,14 @@ def _proxy_jump(spec: "VarSpec", value: Any) -> str:
     return value.strip()
 
 
+def _capability(spec: "VarSpec", value: Any) -> str:
+    """``MAJOR.MINOR`` (``9.0``, ``12.0``); YAML reads an unquoted ``9.0`` as a float, which is fine."""
+    text = str(value).strip() if isinstance(value, (str, float)) and not isinstance(value, bool) else ""
+    if not re.fullmatch(r"\d{1,2}\.\d", text):
+        raise _fail(spec, value)
+    return text
+
+
 def _url(spec: "VarSpec", value: Any) -> str:
     if isinstance(value, str) and re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
         return value.rstrip("/")
@@ -311,6 +319,9 @@ _SPECS: list[VarSpec] = [
             "controller (default: unset, the server is asked on its host where its --host/--port say).", _url),
     VarSpec("orch_device_name", "str", "a non-empty string", None,
             "torch.cuda.get_device_name() override (default: probed on the host)."),
+    VarSpec("orch_gpu_capability", "str", "a compute capability MAJOR.MINOR (e.g. 9.0)", None,
+            "GPU 0's CUDA compute capability override (default: probed on the host); SGLang picks the MoE "
+            "runner by it.", _capability),
     VarSpec("orch_model_config", "str", "a non-empty string", None,
             "Model config.json (or its folder) on the host (default: from the unit's --model-path)."),
     VarSpec("orch_protected_processes", "list[str]", "a list of process names", [],

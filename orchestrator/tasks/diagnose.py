@@ -6,8 +6,9 @@ run that wrote an invalid file) and :func:`classify` decides, as a pure function
 
 Verdicts (one per host):
 
-- ``not-triton``: the unit's ``--moe-runner-backend`` does not read Triton config files
-  (SGLang 0.5.23: only the ``triton`` runner does); ``orch tune`` would change nothing.
+- ``not-triton``: the server's MoE runner reads no Triton config file (SGLang's answer,
+  :func:`remote.sglang.runner.moe_runner`, the one ``orch tune``'s plan gives: only the
+  ``triton`` runner reads them); ``orch tune`` would change nothing.
 - ``broken``: a config file SGLang would read is invalid (the server crashes at start),
   or an unparsable ``configs/triton_*`` folder breaks SGLang's fallback sort (ValueError).
 - ``restart-needed``: the files on disk differ from what the server logged at its last
@@ -26,13 +27,13 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.sglang.defaults import NON_TRITON_QUANT, TRITON_BACKENDS
+from remote.sglang.moe_log import MoeLogReport, parse_moe_log
+from remote.sglang.runner import MoeRunner, moe_runner, probe_inputs
 
 from ..engine.results import TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.files import changed_since_start, config_problem
 from ..facts.journal import last_start, start_failure, unit_log
-from ..facts.moe_log import MoeLogReport, parse_moe_log
 from ..facts.processes import unit_pids
 from .reap import unit_gpu_devices
 from .records import records
@@ -85,6 +86,19 @@ def _logged(rep: MoeLogReport | None, up: dict, down: dict) -> str | None:
             "default": "default", "none": "none"}[rep.overall]
 
 
+def not_triton_why(runner: MoeRunner, server: dict, environment: dict) -> str:
+    """The doctor's ``why`` for a server whose MoE runner reads no Triton config file: the
+    runner's reason (:func:`remote.sglang.runner.moe_runner`), what it means for ``orch tune``,
+    and where FlashInfer keeps its autotuning. Pure."""
+    why = f"{runner.reason}; orch tune would change nothing"
+    if (runner.runner or "").startswith("flashinfer"):
+        cache = environment.get("SGLANG_CACHE_DIR") or "~/.cache/sglang"
+        why += (f". FlashInfer autotunes at start-up on SM90+ (cache {cache}/flashinfer/autotune/)"
+                + ("; --disable-flashinfer-autotune is SET, so it runs untuned" if server.get(
+                    "disable_flashinfer_autotune") else ""))
+    return why
+
+
 def classify(f: DoctorFacts) -> dict[str, Any]:
     """The doctor's row for one host: the facts shown in the table plus ``verdict``, ``why`` and
     ``notes`` (see the module docstring for the verdicts). Pure: reads only ``f``."""
@@ -94,6 +108,8 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     sg = probe.get("sglang") or {}
     model = probe.get("model") or {}
     rep = f.log
+    runner = moe_runner(backend=backend, quantization=server.get("quantization"), ep=server.get("ep"),
+                        a2a_backend=server.get("moe_a2a_backend"), log=rep, **probe_inputs(probe))
     notes: list[str] = list(probe.get("warnings") or [])
     up, down = _file_info(f, "up"), _file_info(f, "down")
     row = {
@@ -108,22 +124,14 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         "log": ({"loaded": rep.loaded, "fallback": rep.fallback, "default": rep.default,
                  "down_missing": rep.down_missing, "suboptimal": rep.suboptimal} if rep else None),
         "orphans": list(f.orphans), "unit_state": unit.get("active_state"), "installed_by_run": None,
+        "runner": runner.to_dict(),
     }
     invalid = [f"{posixpath.basename(posixpath.dirname(i['sglang_would_load']))}/"
                f"{posixpath.basename(i['sglang_would_load'])} is invalid (a start would crash): {i['error']}"
                for i in (up, down) if i["error"] and i["sglang_would_load"]]
-    if backend not in TRITON_BACKENDS:
+    if runner.reads_triton_configs is False:
         verdict = "not-triton"
-        why = (f"--moe-runner-backend {backend}: Triton MoE config files are not used by this server; "
-               "orch tune would change nothing")
-        if backend.startswith("flashinfer"):
-            cache = (unit.get("environment") or {}).get("SGLANG_CACHE_DIR") or "~/.cache/sglang"
-            why += (f". FlashInfer autotunes at start-up on SM90+ (cache {cache}/flashinfer/autotune/)"
-                    + ("; --disable-flashinfer-autotune is SET, so it runs untuned" if server.get(
-                        "disable_flashinfer_autotune") else ""))
-    elif backend == "auto" and (server.get("quantization") in NON_TRITON_QUANT):
-        verdict = "not-triton"
-        why = f"backend auto with --quantization {server.get('quantization')}: not the Triton fused_moe path"
+        why = not_triton_why(runner, server, unit.get("environment") or {})
     elif invalid or any("unparsable" in str(i.get("fallback_error") or "") for i in (up, down)):
         verdict = "broken"
         why = "; ".join(invalid) or f"{up.get('fallback_error') or down.get('fallback_error')}"
@@ -133,9 +141,6 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         why = (f"the last start ended ({unit.get('active_state')}) before any MoE config lookup"
                + (f": {f.start_failure}" if f.start_failure else "")
                + "; orch tune reaps leftover GPU processes and starts it again")
-    elif backend == "auto" and rep is not None and not rep.any_lookup and rep.ready:
-        verdict = "not-triton"
-        why = "backend auto: the last start logged no Triton MoE config lookup, so it resolved to another runner"
     else:
         if up["in_installed_folder"] and down["in_installed_folder"]:
             disk = "tuned"
@@ -163,8 +168,10 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
                    "default": "no up file in any Triton folder: SGLang's default config (sub-optimal)"}[disk]
             if logged is None:
                 notes.append("no server start found in the unit log")
-    if backend == "auto" and verdict != "not-triton" and rep is None:
-        notes.append("backend auto: no start logged, so it is unknown whether it resolves to the Triton runner")
+    if not runner.known:
+        notes.append(f"MoE runner unknown: {runner.reason}")
+    if runner.disagreement:
+        notes.append(f"the last start's log and orch's SGLang rule disagree ({runner.disagreement}); the log counts")
     if row["unit_state"] and row["unit_state"] != "active":
         notes.append(f"unit is {row['unit_state']}: the verdict reflects the files and its last logged start")
     if verdict == "broken" and "unparsable" in why:  # the probe's warning says it again

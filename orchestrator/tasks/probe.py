@@ -1,7 +1,8 @@
 """Task ``probe``: ask the payload what the host is (GPUs, Triton, SGLang, model shape, names).
 
 Inventory variables override what is probed: ``orch_device_name`` (SGLang device
-name), ``orch_model_config`` (model config path or repo id). The result is stored as
+name), ``orch_model_config`` (model config path or repo id), ``orch_gpu_capability`` (GPU 0's
+compute capability, which decides the MoE runner SGLang picks). The result is stored as
 ``orch_probe`` and written to the run record. Task ``plan`` derives what a tune would
 write and, in check mode, says so.
 """
@@ -12,13 +13,13 @@ import json
 import posixpath
 import shlex
 
-from remote.sglang.defaults import TRITON_BACKENDS
+from remote.sglang.moe_log import MoeLogReport, parse_moe_log
 from remote.sglang.naming import parse_config_file_name
+from remote.sglang.runner import MoeRunner, moe_runner, probe_inputs
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import last_start, unit_log
-from ..facts.moe_log import parse_moe_log
 from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
 from .readiness import find_endpoint
@@ -33,6 +34,8 @@ def probe(ctx) -> TaskResult:
     flags = model_flags(ctx)
     if env.get("SGLANG_MOE_CONFIG_DIR"):
         flags += ["--moe-config-dir", env["SGLANG_MOE_CONFIG_DIR"]]
+    if ctx.vars.get("orch_gpu_capability"):
+        flags += ["--capability", str(ctx.vars["orch_gpu_capability"])]
     ctx.payload.env.update(payload_env(ctx))
     data = ctx.payload.call("probe", flags, timeout=300)
     (ctx.host_dir / PROBE).write_text(json.dumps(data, indent=2, sort_keys=True))
@@ -53,14 +56,14 @@ def untunable_reason(model: dict | None) -> str | None:
     return f"{why}; tune them elsewhere and `orch configs import` the files" if why else None
 
 
-def logged_lookups(text: str | None) -> dict[str, str]:
+def logged_lookups(rep: MoeLogReport | None) -> dict[str, str]:
     """role -> the path SGLang looked for first (``wanted``) in the lookup lines of one start's
-    log (:mod:`orchestrator.facts.moe_log`); the first line of each role counts. Pure."""
+    parsed log (:mod:`remote.sglang.moe_log`; None: no start logged); the first line of each role
+    counts. Pure."""
     out: dict[str, str] = {}
-    if text:
-        for ln in parse_moe_log(text).lines:
-            if ln.role and ln.wanted and ln.role not in out:
-                out[ln.role] = ln.wanted
+    for ln in rep.lines if rep else []:
+        if ln.role and ln.wanted and ln.role not in out:
+            out[ln.role] = ln.wanted
     return out
 
 
@@ -93,6 +96,19 @@ def reconcile(derived: dict[str, str], logged: dict[str, str]) -> tuple[dict[str
     return paths, "log", notes
 
 
+def skip_reason(runner: MoeRunner) -> str:
+    """Why ``plan`` skips a server whose MoE runner reads no Triton config file (``runner``:
+    :func:`remote.sglang.runner.moe_runner`), the same reason ``orch doctor`` gives. Pure."""
+    if runner.source == "flag":
+        why = f"--moe-runner-backend {runner.runner} does not read Triton MoE config files"
+    else:
+        why = runner.reason
+    why += "; installing them would change nothing"
+    if (runner.runner or "").startswith("flashinfer"):
+        why += " (FlashInfer autotunes at start-up on SM90+)"
+    return why + (f" ({runner.disagreement})" if runner.disagreement else "")
+
+
 def multi_node_reason(server: dict) -> str | None:
     """Why orch refuses a server spread over several hosts (``--nnodes N > 1``), or None. Pure.
 
@@ -112,14 +128,18 @@ def multi_node_reason(server: dict) -> str | None:
 
 @task("plan", check_mode=READ_ONLY, sets=("orch_plan", "orch_endpoint"), aliases={"unit": "name", "service": "name"})
 def plan(ctx, name: str) -> TaskResult:
-    """Decide what a tune does on this host (``orch_plan``): tune, or skip for a MoE backend that
+    """Decide what a tune does on this host (``orch_plan``): tune, or skip for a MoE runner that
     does not read Triton config files; which exact files it would write, and which exist.
 
-    ``orch_plan.action`` is ``tune`` or ``skip`` (a non-Triton MoE backend: the files
-    would change nothing). ``orch_plan.paths`` are the exact files that would be written: only
-    those the host's SGLang release reads (a release before 0.5.5 reads no ``_down`` file), named
-    as the unit's last start looked them up when its log shows one (``orch_plan.names_source``
-    ``log``; else ``derived`` from the unit and the model config, see :func:`reconcile`).
+    ``orch_plan.action`` is ``tune`` or ``skip`` (the server's MoE runner reads no Triton config
+    file: the files would change nothing; nothing is stopped). The runner is SGLang's answer,
+    :func:`remote.sglang.runner.moe_runner`, from the unit, the probe and the last start's log
+    (``orch_plan.runner``), the one ``orch doctor`` gives; when it cannot be told, the host is
+    refused before anything is stopped. ``orch_plan.paths`` are the exact files that would be
+    written: only those the host's SGLang release reads (a release before 0.5.5 reads no ``_down``
+    file), named as the unit's last start looked them up when its log shows one
+    (``orch_plan.names_source`` ``log``; else ``derived`` from the unit and the model config, see
+    :func:`reconcile`).
     ``orch_plan.existing`` says which exist already.
     Refuses (fails, before anything is stopped) a multi-node server (:func:`multi_node_reason`) and
     a running server that answers at none of its addresses; ``orch_endpoint`` is where it answers
@@ -135,23 +155,29 @@ def plan(ctx, name: str) -> TaskResult:
     install_dir = probe_data.get("install_dir")
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
+    text = last_start(unit_log(ctx.connection, name))
+    rep = parse_moe_log(text) if text is not None else None
+    runner = moe_runner(backend=backend, quantization=server.get("quantization"), ep=server.get("ep"),
+                        a2a_backend=server.get("moe_a2a_backend"), log=rep, **probe_inputs(probe_data))
+    if not runner.known:
+        raise TaskFailed(f"cannot tell which MoE runner this server uses, so nothing was stopped: {runner.reason}. "
+                         "Name it with --moe-runner-backend in the unit, or start the unit once so its log shows "
+                         "its MoE config lookups")
     found = probe_data.get("existing") or {}
     read = {k for k in names if (found.get(k) or {}).get("read_by_sglang", True)}
     skipped_roles = sorted(set(names) - read)
     derived = {k: posixpath.join(install_dir, v) for k, v in names.items() if k in read}
-    paths, source, notes = reconcile(derived, logged_lookups(last_start(unit_log(ctx.connection, name))))
+    paths, source, notes = reconcile(derived, logged_lookups(rep))
     existing = {k: bool((found.get(k) or {}).get("in_installed_folder")) and paths[k] == derived[k] for k in paths}
     dirs = {posixpath.dirname(v) for v in paths.values()}
     if len(dirs) != 1:
         raise TaskFailed(f"the server looks for its up and down files in different folders: {sorted(dirs)}")
     install_dir = dirs.pop()
-    action = "tune" if backend in TRITON_BACKENDS else "skip"
-    reason = "" if action == "tune" else (
-        f"--moe-runner-backend {backend} does not read Triton MoE config files; installing them would change "
-        "nothing" + (" (FlashInfer autotunes at start-up on SM90+)" if backend.startswith("flashinfer") else ""))
+    action = "tune" if runner.reads_triton_configs else "skip"
+    reason = "" if action == "tune" else skip_reason(runner)
     same_dir = install_dir == probe_data.get("install_dir")
-    p = {"action": action, "reason": reason, "backend": backend, "install_dir": install_dir,
-         "paths": paths, "existing": existing, "names_source": source, "notes": notes,
+    p = {"action": action, "reason": reason, "backend": backend, "runner": runner.to_dict(),
+         "install_dir": install_dir, "paths": paths, "existing": existing, "names_source": source, "notes": notes,
          # None: a folder the server's log named, not probed (the install creates it when missing)
          "install_dir_exists": bool(probe_data.get("install_dir_exists", True)) if same_dir else None}
     ctx.run.summary["plan"] = p
@@ -163,6 +189,8 @@ def plan(ctx, name: str) -> TaskResult:
     lines.append("names from the server's own lookup at its last start" if source == "log"
                  else "names derived from the unit and the model config (the server logged no lookup)")
     lines += notes
+    lines.append(f"MoE runner: {runner.reason}"
+                 + (f" (the log disagrees with orch's rule: {runner.disagreement})" if runner.disagreement else ""))
     if action == "skip":
         return TaskResult.skipped(reason, facts={"orch_plan": p}, **p)
     endpoint = find_endpoint(ctx)

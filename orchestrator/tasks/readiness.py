@@ -20,10 +20,11 @@ import time
 
 import httpx
 
+from remote.sglang.moe_log import parse_moe_log, role_of, verify_loaded
+
 from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..engine.task import task
 from ..facts.journal import text_since, unit_log
-from ..facts.moe_log import parse_moe_log, verify_loaded
 from ..facts.unit import is_active
 from ..payload.client import PayloadFailed
 
@@ -179,16 +180,26 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
     loaded. ``expect_paths``: files that must appear in ``Using MoE kernel config from <path>.``;
     any sub-optimal line (fallback, default, down missing) for them fails the task.
     ``allow_default`` (rollback to a state with no file): the default line is expected.
+    When the probe could not read the host's loader rules (``orch_probe.sglang.loader_rules_inferred``:
+    a patched or vendored SGLang), a ``_down`` file the server never looked up is reported in
+    ``not_looked_up``, not failed (such a loader may read none); the up file is always proven.
     """
     text = log_since_mark(ctx, name)
     rep = parse_moe_log(text)
     expect = list(expect_paths or [])
+    inferred = ((ctx.vars.get("orch_probe") or {}).get("sglang") or {}).get("loader_rules_inferred")
+    seen = {ln.role for ln in rep.lines if ln.role}
+    unseen = [p for p in expect if inferred and role_of(p) == "down" and "down" not in seen]
+    expect = [p for p in expect if p not in unseen]
     problems = verify_loaded(rep, expect) if expect else []
     if not expect and not allow_default and rep.suboptimal:
         problems = list(rep.suboptimal)
     data = {"loaded": rep.loaded, "default": rep.default, "fallback": rep.fallback,
-            "down_missing": rep.down_missing, "suboptimal": rep.suboptimal}
+            "down_missing": rep.down_missing, "suboptimal": rep.suboptimal, "not_looked_up": unseen}
     if problems:
         raise TaskFailed("; ".join(problems), data)
     what = ", ".join(p.rsplit("/", 1)[-1] for p in rep.loaded) or "default config"
+    if unseen:
+        what += (f"; the server never looked up {', '.join(p.rsplit('/', 1)[-1] for p in unseen)} (not proven: "
+                 f"this SGLang's lookup rules were inferred, {inferred})")
     return TaskResult.ok(f"log shows: {what}", **data)

@@ -10,10 +10,12 @@ import json
 import time
 from typing import Literal
 
+from remote.sglang.server_args import split_launch
+
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import unit_log
-from ..facts.unit import UnitError, gather_unit, is_active, split_launch
+from ..facts.unit import UnitError, gather_unit, is_active
 from ..payload.client import PayloadFailed
 
 POLL_S = 0.5

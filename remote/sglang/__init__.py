@@ -1,4 +1,7 @@
-"""SGLang's rules, as the payload and the controller both need them (standard library only).
+"""SGLang's rules, their one home: what the payload and the controller both follow (standard library only).
+
+Each module names the SGLang release files it mirrors; the oracle tests hold it against the real
+wheels (docs/sglang-releases.md):
 
 - :mod:`remote.sglang.naming`: config file names, device name, ``triton_*`` folder names and sort;
 - :mod:`remote.sglang.model_config`: finding and reading a model's config.json (HF cache, ModelScope);
@@ -10,9 +13,16 @@
   ``orch config-names``, declared once, and the shape they name;
 - :mod:`remote.sglang.docs`: markdown tables rendered from these rules for docs/;
 - :mod:`remote.sglang.configfile`: config JSON validation, reading and writing;
-- :mod:`remote.sglang.lookup`: where the loader looks and what it would load, read from disk;
-- :mod:`remote.sglang.defaults`: default tuning batch sizes, backends and quantizations that
-  read (or not) the Triton config files.
+- :mod:`remote.sglang.lookup`: where the loader looks and what it would load, read from disk, and
+  each covered release's rules (for a loader that cannot be read);
+- :mod:`remote.sglang.moe_log`: the start-up log of every release: where a start begins, the MoE
+  runner it chose, its config lookups;
+- :mod:`remote.sglang.server_args`: the server flags orch reads, their spellings and defaults per
+  release, ``ServerArgs`` and the launch command parser;
+- :mod:`remote.sglang.server_config`: the ``--config FILE.yaml`` merge rule (on parsed data);
+- :mod:`remote.sglang.runner`: which MoE runner a server uses and whether it reads the Triton
+  config files, with SGLang's reason (``orch tune``'s plan and ``orch doctor`` both ask it);
+- :mod:`remote.sglang.defaults`: default tuning batch sizes.
 
 With :mod:`remote.protocol`, the only part of ``remote`` that ``orchestrator`` may import.
 Nothing here imports torch, triton or sglang.

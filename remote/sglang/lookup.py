@@ -13,6 +13,12 @@ that defines ``get_moe_configs``: ``moe_runner/triton_utils/fused_moe_triton_con
 0.5.11+), ``fused_moe_triton/fused_moe_triton_config.py`` (0.5.2 ... 0.5.10) or
 ``fused_moe_triton/fused_moe.py`` (0.5.1 and older); SGLang resolves
 ``os.path.realpath(__file__)``, so do we. docs/sglang-releases.md lists what each release does.
+
+When the loader module's source cannot be read as a release's (a patched or vendored SGLang),
+:func:`inferred_rules` takes what the tree itself shows: which loader module it has and its
+version (``importlib.metadata``), mapped to the rules of the nearest covered release at or below
+that version with that module (:data:`RELEASE_RULES`, the table of docs/sglang-releases.md; the
+oracle tests check each row against the release's own loader), and says so (``loader_rules_inferred``).
 Standard library only.
 """
 
@@ -22,6 +28,7 @@ import ast
 import importlib.metadata
 import importlib.util
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +42,67 @@ LOADER_LAYOUTS = (
     ("old", ("srt", "layers", "moe", "fused_moe_triton", "fused_moe_triton_config.py")),
     ("old", ("srt", "layers", "moe", "fused_moe_triton", "fused_moe.py")),
 )
-#: The rules of SGLang 0.5.23, assumed when a loader module's source cannot be read.
-RULES_0_5_23 = {"name_selectors": ["dtype", "block_shape", "per_channel_quant", "down"], "reads_down": True,
-                "config_dir_env": True, "fallback": "scan", "fallback_versions": None}
+
+
+def _rules(selectors: str, reads_down: bool, env: bool, fallback: str) -> dict[str, Any]:
+    """One row of :data:`RELEASE_RULES` as :func:`loader_rules` returns it (``fallback``: ``scan``
+    or the fixed versions, space separated)."""
+    return {"name_selectors": selectors.split(), "reads_down": reads_down, "config_dir_env": env,
+            "fallback": "scan" if fallback == "scan" else "list",
+            "fallback_versions": None if fallback == "scan" else fallback.split()}
+
+
+_FUSED_MOE = "fused_moe_triton/fused_moe.py"
+_OLD_CONFIG = "fused_moe_triton/fused_moe_triton_config.py"
+_CURRENT_CONFIG = "moe_runner/triton_utils/fused_moe_triton_config.py"
+_OLD_LIST, _LIST = "3.3.1 3.2.0 3.1.0", "3.4.0 3.3.1 3.2.0 3.1.0"
+#: Every covered release (tests/sglang_loader.py ``ORACLE_RELEASES``), oldest first: its loader
+#: module (under ``sglang/srt/layers/moe/``) and its rules, as :func:`loader_rules` reads them from
+#: that module (docs/sglang-releases.md "Supported releases"; checked by the oracle tests).
+RELEASE_RULES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("0.4.10.post2", _FUSED_MOE, _rules("dtype block_shape", False, False, _OLD_LIST)),
+    ("0.5.0rc2", _FUSED_MOE, _rules("dtype block_shape", False, False, _OLD_LIST)),
+    ("0.5.2", _OLD_CONFIG, _rules("dtype block_shape", False, False, _OLD_LIST)),
+    ("0.5.3", _OLD_CONFIG, _rules("dtype block_shape", False, True, _LIST)),
+    ("0.5.4", _OLD_CONFIG, _rules("dtype block_shape per_channel_quant", False, True, _LIST)),
+    ("0.5.5", _OLD_CONFIG, _rules("dtype block_shape per_channel_quant down", True, True, _LIST)),
+    ("0.5.6", _OLD_CONFIG, _rules("dtype block_shape per_channel_quant down", True, True, _LIST)),
+    ("0.5.8", _OLD_CONFIG, _rules("dtype block_shape per_channel_quant down", True, True, _LIST)),
+    ("0.5.11", _CURRENT_CONFIG, _rules("dtype block_shape per_channel_quant down", True, True, _LIST)),
+    ("0.5.12", _CURRENT_CONFIG, _rules("dtype block_shape per_channel_quant down", True, True, "scan")),
+    ("0.5.16", _CURRENT_CONFIG, _rules("dtype block_shape per_channel_quant down", True, True, "scan")),
+    ("0.5.23", _CURRENT_CONFIG, _rules("dtype block_shape per_channel_quant down", True, True, "scan")),
+)
+
+
+def version_key(version: str) -> tuple:
+    """A sort key for an SGLang version string (``0.5.23``, ``0.5.0rc2``, ``0.4.10.post2``,
+    ``0.5.9.dev0+g1a2b``): the numbers of its release, then pre-releases (``rc``, ``a``, ``b``,
+    ``dev``) before the release and ``post`` after it. ValueError when it starts with no number."""
+    m = re.match(r"v?(\d+(?:\.\d+)*)(.*)$", version.strip())
+    if not m:
+        raise ValueError(f"not a version: {version!r}")
+    rest = m.group(2).lower()
+    rank = 1 if rest.startswith((".post", "post", "-post")) else -1 if re.match(r"[.-]?(rc|a|b|dev)", rest) else 0
+    return tuple(int(x) for x in m.group(1).split(".")), rank
+
+
+def inferred_rules(module: str | None, version: str | None) -> tuple[dict[str, Any], str]:
+    """The rules of the covered release nearest at or below ``version`` among those whose loader
+    module is ``module`` (relative to ``sglang/srt/layers/moe/``; None: any), and the reason as one
+    sentence. Without a usable version, the oldest such release (the fewest files read); a version
+    older than them all also gives the oldest. Never raises."""
+    rows = [r for r in RELEASE_RULES if module is None or r[1] == module] or list(RELEASE_RULES)
+    try:
+        key = version_key(version) if version else None
+    except ValueError:
+        key = None
+    below = [r for r in rows if key is not None and version_key(r[0]) <= key]
+    release, _module, rules = below[-1] if below else rows[0]
+    shows = " and ".join(x for x in (f"its loader {module}" if module else None,
+                                     f"version {version}" if version else None) if x) or "nothing"
+    return dict(rules), (f"using the rules of SGLang {release}, the nearest covered release at or below what the "
+                         f"tree shows ({shows})")
 
 
 def sglang_package_dirs() -> list[str]:
@@ -136,25 +201,19 @@ def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
 
     ``moe_config_dir``: the unit's ``SGLANG_MOE_CONFIG_DIR``; it replaces the base folder
     (configs_root = ``<dir>/configs``) in releases that read it (``loader_rules``
-    ``config_dir_env``); older releases ignore it. Returns the ``sglang`` object described in
-    the module docstring.
+    ``config_dir_env``); older releases ignore it. ``loader_rules``: the rules read from the loader
+    module (:func:`loader_rules`), else those :func:`inferred_rules` gives, with the reason in
+    ``loader_rules_inferred`` (None when read). Returns the ``sglang`` object described in the
+    probe's docstring (``remote.probe``).
     """
     out: dict[str, Any] = {
         "installed": False, "version": None, "package_dir": None, "loader_module": None,
-        "layout": None, "loader_rules": None, "configs_root": None, "configs_root_exists": False,
-        "shipped_configs_root": None, "other_layout_configs_root": None,
+        "layout": None, "loader_rules": None, "loader_rules_inferred": None, "configs_root": None,
+        "configs_root_exists": False, "shipped_configs_root": None, "other_layout_configs_root": None,
         "moe_config_dir": moe_config_dir,
     }
-    try:
-        spec = importlib.util.find_spec("sglang")
-    except (ImportError, ValueError):
-        spec = None
-    pkg_dirs: list[str] = []
-    if spec is not None:
-        if spec.submodule_search_locations:
-            pkg_dirs = [str(p) for p in spec.submodule_search_locations]
-        elif spec.origin:
-            pkg_dirs = [os.path.dirname(spec.origin)]
+    pkg_dirs = sglang_package_dirs()
+    module_key = None
     if pkg_dirs:
         out["installed"] = True
         out["package_dir"] = pkg_dirs[0]
@@ -162,17 +221,18 @@ def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
             out["version"] = importlib.metadata.version("sglang")
         except importlib.metadata.PackageNotFoundError:
             out["version"] = None
-        found: list[tuple[str, str]] = []
+        found: list[tuple[str, str, tuple[str, ...]]] = []
         for layout, parts in LOADER_LAYOUTS:
             for d in pkg_dirs:
                 cand = Path(d).joinpath(*parts)
                 if cand.is_file() and (parts[-1] != "fused_moe.py" or _defines_get_moe_configs(cand)):
-                    found.append((layout, os.path.realpath(cand)))
+                    found.append((layout, os.path.realpath(cand), parts))
                     break
         # the module that defines get_moe_configs; else the first config module on disk
         pick = next((f for f in found if _defines_get_moe_configs(Path(f[1]))), found[0] if found else None)
         if pick:
-            out["layout"], out["loader_module"] = pick
+            out["layout"], out["loader_module"], parts = pick
+            module_key = "/".join(parts[3:])
             out["shipped_configs_root"] = os.path.join(os.path.dirname(pick[1]), "configs")
             try:
                 out["loader_rules"] = loader_rules(Path(pick[1]).read_text(encoding="utf-8", errors="replace"))
@@ -184,8 +244,12 @@ def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
             other = Path(pkg_dirs[0]).joinpath(*parts[:-1], "configs")
             if other.is_dir():
                 out["other_layout_configs_root"] = os.path.realpath(other)
-    rules = out["loader_rules"] or RULES_0_5_23
-    if moe_config_dir and rules["config_dir_env"]:
+    if out["loader_rules"] is None and pkg_dirs:
+        out["loader_rules"], out["loader_rules_inferred"] = inferred_rules(module_key, out["version"])
+    elif out["loader_rules"] is None:  # nothing to read the rules from: files named as the newest release does
+        out["loader_rules"] = dict(RELEASE_RULES[-1][2])
+        out["loader_rules_inferred"] = f"SGLang is not installed: names as SGLang {RELEASE_RULES[-1][0]} gives them"
+    if moe_config_dir and out["loader_rules"]["config_dir_env"]:
         out["configs_root"] = os.path.join(os.path.abspath(os.path.expanduser(moe_config_dir)), "configs")
     else:
         out["configs_root"] = out["shipped_configs_root"]
@@ -194,12 +258,11 @@ def find_sglang(moe_config_dir: str | None = None) -> dict[str, Any]:
     return out
 
 
-def simulate_lookup(configs_root: str, exact_folder: str, file_name: str,
-                    rules: dict[str, Any] | None = None) -> dict[str, Any]:
+def simulate_lookup(configs_root: str, exact_folder: str, file_name: str, rules: dict[str, Any]) -> dict[str, Any]:
     """What SGLang's ``get_moe_configs`` would do for ``file_name`` under ``configs_root``.
 
     ``exact_folder``: ``sglang_version_dir(triton.__version__)``; ``rules``: the release's
-    :func:`loader_rules` (None: SGLang 0.5.23's). First ``<root>/<exact_folder>/<file>``; else
+    :func:`loader_rules` (or :func:`inferred_rules`). First ``<root>/<exact_folder>/<file>``; else
     the fallback: with ``fallback == "scan"`` every ``triton_*`` entry, newest version first,
     each tried as ``triton_`` + its version with ``.`` made ``_`` (as SGLang rebuilds the name);
     an unparsable entry makes the real loader raise ValueError, a missing root
@@ -209,7 +272,6 @@ def simulate_lookup(configs_root: str, exact_folder: str, file_name: str,
     Returns ``{folders, sglang_would_load, fallback_error}``; ``folders`` lists every parsable
     ``triton_*`` folder holding the file, newest first (whether SGLang tries it or not).
     """
-    rules = rules or RULES_0_5_23
     try:
         entries = os.listdir(configs_root)  # SGLang sorts this order stably: ties keep it
     except FileNotFoundError:

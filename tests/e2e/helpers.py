@@ -31,6 +31,7 @@ def inventory(bed, path: Path, host_vars: dict | None = None, **group_vars) -> P
             if "orch_unit" in hv:  # older bed writers
                 hv["orch_service"] = hv.pop("orch_unit")
             hv.setdefault("orch_device_name", bed.host(name).options.get("gpu_name", "NVIDIA H200"))
+            hv.setdefault("orch_gpu_capability", bed.host(name).options.get("gpu_capability", "9.0"))
             hv.update((host_vars or {}).get(name, {}))
     Path(path).write_text(yaml.safe_dump(data, sort_keys=False))
     return Path(path)

@@ -99,6 +99,7 @@ TINY_MOE_CONFIG: Dict[str, Any] = {
 # Per-host options (``TestBed(host_options={name_or_index: {...}})``); defaults here.
 HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "gpu_name": "NVIDIA H200",      # ORCH_STANDIN_GPU_NAME
+    "gpu_capability": "9.0",        # the GPU's compute capability, for orch's inventory (the bed has no CUDA)
     "n_gpus": 1,                    # /dev/nvidia0..n-1
     "backend": None,                # --moe-runner-backend (None: flag omitted, SGLang's auto)
     "moe_config_dir": None,         # SGLANG_MOE_CONFIG_DIR inside the host (created, with configs/)
@@ -1197,7 +1198,8 @@ class TestBed:
 
         ``all.children.<group>.hosts.<name>``: ``ansible_host``, ``ansible_user``, ``ansible_port``,
         ``ansible_ssh_private_key_file`` (absolute), ``orch_service`` (the host's unit),
-        ``orch_device_name`` (the GPU name the host's stand-in reports: the bed has no CUDA).
+        ``orch_device_name`` (the GPU name the host's stand-in reports: the bed has no CUDA) and
+        ``orch_gpu_capability`` (its compute capability, which decides the MoE runner SGLang picks).
         Group ``vars``: the test-bed defaults (names from ``orchestrator.inventory.variables``):
         ``ansible_python_interpreter`` (the venv python that runs the units), ``orch_known_hosts``
         (absolute), ``orch_model_config``, ``orch_triton_interpret: true``, ``orch_tune_space: smoke``,
@@ -1210,7 +1212,8 @@ class TestBed:
         for h in self.hosts:
             hosts[h.name] = {"ansible_host": h.address, "ansible_user": h.user, "ansible_port": h.port,
                              "ansible_ssh_private_key_file": str(self.key_path),
-                             "orch_service": f"{h.unit}.service", "orch_device_name": h.options["gpu_name"]}
+                             "orch_service": f"{h.unit}.service", "orch_device_name": h.options["gpu_name"],
+                             "orch_gpu_capability": h.options["gpu_capability"]}
         group_vars = {
             "ansible_python_interpreter": VENV_PYTHON,
             "orch_known_hosts": str(self.known_hosts_path),

@@ -1,4 +1,4 @@
-"""SGLang's MoE-config log lines, every release's wording (orchestrator.facts.moe_log).
+"""SGLang's MoE-config log lines, every release's wording (remote.sglang.moe_log).
 
 :data:`WORDING_LINES` holds the real lines each release logs for each lookup outcome, captured
 from the releases' own code (``<configs>`` stands for the configs root);
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.facts.moe_log import parse_line, parse_moe_log, verify_loaded
+from remote.sglang.moe_log import last_start_at, parse_line, parse_moe_log, parse_runner_line, verify_loaded
 
 _NAME = "E=8,N=64,device_name=NVIDIA_H200"
 _HINT = ", you can create them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/fused_moe_triton"
@@ -171,3 +171,37 @@ def test_other_lines_are_not_lookups():
                  "overriding down BLOCK_SIZE_M to match."):
         assert parse_line(line) is None
     assert not parse_moe_log("The server is fired up and ready to roll!").any_lookup
+
+
+# ------------------------------------------------------------------- the start line and the runner
+
+@pytest.mark.parametrize("line", [
+    "server_args=ServerArgs(model_path='/m', speculative_moe_runner_backend='triton', moe_runner_backend='deep_gemm')",
+    "server_args={'model_path': '/m', 'speculative_moe_runner_backend': 'triton', 'moe_runner_backend': 'deep_gemm'}",
+])
+def test_start_line_gives_the_resolved_runner_in_both_forms(line):
+    text = f"{PFX}{line}\n{PFX}The server is fired up and ready to roll!\n"
+    rep = parse_moe_log(text)
+    assert rep.start_runner == "deep_gemm" and rep.chosen_runner == "deep_gemm" and rep.runner_lines == []
+    assert last_start_at("old\n" + text) == len("old\n")
+
+
+@pytest.mark.parametrize("line, runner, wording", [
+    ("Use flashinfer_trtllm as MoE runner backend on sm100 for DeepseekV3ForCausalLM", "flashinfer_trtllm", "use"),
+    ("auto set moe_runner_backend=`deep_gemm` for PPLX EP", "deep_gemm", "auto-set"),
+    ("DeepEP v2 MoE: resolved --moe-runner-backend auto -> deep_gemm.", "deep_gemm", "resolved"),
+    ("MiMoV2 on SM90: moe_runner_backend=marlin.", "marlin", "assigned"),
+    ("Detected GPT-OSS model, enabling triton_kernels MOE kernel.", "triton_kernel", "gpt-oss"),
+])
+def test_runner_lines(line, runner, wording):
+    parsed = parse_runner_line(PFX + line)
+    assert (parsed.runner, parsed.wording) == (runner, wording)
+    rep = parse_moe_log(PFX + line + "\n")
+    assert rep.chosen_runner == runner and not rep.any_lookup
+
+
+def test_lines_that_choose_no_runner():
+    for line in ("server_args=ServerArgs(model_path='/m', moe_runner_backend='auto')",
+                 "Use marlin as FP4 GEMM runner backend on SM120 for Muse Glimmer",
+                 "Using MoE kernel config from /c/E=8.json."):
+        assert parse_runner_line(line) is None

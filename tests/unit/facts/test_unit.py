@@ -3,7 +3,7 @@
 import pytest
 
 from orchestrator.facts.unit import (UnitError, gather_unit, parse_server_args, parse_show_exec_start,
-                                     parse_unit_file)
+                                     parse_unit_settings)
 
 UNIT = r"""# /etc/systemd/system/sglang-qwen.service
 [Unit]
@@ -19,8 +19,9 @@ Restart=always
 """
 
 
-def test_parse_unit_file_exec_and_env():
-    argv, env = parse_unit_file(UNIT)
+def test_parse_unit_settings_exec_and_env():
+    st = parse_unit_settings(UNIT)
+    argv, env = st.exec_start, st.environment
     assert argv[:3] == ["/opt/venv/bin/python3", "-m", "sglang.launch_server"]
     assert env == {"HF_HOME": "/data/hf cache", "CUDA_VISIBLE_DEVICES": "0,1", "SGLANG_MOE_CONFIG_DIR": "/srv/moe"}
     sa = parse_server_args(argv)
@@ -31,7 +32,7 @@ def test_parse_unit_file_exec_and_env():
 
 def test_dropin_reset_and_prefix():
     text = "[Service]\nExecStart=/bin/false\nExecStart=\nExecStart=-/usr/bin/python -m sglang.launch_server --model-path /m\n"
-    argv, _ = parse_unit_file(text)
+    argv = parse_unit_settings(text).exec_start
     sa = parse_server_args(argv)
     assert sa.interpreter == "/usr/bin/python" and sa.model_path == "/m"
     assert (sa.tp, sa.port, sa.host, sa.moe_runner_backend) == (1, 30000, "127.0.0.1", "auto")

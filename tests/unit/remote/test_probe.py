@@ -33,16 +33,19 @@ def installed_triton_folder() -> str:
     return "triton_" + "_".join(v.split("."))
 
 
-def make_sglang(site: Path, layouts: tuple[tuple[str, ...], ...], version: str = "0.5.23") -> dict[tuple, Path]:
+def make_sglang(site: Path, layouts: tuple[tuple[str, ...], ...], version: str | None = "0.5.23") -> dict[tuple, Path]:
+    """A fake ``sglang`` package (its loader modules unreadable as a release's: a vendored build);
+    ``version``: its distribution's version (None: no metadata, as a source checkout on sys.path)."""
     pkg = site / "sglang"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(
         "import pathlib, os\n"
         "pathlib.Path(os.environ['SGLANG_IMPORT_MARKER']).write_text('imported')\n"
         "raise RuntimeError('fake sglang must not be imported by probe')\n")
-    dist = site / f"sglang-{version}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    if version is not None:
+        dist = site / f"sglang-{version}.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
     configs = {}
     for lay in layouts:
         d = pkg.joinpath(*lay)
@@ -322,3 +325,29 @@ def test_probe_refuses_an_unknown_architecture_by_name(tmp_path):
     rc, last = probe(tmp_path, site, "--model-config", str(path), "--device-name", "NVIDIA H200")
     assert rc != 0 and last["type"] == "error" and last["kind"] == "bad_input"
     assert "BrandNewMoeForCausalLM" in last["msg"]
+
+
+@pytest.mark.parametrize("layout, version, release, reads_down, env", [
+    (CURRENT, "0.5.23+vendor.1", "0.5.23", True, True),
+    (CURRENT, None, "0.5.11", True, True),
+    (OLD, "0.5.4.post1", "0.5.4", False, True),
+    (OLD, None, "0.5.2", False, False),
+])
+def test_unreadable_loader_takes_the_rules_of_what_the_tree_shows(tmp_path, layout, version, release, reads_down, env):
+    """A patched or vendored loader whose rules cannot be read: the probe takes the nearest covered
+    release at or below the tree's version with its loader module (lookup.RELEASE_RULES), says so,
+    and names and plans files by those rules (no _down file where that release reads none)."""
+    site = tmp_path / "site"
+    cfgs = make_sglang(site, (layout,), version=version)
+    custom = tmp_path / "custom"
+    (custom / "configs").mkdir(parents=True)
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200",
+                     "--moe-config-dir", str(custom))
+    assert rc == 0, last
+    d = last["data"]
+    sg = d["sglang"]
+    assert f"using the rules of SGLang {release}," in sg["loader_rules_inferred"]
+    assert sg["loader_rules"]["reads_down"] is reads_down and sg["loader_rules"]["config_dir_env"] is env
+    assert sg["configs_root"] == (str(custom / "configs") if env else os.path.realpath(cfgs[layout]))
+    assert d["existing"]["down"]["read_by_sglang"] is reads_down
+    assert any("orch proves only the lookups the server's log shows" in w for w in d["warnings"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.facts.moe_log import parse_moe_log
+from remote.sglang.moe_log import parse_moe_log
 from orchestrator.tasks.diagnose import DoctorFacts, classify
 
 CASES = json.loads((Path(__file__).parent / "doctor_cases.json").read_text())

@@ -11,7 +11,7 @@ Triton version and the deterministic flag are the only stand-ins it reads), and 
   folder trees built here (exact Triton folder, fallback order, unparsable folders, missing
   root, ``SGLANG_MOE_CONFIG_DIR``, ``_down`` files);
 * the log lines: every line the release logs for a lookup parses with
-  ``orchestrator.facts.moe_log`` to the file, role and action that really happened, and the
+  ``remote.sglang.moe_log`` to the file, role and action that really happened, and the
   wording is the one recorded in ``tests/unit/facts/test_moe_log.py``;
 * the config files the release ships pass ``remote.sglang.configfile``'s validator.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.facts.moe_log import parse_line, parse_moe_log, verify_loaded
+from remote.sglang.moe_log import parse_line, parse_moe_log, verify_loaded
 from remote.sglang import naming
 from remote.sglang import lookup as rprobe
 from remote.sglang.configfile import load_config_file
@@ -387,6 +387,18 @@ def table_row(rel: ReleaseLoader) -> dict[str, str]:
         "Reads _down": "yes" if rules["reads_down"] else "no",
         "Missing _down logs": missing.wording if missing else "-",
     }
+
+
+def test_release_rules_table_is_what_each_release_reads(rel):
+    """``lookup.RELEASE_RULES`` (what a probe falls back to when a host's loader cannot be read) holds
+    each release's module and the rules its real loader gives."""
+    release, module, rules = next(r for r in rprobe.RELEASE_RULES if r[0] == rel.version)
+    assert (module, rules) == (rel.module_path.removeprefix("sglang/srt/layers/moe/"), rules_of(rel))
+
+
+def test_release_rules_table_lists_exactly_the_covered_releases_in_order():
+    assert [r[0] for r in rprobe.RELEASE_RULES] == list(ORACLE_RELEASES)
+    assert [rprobe.version_key(v) for v in ORACLE_RELEASES] == sorted(rprobe.version_key(v) for v in ORACLE_RELEASES)
 
 
 def test_doc_table_lists_exactly_the_covered_releases():
