@@ -4,6 +4,8 @@ same code the payload runs on the hosts (the payload's stdlib-only SGLang rules)
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 from ..errors import UsageError
 from .common import EXIT_OK
@@ -14,7 +16,10 @@ def add_parser(sub) -> None:
     c.add_argument("--model-config", required=True, help="config.json, its folder, or an offline HF repo id")
     c.add_argument("--tp", type=int, default=1)
     c.add_argument("--ep", type=int, default=1)
-    c.add_argument("--device-name", required=True, help="torch.cuda.get_device_name(), e.g. 'NVIDIA H200'")
+    dev = c.add_mutually_exclusive_group(required=True)
+    dev.add_argument("--device-name", help="torch.cuda.get_device_name(), e.g. 'NVIDIA H200'")
+    dev.add_argument("--probe", type=Path, metavar="PROBE_JSON",
+                     help="take the device name from a host's probe (a run record's hosts/<host>/probe.json)")
     c.add_argument("--dtype")
     c.add_argument("--quantization")
     c.add_argument("--disable-shared-experts-fusion", action="store_true")
@@ -22,18 +27,66 @@ def add_parser(sub) -> None:
     c.set_defaults(func=cmd_config_names)
 
 
+def probe_device_name(path: Path) -> str:
+    """The device name a host's probe reported (``device_name`` of ``python -m remote probe``'s
+    result, SGLang's form, as a run record keeps it in ``hosts/<host>/probe.json``).
+
+    Raises :class:`UsageError` naming ``--probe`` when the file cannot be read, is not a probe's
+    JSON, or the host saw no GPU (``device_name`` null). GPUs of different names on the host
+    (``mixed_gpus``) are said on stderr: the name is GPU 0's.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"--probe {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"--probe {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or "device_name" not in data:
+        raise UsageError(f"--probe {path}: not a host's probe.json (no 'device_name' field)")
+    if not isinstance(data["device_name"], str):
+        raise UsageError(f"--probe {path}: the host's probe saw no GPU (device_name is "
+                         f"{data['device_name']!r}); give --device-name")
+    if data.get("mixed_gpus"):
+        print(f"orch config-names: warning: the host of {path} has GPUs of different names; using GPU 0's "
+              f"{data['device_name']!r}", file=sys.stderr)
+    return data["device_name"]
+
+
+def device_name(args) -> str:
+    """SGLang's form of ``--device-name`` (or of the ``--probe`` file's name). A name SGLang's rule
+    refuses is a :class:`UsageError` naming ``--device-name``; one not in torch's form (``H200``
+    for ``NVIDIA H200``) is printed anyway, with a warning on stderr naming the likely form: it
+    names a file SGLang does not look for on that GPU, unless the GPU's vendor is one orch does not
+    know (:data:`remote.sglang.naming.TORCH_NAME_VENDORS`), so it is flagged rather than refused."""
+    from remote.protocol import PayloadError
+    from remote.sglang.naming import sglang_device_name, torch_form_hint
+
+    name = probe_device_name(args.probe) if args.probe is not None else args.device_name
+    try:
+        dev = sglang_device_name(name)
+    except PayloadError as exc:
+        raise UsageError(f"--device-name: {exc.msg}") from None
+    hint = torch_form_hint(name)
+    if hint is not None:
+        print(f"orch config-names: warning: --device-name {name!r} is not in torch's form "
+              f"(torch.cuda.get_device_name() starts with the vendor, e.g. {hint!r}): SGLang on such a GPU "
+              f"looks for device_name={sglang_device_name(hint)}, not device_name={dev}; use --device-name "
+              f"{hint!r}, or --probe with the host's probe.json", file=sys.stderr)
+    return dev
+
+
 def cmd_config_names(args) -> int:
     """Print the up and down file names (or ``--json`` with the model's MoE shape). A model config
     that cannot be read or is not an MoE model is a :class:`UsageError` naming why."""
     from remote.sglang.model import load_model_config, moe_shape
-    from remote.sglang.naming import sglang_device_name
     from remote.protocol import PayloadError
 
+    dev = device_name(args)
     try:
         cfg = load_model_config(args.model_config)
         shape = moe_shape(cfg, tp=args.tp, ep=args.ep, quantization=args.quantization, dtype=args.dtype,
                           disable_shared_experts_fusion=args.disable_shared_experts_fusion)
-        names = shape.file_names(sglang_device_name(args.device_name))
+        names = shape.file_names(dev)
     except PayloadError as exc:
         raise UsageError(exc.msg) from None
     if args.json:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..errors import internal_error
+
 
 @dataclass
 class Gpu:
@@ -120,6 +122,7 @@ def gpu_table(query_text: str, list_text: str = "", driver_text: str = "") -> li
     return gpus
 
 
+@internal_error("orchestrator.tasks.reap catches it and reaps nothing, saying why")
 class UnresolvedDevices(ValueError):
     """A ``CUDA_VISIBLE_DEVICES`` entry names no GPU of the host (the message says which)."""
 

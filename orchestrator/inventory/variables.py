@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from ..errors import internal_error
 from ..templating import is_template, referenced_names, render_text
 from .errors import InventoryError
 from .ssh_args import SSHArgsError, parse_proxy_jump, parse_ssh_common_args
@@ -60,6 +61,8 @@ RESERVED_NAMES = frozenset({
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+@internal_error("the inventory loader and effective_vars turn it into an InventoryError naming the file "
+                "and line; orchestrator.cli.common.checked_as into a UsageError naming the flag")
 class BadValue(ValueError):
     """A value failed a :class:`VarSpec` check; ``str()`` is the message without location."""
 
