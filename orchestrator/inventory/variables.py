@@ -34,6 +34,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from remote.sglang.naming import torch_form_hint
+
 from ..errors import internal_error
 from ..templating import is_template, referenced_names, render_text
 from .errors import InventoryError
@@ -238,6 +240,8 @@ class VarSpec:
     ("an integer 1-65535"), ``default`` the value (or a callable ``(get, host_name) -> value``
     where ``get(var)`` returns another effective variable of the same host) applied by
     :func:`effective_vars`. ``group_only``: consumed by the loader, not a host variable.
+    ``warn``: the loader's warning for a value that is accepted but likely wrong: a text, or a
+    function of the (checked) value returning one or None.
     """
 
     name: str
@@ -249,7 +253,13 @@ class VarSpec:
     secret: bool = False
     numbers_as_text: bool = False
     group_only: bool = False
-    warn: str | None = None
+    warn: str | Callable[[Any], str | None] | None = None
+
+    def warning(self, value: Any) -> str | None:
+        """:attr:`warn` for ``value`` (None: nothing to say; templates are not judged)."""
+        if value is None or not self.warn or is_template(value):
+            return None
+        return self.warn(value) if callable(self.warn) else self.warn
 
     def check(self, value: Any) -> Any:
         """Return the normalised value; ``None`` passes (= default). Raises :class:`BadValue`."""
@@ -265,6 +275,15 @@ class VarSpec:
         if self.default is None:
             return "(none)"
         return repr(self.default) if isinstance(self.default, str) else str(self.default)
+
+
+def _device_name_warning(value: Any) -> str | None:
+    """A device name not in torch's form (``H200``): orch would install files SGLang does not look
+    for on that GPU (:func:`remote.sglang.naming.torch_form_hint`)."""
+    hint = torch_form_hint(str(value))
+    return None if hint is None else (f"orch_device_name {value!r} is not in torch's form "
+                                      f"(torch.cuda.get_device_name() starts with the vendor): "
+                                      f"did you mean {hint!r}?")
 
 
 def _default_host(get: Callable[[str], Any], host: str) -> str:
@@ -303,7 +322,8 @@ _SPECS: list[VarSpec] = [
             "Base URL of the server as the controller reaches it; readiness is then polled from the "
             "controller (default: unset, the server is asked on its host where its --host/--port say).", _url),
     VarSpec("orch_device_name", "str", "a non-empty string", None,
-            "torch.cuda.get_device_name() override (default: probed on the host)."),
+            "torch.cuda.get_device_name() override (default: probed on the host).",
+            warn=_device_name_warning),
     VarSpec("orch_model_config", "str", "a non-empty string", None,
             "Model config.json (or its folder) on the host (default: from the unit's --model-path)."),
     VarSpec("orch_protected_processes", "list[str]", "a list of process names", [],

@@ -231,6 +231,17 @@ def test_config_names_takes_the_device_name_from_a_hosts_probe(tmp_path, capsys)
                                 "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3_down.json"] and err == ""
 
 
+def test_inventory_warnings_are_printed_before_the_run(env, capsys):
+    inv = env / "hosts.yaml"
+    inv.write_text(inv.read_text() + "      orch_device_name: H200\n")
+    pb = env / "nothing.yaml"
+    pb.write_text("- name: nothing\n  hosts: all\n  tasks: []\n")
+    assert orch_main(["tune", str(inv), "--playbook", str(pb), "--check", "--state-dir", str(env / "s")]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: " in err and "orch_device_name 'H200' is not in torch's form" in err
+    assert err.index("did you mean 'NVIDIA H200'?") < err.index("orch tune run")
+
+
 # --------------------------------------------------------------------------- payload commands
 
 SHAPE = ["--shape", "E=8,N=64,hidden=128,topk=2", "--space", "smoke"]
