@@ -26,8 +26,8 @@ BENCH_COLUMNS = ("host", "concurrency", "completed", "failed", "output tok/s", "
 
 
 def level_cells(lv: dict) -> list[str]:
-    """One concurrency level of ``remote/bench.py`` as :data:`BENCH_COLUMNS` without host
-    (tokens/s, requests/s, milliseconds)."""
+    """One concurrency level of the payload's ``bench`` result (:mod:`remote.bench.command`) as
+    :data:`BENCH_COLUMNS` without host (tokens/s, requests/s, milliseconds)."""
     def f(k, nd=1):
         v = lv.get(k)
         return "-" if v is None else f"{v:.{nd}f}"

@@ -41,9 +41,10 @@ from ..templating import is_template, referenced_names, render_text
 from .errors import InventoryError
 from .ssh_args import SSHArgsError, parse_proxy_jump, parse_ssh_common_args
 
-#: Processes never signalled by the reaper, whatever the inventory says (facts: hosts.md,
-#: "Stopping and leftover GPU processes": persistenced holds /dev/nvidia0, SIGKILL of
-#: dcgm-exporter froze GPUs). ``orch_protected_processes`` adds to this list.
+#: Processes never signalled by the reaper, whatever the inventory says (nvidia-persistenced, DCGM,
+#: exporters and Xorg hold ``/dev/nvidia*`` without being leftovers; a SIGKILLed dcgm-exporter froze
+#: GPUs until reboot: dcgm-exporter #84, as :mod:`remote.host.reap` says). ``orch_protected_processes``
+#: adds to this list.
 BUILTIN_PROTECTED_PROCESSES: tuple[str, ...] = (
     "nvidia-persistenced",
     "nv-hostengine",
