@@ -16,10 +16,10 @@ def add_parser(sub) -> None:
     c.add_argument("--model-config", required=True, help="config.json, its folder, or an offline HF repo id")
     c.add_argument("--tp", type=int, default=1)
     c.add_argument("--ep", type=int, default=1)
-    dev = c.add_mutually_exclusive_group(required=True)
-    dev.add_argument("--device-name", help="torch.cuda.get_device_name(), e.g. 'NVIDIA H200'")
-    dev.add_argument("--probe", type=Path, metavar="PROBE_JSON",
-                     help="take the device name from a host's probe (a run record's hosts/<host>/probe.json)")
+    c.add_argument("--device-name", help="torch.cuda.get_device_name(), e.g. 'NVIDIA H200' (or --probe)")
+    c.add_argument("--probe", type=Path, metavar="PROBE_JSON",
+                   help="instead of --device-name: the name a host's probe reported (a run record's "
+                        "hosts/<host>/probe.json)")
     c.add_argument("--dtype")
     c.add_argument("--quantization")
     c.add_argument("--disable-shared-experts-fusion", action="store_true")
@@ -53,14 +53,17 @@ def probe_device_name(path: Path) -> str:
 
 
 def device_name(args) -> str:
-    """SGLang's form of ``--device-name`` (or of the ``--probe`` file's name). A name SGLang's rule
-    refuses is a :class:`UsageError` naming ``--device-name``; one not in torch's form (``H200``
-    for ``NVIDIA H200``) is printed anyway, with a warning on stderr naming the likely form: it
-    names a file SGLang does not look for on that GPU, unless the GPU's vendor is one orch does not
-    know (:data:`remote.sglang.naming.TORCH_NAME_VENDORS`), so it is flagged rather than refused."""
+    """SGLang's form of ``--device-name`` (or of the ``--probe`` file's name; exactly one of them is
+    given, else a :class:`UsageError`). A name SGLang's rule refuses is a :class:`UsageError` naming
+    ``--device-name``; one not in torch's form (``H200`` for ``NVIDIA H200``) is printed anyway,
+    with a warning on stderr naming the likely form: it names a file SGLang does not look for on
+    that GPU, unless the GPU's vendor is one orch does not know
+    (:data:`remote.sglang.naming.TORCH_NAME_VENDORS`), so it is flagged rather than refused."""
     from remote.protocol import PayloadError
     from remote.sglang.naming import sglang_device_name, torch_form_hint
 
+    if (args.probe is None) == (args.device_name is None):
+        raise UsageError("give the GPU's name with --device-name or a host's probe.json with --probe (one of them)")
     name = probe_device_name(args.probe) if args.probe is not None else args.device_name
     try:
         dev = sglang_device_name(name)
