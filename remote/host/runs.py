@@ -123,8 +123,8 @@ def list_runs(state_dir: str, run_id: str | None = None, limit: int = 0) -> dict
                        if is_run_id(n) and os.path.isdir(os.path.join(root, n)))
     except FileNotFoundError:
         names = []
-    except NotADirectoryError:
-        raise PayloadError("bad_input", f"--state-dir {state_dir}: {root} is not a folder") from None
+    except NotADirectoryError:  # the host's state, not the command's input: as fs.ensure_private_dir says
+        raise PayloadError("runtime", f"{root} is not a folder (--state-dir {state_dir})") from None
     out = [describe_run(state_dir, n) for n in names]
     out.sort(key=lambda r: (r["created"], r["run_id"]), reverse=True)
     if limit and limit > 0:

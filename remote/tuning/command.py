@@ -249,10 +249,7 @@ def run(args) -> dict:
         provider.close()
 
     out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PayloadError("bad_input", f"--out {out}: cannot make the folder ({exc.strerror or exc})") from None
+    out.mkdir(parents=True, exist_ok=True)
     from .tuner import checkpoint
     key, key_id = checkpoint.run_key(shape=shape, dtype=dtype, naming=sel, space=args.space, device=device_name,
                                      triton=triton.__version__, provider=provider.name, seed=args.seed,

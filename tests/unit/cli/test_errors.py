@@ -255,13 +255,11 @@ PAYLOAD_CASES = [
     (["names", "--model-config", MODEL, "--device-name", "NVIDIA H200", "--tp", "0"], "--tp"),
     (["probe", "--device-name", "a/b", "--model-config", MODEL], "device name"),
     (["tune", *SHAPE, "--device-name", "a/b", "--out", "{tmp}/o"], "device name"),
-    (["tune", *SHAPE, "--device-name", "NVIDIA H200", "--out", "{tmp}/a-file/o"], "--out"),
     (["tune", *SHAPE, "--device-name", "NVIDIA H200", "--out", "{tmp}/o", "--seed", "x"], "--seed"),
     (["tune", *SHAPE, "--device-name", "NVIDIA H200", "--out", "{tmp}/o", "--batch-sizes", "0,4"], "--batch-sizes"),
     (["port", "--port", "x"], "--port"),
     (["port", "--port", "0"], "--port"),
     (["reap", "--kill-timeout", "nan", "--check"], "--kill-timeout"),
-    (["runs", "--state-dir", "{tmp}/a-file"], "--state-dir"),
     (["runs", "--state-dir", "{tmp}/hs", "--limit", "-1"], "--limit"),
     (["restore", "--run-id", "../x", "--state-dir", "{tmp}/hs"], "run id"),
     (["lock", "--state-dir", "{tmp}/hs"], "op"),
@@ -285,3 +283,13 @@ def test_payload_bad_input_ends_in_one_bad_input_line(tmp_path, capsys, monkeypa
     assert rc == 2 and len(ends) == 1 and ends[0] is lines[-1], out
     assert lines[-1]["kind"] == "bad_input" and field in lines[-1]["msg"], lines[-1]
     assert "Traceback" not in err, err
+
+
+def test_payload_state_folder_that_is_a_file_is_one_runtime_line(tmp_path, capsys):
+    """The host's state, not the command's input (as ``remote.host.fs.ensure_private_dir`` says):
+    ``runtime``, named, without the traceback a crash has."""
+    (tmp_path / "a-file").write_text("")
+    assert payload_main(["runs", "--state-dir", str(tmp_path / "a-file")]) == 1
+    out, err = capsys.readouterr()
+    last = json.loads(out.splitlines()[-1])
+    assert last["kind"] == "runtime" and "is not a folder (--state-dir" in last["msg"] and "Traceback" not in err
