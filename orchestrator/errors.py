@@ -7,7 +7,8 @@ defines it, beside its rule):
   ``InventoryError`` (:mod:`orchestrator.inventory.errors`), ``PlaybookError``
   (:mod:`orchestrator.engine.playbook`), ``TemplateError`` (:mod:`orchestrator.templating`),
   ``SerialError`` (:mod:`orchestrator.engine.batching`), ``StoreError`` (:mod:`orchestrator.store`),
-  ``ReportError`` (:mod:`orchestrator.report`), ``UnitError`` (:mod:`orchestrator.facts.unit`);
+  ``ReportError`` (:mod:`orchestrator.report`), ``UnitError`` (:mod:`orchestrator.facts.unit`),
+  ``ConfigFileError`` (:mod:`orchestrator.facts.sglang_config`);
 - a host that failed or could not be reached, which the engine turns into a failed or
   unreachable host (it never reaches the command line as such): ``ConnectError`` and its
   subclasses (:mod:`orchestrator.connection.base`), ``TaskFailed`` and ``PayloadFailed``
@@ -16,9 +17,16 @@ defines it, beside its rule):
 The payload (``remote/``) has its own root, ``remote.protocol.PayloadError``: it imports
 nothing from the controller. The command line turns one that reaches it into a
 :class:`UsageError` naming what was wrong.
+
+An exception class that derives from neither root never leaves the code that raises it: it is
+declared with :func:`internal_error` (the payload's decorator, one rule for both roots), which
+says where it is caught. ``tests/unit/cli/test_errors.py`` imports every module and fails on a
+class that is neither.
 """
 
 from __future__ import annotations
+
+from remote.protocol import internal_error  # noqa: F401 (re-exported: the controller's classes use it)
 
 
 class OrchError(Exception):

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import UsageError
+
 
 @dataclass
 class Role:
@@ -64,6 +66,13 @@ class GroupCoordinator:
         self._keys: dict[str, str | None] = {}
         self._states: dict[str, _KeyState] = {}
         self._roles: dict[str, dict[str, Role]] = {}
+
+    def check_hosts(self, hosts: list[str]) -> None:
+        """Before the run: ``--tune-on`` must name one of the run's ``hosts`` (else it would be
+        silently ignored). Raises :class:`~orchestrator.errors.UsageError`."""
+        if self.tune_on is not None and self.tune_on not in hosts:
+            shown = ", ".join(hosts[:5]) + (f", ... ({len(hosts)} in all)" if len(hosts) > 5 else "")
+            raise UsageError(f"--tune-on {self.tune_on!r}: not a host of this run ({shown or 'none'})")
 
     def start_batch(self, hosts: list[str]) -> None:
         """Called by the engine when a batch starts (inventory order); forgets the last batch."""

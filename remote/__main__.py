@@ -33,9 +33,20 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv``, run one command, print its protocol lines; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m remote", description=__doc__)
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors (an unknown flag, a missing or malformed value) end the
+    command like every other bad input: a :class:`~remote.protocol.PayloadError` ``bad_input``
+    naming the flag, so the output is one ``error`` line (argparse's own ``error`` prints the usage
+    text and no protocol line). Sub-parsers are of this class too."""
+
+    def error(self, message: str):
+        raise PayloadError("bad_input", f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree: ``version`` and one sub-parser per :data:`COMMANDS` entry (a module that
+    cannot be imported gives a command that reports it as ``runtime``)."""
+    parser = ArgumentParser(prog="python -m remote", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="payload and protocol version")
     for name, modname in COMMANDS.items():
@@ -48,7 +59,16 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0] if mod.__doc__ else None)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv``, run one command, print its protocol lines; return the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+    except PayloadError as err:
+        error(err)
+        return exit_code(err)
     if args.command == "version":
         result({"payload_version": PAYLOAD_VERSION, "proto": PROTO})
         return 0

@@ -63,6 +63,29 @@ class PayloadError(Exception):
         self.detail = detail
 
 
+class BadInput(PayloadError, ValueError):
+    """A ``bad_input`` :class:`PayloadError` that is also a ``ValueError``: what a pure rule (e.g.
+    :func:`remote.sglang.naming.sglang_device_name`) raises for a value it rejects. A command that
+    lets one through ends in a ``bad_input`` line naming the value (never ``runtime``), the
+    controller shows it as bad input, and callers that catch ``ValueError`` keep working."""
+
+    def __init__(self, msg: str, detail: Any = None):
+        super().__init__("bad_input", msg, detail)
+
+
+def internal_error(reason: str):
+    """Class decorator: declare an exception class that derives from neither root
+    (:class:`PayloadError` here, ``orchestrator.errors.OrchError`` in the controller, which
+    re-exports this) because it never ends a command: it is caught inside and turned into a
+    result or an error of the root. ``reason`` (a sentence) says where; it is kept as
+    ``cls.internal_reason``. ``tests/unit/cli/test_errors.py`` finds every exception class of
+    ``remote/`` and ``orchestrator/`` and requires the root or this declaration."""
+    def mark(cls):
+        cls.internal_reason = reason
+        return cls
+    return mark
+
+
 def emit(obj_type: str, **fields: Any) -> None:
     """Write one protocol line to stdout and flush it (thread-safe)."""
     line = {"proto": PROTO, "type": obj_type}

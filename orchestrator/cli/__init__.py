@@ -14,14 +14,25 @@ import argparse
 import sys
 
 from .. import __version__
-from ..errors import OrchError
+from ..errors import OrchError, UsageError
 from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK  # noqa: F401 (the exit codes)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors (an unknown flag, a missing or malformed value) are a
+    :class:`~orchestrator.errors.UsageError` like every other bad input: one line naming the flag,
+    exit status 2 (argparse's own ``error`` prints the usage text before it and exits). Sub-parsers
+    are of this class too (``add_subparsers`` makes them with the parent's class)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message}; see '{self.prog} --help'")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of ``orch`` (each command module adds its own sub-parser)."""
     from . import bench, config_names, configs, doctor, report, runs, tune
 
-    ap = argparse.ArgumentParser(prog="orch", description="Retune SGLang fused-MoE Triton kernels across GPU hosts.")
+    ap = ArgumentParser(prog="orch", description="Retune SGLang fused-MoE Triton kernels across GPU hosts.")
     ap.add_argument("--version", action="version", version=f"orch {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     for mod in (tune, doctor, runs, bench, configs, report, config_names):
@@ -31,8 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``orch`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except OrchError as exc:
         print(f"orch: error: {exc}", file=sys.stderr)

@@ -18,7 +18,7 @@ from rich.text import Text
 from ..ui import field_block, fits, print_table_or_blocks
 from ..errors import UsageError
 from ..records.layout import BENCH_LABEL, BENCH_SUMMARY, bench_file, host_dir
-from .common import add_batch_flags, add_host_flags, batching
+from .common import add_batch_flags, add_host_flags, batching, checked_as, positive_seconds
 from .run import run_playbook
 
 
@@ -27,8 +27,8 @@ BENCH_COLUMNS = ("host", "concurrency", "completed", "failed", "output tok/s", "
 
 
 def level_cells(lv: dict) -> list[str]:
-    """One concurrency level of ``remote/bench.py`` as :data:`BENCH_COLUMNS` without host
-    (tokens/s, requests/s, milliseconds)."""
+    """One concurrency level of the payload's ``bench`` result (:mod:`remote.bench.command`) as
+    :data:`BENCH_COLUMNS` without host (tokens/s, requests/s, milliseconds)."""
     def f(k, nd=1):
         v = lv.get(k)
         return "-" if v is None else f"{v:.{nd}f}"
@@ -107,9 +107,12 @@ def print_bench(console: Console, recaps: dict, results: dict) -> None:
 def cmd_bench(args) -> int:
     """Run the bench playbook; print the table or ``--json``; exit 1 if any host failed."""
     extra = {k: v for k, v in {
-        "bench_concurrency": _levels(args.concurrency), "bench_input_len": args.input_len,
-        "bench_output_len": args.output_len}.items() if v is not None}
-    extra.update(bench_level_timeout=args.level_timeout, bench_tool=args.bench_tool)
+        "bench_concurrency": _levels(args.concurrency),
+        "bench_input_len": checked_as("--input-len", args.input_len, "orch_bench_input_len"),
+        "bench_output_len": checked_as("--output-len", args.output_len, "orch_bench_output_len")}.items()
+        if v is not None}
+    extra.update(bench_level_timeout=positive_seconds("--level-timeout", args.level_timeout),
+                 bench_tool=args.bench_tool)
     res = run_playbook("bench", args.inventory, limit=args.limit, service=args.service, extra=extra,
                        batching=batching(args), state_dir=args.state_dir,
                        accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
+from typing import Any
 
+from ..errors import UsageError
+from ..inventory.variables import KNOWN_VARS, BadValue
 from .run import Batching
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -38,3 +42,21 @@ def batching(args):
                     max_fail_percentage=getattr(args, "max_fail_percentage", None),
                     any_errors_fatal=getattr(args, "any_errors_fatal", False) or None,
                     order=getattr(args, "order", None))
+
+
+def checked_as(flag: str, value: Any, var: str) -> Any:
+    """``value`` of ``flag`` checked by the rule of inventory variable ``var`` (the flag sets it,
+    e.g. ``--regression-threshold`` = ``orch_regression_threshold``); None passes. Returns the
+    normalised value; a :class:`UsageError` naming ``flag`` and what it must be otherwise."""
+    spec = KNOWN_VARS[var]
+    try:
+        return spec.check(value)
+    except BadValue:
+        raise UsageError(f"{flag}: must be {spec.expect}, got {value!r}") from None
+
+
+def positive_seconds(flag: str, value: float | None) -> float | None:
+    """``value`` of ``flag`` when None or a finite number of seconds above 0; UsageError otherwise."""
+    if value is not None and not 0 < value < math.inf:
+        raise UsageError(f"{flag}: must be a positive number of seconds, got {value!r}")
+    return value

@@ -5,6 +5,8 @@ flags (:data:`remote.sglang.model_flags.MODEL_FLAGS`)."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 from remote.sglang.model_flags import add_model_flags
 
@@ -15,20 +17,74 @@ from .common import EXIT_OK
 def add_parser(sub) -> None:
     c = sub.add_parser("config-names", help="print the exact up and down config file names SGLang looks for")
     add_model_flags(c, "config-names")
+    c.add_argument("--probe", type=Path, metavar="PROBE_JSON",
+                   help="instead of --device-name: the name a host's probe reported (a run record's "
+                        "hosts/<host>/probe.json)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_config_names)
+
+
+def probe_device_name(path: Path) -> str:
+    """The device name a host's probe reported (``device_name`` of ``python -m remote probe``'s
+    result, SGLang's form, as a run record keeps it in ``hosts/<host>/probe.json``).
+
+    Raises :class:`UsageError` naming ``--probe`` when the file cannot be read, is not a probe's
+    JSON, or the host saw no GPU (``device_name`` null). GPUs of different names on the host
+    (``mixed_gpus``) are said on stderr: the name is GPU 0's.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"--probe {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"--probe {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or "device_name" not in data:
+        raise UsageError(f"--probe {path}: not a host's probe.json (no 'device_name' field)")
+    if not isinstance(data["device_name"], str):
+        raise UsageError(f"--probe {path}: the host's probe saw no GPU (device_name is "
+                         f"{data['device_name']!r}); give --device-name")
+    if data.get("mixed_gpus"):
+        print(f"orch config-names: warning: the host of {path} has GPUs of different names; using GPU 0's "
+              f"{data['device_name']!r}", file=sys.stderr)
+    return data["device_name"]
+
+
+def device_name(args) -> str:
+    """SGLang's form of ``--device-name`` (or of the ``--probe`` file's name; exactly one of them is
+    given, else a :class:`UsageError`). A name SGLang's rule refuses is a :class:`UsageError` naming
+    ``--device-name``; one not in torch's form (``H200`` for ``NVIDIA H200``) is printed anyway,
+    with a warning on stderr naming the likely form: it names a file SGLang does not look for on
+    that GPU, unless the GPU's vendor is one orch does not know
+    (:data:`remote.sglang.naming.TORCH_NAME_VENDORS`), so it is flagged rather than refused."""
+    from remote.protocol import PayloadError
+    from remote.sglang.naming import sglang_device_name, torch_form_hint
+
+    if (args.probe is None) == (args.device_name is None):
+        raise UsageError("give the GPU's name with --device-name or a host's probe.json with --probe (one of them)")
+    name = probe_device_name(args.probe) if args.probe is not None else args.device_name
+    try:
+        dev = sglang_device_name(name)
+    except PayloadError as exc:
+        raise UsageError(f"--device-name: {exc.msg}") from None
+    hint = torch_form_hint(name)
+    if hint is not None:
+        print(f"orch config-names: warning: --device-name {name!r} is not in torch's form "
+              f"(torch.cuda.get_device_name() starts with the vendor, e.g. {hint!r}): SGLang on such a GPU "
+              f"looks for device_name={sglang_device_name(hint)}, not device_name={dev}; use --device-name "
+              f"{hint!r}, or --probe with the host's probe.json", file=sys.stderr)
+    return dev
 
 
 def cmd_config_names(args) -> int:
     """Print the up and down file names (or ``--json`` with the model's MoE shape). A model config
     that cannot be read or is not an MoE model is a :class:`UsageError` naming why."""
     from remote.sglang.model_flags import shape_from_args
-    from remote.sglang.naming import sglang_device_name
     from remote.protocol import PayloadError
 
+    dev = device_name(args)
     try:
         shape, _path = shape_from_args(args)
-        names = shape.file_names(sglang_device_name(args.device_name))
+        names = shape.file_names(dev)
     except PayloadError as exc:
         raise UsageError(exc.msg) from None
     if args.json:

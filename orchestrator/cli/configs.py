@@ -25,7 +25,16 @@ def add_parser(sub) -> None:
 
 
 def cmd_configs(args) -> int:
-    """Run one ``configs`` action; StoreError for a bad target or import."""
+    """Run one ``configs`` action; StoreError for a bad target or import, and for a path that cannot
+    be read or written (``--state-dir``, ``--out``, the folder to import), named."""
+    try:
+        return _action(args)
+    except OSError as exc:
+        where = exc.filename or args.target or args.out or args.state_dir
+        raise StoreError(f"configs {args.action}: {where}: {exc.strerror or exc}") from None
+
+
+def _action(args) -> int:
     store = ConfigStore(args.state_dir or default_state_dir())
     out = Console()
     if args.action == "list":
@@ -67,6 +76,8 @@ def cmd_configs(args) -> int:
         key = json.loads(key_file.read_text())
     except ValueError as exc:
         raise StoreError(f"{key_file}: not JSON: {exc}") from None
+    if not isinstance(key, dict):
+        raise StoreError(f"{key_file}: a tuning key is a JSON object ({', '.join(KEY_FIELDS)}), got {type(key).__name__}")
     missing = [f for f in KEY_FIELDS if f not in key]
     if missing:
         raise StoreError(f"{key_file}: key lacks {missing}")

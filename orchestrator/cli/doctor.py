@@ -2,7 +2,7 @@
 
 Runs ``playbooks/doctor.yaml`` in check mode (nothing changes on any host) and prints
 one row per host with a verdict: ``tuned``, ``fallback``, ``default``, ``not-triton``,
-``restart-needed`` or ``broken`` (see :mod:`orchestrator.tasks.doctor`). Exit status 0
+``restart-needed`` or ``broken`` (see :mod:`orchestrator.tasks.diagnose`). Exit status 0
 only when every host is ``tuned`` or ``not-triton``, so it can run from cron or CI.
 """
 

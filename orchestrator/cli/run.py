@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
-from ..engine.batching import SerialError, parse_serial
+from remote.protocol import is_run_id
+
+from ..engine.batching import SerialError, check_max_fail_percentage, check_order, parse_serial_flag
 from ..engine.context import RunOptions
 from ..engine.playbook import builtin_playbook, load_playbook
 from ..engine.results import HostRecap
@@ -61,15 +64,42 @@ class RunResult:
         return any(r.is_failure or r.outcome == "not started" for r in self.recaps.values())
 
 
-def check_serial(value: str | None) -> str | None:
-    """``--serial`` checked with the engine's own parser (``1``, ``25%``, ``1,5,25%``); UsageError."""
-    if value is None:
-        return None
-    try:
-        parse_serial(value)
-    except SerialError as exc:
-        raise UsageError(f"--serial: {exc}") from None
+def check_batching(b: Batching) -> Batching:
+    """The flags of ``b`` checked before anything runs, each error a :class:`UsageError` naming its
+    flag: ``--serial`` by :func:`~orchestrator.engine.batching.parse_serial_flag` (``1``, ``25%``,
+    ``1,5,25%``; no 0 and no percentage above 100), ``--forks`` at least 1, ``--max-fail-percentage``
+    0-100, ``--order`` one of Ansible's orders. Returns ``b``."""
+    checks = (("--serial", b.serial, parse_serial_flag), ("--max-fail-percentage", b.max_fail_percentage,
+              check_max_fail_percentage), ("--order", b.order, check_order))
+    for flag, value, check in checks:
+        if value is None:
+            continue
+        try:
+            check(value)
+        except SerialError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
+    if isinstance(b.forks, bool) or not isinstance(b.forks, int) or b.forks < 1:
+        raise UsageError(f"--forks: hosts worked on at once must be at least 1, got {b.forks!r}")
+    return b
+
+
+def check_run_id(flag: str, value: str | None) -> str | None:
+    """``value`` of ``flag`` (``--run-id``, ``--to``) when it is None or a run id
+    (:func:`remote.protocol.is_run_id`: it names a folder of the run records); UsageError otherwise."""
+    if value is not None and not is_run_id(value):
+        raise UsageError(f"{flag}: {value!r} is not a run id (letters, digits, '_', '.', '-'; "
+                         "'orch runs' lists them)")
     return value
+
+
+def open_record(state_dir: Path, run_id: str) -> RunRecord:
+    """The run's :class:`RunRecord` under ``state_dir``; a folder that cannot be made there is a
+    :class:`UsageError` naming ``--state-dir``."""
+    try:
+        return RunRecord(state_dir, run_id)
+    except OSError as exc:
+        raise UsageError(f"--state-dir {state_dir}: cannot make the run record there "
+                         f"({exc.strerror or exc}: {exc.filename or state_dir})") from None
 
 
 def host_variables(service: str | None):
@@ -112,21 +142,24 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
     hosts (:class:`orchestrator.fleet.GroupCoordinator`). Returns a :class:`RunResult`; the
     record holds ``run.json``, ``events.jsonl``, ``recap.json`` and each host's ``result.json``.
     Raises :class:`~orchestrator.inventory.InventoryError` /
-    :class:`~orchestrator.engine.playbook.PlaybookError` / :class:`UsageError` for bad input,
-    before any host is contacted.
+    :class:`~orchestrator.engine.playbook.PlaybookError` / :class:`UsageError` for bad input
+    (:func:`check_batching`, :func:`check_run_id`, ``fleet.check_hosts``, :func:`open_record`),
+    before any host is contacted. The inventory's warnings are printed before the run.
     """
-    batching = batching or Batching()
+    batching = check_batching(batching or Batching())
+    check_run_id("--run-id", run_id)
     console = console or Console(stderr=True, highlight=False)
-    check_serial(batching.serial)
     is_path = isinstance(playbook, Path) or "/" in str(playbook) or str(playbook).endswith((".yaml", ".yml"))
     name = label or (Path(playbook).stem if is_path else str(playbook))
     pb_path = Path(playbook) if is_path else builtin_playbook(str(playbook))
     inv = load_inventory(inventory)
     hosts = inv.select(limit)
     plays = load_playbook(pb_path, TASKS, RENAMED)
+    if fleet is not None:
+        fleet.check_hosts([h.name for h in hosts])
     run_id = run_id or new_run_id(name)
     state_dir = Path(state_dir or default_state_dir())
-    record = RunRecord(state_dir, run_id)
+    record = open_record(state_dir, run_id)
     options = RunOptions(run_id=run_id, run_dir=record.dir, check=check, accept_new_host_keys=accept_new_host_keys,
                          leave_stopped=leave_stopped, echo_output=verbose, extra=dict(extra or {}),
                          state_dir=state_dir, retune=retune, fleet=fleet, hooks=[fleet] if fleet is not None else [])
@@ -137,6 +170,8 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
     hostvars = host_variables(service)
     try:
         with Reporter(console, verbose=verbose) as reporter:
+            for warning in inv.warnings:
+                console.print(f"[yellow]warning:[/] {escape(warning)}")
             console.print(f"orch {name} run [bold]{run_id}[/] on {len(hosts)} host(s)"
                           + (" [cyan](check mode)[/]" if check else ""))
             engine = Engine(TASKS, options, reporter, record.emit)

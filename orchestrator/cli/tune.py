@@ -13,8 +13,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_batch_flags, add_host_flags, batching
-from .run import RunResult, recap_dict, run_playbook
+from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_batch_flags, add_host_flags, batching, checked_as
+from .run import RunResult, check_run_id, recap_dict, run_playbook
 
 
 def add_parser(sub) -> None:
@@ -86,14 +86,15 @@ def cmd_tune(args) -> int:
 
     extra = {}
     if args.regression_threshold is not None:
-        extra["orch_regression_threshold"] = args.regression_threshold
+        extra["orch_regression_threshold"] = checked_as("--regression-threshold", args.regression_threshold,
+                                                        "orch_regression_threshold")
     return _run(args, args.playbook or "tune", extra, label="tune", leave_stopped=args.leave_stopped,
                 retune=args.retune, fleet=GroupCoordinator(shard_tuning=args.shard_tuning, tune_on=args.tune_on))
 
 
 def cmd_rollback(args) -> int:
     """``orch rollback``: restore the files of the most recent (or ``--to``) run, restart, verify."""
-    return _run(args, "rollback", {"rollback_to": args.to_run})
+    return _run(args, "rollback", {"rollback_to": check_run_id("--to", args.to_run)})
 
 
 def cmd_recover(args) -> int:

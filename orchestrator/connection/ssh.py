@@ -24,6 +24,7 @@ import threading
 
 import paramiko
 
+from ..errors import internal_error
 from .base import CommandResult, Connection, HostUnreachable, TransferFailed
 from .deadline import clamp
 from .known_hosts import (CERT_ONLY, CHANGED, OTHER_TYPES, REVOKED, TRUSTED, UNKNOWN, check_host_key,
@@ -42,6 +43,8 @@ _ALL_HOST_KEY_ALGORITHMS = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-ni
                             "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa", "ssh-dss")
 
 
+@internal_error("paramiko raises it from the host key policy inside SSHClient.connect; "
+                "SshConnection._open_one turns it into HostUnreachable")
 class HostKeyRefused(paramiko.SSHException):
     """Raised by :class:`KnownHostsPolicy` from inside Paramiko's connect; ``str()`` is the
     whole message (host, endpoint, key fingerprint, files searched, what to do)."""

@@ -80,6 +80,41 @@ def parse_serial(serial: SerialSpec) -> list[SerialItem]:
     return [_item(serial, "value")]
 
 
+def parse_serial_flag(text: str | None) -> list[SerialItem]:
+    """``--serial`` as an operator types it: :func:`parse_serial`, then every count at least 1 and
+    every percentage 1-100 %. A play may say ``serial: 0`` (Ansible's default: all hosts in one
+    batch) or ``150%`` (one batch too), as in Ansible; on the command line either is a slip (leave
+    ``--serial`` out for one batch of every host), and so is ``0%`` (Ansible makes it one host a
+    batch). Raises :class:`SerialError` naming the item."""
+    items = parse_serial(text)
+    for i, item in enumerate(items):
+        where = f"item {i + 1}" if len(items) > 1 else "value"
+        if isinstance(item, int) and item < 1:
+            raise SerialError(f"serial {where}: a batch needs at least 1 host, got {item} "
+                              "(leave --serial out for one batch of every host)")
+        if isinstance(item, str) and not 1 <= int(item.rstrip("%")) <= 100:
+            raise SerialError(f"serial {where}: a percentage of the hosts is 1-100%, got {item}")
+    return items
+
+
+def check_max_fail_percentage(value: Any) -> float | None:
+    """``value`` when it is a ``max_fail_percentage`` Ansible accepts (a number 0-100) or None;
+    raises :class:`SerialError` otherwise. Checked before a run starts (:func:`batch_failed`
+    would raise the same only once a batch had failed)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        raise SerialError(f"max_fail_percentage must be a number 0-100, got {value!r}")
+    return value
+
+
+def check_order(order: Any) -> str:
+    """``order`` when it is one of :data:`ORDERS`; raises :class:`SerialError` otherwise."""
+    if order not in ORDERS:
+        raise SerialError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    return order
+
+
 def batch_size(item: SerialItem, total: int) -> int:
     """Hosts in one batch for one serial item (Ansible ``pct_to_int``): ``"N%"`` is
     ``int(N / 100 * total)`` or 1 when that is 0; an int is itself. ``total``: all hosts of the run.
@@ -123,17 +158,16 @@ def order_hosts(hosts: Sequence[T], order: str = "inventory", seed: int | None =
     ``random.Random(seed)`` so a seed gives a repeatable order. Raises :class:`SerialError` for
     an unknown order.
     """
+    check_order(order)
     if order == "inventory":
         return list(hosts)
     if order == "reverse_inventory":
         return list(hosts)[::-1]
     if order in ("sorted", "reverse_sorted"):
         return sorted(hosts, key=_name, reverse=order == "reverse_sorted")
-    if order == "shuffle":
-        out = list(hosts)
-        random.Random(seed).shuffle(out)
-        return out
-    raise SerialError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    out = list(hosts)  # shuffle
+    random.Random(seed).shuffle(out)
+    return out
 
 
 def batch_failed(batch_size: int, failed: int | Sequence[Any],
@@ -154,8 +188,7 @@ def batch_failed(batch_size: int, failed: int | Sequence[Any],
         return False
     if max_fail_percentage is None:
         return True
-    if isinstance(max_fail_percentage, bool) or not 0 <= max_fail_percentage <= 100:
-        raise SerialError(f"max_fail_percentage must be 0-100, got {max_fail_percentage!r}")
+    check_max_fail_percentage(max_fail_percentage)
     if n_failed == batch_size:
         return True
     return Fraction(n_failed, batch_size) > Fraction(str(max_fail_percentage)) / 100

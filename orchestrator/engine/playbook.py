@@ -44,6 +44,7 @@ import yaml
 
 from ..errors import OrchError
 from ..templating import check_syntax, is_template
+from .batching import SerialError, check_max_fail_percentage, check_order, parse_serial
 from .task import TaskArgError, TaskSpec
 
 TASK_KEYS = {"name", "when", "register", "ignore_errors", "check_mode", "timeout"}
@@ -216,6 +217,12 @@ def load_playbook(path: str | Path, tasks: dict[str, TaskSpec], renamed: dict[st
         extra = set(p) - PLAY_KEYS
         if extra:
             raise PlaybookError(f"{where}: unknown keys {sorted(extra)}; a play accepts {sorted(PLAY_KEYS)}")
+        try:  # the batching keywords, before any host is contacted (Ansible's values, as in a play)
+            parse_serial(p.get("serial"))
+            check_max_fail_percentage(p.get("max_fail_percentage"))
+            check_order(p.get("order") or "inventory")
+        except SerialError as exc:
+            raise PlaybookError(f"{where}: {exc}") from None
         plays.append(Play(
             name=str(p.get("name") or f"play {i + 1}"),
             hosts=str(p.get("hosts") or "all"),

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from .. import templating
 from ..connection import CommandTimeout, ConnectError, HostUnreachable
 from ..connection.deadline import task_deadline
+from ..errors import internal_error
 from .batching import batch_failed, order_hosts, serial_batches
 from .context import HostContext, RunOptions
 from .playbook import Block, Play, Step, Task
@@ -34,6 +35,7 @@ from .results import (CHANGED, FAILED, OK, SKIPPED, UNREACHABLE, Cancelled, Host
 from .task import SKIP, TaskArgError, TaskSpec
 
 
+@internal_error("ends a host's play inside Engine; caught there and recorded as the host's outcome")
 class _HostDone(Exception):
     """Internal: the host's play ended (failed or unreachable); carries the status and cause."""
 

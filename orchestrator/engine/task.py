@@ -36,6 +36,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from ..errors import internal_error
+
 SKIP, READ_ONLY, AWARE = "skip", "read_only", "aware"
 CHECK_MODES = (SKIP, READ_ONLY, AWARE)
 _CHECK_TEXT = {SKIP: "skipped (would run)", READ_ONLY: "runs (read-only)", AWARE: "runs, changes nothing"}
@@ -43,6 +45,8 @@ _CHECK_TEXT = {SKIP: "skipped (would run)", READ_ONLY: "runs (read-only)", AWARE
 _MISSING = inspect.Parameter.empty
 
 
+@internal_error("load_playbook turns it into a PlaybookError naming the file and the task; the Engine, "
+                "for a value known only once rendered, into the task's failure")
 class TaskArgError(ValueError):
     """An argument that does not fit a task's declaration; the message names the argument and
     what the task accepts (the caller adds the playbook and task)."""

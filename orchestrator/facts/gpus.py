@@ -5,7 +5,7 @@ Gathered with ``nvidia-smi --query-gpu=index,uuid,pci.bus_id --format=csv,nohead
 ``/proc/driver/nvidia/gpus/<bus id>/information`` (``Device Minor: N``: the N of ``/dev/nvidiaN``;
 nvidia-smi's index follows the PCI order, the minor number the driver's probe order, which
 usually agree). Without that file the minor number is taken to be the index (said in the
-result). Recorded real outputs: ``tests/unit/facts/cases/gpus.json``.
+result). Recorded real outputs: ``tests/unit/facts/cases/gpus.visible_devices.json``.
 
 :func:`resolve_visible_devices` maps a ``CUDA_VISIBLE_DEVICES`` value (indices, ``GPU-<uuid>``,
 ``MIG-<uuid>`` or the older ``MIG-GPU-<uuid>/<gi>/<ci>``; CUDA also accepts a unique prefix of a
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from ..errors import internal_error
 
 
 @dataclass
@@ -120,6 +122,7 @@ def gpu_table(query_text: str, list_text: str = "", driver_text: str = "") -> li
     return gpus
 
 
+@internal_error("orchestrator.tasks.reap catches it and reaps nothing, saying why")
 class UnresolvedDevices(ValueError):
     """A ``CUDA_VISIBLE_DEVICES`` entry names no GPU of the host (the message says which)."""
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..errors import internal_error
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WS = " \t\n\r"
 _SHELL_NEED_ESCAPE = "\"\\`$"
@@ -192,6 +194,7 @@ def effective_environment(assignments: dict[str, str], files: list[dict[str, str
     return env
 
 
+@internal_error("orchestrator.facts.unit catches it and raises UnitError naming the unit")
 class SpecifierError(ValueError):
     """A systemd specifier orch does not expand (the message names it)."""
 

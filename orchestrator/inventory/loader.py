@@ -258,8 +258,9 @@ class _Builder:
                 raise f.error(vnode, f"{scope}: {name} cannot be a template")
             group.priority = 1 if value is None else value
             return
-        if spec is not None and spec.warn and value is not None:
-            self.warnings.append(f"{f.where(knode)}: {scope}: {spec.warn}")
+        warning = spec.warning(value) if spec is not None else None
+        if warning:
+            self.warnings.append(f"{f.where(knode)}: {scope}: {warning}")
         target[name] = _Val(value, f.where(knode))
 
     # ------------------------------------------------------------ structure

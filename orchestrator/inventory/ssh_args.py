@@ -21,6 +21,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from ..errors import internal_error
+
 #: Host names and IPv4 addresses (RFC 1123 labels, plus ``_`` which ssh_config aliases allow).
 _HOST = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?$")
 _IPV6 = re.compile(r"^[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?$")
@@ -41,6 +43,8 @@ _INSTEAD = {
 }
 
 
+@internal_error("orchestrator.inventory.variables turns it into BadValue, the loader into an "
+                "InventoryError naming the file and line")
 class SSHArgsError(ValueError):
     """An option orch does not support, or a malformed value; ``str()`` is the whole message."""
 

@@ -36,14 +36,17 @@ from typing import Any, Callable, Mapping
 
 from remote.protocol import DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, SEARCH_SPACES
 from remote.sglang.defaults import DEFAULT_BATCH_SIZES
+from remote.sglang.naming import torch_form_hint
 
+from ..errors import internal_error
 from ..templating import is_template, referenced_names, render_text
 from .errors import InventoryError
 from .ssh_args import SSHArgsError, parse_proxy_jump, parse_ssh_common_args
 
-#: Processes never signalled by the reaper, whatever the inventory says (facts: hosts.md,
-#: "Stopping and leftover GPU processes": persistenced holds /dev/nvidia0, SIGKILL of
-#: dcgm-exporter froze GPUs). ``orch_protected_processes`` adds to this list.
+#: Processes never signalled by the reaper, whatever the inventory says (nvidia-persistenced, DCGM,
+#: exporters and Xorg hold ``/dev/nvidia*`` without being leftovers; a SIGKILLed dcgm-exporter froze
+#: GPUs until reboot: dcgm-exporter #84, as :mod:`remote.host.reap` says). ``orch_protected_processes``
+#: adds to this list.
 BUILTIN_PROTECTED_PROCESSES: tuple[str, ...] = (
     "nvidia-persistenced",
     "nv-hostengine",
@@ -63,6 +66,8 @@ RESERVED_NAMES = frozenset({
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+@internal_error("the inventory loader and effective_vars turn it into an InventoryError naming the file "
+                "and line; orchestrator.cli.common.checked_as into a UsageError naming the flag")
 class BadValue(ValueError):
     """A value failed a :class:`VarSpec` check; ``str()`` is the message without location."""
 
@@ -246,6 +251,8 @@ class VarSpec:
     ("an integer 1-65535"), ``default`` the value (or a callable ``(get, host_name) -> value``
     where ``get(var)`` returns another effective variable of the same host) applied by
     :func:`effective_vars`. ``group_only``: consumed by the loader, not a host variable.
+    ``warn``: the loader's warning for a value that is accepted but likely wrong: a text, or a
+    function of the (checked) value returning one or None.
     """
 
     name: str
@@ -257,7 +264,13 @@ class VarSpec:
     secret: bool = False
     numbers_as_text: bool = False
     group_only: bool = False
-    warn: str | None = None
+    warn: str | Callable[[Any], str | None] | None = None
+
+    def warning(self, value: Any) -> str | None:
+        """:attr:`warn` for ``value`` (None: nothing to say; templates are not judged)."""
+        if value is None or not self.warn or is_template(value):
+            return None
+        return self.warn(value) if callable(self.warn) else self.warn
 
     def check(self, value: Any) -> Any:
         """Return the normalised value; ``None`` passes (= default). Raises :class:`BadValue`."""
@@ -280,6 +293,15 @@ def _choice_var(name: str, choices: tuple[str, ...], default: str, meaning: str)
     all come from the one tuple."""
     return VarSpec(name, "|".join(choices), "one of " + ", ".join(repr(c) for c in choices), default, meaning,
                    _choice(*choices))
+
+
+def _device_name_warning(value: Any) -> str | None:
+    """A device name not in torch's form (``H200``): orch would install files SGLang does not look
+    for on that GPU (:func:`remote.sglang.naming.torch_form_hint`)."""
+    hint = torch_form_hint(str(value))
+    return None if hint is None else (f"orch_device_name {value!r} is not in torch's form "
+                                      f"(torch.cuda.get_device_name() starts with the vendor): "
+                                      f"did you mean {hint!r}?")
 
 
 def _default_host(get: Callable[[str], Any], host: str) -> str:
@@ -318,7 +340,8 @@ _SPECS: list[VarSpec] = [
             "Base URL of the server as the controller reaches it; readiness is then polled from the "
             "controller (default: unset, the server is asked on its host where its --host/--port say).", _url),
     VarSpec("orch_device_name", "str", "a non-empty string", None,
-            "torch.cuda.get_device_name() override (default: probed on the host)."),
+            "torch.cuda.get_device_name() override (default: probed on the host).",
+            warn=_device_name_warning),
     VarSpec("orch_gpu_capability", "str", "a compute capability MAJOR.MINOR (e.g. 9.0)", None,
             "GPU 0's CUDA compute capability override (default: probed on the host); SGLang picks the MoE "
             "runner by it.", _capability),

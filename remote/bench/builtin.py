@@ -56,7 +56,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import PayloadError, log, progress
+from ..protocol import PayloadError, internal_error, log, progress
 from .common import MAX_FAILURE_FRACTION, Target, default_num_prompts, get_json, parse_url
 
 # Random prompt token ids are drawn from [VOCAB_LO, vocab_hi): low ids are special
@@ -152,8 +152,10 @@ class RequestRecord:
         return self.end - self.start
 
 
+@internal_error("a request ran past its deadline; the request's loop in this module records it as "
+                "timed_out")
 class _Timeout(Exception):
-    pass
+    """A request ran past its deadline (caught by the request loop)."""
 
 
 def stream_request(
@@ -451,8 +453,11 @@ def run_builtin(
             raise PayloadError("bad_input", f"{name} must be >= 1")
     if num_prompts is not None and num_prompts < 1:
         raise PayloadError("bad_input", "--num-prompts must be >= 1")
-    if warmup < 0 or level_timeout <= 0 or request_timeout <= 0:
-        raise PayloadError("bad_input", "--warmup must be >= 0 and timeouts > 0")
+    if not warmup >= 0:
+        raise PayloadError("bad_input", f"--warmup must be 0 or more, got {warmup}")
+    for name, v in (("--level-timeout", level_timeout), ("--request-timeout", request_timeout)):
+        if not 0 < v < float("inf"):
+            raise PayloadError("bad_input", f"{name} must be a positive number of seconds, got {v}")
     if api == "openai" and not model:
         model = discover_model(target, min(request_timeout, 30.0))
     results = []

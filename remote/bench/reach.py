@@ -15,7 +15,7 @@ Each URL (``http(s)://host[:port]``, :func:`remote.bench.common.parse_url`) gets
 
 ``status`` is the HTTP status (an HTTP error status counts as an answer); ``error`` names why
 there was none (refused, timeout, ...). Errors: ``PayloadError("bad_input")`` for a malformed URL,
-path or body.
+path or body, or a timeout that is not a positive number of seconds.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def run(args) -> dict:
     """``reach`` command: see the module docstring."""
     if not args.path.startswith("/") or any(c in args.path for c in "\r\n "):
         raise PayloadError("bad_input", f"--path must be an absolute URL path, got {args.path!r}")
+    if not 0 < args.timeout < float("inf"):
+        raise PayloadError("bad_input", f"--timeout must be a positive number of seconds, got {args.timeout}")
     body = None
     if args.json is not None:
         try:

@@ -39,7 +39,7 @@ import threading
 from typing import Any
 
 from .. import PROTO
-from ..protocol import PayloadError, log
+from ..protocol import PayloadError, internal_error, log
 from .fs import (PRIVATE_FILE_MODE, TMP_MARK, atomic_write, atomic_write_json, fsync_dir, now_iso,
                  read_bytes, read_json, remove_stale_temps, run_dir, sha256_bytes, sha256_file)
 
@@ -69,6 +69,8 @@ def held_by_other(state_dir: str, run_ids: set[str]) -> dict | None:
     return None
 
 
+@internal_error("apply_changes catches it (except BaseException), puts back what it wrote and ends "
+                "with a PayloadError('runtime') saying so")
 class Interrupted(BaseException):
     """Raised inside :func:`apply_changes` when SIGTERM/SIGHUP/SIGINT arrives mid-way."""
 

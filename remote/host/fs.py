@@ -161,17 +161,6 @@ def read_json(path: str, default: Any = None) -> Any:
         raise PayloadError("runtime", f"corrupt JSON in {path}: {exc}") from exc
 
 
-def copy_durable(src: str, dst: str, mode: int = PRIVATE_FILE_MODE) -> str:
-    """Copy ``src`` to ``dst`` atomically (:func:`atomic_write`) and return the copy's sha256.
-
-    Raises ``OSError`` (``FileNotFoundError`` when ``src`` is missing, ENOSPC, ...).
-    """
-    with open(src, "rb") as fh:
-        data = fh.read()
-    atomic_write(dst, data, mode=mode)
-    return sha256_bytes(data)
-
-
 def check_run_id(run_id: Any) -> str:
     """Return ``run_id`` when it is a run id (:func:`remote.protocol.is_run_id`).
 

@@ -91,8 +91,8 @@ def run(args) -> dict:
             only = {int(p) for p in args.only_pids.split(",") if p.strip()}
         except ValueError as exc:
             raise PayloadError("bad_input", f"--only-pids must be integers: {exc}") from exc
-    if args.term_timeout < 0 or args.kill_timeout < 0:
-        raise PayloadError("bad_input", "timeouts must be >= 0")
+    if not (0 <= args.term_timeout < float("inf") and 0 <= args.kill_timeout < float("inf")):
+        raise PayloadError("bad_input", "--term-timeout and --kill-timeout must be 0 or more seconds")
     return reap(
         device_globs=[g for g in args.devices.split(",") if g],
         protected={p.strip() for p in args.protected.split(",") if p.strip()},

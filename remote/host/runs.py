@@ -61,6 +61,8 @@ def run(args) -> dict:
         return set_state(args.state_dir, args.set_state[0], args.set_state[1], data)
     if args.data is not None:
         raise PayloadError("bad_input", "--data needs --set-state")
+    if args.limit < 0:
+        raise PayloadError("bad_input", f"--limit must be 0 (all runs) or more, got {args.limit}")
     return list_runs(args.state_dir, run_id=args.run_id, limit=args.limit)
 
 
@@ -121,6 +123,8 @@ def list_runs(state_dir: str, run_id: str | None = None, limit: int = 0) -> dict
                        if is_run_id(n) and os.path.isdir(os.path.join(root, n)))
     except FileNotFoundError:
         names = []
+    except NotADirectoryError:  # the host's state, not the command's input: as fs.ensure_private_dir says
+        raise PayloadError("runtime", f"{root} is not a folder (--state-dir {state_dir})") from None
     out = [describe_run(state_dir, n) for n in names]
     out.sort(key=lambda r: (r["created"], r["run_id"]), reverse=True)
     if limit and limit > 0:

@@ -56,7 +56,7 @@ class ModelFlag:
 #: The model flags, in the order :func:`model_argv` writes them.
 MODEL_FLAGS: tuple[ModelFlag, ...] = (
     ModelFlag("--model-config", "model folder, config.json path, or Hugging Face repo id (offline cache lookup)",
-              required_in=("names", "config-names")),
+              required_in=("names",)),
     ModelFlag("--hf-home", "HF_HOME of the cache (default $HF_HOME or ~/.cache/huggingface)"),
     ModelFlag("--download-dir", "server --download-dir (where a ModelScope model may be; SGLANG_USE_MODELSCOPE)"),
     ModelFlag("--tp", "server --tp-size", int, 1),
@@ -67,7 +67,7 @@ MODEL_FLAGS: tuple[ModelFlag, ...] = (
     ModelFlag("--disable-shared-experts-fusion", "server --disable-shared-experts-fusion", None, False),
     ModelFlag("--device-name", "GPU name as torch.cuda.get_device_name() gives it (e.g. 'NVIDIA H200') or "
                                "SGLang's form (NVIDIA_H200); default: GPU 0's, required without a GPU",
-              required_in=("names", "config-names")),
+              required_in=("names",)),
     ModelFlag("--shape", "instead of --model-config: E=..,N=..,hidden=..,topk=.. (per-rank N)", commands=("tune",)),
     ModelFlag("--block-shape", "with --shape --quantization fp8: the weight block 'BN,BK' (e.g. 128,128); "
                                "none = per-tensor", commands=("tune",)),

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from ..protocol import BadInput
+
 #: dtype selector strings understood by SGLang 0.5.23 ``get_config_dtype_str``,
 #: in its order of precedence.
 DTYPE_SELECTORS = ("fp8_w8a8", "int8_w8a8", "int4_w4a16", "int8_w8a16", "float32")
@@ -33,21 +35,56 @@ def sglang_device_name(torch_name: str) -> str:
     0.5.23 ``get_config_file_name`` replaces every space with ``_`` and changes nothing
     else: ``"NVIDIA H200"`` -> ``"NVIDIA_H200"``, hyphens and parentheses stay.
 
-    Raises ValueError for a name that is not a str, is empty (after stripping), or
-    that could escape a folder or break a file name / log line: it contains ``/``,
-    ``\\``, ``..``, NUL or any other control character (newline, tab, ...), or is
-    ``.``/``..``.
+    Raises :class:`remote.protocol.BadInput` (a ``bad_input`` PayloadError and a ValueError:
+    a device name is something an operator types) for a name that is not a str, is empty
+    (after stripping), or that could escape a folder or break a file name / log line: it
+    contains ``/``, ``\\``, ``..``, NUL or any other control character (newline, tab, ...),
+    or is ``.``/``..``.
     """
     if not isinstance(torch_name, str):
-        raise ValueError(f"device name must be a string, got {type(torch_name).__name__}")
+        raise BadInput(f"device name must be a string, got {type(torch_name).__name__}")
     if not torch_name.strip():
-        raise ValueError("device name is empty")
+        raise BadInput("device name is empty")
     bad = [c for c in torch_name if c in "/\\" or ord(c) < 32 or ord(c) == 127]
     if bad:
-        raise ValueError(f"device name {torch_name!r} contains forbidden character {bad[0]!r}")
+        raise BadInput(f"device name {torch_name!r} contains forbidden character {bad[0]!r}")
     if ".." in torch_name or torch_name.strip() == ".":
-        raise ValueError(f"device name {torch_name!r} could escape a folder ('.' or '..')")
+        raise BadInput(f"device name {torch_name!r} could escape a folder ('.' or '..')")
     return torch_name.replace(" ", "_")
+
+
+#: The first word of the names ``torch.cuda.get_device_name()`` gives (the driver's own name of
+#: the board): every device of SGLang 0.4.10-0.5.23's shipped ``configs/triton_*/`` files is
+#: named ``NVIDIA_...``, ``AMD_...`` (``AMD Instinct MI300X``, ``AMD Radeon Graphics``) or
+#: ``Intel(R)_...`` (``Intel(R) Arc(TM) Pro B60 Graphics``); NVIDIA boards from before 2020
+#: report their brand first instead (``Tesla T4``, ``Tesla V100-SXM2-16GB``, ``Quadro RTX 6000``,
+#: ``GeForce RTX 2080 Ti``, ``TITAN RTX``).
+TORCH_NAME_VENDORS = ("NVIDIA", "AMD", "Intel(R)", "Tesla", "Quadro", "GeForce", "TITAN")
+
+_AMD_INSTINCT = re.compile(r"MI[0-9]", re.IGNORECASE)
+
+
+def torch_form_hint(name: str) -> str | None:
+    """None when ``name`` is in the form ``torch.cuda.get_device_name()`` gives (or already in
+    SGLang's form, ``_`` for spaces: it names the same file); else the likely torch form.
+
+    A name is in torch's form when it starts with one of :data:`TORCH_NAME_VENDORS` (exact case,
+    then a space, ``_`` or the end). Otherwise the hint is that word in its case when only the
+    case differs (``"nvidia H200"`` -> ``"NVIDIA H200"``), ``"AMD Instinct ..."`` for an
+    ``MI<digit>...`` part, and ``"NVIDIA ..."`` for anything else (``"H200"`` -> ``"NVIDIA H200"``),
+    with ``_`` read as spaces. Pure; a hint, not a rule of SGLang: a vendor not listed gets one too.
+    """
+    text = name.strip()
+    for vendor in TORCH_NAME_VENDORS:
+        if text == vendor or text.startswith((vendor + " ", vendor + "_")):
+            return None
+    words = text.replace("_", " ")
+    for vendor in TORCH_NAME_VENDORS:
+        if words.lower() == vendor.lower() or words.lower().startswith(vendor.lower() + " "):
+            return vendor + words[len(vendor):]
+    if _AMD_INSTINCT.match(words):
+        return "AMD Instinct " + words
+    return "NVIDIA " + words
 
 
 def _format_block_shape(block_shape: Iterable[int]) -> str:

@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..protocol import internal_error
 from .moe_log import MoeLogReport
 
 #: SGLang 0.5.23 ``arg_groups/overrides.py`` ``_DEEPSEEK_FAMILY_ARCHS`` (line 745)
@@ -127,6 +128,7 @@ class MoeRunner:
         return asdict(self)
 
 
+@internal_error("caught by moe_runner, which answers 'unknown' with its message")
 class _Unknown(Exception):
     """Raised inside the rules: the answer cannot be told (the message says why)."""
 

@@ -21,7 +21,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol import internal_error
 
+
+@internal_error("caught by orchestrator.facts.unit, which raises UnitError naming the unit")
 class ServerArgsError(ValueError):
     """A launch command SGLang would refuse (a flag with no value, a bad integer, an option
     spelled with underscores); the message names the flag."""

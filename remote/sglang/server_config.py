@@ -27,7 +27,10 @@ import json
 import posixpath
 from typing import Iterable
 
+from ..protocol import internal_error
 
+
+@internal_error("caught by orchestrator.facts.sglang_config, which raises ConfigFileError naming the file")
 class ServerConfigError(ValueError):
     """SGLang would refuse the ``--config`` file (or its use on the command line); the message
     names the file when there is one."""

@@ -80,7 +80,7 @@ class MoeShape:
         ``device_name`` may be the torch form (``"NVIDIA H200"``) or the SGLang form
         (``"NVIDIA_H200"``). ``per_channel_selector``: False for releases whose
         ``get_config_file_name`` has no ``,per_channel_quant=True`` selector (before SGLang
-        0.5.4: ``remote.probe.loader_rules``). Raises ValueError for a hostile device name.
+        0.5.4: ``remote.sglang.lookup.loader_rules``). Raises ValueError for a hostile device name.
         """
         dev = sglang_device_name(device_name)
         kw = dict(dtype=self.dtype_selector, block_shape=self.block_shape,

@@ -5,7 +5,7 @@ reads the host's GPUs from ``/run/orchtb/gpus.json`` (``[{"index", "name", "uuid
 "mig": [{"profile", "uuid"}]}]``, written by the bed). Standard library only.
 
 What it answers, in the formats of a real driver (R535+; samples recorded from real hosts in
-``tests/unit/facts/cases/gpus.json``):
+``tests/unit/facts/cases/gpus.visible_devices.json``):
 
 - ``-L`` / ``--list-gpus``::
 

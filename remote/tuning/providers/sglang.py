@@ -45,6 +45,7 @@ import tempfile
 
 import torch
 
+from ...protocol import internal_error
 from ..support import SGLANG_KERNEL_ROLES, SGLANG_OPTIONAL_ROLES
 from .builtin import DTYPES, quant_spec
 
@@ -59,6 +60,8 @@ _UP_TMA_RE = re.compile(r"(?<![\w.])config\.pop\(\s*[\"']USE_TMA[\"']")
 _SERVER_LAUNCH = {"filter_expert": False, "no_combine": False}
 
 
+@internal_error("raised while the provider is built; remote.tuning.providers.get_provider turns it into "
+                "a PayloadError (not_found for --provider sglang, runtime for auto) naming the fix")
 class SglangUnavailable(RuntimeError):
     """SGLang's fused-MoE kernel cannot be used on this host (the message says why)."""
 

@@ -6,7 +6,6 @@ import pytest
 
 from orchestrator.cli import build_parser, main
 from orchestrator.engine.playbook import builtin_playbook
-from orchestrator.errors import OrchError
 
 INVENTORY = """all:
   hosts:
@@ -63,20 +62,3 @@ def test_bad_flag_values_are_one_line_exit_2(tmp_path, capsys):
     assert "--concurrency: expected positive integers" in capsys.readouterr().err
     assert main(["config-names", "--model-config", str(tmp_path / "nope.json"), "--device-name", "NVIDIA H200"]) == 2
     assert "nope.json" in capsys.readouterr().err
-
-
-def test_every_controller_error_is_an_orch_error():
-    from orchestrator.connection.base import ConnectError
-    from orchestrator.engine.batching import SerialError
-    from orchestrator.engine.playbook import PlaybookError
-    from orchestrator.engine.results import Cancelled, TaskFailed
-    from orchestrator.facts.unit import UnitError
-    from orchestrator.inventory import InventoryError
-    from orchestrator.payload.client import PayloadFailed
-    from orchestrator.report import ReportError
-    from orchestrator.store import StoreError
-    from orchestrator.templating import TemplateError
-
-    for cls in (ConnectError, SerialError, PlaybookError, Cancelled, TaskFailed, UnitError, InventoryError,
-                PayloadFailed, ReportError, StoreError, TemplateError):
-        assert issubclass(cls, OrchError), cls

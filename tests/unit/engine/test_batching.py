@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from orchestrator.engine.batching import (SerialError, batch_failed, batch_size, order_hosts,
-                                          parse_serial, serial_batches)
+from orchestrator.engine.batching import (SerialError, batch_failed, batch_size, check_max_fail_percentage,
+                                          order_hosts, parse_serial, parse_serial_flag, serial_batches)
 
 
 def sizes(n: int, serial) -> list[int]:
@@ -103,3 +103,26 @@ def test_batch_failed(size, failed, pct, expected):
 def test_batch_failed_bad_input(size, failed, pct):
     with pytest.raises(SerialError):
         batch_failed(size, failed, pct)
+
+
+@pytest.mark.parametrize("text, expected", [("1", [1]), ("25%", ["25%"]), ("1,5,25%", [1, 5, "25%"]),
+                                            ("100%", ["100%"]), (None, [])])
+def test_serial_flag_accepts(text, expected):
+    assert parse_serial_flag(text) == expected
+
+
+@pytest.mark.parametrize("text, says", [("0", "at least 1 host"), ("1,0", "item 2: a batch needs at least 1"),
+                                        ("150%", "1-100%"), ("0%", "1-100%"), ("-1", "expected a host count"),
+                                        ("1,x", "item 2")])
+def test_serial_flag_refuses_what_a_play_may_say(text, says):
+    """Issue 22: ``--serial 0`` and ``--serial 150%`` ran (one batch); a play keeps Ansible's values."""
+    with pytest.raises(SerialError, match=says):
+        parse_serial_flag(text)
+
+
+@pytest.mark.parametrize("value", [120, -1, 100.5, float("nan"), "25", True])
+def test_max_fail_percentage_bounds(value):
+    with pytest.raises(SerialError, match="0-100"):
+        check_max_fail_percentage(value)
+    assert check_max_fail_percentage(0) == 0 and check_max_fail_percentage(100) == 100
+    assert check_max_fail_percentage(None) is None

@@ -53,6 +53,19 @@ def test_each_kind_of_bad_task_is_one_clear_error(tmp_path, body, needle):
     assert needle in _error(tmp_path, body)
 
 
+@pytest.mark.parametrize("keywords, needle", [
+    ("  max_fail_percentage: 120\n", "play 1: max_fail_percentage must be a number 0-100, got 120"),
+    ("  serial: [1, x]\n", "play 1: serial item 2"),
+    ("  order: random\n", "play 1: order must be one of"),
+])
+def test_bad_batching_keyword_of_a_play_is_refused_at_load(tmp_path, keywords, needle):
+    """A play's ``max_fail_percentage`` was checked only once a batch had failed (mid-run)."""
+    p = tmp_path / "pb.yaml"
+    p.write_text("- hosts: all\n" + keywords + "  tasks:\n    - connect: {}\n")
+    with pytest.raises(PlaybookError, match=needle):
+        load_playbook(p, TASKS, RENAMED)
+
+
 def test_aliases_and_templates_pass_the_load_check(tmp_path):
     plays = load_playbook(_pb(tmp_path, """
         - service: {unit: "{{ service }}", state: stopped, timeout: "{{ orch_stop_timeout }}"}

@@ -103,6 +103,24 @@ def test_host_ranges(tmp_path):
                                 "n-c-1", "n-c-3", "n-c-5", "w08", "w09", "w10"]
 
 
+def test_device_name_not_in_torchs_form_is_warned(tmp_path):
+    """Issue 22: ``orch_device_name: H200`` names files SGLang never looks for on an H200 (torch says
+    ``NVIDIA H200``): accepted, with a warning naming the file, the line and the likely torch form."""
+    inv = load(tmp_path, """
+        all:
+          hosts:
+            a:
+              orch_device_name: H200
+            b:
+              orch_device_name: NVIDIA H200
+            c:
+              orch_device_name: "{{ 'NVIDIA H200' }}"
+    """)
+    assert inv.host_vars("a")["orch_device_name"] == "H200"
+    assert len(inv.warnings) == 1 and "inv.yaml:4: host 'a': orch_device_name 'H200'" in inv.warnings[0]
+    assert "did you mean 'NVIDIA H200'?" in inv.warnings[0]
+
+
 def test_example_inventory_loads():
     inv = load_inventory(REPO / "inventories" / "example.yaml")
     assert {"rtx6000", "h200", "gpus", "canary"} <= set(inv.groups)

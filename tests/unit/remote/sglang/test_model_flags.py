@@ -33,7 +33,7 @@ OWN_FLAGS = {
              "--shipped-config"},
     "names": set(),
     "probe": {"--moe-config-dir", "--capability"},
-    "config-names": {"--json"},
+    "config-names": {"--json", "--probe"},
 }
 
 #: The model flags only some commands take, and why: ``--shape`` names a GEMM without a model

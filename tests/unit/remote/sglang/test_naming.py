@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from remote.protocol import BadInput
 from remote.sglang.naming import (
     config_file_name,
     parse_triton_folder,
     sglang_device_name,
     sglang_version_dir,
     sort_triton_folders,
+    torch_form_hint,
     triton_folder,
     unparsable_triton_folders,
 )
@@ -39,6 +41,18 @@ def test_device_name_only_spaces_change(torch_name, expected):
 def test_hostile_device_names_refused(hostile):
     with pytest.raises(ValueError):
         sglang_device_name(hostile)
+    with pytest.raises(BadInput):  # the payload reports it as bad_input, the controller as bad input
+        sglang_device_name(hostile)
+
+
+@pytest.mark.parametrize("name, hint", [
+    ("NVIDIA H200", None), ("NVIDIA_H200", None), ("AMD Instinct MI300X", None), ("Tesla T4", None),
+    ("Intel(R) Arc(TM) Pro B60 Graphics", None), ("NVIDIA", None),
+    ("H200", "NVIDIA H200"), ("H100_80GB_HBM3", "NVIDIA H100 80GB HBM3"), ("nvidia h200", "NVIDIA h200"),
+    ("MI300X", "AMD Instinct MI300X"), ("NVIDIAH200", "NVIDIA NVIDIAH200"), ("tesla t4", "Tesla t4"),
+])
+def test_torch_form_hint(name, hint):
+    assert torch_form_hint(name) == hint
 
 
 def test_config_file_name_plain_and_down():

@@ -350,6 +350,17 @@ def test_every_shipped_config_passes_the_validator(version):
         load_config_file(f)
 
 
+@pytest.mark.parametrize("version", ORACLE_RELEASES)
+def test_every_shipped_device_name_is_in_torchs_form(version):
+    """The device names of a release's shipped files are torch's names of real GPUs (spaces as
+    ``_``): orch's torch-form check (``orch config-names``, ``orch_device_name``) flags none of them."""
+    root = source_tree(version) / standin_tree.lookup_module_path(version).rsplit("/", 1)[0] / "configs"
+    names = {naming.parse_config_file_name(f.name)["device_name"] for f in root.glob("triton_*/*.json")
+             if naming.parse_config_file_name(f.name)} - {""}  # 0.5.11-0.5.16 ship an int4 file for an empty name
+    assert len(names) > 3, names
+    assert {n: naming.torch_form_hint(n) for n in names if naming.torch_form_hint(n)} == {}
+
+
 def test_issue_11_shipped_files_are_accepted():
     """The 8 files of SGLang 0.5.23 that orch refused: entries without num_warps/num_stages, num_ctas."""
     root = source_tree("0.5.23") / standin_tree.CURRENT_LOADER_DIR / "configs"

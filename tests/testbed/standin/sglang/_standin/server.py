@@ -16,7 +16,9 @@ What it does at start, in SGLang's order:
    ``/health_generate`` answer 503 until then), then log
    ``The server is fired up and ready to roll!`` and answer 200.
 
-Generation is simulated: each output token of a request costs a step time that depends on the
+Generation is simulated on a clock-driven schedule (a token is sent when its due time comes, and
+a late one does not delay the next: the simulated rate holds on a loaded CPU, see
+``Engine.generate``): each output token of a request costs a step time that depends on the
 loaded configs and on the number of requests decoding at once (throughput rises with
 concurrency up to ``$ORCH_STANDIN_MAX_BATCH`` (default 8) and then plateaus):
 ``step_ms = base_ms * (1 + 0.1 * (min(b, B) - 1)) * max(1, b / B)``, with ``base_ms`` the mean
@@ -58,9 +60,10 @@ process keeps the listening socket open, holds no GPU, and outlives the server (
 same command line as the server), so the next start fails with "address already in use".
 
 Fault knobs: ``ORCH_STANDIN_FAIL_START=1`` (exit 1 at start), ``ORCH_STANDIN_NEVER_READY=1``
-(``/health`` stays 503), ``ORCH_STANDIN_IGNORE_SIGTERM=1`` (SIGTERM ignored; only SIGKILL
-stops it), ``ORCH_STANDIN_HANG_GENERATE=1`` (``/generate`` and completions never answer
-after warm-up, while ``/health`` passes).
+(``/health`` stays 503; logged as ``(stand-in) never ready`` once the port is bound),
+``ORCH_STANDIN_IGNORE_SIGTERM=1`` (SIGTERM ignored; only SIGKILL stops it),
+``ORCH_STANDIN_HANG_GENERATE=1`` (``/generate`` and completions never answer after warm-up,
+while ``/health`` passes).
 """
 
 from __future__ import annotations
@@ -196,19 +199,33 @@ class Engine:
         return self.base_ms * (1 + 0.1 * (eff - 1)) * max(1.0, b / self.max_batch) / 1000.0
 
     def generate(self, prompt_tokens: int, max_new: int):
-        """Yield ``(index, token_id)`` for each output token, sleeping the simulated time."""
+        """Yield ``(index, token_id)`` for each output token when the simulated schedule says it is
+        done: the prefill ends ``prefill_ms`` per prompt token after the call, and each token one
+        :meth:`step_s` after the previous token's due time (not after it was sent). A wake-up that a
+        busy CPU delays, or the time the HTTP writes take, is made up by the next tokens instead of
+        adding up: a request takes its scheduled time, whatever the load, as long as the CPU keeps up
+        on average, and never less (a late token is sent at once, an early one waits)."""
         if self.hang:
             threading.Event().wait()
-        time.sleep(self.prefill_ms * prompt_tokens / 1000.0)
+        due = time.monotonic() + self.prefill_ms * prompt_tokens / 1000.0
+        _sleep_until(due)
         with self.lock:
             self.active += 1
         try:
             for i in range(max_new):
-                time.sleep(self.step_s())
+                due += self.step_s()
+                _sleep_until(due)
                 yield i, (i * 7919 + prompt_tokens * 31 + 13) % VOCAB
         finally:
             with self.lock:
                 self.active -= 1
+
+
+def _sleep_until(due: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``due`` (no sleep when it is past)."""
+    left = due - time.monotonic()
+    if left > 0:
+        time.sleep(left)
 
 
 def _token_text(token_id: int) -> str:
@@ -476,7 +493,8 @@ class StandinServer:
             time.sleep(3600)
 
     def _warmup(self) -> None:
-        if self.never_ready:
+        if self.never_ready:  # said once, so a test can wait for the decision instead of for a while
+            logger.info("(stand-in) never ready: /health answers 503 until the server stops")
             return
         time.sleep(_env_float("ORCH_STANDIN_WARMUP_S", 2.0))
         self.engine.ready.set()
