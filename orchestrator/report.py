@@ -35,13 +35,13 @@ from __future__ import annotations
 
 from .atomic import write_text
 from .errors import OrchError
+from .facts.summary import RunSummary, finite, speedup_stats
 
 import base64
 import datetime as _dt
 import hashlib
 import io
 import json
-import math
 import re
 import shlex
 from pathlib import Path
@@ -100,25 +100,6 @@ def _read_json(path: Path, required: bool = False) -> Any:
         return {"_unreadable": f"{path.name}: {exc}"}
 
 
-def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
-def _geomean(vals: list[float]) -> float | None:
-    vals = [v for v in vals if v and v > 0]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
-
-
-def speedup_stats(values) -> tuple[float, float, float] | None:
-    """``(geometric mean, min, max)`` of per-batch-size kernel speedups (``speedup_vs_default``:
-    default µs / tuned µs, from the payload's tuner), ignoring missing and non-positive values;
-    None when there is none. The one summary both the HTML report and the terminal show."""
-    vals = [v for v in (_num(x) for x in values) if v and v > 0]
-    if not vals:
-        return None
-    return _geomean(vals), min(vals), max(vals)
-
-
 def _kernel_rows(tune: dict | None) -> list[dict]:
     """Per batch size rows from a tuner report.json (sorted by M)."""
     rows = []
@@ -129,11 +110,11 @@ def _kernel_rows(tune: dict | None) -> list[dict]:
             continue
         if not isinstance(r, dict):
             continue
-        rows.append({"M": m, "default_us": _num(r.get("default_us")), "shipped_us": _num(r.get("shipped_us")),
-                     "tuned_us": _num(r.get("tuned_us")), "speedup_default": _num(r.get("speedup_vs_default")),
-                     "speedup_shipped": _num(r.get("speedup_vs_shipped")), "up": r.get("up"),
+        rows.append({"M": m, "default_us": finite(r.get("default_us")), "shipped_us": finite(r.get("shipped_us")),
+                     "tuned_us": finite(r.get("tuned_us")), "speedup_default": finite(r.get("speedup_vs_default")),
+                     "speedup_shipped": finite(r.get("speedup_vs_shipped")), "up": r.get("up"),
                      "down": r.get("down"), "default_config": r.get("default_config"),
-                     "evaluated": r.get("evaluated"), "rel_err": _num(r.get("rel_err"))})
+                     "evaluated": r.get("evaluated"), "rel_err": finite(r.get("rel_err"))})
     return sorted(rows, key=lambda r: r["M"])
 
 
@@ -148,14 +129,14 @@ def _bench_rows(before: dict | None, after: dict | None) -> list[dict]:
     rows = []
     for c in sorted(by):
         row = by[c]
-        b = _num((row["before"] or {}).get("output_throughput"))
-        a = _num((row["after"] or {}).get("output_throughput"))
+        b = finite((row["before"] or {}).get("output_throughput"))
+        a = finite((row["after"] or {}).get("output_throughput"))
         row["change_pct"] = (a - b) / b * 100.0 if a is not None and b else None
         rows.append(row)
     return rows
 
 
-def _installed(manifest: dict | None, summary: dict) -> list[dict]:
+def _installed(manifest: dict | None, summary: RunSummary) -> list[dict]:
     files = (manifest or {}).get("files") if isinstance(manifest, dict) else None
     if isinstance(files, list) and files:
         return [{"path": f.get("path"), "action": f.get("action") or ("replaced" if f.get("existed") else "created"),
@@ -163,7 +144,7 @@ def _installed(manifest: dict | None, summary: dict) -> list[dict]:
                  "sha256_after": f.get("sha256_after"), "backup": f.get("backup"), "bytes": f.get("bytes_after")}
                 for f in files if isinstance(f, dict)]
     return [{"path": p, "action": "installed", "existed": None, "sha256_before": None, "sha256_after": None,
-             "backup": None, "bytes": None} for p in (summary.get("installed") or [])]
+             "backup": None, "bytes": None} for p in (summary.installed or [])]
 
 
 def _configs(host_dir: Path) -> list[dict]:
@@ -183,7 +164,7 @@ def _tasks(events: list[dict], host: str, t0: float | None) -> list[dict]:
     for e in events:
         if e.get("host") != host or e.get("event") != "task":
             continue
-        t = _num(e.get("time"))
+        t = finite(e.get("time"))
         msg = str(e.get("msg") or "")
         out.append({"t": (t - t0) if t is not None and t0 is not None else None, "task": e.get("task"),
                     "status": e.get("status"), "msg": msg[:400] + ("…" if len(msg) > 400 else "")})
@@ -241,7 +222,7 @@ def load_run(run_dir: Path) -> dict:
         events = read_events(run_dir)
     except (OSError, ValueError):
         events = []
-    times = [t for t in (_num(e.get("time")) for e in events) if t is not None]
+    times = [t for t in (finite(e.get("time")) for e in events) if t is not None]
     t0, t1 = (min(times), max(times)) if times else (None, None)
 
     names: list[str] = []
@@ -254,7 +235,7 @@ def load_run(run_dir: Path) -> dict:
     for i, name in enumerate(names):
         hd = run_dir / "hosts" / name
         rc = recap.get(name) or _read_json(hd / "result.json") or {}
-        summary = rc.get("summary") or {}
+        summary = RunSummary.from_dict(rc.get("summary"))
         probe = _read_json(hd / "probe.json")
         tune = _read_json(hd / "report.json")
         before, after = _read_json(hd / "bench_before.json"), _read_json(hd / "bench_after.json")
@@ -269,16 +250,16 @@ def load_run(run_dir: Path) -> dict:
             "has_shipped": any(r["shipped_us"] is not None for r in rows),
             "interpret": bool((tune or {}).get("interpret")),
             "geomean": (speedup_stats(r["speedup_default"] for r in rows) or (None,))[0],
-            "speedup_measured_on": summary.get("speedup_measured_on"),
+            "speedup_measured_on": summary.speedup_measured_on,
             "bench": _bench_rows(before, after),
             "bench_invalid": any(not (lv or {}).get("valid", True) for r in _bench_rows(before, after)
                                  for lv in (r["before"], r["after"])),
             "bench_tool": ((after or before) or {}).get("tool"), "bench_url": ((after or before) or {}).get("url"),
             "bench_settings": ((after or before) or {}).get("settings") or {},
-            "throughput_change_pct": _num(summary.get("throughput_change_pct")),
+            "throughput_change_pct": finite(summary.throughput_change_pct),
             "installed": _installed(_read_json(hd / "install_manifest.json"), summary),
-            "configs": _configs(hd), "reaped": summary.get("reaped") or [], "plan": summary.get("plan"),
-            "extra": {k: json.dumps(v, default=str) for k, v in summary.items() if k not in shown},
+            "configs": _configs(hd), "reaped": summary.reaped or [], "plan": summary.plan,
+            "extra": {k: json.dumps(v, default=str) for k, v in summary.to_dict().items() if k not in shown},
             "facts": _facts(probe, tune), "group": _group_key(probe, tune),
             "tasks": _tasks(events, name, t0), "kernel_png": None, "bench_png": None,
         })
@@ -412,8 +393,8 @@ def bench_plot(rows: list[dict]) -> str | None:
     ax, ax2 = fig.subplots(1, 2)
     for label, marker, ls in (("before", "o", "--"), ("after", "^", "-")):
         for a, field in ((ax, "output_throughput"), (ax2, "median_itl_ms")):
-            pts = [(r["c"], _num(r[label].get(field))) for r in rows
-                   if r[label] and r[label].get("valid", True) and _num(r[label].get(field)) is not None]
+            pts = [(r["c"], finite(r[label].get(field))) for r in rows
+                   if r[label] and r[label].get("valid", True) and finite(r[label].get(field)) is not None]
             if pts:
                 a.plot(*zip(*pts), marker=marker, ls=ls, lw=2, ms=5, color=COLORS[label], label=label)
     cs = [r["c"] for r in rows]
@@ -471,7 +452,7 @@ def have_matplotlib() -> bool:
 # ----------------------------------------------------------------------------- rendering
 
 def _fmt(x, spec: str, suffix: str = "") -> str:
-    return "–" if _num(x) is None else format(float(x), spec) + suffix
+    return "–" if finite(x) is None else format(float(x), spec) + suffix
 
 
 def _cfg(c) -> str:
