@@ -137,6 +137,12 @@ class HostFacts:
         """The unit's parsed launch command (``orch_unit.server``, :func:`server_of`)."""
         return server_of(self.unit)
 
+    @property
+    def environment(self) -> dict[str, str]:
+        """The unit's environment as systemd gives it (``orch_unit.environment``); ``{}`` without
+        unit facts."""
+        return self.unit.environment if self.unit is not None else {}
+
 
 def server_of(unit: UnitFacts | None) -> ServerArgs:
     """The parsed launch command of ``unit``; without one (no unit facts: a playbook that does

@@ -4,8 +4,8 @@ of older run records, and the JSON form written to run records.
 A record is a dataclass (subclass :class:`Record` for the ``parse``/``from_dict``/``to_dict``
 methods; the functions below accept any dataclass, e.g. :class:`orchestrator.facts.unit.UnitFacts`).
 Its field annotations drive the conversion: a nested dataclass, ``list[X]``, ``dict[str, X]``,
-``X | None``, ``Literal[...]``, ``str``, ``int``, ``float`` (an int is accepted), ``bool``,
-``dict``, ``list`` and ``Any``.
+``X | None``, ``str``, ``int``, ``float`` (an int is accepted), ``bool``, ``dict``, ``list`` and
+``Any``.
 
 - :func:`parse` (strict, for a host's answer): every field must be present, except those declared
   with :func:`optional`; a key the record does not declare, or a value of another type, is a
@@ -23,9 +23,10 @@ Its field annotations drive the conversion: a nested dataclass, ``list[X]``, ``d
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import OrchError
 
@@ -43,6 +44,7 @@ def optional(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={OPTIONAL: True})
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -71,19 +73,17 @@ def _inner(tp: Any) -> Any:
     return tp
 
 
-def type_name(tp: Any) -> str:
+def _type_name(tp: Any) -> str:
     """An annotation as an error message shows it (``list[str]``, ``Plan or null``)."""
     if _is_optional(tp):
-        return f"{type_name(_inner(tp))} or null"
+        return f"{_type_name(_inner(tp))} or null"
     origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " or ".join(repr(a) for a in typing.get_args(tp))
     if origin in (list, dict):
-        return f"{origin.__name__}[{', '.join(type_name(a) for a in typing.get_args(tp))}]"
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(tp))}]"
     return getattr(tp, "__name__", str(tp))
 
 
-def empty(tp: Any) -> Any:
+def _empty(tp: Any) -> Any:
     """The empty value of annotation ``tp`` (what :func:`from_dict` gives a missing field
     without a default): None for ``X | None`` and ``Any``, an empty nested record, ``[]``,
     ``{}``, ``""``, 0, 0.0 or False."""
@@ -92,8 +92,6 @@ def empty(tp: Any) -> Any:
     origin = typing.get_origin(tp) or tp
     if dataclasses.is_dataclass(origin):
         return from_dict(origin, {})
-    if origin is Literal:
-        return typing.get_args(tp)[0]
     return {list: list, dict: dict, str: str, int: int, float: float, bool: bool}.get(origin, lambda: None)()
 
 
@@ -132,18 +130,14 @@ def _check(tp: Any, value: Any, what: str, path: str) -> Any:
                 raise FactError(f"{what}: missing field {_join(path, f.name)!r}")
             out[f.name] = _check(hints[f.name], value[f.name], what, _join(path, f.name))
         return origin(**out)
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            raise bad(type_name(tp))
-        return value
     if origin is list:
         if not isinstance(value, list):
-            raise bad(type_name(tp))
+            raise bad(_type_name(tp))
         (item,) = typing.get_args(tp) or (Any,)
         return [_check(item, v, what, f"{path}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise bad(type_name(tp))
+            raise bad(_type_name(tp))
         _key, item = typing.get_args(tp) or (str, Any)
         return {k: _check(item, v, what, _join(path, str(k))) for k, v in value.items()}
     if origin is float:
@@ -153,7 +147,7 @@ def _check(tp: Any, value: Any, what: str, path: str) -> Any:
     if origin is int and isinstance(value, bool):
         raise bad("an integer")
     if isinstance(origin, type) and not isinstance(value, origin):
-        raise bad(type_name(tp))
+        raise bad(_type_name(tp))
     return value
 
 
@@ -180,7 +174,7 @@ def fields_from_dict(cls: type, data: Any) -> Any:
         if f.name in data:
             out[f.name] = _convert(tp, data[f.name])
         else:
-            out[f.name] = _default(f) if _has_default(f) else empty(tp)
+            out[f.name] = _default(f) if _has_default(f) else _empty(tp)
     return cls(**out)
 
 

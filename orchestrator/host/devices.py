@@ -20,8 +20,7 @@ def unit_gpu_devices(ctx) -> tuple[str | None, str]:
     processes would be hit). Never ``nvidiactl``/``nvidia-uvm``: every CUDA process on the host
     holds those, so they say nothing about who uses these GPUs.
     """
-    unit = ctx.facts.unit
-    env = unit.environment if unit is not None else {}
+    env = ctx.facts.environment
     if "CUDA_VISIBLE_DEVICES" not in env:
         return ALL_GPUS, "CUDA_VISIBLE_DEVICES unset: every GPU of the host"
     cvd = str(env["CUDA_VISIBLE_DEVICES"]).strip()

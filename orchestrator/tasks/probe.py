@@ -50,7 +50,7 @@ def model_flags(ctx) -> list[str]:
 
 def payload_env(ctx) -> dict[str, str]:
     """Environment of the unit the payload must see (HF cache, visible GPUs, config dir)."""
-    env = ctx.facts.unit.environment if ctx.facts.unit is not None else {}
+    env = ctx.facts.environment
     keys = ("HF_HOME", "HF_HUB_CACHE", "CUDA_VISIBLE_DEVICES", "SGLANG_MOE_CONFIG_DIR", "PYTHONPATH",
             "SGLANG_USE_MODELSCOPE", "MODELSCOPE_CACHE")
     return {k: env[k] for k in keys if k in env}
@@ -64,7 +64,7 @@ def probe(ctx) -> TaskResult:
 
     Fails naming the field when the answer lacks one, or carries one this controller does not
     know (:class:`orchestrator.facts.probe.ProbeFacts`: the payload is this controller's own)."""
-    env = ctx.facts.unit.environment if ctx.facts.unit is not None else {}
+    env = ctx.facts.environment
     flags = model_flags(ctx)
     if env.get("SGLANG_MOE_CONFIG_DIR"):
         flags += ["--moe-config-dir", env["SGLANG_MOE_CONFIG_DIR"]]
