@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from .atomic import write_text
 from .errors import OrchError
+from .facts.probe import ProbeFacts
 from .facts.summary import RunSummary, finite, speedup_stats
 
 import base64
@@ -171,25 +172,25 @@ def _tasks(events: list[dict], host: str, t0: float | None) -> list[dict]:
     return out
 
 
-def _facts(probe: dict | None, tune: dict | None) -> list[tuple[str, str]]:
-    p, t = probe or {}, tune or {}
-    model = p.get("model") or {}
-    shape = t.get("shape") or {k: model.get(k) for k in ("E", "N", "hidden", "topk") if model.get(k) is not None}
+def _facts(p: ProbeFacts, tune: dict | None) -> list[tuple[str, str]]:
+    t = tune or {}
+    model = p.model
+    shape = t.get("shape") or ({k: getattr(model, k) for k in ("E", "N", "hidden", "topk")
+                                if getattr(model, k) is not None} if model else {})
     naming = t.get("naming") or {}
-    gpus = p.get("gpus") or []
+    gpus = p.gpus
     facts = [
-        ("device name", t.get("device_name") or p.get("device_name")),
-        ("GPUs", f"{len(gpus)} × {gpus[0].get('name')}" if gpus and isinstance(gpus[0], dict) and gpus[0].get("name")
-         else (str(len(gpus)) if gpus else None)),
-        ("SGLang", (p.get("sglang") or {}).get("version")),
-        ("Triton", t.get("triton_version") or p.get("triton_version")),
-        ("config folder", p.get("install_dir")),
-        ("torch", t.get("torch_version") or p.get("torch_version")),
-        ("model", p.get("model_config_path") or naming.get("shape_source")),
-        ("architecture", model.get("architecture")),
+        ("device name", t.get("device_name") or p.device_name),
+        ("GPUs", f"{len(gpus)} × {gpus[0].name}" if gpus and gpus[0].name else (str(len(gpus)) if gpus else None)),
+        ("SGLang", p.sglang.version),
+        ("Triton", t.get("triton_version") or p.triton_version),
+        ("config folder", p.install_dir),
+        ("torch", t.get("torch_version") or p.torch_version),
+        ("model", p.model_config_path or naming.get("shape_source")),
+        ("architecture", model.architecture if model else None),
         ("MoE shape", ", ".join(f"{k}={v}" for k, v in shape.items()) if shape else None),
-        ("TP / EP", f"{model.get('tp')} / {model.get('ep')}" if model.get("tp") else None),
-        ("weights", naming.get("weight_dtype") or model.get("weight_dtype")),
+        ("TP / EP", f"{model.tp} / {model.ep}" if model and model.tp else None),
+        ("weights", naming.get("weight_dtype") or (model.weight_dtype if model else None)),
         ("timed dtype", t.get("dtype")),
         ("tuner", " · ".join(f"{k} {t[k]}" for k in ("provider", "space", "seed") if t.get(k) is not None) or None),
         ("timing", t.get("timing")),
@@ -197,8 +198,8 @@ def _facts(probe: dict | None, tune: dict | None) -> list[tuple[str, str]]:
     return [(k, str(v)) for k, v in facts if v not in (None, "", [])]
 
 
-def _group_key(probe: dict | None, tune: dict | None) -> str | None:
-    name = ((probe or {}).get("file_names") or {}).get("up")
+def _group_key(probe: ProbeFacts, tune: dict | None) -> str | None:
+    name = (probe.file_names or {}).get("up")
     if not name:
         up = ((tune or {}).get("files") or {}).get("up")
         name = str(up).rsplit("/", 1)[-1] if up else None
@@ -236,7 +237,7 @@ def load_run(run_dir: Path) -> dict:
         hd = run_dir / "hosts" / name
         rc = recap.get(name) or _read_json(hd / "result.json") or {}
         summary = RunSummary.from_dict(rc.get("summary"))
-        probe = _read_json(hd / "probe.json")
+        probe = ProbeFacts.from_dict(_read_json(hd / "probe.json"))  # any release's probe.json
         tune = _read_json(hd / "report.json")
         before, after = _read_json(hd / "bench_before.json"), _read_json(hd / "bench_after.json")
         rows = _kernel_rows(tune)

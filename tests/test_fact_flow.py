@@ -31,7 +31,6 @@ import yaml
 
 from orchestrator.engine.context import HostContext, HostRun
 from orchestrator.facts.catalog import HostFacts
-from orchestrator.facts.summary import RunSummary
 from orchestrator.inventory.variables import KNOWN_VARS
 from orchestrator.tasks import TASKS
 from orchestrator.templating import referenced_names

@@ -59,13 +59,13 @@ class GroupRole(Record):
 
 class Fact:
     """One declared fact: ``name`` (a host variable, or a pattern with one ``*`` such as
-    ``orch_bench_*`` for a family of them), its ``type`` and what it holds (``doc``). As a class
+    ``orch_bench_*`` for a family of them) and its ``type``. As a class
     attribute of :class:`HostFacts` it reads the fact, typed (None when no task set it yet); a
     pattern's attribute is a function of the part the ``*`` stands for
     (``ctx.facts.bench("before")`` reads ``orch_bench_before``)."""
 
-    def __init__(self, name: str, type_: type, doc: str):
-        self.name, self.type, self.doc = name, type_, doc
+    def __init__(self, name: str, type_: type):
+        self.name, self.type = name, type_
         self.attr = ""
 
     def __set_name__(self, owner: type, attr: str) -> None:
@@ -85,21 +85,34 @@ class Fact:
 class HostFacts:
     """The facts of one host, typed, over its variables (``ctx.facts``; see the module docstring)."""
 
-    unit = Fact("orch_unit", UnitFacts, "the unit's state, environment and parsed launch command (unit_facts)")
-    interpreter = Fact("orch_interpreter", str, "the Python that runs the unit (unit_facts)")
-    probe = Fact("orch_probe", ProbeFacts, "the payload's probe of the host (probe)")
-    plan = Fact("orch_plan", Plan, "what a tune would do (plan)")
-    endpoint = Fact("orch_endpoint", Endpoint, "where the running server answered (plan)")
-    tuning_key = Fact("orch_tuning_key", TuningKey, "the host's tuning key (config_source)")
-    config_source = Fact("orch_config_source", str, "store, tune, shard or reuse (config_source)")
-    group_role = Fact("orch_group_role", GroupRole, "the host's part in its group (config_source)")
-    installed = Fact("orch_installed", list, "paths the install wrote, list[str] (install)")
-    bench = Fact("orch_bench_*", BenchResult, "the benchmark labelled *: bench(label) (bench)")
-    unfinished = Fact("orch_unfinished", list, "runs a dead controller left unfinished, host run records "
-                                               "(recover_select)")
-    rollback_target = Fact("orch_rollback_target", dict, "the host run record a rollback undoes (rollback_select)")
-    restored_paths = Fact("orch_restored_paths", list, "paths a rollback put back, list[str] (rollback_restore)")
-    deleted_paths = Fact("orch_deleted_paths", list, "paths a rollback removed, list[str] (rollback_restore)")
+    #: the unit's state, environment and parsed launch command (unit_facts)
+    unit = Fact("orch_unit", UnitFacts)
+    #: the Python that runs the unit (unit_facts)
+    interpreter = Fact("orch_interpreter", str)
+    #: the payload's probe of the host (probe)
+    probe = Fact("orch_probe", ProbeFacts)
+    #: what a tune would do (plan)
+    plan = Fact("orch_plan", Plan)
+    #: where the running server answered (plan)
+    endpoint = Fact("orch_endpoint", Endpoint)
+    #: the host's tuning key (config_source)
+    tuning_key = Fact("orch_tuning_key", TuningKey)
+    #: ``store``, ``tune``, ``shard`` or ``reuse`` (config_source)
+    config_source = Fact("orch_config_source", str)
+    #: the host's part in its group (config_source)
+    group_role = Fact("orch_group_role", GroupRole)
+    #: the paths the install wrote, ``list[str]`` (install)
+    installed = Fact("orch_installed", list)
+    #: the benchmark labelled ``label``: ``bench(label)`` (bench)
+    bench = Fact("orch_bench_*", BenchResult)
+    #: runs a dead controller left unfinished, the host's run records (recover_select)
+    unfinished = Fact("orch_unfinished", list)
+    #: the host run record a rollback undoes (rollback_select)
+    rollback_target = Fact("orch_rollback_target", dict)
+    #: paths a rollback put back, ``list[str]`` (rollback_restore)
+    restored_paths = Fact("orch_restored_paths", list)
+    #: paths a rollback removed, ``list[str]`` (rollback_restore)
+    deleted_paths = Fact("orch_deleted_paths", list)
 
     def __init__(self, variables: Mapping[str, Any]):
         self._vars = variables
