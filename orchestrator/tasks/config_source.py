@@ -49,6 +49,8 @@ def config_source(ctx, space: Literal["smoke", "fast", "full"], batch_sizes: lis
     its group's tune, or another host's tune (``orch_config_source``; see the module docstring).
     Refuses, before anything is stopped, a model whose weights the tuner cannot run."""
     probe = ctx.facts.probe
+    if probe is None:
+        raise TaskFailed("no probe of this host (orch_probe): run the probe task before config_source")
     names = probe.file_names or {}
     key = tuning_key(probe, space, batch_sizes, provider)
     kh = key_hash(key)
