@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from .atomic import write_text
 from .errors import OrchError
+from .facts.probe import ProbeFacts
+from .facts.summary import RunSummary, finite, speedup_stats
 from .records.layout import (CONFIGS, HOSTS, INSTALL_MANIFEST, PROBE, RECAP, REPORT_HTML, RESULT, RUN, RUNS,
                              TUNE_REPORT, bench_file, host_dir)
 
@@ -43,7 +45,6 @@ import datetime as _dt
 import hashlib
 import io
 import json
-import math
 import re
 import shlex
 from pathlib import Path
@@ -102,25 +103,6 @@ def _read_json(path: Path, required: bool = False) -> Any:
         return {"_unreadable": f"{path.name}: {exc}"}
 
 
-def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
-def _geomean(vals: list[float]) -> float | None:
-    vals = [v for v in vals if v and v > 0]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
-
-
-def speedup_stats(values) -> tuple[float, float, float] | None:
-    """``(geometric mean, min, max)`` of per-batch-size kernel speedups (``speedup_vs_default``:
-    default µs / tuned µs, from the payload's tuner), ignoring missing and non-positive values;
-    None when there is none. The one summary both the HTML report and the terminal show."""
-    vals = [v for v in (_num(x) for x in values) if v and v > 0]
-    if not vals:
-        return None
-    return _geomean(vals), min(vals), max(vals)
-
-
 def _kernel_rows(tune: dict | None) -> list[dict]:
     """Per batch size rows from a tuner report.json (sorted by M)."""
     rows = []
@@ -131,11 +113,11 @@ def _kernel_rows(tune: dict | None) -> list[dict]:
             continue
         if not isinstance(r, dict):
             continue
-        rows.append({"M": m, "default_us": _num(r.get("default_us")), "shipped_us": _num(r.get("shipped_us")),
-                     "tuned_us": _num(r.get("tuned_us")), "speedup_default": _num(r.get("speedup_vs_default")),
-                     "speedup_shipped": _num(r.get("speedup_vs_shipped")), "up": r.get("up"),
+        rows.append({"M": m, "default_us": finite(r.get("default_us")), "shipped_us": finite(r.get("shipped_us")),
+                     "tuned_us": finite(r.get("tuned_us")), "speedup_default": finite(r.get("speedup_vs_default")),
+                     "speedup_shipped": finite(r.get("speedup_vs_shipped")), "up": r.get("up"),
                      "down": r.get("down"), "default_config": r.get("default_config"),
-                     "evaluated": r.get("evaluated"), "rel_err": _num(r.get("rel_err"))})
+                     "evaluated": r.get("evaluated"), "rel_err": finite(r.get("rel_err"))})
     return sorted(rows, key=lambda r: r["M"])
 
 
@@ -150,14 +132,14 @@ def _bench_rows(before: dict | None, after: dict | None) -> list[dict]:
     rows = []
     for c in sorted(by):
         row = by[c]
-        b = _num((row["before"] or {}).get("output_throughput"))
-        a = _num((row["after"] or {}).get("output_throughput"))
+        b = finite((row["before"] or {}).get("output_throughput"))
+        a = finite((row["after"] or {}).get("output_throughput"))
         row["change_pct"] = (a - b) / b * 100.0 if a is not None and b else None
         rows.append(row)
     return rows
 
 
-def _installed(manifest: dict | None, summary: dict) -> list[dict]:
+def _installed(manifest: dict | None, summary: RunSummary) -> list[dict]:
     files = (manifest or {}).get("files") if isinstance(manifest, dict) else None
     if isinstance(files, list) and files:
         return [{"path": f.get("path"), "action": f.get("action") or ("replaced" if f.get("existed") else "created"),
@@ -165,7 +147,7 @@ def _installed(manifest: dict | None, summary: dict) -> list[dict]:
                  "sha256_after": f.get("sha256_after"), "backup": f.get("backup"), "bytes": f.get("bytes_after")}
                 for f in files if isinstance(f, dict)]
     return [{"path": p, "action": "installed", "existed": None, "sha256_before": None, "sha256_after": None,
-             "backup": None, "bytes": None} for p in (summary.get("installed") or [])]
+             "backup": None, "bytes": None} for p in (summary.installed or [])]
 
 
 def _configs(host_dir: Path) -> list[dict]:
@@ -185,32 +167,32 @@ def _tasks(events: list[dict], host: str, t0: float | None) -> list[dict]:
     for e in events:
         if e.get("host") != host or e.get("event") != "task":
             continue
-        t = _num(e.get("time"))
+        t = finite(e.get("time"))
         msg = str(e.get("msg") or "")
         out.append({"t": (t - t0) if t is not None and t0 is not None else None, "task": e.get("task"),
                     "status": e.get("status"), "msg": msg[:400] + ("…" if len(msg) > 400 else "")})
     return out
 
 
-def _facts(probe: dict | None, tune: dict | None) -> list[tuple[str, str]]:
-    p, t = probe or {}, tune or {}
-    model = p.get("model") or {}
-    shape = t.get("shape") or {k: model.get(k) for k in ("E", "N", "hidden", "topk") if model.get(k) is not None}
+def _facts(p: ProbeFacts, tune: dict | None) -> list[tuple[str, str]]:
+    t = tune or {}
+    model = p.model
+    shape = t.get("shape") or ({k: getattr(model, k) for k in ("E", "N", "hidden", "topk")
+                                if getattr(model, k) is not None} if model else {})
     naming = t.get("naming") or {}
-    gpus = p.get("gpus") or []
+    gpus = p.gpus
     facts = [
-        ("device name", t.get("device_name") or p.get("device_name")),
-        ("GPUs", f"{len(gpus)} × {gpus[0].get('name')}" if gpus and isinstance(gpus[0], dict) and gpus[0].get("name")
-         else (str(len(gpus)) if gpus else None)),
-        ("SGLang", (p.get("sglang") or {}).get("version")),
-        ("Triton", t.get("triton_version") or p.get("triton_version")),
-        ("config folder", p.get("install_dir")),
-        ("torch", t.get("torch_version") or p.get("torch_version")),
-        ("model", p.get("model_config_path") or naming.get("shape_source")),
-        ("architecture", model.get("architecture")),
+        ("device name", t.get("device_name") or p.device_name),
+        ("GPUs", f"{len(gpus)} × {gpus[0].name}" if gpus and gpus[0].name else (str(len(gpus)) if gpus else None)),
+        ("SGLang", p.sglang.version),
+        ("Triton", t.get("triton_version") or p.triton_version),
+        ("config folder", p.install_dir),
+        ("torch", t.get("torch_version") or p.torch_version),
+        ("model", p.model_config_path or naming.get("shape_source")),
+        ("architecture", model.architecture if model else None),
         ("MoE shape", ", ".join(f"{k}={v}" for k, v in shape.items()) if shape else None),
-        ("TP / EP", f"{model.get('tp')} / {model.get('ep')}" if model.get("tp") else None),
-        ("weights", naming.get("weight_dtype") or model.get("weight_dtype")),
+        ("TP / EP", f"{model.tp} / {model.ep}" if model and model.tp else None),
+        ("weights", naming.get("weight_dtype") or (model.weight_dtype if model else None)),
         ("timed dtype", t.get("dtype")),
         ("tuner", " · ".join(f"{k} {t[k]}" for k in ("provider", "space", "seed") if t.get(k) is not None) or None),
         ("timing", t.get("timing")),
@@ -218,8 +200,8 @@ def _facts(probe: dict | None, tune: dict | None) -> list[tuple[str, str]]:
     return [(k, str(v)) for k, v in facts if v not in (None, "", [])]
 
 
-def _group_key(probe: dict | None, tune: dict | None) -> str | None:
-    name = ((probe or {}).get("file_names") or {}).get("up")
+def _group_key(probe: ProbeFacts, tune: dict | None) -> str | None:
+    name = (probe.file_names or {}).get("up")
     if not name:
         up = ((tune or {}).get("files") or {}).get("up")
         name = str(up).rsplit("/", 1)[-1] if up else None
@@ -243,7 +225,7 @@ def load_run(run_dir: Path) -> dict:
         events = read_events(run_dir)
     except (OSError, ValueError):
         events = []
-    times = [t for t in (_num(e.get("time")) for e in events) if t is not None]
+    times = [t for t in (finite(e.get("time")) for e in events) if t is not None]
     t0, t1 = (min(times), max(times)) if times else (None, None)
 
     names: list[str] = []
@@ -256,8 +238,8 @@ def load_run(run_dir: Path) -> dict:
     for i, name in enumerate(names):
         hd = host_dir(run_dir, name)
         rc = recap.get(name) or _read_json(hd / RESULT) or {}
-        summary = rc.get("summary") or {}
-        probe = _read_json(hd / PROBE)
+        summary = RunSummary.from_dict(rc.get("summary"))
+        probe = ProbeFacts.from_dict(_read_json(hd / PROBE))  # any release's probe.json
         tune = _read_json(hd / TUNE_REPORT)
         before, after = _read_json(hd / bench_file("before")), _read_json(hd / bench_file("after"))
         rows = _kernel_rows(tune)
@@ -271,16 +253,16 @@ def load_run(run_dir: Path) -> dict:
             "has_shipped": any(r["shipped_us"] is not None for r in rows),
             "interpret": bool((tune or {}).get("interpret")),
             "geomean": (speedup_stats(r["speedup_default"] for r in rows) or (None,))[0],
-            "speedup_measured_on": summary.get("speedup_measured_on"),
+            "speedup_measured_on": summary.speedup_measured_on,
             "bench": _bench_rows(before, after),
             "bench_invalid": any(not (lv or {}).get("valid", True) for r in _bench_rows(before, after)
                                  for lv in (r["before"], r["after"])),
             "bench_tool": ((after or before) or {}).get("tool"), "bench_url": ((after or before) or {}).get("url"),
             "bench_settings": ((after or before) or {}).get("settings") or {},
-            "throughput_change_pct": _num(summary.get("throughput_change_pct")),
+            "throughput_change_pct": finite(summary.throughput_change_pct),
             "installed": _installed(_read_json(hd / INSTALL_MANIFEST), summary),
-            "configs": _configs(hd), "reaped": summary.get("reaped") or [], "plan": summary.get("plan"),
-            "extra": {k: json.dumps(v, default=str) for k, v in summary.items() if k not in shown},
+            "configs": _configs(hd), "reaped": summary.reaped or [], "plan": summary.plan,
+            "extra": {k: json.dumps(v, default=str) for k, v in summary.to_dict().items() if k not in shown},
             "facts": _facts(probe, tune), "group": _group_key(probe, tune),
             "tasks": _tasks(events, name, t0), "kernel_png": None, "bench_png": None,
         })
@@ -414,8 +396,8 @@ def bench_plot(rows: list[dict]) -> str | None:
     ax, ax2 = fig.subplots(1, 2)
     for label, marker, ls in (("before", "o", "--"), ("after", "^", "-")):
         for a, field in ((ax, "output_throughput"), (ax2, "median_itl_ms")):
-            pts = [(r["c"], _num(r[label].get(field))) for r in rows
-                   if r[label] and r[label].get("valid", True) and _num(r[label].get(field)) is not None]
+            pts = [(r["c"], finite(r[label].get(field))) for r in rows
+                   if r[label] and r[label].get("valid", True) and finite(r[label].get(field)) is not None]
             if pts:
                 a.plot(*zip(*pts), marker=marker, ls=ls, lw=2, ms=5, color=COLORS[label], label=label)
     cs = [r["c"] for r in rows]
@@ -473,7 +455,7 @@ def have_matplotlib() -> bool:
 # ----------------------------------------------------------------------------- rendering
 
 def _fmt(x, spec: str, suffix: str = "") -> str:
-    return "–" if _num(x) is None else format(float(x), spec) + suffix
+    return "–" if finite(x) is None else format(float(x), spec) + suffix
 
 
 def _cfg(c) -> str:

@@ -12,6 +12,7 @@ time, run id, payload version, provider), ``report.json`` and the config files.
 from __future__ import annotations
 
 from .errors import OrchError
+from .facts.probe import ProbeFacts
 
 import datetime as _dt
 import hashlib
@@ -33,27 +34,26 @@ class StoreError(OrchError):
     """A store entry or an import is invalid; the message names the file."""
 
 
-def tuning_key(probe: dict, space: str, batch_sizes: list[int] | None, provider: str) -> dict[str, Any]:
-    """The tuning key of a host from its payload probe (dict of :data:`KEY_FIELDS`).
+def tuning_key(probe: ProbeFacts, space: str, batch_sizes: list[int] | None, provider: str) -> dict[str, Any]:
+    """The tuning key of a host from its payload probe (``orch_probe``; dict of :data:`KEY_FIELDS`).
 
     ``provider`` ``auto`` is the kernel the payload resolves it to on that host, as its probe
     reports it (``tuner_provider.auto``, decided by ``remote.tuning.support.resolve_provider_name``),
     so two hosts that would tune with different kernels never share files. Raises
     :class:`StoreError` when ``provider`` is ``auto`` and the probe has no answer.
     """
-    model = probe.get("model") or {}
-    sg = probe.get("sglang") or {}
+    model = probe.model
+    shape = {k: getattr(model, k) if model is not None else None
+             for k in ("E", "N", "hidden", "topk", "dtype_selector", "block_shape", "per_channel_quant")}
     if provider == "auto":
-        provider = (probe.get("tuner_provider") or {}).get("auto")
+        provider = probe.tuner_provider.auto
         if provider not in RESOLVED_PROVIDERS:
             raise StoreError(f"the probe reported no tuner_provider.auto (got {provider!r}): "
                              "cannot tell which kernel `tune --provider auto` would run")
     return {
-        "device_name": probe.get("device_name"), "triton_version": probe.get("triton_version"),
-        "provider": provider, "sglang_version": sg.get("version"),
-        "E": model.get("E"), "N": model.get("N"), "hidden": model.get("hidden"), "topk": model.get("topk"),
-        "dtype_selector": model.get("dtype_selector"), "block_shape": model.get("block_shape"),
-        "per_channel_quant": bool(model.get("per_channel_quant")),
+        "device_name": probe.device_name, "triton_version": probe.triton_version,
+        "provider": provider, "sglang_version": probe.sglang.version,
+        **shape, "per_channel_quant": bool(shape["per_channel_quant"]),
         "batch_sizes": sorted(int(b) for b in batch_sizes) if batch_sizes else None, "space": space,
     }
 

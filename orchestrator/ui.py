@@ -15,6 +15,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+from .facts.summary import RunSummary, speedup_stats
+
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "skipped": "cyan", "unreachable": "bold magenta"}
 
 
@@ -137,37 +139,36 @@ def print_table_or_blocks(console: Console, table: Table, blocks: list[Renderabl
         console.print(block)
 
 
-def speedup_text(summary: dict) -> str:
+def speedup_text(summary: RunSummary) -> str:
     """The kernel speedup of a host's summary as both the terminal and the HTML report show it:
     the geometric mean over batch sizes of ``speedup_vs_default`` (default time / tuned time, the
-    payload's numbers; :func:`orchestrator.report.speedup_stats`), its range, and the host it was
-    measured on when the files came from another host of the group (``speedup_measured_on``).
+    payload's numbers; :func:`orchestrator.facts.summary.speedup_stats`), its range, and the host it
+    was measured on when the files came from another host of the group (``speedup_measured_on``).
     ``-`` when nothing was measured."""
-    from .report import speedup_stats
-
-    stats = speedup_stats((summary.get("speedup_vs_default") or {}).values()
-                          if isinstance(summary.get("speedup_vs_default"), dict) else [])
+    stats = speedup_stats(summary.speedups())
     if stats is None:
         return "-"
     gm, lo, hi = stats
     text = f"{gm:.3f}x geo-mean ({lo:.2f}x–{hi:.2f}x)" if hi > lo else f"{gm:.3f}x"
-    if summary.get("speedup_measured_on"):
-        text += f"\nmeasured on {summary['speedup_measured_on']}"
+    if summary.speedup_measured_on:
+        text += f"\nmeasured on {summary.speedup_measured_on}"
     return text
 
 
 def _summary_fields(r) -> list[tuple[str, str]]:
-    s = r.summary or {}
-    files = "\n".join(str(p).rsplit("/", 1)[-1] for p in (s.get("installed") or []))
-    if s.get("rolled_back"):  # a rollback: what it put back and what it removed
-        files = "\n".join([f"restored {str(p).rsplit('/', 1)[-1]}" for p in s.get("installed") or []]
-                          + [f"removed {str(p).rsplit('/', 1)[-1]}" for p in s.get("deleted") or []])
+    s: RunSummary = r.summary
+    files = "\n".join(str(p).rsplit("/", 1)[-1] for p in (s.installed or []))
+    if s.rolled_back:  # a rollback: what it put back and what it removed
+        files = "\n".join([f"restored {str(p).rsplit('/', 1)[-1]}" for p in s.installed or []]
+                          + [f"removed {str(p).rsplit('/', 1)[-1]}" for p in s.deleted or []])
     files = files or "-"
-    b, a = (s.get("bench_before") or {}).get("output_throughput"), (s.get("bench_after") or {}).get("output_throughput")
+    before, after = s.bench_before, s.bench_after
+    b = before.output_throughput if before else None
+    a = after.output_throughput if after else None
     tp = f"{b:.1f} → {a:.1f}" if b and a else (f"→ {a:.1f}" if a else "-")
-    if s.get("throughput_change_pct") is not None:
-        tp += f" ({s['throughput_change_pct']:+.1f}%)"
-    version = (s.get("bench_after") or s.get("bench_before") or {}).get("server_version")
+    if s.throughput_change_pct is not None:
+        tp += f" ({s.throughput_change_pct:+.1f}%)"
+    version = (after or before).server_version if (after or before) else None
     if version and tp != "-":
         tp += f"\nserver: sglang {version}"  # what the server says it is (a test bed's stand-in says so)
     return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]

@@ -7,7 +7,8 @@ and an unscripted one fails the test loudly, so a test says exactly what a task 
   records every call (argv, become).
 - :class:`FakePayload`: ``call(command, args)`` answers from a dict of command -> data (or an
   exception, or a function of the args); records every call.
-- :func:`make_ctx`: a real :class:`orchestrator.engine.context.HostContext` around them.
+- :func:`make_ctx`: a real :class:`orchestrator.engine.context.HostContext` around them; facts
+  given as (partial) JSON become the typed objects their tasks set (:func:`typed_facts`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any, Callable
 
 from orchestrator.connection.base import CommandFailed, CommandResult
 from orchestrator.engine.context import HostContext, RunOptions
+from orchestrator.facts.catalog import HostFacts
+from orchestrator.facts.schema import from_dict
 
 RUN_ID = "20260101T000000Z-tune-abcdef"
 
@@ -113,6 +116,18 @@ class FakePayload:
         return answer
 
 
+def typed_facts(variables: dict[str, Any]) -> dict[str, Any]:
+    """``variables`` with each fact given as JSON (a dict for a record) turned into the typed object
+    its task sets (:class:`orchestrator.facts.catalog.HostFacts`), leniently: fields the test leaves
+    out take the record's defaults (:func:`orchestrator.facts.schema.from_dict`)."""
+    out = dict(variables)
+    for name, value in variables.items():
+        decl = HostFacts.declaration(name)
+        if decl is not None and isinstance(value, dict) and decl.type is not dict:
+            out[name] = from_dict(decl.type, value)
+    return out
+
+
 def make_ctx(tmp_path: Path, variables: dict[str, Any] | None = None, *, check: bool = False,
              connection: Any = None, payload: Any = None, run_id: str = RUN_ID, name: str = "h1",
              **options: Any) -> HostContext:
@@ -121,7 +136,7 @@ def make_ctx(tmp_path: Path, variables: dict[str, Any] | None = None, *, check: 
     opts = RunOptions(run_id=run_id, run_dir=tmp_path / "run", check=check, cancel=threading.Event(), **options)
     events: list[tuple[str, dict]] = []
     lines: list[str] = []
-    ctx = HostContext(name, dict(variables or {}), opts, lambda ev, **f: events.append((ev, f)),
+    ctx = HostContext(name, typed_facts(variables or {}), opts, lambda ev, **f: events.append((ev, f)),
                       echo=lines.append)
     ctx.connection = connection
     ctx.payload = payload

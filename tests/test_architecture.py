@@ -6,6 +6,11 @@
 - (d) at most 6 modules at the top of ``remote/`` (the rest lives in role folders);
 - (e) no import cycle inside ``remote/`` (:func:`import_cycles`, reusable for any package);
 - commands (``COMMANDS`` of ``remote/__main__.py``) never import one another;
+- the controller's layers (:func:`controller_layer_violations`): task modules
+  (``orchestrator/tasks/*``) never import one another, and nothing outside ``orchestrator/tasks/``
+  imports a task module (only the package, whose ``TASKS`` registers them all): what tasks share
+  lives in ``orchestrator/host/`` or ``orchestrator/facts/``; the terminal UI
+  (``orchestrator/ui.py``) never reaches the HTML report (``orchestrator/report.py``);
 - the generic tuner (``remote/tuning/tuner/``) imports no provider module: what is timed and
   compiled is the provider's (``remote/tuning/providers/``), reached through the registry;
 - the GPU measurements in ``bench/`` import from ``remote`` only the modules of
@@ -297,6 +302,68 @@ def test_commands_never_import_one_another():
     assert not bad, "what two commands share belongs in sglang/, host/, bench/common or tuning/support:\n" + \
         "\n".join(bad)
 
+
+TASKS_PACKAGE = "orchestrator.tasks"
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def controller_layer_violations(graph: dict[str, set[str]], tasks: str = TASKS_PACKAGE,
+                                ui: str = "orchestrator.ui", report: str = "orchestrator.report") -> list[str]:
+    """The import edges of ``graph`` (:func:`import_graph` of the controller) that break its layers:
+    a task module (``<tasks>.x``) importing another task module or the package; a module outside
+    the package importing a task module (the package itself, the registry, is fine); ``ui``
+    reaching ``report`` through any chain of imports."""
+    prefix = tasks + "."
+    bad = []
+    for mod, edges in sorted(graph.items()):
+        for target in sorted(edges):
+            if mod.startswith(prefix) and (target == tasks or target.startswith(prefix)):
+                bad.append(f"task module {mod} imports {target}")
+            elif not mod.startswith(prefix) and mod != tasks and target.startswith(prefix):
+                bad.append(f"{mod} imports the task module {target}")
+    if report in _reachable(graph, ui):
+        bad.append(f"{ui} reaches {report}")
+    return bad
+
+
+def test_controller_layers():
+    bad = controller_layer_violations(import_graph(ORCH))
+    assert not bad, ("what two tasks share belongs in orchestrator/host/ (it acts on a host's context) or "
+                     "orchestrator/facts/ (typed facts and pure rules); the UI and the report share "
+                     "orchestrator/facts/summary.py:\n" + "\n".join(bad))
+    assert set(modules_of(ORCH)) >= {"orchestrator.host.endpoint", "orchestrator.host.records"}
+
+
+def test_controller_layer_check_finds_each_kind_of_violation(tmp_path):
+    pkg = _write(tmp_path, {
+        "orch/__init__.py": "",
+        "orch/tasks/__init__.py": "from . import a, b\n",        # the registry: fine
+        "orch/tasks/a.py": "def f():\n    from .b import g\n",  # task -> task (inside a function)
+        "orch/tasks/b.py": "from ..host import shared\n",        # task -> shared helper: fine
+        "orch/host/__init__.py": "",
+        "orch/host/shared.py": "from orch.tasks.a import f\n",    # helper -> task module
+        "orch/cli.py": "from .tasks import b\n",                  # outside -> a task module
+        "orch/ui.py": "from . import stats\n",
+        "orch/stats.py": "from .report import x\n",               # ui reaches report through stats
+        "orch/report.py": "x = 1\n",
+    })
+    bad = controller_layer_violations(import_graph(pkg), tasks="orch.tasks", ui="orch.ui", report="orch.report")
+    assert bad == ["orch.cli imports the task module orch.tasks.b", "orch.host.shared imports the task module orch.tasks.a",
+                   "task module orch.tasks.a imports orch.tasks.b", "orch.ui reaches orch.report"], bad
+    for rel, text in {"orch/tasks/a.py": "from ..host import shared\n", "orch/host/shared.py": "x = 1\n",
+                      "orch/cli.py": "from . import tasks\n", "orch/stats.py": "x = 1\n"}.items():
+        (tmp_path / rel).write_text(text)
+    assert controller_layer_violations(import_graph(pkg), tasks="orch.tasks", ui="orch.ui",
+                                       report="orch.report") == []
 
 def test_the_generic_tuner_imports_no_provider():
     graph = import_graph(REMOTE)

@@ -187,7 +187,7 @@ def cmd_doctor(args) -> int:
     recaps, record = res.recaps, res.record
     rows = {}
     for host, r in recaps.items():
-        row = dict((r.summary or {}).get("doctor") or {})
+        row = dict(r.summary.doctor or {})
         if r.is_failure or not row:
             row = {"verdict": "unreachable" if r.outcome == "unreachable" else "failed", "error": r.cause}
         rows[host] = row

@@ -194,4 +194,4 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
 def recap_dict(r: HostRecap) -> dict[str, Any]:
     """A host's recap as JSON (``recap.json``, ``--json``)."""
     return {"outcome": r.outcome, "cause": r.cause, "ok": r.ok, "changed": r.changed, "failed": r.failed,
-            "unreachable": r.unreachable, "skipped": r.skipped, "rescued": r.rescued, "summary": r.summary}
+            "unreachable": r.unreachable, "skipped": r.skipped, "rescued": r.rescued, "summary": r.summary.to_dict()}

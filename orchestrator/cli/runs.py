@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..facts.summary import RunSummary
 from ..ui import field_block, fits, print_table_or_blocks
 from .common import add_host_flags, batching
 from .run import run_playbook
@@ -19,11 +20,12 @@ RUN_COLUMNS = ("host", "run id", "created", "action", "files changed", "output t
 
 def run_fields(run: dict) -> list[tuple[str, str]]:
     """``(column, text)`` of one run record of a host (:data:`RUN_COLUMNS` without host): file
-    names whole, one per line, with what the run did to each."""
+    names whole, one per line, with what the run did to each. The run's summary is read as the
+    run that wrote it recorded it (:meth:`RunSummary.from_dict`, any release's)."""
     st = run.get("state") or {}
-    summ = ((st.get("data") or {}).get("summary")) or {}
-    b = (summ.get("bench_before") or {}).get("output_throughput")
-    a = (summ.get("bench_after") or {}).get("output_throughput")
+    summ = RunSummary.from_dict((st.get("data") or {}).get("summary"))
+    b = summ.bench_before.output_throughput if summ.bench_before else None
+    a = summ.bench_after.output_throughput if summ.bench_after else None
     tp = f"{b:.1f} → {a:.1f}" if b and a else (f"→ {a:.1f}" if a else "-")
     files = "\n".join(f"{c.get('action')}: {str(c.get('path')).rsplit('/', 1)[-1]}"
                       for c in run.get("changed") or []) or "-"
@@ -54,7 +56,7 @@ def runs_table(recaps: dict, only_host: str | None = None) -> Table:
         if r.is_failure:
             t.add_row(host, "-", "-", "-", "-", "-", Text(r.outcome, style="red"))
             continue
-        for run in (r.summary or {}).get("runs") or []:
+        for run in r.summary.runs or []:
             t.add_row(host, *(Text(v) for _, v in run_fields(run)))
     return t
 
@@ -70,7 +72,7 @@ def print_runs(console: Console, recaps: dict, only_host: str | None = None) -> 
         blocks = []
         for host, r in _selected(recaps, only_host):
             if not r.is_failure:
-                for run in (r.summary or {}).get("runs") or []:
+                for run in r.summary.runs or []:
                     (_, run_id), *fields = run_fields(run)
                     fields = [("output tok/s", "before → after: " + v) if k.startswith("output tok/s") else (k, v)
                               for k, v in fields]
@@ -88,7 +90,7 @@ def cmd_runs(args) -> int:
     recaps = res.recaps
     res.record.close()
     if args.json:
-        print(json.dumps({h: {"outcome": r.outcome, "cause": r.cause, "runs": (r.summary or {}).get("runs")}
+        print(json.dumps({h: {"outcome": r.outcome, "cause": r.cause, "runs": r.summary.runs}
                           for h, r in recaps.items()}, indent=2, default=str))
     else:
         print_runs(Console(), recaps, args.host)

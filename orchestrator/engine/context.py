@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..connection.deadline import time_left
+from ..facts.catalog import HostFacts
+from ..facts.summary import RunSummary
 from ..records.layout import host_dir
 
 
@@ -55,8 +57,9 @@ class HostRun:
     log before the last start, so only that start's lines are read); ``payload`` (version,
     sha256, root of the pushed payload) and ``payload_tmp`` (check mode's temp folder);
     ``locked`` / ``heartbeat`` (the host lock and the thread renewing it); ``record_state`` /
-    ``record_action`` (what the host's run record says). ``summary``: the JSON-able summary of the
-    host written to the run record and shown by the UI and the report. ``on_done``: callables
+    ``record_action`` (what the host's run record says). ``summary``: what the run did on the
+    host (:class:`orchestrator.facts.summary.RunSummary`), written to the run records and shown by
+    the UI and the report. ``on_done``: callables
     ``fn(ctx)`` run when the host's play ends, whatever happened (stop the heartbeat, remove the
     check-mode temp folder).
     """
@@ -75,7 +78,7 @@ class HostRun:
     heartbeat: Any = None
     record_state: str | None = None
     record_action: str = "tune"
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=RunSummary)
     on_done: list[Callable[[Any], None]] = field(default_factory=list)
 
     def when_done(self, fn: Callable[[Any], None]) -> None:
@@ -88,7 +91,8 @@ class HostContext:
     """Everything a task module sees for one host.
 
     ``vars``: merged inventory/play/extra variables plus facts and registered results;
-    ``run``: what this run did on the host (:class:`HostRun`); ``connection``: the host's
+    ``facts``: the facts earlier tasks set, typed (:class:`orchestrator.facts.catalog.HostFacts`:
+    ``ctx.facts.unit``, ``ctx.facts.probe``, ...); ``run``: what this run did on the host (:class:`HostRun`); ``connection``: the host's
     connection (opened by the ``connect`` task); ``payload``: the payload client (set by
     ``payload``); ``check``: whether the running task is in check mode (``--check``, or the
     task's ``check_mode:`` keyword); ``emit(event, **fields)`` appends to the run's
@@ -100,6 +104,7 @@ class HostContext:
                  echo: Callable[[str], None] | None = None):
         self.name = name
         self.vars = variables
+        self.facts = HostFacts(variables)
         self.options = options
         self.run = HostRun()
         self.connection = None

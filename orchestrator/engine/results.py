@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OrchError
+from ..facts.summary import RunSummary
 
 OK, CHANGED, FAILED, SKIPPED, UNREACHABLE = "ok", "changed", "failed", "skipped", "unreachable"
 
@@ -66,7 +67,8 @@ class TaskResult:
 
 @dataclass
 class HostRecap:
-    """Counters and outcome of one host over a play (the PLAY RECAP row)."""
+    """Counters and outcome of one host over a play (the PLAY RECAP row); ``summary``: what the
+    run did on the host (the host's :attr:`HostRun.summary <orchestrator.engine.context.HostRun>`)."""
 
     host: str
     ok: int = 0
@@ -77,7 +79,7 @@ class HostRecap:
     rescued: int = 0
     outcome: str = "not started"  # completed | failed | unreachable | not started | check
     cause: str = ""
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=RunSummary)
 
     def count(self, status: str) -> None:
         setattr(self, status, getattr(self, status) + 1)

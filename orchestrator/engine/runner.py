@@ -27,6 +27,8 @@ from .. import templating
 from ..connection import CommandTimeout, ConnectError, HostUnreachable
 from ..connection.deadline import task_deadline
 from ..errors import internal_error
+from ..facts.catalog import HostFacts
+from ..facts.schema import FactError
 from .batching import batch_failed, order_hosts, serial_batches
 from .context import HostContext, RunOptions
 from .playbook import Block, Play, Step, Task
@@ -140,7 +142,7 @@ class Engine:
                 except Exception as exc:  # must not keep the host from finishing
                     self.emit("internal_error", host=host.name, error=f"on_done {getattr(fn, '__name__', fn)}: {exc}")
             _hook(self.options.hooks, "host_done", host.name)
-            recap.summary = dict(ctx.run.summary)
+            recap.summary = ctx.run.summary
             ctx.close()
 
     def _steps(self, steps: list[Step], ctx: HostContext, recap: HostRecap, protected: bool) -> None:
@@ -244,6 +246,10 @@ class Engine:
         undeclared = sorted(k for k in result.facts if not spec.allows_fact(k))
         if undeclared:
             raise RuntimeError(f"task {spec.name} set undeclared facts {undeclared} (declared: {list(spec.sets)})")
+        try:
+            HostFacts.check(result.facts)
+        except FactError as exc:
+            raise RuntimeError(f"task {spec.name}: {exc}") from None
         return result
 
     @staticmethod

@@ -18,8 +18,9 @@ over ``argument_spec``, ``supports_check_mode`` and ``RETURN``::
   or :data:`AWARE` (it runs under ``--check`` and changes nothing there itself, reading
   ``ctx.check``).
 - **sets**: the facts (host variables) it returns in ``TaskResult.facts``; the engine merges
-  them into the host's variables and refuses undeclared ones. ``fnmatch`` patterns allowed
-  (``orch_bench_*``).
+  them into the host's variables and refuses undeclared ones, and ones of another type than
+  :class:`orchestrator.facts.catalog.HostFacts` declares (where later tasks read them, typed, as
+  ``ctx.facts``). ``fnmatch`` patterns allowed (``orch_bench_*``).
 
 Playbooks are checked against these declarations when they are loaded
 (:func:`orchestrator.engine.playbook.load_playbook`), before any host is contacted;

@@ -26,25 +26,26 @@ def model_flags(ctx) -> list[str]:
     unit's ``--download-dir`` is passed with the unit's own model. ``orch_device_name`` becomes
     ``--device-name``. Raises :class:`TaskFailed` when the unit names no model.
     """
-    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
-    model = (ctx.vars.get("orch_model_config") or (ctx.vars.get("orch_probe") or {}).get("model_config_path")
-             or server.get("model_path"))
+    server = ctx.facts.server
+    probed = ctx.facts.probe
+    model = (ctx.vars.get("orch_model_config") or (probed.model_config_path if probed is not None else None)
+             or server.model_path)
     if not model:
         raise TaskFailed("the unit has no --model-path (nor a --config file giving one) and orch_model_config "
                          "is not set")
     return model_argv({
         "model_config": str(model),
-        "download_dir": None if ctx.vars.get("orch_model_config") else server.get("download_dir"),
-        "tp": server.get("tp") or 1,
-        "ep": server.get("ep") or 1,
-        "dtype": server.get("dtype") if server.get("dtype") not in (None, "", "auto") else None,
-        "quantization": server.get("quantization") or None,
-        "disable_shared_experts_fusion": bool(server.get("disable_shared_experts_fusion")),
+        "download_dir": None if ctx.vars.get("orch_model_config") else server.download_dir,
+        "tp": server.tp or 1,
+        "ep": server.ep or 1,
+        "dtype": server.dtype if server.dtype not in (None, "", "auto") else None,
+        "quantization": server.quantization or None,
+        "disable_shared_experts_fusion": bool(server.disable_shared_experts_fusion),
         "device_name": str(ctx.vars["orch_device_name"]) if ctx.vars.get("orch_device_name") else None,
     })
 
 
 def payload_env(ctx) -> dict[str, str]:
     """Environment of the unit the payload must see (:data:`PAYLOAD_ENV_KEYS` that the unit sets)."""
-    env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
+    env = ctx.facts.environment
     return {k: env[k] for k in PAYLOAD_ENV_KEYS if k in env}

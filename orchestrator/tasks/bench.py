@@ -2,7 +2,7 @@
 
 The URL is ``orch_bench_url`` when set, else the address where ``plan`` found the server
 answering on the host (``orch_endpoint``), else the first address its ``--host``/``--port`` give
-(:func:`orchestrator.tasks.readiness.endpoint_candidates`).
+(:func:`orchestrator.host.endpoint.endpoint_candidates`).
 
 The payload's ``bench`` command drives the server with fixed random-token prompts,
 streaming, and reports ``sglang.bench_serving``'s metric names (``output_throughput``
@@ -18,18 +18,10 @@ from typing import Literal
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
+from ..facts.bench import BenchResult
+from ..facts.schema import FactError
+from ..host.endpoint import endpoint_candidates, endpoint_of
 from ..records.layout import bench_file
-from .readiness import endpoint_candidates, endpoint_of
-
-
-def server_of(ctx) -> dict:
-    """The parsed launch command of the unit (``orch_unit.server``)."""
-    return (ctx.vars.get("orch_unit") or {}).get("server") or {}
-
-
-def _top(levels: list[dict]) -> dict:
-    valid = [lv for lv in levels if lv.get("valid", True)]
-    return max(valid or levels, key=lambda lv: lv.get("max_concurrency", 0)) if levels else {}
 
 
 @task("bench", sets=("orch_bench_*",))
@@ -45,8 +37,8 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
     with more than 1% failed requests is invalid and fails the task.
     """
     endpoint = endpoint_of(ctx)
-    url = ctx.vars.get("orch_bench_url") or (endpoint["url"] if endpoint["via"] == "host"
-                                             else endpoint_candidates(server_of(ctx))[0])
+    url = ctx.vars.get("orch_bench_url") or (endpoint.url if endpoint.via == "host"
+                                             else endpoint_candidates(ctx.facts.server)[0])
     conc = [int(c) for c in concurrency]
     args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
             "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool]
@@ -56,14 +48,13 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
                             on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
                                                                total=m.get("total", 0)))
     (ctx.host_dir / bench_file(label)).write_text(json.dumps(data, indent=2, sort_keys=True))
-    top = _top(data.get("levels") or [])
+    try:
+        result = BenchResult.parse(data, "bench")
+    except FactError as exc:
+        raise TaskFailed(f"{exc} (the payload's bench answer; {ctx.host_dir / bench_file(label)})") from None
+    top = result.top()
     summary = ctx.run.summary
-    summary[f"bench_{label}"] = {"output_throughput": top.get("output_throughput"),
-                                 "total_throughput": top.get("total_throughput"),
-                                 "max_concurrency": top.get("max_concurrency"),
-                                 "median_ttft_ms": top.get("median_ttft_ms"),
-                                 "median_itl_ms": top.get("median_itl_ms"), "valid": top.get("valid", True),
-                                 "server_version": data.get("server_version")}
+    summary.benches[label] = result.summary()
     otp = top.get("output_throughput")
     msg = (f"{label}: {otp:.1f} output tok/s at concurrency {top.get('max_concurrency')}"
            if otp is not None else f"{label}: no throughput measured")
@@ -71,19 +62,18 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
         raise TaskFailed(msg + f" (invalid level: {top.get('failed')} failed requests)", data)
     if compare_to:
         # compare the same concurrency: the highest level valid in both runs
-        ref_levels = ((ctx.vars.get(f"orch_bench_{compare_to}") or {}).get("levels")) or []
-        ok_before = {lv.get("max_concurrency"): lv for lv in ref_levels if lv.get("valid", True)}
-        ok_after = {lv.get("max_concurrency"): lv for lv in data.get("levels") or [] if lv.get("valid", True)}
+        reference = ctx.facts.bench(compare_to) or BenchResult()
+        ok_before, ok_after = reference.valid_levels(), result.valid_levels()
         common = sorted(set(ok_before) & set(ok_after), key=lambda c: c or 0)
         ref = ok_before[common[-1]] if common else {}
-        if not common and ref_levels:
+        if not common and reference.levels:
             raise TaskFailed(f"{label}: no concurrency level valid both {compare_to} and after; cannot compare", data)
         if ref.get("output_throughput") and ok_after[common[-1]].get("output_throughput") is not None:
             before, after = float(ref["output_throughput"]), float(ok_after[common[-1]]["output_throughput"])
             change = (after - before) / before * 100.0
-            summary["throughput_change_pct"] = round(change, 2)
+            summary.throughput_change_pct = round(change, 2)
             msg += f" ({compare_to} {before:.1f}, {change:+.1f}%)"
             if change < -float(regression_threshold):
                 raise TaskFailed(f"throughput regression: {msg}; threshold -{regression_threshold}%",
                                  {"before": before, "after": after, "change_pct": change})
-    return TaskResult.ok(msg, facts={f"orch_bench_{label}": data}, **data)
+    return TaskResult.ok(msg, facts={f"orch_bench_{label}": result}, **data)

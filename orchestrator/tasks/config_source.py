@@ -5,7 +5,8 @@ Runs after ``plan`` and before the unit is stopped. Sets ``orch_config_source``:
 - ``store``: the controller's store has a result for this host's tuning key (reused
   unless ``--retune``): nothing is tuned;
 - ``tune`` / ``shard``: this host tunes (all batch sizes, or its slice with
-  ``--shard-tuning``); the ``tune`` task publishes the result to the group;
+  ``--shard-tuning``); the ``tune`` task publishes the result to the group
+  (:func:`orchestrator.host.sharing.publish_result`);
 - ``reuse``: another host of the same key tunes; this host waits for its result while
   its server keeps serving, then installs the same bytes.
 """
@@ -21,25 +22,13 @@ from remote.sglang.defaults import DEFAULT_BATCH_SIZES
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..records.layout import CONFIGS, TUNE_REPORT
+from ..facts.catalog import GroupRole, TuningKey
+from ..facts.summary import ConfigSource
+from ..host.sharing import write_configs
+from ..records.layout import TUNE_REPORT
 from ..store import ConfigStore, key_hash, tuning_key
-from .probe import untunable_reason
 
 FACTS = ("orch_tuning_key", "orch_config_source", "orch_group_role")
-
-
-def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[str, str]:
-    """Write ``configs`` (role -> SGLang config dict) under the host's record as the exact file names."""
-    from remote.sglang.configfile import dumps_config
-
-    out = {}
-    d = ctx.host_dir / CONFIGS
-    d.mkdir(parents=True, exist_ok=True)
-    for role, cfg in configs.items():
-        path = d / names[role]
-        path.write_text(dumps_config(cfg))
-        out[role] = str(path)
-    return out
 
 
 def reused_speedup(ctx, report: dict | None, measured_on: str | None) -> None:
@@ -51,8 +40,8 @@ def reused_speedup(ctx, report: dict | None, measured_on: str | None) -> None:
              if isinstance(row, dict)}
     if per_m and measured_on:
         summary = ctx.run.summary
-        summary["speedup_vs_default"] = per_m
-        summary["speedup_measured_on"] = measured_on
+        summary.speedup_vs_default = per_m
+        summary.speedup_measured_on = measured_on
 
 
 @task("config_source", check_mode=READ_ONLY, sets=FACTS)
@@ -61,11 +50,13 @@ def config_source(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | N
     """Decide where this host's files come from: the controller's store, its own tune, a shard of
     its group's tune, or another host's tune (``orch_config_source``; see the module docstring).
     Refuses, before anything is stopped, a model whose weights the tuner cannot run."""
-    probe = ctx.vars.get("orch_probe") or {}
-    names = probe.get("file_names") or {}
+    probe = ctx.facts.probe
+    if probe is None:
+        raise TaskFailed("no probe of this host (orch_probe): run the probe task before config_source")
+    names = probe.file_names or {}
     key = tuning_key(probe, space, batch_sizes, provider)
     kh = key_hash(key)
-    facts = {"orch_tuning_key": {"hash": kh, **key}}
+    facts = {"orch_tuning_key": TuningKey(kh, key)}
     groups = ctx.options.fleet
     store = ConfigStore(ctx.options.state_dir) if ctx.options.state_dir else None
     entry = store.get(key) if (store and not ctx.options.retune) else None
@@ -82,9 +73,9 @@ def config_source(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | N
                 (ctx.host_dir / TUNE_REPORT).write_text(entry.report.read_text())
                 reused_speedup(ctx, json.loads(entry.report.read_text()),
                                f"{prov.get('host')} (run {prov.get('run_id')})" if prov.get("host") else None)
-        ctx.run.summary["config_source"] = {"source": "store", "key": kh}
+        ctx.run.summary.config_source = ConfigSource("store", kh)
         return TaskResult.ok(msg, facts=facts, source="store", key=kh)
-    why = untunable_reason(probe.get("model"))
+    why = probe.untunable_reason()
     if why:  # refuse before the unit is stopped: nothing on the host has changed
         raise TaskFailed(why)
     if groups is None:
@@ -96,9 +87,9 @@ def config_source(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | N
     except TimeoutError as exc:
         raise TaskFailed(str(exc)) from None
     facts["orch_config_source"] = role.kind
-    facts["orch_group_role"] = {"kind": role.kind, "key": kh, "members": role.members, "tuner": role.tuner,
-                                "batch_sizes": role.batch_sizes, "shard_index": role.shard_index}
-    ctx.run.summary["config_source"] = {"source": role.kind, "key": kh, "group": role.members}
+    facts["orch_group_role"] = GroupRole(kind=role.kind, key=kh, members=role.members, tuner=role.tuner,
+                                         batch_sizes=role.batch_sizes, shard_index=role.shard_index)
+    ctx.run.summary.config_source = ConfigSource(role.kind, kh, role.members)
     group = f"group {kh} of {len(role.members)}: {', '.join(role.members)}"
     if role.kind == "tune":
         return TaskResult.ok(("would tune" if ctx.check else "tuning") + f" for {group}", facts=facts, source="tune",
@@ -118,39 +109,3 @@ def config_source(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | N
         (ctx.host_dir / TUNE_REPORT).write_text(json.dumps(result["report"], indent=2))
         reused_speedup(ctx, result["report"], role.tuner)
     return TaskResult.ok(f"reusing the configs {role.tuner} tuned for {group}", facts=facts, source="reuse", key=kh)
-
-
-def publish_result(ctx, files: dict[str, str], report_path: str | None, provenance: dict) -> dict[str, str]:
-    """After ``tune`` on this host: publish to the group and the store; returns the files to install.
-
-    A shard host waits for the merged result of all shards and returns it.
-    """
-    role = ctx.vars.get("orch_group_role") or {}
-    kh = (ctx.vars.get("orch_tuning_key") or {}).get("hash")
-    key = {k: v for k, v in (ctx.vars.get("orch_tuning_key") or {}).items() if k != "hash"}
-    groups = ctx.options.fleet
-    names = (ctx.vars.get("orch_probe") or {}).get("file_names") or {}
-    configs = {r: json.loads(open(p).read()) for r, p in files.items()}
-    report = json.loads(open(report_path).read()) if report_path else None
-    result = {"configs": configs, "report": report}
-    if groups is not None and role.get("kind") == "shard":
-        groups.publish(kh, result, shard=role.get("shard_index", 0), merge=groups.merged)
-        try:
-            merged = groups.wait_result(kh, cancel=ctx.options.cancel)
-        except RuntimeError as exc:
-            raise TaskFailed(f"shard merge failed: {exc}") from None
-        files = write_configs(ctx, merged["configs"], names)
-        result = merged
-    elif groups is not None and kh:
-        groups.publish(kh, result)
-    if ctx.options.state_dir and kh and (role.get("kind") != "shard" or role.get("shard_index") == 0):
-        report_file = ctx.host_dir / TUNE_REPORT
-        ConfigStore(ctx.options.state_dir).put(key, files, report_file if report_file.exists() else None, provenance)
-    return files
-
-
-def publish_failure(ctx, error: str) -> None:
-    """Tell hosts waiting on this host's key that its tuning failed (they fail at once)."""
-    kh = (ctx.vars.get("orch_tuning_key") or {}).get("hash")
-    if ctx.options.fleet is not None and kh:
-        ctx.options.fleet.publish(kh, None, error=f"{ctx.name}: {error}")

@@ -32,18 +32,23 @@ from remote.sglang.runner import MoeRunner, moe_runner, probe_inputs
 
 from ..engine.results import TaskResult
 from ..engine.task import READ_ONLY, task
+from ..facts.catalog import server_of
 from ..facts.files import changed_since_start, config_problem
 from ..facts.journal import last_start, start_failure, unit_log
+from ..facts.probe import ProbeFacts
 from ..facts.processes import unit_pids
-from .reap import unit_gpu_devices
-from .records import records
+from ..facts.schema import from_dict
+from ..facts.unit import ServerArgs, UnitFacts
+from ..host.devices import unit_gpu_devices
+from ..host.records import records
 
 
 @dataclass
 class DoctorFacts:
     """What :func:`classify` decides from (all gathered read-only).
 
-    ``unit``: ``orch_unit`` (the unit's facts); ``probe``: ``orch_probe``; ``log``: the parsed
+    ``unit``: ``orch_unit`` (the unit's facts, :class:`~orchestrator.facts.unit.UnitFacts`); ``probe``:
+    ``orch_probe`` (:class:`~orchestrator.facts.probe.ProbeFacts`); ``log``: the parsed
     lines of the unit's last start (None when its log holds no start); ``file_errors``: role ->
     why the file SGLang would load is invalid (None: valid or absent); ``changed_since_start``:
     paths of files SGLang would load that were replaced after the last start; ``orphans``: GPU
@@ -52,8 +57,8 @@ class DoctorFacts:
     that says why it failed (None when none does).
     """
 
-    unit: dict[str, Any]
-    probe: dict[str, Any]
+    unit: UnitFacts
+    probe: ProbeFacts
     log: MoeLogReport | None
     file_errors: dict[str, str | None] = field(default_factory=dict)
     changed_since_start: list[str] = field(default_factory=list)
@@ -64,12 +69,12 @@ class DoctorFacts:
 
 def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
     probe = f.probe
-    names = probe.get("file_names") or {}
-    install_dir = probe.get("install_dir") or ""
-    ex = (probe.get("existing") or {}).get(role) or {}
-    return {"name": names.get(role), "in_installed_folder": bool(ex.get("in_installed_folder")),
-            "other_folders": [d for d in ex.get("folders") or [] if d != probe.get("triton_folder")],
-            "sglang_would_load": ex.get("sglang_would_load"), "fallback_error": ex.get("fallback_error"),
+    names = probe.file_names or {}
+    install_dir = probe.install_dir or ""
+    ex = probe.existing_file(role)
+    return {"name": names.get(role), "in_installed_folder": ex.in_installed_folder,
+            "other_folders": [d for d in ex.folders if d != probe.triton_folder],
+            "sglang_would_load": ex.sglang_would_load, "fallback_error": ex.fallback_error,
             "error": f.file_errors.get(role),
             "path": posixpath.join(install_dir, names[role]) if names.get(role) and install_dir else None}
 
@@ -86,7 +91,7 @@ def _logged(rep: MoeLogReport | None, up: dict, down: dict) -> str | None:
             "default": "default", "none": "none"}[rep.overall]
 
 
-def not_triton_why(runner: MoeRunner, server: dict, environment: dict) -> str:
+def not_triton_why(runner: MoeRunner, server: ServerArgs, environment: dict[str, str]) -> str:
     """The doctor's ``why`` for a server whose MoE runner reads no Triton config file: the
     runner's reason (:func:`remote.sglang.runner.moe_runner`), what it means for ``orch tune``,
     and where FlashInfer keeps its autotuning. Pure."""
@@ -94,8 +99,8 @@ def not_triton_why(runner: MoeRunner, server: dict, environment: dict) -> str:
     if (runner.runner or "").startswith("flashinfer"):
         cache = environment.get("SGLANG_CACHE_DIR") or "~/.cache/sglang"
         why += (f". FlashInfer autotunes at start-up on SM90+ (cache {cache}/flashinfer/autotune/)"
-                + ("; --disable-flashinfer-autotune is SET, so it runs untuned" if server.get(
-                    "disable_flashinfer_autotune") else ""))
+                + ("; --disable-flashinfer-autotune is SET, so it runs untuned" if server.disable_flashinfer_autotune
+                   else ""))
     return why
 
 
@@ -103,27 +108,27 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     """The doctor's row for one host: the facts shown in the table plus ``verdict``, ``why`` and
     ``notes`` (see the module docstring for the verdicts). Pure: reads only ``f``."""
     unit, probe = f.unit, f.probe
-    server = unit.get("server") or {}
-    backend = server.get("moe_runner_backend") or "auto"
-    sg = probe.get("sglang") or {}
-    model = probe.get("model") or {}
+    server = server_of(unit)
+    backend = server.moe_runner_backend or "auto"
+    sg = probe.sglang
+    model = probe.model
     rep = f.log
-    runner = moe_runner(backend=backend, quantization=server.get("quantization"), ep=server.get("ep"),
-                        a2a_backend=server.get("moe_a2a_backend"), log=rep, **probe_inputs(probe))
-    notes: list[str] = list(probe.get("warnings") or [])
+    runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
+                        a2a_backend=server.moe_a2a_backend, log=rep, **probe_inputs(probe.to_dict()))
+    notes: list[str] = list(probe.warnings)
     up, down = _file_info(f, "up"), _file_info(f, "down")
     row = {
-        "gpus": [g.get("name") for g in probe.get("gpus") or []], "device_name": probe.get("device_name"),
-        "capability": ((probe.get("gpus") or [{}])[0]).get("capability"),
-        "triton_version": probe.get("triton_version"), "sglang_version": sg.get("version"),
-        "configs_root": sg.get("configs_root"),
-        "moe_config_dir": (unit.get("environment") or {}).get("SGLANG_MOE_CONFIG_DIR"), "backend": backend,
-        "tp": server.get("tp"), "ep": server.get("ep"), "E": model.get("E"), "N": model.get("N"),
-        "dtype_selector": model.get("dtype_selector"), "file_names": probe.get("file_names") or {},
+        "gpus": [g.name for g in probe.gpus], "device_name": probe.device_name,
+        "capability": probe.gpus[0].capability if probe.gpus else None,
+        "triton_version": probe.triton_version, "sglang_version": sg.version,
+        "configs_root": sg.configs_root,
+        "moe_config_dir": unit.environment.get("SGLANG_MOE_CONFIG_DIR"), "backend": backend,
+        "tp": server.tp, "ep": server.ep, "E": model.E if model else None, "N": model.N if model else None,
+        "dtype_selector": model.dtype_selector if model else None, "file_names": probe.file_names or {},
         "files": {"up": up, "down": down},
         "log": ({"loaded": rep.loaded, "fallback": rep.fallback, "default": rep.default,
                  "down_missing": rep.down_missing, "suboptimal": rep.suboptimal} if rep else None),
-        "orphans": list(f.orphans), "unit_state": unit.get("active_state"), "installed_by_run": None,
+        "orphans": list(f.orphans), "unit_state": unit.active_state, "installed_by_run": None,
         "runner": runner.to_dict(),
     }
     invalid = [f"{posixpath.basename(posixpath.dirname(i['sglang_would_load']))}/"
@@ -131,14 +136,14 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
                for i in (up, down) if i["error"] and i["sglang_would_load"]]
     if runner.reads_triton_configs is False:
         verdict = "not-triton"
-        why = not_triton_why(runner, server, unit.get("environment") or {})
+        why = not_triton_why(runner, server, unit.environment)
     elif invalid or any("unparsable" in str(i.get("fallback_error") or "") for i in (up, down)):
         verdict = "broken"
         why = "; ".join(invalid) or f"{up.get('fallback_error') or down.get('fallback_error')}"
-    elif rep is not None and not rep.any_lookup and not rep.ready and unit.get("active_state") in ("failed", "inactive"):
+    elif rep is not None and not rep.any_lookup and not rep.ready and unit.active_state in ("failed", "inactive"):
         # the server died before its MoE layers ran: nothing says which runner it would use
         verdict = "broken"
-        why = (f"the last start ended ({unit.get('active_state')}) before any MoE config lookup"
+        why = (f"the last start ended ({unit.active_state}) before any MoE config lookup"
                + (f": {f.start_failure}" if f.start_failure else "")
                + "; orch tune reaps leftover GPU processes and starts it again")
     else:
@@ -182,8 +187,8 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         notes.append(f"{len(f.orphans)} GPU holder(s) outside the unit: "
                      + ", ".join(f"pid {p.get('pid')} ({str(p.get('cmdline') or '?')})" for p in f.orphans)
                      + " (not killed; orch tune reaps them)")
-    if sg.get("other_layout_configs_root"):
-        notes.append(f"stale configs of another SGLang layout at {sg['other_layout_configs_root']}")
+    if sg.other_layout_configs_root:
+        notes.append(f"stale configs of another SGLang layout at {sg.other_layout_configs_root}")
     row.update(verdict=verdict, why=why, notes=notes)
     return row
 
@@ -208,7 +213,7 @@ def _run_that_wrote(ctx, paths: list[str]) -> str | None:
 
 
 def _holders(ctx, unit_pid_set: set[int], unit: str) -> list[dict]:
-    """Holders of the unit's own GPUs (:func:`orchestrator.tasks.reap.unit_gpu_devices`) now that are
+    """Holders of the unit's own GPUs (:func:`orchestrator.host.devices.unit_gpu_devices`) now that are
     not processes of the unit nor of another unit's cgroup (payload ``reap --check``: kills
     nothing); [] when the unit's GPUs cannot be told."""
     devices, _why = unit_gpu_devices(ctx)
@@ -222,12 +227,11 @@ def _holders(ctx, unit_pid_set: set[int], unit: str) -> list[dict]:
 
 def gather(ctx, unit: str) -> DoctorFacts:
     """Read everything :func:`classify` needs from the host (read-only; see :class:`DoctorFacts`)."""
-    facts = ctx.vars.get("orch_unit") or {}
-    probe = ctx.vars.get("orch_probe") or {}
-    existing = probe.get("existing") or {}
-    main_pid = int(facts.get("main_pid") or 0)
+    facts = ctx.facts.unit or from_dict(UnitFacts, {})
+    probe = ctx.facts.probe or ProbeFacts.from_dict({})
+    main_pid = int(facts.main_pid or 0)
     text = last_start(unit_log(ctx.connection, unit))
-    loads = {role: (existing.get(role) or {}).get("sglang_would_load") for role in ("up", "down")}
+    loads = {role: probe.existing_file(role).sglang_would_load for role in ("up", "down")}
     errors = {role: config_problem(ctx.connection, path) if path else None for role, path in loads.items()}
     f = DoctorFacts(unit=facts, probe=probe, log=parse_moe_log(text) if text is not None else None,
                     file_errors=errors, start_failure=start_failure(text) if text else None,
@@ -242,5 +246,5 @@ def gather(ctx, unit: str) -> DoctorFacts:
 def diagnose(ctx, name: str) -> TaskResult:
     """Classify the host (see the module docstring); its row goes into the host summary as ``doctor``."""
     row = classify(gather(ctx, name))
-    ctx.run.summary["doctor"] = row
+    ctx.run.summary.doctor = row
     return TaskResult.ok(f"{row['verdict']}: {row['why']}", **row)

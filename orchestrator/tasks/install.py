@@ -59,7 +59,7 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     manifest = ctx.payload.call("install", request=request, timeout=300)
     ctx.run.install_manifest = manifest
     paths = [posixpath.join(dest_dir, f["name"]) for f in payload_files]
-    ctx.run.summary["installed"] = paths
+    ctx.run.summary.installed = paths
     (ctx.host_dir / INSTALL_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     changed = any(f.get("action") != "unchanged" for f in manifest.get("files") or [{}])
     result = TaskResult.changed if changed else TaskResult.ok
@@ -81,6 +81,6 @@ def restore(ctx, run_id: str | None = None) -> TaskResult:
             # install failed before its manifest: nothing on the host was changed
             return TaskResult.ok(f"run {rid} wrote nothing on the host: nothing to restore")
         raise
-    ctx.run.summary["restored"] = data.get("files")
+    ctx.run.summary.restored = data.get("files")
     ctx.emit("configs_restored", run_id=rid, files=data.get("files"))
     return TaskResult.changed(f"restored the files of run {rid}", **data)

@@ -36,7 +36,7 @@ def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -
     Fails when the unpacked payload does not answer with this payload version and protocol.
     """
     conn = ctx.connection
-    interpreter = (interpreter or ctx.vars.get("orch_interpreter") or ctx.vars.get("ansible_python_interpreter")
+    interpreter = (interpreter or ctx.facts.interpreter or ctx.vars.get("ansible_python_interpreter")
                    or "/usr/bin/python3")
     state_dir = state_dir or var(ctx.vars, "orch_state_dir")
     bundle = build_bundle()

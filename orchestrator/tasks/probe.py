@@ -20,17 +20,24 @@ from remote.sglang.runner import MoeRunner, moe_runner, probe_inputs
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import last_start, unit_log
+from ..facts.plan import Plan
+from ..facts.probe import ProbeFacts
+from ..facts.schema import FactError
+from ..facts.unit import ServerArgs
+from ..host.endpoint import find_endpoint
 from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
-from .readiness import find_endpoint
 
 
 @task("probe", check_mode=READ_ONLY, sets=("orch_probe",))
 def probe(ctx) -> TaskResult:
     """Ask the host what it is (payload ``probe``, with the unit's model, TP/EP and environment):
     GPUs, Triton, SGLang and its config folder, the model's E/N/top-k and the exact file names
-    SGLang looks for (``orch_probe``)."""
-    env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
+    SGLang looks for (``orch_probe``).
+
+    Fails naming the field when the answer lacks one, or carries one this controller does not
+    know (:class:`orchestrator.facts.probe.ProbeFacts`: the payload is this controller's own)."""
+    env = ctx.facts.environment
     flags = model_flags(ctx)
     if env.get("SGLANG_MOE_CONFIG_DIR"):
         flags += ["--moe-config-dir", env["SGLANG_MOE_CONFIG_DIR"]]
@@ -39,21 +46,17 @@ def probe(ctx) -> TaskResult:
     ctx.payload.env.update(payload_env(ctx))
     data = ctx.payload.call("probe", flags, timeout=300)
     (ctx.host_dir / PROBE).write_text(json.dumps(data, indent=2, sort_keys=True))
-    model = data.get("model", {})
-    gpus = data.get("gpus") or []
-    where = (f"{len(gpus)}x {gpus[0].get('name')}" if gpus else "no CUDA GPU visible") + (
-        f" (files named for {data.get('device_name')})" if data.get("device_name") else "")
-    return TaskResult.ok(f"{where}, triton {data.get('triton_version')}, "
-                         f"sglang {(data.get('sglang') or {}).get('version')}, E={model.get('E')} N={model.get('N')}",
-                         facts={"orch_probe": data}, **data)
-
-
-def untunable_reason(model: dict | None) -> str | None:
-    """Why the payload's tuner cannot tune this model's MoE weights (the probe's
-    ``model.tuner_unsupported``, decided by the payload: ``remote.tuning.support.unsupported_reason``),
-    with what to do instead; None when it can."""
-    why = (model or {}).get("tuner_unsupported")
-    return f"{why}; tune them elsewhere and `orch configs import` the files" if why else None
+    try:
+        found = ProbeFacts.parse(data, "probe")
+    except FactError as exc:
+        raise TaskFailed(f"{exc}: the payload's probe answer does not fit this controller "
+                         f"({ctx.host_dir / PROBE})") from None
+    gpus, model = found.gpus, found.model
+    where = (f"{len(gpus)}x {gpus[0].name}" if gpus else "no CUDA GPU visible") + (
+        f" (files named for {found.device_name})" if found.device_name else "")
+    return TaskResult.ok(f"{where}, triton {found.triton_version}, sglang {found.sglang.version}, "
+                         f"E={model.E if model else None} N={model.N if model else None}",
+                         facts={"orch_probe": found}, **data)
 
 
 def logged_lookups(rep: MoeLogReport | None) -> dict[str, str]:
@@ -109,18 +112,18 @@ def skip_reason(runner: MoeRunner) -> str:
     return why + (f" ({runner.disagreement})" if runner.disagreement else "")
 
 
-def multi_node_reason(server: dict) -> str | None:
+def multi_node_reason(server: ServerArgs) -> str | None:
     """Why orch refuses a server spread over several hosts (``--nnodes N > 1``), or None. Pure.
 
     The nodes are ONE server: stopping any rank stops it, and each node loads the MoE configs of
     its own GPUs. A retune must stop every node, install on every node and start them together,
     ready through rank 0; orch's plays act per host (``--serial`` could even split the ranks), so
     it refuses such a unit, on every rank, before anything is stopped."""
-    nnodes = int(server.get("nnodes") or 1)
+    nnodes = int(server.nnodes or 1)
     if nnodes <= 1:
         return None
-    return (f"multi-node server (--nnodes {nnodes}, this host is --node-rank {server.get('node_rank') or 0}, "
-            f"--dist-init-addr {server.get('dist_init_addr') or '?'}): its {nnodes} nodes are one server, and orch "
+    return (f"multi-node server (--nnodes {nnodes}, this host is --node-rank {server.node_rank or 0}, "
+            f"--dist-init-addr {server.dist_init_addr or '?'}): its {nnodes} nodes are one server, and orch "
             "retunes one host at a time, so it does not stop, tune, install and start the nodes together. Nothing "
             "was stopped. Tune on one node (`python -m remote tune`, or `orch tune` on a single-node unit of the "
             "same model, GPU and TP), `orch configs export`, install the files on every node, restart all ranks")
@@ -143,48 +146,47 @@ def plan(ctx, name: str) -> TaskResult:
     ``orch_plan.existing`` says which exist already.
     Refuses (fails, before anything is stopped) a multi-node server (:func:`multi_node_reason`) and
     a running server that answers at none of its addresses; ``orch_endpoint`` is where it answers
-    (:func:`orchestrator.tasks.readiness.find_endpoint`), used by readiness and the benchmarks.
+    (:func:`orchestrator.host.endpoint.find_endpoint`), used by readiness and the benchmarks.
     """
-    probe_data = ctx.vars.get("orch_probe") or {}
-    server = (ctx.vars.get("orch_unit") or {}).get("server") or {}
+    probe_data = ctx.facts.probe or ProbeFacts.from_dict({})  # none ran: refused below, as a probe naming no folder
+    server = ctx.facts.server
     why_not = multi_node_reason(server)
     if why_not:
         raise TaskFailed(why_not)
-    backend = server.get("moe_runner_backend") or "auto"
-    names = probe_data.get("file_names") or {}
-    install_dir = probe_data.get("install_dir")
+    backend = server.moe_runner_backend or "auto"
+    names = probe_data.file_names or {}
+    install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
     text = last_start(unit_log(ctx.connection, name))
     rep = parse_moe_log(text) if text is not None else None
-    runner = moe_runner(backend=backend, quantization=server.get("quantization"), ep=server.get("ep"),
-                        a2a_backend=server.get("moe_a2a_backend"), log=rep, **probe_inputs(probe_data))
+    runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
+                        a2a_backend=server.moe_a2a_backend, log=rep, **probe_inputs(probe_data.to_dict()))
     if not runner.known:
         raise TaskFailed(f"cannot tell which MoE runner this server uses, so nothing was stopped: {runner.reason}. "
                          "Name it with --moe-runner-backend in the unit, or start the unit once so its log shows "
                          "its MoE config lookups")
-    found = probe_data.get("existing") or {}
-    read = {k for k in names if (found.get(k) or {}).get("read_by_sglang", True)}
+    read = {k for k in names if probe_data.existing_file(k).read_by_sglang}
     skipped_roles = sorted(set(names) - read)
     derived = {k: posixpath.join(install_dir, v) for k, v in names.items() if k in read}
     paths, source, notes = reconcile(derived, logged_lookups(rep))
-    existing = {k: bool((found.get(k) or {}).get("in_installed_folder")) and paths[k] == derived[k] for k in paths}
+    existing = {k: probe_data.existing_file(k).in_installed_folder and paths[k] == derived[k] for k in paths}
     dirs = {posixpath.dirname(v) for v in paths.values()}
     if len(dirs) != 1:
         raise TaskFailed(f"the server looks for its up and down files in different folders: {sorted(dirs)}")
     install_dir = dirs.pop()
     action = "tune" if runner.reads_triton_configs else "skip"
     reason = "" if action == "tune" else skip_reason(runner)
-    same_dir = install_dir == probe_data.get("install_dir")
-    p = {"action": action, "reason": reason, "backend": backend, "runner": runner.to_dict(),
-         "install_dir": install_dir, "paths": paths, "existing": existing, "names_source": source, "notes": notes,
-         # None: a folder the server's log named, not probed (the install creates it when missing)
-         "install_dir_exists": bool(probe_data.get("install_dir_exists", True)) if same_dir else None}
-    ctx.run.summary["plan"] = p
+    same_dir = install_dir == probe_data.install_dir
+    p = Plan(action=action, reason=reason, backend=backend, runner=runner.to_dict(), install_dir=install_dir,
+             paths=paths, existing=existing, names_source=source, notes=notes,
+             # None: a folder the server's log named, not probed (the install creates it when missing)
+             install_dir_exists=bool(probe_data.install_dir_exists) if same_dir else None)
+    ctx.run.summary.plan = p
     lines = [f"would write {paths[k]} ({'replace' if existing.get(k) else 'new'})" for k in sorted(paths)]
-    lines += [f"no {r} file: SGLang {(probe_data.get('sglang') or {}).get('version') or ''} does not read one".replace(
+    lines += [f"no {r} file: SGLang {probe_data.sglang.version or ''} does not read one".replace(
         "  ", " ") for r in skipped_roles]
-    if p["install_dir_exists"] is False:
+    if p.install_dir_exists is False:
         lines.append(f"would create {install_dir} (this Triton's folder is missing)")
     lines.append("names from the server's own lookup at its last start" if source == "log"
                  else "names derived from the unit and the model config (the server logged no lookup)")
@@ -192,12 +194,12 @@ def plan(ctx, name: str) -> TaskResult:
     lines.append(f"MoE runner: {runner.reason}"
                  + (f" (the log disagrees with orch's rule: {runner.disagreement})" if runner.disagreement else ""))
     if action == "skip":
-        return TaskResult.skipped(reason, facts={"orch_plan": p}, **p)
+        return TaskResult.skipped(reason, facts={"orch_plan": p}, **p.to_dict())
     endpoint = find_endpoint(ctx)
-    ctx.run.summary["endpoint"] = endpoint
-    lines.append(f"server answers at {endpoint['url']} (from the {endpoint['via']})" if endpoint["checked"]
-                 else f"server not running: readiness will be asked at {endpoint['url']} (from the {endpoint['via']})")
+    ctx.run.summary.endpoint = endpoint
+    lines.append(f"server answers at {endpoint.url} (from the {endpoint.via})" if endpoint.checked
+                 else f"server not running: readiness will be asked at {endpoint.url} (from the {endpoint.via})")
     if ctx.check:
-        cmd = shlex.join((ctx.vars.get("orch_unit") or {}).get("exec_start") or [])
+        cmd = shlex.join(ctx.facts.unit.exec_start if ctx.facts.unit is not None else [])
         lines = [f"check mode: unit runs `{cmd}`", f"MoE backend {backend}"] + lines
-    return TaskResult.ok("; ".join(lines), facts={"orch_plan": p, "orch_endpoint": endpoint}, **p)
+    return TaskResult.ok("; ".join(lines), facts={"orch_plan": p, "orch_endpoint": endpoint}, **p.to_dict())

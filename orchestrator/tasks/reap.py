@@ -3,7 +3,7 @@
 The work is done on the host by the payload's ``reap`` command (it scans
 ``/proc/*/fd``; SIGTERM, wait, SIGKILL; never the protected set, never a process of another
 systemd unit's cgroup: several SGLang units may share a host). Only the unit's own GPUs are
-scanned (:func:`unit_gpu_devices`). Default protected
+scanned (:func:`orchestrator.host.devices.unit_gpu_devices`). Default protected
 set: ``nvidia-persistenced``, ``nv-hostengine``, ``dcgm-exporter``, ``dcgmi``, ``Xorg``
 (SIGKILL of dcgm-exporter froze GPUs, dcgm-exporter #84), plus
 ``orch_protected_processes`` (it adds to the built-in set; it never removes from it).
@@ -13,41 +13,8 @@ from __future__ import annotations
 
 from ..engine.results import TaskResult
 from ..engine.task import AWARE, task
-from ..facts.gpus import UnresolvedDevices, gather_gpus, resolve_visible_devices
+from ..host.devices import unit_gpu_devices
 from ..inventory import BUILTIN_PROTECTED_PROCESSES
-
-
-ALL_GPUS = "/dev/nvidia[0-9]*"
-
-
-def unit_gpu_devices(ctx) -> tuple[str | None, str]:
-    """Device files of the GPUs the unit uses, comma separated, for the reaper, and how they were
-    found: ``(devices or None, why)``.
-
-    ``CUDA_VISIBLE_DEVICES`` of the unit (its effective environment, EnvironmentFile= included)
-    unset -> every GPU node (``/dev/nvidia[0-9]*``); indices -> ``/dev/nvidiaN`` for those; GPU or
-    MIG UUIDs -> the device files nvidia-smi maps them to (:mod:`orchestrator.facts.gpus`; a MIG
-    device is on its parent GPU's file). When they cannot be mapped (no nvidia-smi, an entry that
-    names no GPU) the devices are None: reap nothing rather than every GPU (another unit's
-    processes would be hit). Never ``nvidiactl``/``nvidia-uvm``: every CUDA process on the host
-    holds those, so they say nothing about who uses these GPUs.
-    """
-    env = (ctx.vars.get("orch_unit") or {}).get("environment") or {}
-    if "CUDA_VISIBLE_DEVICES" not in env:
-        return ALL_GPUS, "CUDA_VISIBLE_DEVICES unset: every GPU of the host"
-    cvd = str(env["CUDA_VISIBLE_DEVICES"]).strip()
-    entries = [p.strip() for p in cvd.split(",")]
-    gpus, problem = [], None
-    if not all(e.isdigit() for e in entries):
-        gpus, problem = gather_gpus(ctx.connection)
-        if not gpus:
-            return None, f"CUDA_VISIBLE_DEVICES={cvd} names GPUs by UUID and {problem or 'nvidia-smi lists no GPU'}"
-    try:
-        devices = resolve_visible_devices(cvd, gpus)
-    except UnresolvedDevices as exc:
-        return None, str(exc)
-    why = f"CUDA_VISIBLE_DEVICES={cvd}" + (f" ({problem})" if problem else "")
-    return ",".join(devices), why
 
 
 @task("reap", check_mode=AWARE)
@@ -56,21 +23,22 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
 
     ``protected``: process names never signalled (``orch_protected_processes``), added to the
     built-in set (``nvidia-persistenced``, DCGM, Xorg, ...), never replacing it. ``devices``
-    (comma-separated globs) defaults to the unit's own GPUs (:func:`unit_gpu_devices`);
+    (comma-separated globs) defaults to the unit's own GPUs
+    (:func:`orchestrator.host.devices.unit_gpu_devices`);
     ``term_timeout`` is the seconds between SIGTERM and SIGKILL. Under ``--check`` it lists what
     it would end. Fails (payload error) when an unprotected holder remains.
     """
     why = "devices given to the task"
     if not devices:
         devices, why = unit_gpu_devices(ctx)
-    ctx.run.summary["reap_devices"] = devices
+    ctx.run.summary.reap_devices = devices
     if devices is None:
         ctx.emit("reap_skipped", why=why)
         return TaskResult.ok(f"reaped nothing: the unit's GPUs are not known ({why}); a leftover on them may "
                              "make the start fail (then the earlier configs are restored)", devices=None, why=why)
     protected = list(dict.fromkeys([*BUILTIN_PROTECTED_PROCESSES, *protected]))
     args = ["--devices", devices, "--protected", ",".join(protected), "--term-timeout", str(term_timeout)]
-    unit = ctx.run.unit or (ctx.vars.get("orch_unit") or {}).get("unit")
+    unit = ctx.run.unit or (ctx.facts.unit.unit if ctx.facts.unit is not None else None)
     if unit:
         args += ["--unit", unit if "." in unit else f"{unit}.service"]
     if ctx.check:
@@ -79,7 +47,7 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
     killed = data.get("killed") or []
     for k in killed:
         ctx.emit("process_killed", pid=k.get("pid"), cmdline=k.get("cmdline"), signal=k.get("signal"))
-    ctx.run.summary["reaped"] = killed
+    ctx.run.summary.reaped = killed
     msg = reap_message(killed, data.get("protected") or [])
     spared = [f"{p.get('pid')} ({p.get('unit')})" for p in data.get("other_units") or []]
     if spared:

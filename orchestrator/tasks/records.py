@@ -20,42 +20,13 @@ from typing import Literal
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..records.host import DEFAULT_HEARTBEAT_S, HostRecords, LockHeartbeat, holder_gone
-
-
-def records(ctx) -> HostRecords:
-    """The host's run records and lock, through this run's payload client."""
-    return HostRecords(ctx.payload)
+from ..host.records import records, start_heartbeat, stop_heartbeat
+from ..records.host import holder_gone
 
 
 def recover_hint(ctx) -> str:
     """The command that brings this host back (``orch recover``)."""
     return f"run `orch recover INVENTORY --limit {ctx.name} --service {ctx.vars.get('service') or 'UNIT'}`"
-
-
-def start_heartbeat(ctx, interval: float | None = None) -> LockHeartbeat:
-    """Start renewing this run's lock on the host every ``interval`` s (default
-    :data:`~orchestrator.records.host.DEFAULT_HEARTBEAT_S`); an earlier heartbeat of this host is
-    stopped first. It stops at the lock's release (:func:`stop_heartbeat`) and, at the latest,
-    when the host's play ends."""
-    stop_heartbeat(ctx)
-
-    def lost(text: str) -> None:
-        ctx.emit("lock_lost", error=text)
-        ctx.say(f"WARNING: this run no longer holds the host lock: {text}")
-
-    hb = LockHeartbeat(records(ctx), ctx.options.run_id, float(interval or DEFAULT_HEARTBEAT_S), name=ctx.name,
-                       on_lost=lost, on_error=lambda text: ctx.emit("lock_heartbeat_failed", error=text))
-    ctx.run.heartbeat = hb.start()
-    ctx.run.when_done(stop_heartbeat)
-    return hb
-
-
-def stop_heartbeat(ctx) -> None:
-    """Stop this host's lock heartbeat thread, if one runs."""
-    hb, ctx.run.heartbeat = ctx.run.heartbeat, None
-    if hb is not None:
-        hb.stop()
 
 
 @task("lock")
@@ -116,7 +87,7 @@ def _finish_untouched_record(ctx) -> None:
 
 
 def _set_state(ctx, state: str, action: str, note: str | None) -> None:
-    data = {"action": action, "summary": ctx.run.summary}
+    data = {"action": action, "summary": ctx.run.summary.to_dict()}
     if note:
         data["note"] = note
     records(ctx).set_state(ctx.options.run_id, state, data)
@@ -138,7 +109,7 @@ def run_state(ctx, state: Literal["started", "stopped", "installed", "completed"
 def runs(ctx, limit: int = 0) -> TaskResult:
     """Read the host's run records (newest first; ``limit`` 0: all) into the host summary as ``runs``."""
     found = records(ctx).runs(limit)
-    ctx.run.summary["runs"] = found
+    ctx.run.summary.runs = found
     return TaskResult.ok(f"{len(found)} run(s) recorded on the host", runs=found)
 
 

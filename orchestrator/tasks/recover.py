@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
+from ..host.records import records, start_heartbeat
 from ..payload.client import PayloadFailed, stop_tagged
 from ..records.host import holder_gone
-from .records import records, start_heartbeat
 
 
 @task("recover_select", check_mode=AWARE, sets=("orch_unfinished",))
@@ -35,7 +35,7 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
     of the unfinished runs (their ``ORCH_TAG=<run_id>.``) are stopped; other processes, such as
     a payload started by hand or by another run, are left alone. The lock's heartbeat is renewed
     every ``heartbeat_interval`` s while this run holds it
-    (:func:`orchestrator.tasks.records.start_heartbeat`). Under ``--check`` it only reports.
+    (:func:`orchestrator.host.records.start_heartbeat`). Under ``--check`` it only reports.
     """
     rec = records(ctx)
     st = rec.lock_status(stale_after)
@@ -89,7 +89,7 @@ def recover_restore(ctx, runs: list[dict]) -> TaskResult:
             continue
         done.append({"run_id": r["run_id"], "files": data.get("files") or []})
         ctx.emit("configs_restored", run_id=r["run_id"], files=data.get("files"))
-    ctx.run.summary["recovered"] = done
+    ctx.run.summary.recovered = done
     n = sum(1 for d in done for f in d["files"] if f.get("action") != "unchanged")
     return TaskResult.changed(f"restored {n} file(s) of {len(done)} run(s)", runs=done)
 

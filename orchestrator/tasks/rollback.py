@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
+from ..host.records import records
 from ..records.host import record_state
-from .records import records
 
 
 @task("rollback_select", check_mode=READ_ONLY, sets=("orch_rollback_target",))
@@ -46,6 +46,7 @@ def rollback_restore(ctx, run_id: str) -> TaskResult:
     restored = [f["path"] for f in files if f.get("action") in ("restored", "unchanged") and f.get("sha256")]
     deleted = [f["path"] for f in files if f.get("action") == "deleted"]
     ctx.run.install_attempted = True  # this run's own record can be restored by rescue
-    ctx.run.summary.update(rolled_back=run_id, installed=restored, deleted=deleted)
+    summary = ctx.run.summary
+    summary.rolled_back, summary.installed, summary.deleted = run_id, restored, deleted
     return TaskResult.changed(f"restored the state before {run_id}",
                               facts={"orch_restored_paths": restored, "orch_deleted_paths": deleted}, **data)

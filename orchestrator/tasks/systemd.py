@@ -34,7 +34,6 @@ def unit_facts(ctx, name: str) -> TaskResult:
         facts = gather_unit(ctx.connection, name)
     except UnitError as exc:
         raise TaskFailed(str(exc)) from None
-    data = facts.to_dict()
     ctx.run.unit = name
     ctx.run.was_active = facts.active_state == "active"
     s = facts.server
@@ -49,7 +48,7 @@ def unit_facts(ctx, name: str) -> TaskResult:
     for w in facts.warnings:
         ctx.emit("unit_warning", warning=w)
         msg += f"; WARNING: {w}"
-    return TaskResult.ok(msg, facts={"orch_unit": data, "orch_interpreter": interpreter}, **data)
+    return TaskResult.ok(msg, facts={"orch_unit": facts, "orch_interpreter": interpreter}, **facts.to_dict())
 
 
 def _wait_state(ctx, unit: str, wanted: set[str], timeout: float, fail_on: set[str]) -> str:
@@ -73,12 +72,12 @@ def free_port(ctx, unit: str) -> list[dict]:
     before the start (which would die with "address already in use"). When the check itself
     fails (payload crash, link), it is only a warning: the start, perhaps a rescue's, is still
     tried. Returns the processes ended; nothing to do without a payload or a parsed server."""
-    facts = ctx.vars.get("orch_unit") or {}
-    server = facts.get("server") or {}
-    if ctx.payload is None or not server.get("port"):
+    facts = ctx.facts.unit
+    if ctx.payload is None or facts is None or facts.server is None or not facts.server.port:
         return []
-    found = split_launch(facts.get("exec_start") or [])
-    args = ["--port", str(int(server["port"])), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
+    port = facts.server.port
+    found = split_launch(facts.exec_start)
+    args = ["--port", str(int(port)), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
     if found is not None:
         args += ["--owner-args", json.dumps(found[1])]
     try:
@@ -88,16 +87,16 @@ def free_port(ctx, unit: str) -> list[dict]:
             raise  # a holder that is not the unit's, or one that survived SIGKILL: named in the message
         # the check itself failed: the start (perhaps a rescue's) must still be tried
         ctx.emit("port_check_failed", error=exc.msg[:300])
-        ctx.say(f"WARNING: could not check port {server['port']} before starting {unit}: {exc.msg[:200]}")
+        ctx.say(f"WARNING: could not check port {port} before starting {unit}: {exc.msg[:200]}")
         return []
     killed = data.get("killed") or []
     for k in killed:
         ctx.emit("port_holder_killed", pid=k.get("pid"), cmdline=k.get("cmdline"), signal=k.get("signal"),
-                 port=server["port"], why=k.get("why"))
+                 port=port, why=k.get("why"))
         ctx.say(f"ended {k.get('pid')} ({str(k.get('cmdline'))[:80]}), a leftover of {unit} that held port "
-                f"{server['port']} ({k.get('why')})")
+                f"{port} ({k.get('why')})")
     if killed:
-        ctx.run.summary.setdefault("port_freed", []).extend(killed)
+        ctx.run.summary.port_freed = (ctx.run.summary.port_freed or []) + killed
     return killed
 
 

@@ -22,9 +22,9 @@ from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES
 from .. import __version__
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
+from ..host.sharing import publish_failure, publish_result
 from ..payload.model_args import model_flags
 from ..records.layout import CONFIGS, TUNE_REPORT
-from .config_source import publish_failure, publish_result
 
 
 @task("tune")
@@ -37,11 +37,11 @@ def tune(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | None,
     With a group role (``config_source``): a ``shard`` host tunes only its slice of the
     batch sizes; the result is published to the group and stored on the controller.
     """
-    source = ctx.vars.get("orch_config_source", "tune")
+    source = ctx.facts.config_source or "tune"  # without config_source, this host tunes alone
     if source in ("store", "reuse"):
         return TaskResult.skipped(f"configs come from the {source}")
-    if source == "shard":
-        batch_sizes = (ctx.vars.get("orch_group_role") or {}).get("batch_sizes") or batch_sizes
+    if source == "shard" and ctx.facts.group_role is not None:
+        batch_sizes = ctx.facts.group_role.batch_sizes or batch_sizes
     try:
         return _tune(ctx, space, batch_sizes, provider, timeout)
     except Exception as exc:
@@ -50,14 +50,15 @@ def tune(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | None,
 
 
 def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
-    names = (ctx.vars.get("orch_probe") or {}).get("file_names") or {}
+    probe = ctx.facts.probe
+    names = (probe.file_names if probe is not None else None) or {}
     key_src = json.dumps([names, space, batch_sizes, provider], sort_keys=True)
     work = posixpath.join(ctx.payload.state_dir, "work", hashlib.sha256(key_src.encode()).hexdigest()[:16])
     args = model_flags(ctx) + ["--space", space, "--out", work, "--provider", provider]
     if batch_sizes:
         args += ["--batch-sizes", ",".join(str(int(b)) for b in batch_sizes)]
     if ctx.vars.get("orch_triton_interpret") and not any(a == "--device-name" for a in args):
-        args += ["--device-name", (ctx.vars.get("orch_probe") or {}).get("device_name") or "cpu"]
+        args += ["--device-name", (probe.device_name if probe is not None else None) or "cpu"]
     started = time.monotonic()
 
     def on_progress(msg: dict) -> None:
@@ -89,8 +90,8 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
                               "orch_version": __version__, "batch_sizes": batch_sizes})
     ctx.run.tuned_files = fetched
     summary = ctx.run.summary
-    summary["speedup_vs_default"] = data.get("speedup_vs_default")
-    summary["provider"] = data.get("provider")
+    summary.speedup_vs_default = data.get("speedup_vs_default")
+    summary.provider = data.get("provider")
     took = round(time.monotonic() - started, 1)
     return TaskResult.changed(f"tuned {', '.join(sorted(fetched))} with {data.get('provider')} in {took} s",
                               files=fetched, remote=data, seconds=took)

@@ -236,10 +236,11 @@ def test_model_the_tuner_cannot_run_is_refused_before_the_stop(testbed_factory, 
 def test_untunable_reason(model, ok):
     """The payload decides (``remote.tuning.support.unsupported_reason``, reported by the probe as
     ``model.tuner_unsupported``); the controller's refusal carries it with what to do."""
-    from orchestrator.tasks.probe import untunable_reason
+    from orchestrator.facts.probe import ProbedModel
+    from orchestrator.facts.schema import from_dict
     from remote.tuning.support import unsupported_reason
     model = dict(model, tuner_unsupported=unsupported_reason(model))
-    why = untunable_reason(model)
+    why = from_dict(ProbedModel, model).untunable_reason()
     assert (why is None) == ok, why
     if not ok:
         assert model["dtype_selector"] in why and "orch configs import" in why

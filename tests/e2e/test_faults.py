@@ -763,7 +763,7 @@ def _until(pred, timeout=10.0):
 
 def test_lock_heartbeat_thread_renews_until_stopped_and_ends_when_the_lock_is_lost(tmp_path):
     from orchestrator.payload.client import PayloadFailed
-    from orchestrator.tasks.records import start_heartbeat, stop_heartbeat
+    from orchestrator.host.records import start_heartbeat, stop_heartbeat
 
     calls = []
     ctx, events, _ = _fake_ctx(calls, tmp_path)

@@ -215,6 +215,7 @@ def test_reused_files_show_the_tuning_hosts_speedup_in_both_outputs(tmp_path):
     """A host that installed the files its group's tuning host made: the HTML recap and the
     terminal summary give the same geo-mean speedup, and both say where it was measured."""
     from orchestrator.engine.results import HostRecap
+    from orchestrator.facts.summary import RunSummary
     from orchestrator.ui import speedup_text
 
     _, run_dir = _state(tmp_path)
@@ -227,7 +228,7 @@ def test_reused_files_show_the_tuning_hosts_speedup_in_both_outputs(tmp_path):
     _dump(run_dir / "recap.json", recap)
     text = rep.build_report(run_dir, plots=False).read_text()
     row = re.search(r'<tr><td><a href="#host-1">gpu-b</a>(.*?)</tr>', text, re.S).group(1)
-    terminal = speedup_text(HostRecap("gpu-b", summary=recap["gpu-b"]["summary"]).summary)
+    terminal = speedup_text(HostRecap("gpu-b", summary=RunSummary.from_dict(recap["gpu-b"]["summary"])).summary)
     geomean = terminal.split("x", 1)[0]
     assert f"{geomean}×" in row and "measured on gpu-a" in row
     assert terminal.endswith("measured on gpu-a")

@@ -5,13 +5,20 @@ import json
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.store import KEY_FIELDS, ConfigStore, StoreError, key_hash, tuning_key
+from orchestrator.facts.probe import ProbeFacts
+from orchestrator.store import KEY_FIELDS, ConfigStore, StoreError, key_hash
+from orchestrator.store import tuning_key as _tuning_key
 
 CFG = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
              "num_stages": 3}}
 PROBE = {"device_name": "NVIDIA_H200", "triton_version": "3.6.0", "sglang": {"installed": True, "version": "0.5.23"},
          "model": {"E": 128, "N": 768, "hidden": 2048, "topk": 8, "dtype_selector": None, "block_shape": None},
          "tuner_provider": {"auto": "sglang", "reason": None}}
+
+
+def tuning_key(probe: dict, *args):
+    """The store's key of a probe given as (partial) JSON, as the probe task types it."""
+    return _tuning_key(ProbeFacts.from_dict(probe), *args)
 
 
 def test_key_separates_what_changes_the_files():

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from orchestrator.engine.results import HostRecap
+from orchestrator.facts.summary import RunSummary
 from orchestrator.ui import _summary_fields
 
 
 def _recap(**summary) -> HostRecap:
     r = HostRecap("gpu-a")
-    r.summary = summary
+    r.summary = RunSummary.from_dict(summary)  # as a run record holds it
     return r
 
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from orchestrator.cli.bench import print_bench
 from orchestrator.cli.doctor import print_doctor, verdict_reason
 from orchestrator.engine.results import HostRecap, TaskResult
+from orchestrator.facts.summary import RunSummary
 from orchestrator.cli.runs import print_runs
 from orchestrator.tasks.reap import reap_message
 from orchestrator.ui import Reporter, print_summary
@@ -128,7 +129,7 @@ def _runs_recap() -> dict:
              "action": "tune", "changed": changed, "status": "completed",
              "state": {"state": "completed", "data": {"summary": {"bench_before": {"output_throughput": 101.25},
                                                                  "bench_after": {"output_throughput": 152.5}}}}}]
-    return {"gpu-a": HostRecap("gpu-a", outcome="check", summary={"runs": runs}),
+    return {"gpu-a": HostRecap("gpu-a", outcome="check", summary=RunSummary(runs=runs)),
             "gpu-b": HostRecap("gpu-b", outcome="unreachable",
                                cause="10.213.2.2:22: connection refused (sshd is not running, or a firewall "
                                      "rejects SSH); nothing was read from this host")}
@@ -177,11 +178,11 @@ def test_reaper_line_keeps_pids_and_command_lines(width):
 def test_summary_fits_and_names_where_the_speedup_was_measured(width):
     installed = [f"/opt/sglang/configs/triton_3_9_0/{UP}", f"/opt/sglang/configs/triton_3_9_0/{DOWN}"]
     speedups = {"1": 1.5, "4": 2.0, "16": 2.7}
-    recaps = {"gpu-a": HostRecap("gpu-a", outcome="completed", summary={"installed": installed,
-                                                                       "speedup_vs_default": speedups}),
+    recaps = {"gpu-a": HostRecap("gpu-a", outcome="completed", summary=RunSummary(installed=installed,
+                                                                                 speedup_vs_default=speedups)),
               "gpu-b": HostRecap("gpu-b", outcome="completed",
-                                 summary={"installed": installed, "speedup_vs_default": speedups,
-                                          "speedup_measured_on": "gpu-a"}),
+                                 summary=RunSummary(installed=installed, speedup_vs_default=speedups,
+                                                    speedup_measured_on="gpu-a")),
               "gpu-c": HostRecap("gpu-c", outcome="failed", cause="the server did not become ready within 60 s after "
                                                                   "the start; the old files were restored")}
     text = render(width, lambda c: print_summary(c, recaps))

@@ -59,6 +59,10 @@ def _registry(calls):
             facts["orch_other"] = 1
         return TaskResult.ok("published", facts=facts)
 
+    @task("plan_as_dict", check_mode=READ_ONLY, sets=("orch_plan",), registry=reg)
+    def plan_as_dict(ctx):
+        return TaskResult.ok("planned", facts={"orch_plan": {"action": "tune"}})
+
     @task("wait", registry=reg)
     def wait(ctx, seconds: float):
         # a command run from a task honours its timeout: (the deadline is per thread)
@@ -180,6 +184,9 @@ def test_facts_are_declared_and_merged(tmp_path):
     assert recap.outcome == "completed" and ("noop", "hello", False) in calls
     recap, _, _ = _run(tmp_path, "- publish: {value: x, sneak: true}\n")
     assert recap.outcome == "failed" and "set undeclared facts ['orch_other']" in recap.cause
+    # a fact of another type than orchestrator/facts/catalog.py declares never reaches the variables
+    recap, _, _ = _run(tmp_path, "- plan_as_dict: {}\n")
+    assert recap.outcome == "failed" and "task plan_as_dict: fact orch_plan must be Plan, got dict" in recap.cause
 
 
 def test_when_done_hooks_run_once_protected_after_a_failure(tmp_path):

@@ -10,6 +10,7 @@ import typing
 import pytest
 
 import remote.tuning.command
+from orchestrator.facts.probe import ProbeFacts
 from orchestrator.inventory.variables import KNOWN_VARS, BadValue
 from orchestrator.store import StoreError, tuning_key
 from orchestrator.tasks import TASKS
@@ -53,6 +54,7 @@ def test_provider_names_resolve_to_the_resolved_names(monkeypatch):
 def test_store_key_needs_a_resolved_provider():
     probe = {"tuner_provider": {"auto": "vllm"}, "model": {}, "sglang": {}}
     with pytest.raises(StoreError, match="tuner_provider.auto"):
-        tuning_key(probe, "fast", None, "auto")
+        tuning_key(ProbeFacts.from_dict(probe), "fast", None, "auto")
     for name in RESOLVED_PROVIDERS:
-        assert tuning_key(dict(probe, tuner_provider={"auto": name}), "fast", None, "auto")["provider"] == name
+        typed = ProbeFacts.from_dict(dict(probe, tuner_provider={"auto": name}))
+        assert tuning_key(typed, "fast", None, "auto")["provider"] == name

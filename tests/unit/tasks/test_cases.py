@@ -4,10 +4,16 @@ Each case gives the host's variables and what the host answers (commands: regex 
 payload commands -> data), the task's arguments, and what must come out: the status, the
 message, the facts, the commands run (in order, as regexes), the payload calls, and what the
 run recorded about itself (``ctx.run``). Commands or payload calls not scripted fail the case.
+
+Facts are given and expected as JSON: the harness turns given facts into the typed objects their
+tasks set (:func:`tests.fakes.typed_facts`), checks each fact a task returns is of its declared
+type, and compares typed values by their dict form, the expectation read as its type reads it
+(fields it leaves out at the type's defaults).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -15,6 +21,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.engine.results import FAILED, TaskFailed
+from orchestrator.facts.catalog import HostFacts
+from orchestrator.facts.schema import from_dict, to_dict
+from orchestrator.facts.summary import RunSummary
 from orchestrator.payload.client import PayloadFailed
 from orchestrator.tasks import TASKS
 from tests.fakes import FakePayload, ScriptedConnection, make_ctx
@@ -57,6 +66,14 @@ def _payload(spec: dict) -> FakePayload:
     return FakePayload({cmd.split()[0]: answer(cmd.split()[0]) for cmd in spec})
 
 
+def _as_typed(name: str, expected):
+    """An expected fact in the dict form of the type its task sets (as given when not a record)."""
+    decl = HostFacts.declaration(name)
+    if decl is None or not dataclasses.is_dataclass(decl.type):
+        return expected
+    return to_dict(from_dict(decl.type, expected))
+
+
 @pytest.mark.parametrize("task_name, case", _all_cases())
 def test_task_case(tmp_path, task_name, case):
     spec = TASKS[task_name]
@@ -75,8 +92,9 @@ def test_task_case(tmp_path, task_name, case):
     want = case["expect"]
     assert status == want["status"], msg
     assert want.get("msg", "") in msg, msg
+    HostFacts.check(facts)
     for k, v in want.get("facts", {}).items():
-        assert facts.get(k) == v, k
+        assert to_dict(facts.get(k)) == _as_typed(k, v), k
     if "no_facts" in want:
         assert not facts
     ran = conn.commands()
@@ -93,8 +111,9 @@ def test_task_case(tmp_path, task_name, case):
         assert any(c[0] == call[0] and c[1][:len(call[1])] == call[1] for c in payload.calls), (call, payload.calls)
     for k, v in want.get("run", {}).items():
         assert getattr(ctx.run, k) == v, k
-    for k, v in want.get("summary", {}).items():
-        assert ctx.run.summary.get(k) == v, k
+    summary, wanted = ctx.run.summary.to_dict(), RunSummary.from_dict(want.get("summary", {})).to_dict()
+    for k in want.get("summary", {}):
+        assert summary.get(k) == wanted[k], k
 
 
 def test_every_case_file_names_a_task():

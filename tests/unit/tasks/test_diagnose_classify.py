@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.facts.probe import ProbeFacts
+from orchestrator.facts.schema import from_dict
+from orchestrator.facts.unit import UnitFacts
 from remote.sglang.moe_log import parse_moe_log
 from orchestrator.tasks.diagnose import DoctorFacts, classify
 
@@ -16,7 +19,7 @@ CASES = json.loads((Path(__file__).parent / "doctor_cases.json").read_text())
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["name"]) for c in CASES])
 def test_verdict(case):
-    facts = DoctorFacts(unit=case["unit"], probe=case["probe"],
+    facts = DoctorFacts(unit=from_dict(UnitFacts, case["unit"]), probe=ProbeFacts.from_dict(case["probe"]),
                         log=parse_moe_log(case["log"]) if case["log"] is not None else None,
                         file_errors=case.get("file_errors", {}), changed_since_start=case.get("changed_since_start", []),
                         orphans=case.get("orphans", []), installed_by_run=case.get("installed_by_run"),

@@ -41,7 +41,7 @@ def plan(tmp_path, data):
                                                     (CURRENT, "0.5.23+vendor.1", {"up", "down"})])
 def test_plan_writes_a_down_file_only_where_the_inferred_release_reads_one(tmp_path, layout, version, roles):
     result = plan(tmp_path, probed(tmp_path, layout, version))
-    assert result.status == "ok" and set(result.facts["orch_plan"]["paths"]) == roles
+    assert result.status == "ok" and set(result.facts["orch_plan"].paths) == roles
     assert ("no down file: SGLang 0.5.4.post1 does not read one" in result.msg) == (roles == {"up"})
 
 

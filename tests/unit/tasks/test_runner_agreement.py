@@ -21,6 +21,9 @@ import pytest
 from orchestrator.engine.results import SKIPPED
 from orchestrator.tasks import TASKS
 from orchestrator.tasks.diagnose import DoctorFacts, classify
+from orchestrator.facts.probe import ProbeFacts
+from orchestrator.facts.schema import from_dict
+from orchestrator.facts.unit import UnitFacts
 from tests.fakes import FakePayload, ScriptedConnection, make_ctx
 from tests.paths import DATA
 from tests.testbed import standin_tree
@@ -62,7 +65,7 @@ def plan_of(tmp_path, data: dict):
 
 
 def doctor_of(data: dict) -> dict:
-    return classify(DoctorFacts(unit=UNIT, probe=data, log=None))
+    return classify(DoctorFacts(unit=from_dict(UnitFacts, UNIT), probe=ProbeFacts.parse(data, "probe"), log=None))
 
 
 def test_h200_runs_the_triton_runner_plan_tunes_and_doctor_agrees(tree, tmp_path):
@@ -71,7 +74,7 @@ def test_h200_runs_the_triton_runner_plan_tunes_and_doctor_agrees(tree, tmp_path
         "9.0", "DeepseekV3ForCausalLM", "modelopt_fp8")
     result, _conn = plan_of(tmp_path, data)
     row = doctor_of(data)
-    plan = result.facts["orch_plan"]
+    plan = result.facts["orch_plan"].to_dict()
     assert result.status == "ok" and plan["action"] == "tune"
     assert plan["runner"] == row["runner"]
     assert plan["runner"]["runner"] == "triton" and plan["runner"]["reads_triton_configs"] is True
@@ -84,7 +87,7 @@ def test_b200_runs_flashinfer_trtllm_plan_skips_and_doctor_says_not_triton(tree,
     data = probed(tree, "NVIDIA B200", "10.0")
     result, conn = plan_of(tmp_path, data)
     row = doctor_of(data)
-    plan = result.facts["orch_plan"]
+    plan = result.facts["orch_plan"].to_dict()
     assert result.status == SKIPPED and plan["action"] == "skip"
     assert plan["runner"] == row["runner"]
     assert plan["runner"]["runner"] == "flashinfer_trtllm" and plan["runner"]["reads_triton_configs"] is False

@@ -1,0 +1,166 @@
+"""Every fact a task sets, with its type, and the typed way to read them: ``ctx.facts``.
+
+A fact is a host variable one task produces (its ``@task(sets=...)`` declaration) and later
+tasks and playbook templates read (``orch_plan.action``). :class:`HostFacts` lists each one
+once, as a :class:`Fact` (variable name or ``fnmatch`` pattern, and type); tasks read them by
+attribute (``ctx.facts.probe.file_names``), never as ``ctx.vars["orch_probe"]``, so a renamed
+field raises instead of silently reading a default. The engine refuses a fact of another type
+than declared here (:meth:`HostFacts.check`), and ``tests/test_fact_flow.py`` checks that every
+fact read is declared and produced by a task, and every declared fact is produced.
+
+Templates read the same objects (Jinja reads attributes: ``orch_unit.active_state``); the run
+record gets their JSON form (:func:`orchestrator.facts.schema.to_dict`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .bench import BenchResult
+from .plan import Endpoint, Plan
+from .probe import ProbeFacts
+from .schema import FactError, Record
+from .unit import ServerArgs, UnitFacts
+
+
+@dataclass(slots=True)
+class TuningKey(Record):
+    """This host's tuning key (``orch_tuning_key``): ``hash`` (16 hex digits,
+    :func:`orchestrator.store.key_hash`) and the ``key`` itself (:data:`orchestrator.store.KEY_FIELDS`).
+    Its dict form is the key with ``hash`` added, as templates read it."""
+
+    hash: str
+    key: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hash": self.hash, **self.key}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "TuningKey":
+        data = dict(data) if isinstance(data, dict) else {}
+        return cls(str(data.pop("hash", "")), data)
+
+
+@dataclass(slots=True)
+class GroupRole(Record):
+    """This host's part in its group (``orch_group_role``, :class:`orchestrator.fleet.Role`):
+    ``kind`` (``tune``, ``shard`` or ``reuse``), the tuning ``key`` hash, the group's ``members``,
+    the ``tuner`` host, the ``batch_sizes`` a shard tunes and its ``shard_index``."""
+
+    kind: str
+    key: str
+    members: list[str] = field(default_factory=list)
+    tuner: str | None = None
+    batch_sizes: list[int] | None = None
+    shard_index: int = 0
+
+
+class Fact:
+    """One declared fact: ``name`` (a host variable, or a pattern with one ``*`` such as
+    ``orch_bench_*`` for a family of them) and its ``type``. As a class
+    attribute of :class:`HostFacts` it reads the fact, typed (None when no task set it yet); a
+    pattern's attribute is a function of the part the ``*`` stands for
+    (``ctx.facts.bench("before")`` reads ``orch_bench_before``)."""
+
+    def __init__(self, name: str, type_: type):
+        self.name, self.type = name, type_
+        self.attr = ""
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.attr = attr
+
+    def __get__(self, obj: "HostFacts | None", objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        if "*" in self.name:
+            return lambda part: obj.read(self.name.replace("*", str(part)), self.type)
+        return obj.read(self.name, self.type)
+
+    def matches(self, name: str) -> bool:
+        return fnmatch.fnmatchcase(name, self.name)
+
+
+class HostFacts:
+    """The facts of one host, typed, over its variables (``ctx.facts``; see the module docstring)."""
+
+    #: the unit's state, environment and parsed launch command (unit_facts)
+    unit = Fact("orch_unit", UnitFacts)
+    #: the Python that runs the unit (unit_facts)
+    interpreter = Fact("orch_interpreter", str)
+    #: the payload's probe of the host (probe)
+    probe = Fact("orch_probe", ProbeFacts)
+    #: what a tune would do (plan)
+    plan = Fact("orch_plan", Plan)
+    #: where the running server answered (plan)
+    endpoint = Fact("orch_endpoint", Endpoint)
+    #: the host's tuning key (config_source)
+    tuning_key = Fact("orch_tuning_key", TuningKey)
+    #: ``store``, ``tune``, ``shard`` or ``reuse`` (config_source)
+    config_source = Fact("orch_config_source", str)
+    #: the host's part in its group (config_source)
+    group_role = Fact("orch_group_role", GroupRole)
+    #: the paths the install wrote, ``list[str]`` (install)
+    installed = Fact("orch_installed", list)
+    #: the benchmark labelled ``label``: ``bench(label)`` (bench)
+    bench = Fact("orch_bench_*", BenchResult)
+    #: runs a dead controller left unfinished, the host's run records (recover_select)
+    unfinished = Fact("orch_unfinished", list)
+    #: the host run record a rollback undoes (rollback_select)
+    rollback_target = Fact("orch_rollback_target", dict)
+    #: paths a rollback put back, ``list[str]`` (rollback_restore)
+    restored_paths = Fact("orch_restored_paths", list)
+    #: paths a rollback removed, ``list[str]`` (rollback_restore)
+    deleted_paths = Fact("orch_deleted_paths", list)
+
+    def __init__(self, variables: Mapping[str, Any]):
+        self._vars = variables
+
+    @classmethod
+    def declared(cls) -> dict[str, Fact]:
+        """Attribute name -> :class:`Fact`, for every declared fact."""
+        return {k: v for k, v in vars(cls).items() if isinstance(v, Fact)}
+
+    @classmethod
+    def declaration(cls, name: str) -> Fact | None:
+        """The declared fact a variable ``name`` is (``orch_bench_after`` is ``orch_bench_*``), or None."""
+        return next((f for f in cls.declared().values() if f.matches(name)), None)
+
+    @classmethod
+    def check(cls, facts: Mapping[str, Any]) -> None:
+        """Raise :class:`FactError` for a fact in ``facts`` (as a task returns them) whose value is
+        not of its declared type."""
+        for name, value in facts.items():
+            decl = cls.declaration(name)
+            if decl is not None and not isinstance(value, decl.type):
+                raise FactError(f"fact {name} must be {decl.type.__name__}, got {type(value).__name__}")
+
+    def read(self, name: str, type_: type) -> Any:
+        """The fact ``name`` (None when absent); :class:`FactError` when a value of another type
+        holds the name (e.g. an inventory variable of that name)."""
+        value = self._vars.get(name)
+        if value is not None and not isinstance(value, type_):
+            raise FactError(f"host variable {name} is a {type(value).__name__}, not the {type_.__name__} its task "
+                            "sets: an inventory or play variable of that name hides the fact")
+        return value
+
+    @property
+    def server(self) -> ServerArgs:
+        """The unit's parsed launch command (``orch_unit.server``, :func:`server_of`)."""
+        return server_of(self.unit)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The unit's environment as systemd gives it (``orch_unit.environment``); ``{}`` without
+        unit facts."""
+        return self.unit.environment if self.unit is not None else {}
+
+
+def server_of(unit: UnitFacts | None) -> ServerArgs:
+    """The parsed launch command of ``unit``; without one (no unit facts: a playbook that does
+    not read the unit), SGLang's defaults for a server given no flags, the one place they are
+    applied."""
+    if unit is not None and unit.server is not None:
+        return unit.server
+    return ServerArgs(interpreter="", argv=[])

@@ -1,0 +1,136 @@
+"""The payload's ``probe`` answer as typed facts (``orch_probe``), parsed once, at the probe task.
+
+The fields and their meaning are the payload's (``remote/probe.py`` module docstring: the result
+``data``); :class:`ProbeFacts` mirrors them one to one and :meth:`ProbeFacts.parse` refuses an
+answer that lacks one or carries one it does not know (:func:`orchestrator.facts.schema.parse`),
+so the controller and the payload cannot drift apart silently. The model's MoE shape is the
+payload's own record, :class:`remote.sglang.shape.MoeShape`, with the tuner's answer added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from remote.sglang.shape import MoeShape
+
+from .schema import Record
+
+
+@dataclass(slots=True)
+class GpuInfo(Record):
+    """One visible CUDA GPU: ``index``; ``name`` as CUDA reports it; ``device_name`` in SGLang's
+    file-name form (None when the name cannot be used in a file name); ``capability``
+    (``"9.0"``); ``smem_per_block_optin`` and ``total_memory`` in bytes."""
+
+    index: int
+    name: str
+    device_name: str | None
+    capability: str
+    smem_per_block_optin: int | None
+    total_memory: int
+
+
+@dataclass(slots=True)
+class SglangInfo(Record):
+    """Where SGLang is and where it reads MoE configs (``remote.sglang.lookup.find_sglang``):
+    ``installed``, ``version``, ``package_dir``; ``loader_module`` and its ``layout``
+    (``current``/``old``); ``loader_rules`` (the lookup rules read from the loader, None when
+    they could not be read); ``configs_root`` (the folder holding ``triton_X_Y_Z/``) and whether
+    it exists; ``shipped_configs_root``; ``other_layout_configs_root`` (stale configs of another
+    layout); ``moe_config_dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``); ``loader_rules_inferred``:
+    why ``loader_rules`` were inferred from the tree's layout and version instead of read from the
+    loader (``remote.sglang.lookup.inferred_rules``), None when they were read."""
+
+    installed: bool
+    version: str | None
+    package_dir: str | None
+    loader_module: str | None
+    layout: str | None
+    loader_rules: dict[str, Any] | None
+    configs_root: str | None
+    configs_root_exists: bool
+    shipped_configs_root: str | None
+    other_layout_configs_root: str | None
+    moe_config_dir: str | None
+    loader_rules_inferred: str | None = None
+
+
+@dataclass(slots=True)
+class ExistingFile(Record):
+    """What SGLang's lookup finds for one config file (``existing.up``/``existing.down``):
+    ``folders`` (``triton_*`` folders holding it, newest first), ``in_installed_folder`` (in the
+    folder orch installs into), ``sglang_would_load`` (the path SGLang would load, None: none),
+    ``fallback_error`` (why SGLang's fallback search would fail), ``read_by_sglang`` (False for a
+    ``_down`` file of a release that reads none)."""
+
+    folders: list[str] = field(default_factory=list)
+    sglang_would_load: str | None = None
+    fallback_error: str | None = None
+    in_installed_folder: bool = False
+    read_by_sglang: bool = True
+
+
+@dataclass(slots=True)
+class TunerProvider(Record):
+    """The kernel ``tune --provider auto`` would time on the host (``sglang``/``builtin``) and
+    why it falls back to ``builtin`` (None: it does not); ``remote.tuning.support``."""
+
+    auto: str
+    reason: str | None
+
+
+@dataclass
+class ProbedModel(MoeShape):
+    """The model's MoE GEMM shape (:class:`remote.sglang.shape.MoeShape`, E/N/top-k in experts,
+    elements and experts per token) plus ``tuner_unsupported``: why the payload's tuner cannot
+    run these MoE weights (``remote.tuning.support.unsupported_reason``), None when it can;
+    ``checkpoint_quant_method``: the checkpoint's quantization method as SGLang names it
+    (``remote.sglang.runner.checkpoint_quant_method``; None: unquantized or not read)."""
+
+    tuner_unsupported: str | None = None
+    checkpoint_quant_method: str | None = None
+
+    def untunable_reason(self) -> str | None:
+        """Why this model cannot be tuned here, with what to do instead; None when it can."""
+        why = self.tuner_unsupported
+        return f"{why}; tune them elsewhere and `orch configs import` the files" if why else None
+
+
+@dataclass(slots=True)
+class ProbeFacts(Record):
+    """The host as the payload's ``probe`` sees it (``orch_probe``; the fields of
+    ``remote/probe.py``'s result ``data``): GPUs, Triton, SGLang and its config folder, the
+    model's shape and the exact file names SGLang looks for (role ``up``/``down`` -> name), the
+    folder orch installs into (``install_dir``), what SGLang's lookup finds for each file
+    (``existing``), the tuner's answers and the probe's warnings."""
+
+    gpus: list[GpuInfo]
+    device_name: str | None
+    capability: str | None
+    mixed_gpus: bool
+    torch_version: str | None
+    triton_version: str | None
+    triton_folder: str | None
+    sglang_exact_folder: str | None
+    sglang: SglangInfo
+    model: ProbedModel | None
+    model_config_path: str | None
+    file_names: dict[str, str] | None
+    install_dir: str | None
+    install_dir_exists: bool
+    existing: dict[str, ExistingFile] | None
+    unparsable_folders: list[str]
+    tuner_provider: TunerProvider
+    triton_kernels: bool
+    warnings: list[str]
+
+    def existing_file(self, role: str) -> ExistingFile:
+        """What the lookup finds for ``role``'s file; nothing found (:class:`ExistingFile`'s
+        defaults) when the probe named no such file."""
+        return (self.existing or {}).get(role) or ExistingFile()
+
+    def untunable_reason(self) -> str | None:
+        """Why the payload's tuner cannot tune this model (:meth:`ProbedModel.untunable_reason`);
+        None when it can or no model was probed."""
+        return self.model.untunable_reason() if self.model is not None else None

@@ -1,0 +1,110 @@
+"""Where the unit's SGLang server answers, and one request to it (plan, readiness, bench).
+
+A server bound to loopback (SGLang's default ``--host`` is 127.0.0.1) or to one NIC address
+answers only there. ``plan`` finds, while the server still runs, the address where it answers
+(:func:`find_endpoint`, from its ``--host``/``--port``, asked ON THE HOST through the payload's
+``reach``, or ``orch_sglang_url`` from the controller) and refuses before anything is stopped when
+none answers; readiness and both benchmarks then use that same address (:func:`endpoint_of`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from ..engine.results import TaskFailed
+from ..facts.plan import Endpoint
+from ..facts.unit import ServerArgs
+from ..payload.client import PayloadFailed
+
+WILDCARDS = ("0.0.0.0", "", "*")
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def endpoint_candidates(server: ServerArgs) -> list[str]:
+    """Base URLs where the server of ``server`` (``orch_unit.server``) answers ON ITS HOST, from its
+    ``--host`` and ``--port`` (SGLang 0.5.23 defaults: 127.0.0.1 and 30000), most likely first:
+    a wildcard bind (``0.0.0.0``) answers on 127.0.0.1; ``::`` on ``[::1]`` (and 127.0.0.1 when the
+    socket is dual-stack); ``localhost`` on 127.0.0.1 and ``[::1]``; any other address or name
+    only on itself. Pure."""
+    port = int(server.port or 30000)
+    host = str(server.host if server.host is not None else "127.0.0.1").strip()
+    if host in WILDCARDS:
+        names = ["127.0.0.1"]
+    elif host in ("::", "[::]"):
+        names = ["::1", "127.0.0.1"]
+    elif host == "localhost":
+        names = ["127.0.0.1", "::1"]
+    else:
+        names = [host.strip("[]")]
+    return [f"http://{_bracket(n)}:{port}" for n in names]
+
+
+def endpoint_of(ctx) -> Endpoint:
+    """Where readiness is polled and the benchmark sent: ``orch_endpoint`` (found by ``plan``
+    while the server ran, :func:`find_endpoint`) or, when no plan ran (rollback, recover, bench),
+    ``orch_sglang_url`` polled from the controller, else the first of :func:`endpoint_candidates`
+    polled on the host."""
+    found = ctx.facts.endpoint
+    if found:
+        return found
+    if ctx.vars.get("orch_sglang_url"):
+        return Endpoint(url=str(ctx.vars["orch_sglang_url"]).rstrip("/"), via="controller")
+    return Endpoint(url=endpoint_candidates(ctx.facts.server)[0], via="host")
+
+
+def ask(ctx, endpoint: Endpoint, path: str, method: str = "GET", body: dict | None = None,
+        timeout: float = 10.0) -> tuple[int | None, str]:
+    """One request to ``endpoint`` (:func:`endpoint_of`) + ``path``, from where it is reached:
+    the controller (httpx) or the host (payload ``reach``). Returns ``(status or None, what
+    happened)``; a connection failure is an answer, not an exception."""
+    url = endpoint.url
+    if endpoint.via != "controller" and ctx.payload is None:
+        # asking "127.0.0.1" from the controller would reach another machine's server
+        raise TaskFailed(f"the server is asked on its host ({url}), which needs the payload: run the payload "
+                         "task first, or set orch_sglang_url to where the controller reaches it")
+    if endpoint.via == "controller":
+        try:
+            with httpx.Client(timeout=timeout) as client:
+                r = client.request(method, f"{url}{path}", json=body)
+            return r.status_code, f"{path} {r.status_code}"
+        except httpx.HTTPError as exc:
+            return None, f"{path} {type(exc).__name__}"
+    args = ["--url", url, "--path", path, "--method", method, "--timeout", str(timeout)]
+    if body is not None:
+        args += ["--json", json.dumps(body)]
+    try:
+        res = (ctx.payload.call("reach", args, timeout=timeout + 60).get("results") or [{}])[0]
+    except PayloadFailed as exc:  # no answer this time (the caller polls again or reports it)
+        return None, f"{path} not asked: {exc.msg[:160]}"
+    status = res.get("status")
+    return status, f"{path} {status if status is not None else res.get('error')}"
+
+
+def find_endpoint(ctx) -> Endpoint:
+    """Before anything is stopped: the address where the RUNNING server answers ``/v1/models``
+    200, tried in order: ``orch_sglang_url`` from the controller when set, else each of
+    :func:`endpoint_candidates` on the host (through the payload). Raises TaskFailed naming every
+    address tried and what each answered when none does. A unit that is not active cannot be
+    asked: the first candidate is returned unchecked."""
+    if ctx.vars.get("orch_sglang_url"):
+        cands = [Endpoint(url=str(ctx.vars["orch_sglang_url"]).rstrip("/"), via="controller")]
+    else:
+        cands = [Endpoint(url=u, via="host") for u in endpoint_candidates(ctx.facts.server)]
+    unit = ctx.facts.unit
+    if unit is None or unit.active_state != "active":
+        return cands[0]
+    tried = []
+    for c in cands:
+        status, what = ask(ctx, c, "/v1/models", timeout=10.0)
+        tried.append(f"{c.url} from the {c.via}: {what}")
+        if status == 200:
+            return Endpoint(url=c.url, via=c.via, checked=True, tried=tried)
+    raise TaskFailed("the running server answers /v1/models at none of the addresses its --host/--port give "
+                     f"({'; '.join(tried)}); orch could neither check readiness nor benchmark it, so nothing was "
+                     "stopped. Set orch_sglang_url (as the controller reaches it) if it listens elsewhere",
+                     {"tried": tried})
