@@ -5,7 +5,7 @@ Usage (payload command, see docs/protocol.md)::
     python -m remote tune --model-config PATH|REPO_ID [--tp 1] [--ep 1] [--dtype auto]
         [--quantization Q] [--device-name NAME] [--batch-sizes 1,2,...] [--space fast]
         [--out DIR] [--provider auto] [--gpus all] [--seed 0] [--no-resume]
-        [--shipped-config PATH]
+        [--shipped-config PATH] [--compile-mode auto|target|context]
     python -m remote tune --shape E=8,N=64,hidden=128,topk=2 ...   (no model config)
 
 The model flags (``--model-config``, ``--hf-home``, ``--download-dir``, ``--tp``, ``--ep``,
@@ -27,6 +27,13 @@ Outputs in ``--out``: ``E=..,N=..,device_name=...json`` and the ``..._down.json`
 the checkpoint is keyed by shape, dtype, space, device name, Triton version, provider,
 seed and payload version). Each is written with :func:`remote.host.fs.atomic_write` (temp
 file, fsync, rename, fsync folder): a reader sees the old or the new file, never a torn one.
+
+``--compile-mode``: how candidates compile on a GPU host (remote/tuning/tuner/compile.py):
+``auto``/``target`` compile for the GPU's target in CPU processes that never create a CUDA
+context, as many as CPU cores but one, falling back to ``context`` (the reason in the report's
+``compile.fallback_reason``); ``context`` forces worker processes holding a CUDA context (their
+number capped by GPU memory). report.json's ``time_split`` (and each batch size's) says where the
+wall time went: compile, first launch, timing, compare, check (whole-kernel correctness), setup.
 
 ``--provider``: ``auto`` times SGLang's own fused-MoE entry when it is installed, else orch's
 builtin kernel (:func:`remote.tuning.support.resolve_provider_name`, the answer the probe
@@ -84,6 +91,10 @@ def add_arguments(p) -> None:
     p.add_argument("--no-check", action="store_true", help="skip the float64 check of tuned configs")
     p.add_argument("--shipped-config", default=None,
                    help="shipped up config file to compare with (its _down twin is used if present)")
+    p.add_argument("--compile-mode", choices=("auto", "target", "context"), default="auto",
+                   help="auto/target: compile candidates for the GPU's target in CPU processes without CUDA "
+                        "(fallback: context, the reason in the report); context: worker processes with a CUDA "
+                        "context (their number capped by GPU memory)")
 
 
 def parse_batch_sizes(text: str) -> list[int]:
@@ -150,6 +161,29 @@ def _quant_of(naming: dict):
     if naming["dtype_selector"] != "fp8_w8a8":
         return None
     return {"block_shape": list(naming["block_shape"]) if naming.get("block_shape") else None}
+
+
+def total_split(per_m: dict, resumed: list) -> dict:
+    """Seconds per part of the tune's wall time (``time_split`` of each batch size tuned in this run,
+    summed; see :func:`remote.tuning.tuner.driver.time_split`), with ``batch_sizes`` counted. With
+    several GPUs the parts add up over devices (they ran at the same time)."""
+    out: dict = {}
+    n = 0
+    for M, r in per_m.items():
+        if int(M) in resumed or not r.get("time_split"):
+            continue
+        n += 1
+        for k, v in r["time_split"].items():
+            out[k] = round(out.get(k, 0.0) + v, 3)
+    return dict(out, batch_sizes=n)
+
+
+def _compile_info(per_m: dict, resumed: list) -> dict | None:
+    """How candidates were compiled (the last batch size's compiler stats: mode, workers,
+    fallback reason, compile requests sent)."""
+    last = [r.get("compile") for M, r in sorted(per_m.items(), key=lambda kv: int(kv[0]))
+            if int(M) not in resumed and r.get("compile")]
+    return last[-1] if last else None
 
 
 def run(args) -> dict:
@@ -225,7 +259,7 @@ def run(args) -> dict:
     spec = dict(shape=shape, dtype=dtype, space=args.space, provider=provider.name, seed=args.seed,
                 dtype_selector=naming["dtype_selector"], block_shape=naming["block_shape"], quant=quant,
                 shipped=({"up": shipped["up"], "down": shipped["down"]} if shipped else None),
-                check=not args.no_check)
+                check=not args.no_check, compile_mode=getattr(args, "compile_mode", "auto"))
     errors: dict = {}
     t0 = time.time()
     n_new = [0]
@@ -295,6 +329,8 @@ def run(args) -> dict:
         "shipped": ({"path": shipped["path"], "down_path": shipped["down_path"]} if shipped else None),
         "checkpoint_key": key_id, "resumed": resumed, "batch_sizes": per_m,
         "sglang": sglang_info, "provider_fallback_reason": getattr(provider, "fallback_reason", None),
+        "wall_s": round(time.time() - t0, 3), "time_split": total_split(per_m, resumed),
+        "compile": _compile_info(per_m, resumed),
     }
     rpath = out / "report.json"
     atomic_write(str(rpath), (json.dumps(report, indent=1, sort_keys=True, default=str) + "\n").encode("utf-8"))

@@ -665,6 +665,22 @@ class SglangProvider:
         need = max(4 * need, 10 << 30)
         return max(1, min(cpus, 16, int(free / 2 // need)))
 
+    def kernel_specs(self, p: SglangProblem, kind: str, cfg: dict) -> list:
+        """The compile requests SGLang's launch code makes for GEMM ``kind`` (``up``, ``down``, or
+        both for ``joint``) with ``cfg`` on problem ``p``, captured without compiling or launching
+        (:func:`remote.tuning.tuner.aot.capture`: SGLang 0.5.23 ``invoke_fused_moe_kernel`` binds and
+        specialises the real tensors, TMA descriptors and launch options, and Triton's launch path
+        hands them to ``compile``); ``[]`` for a kernel already loaded in this process. Raises
+        :class:`remote.tuning.tuner.aot.CaptureError` when the launch path cannot be captured, and
+        whatever SGLang's launch code raises for a config it rejects."""
+        from ..tuner import aot
+        fns = aot.jit_functions(self.k.kernel_module)
+        out = []
+        for gemm in (("up", "down") if kind == "joint" else (kind,)):
+            kw = self._launch_kwargs(p, gemm, cfg)  # routing computed here, outside the capture
+            out += aot.capture(fns, lambda kw=kw: self.k.invoke(**kw))
+        return out
+
     compile_target = "remote.tuning.providers.sglang:compile_one"
     #: SGLang's kernel is specialised on M-dependent integers: candidates compile per batch size
     compile_per_batch = True

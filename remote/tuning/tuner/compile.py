@@ -5,9 +5,18 @@ batch size took 55.9 s to compile on 15 processes against 16.1 s of timing (docs
 section 3, run 2; bench/results/h200-2026-11-29/run2_log.txt). Triton compiles for a signature and
 device without launching (``JITFunction.warmup``), and its on-disk cache (``TRITON_CACHE_DIR``,
 default ``~/.triton/cache``) is shared by processes, so worker processes compile and the timing
-process then loads binaries. What a job compiles is the provider's (its ``compile_target``, e.g.
-:func:`remote.tuning.providers.builtin.compile_one`); this module knows no provider. Under
-TRITON_INTERPRET=1 nothing is compiled.
+process then loads binaries. Two ways to compile, one interface:
+
+- :class:`TargetCompiler` (default where it works): the timing process captures each candidate's
+  compile request from the kernel's own launch code (the provider's ``kernel_specs``) and CPU
+  processes that never create a CUDA context compile it for the GPU's target
+  (:mod:`remote.tuning.tuner.aot`); parallelism follows the host's CPU cores.
+- :class:`Compiler` (the fallback, and ``--compile-mode context``): worker processes with a CUDA
+  context each run the provider's ``compile_target`` (e.g.
+  :func:`remote.tuning.providers.builtin.compile_one`), which launches in compile-only mode;
+  for SGLang's kernel each holds the problem's buffers on the GPU, so their number follows GPU memory.
+
+This module knows no provider. Under TRITON_INTERPRET=1 nothing is compiled.
 """
 
 from __future__ import annotations
@@ -60,8 +69,10 @@ class Compiler:
         self.seconds = 0.0
         self._futures: dict = {}
         self._pool = None
+        self.workers = workers or max(1, (os.cpu_count() or 2) - 1)
+        self.fallback_reason: str | None = None
         if self.enabled:
-            n = workers or max(1, (os.cpu_count() or 2) - 1)
+            n = self.workers
             self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"),
                                                 initializer=_init_worker, initargs=(device_index,))
 
@@ -136,8 +147,217 @@ class Compiler:
                 fails[key] = err
         return fails
 
+    mode = "context"
+
+    def stats(self) -> dict:
+        """What the tune report records about compilation (see :meth:`TargetCompiler.stats`)."""
+        return {"mode": self.mode if self.enabled else "none", "workers": self.workers if self.enabled else None,
+                "fallback_reason": self.fallback_reason, "sent": len(self.done), "capture_s": 0.0,
+                "wait_s": round(self.seconds, 3)}
+
     def close(self):
         """Shut the pool down."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _compile_job(specs):
+    from .aot import compile_specs
+    return compile_specs(specs)
+
+
+class TargetCompiler:
+    """Compiles for the GPU's target in CPU-only worker processes (:mod:`remote.tuning.tuner.aot`),
+    with :class:`Compiler`'s interface (``submit``/``wait``/``compile``/``close``, ``seconds``,
+    ``failed``, ``enabled``).
+
+    ``bind(provider, problem)`` (the Evaluator does it per batch size) names what a job's compile
+    request is captured from: ``provider.kernel_specs(problem, kind, cfg) -> [KernelSpec]``, run
+    in this (timing) process. A compile request seen before (same kernel, specialisation and
+    options, e.g. the same GEMM at two batch sizes of one class) is not sent again.
+    ``workers``: process count (default: CPU cores - 1, at least 1). ``fallback``: a
+    zero-argument factory of the :class:`Compiler` to use from then on when a capture fails
+    (``fallback_reason`` says why; it goes to the tune report). Stats: ``seconds`` (time waiting
+    for compiles), ``capture_s`` (time capturing), ``sent`` (compile requests sent), ``mode``
+    (``"target"``, or ``"context"`` after a fallback).
+    """
+
+    mode = "target"
+
+    def __init__(self, workers: int | None = None, fallback=None):
+        from .aot import worker_init
+        self.workers = workers or max(1, (os.cpu_count() or 2) - 1)
+        self.enabled = True
+        self.failed: dict = {}
+        self.seconds = 0.0
+        self.capture_s = 0.0
+        self.sent = 0
+        self.fallback_reason: str | None = None
+        self._fallback_factory = fallback
+        self._inner: Compiler | None = None
+        self._capture = None
+        self._M = None
+        self._specs: dict = {}  # spec ident -> future
+        self.notes: set = set()
+        self.launch_hits = 0
+        self.launch_compiles = 0
+        self._names: set = set()
+        self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
+                                            initializer=worker_init)
+        self._start_workers()
+        self._listen()
+
+    def _start_workers(self) -> None:
+        """Start every worker now with no GPU visible from its first instruction (a site hook that
+        imports torch runs before the initializer). This process's CUDA is initialised already
+        (the timer's buffers), so the environment change for the spawn does not reach it."""
+        from .aot import HIDE_GPUS
+        saved = {k: os.environ.get(k) for k in HIDE_GPUS}
+        os.environ.update(HIDE_GPUS)
+        try:
+            for f in [self._pool.submit(os.getpid) for _ in range(self.workers)]:
+                f.result()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    def _listen(self) -> None:
+        """Count, in this process, launches of kernels sent to the workers that found their binary
+        in Triton's cache (``launch_hits``) or compiled it (``launch_compiles``: the workers'
+        artifact did not match the launch's key); Triton's compilation listener, where it has one."""
+        try:
+            from triton import knobs
+            before = knobs.compilation.listener
+        except Exception:
+            return
+
+        def listener(src=None, cache_hit=None, **kw):
+            name = getattr(getattr(src, "fn", None), "fn", None)
+            if name is not None and f"{name.__module__}:{name.__qualname__}" in self._names:
+                if cache_hit:
+                    self.launch_hits += 1
+                else:
+                    self.launch_compiles += 1
+            if before is not None:
+                before(src=src, cache_hit=cache_hit, **kw)
+        knobs.compilation.listener = listener
+        self._unlisten = lambda: setattr(knobs.compilation, "listener", before)
+
+    def bind(self, provider, problem) -> None:
+        """Capture compile requests from ``provider.kernel_specs(problem, kind, cfg)`` from now on."""
+        self._capture = lambda kind, cfg: provider.kernel_specs(problem, kind, cfg)
+
+    def _fall_back(self, why: str) -> None:
+        import sys
+        self.fallback_reason = why
+        print(f"orch tune: compiling for the GPU target off the GPU is not possible here ({why}); "
+              "compiling in worker processes with a CUDA context", file=sys.stderr)
+        self.mode = "context"
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._inner = self._fallback_factory() if self._fallback_factory else None
+        self.enabled = self._inner is not None and self._inner.enabled
+
+    def submit(self, jobs, M: int | None = None) -> dict:
+        """Capture each job's compile request here and send the new ones to the pool; returns
+        ``{(kind, cfg_key): future}`` for jobs with a compile under way (see :meth:`Compiler.submit`)."""
+        import time
+
+        from .aot import CaptureError
+        from .space import cfg_key
+        if self._inner is None and self.launch_compiles >= 8 and not self.launch_hits:
+            self._fall_back(f"binaries compiled off the GPU missed the launch's cache key ({self.launch_compiles} "
+                            "launches compiled, none found its binary)")
+        if self._inner is not None:
+            return self._inner.submit(jobs, M)
+        if not self.enabled or self._capture is None:
+            return {}
+        out = {}
+        for kind, cfg in jobs:
+            t0 = time.perf_counter()
+            try:
+                specs = self._capture(kind, cfg)
+            except CaptureError as exc:
+                self.capture_s += time.perf_counter() - t0
+                self._fall_back(str(exc))
+                rest = [(kind, cfg)] + list(jobs)
+                return dict(out, **self._inner.submit(rest, M)) if self._inner is not None else out
+            except Exception as exc:  # a config SGLang's launch code rejects: its launch will say so
+                self.capture_s += time.perf_counter() - t0
+                self.failed[(kind, cfg_key(cfg))] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                continue
+            self.capture_s += time.perf_counter() - t0
+            new = [s for s in specs if s.ident() not in self._specs]
+            if new:
+                try:
+                    fut = self._pool.submit(_compile_job, new)
+                except (cf.process.BrokenProcessPool, RuntimeError) as exc:
+                    self._fall_back(f"CPU compile workers unavailable: {type(exc).__name__}: {exc}")
+                    return out
+                self.sent += len(new)
+                for s in new:
+                    self._specs[s.ident()] = fut
+                    self._names.add(s.fn)
+            # a job waits on the last of its compiles still under way (one GEMM launch compiles one kernel)
+            pending = [f for f in (self._specs[s.ident()] for s in specs) if not f.done()]
+            if pending:
+                out[(kind, cfg_key(cfg))] = pending[-1]
+        return out
+
+    def wait(self, key, fut) -> str | None:
+        """Wait for one job of :meth:`submit`; its error text, or None."""
+        import time
+        t0 = time.perf_counter()
+        try:
+            ok, err = fut.result()
+        except cf.CancelledError:  # sent before a fallback: its launch compiles it
+            ok, err = True, ""
+        except cf.process.BrokenProcessPool as exc:
+            if self._inner is None:
+                self._fall_back(f"CPU compile workers died: {exc}")
+            else:
+                self._inner._broken(exc)
+            ok, err = True, ""
+        self.seconds += time.perf_counter() - t0
+        if not ok:
+            self.failed[key] = err
+            return err
+        if err:  # compiled, with a note (e.g. the kernel module initialised CUDA on import)
+            self.notes.add(err)
+        return None
+
+    def compile(self, jobs, M: int | None = None):
+        """Compile ``jobs`` and wait for all; ``{(kind, cfg_key): error_text}`` of the failed ones."""
+        fails = {}
+        for key, fut in self.submit(jobs, M).items():
+            err = self.wait(key, fut)
+            if err:
+                fails[key] = err
+        return fails
+
+    def stats(self) -> dict:
+        """What the tune report records about compilation."""
+        return {"mode": self.mode, "workers": self.workers if self._inner is None else None,
+                "fallback_reason": self.fallback_reason, "sent": self.sent, "failed": len(self.failed),
+                "launch_cache_hits": self.launch_hits, "launch_compiles": self.launch_compiles,
+                "notes": sorted(self.notes),
+                "capture_s": round(self.capture_s, 3), "wait_s": round(self.seconds + (self._inner.seconds
+                                                                                        if self._inner else 0), 3)}
+
+    def close(self):
+        """Shut the pools down (and restore Triton's compilation listener)."""
+        unlisten = getattr(self, "_unlisten", None)
+        if unlisten is not None:
+            unlisten()
+            self._unlisten = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._inner is not None:
+            self._inner.close()
+

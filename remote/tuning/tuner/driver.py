@@ -21,6 +21,7 @@ import math
 import os
 import queue as queue_mod
 import statistics
+import time
 
 from .events import Done, Error, Fatal, Log, Progress, WorkerExit
 
@@ -119,14 +120,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
     compiler = None
     target = getattr(provider, "compile_target", None)
     if not cpu and target:
-        idx = int(device.split(":")[1]) if ":" in device else 0
-        workers = spec.get("compile_workers")
-        fits = getattr(provider, "compile_workers", None)
-        if fits is not None:
-            n = fits(spec["shape"], spec["dtype"], spec.get("quant"), device)
-            workers = min(workers, n) if workers else n
-        compiler = Compiler(provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")), target,
-                            device_index=idx, workers=workers, per_batch=getattr(provider, "compile_per_batch", False))
+        compiler = make_compiler(provider, spec, device)
     smem = smem_limit(device)
     quant = spec.get("quant")
     elem = 1 if quant is not None else {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
@@ -136,6 +130,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
     prev = None  # this worker's last winner: warm start for the next batch size
     try:
         for M in batch_sizes:
+            t_start = time.perf_counter()
             try:
                 p = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + M, weights, quant=quant)
                 weights = p.weights
@@ -148,9 +143,12 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 sh = shipped_pair(spec.get("shipped"), M)
                 hints = [h for h in (prev, sh) if h]
                 prefer = ([("shipped", sh[0], sh[1])] if sh else []) + [("default", default, default)]
+                split0 = _split_marks(compiler, timer)
+                t_m = time.perf_counter()
                 res = search(ev, spec["space"], M, shape["E"], shape["topk"], smem, elem,
                              progress=lambda best, M=M: emit(Progress(M, best)), hints=hints, block_k=block_k,
                              prefer=prefer)
+                t_search, split1 = time.perf_counter(), _split_marks(compiler, timer)
                 prev = (res["up"], res["down"])
                 # SGLang's kernel: "default" is what the server does without a file
                 no_file = (None, None) if own_default else (default, default)
@@ -158,6 +156,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 if sh:
                     variants["shipped"] = sh
                 times = compare(provider, p, timer, variants, cpu)
+                t_compare = time.perf_counter()
                 res["default_config"] = default
                 res["default_us"] = times["default"]
                 res["tuned_us"] = times["tuned"]
@@ -177,6 +176,10 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                                       f"(bar {verdict['rel_err_bar']:.3g}{base})"))
                         continue
                 res["compile_s"] = round(compiler.seconds, 3) if compiler else 0.0
+                res["time_split"] = time_split(split0, split1, t_m, t_search, t_compare, time.perf_counter(),
+                                               t_start)
+                res["compile"] = compiler.stats() if compiler else {"mode": "none", "fallback_reason": (
+                    "CPU/interpreter: nothing is compiled" if cpu else "the provider compiles at first launch")}
                 emit(Done(M, res))
             except Exception as exc:
                 import traceback
@@ -194,6 +197,74 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
         close = getattr(provider, "close", None)
         if close:
             close()
+
+
+#: ``compile_mode`` values of a spec: ``auto`` (target compile where possible, else context), ``target``
+#: (the same, the fallback reason is reported), ``context`` (force today's path: workers with a CUDA context).
+COMPILE_MODES = ("auto", "target", "context")
+
+
+def make_compiler(provider, spec: dict, device: str):
+    """The compiler for a GPU tune: a :class:`~.compile.TargetCompiler` (CPU processes without
+    CUDA, one per CPU core but one) where the provider can hand over its kernels' compile
+    requests (``kernel_specs``) and this Triton can compile for an explicit target
+    (:func:`.aot.available`); else, or with ``spec["compile_mode"] == "context"``, a
+    :class:`~.compile.Compiler` whose workers hold a CUDA context (their number capped by the
+    provider's ``compile_workers``, i.e. GPU memory). ``fallback_reason`` of the result says why
+    the target path was not taken (None when it was). Raises ValueError for an unknown mode."""
+    from . import aot
+    from .compile import Compiler, TargetCompiler
+    mode = spec.get("compile_mode") or "auto"
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {mode!r}")
+    idx = int(device.split(":")[1]) if ":" in device else 0
+    workers = spec.get("compile_workers")
+
+    def context():
+        n = workers
+        fits = getattr(provider, "compile_workers", None)
+        if fits is not None:
+            cap = fits(spec["shape"], spec["dtype"], spec.get("quant"), device)
+            n = min(n, cap) if n else cap
+        return Compiler(provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")),
+                        provider.compile_target, device_index=idx, workers=n,
+                        per_batch=getattr(provider, "compile_per_batch", False))
+
+    why = "compile_mode context (forced)" if mode == "context" else (
+        aot.available() or (None if callable(getattr(provider, "kernel_specs", None))
+                            else f"the {provider.name} provider hands over no compile requests (kernel_specs)"))
+    if why:
+        c = context()
+        c.fallback_reason = why
+        return c
+    return TargetCompiler(workers=workers, fallback=context)
+
+
+def _split_marks(compiler, timer) -> dict:
+    st = compiler.stats() if compiler else {}
+    return {"compile": float(st.get("wait_s", 0.0)) + float(st.get("capture_s", 0.0)),
+            "first": timer.stats.first_s, "timer": timer.stats.seconds}
+
+
+def time_split(a: dict, b: dict, t0: float, t_search: float, t_compare: float, t_end: float,
+               t_start: float | None = None) -> dict:
+    """Where one batch size's wall time went, in seconds, from marks ``a`` (search start) and ``b``
+    (search end) of :func:`_split_marks` and the clock at the search's start and end, after the
+    side-by-side comparison and at the end: ``compile`` (this process waiting for compile workers,
+    plus capturing compile requests), ``first_launch`` (each timed candidate's first eager launch:
+    loading its binary, or compiling it here when no worker did), ``timing`` (graph capture and
+    replays), ``search_other`` (the rest of the search: inputs, bookkeeping), ``compare`` (default,
+    shipped and tuned side by side) and ``check`` (the whole-kernel correctness check against the
+    float64 reference); ``setup`` (from ``t_start``: inputs, SGLang's default config, the timer's
+    warm-up before the search); ``wall`` is their sum."""
+    compile_s = b["compile"] - a["compile"]
+    first = b["first"] - a["first"]
+    timer_s = b["timer"] - a["timer"]
+    out = {"compile": compile_s, "first_launch": first, "timing": max(0.0, timer_s - first),
+           "search_other": max(0.0, (t_search - t0) - compile_s - timer_s), "compare": t_compare - t_search,
+           "check": t_end - t_compare, "setup": t0 - (t0 if t_start is None else t_start),
+           "wall": t_end - (t0 if t_start is None else t_start)}
+    return {k: round(v, 3) for k, v in out.items()}
 
 
 def is_oom(exc: BaseException) -> bool:

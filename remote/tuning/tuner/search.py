@@ -57,6 +57,9 @@ class Evaluator:
 
     def __init__(self, provider, problem, timer, compiler=None, log=None, cpu=False):
         self.provider, self.p, self.timer, self.compiler = provider, problem, timer, compiler
+        bind = getattr(compiler, "bind", None)
+        if bind is not None:  # a TargetCompiler captures compile requests from this problem's launches
+            bind(provider, problem)
         own = getattr(provider, "kinds", None)
         self.kinds = tuple(own) if own else (("up", "down") if provider.separable else ("joint",))
         self._joint_gemm = bool(own) and "joint" in self.kinds

@@ -26,8 +26,11 @@ import torch
 @dataclass
 class TimerStats:
     """Accounting of one :class:`Timer`: seconds spent in ``time`` calls (wall clock,
-    capture + replays + sync: the GPU time a search costs) and the number of calls."""
+    capture + replays + sync: the GPU time a search costs), the part of it spent in each
+    call's first eager launch (``first_s``: loading the binary, from Triton's on-disk cache or by
+    compiling it when no worker did, plus one run) and the number of calls."""
     seconds: float = 0.0
+    first_s: float = 0.0
     calls: int = 0
     failures: int = 0
     errors: list = field(default_factory=list)
@@ -53,8 +56,10 @@ class Timer:
         """Capture and replay ``graphs`` throw-away graphs of ``fn`` (GPU only)."""
         if not self.cuda or self._warm:
             return
+        first = self.stats.first_s
         for _ in range(graphs):
             self._time_cuda(fn, n_calls=10, reps=3)
+        self.stats.first_s = first  # warm-up is not a candidate's first launch
         self._warm = True
 
     def time(self, fn, n_calls: int = 10, reps: int = 10) -> float:
@@ -73,7 +78,9 @@ class Timer:
             self.stats.calls += 1
 
     def _time_cpu(self, fn, reps: int) -> float:
+        t0 = time.perf_counter()
         fn()
+        self.stats.first_s += time.perf_counter() - t0
         ts = []
         for _ in range(max(1, reps)):
             t = time.perf_counter()
@@ -83,8 +90,10 @@ class Timer:
 
     def _time_cuda(self, fn, n_calls: int, reps: int) -> float:
         with torch.cuda.device(self.device):
+            t0 = time.perf_counter()
             fn()
             torch.cuda.synchronize()
+            self.stats.first_s += time.perf_counter() - t0
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             g = torch.cuda.CUDAGraph()
