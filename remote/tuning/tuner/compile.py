@@ -278,14 +278,15 @@ class TargetCompiler:
         if not self.enabled or self._capture is None:
             return {}
         out = {}
-        for kind, cfg in jobs:
+        jobs = list(jobs)
+        for i, (kind, cfg) in enumerate(jobs):
             t0 = time.perf_counter()
             try:
                 specs = self._capture(kind, cfg)
             except CaptureError as exc:
                 self.capture_s += time.perf_counter() - t0
                 self._fall_back(str(exc))
-                rest = [(kind, cfg)] + list(jobs)
+                rest = jobs[i:]
                 return dict(out, **self._inner.submit(rest, M)) if self._inner is not None else out
             except Exception as exc:  # a config SGLang's launch code rejects: its launch will say so
                 self.capture_s += time.perf_counter() - t0

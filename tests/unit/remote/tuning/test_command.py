@@ -87,7 +87,17 @@ def test_report_contents(first_run):
         assert r["rel_err"] < 1e-2
         assert r["shipped_config"]["up"]["BLOCK_SIZE_N"] == 32  # closest key "2"
         assert r["default_config"]["BLOCK_SIZE_M"] == 16  # M <= E: SGLang's small default
+        split = r["time_split"]
+        assert set(split) == {"compile", "first_launch", "timing", "search_other", "compare", "check", "setup",
+                              "wall"}
+        assert split["timing"] > 0 and split["check"] > 0 and split["compile"] == 0  # nothing compiles on CPU
+        assert split["wall"] >= split["timing"] + split["compare"] + split["check"]
+        assert "CPU" in r["compile"]["fallback_reason"]
     assert rep["payload_version"] and rep["triton_version"]
+    assert rep["time_split"]["batch_sizes"] == 2
+    assert rep["time_split"]["wall"] == pytest.approx(sum(rep["batch_sizes"][M]["time_split"]["wall"]
+                                                          for M in ("1", "4")), abs=0.01)
+    assert rep["compile"]["mode"] == "none" and rep["wall_s"] >= rep["time_split"]["wall"]
 
 
 def test_progress_lines(first_run):
