@@ -41,6 +41,19 @@ Sections (``--sections``, comma list; default ``env,fp8check,tune,compare``):
                 at TP2); sglang-provider fast tune over ``--fp8-batch-sizes``, then default vs
                 shipped vs tuned on SGLang's kernel.
 
+Issue 20 sections (compile off the GPU's memory budget; fast against a bounded exhaustive search):
+
+- ``split``:      the 18-batch-size sglang-provider fast tune on one GPU with the new compile path
+                  (``--compile-mode auto``: CPU processes without CUDA compile for the GPU target)
+                  and the old one (``--compile-mode context``), fresh process and empty Triton cache
+                  each; wall time and the report's split (compile, first launch, timing, compare,
+                  check). Run ``compare`` after it: both tunes' picks beside SGLang's default and
+                  shipped file, and old vs new at every M (two tunes in fresh processes within 1%).
+- ``exhaustive``: at ``--exhaustive-batch-sizes`` (1, 64, 512, 4096), every fitting config of
+                  SGLang's space for each GEMM, with and without USE_TMA, screened within
+                  ``--exhaustive-s`` seconds per batch size (the bound; coverage is printed), best
+                  re-timed, whole-kernel final stage; beside ``fast``: its distance and GPU-time share.
+
 Budget: every section checks the time left of ``--budget-s`` (default 530 s) against its
 estimate and is skipped, or cut, with a message when it would not fit (one device call).
 
@@ -217,9 +230,10 @@ def section_fp8check(res, args, ctx):
 
 
 def run_tune(args, ctx, name: str, extra: list, timeout: float, standins: bool = True,
-             gpus: str | None = None) -> dict:
+             gpus: str | None = None, triton_cache: str | None = None) -> dict:
     """``python -m remote tune`` in a child process (with ``standins``: SGLang importable via
-    sitecustomize, else a plain environment; ``gpus``: its CUDA_VISIBLE_DEVICES, None: every GPU);
+    sitecustomize, else a plain environment; ``gpus``: its CUDA_VISIBLE_DEVICES, None: every GPU;
+    ``triton_cache``: a TRITON_CACHE_DIR emptied first, so the tune compiles everything itself);
     returns ``{"cmd", "wall_s", "rc", "gpus", "report"?, "stdout_tail"}``."""
     out = Path(args.out) / name
     cmd = [sys.executable, "-m", "remote", "tune", "--out", str(out), "--seed", "0", "--no-resume"] + extra
@@ -231,6 +245,10 @@ def run_tune(args, ctx, name: str, extra: list, timeout: float, standins: bool =
         env = dict(ctx["env"]) if standins else dict(os.environ, PYTHONPATH=str(ROOT))
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus
+        if triton_cache is not None:
+            shutil.rmtree(triton_cache, ignore_errors=True)
+            Path(triton_cache).mkdir(parents=True)
+            env["TRITON_CACHE_DIR"] = triton_cache
         p = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True,
                            timeout=min(max(10, timeout), 86400))
         rc, stdout, stderr = p.returncode, p.stdout, p.stderr
@@ -416,7 +434,7 @@ def section_compare(res, args, ctx):
     tunes = dict(res.get("tune", {}))
     if (res.get("tune2") or {}).get("files"):
         tunes["sglang2"] = res["tune2"]
-    for prov_name in ("builtin", "sglang", "sglang2"):
+    for prov_name in ("builtin", "sglang", "sglang2", "sglang_old"):
         files = (tunes.get(prov_name) or {}).get("files")
         if files:
             sets[f"{prov_name}_tuned"] = _config_dir(root, f"{prov_name}_tuned", Path(files["up"]),
@@ -441,6 +459,14 @@ def section_compare(res, args, ctx):
         say(f"  {r['M']:>5} " + " ".join(f"{r.get(s) or 0:14.1f}" for s in sets) +
             f" {_ratio(sh, sg) or 0:8.3f} {_ratio(de, sg) or 0:7.3f} {_ratio(sh, bi) or 0:8.3f}"
             f" {_ratio(sg, sg2) or 0:7.3f}")
+    olds = [r for r in rows if r.get("sglang_tuned") and r.get("sglang_old_tuned")]
+    if olds:  # section split: the same tune, old compile path vs new, each in a fresh process
+        within = [r["M"] for r in olds if abs(r["sglang_old_tuned"] / r["sglang_tuned"] - 1) <= 0.01]
+        say(f"  old-path tune vs new-path tune (fresh processes): within 1% at {len(within)}/{len(olds)} M; "
+            "per M (old/new): " + ", ".join(f"{r['M']}: {r['sglang_old_tuned'] / r['sglang_tuned']:.3f}"
+                                            for r in olds))
+        res["compare"]["old_vs_new_within_1pct"] = within
+        res["compare"]["old_over_new"] = {r["M"]: round(r["sglang_old_tuned"] / r["sglang_tuned"], 4) for r in olds}
     twins = [r for r in rows if r.get("sglang_tuned") and r.get("sglang2_tuned")]
     if twins:
         within = [r["M"] for r in twins if abs(r["sglang2_tuned"] / r["sglang_tuned"] - 1) <= 0.01]
@@ -553,12 +579,199 @@ def section_fp8shape(res, args, ctx):
     res["fp8shape"] = {"shape": shape, "tune": r, "rows": rows, "sets": sorted(sets)}
 
 
+# ----------------------------------------------------------------------------- split (issue 20)
+
+
+def _print_split(name: str, rep: dict, wall: float) -> None:
+    sp_ = rep.get("time_split") or {}
+    c = rep.get("compile") or {}
+    say(f"  {name}: {wall:.1f} s wall (tune command {rep.get('wall_s')} s); where it went (s, summed over "
+        f"{sp_.get('batch_sizes')} batch sizes): " + ", ".join(f"{k} {v:.1f}" for k, v in sp_.items()
+                                                              if k not in ("batch_sizes",)))
+    say(f"    compile: mode {c.get('mode')}, workers {c.get('workers')}, requests sent {c.get('sent')}, "
+        f"failed {c.get('failed')}, first launches that found the worker's binary {c.get('launch_cache_hits')}, "
+        f"that compiled {c.get('launch_compiles')}; fallback: {c.get('fallback_reason')}; notes {c.get('notes')}")
+
+
+def section_split(res, args, ctx):
+    """Item 2/3a: the 18-batch-size sglang-provider fast tune (bf16 Qwen3-30B-A3B, TP1, one GPU)
+    with the new compile path (``--compile-mode auto``: compile for the GPU target in CPU
+    processes without CUDA) and the old one (``--compile-mode context``), each in a fresh process
+    with an empty Triton cache; the tune report's split (compile, first launch, timing, compare,
+    check) of each. ``compare`` then times both tunes' picks beside SGLang's default and shipped
+    file, and the two tunes against each other at every M (two tunes in fresh processes)."""
+    model = (["--model-config", str(MODEL)] if not args.smoke else ["--shape", "E=8,N=64,hidden=128,topk=2"])
+    space = "smoke" if args.smoke else "fast"
+    out = {}
+    for mode, tag, est in (("auto", "new", 130), ("context", "old", 230)):
+        if not args.smoke and left(args) < est:
+            say(f"  skip the {tag}-path tune: {left(args):.0f} s left of the budget, needs ~{est} s")
+            continue
+        r = run_tune(args, ctx, f"tune_sglang_{space}_{tag}",
+                     ["--provider", "sglang", "--space", space, "--batch-sizes", args.batch_sizes,
+                      "--compile-mode", mode] + model, timeout=left(args) - 20,
+                     gpus="0" if not args.smoke else None, triton_cache=str(Path(args.out) / f"triton_cache_{tag}"))
+        shutil.rmtree(Path(args.out) / f"triton_cache_{tag}", ignore_errors=True)  # not brought back
+        out[tag] = r
+        rep = r.get("report")
+        if rep:
+            _print_tune(rep)
+            _print_split(f"{tag} path", rep, r["wall_s"])
+    res["split"] = {k: {kk: vv for kk, vv in v.items() if kk != "report"} | {
+        "time_split": (v.get("report") or {}).get("time_split"), "compile": (v.get("report") or {}).get("compile"),
+        "tune_wall_s": (v.get("report") or {}).get("wall_s")} for k, v in out.items()}
+    if out.get("new", {}).get("files"):
+        res.setdefault("tune", {})["sglang"] = out["new"]
+    if out.get("old", {}).get("files"):
+        res.setdefault("tune", {})["sglang_old"] = out["old"]
+    if "new" in out and "old" in out and out["new"].get("report") and out["old"].get("report"):
+        a, b = out["new"]["report"]["wall_s"], out["old"]["report"]["wall_s"]
+        say(f"  tune wall (tune command): new path {a:.1f} s, old path {b:.1f} s ({b / a:.2f}x); target <= 120 s "
+            f"for 18 batch sizes on one H200: {'met' if a <= 120 else 'MISSED'}")
+
+
+# ----------------------------------------------------------------------------- exhaustive (issue 20)
+
+
+def section_exhaustive(res, args, ctx):
+    """Item 3b: a bounded exhaustive search of SGLang's kernel beside ``fast`` at
+    ``--exhaustive-batch-sizes`` (1, 64, 512, 4096) for bf16 Qwen3-30B-A3B at TP1, one GPU.
+
+    ``fast``: ``python -m remote tune --space fast`` for those batch sizes in a fresh process
+    (its picks and its search GPU time, ``search_gpu_s``). Exhaustive, here in this process with
+    the tuner's own parts (Evaluator, compile workers, timer, whole-kernel final stage): every
+    config of SGLang's 1920-config space that fits the device, for each GEMM, and each one again
+    with ``USE_TMA`` where the release reads it (SGLang 0.5.23: up and down; TMA on/off is the
+    ``b_use_tma`` / ``a_use_tma`` + ``b_use_tma`` of ``invoke_fused_moe_kernel``), fast's own
+    pick first and the rest in a seeded random order; all screened (graph of 10 calls, 3
+    replays), the 6 best per BLOCK_SIZE_M and GEMM re-timed with the full protocol, then the
+    tuner's whole-kernel final stage. The bound: ``--exhaustive-s`` seconds per batch size for
+    the screen (compile + timing); what it reached is reported (``screened`` of ``candidates``
+    per GEMM), so a cut search is visible. Then fast's pick, the exhaustive pick and SGLang's
+    default side by side (whole kernel, 7 interleaved rounds): fast's distance
+    (fast/exhaustive - 1, target <= 1%) and its GPU-time share (fast's ``search_gpu_s`` over the
+    exhaustive search's timer seconds, target <= 10%)."""
+    import random
+
+    import torch
+
+    from remote.tuning.tuner import space as sp
+    from remote.tuning.tuner.driver import compare, make_compiler, smem_limit
+    from remote.tuning.tuner.search import FULL_PROTOCOL, SCREEN_PROTOCOL, Evaluator, _decide
+    from remote.tuning.tuner.timing import Timer
+
+    smoke = args.smoke
+    model = (["--model-config", str(MODEL)] if not smoke else ["--shape", "E=8,N=64,hidden=128,topk=2"])
+    shape = dict(E=8, N=64, hidden=128, topk=2) if smoke else dict(E=128, N=768, hidden=2048, topk=8)
+    dtype = "float16" if smoke else "bfloat16"
+    Ms = [int(x) for x in args.exhaustive_batch_sizes.split(",")]
+    fr = run_tune(args, ctx, "fast_for_exhaustive", ["--provider", "sglang", "--space", "smoke" if smoke else "fast",
+                                                     "--batch-sizes", ",".join(map(str, Ms))] + model,
+                  timeout=left(args) - 20, gpus=None if smoke else "0")
+    fast = (fr.get("report") or {}).get("batch_sizes", {})
+    # the compile workers this process spawns import SGLang too: give them the stand-ins
+    for k in ("PYTHONPATH", "ORCH_STANDINS_REPO", "ORCH_STANDINS_SGLANG"):
+        if k in ctx["env"]:
+            os.environ[k] = ctx["env"][k]
+    prov = provider()
+    dev = "cpu" if smoke or not torch.cuda.is_available() else "cuda:0"
+    cpu = dev == "cpu"
+    timer = Timer(dev)
+    compiler = None if cpu else make_compiler(prov, {"shape": shape, "dtype": dtype, "quant": None}, dev)
+    smem = smem_limit(dev)
+    space = sp.smoke_space() if smoke else sp.prune(sp.full_space(), smem, 2)[0]
+    per_m_s = 1e9 if smoke else args.exhaustive_s
+    rows = []
+    try:
+        for M in Ms:
+            if not smoke and left(args) < per_m_s + 40:
+                say(f"  skip exhaustive at M={M}: {left(args):.0f} s left, needs ~{per_m_s + 40:.0f} s")
+                continue
+            p = prov.make_problem(shape, M, dtype, dev, 1000 + M)
+            ev = Evaluator(prov, p, timer, compiler, cpu=cpu)
+            if not cpu:
+                timer.warm_up(prov.full_fn(p, None, None))
+            fpick = fast.get(str(M))
+            rng = random.Random(M)
+            cands = {}
+            for kind in ev.kinds:
+                cs = list(space) + ([sp.with_tma(c, True) for c in space] if kind in ev.tma_kinds else [])
+                rng.shuffle(cs)
+                own = fpick.get("up" if kind == "joint" else kind) if fpick else None
+                cands[kind] = ([own] if own else []) + cs
+            t0, gpu0, c0 = time.time(), timer.stats.seconds, (compiler.stats() if compiler else {})
+            screened = {k: {} for k in ev.kinds}
+            pos = {k: 0 for k in ev.kinds}
+            chunk = 2 if smoke else 192
+            while time.time() - t0 < per_m_s and any(pos[k] < len(cands[k]) for k in ev.kinds):
+                for kind in ev.kinds:  # the GEMMs alternate, so a cut leaves both sampled alike
+                    part = cands[kind][pos[kind]: pos[kind] + chunk]
+                    pos[kind] += len(part)
+                    if part:
+                        screened[kind].update(ev.measure(kind, part, SCREEN_PROTOCOL))
+            screen_s = time.time() - t0
+            final = {}
+            for kind in ev.kinds:
+                t = screened[kind]
+                top = []
+                for bm in sorted({k[0] for k in t}):
+                    top += sorted((k for k in t if k[0] == bm), key=t.get)[:6]
+                final[kind] = ev.measure(kind, [sp.from_key(k) for k in top], FULL_PROTOCOL)
+            bm, picks, _ts, whole, fin = _decide(ev, final, None)
+            full_gpu = timer.stats.seconds - gpu0
+            full_wall = time.time() - t0
+            if "joint" in picks:
+                up = down = sp.from_key(picks["joint"])
+            else:
+                up, down = sp.from_key(picks["up"]), sp.from_key(picks["down"])
+            variants = {"exhaustive": (up, down), "default": (None, None)}
+            if fpick:
+                variants["fast"] = (fpick["up"], dict(fpick["down"], BLOCK_SIZE_M=fpick["up"]["BLOCK_SIZE_M"]))
+            times = compare(prov, p, timer, variants, cpu, rounds=7)
+            cst = compiler.stats() if compiler else {}
+            row = {"M": M, "exhaustive_us": times.get("exhaustive"), "fast_us": times.get("fast"),
+                   "default_us": times.get("default"),
+                   "fast_distance": (round(times["fast"] / times["exhaustive"] - 1, 4)
+                                     if times.get("fast") and times.get("exhaustive") else None),
+                   "candidates": {k: len(v) for k, v in cands.items()},
+                   "screened": {k: min(pos[k], len(cands[k])) for k, v in cands.items()},
+                   "timed_ok": {k: len(v) for k, v in screened.items()},
+                   "bound_s": per_m_s, "screen_s": round(screen_s, 1), "exhaustive_wall_s": round(full_wall, 1),
+                   "exhaustive_gpu_s": round(full_gpu, 2),
+                   "fast_gpu_s": fpick.get("search_gpu_s") if fpick else None,
+                   "fast_wall_s": fpick.get("search_wall_s") if fpick else None,
+                   "compile_requests": (cst.get("sent", 0) - c0.get("sent", 0)) if cst else None,
+                   "exhaustive_up": up, "exhaustive_down": down,
+                   "fast_up": fpick.get("up") if fpick else None, "fast_down": fpick.get("down") if fpick else None}
+            row["fast_gpu_share"] = (round(row["fast_gpu_s"] / full_gpu, 4) if row["fast_gpu_s"] and full_gpu
+                                     else None)
+            rows.append(row)
+            cut = any(row["screened"][k] < row["candidates"][k] for k in row["candidates"])
+            say(f"  M={M}: exhaustive {row['exhaustive_us']} us ({_label(up)} | {_label(down)}), fast "
+                f"{row['fast_us']} us, default {row['default_us']} us; fast distance {row['fast_distance']}, "
+                f"GPU share {row['fast_gpu_share']} (fast {row['fast_gpu_s']} s, exhaustive {row['exhaustive_gpu_s']} s "
+                f"timer, {row['exhaustive_wall_s']} s wall); screened {row['screened']} of {row['candidates']}"
+                f"{' (CUT by the time bound)' if cut else ''}")
+            res["exhaustive"] = {"rows": rows, "fast_tune": {k: v for k, v in fr.items() if k != "report"}}
+    finally:
+        if compiler:
+            res.setdefault("exhaustive", {})["compile"] = compiler.stats()
+            compiler.close()
+        prov.close()
+    res.setdefault("exhaustive", {})["rows"] = rows
+    ok = [r["M"] for r in rows if r["fast_distance"] is not None and r["fast_distance"] <= 0.01]
+    share = [r["M"] for r in rows if r["fast_gpu_share"] is not None and r["fast_gpu_share"] <= 0.10]
+    say(f"  targets: fast within 1% of the bounded exhaustive search at {len(ok)}/{len(rows)} M; fast's GPU time "
+        f"<= 10% of it at {len(share)}/{len(rows)} M")
+
+
 # ----------------------------------------------------------------------------- main
 
 
 SECTIONS = {"env": section_env, "fp8check": section_fp8check, "tune": section_tune, "tune2": section_tune2,
             "compare": section_compare,
             "full": section_full, "fp8shape": section_fp8shape}
+SECTIONS.update(split=section_split, exhaustive=section_exhaustive)  # issue 20: compile off the GPU, fast vs exhaustive
 
 
 def main():
@@ -569,6 +782,9 @@ def main():
     ap.add_argument("--batch-sizes", default=SGLANG_BATCH_SIZES)
     ap.add_argument("--full-batch-sizes", default="4096,64,512,1")
     ap.add_argument("--fp8-batch-sizes", default="1,16,64,256,1024,4096")
+    ap.add_argument("--exhaustive-batch-sizes", default="1,64,512,4096")
+    ap.add_argument("--exhaustive-s", type=float, default=75.0,
+                    help="bound of the exhaustive section: seconds of screening (compile + timing) per batch size")
     ap.add_argument("--budget-s", type=float, default=530.0, help="wall-clock budget of this run")
     ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))
@@ -579,6 +795,7 @@ def main():
         args.batch_sizes = "1,40" if args.batch_sizes == SGLANG_BATCH_SIZES else args.batch_sizes
         args.full_batch_sizes = "4"
         args.fp8_batch_sizes = "3"
+        args.exhaustive_batch_sizes = "4"
         args.budget_s = 1e9
     Path(args.out).mkdir(parents=True, exist_ok=True)
     res = {"args": vars(args)}
