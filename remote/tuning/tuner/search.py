@@ -13,7 +13,8 @@ own entry, one forced config) the candidate is timed as the whole fused MoE.
   previous batch size's winner and the shipped config for M, when given), screened with
   3 replays; (2) for the three best BLOCK_SIZE_M, coordinate descent from the two best
   configs of each GEMM over one-step neighbours (stages, warps, group, BN/BK halved or
-  doubled), at most 3 rounds; (3) the 4 best of each GEMM per finalist BM re-timed with
+  doubled), at most 3 rounds, every (BLOCK_SIZE_M, GEMM) in lockstep so that a round's candidates
+  compile together; (3) the 4 best of each GEMM per finalist BM re-timed with
   the full protocol, side by side.
 Final stage (every space): for the 3 best BLOCK_SIZE_M, the pairs of the 2 best up and 2
 best down configs (joint providers: the best configs), plus the preferred pairs the caller
@@ -103,6 +104,22 @@ class Evaluator:
                     self.failed += 1
                     self.log(f"skip whole {pr}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
         return {pr: statistics.median(v) for pr, v in samples.items() if v}
+
+    def prefetch(self, kind: str, cfgs: list[dict]) -> None:
+        """Start compiling ``cfgs`` for ``kind`` in the compile workers without timing them (a later
+        :meth:`measure` of them waits for these compiles instead of sending new ones); nothing
+        without a compiler or for a config already timed."""
+        if self.compiler is None or (kind == "joint" and not self._joint_gemm):
+            return
+        timed = {ck[1] for ck in self.cache if ck[0] == kind}
+        todo = {}
+        for c in cfgs:
+            c = self.clean(kind, c)
+            key = sp.cfg_key(c)
+            if key not in timed:
+                todo[key] = c
+        if todo:
+            self.compiler.submit(((kind, c) for c in todo.values()), M=getattr(self.p, "M", None))
 
     def measure(self, kind: str, cfgs: list[dict], protocol: dict) -> dict:
         """Time ``cfgs`` for ``kind``; returns ``{cfg_key: microseconds}`` (failures absent)."""
@@ -304,6 +321,8 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
                     extra[kind].append(c)
                     if kind in ev.tma_kinds:
                         extra[kind].append(sp.with_tma(c, not c.get("USE_TMA")))
+    for kind in ev.kinds:  # every GEMM's seeds compile at once (the workers stay busy while the first is timed)
+        ev.prefetch(kind, seeds + extra[kind])
     screened = {kind: ev.measure(kind, seeds + extra[kind], SCREEN_PROTOCOL) for kind in ev.kinds}
     # rank BLOCK_SIZE_M by the sum of each GEMM's best seed
     bm_rank = []
@@ -316,28 +335,45 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
     if progress:
         progress(bm_rank[0][0])
     finalists = [bm for _, bm in bm_rank[:n_bm]]
+    # coordinate descent per (BLOCK_SIZE_M, GEMM), all of them in lockstep: each round's neighbours of
+    # every frontier are sent to the compile workers together before any is timed (one compile
+    # latency per round instead of one per BLOCK_SIZE_M and GEMM; the same candidates and decisions
+    # as refining them one after another, the BLOCK_SIZE_M and GEMM being independent)
+    states = []
     for bm in finalists:
         for kind in ev.kinds:
             t = screened[kind]
             frontier = sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:n_frontier]
-            seen = set(frontier)
-            for _ in range(max_rounds):
-                cands = []
-                for key in frontier:
-                    for nb in sp.neighbours(sp.from_key(key), tma=kind in ev.tma_kinds):
-                        nk = sp.cfg_key(nb)
-                        if nk not in seen and feasible(nb):
-                            seen.add(nk)
-                            cands.append(nb)
-                if not cands:
-                    break
-                before = min(t[k] for k in t if k[0] == bm)
-                t.update(ev.measure(kind, cands, SCREEN_PROTOCOL))
-                ranked = sorted((k for k in t if k[0] == bm), key=lambda k: t[k])
-                new_frontier = [k for k in ranked[:n_frontier] if k not in frontier]
-                if t[ranked[0]] >= before * 0.999 and not new_frontier:
-                    break
-                frontier = new_frontier or ranked[:1]
+            states.append({"bm": bm, "kind": kind, "frontier": frontier, "seen": set(frontier)})
+    for _ in range(max_rounds):
+        for st in states:
+            cands = []
+            for key in st["frontier"]:
+                for nb in sp.neighbours(sp.from_key(key), tma=st["kind"] in ev.tma_kinds):
+                    nk = sp.cfg_key(nb)
+                    if nk not in st["seen"] and feasible(nb):
+                        st["seen"].add(nk)
+                        cands.append(nb)
+            st["cands"] = cands
+            if cands:
+                ev.prefetch(st["kind"], cands)
+        for st in states:
+            cands, kind, bm = st.pop("cands"), st["kind"], st["bm"]
+            if not cands:
+                st["frontier"] = []
+                continue
+            t = screened[kind]
+            before = min(t[k] for k in t if k[0] == bm)
+            t.update(ev.measure(kind, cands, SCREEN_PROTOCOL))
+            ranked = sorted((k for k in t if k[0] == bm), key=lambda k: t[k])
+            new_frontier = [k for k in ranked[:n_frontier] if k not in st["frontier"]]
+            if t[ranked[0]] >= before * 0.999 and not new_frontier:
+                st["frontier"] = []  # converged
+                continue
+            st["frontier"] = new_frontier or ranked[:1]
+        states = [st for st in states if st["frontier"]]
+        if not states:
+            break
     if progress:
         progress(min(sum(min(v for k, v in t.items() if k[0] == bm) for t in screened.values()) for bm in finalists))
     final = {}

@@ -370,3 +370,37 @@ def test_correctness_bar_follows_the_servers_own_kernel():
     assert ok and good.calls == [(up, down)]  # no second run when the fixed bar holds
     nan_floor = _Checked({("u", "d"): 0.0131, (None, None): float("inf")}, own_kernel=True)
     assert not check_tuned(nan_floor, None, up, down)[0]
+
+
+class _RecordingCompiler:
+    """Records when new compiles are sent (``("compile", n)``) between timings (``("time",)``);
+    every compile is done at once (``submit`` returns no pending future)."""
+
+    def __init__(self, events):
+        self.events, self.seen = events, set()
+
+    def submit(self, jobs, M=None):
+        new = {(kind, sp.cfg_key(c)) for kind, c in jobs} - self.seen
+        if new:
+            self.seen |= new
+            self.events.append(("compile", len(new)))
+        return {}
+
+
+def test_fast_refinement_compiles_each_round_at_once_with_the_same_result():
+    events = []
+
+    class Timer(FakeTimer):
+        def time(self, fn, n_calls=10, reps=10):
+            events.append(("time",))
+            return super().time(fn, n_calls, reps)
+
+    plain = search(Evaluator(FakeProvider(), None, FakeTimer()), "fast", 4096, 128, 8, H200_SMEM, 2)
+    ev = Evaluator(FakeProvider(), None, Timer(), compiler=_RecordingCompiler(events))
+    r = search(ev, "fast", 4096, 128, 8, H200_SMEM, 2)
+    assert (r["up"], r["down"], r["evaluated"]) == (plain["up"], plain["down"], plain["evaluated"])
+    # a compile sent after something was timed is a wait for the workers: the screen's seeds of both
+    # GEMMs go before any timing, then one batch per refinement round (3 BLOCK_SIZE_M x 2 GEMMs each)
+    waits = sum(1 for a, b in zip(events, events[1:]) if a[0] == "time" and b[0] == "compile")
+    assert events[0][0] == events[1][0] == "compile" and events[2] == ("time",)
+    assert 1 <= waits <= 3
