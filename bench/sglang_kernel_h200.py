@@ -365,9 +365,37 @@ def _config_dir(root: Path, name: str, up: Path | None, down: Path | None, names
     return root / name
 
 
+def _set_configs(prov, p, d: Path) -> list:
+    """The (kind, config) pairs SGLang's fused_experts will launch for problem ``p`` reading the
+    config folder ``d`` (closest batch-size key; no file: SGLang's default; no _down file: the up
+    entry without USE_TMA), for precompiling; approximate is fine (a miss compiles at launch)."""
+    import triton
+
+    from remote.sglang.naming import triton_folder
+    from remote.tuning.tuner import space as sp
+    names = prov.k.file_names(p.E, p.N, prov.k.config_dtype(p.dtype, p.quant),
+                              list(p.quant.block_shape) if p.quant and p.quant.block_shape else None)
+    folder = Path(d) / "configs" / triton_folder(triton.__version__)
+    up_f = folder / names["up"]
+    if not up_f.is_file():
+        c = prov.default_config(p)
+        return [("up", c), ("down", c)]
+    up = sp.closest_entry({str(k): v for k, v in json.loads(up_f.read_text()).items()}, p.M)
+    down_f = folder / names["down"] if names.get("down") else None
+    down = (sp.closest_entry({str(k): v for k, v in json.loads(down_f.read_text()).items()}, p.M)
+            if down_f and down_f.is_file() else {k: v for k, v in up.items() if k != "USE_TMA"})
+    down["BLOCK_SIZE_M"] = up["BLOCK_SIZE_M"]
+    for c in (up, down):
+        c.setdefault("num_warps", 4)
+        c.setdefault("num_stages", 3)
+    return [("up", up), ("down", down)]
+
+
 def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: dict, rounds: int) -> list:
     """Time SGLang's fused_experts per batch size for each ``{set: config dir}`` (interleaved
-    rounds, median); returns rows ``{"M", set: us, ...}``."""
+    rounds, median); returns rows ``{"M", set: us, ...}``. On a GPU every set's configs at every
+    batch size are first sent to the tuner's compile workers (compile off the GPU), so the
+    timing loop mostly loads binaries instead of compiling them one by one."""
     import torch
 
     from remote.tuning.tuner.timing import Timer
@@ -378,9 +406,25 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
     proto = dict(n_calls=1, reps=1) if cpu else dict(n_calls=10, reps=10)
     rows = []
     weights = None
+    problems = {}
+    compiler = None
+    if not cpu and getattr(args, "precompile_compare", True):
+        from remote.tuning.tuner.driver import make_compiler
+        try:
+            compiler = make_compiler(prov, {"shape": shape, "dtype": dtype, "quant": quant}, dev)
+            for M in batch_sizes:
+                p = prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant)
+                weights = p.weights
+                problems[M] = p
+                if hasattr(compiler, "bind"):
+                    compiler.bind(prov, p)
+                for d in sets.values():
+                    compiler.submit(_set_configs(prov, p, d), M=M)
+        except Exception as exc:
+            say(f"  compare: precompile skipped ({type(exc).__name__}: {str(exc)[:200]})")
     try:
         for M in batch_sizes:
-            p = prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant)
+            p = problems.pop(M, None) or prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant)
             weights = p.weights
             fns = {name: prov.dir_fn(p, str(d)) for name, d in sets.items()}
             if not cpu:
@@ -400,6 +444,9 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
             rows.append(row)
             say("  M=%5d  " % M + "  ".join(f"{k} {v:9.1f}" if v else f"{k} -" for k, v in row.items() if k != "M"))
     finally:
+        if compiler is not None:
+            say(f"  compare compile: {json.dumps(compiler.stats())}")
+            compiler.close()
         prov.close()
     return rows
 
@@ -702,11 +749,14 @@ def section_exhaustive(res, args, ctx):
             t0, gpu0, c0 = time.time(), timer.stats.seconds, (compiler.stats() if compiler else {})
             screened = {k: {} for k in ev.kinds}
             pos = {k: 0 for k in ev.kinds}
-            chunk = 2 if smoke else 192
+            chunk = 2 if smoke else 160
+            for kind in ev.kinds:
+                ev.prefetch(kind, cands[kind][:chunk])
             while time.time() - t0 < per_m_s and any(pos[k] < len(cands[k]) for k in ev.kinds):
                 for kind in ev.kinds:  # the GEMMs alternate, so a cut leaves both sampled alike
                     part = cands[kind][pos[kind]: pos[kind] + chunk]
                     pos[kind] += len(part)
+                    ev.prefetch(kind, cands[kind][pos[kind]: pos[kind] + chunk])  # the workers stay a chunk ahead
                     if part:
                         screened[kind].update(ev.measure(kind, part, SCREEN_PROTOCOL))
             screen_s = time.time() - t0

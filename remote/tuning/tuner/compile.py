@@ -200,6 +200,8 @@ class TargetCompiler:
         self._M = None
         self._specs: dict = {}  # spec ident -> future
         self.notes: set = set()
+        self._worker_fails = 0
+        self._worker_oks = 0
         self.launch_hits = 0
         self.launch_compiles = 0
         self._names: set = set()
@@ -327,7 +329,11 @@ class TargetCompiler:
         self.seconds += time.perf_counter() - t0
         if not ok:
             self.failed[key] = err
+            self._worker_fails += 1
+            if self._inner is None and self._worker_fails >= 8 and not self._worker_oks:
+                self._fall_back(f"the CPU compile workers failed every compile ({self._worker_fails}), e.g. {err}")
             return err
+        self._worker_oks += 1
         if err:  # compiled, with a note (e.g. the kernel module initialised CUDA on import)
             self.notes.add(err)
         return None
