@@ -704,7 +704,7 @@ def section_exhaustive(res, args, ctx):
 
     from remote.tuning.tuner import space as sp
     from remote.tuning.tuner.driver import compare, make_compiler, smem_limit
-    from remote.tuning.tuner.search import FULL_PROTOCOL, SCREEN_PROTOCOL, Evaluator, _decide
+    from remote.tuning.tuner.search import FULL_PROTOCOL, SCREEN_PROTOCOL, Evaluator, final_stage
     from remote.tuning.tuner.timing import Timer
 
     smoke = args.smoke
@@ -767,7 +767,7 @@ def section_exhaustive(res, args, ctx):
                 for bm in sorted({k[0] for k in t}):
                     top += sorted((k for k in t if k[0] == bm), key=t.get)[:6]
                 final[kind] = ev.measure(kind, [sp.from_key(k) for k in top], FULL_PROTOCOL)
-            bm, picks, _ts, whole, fin = _decide(ev, final, None)
+            bm, picks, _ts, whole, fin = final_stage(ev, final, None)
             full_gpu = timer.stats.seconds - gpu0
             full_wall = time.time() - t0
             if "joint" in picks:

@@ -274,6 +274,15 @@ def _decide(ev: Evaluator, times_by_kind: dict, prefer=None):
     return bm, picks, ts, None, []
 
 
+def final_stage(ev: Evaluator, times_by_kind: dict, prefer=None):
+    """The final stage every search ends with, for a caller that screened candidates itself
+    (e.g. ``bench/sglang_kernel_h200.py`` section ``exhaustive``): ``times_by_kind`` is
+    ``{kind: {cfg_key: us}}`` (full protocol); the finalists and the ``prefer`` pairs are timed as
+    the whole fused MoE and picked by the stability rule (:func:`_whole_stage`). Returns
+    ``(bm, picks, ts, whole_us, final)`` (see :func:`_decide`); RuntimeError when nothing ran."""
+    return _decide(ev, times_by_kind, prefer)
+
+
 def _result(bm, picks, ts, ev: Evaluator, t0: float, gpu0: float, space: str, whole_us=None, final=None) -> dict:
     if "joint" in picks:
         up = down = sp.from_key(picks["joint"])
