@@ -167,6 +167,9 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 if spec.get("check", True):
                     small = provider.make_problem(shape, min(M, 256), spec["dtype"], device, spec["seed"] + 7 * M,
                                                   weights, quant=quant)
+                    if hasattr(compiler, "bind") and getattr(small, "M", M) != M:  # other specialisations
+                        compiler.bind(provider, small)
+                        compiler.compile([("up", res["up"]), ("down", res["down"])], M=small.M)
                     ok, verdict = check_tuned(provider, small, res["up"], res["down"])
                     res.update(verdict)
                     if not ok:
@@ -233,11 +236,14 @@ def make_compiler(provider, spec: dict, device: str):
     why = "compile_mode context (forced)" if mode == "context" else (
         aot.available() or (None if callable(getattr(provider, "kernel_specs", None))
                             else f"the {provider.name} provider hands over no compile requests (kernel_specs)"))
-    if why:
-        c = context()
-        c.fallback_reason = why
-        return c
-    return TargetCompiler(workers=workers, fallback=context)
+    if not why:
+        try:
+            return TargetCompiler(workers=workers, fallback=context)
+        except Exception as exc:  # e.g. the CPU workers could not start
+            why = f"CPU compile workers did not start: {type(exc).__name__}: {str(exc)[:200]}"
+    c = context()
+    c.fallback_reason = why
+    return c
 
 
 def _split_marks(compiler, timer) -> dict:
