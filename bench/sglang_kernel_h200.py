@@ -487,7 +487,9 @@ def section_compare(res, args, ctx):
             sets[f"{prov_name}_tuned"] = _config_dir(root, f"{prov_name}_tuned", Path(files["up"]),
                                                      Path(files["down"]), names)
     Ms = [int(x) for x in args.batch_sizes.split(",")]
-    est = 3.0 * len(Ms) * len(sets)
+    # per (M, set): ~3 s when every config compiles in this process, ~1 s when the compile workers
+    # precompile them all first (compare_sets on a GPU)
+    est = (1.0 if getattr(args, "precompile_compare", True) else 3.0) * len(Ms) * len(sets) + 20
     if not args.smoke and left(args) < est:
         keep = max(1, int(len(Ms) * left(args) / est))
         say(f"  budget: timing {keep} of {len(Ms)} batch sizes ({left(args):.0f} s left)")
