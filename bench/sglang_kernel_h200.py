@@ -801,8 +801,9 @@ def section_exhaustive(res, args, ctx):
             cut = any(row["screened"][k] < row["candidates"][k] for k in row["candidates"])
             say(f"  M={M}: exhaustive {row['exhaustive_us']} us ({_label(up)} | {_label(down)}), fast "
                 f"{row['fast_us']} us, default {row['default_us']} us; fast distance {row['fast_distance']}, "
-                f"GPU share {row['fast_gpu_share']} (fast {row['fast_gpu_s']} s, exhaustive {row['exhaustive_gpu_s']} s "
-                f"timer, {row['exhaustive_wall_s']} s wall); screened {row['screened']} of {row['candidates']}"
+                f"GPU share {row['fast_gpu_share']} (fast {row['fast_gpu_s']} s, exhaustive "
+                f"{row['exhaustive_gpu_s']} s timer, {row['exhaustive_wall_s']} s wall); "
+                f"screened {row['screened']} of {row['candidates']}"
                 f"{' (CUT by the time bound)' if cut else ''}")
             res["exhaustive"] = {"rows": rows, "fast_tune": {k: v for k, v in fr.items() if k != "report"}}
     finally:

@@ -129,8 +129,9 @@ def capture(fns: list, launch) -> list[KernelSpec]:
     """Run ``launch()`` (zero-argument: the kernel's own launch code, on the real tensors) with
     the compile step of every JITFunction in ``fns`` replaced by a recorder; returns the compile
     requests it made, in order (empty when every kernel it launches is already loaded in this
-    process). Only the first kernel launch is captured: the recorder stops ``launch`` there (a
-    GEMM launcher launches one kernel last). Needs the GPU's driver (the caller's process).
+    process; nothing runs on the GPU either way: the kernels are in Triton's compile-only mode,
+    ``warmup=True``, meanwhile). Only the first kernel launch is captured: the recorder stops
+    ``launch`` there (a GEMM launcher launches one kernel last). Needs the GPU's driver (the caller's process).
     Raises :class:`CaptureError` when the launch failed for another reason or this Triton's
     launch path has no ``compile`` attribute to replace."""
     from triton.runtime import driver
@@ -142,7 +143,9 @@ def capture(fns: list, launch) -> list[KernelSpec]:
             jf.device_caches[device]  # noqa: B018 (builds the binder, which sets jf.compile)
             if not callable(getattr(jf, "compile", None)):
                 raise CaptureError("JITFunction has no compile attribute after create_binder: launch path unknown")
-            saved.append((jf, jf.__dict__.get("compile")))
+            saved.append((jf, jf.__dict__.get("compile"), jf.__dict__.get("run")))
+            # compile-only mode: a kernel already loaded here returns without running on the GPU
+            jf.run = (lambda _run: lambda *a, **kw: _run(*a, **dict(kw, warmup=True)))(jf.run)
 
             def recorder(src, target=None, options=None, _jf=jf, **_kw):
                 fn = src.fn
@@ -159,11 +162,15 @@ def capture(fns: list, launch) -> list[KernelSpec]:
         except Exception as exc:
             raise CaptureError(f"launch code failed under capture: {type(exc).__name__}: {str(exc)[:300]}") from exc
     finally:
-        for jf, orig in saved:
+        for jf, orig, run in saved:
             if orig is None:
                 jf.__dict__.pop("compile", None)
             else:
                 jf.compile = orig
+            if run is None:
+                jf.__dict__.pop("run", None)
+            else:
+                jf.run = run
     return got
 
 

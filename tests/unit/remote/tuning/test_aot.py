@@ -112,7 +112,8 @@ def test_worker_compile_is_the_launch_cache_hit(tmp_path):
         double.warmup(x, y, 255, BLOCK=64, num_warps=4, grid=(2,))
         st2 = c.stats()
         c.close()
-        emit({"specs": [dict(fn=s.fn, signature=s.signature, options=s.options, target=s.target) for s in specs], "probe": probe, "fails": [str(k) for k in fails],
+        emit({"specs": [dict(fn=s.fn, signature=s.signature, options=s.options, target=s.target)
+                        for s in specs], "probe": probe, "fails": [str(k) for k in fails],
               "after_worker": after_worker, "stats": st, "stats2": st2,
               "main_cuda": torch.cuda.is_initialized()})
     """)
