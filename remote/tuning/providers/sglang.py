@@ -430,6 +430,12 @@ class SglangProvider:
         self._root = None
         self._env_before = os.environ.get("SGLANG_MOE_CONFIG_DIR")
 
+    def tma_kinds_for(self, p: "SglangProblem") -> frozenset:
+        """The GEMMs whose ``USE_TMA`` the search may set for this problem: :attr:`tma_kinds`,
+        none for the weight-only formats (SGLang 0.5.23 runs them in ``fused_moe_kernel_gptq_awq``,
+        which takes no TMA descriptors)."""
+        return frozenset() if p.quant is not None and p.quant.weight_only else self.tma_kinds
+
     def describe(self) -> dict:
         """Report entry: SGLang version, entry points, features, what is timed."""
         d = self.k.describe()
