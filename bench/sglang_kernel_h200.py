@@ -40,6 +40,14 @@ Sections (``--sections``, comma list; default ``env,fp8check,tune,compare``):
                 ``triton_3_6_0``: E=256, N=512 (hidden 3072, top-k 8: Qwen3.5-122B-A10B-FP8
                 at TP2); sglang-provider fast tune over ``--fp8-batch-sizes``, then default vs
                 shipped vs tuned on SGLang's kernel.
+- ``quant``:    quantized weights on SGLang's kernel (``QUANT_SHAPES``): one ``int4_w4a16`` shape
+                (Qwen3-30B-A3B-GPTQ-Int4 at TP1, ``--quantization moe_wna16``) and one ``int8_w8a8``
+                shape (DeepSeek-R1-Channel-INT8 at TP8, ``--quantization w8a8_int8``); a fast
+                sglang-provider tune of ``--quant-batch-sizes`` each (both at once on a 2-GPU
+                machine), then per batch size SGLang's default config, the shipped file (SGLang
+                0.5.23 ships none of these names for the H200) and the tuned files, timed as in
+                ``compare``, each set checked against the float64 reference on the same quantized
+                numbers.
 
 Budget: every section checks the time left of ``--budget-s`` (default 530 s) against its
 estimate and is skipped, or cut, with a message when it would not fit (one device call).
@@ -49,6 +57,7 @@ section) and the tune folders.
 
 H200 x2 (call 1): python3 bench/sglang_kernel_h200.py --wheel WHEEL --sections env,tune,tune2,compare
 H200 x2 (call 2): python3 bench/sglang_kernel_h200.py --wheel WHEEL --sections env,fp8check,full,fp8shape
+H200 x2 (quant):  python3 bench/sglang_kernel_h200.py --wheel WHEEL --sections env,quant --budget-s 530
 CPU check:      python3 bench/sglang_kernel_h200.py --smoke   (TRITON_INTERPRET=1, tiny shapes,
                 SGLang 0.5.23 from the test cache; numbers meaningless)
 """
@@ -553,12 +562,191 @@ def section_fp8shape(res, args, ctx):
     res["fp8shape"] = {"shape": shape, "tune": r, "rows": rows, "sets": sorted(sets)}
 
 
+# ----------------------------------------------------------------------------- quantized formats
+
+#: the quantized shapes of section ``quant``: (name, model config, server flags, what it is)
+QUANT_SHAPES = (
+    ("int4_w4a16", ROOT / "tests" / "data" / "models" / "Qwen3-30B-A3B-GPTQ-Int4.json",
+     ["--tp", "1", "--quantization", "moe_wna16"],
+     "Qwen3-30B-A3B-GPTQ-Int4 at TP1 served with --quantization moe_wna16 (E=128, N=768 -> file N 384, hidden 2048, "
+     "top-k 8, group 128, no zero points)"),
+    ("int8_w8a8", ROOT / "tests" / "data" / "models" / "DeepSeek-V3.json",
+     ["--tp", "8", "--quantization", "w8a8_int8"],
+     "DeepSeek-R1-Channel-INT8 (DeepSeek-V3 architecture) at TP8 served with --quantization w8a8_int8 (E=256+1 "
+     "fused shared, N=256, hidden 7168, top-k 8, per-channel int8, per-token int8 activations)"),
+)
+
+
+def _smoke_quant_configs(root: Path) -> tuple:
+    """Tiny Qwen3-MoE configs for ``--smoke`` (same chain: model config -> shape -> tune -> compare)."""
+    base = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 256, "moe_intermediate_size": 128,
+            "num_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2, "torch_dtype": "bfloat16"}
+    root.mkdir(parents=True, exist_ok=True)
+    gptq = dict(base, quantization_config={"bits": 4, "group_size": 64, "desc_act": False, "sym": True,
+                                           "quant_method": "gptq"})
+    (root / "tiny-gptq.json").write_text(json.dumps(gptq))
+    (root / "tiny.json").write_text(json.dumps(base))
+    return (("int4_w4a16", root / "tiny-gptq.json", ["--quantization", "moe_wna16"], "tiny GPTQ int4 (smoke)"),
+            ("int8_w8a8", root / "tiny.json", ["--quantization", "w8a8_int8"], "tiny w8a8_int8 (smoke)"))
+
+
+def _quant_shape(path: Path, flags: list) -> tuple:
+    """``(shape, naming, quant, kernel block_shape)`` the tune command resolves for this model."""
+    from remote.sglang.model_flags import load_model_config
+    from remote.sglang.shape import moe_shape
+    from remote.tuning.support import quant_entry
+
+    tp = int(flags[flags.index("--tp") + 1]) if "--tp" in flags else 1
+    q = flags[flags.index("--quantization") + 1]
+    ms = moe_shape(load_model_config(str(path)), tp=tp, quantization=q)
+    naming = dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape, per_channel_quant=ms.per_channel_quant,
+                  weight_dtype=ms.weight_dtype, group_size=ms.group_size, has_zp=ms.has_zp)
+    quant = quant_entry(naming)
+    kblock = [0, ms.group_size] if ms.group_size else ms.block_shape
+    return dict(E=ms.E, N=ms.N, hidden=ms.hidden, topk=ms.topk), naming, quant, kblock
+
+
+def _run_parallel(jobs: list) -> list:
+    """Run ``run_tune`` jobs (kwargs dicts) in threads (each a child process); results in order."""
+    import threading
+    out = [None] * len(jobs)
+
+    def go(i, kw):
+        out[i] = run_tune(**kw)
+    threads = [threading.Thread(target=go, args=(i, kw)) for i, kw in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def check_sets(shape: dict, dtype: str, quant, batch_sizes: list, sets: dict) -> dict:
+    """Per batch size and config set, the relative error of SGLang's ``fused_experts`` reading that
+    set's files against the float64 reference on the same quantized numbers
+    (:func:`remote.tuning.kernel.formats.reference`): ``{M: {set: err}}``."""
+    import torch
+
+    from remote.tuning.kernel import formats
+    from remote.tuning.kernel.reference import relative_error
+    prov = provider()
+    dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+    out, weights = {}, None
+    try:
+        for M in batch_sizes:
+            p = prov.make_problem(shape, M, dtype, dev, 2000 + M, weights, quant=quant)
+            weights = p.weights
+            ref = formats.reference(p.x, p.w1, p.w2, p.quant, p.topk_weights, p.topk_ids,
+                                    scales=(p.w1_scale, p.w2_scale), zps=(p.w1_zp, p.w2_zp))
+            out[M] = {}
+            for name, d in sets.items():
+                try:
+                    out[M][name] = relative_error(prov.dir_fn(p, str(d))(), ref)
+                except Exception as exc:
+                    out[M][name] = None
+                    say(f"  check M={M} {name}: {type(exc).__name__}: {str(exc)[:200]}")
+            del ref
+    finally:
+        prov.close()
+    return out
+
+
+def section_quant(res, args, ctx):
+    """One int4_w4a16 and one int8_w8a8 shape of real models: sglang-provider fast tune of
+    ``--quant-batch-sizes`` (the two tunes run at once on two GPUs when there are two), then per
+    batch size SGLang's default config, the shipped file (where SGLang ships one for this GPU) and
+    the tuned files side by side on SGLang's kernel, with every set's correctness against the
+    float64 reference on the same quantized numbers."""
+    import torch
+
+    from remote.tuning.providers.sglang import load_kernel
+    from remote.tuning.tuner.driver import REL_ERR_BAR
+    k = load_kernel()
+    shapes = _smoke_quant_configs(Path(args.out) / "smoke_models") if args.smoke else QUANT_SHAPES
+    Ms = [int(x) for x in args.quant_batch_sizes.split(",")]
+    space = "smoke" if args.smoke else "fast"
+    n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    parallel = n_gpu >= 2
+    est_tune = 260  # per tune (18 batch sizes, fast space, one H200)
+    need = est_tune if parallel else est_tune * len(shapes)
+    if not args.smoke and left(args) < need + 60:
+        say(f"  quant: {left(args):.0f} s left, tunes need ~{need} s: tuning only the first shape")
+        shapes = shapes[:1]
+    jobs, resolved = [], []
+    for i, (name, path, flags, what) in enumerate(shapes):
+        shape, naming, quant, kblock = _quant_shape(path, flags)
+        resolved.append((name, path, flags, what, shape, naming, quant, kblock))
+        gpus = (str(i % n_gpu) if parallel else "0") if n_gpu else None
+        jobs.append(dict(args=args, ctx=ctx, name=f"tune_quant_{name}",
+                         extra=["--provider", "sglang", "--space", space, "--batch-sizes", ",".join(map(str, Ms)),
+                                "--model-config", str(path)] + flags,
+                         timeout=(left(args) - 150) / (1 if parallel else len(shapes)), gpus=gpus))
+    say(f"\nQUANT: {len(jobs)} sglang-provider tunes ({'in parallel on GPUs 0,1' if parallel else 'one after the other'})")
+    tunes = _run_parallel(jobs) if parallel else [run_tune(**kw) for kw in jobs]
+    out = {}
+    for (name, path, flags, what, shape, naming, quant, kblock), r in zip(resolved, tunes):
+        sel, pc = naming["dtype_selector"], bool(naming["per_channel_quant"])
+        names = k.file_names(shape["E"], shape["N"], sel, kblock, pc)
+        shipped = _shape_files(ctx["tree"], names)
+        root = Path(tempfile.mkdtemp(prefix=f"orch-bench-quant-{name}-"))
+        sets = {"default": _config_dir(root, "default", None, None, names)}
+        for d in ("triton_3_6_0",) + tuple(x for x in sorted(shipped) if x != "triton_3_6_0")[:1]:
+            if d in shipped:
+                sets[f"ship_{d[len('triton_'):]}"] = _config_dir(root, d, shipped[d]["up"], shipped[d]["down"], names)
+        if r.get("files"):
+            sets["sglang_tuned"] = _config_dir(root, "tuned", Path(r["files"]["up"]), Path(r["files"]["down"]), names)
+        say(f"\nQUANT {name}: {what}\n  files {names['up']} (+ _down); SGLang ships this name for this GPU in "
+            f"{sorted(shipped) or 'no folder'}; tune {r['wall_s']} s wall, rc {r['rc']}")
+        if r.get("report"):
+            _print_tune(r["report"])
+        dtype = "float16" if args.smoke else "bfloat16"
+        Mc = list(Ms)
+        est = 3.0 * len(Mc) * len(sets) + 2.0 * len(Mc)
+        if not args.smoke and left(args) < est:
+            keep = max(1, int(len(Mc) * max(0.0, left(args) - 10) / est))
+            say(f"  budget: timing {keep} of {len(Mc)} batch sizes ({left(args):.0f} s left)")
+            Mc = Mc[::max(1, len(Mc) // keep)][:keep]
+        rows = compare_sets(args, shape, dtype, quant, Mc, sets, rounds=5) if Mc else []
+        errs = check_sets(shape, dtype, quant, Mc, sets) if Mc else {}
+        shutil.rmtree(root, ignore_errors=True)
+        ship = next((s for s in sets if s.startswith("ship_")), None)
+        tuned_rel = {M: v.get("rel_err") for M, v in ((r.get("report") or {}).get("batch_sizes") or {}).items()}
+        say(f"\nQUANT {name} (us, SGLang's fused_experts; ratios > 1 = tuned faster; err = rel. error vs float64, "
+            f"bar {REL_ERR_BAR:g})")
+        say(f"  {'M':>5} {'default':>10} {'shipped':>10} {'tuned':>10} {'def/tun':>8} {'shp/tun':>8} "
+            f"{'err def':>9} {'err tun':>9} {'tune err':>9}")
+        for row in rows:
+            M = row["M"]
+            de, sh, tu = row.get("default"), (row.get(ship) if ship else None), row.get("sglang_tuned")
+            row["errors"] = errs.get(M, {})
+            row["tune_rel_err"] = tuned_rel.get(str(M))
+            e = row["errors"]
+            say(f"  {M:>5} {de or 0:10.1f} {sh or 0:10.1f} {tu or 0:10.1f} {_ratio(de, tu) or 0:8.3f} "
+                f"{_ratio(sh, tu) or 0:8.3f} {e.get('default') if e.get('default') is not None else float('nan'):9.2e} "
+                f"{e.get('sglang_tuned') if e.get('sglang_tuned') is not None else float('nan'):9.2e} "
+                f"{row['tune_rel_err'] if row['tune_rel_err'] is not None else float('nan'):9.2e}")
+        timed = [x for x in rows if x.get("sglang_tuned") and x.get("default")]
+        ge_def = [x["M"] for x in timed if x["default"] / x["sglang_tuned"] >= 0.995]
+        ge_ship = [x["M"] for x in timed if ship and x.get(ship) and x[ship] / x["sglang_tuned"] >= 0.995]
+        ok = [x["M"] for x in rows if (x["errors"].get("sglang_tuned") is not None
+                                        and x["errors"]["sglang_tuned"] < REL_ERR_BAR)]
+        say(f"  targets: tuned >= default (0.5% noise) at {len(ge_def)}/{len(timed)} M; "
+            + (f">= shipped at {len(ge_ship)}/{len(timed)} M; " if ship else "no shipped file for this GPU; ")
+            + f"tuned files pass the {REL_ERR_BAR:g} bar at {len(ok)}/{len(rows)} M")
+        out[name] = {"what": what, "model_config": str(path), "flags": flags, "shape": shape, "naming": naming,
+                     "quant": quant, "file_names": names, "shipped_folders": sorted(shipped), "sets": sorted(sets),
+                     "tune": r, "rows": rows, "targets": {"ge_default": ge_def, "ge_shipped": ge_ship if ship else None,
+                                                            "pass_bar": ok}}
+        res["quant"] = out
+    res["quant"] = out
+
+
 # ----------------------------------------------------------------------------- main
 
 
 SECTIONS = {"env": section_env, "fp8check": section_fp8check, "tune": section_tune, "tune2": section_tune2,
             "compare": section_compare,
-            "full": section_full, "fp8shape": section_fp8shape}
+            "full": section_full, "fp8shape": section_fp8shape, "quant": section_quant}
 
 
 def main():
@@ -569,6 +757,7 @@ def main():
     ap.add_argument("--batch-sizes", default=SGLANG_BATCH_SIZES)
     ap.add_argument("--full-batch-sizes", default="4096,64,512,1")
     ap.add_argument("--fp8-batch-sizes", default="1,16,64,256,1024,4096")
+    ap.add_argument("--quant-batch-sizes", default=SGLANG_BATCH_SIZES, help="batch sizes of section quant")
     ap.add_argument("--budget-s", type=float, default=530.0, help="wall-clock budget of this run")
     ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))
@@ -579,6 +768,7 @@ def main():
         args.batch_sizes = "1,40" if args.batch_sizes == SGLANG_BATCH_SIZES else args.batch_sizes
         args.full_batch_sizes = "4"
         args.fp8_batch_sizes = "3"
+        args.quant_batch_sizes = "3,40" if args.quant_batch_sizes == SGLANG_BATCH_SIZES else args.quant_batch_sizes
         args.budget_s = 1e9
     Path(args.out).mkdir(parents=True, exist_ok=True)
     res = {"args": vars(args)}
