@@ -44,7 +44,7 @@ Sections (``--sections``, comma list; default ``env,fp8check,tune,compare``):
                 (Qwen3-30B-A3B-GPTQ-Int4 at TP1, ``--quantization moe_wna16``) and one ``int8_w8a8``
                 shape (DeepSeek-R1-Channel-INT8 at TP8, ``--quantization w8a8_int8``); a fast
                 sglang-provider tune of ``--quant-batch-sizes`` each (both at once on a 2-GPU
-                machine), then per batch size SGLang's default config, the shipped file (SGLang
+                machine, one child process per GPU), then per batch size SGLang's default config, the shipped file (SGLang
                 0.5.23 ships none of these names for the H200) and the tuned files, timed as in
                 ``compare``, each set checked against the float64 reference on the same quantized
                 numbers.
@@ -606,21 +606,6 @@ def _quant_shape(path: Path, flags: list) -> tuple:
     return dict(E=ms.E, N=ms.N, hidden=ms.hidden, topk=ms.topk), naming, quant, kblock
 
 
-def _run_parallel(jobs: list) -> list:
-    """Run ``run_tune`` jobs (kwargs dicts) in threads (each a child process); results in order."""
-    import threading
-    out = [None] * len(jobs)
-
-    def go(i, kw):
-        out[i] = run_tune(**kw)
-    threads = [threading.Thread(target=go, args=(i, kw)) for i, kw in enumerate(jobs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
-
-
 def check_sets(shape: dict, dtype: str, quant, batch_sizes: list, sets: dict) -> dict:
     """Per batch size and config set, the relative error of SGLang's ``fused_experts`` reading that
     set's files against the float64 reference on the same quantized numbers
@@ -652,93 +637,121 @@ def check_sets(shape: dict, dtype: str, quant, batch_sizes: list, sets: dict) ->
 
 
 def section_quant(res, args, ctx):
-    """One int4_w4a16 and one int8_w8a8 shape of real models: sglang-provider fast tune of
-    ``--quant-batch-sizes`` (the two tunes run at once on two GPUs when there are two), then per
-    batch size SGLang's default config, the shipped file (where SGLang ships one for this GPU) and
-    the tuned files side by side on SGLang's kernel, with every set's correctness against the
-    float64 reference on the same quantized numbers."""
+    """One int4_w4a16 and one int8_w8a8 shape of real models (:data:`QUANT_SHAPES`): per shape a fast
+    sglang-provider tune of ``--quant-batch-sizes``, then per batch size SGLang's default config,
+    the shipped file (where SGLang ships one for this GPU) and the tuned files side by side on
+    SGLang's kernel (as ``compare``), with every set's correctness against the float64 reference on
+    the same quantized numbers. On a machine with two GPUs the shapes run at once, each in a child
+    process of this script (``--quant-only NAME``) on its own GPU (SGLang's config lookup reads one
+    process-wide ``SGLANG_MOE_CONFIG_DIR``, so two shapes cannot be compared in one process)."""
     import torch
 
-    from remote.tuning.providers.sglang import load_kernel
-    from remote.tuning.tuner.driver import REL_ERR_BAR
-    k = load_kernel()
     shapes = _smoke_quant_configs(Path(args.out) / "smoke_models") if args.smoke else QUANT_SHAPES
-    Ms = [int(x) for x in args.quant_batch_sizes.split(",")]
-    space = "smoke" if args.smoke else "fast"
+    if args.quant_only:
+        shapes = tuple(s for s in shapes if s[0] == args.quant_only)
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    parallel = n_gpu >= 2
-    est_tune = 260  # per tune (18 batch sizes, fast space, one H200)
-    need = est_tune if parallel else est_tune * len(shapes)
-    if not args.smoke and left(args) < need + 60:
-        say(f"  quant: {left(args):.0f} s left, tunes need ~{need} s: tuning only the first shape")
-        shapes = shapes[:1]
-    jobs, resolved = [], []
-    for i, (name, path, flags, what) in enumerate(shapes):
-        shape, naming, quant, kblock = _quant_shape(path, flags)
-        resolved.append((name, path, flags, what, shape, naming, quant, kblock))
-        gpus = (str(i % n_gpu) if parallel else "0") if n_gpu else None
-        jobs.append(dict(args=args, ctx=ctx, name=f"tune_quant_{name}",
-                         extra=["--provider", "sglang", "--space", space, "--batch-sizes", ",".join(map(str, Ms)),
-                                "--model-config", str(path)] + flags,
-                         timeout=(left(args) - 150) / (1 if parallel else len(shapes)), gpus=gpus))
-    say(f"\nQUANT: {len(jobs)} sglang-provider tunes ({'in parallel on GPUs 0,1' if parallel else 'one after the other'})")
-    tunes = _run_parallel(jobs) if parallel else [run_tune(**kw) for kw in jobs]
+    if n_gpu >= 2 and len(shapes) >= 2:
+        procs = []
+        for i, (name, *_rest) in enumerate(shapes):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--sections", "quant", "--quant-only", name,
+                   "--out", str(Path(args.out) / f"quant_{name}"), "--budget-s", str(int(left(args) - 20)),
+                   "--quant-batch-sizes", args.quant_batch_sizes, "--sglang-dir", str(ctx["tree"])]
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(i % n_gpu))
+            say(f"\nQUANT {name} on GPU {i % n_gpu}: {' '.join(cmd)}")
+            procs.append((name, subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.STDOUT, text=True)))
+        out = {}
+        for name, p in procs:
+            try:
+                text, _ = p.communicate(timeout=max(10, left(args) - 5))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                text, _ = p.communicate()
+            say(f"\n===== QUANT {name} (child rc {p.returncode}) =====\n" + "\n".join(
+                ln for ln in (text or "").splitlines() if "Warning" not in ln and "warnings.warn" not in ln)[-12000:])
+            jp = Path(args.out) / f"quant_{name}" / "sglang_kernel_h200.json"
+            child = json.loads(jp.read_text()) if jp.exists() else {}
+            out[name] = (child.get("quant") or {}).get(name) or {"error": f"child rc {p.returncode}",
+                                                                  "errors": child.get("errors")}
+            res["quant"] = out
+        res["quant"] = out
+        return
     out = {}
-    for (name, path, flags, what, shape, naming, quant, kblock), r in zip(resolved, tunes):
-        sel, pc = naming["dtype_selector"], bool(naming["per_channel_quant"])
-        names = k.file_names(shape["E"], shape["N"], sel, kblock, pc)
-        shipped = _shape_files(ctx["tree"], names)
-        root = Path(tempfile.mkdtemp(prefix=f"orch-bench-quant-{name}-"))
-        sets = {"default": _config_dir(root, "default", None, None, names)}
-        for d in ("triton_3_6_0",) + tuple(x for x in sorted(shipped) if x != "triton_3_6_0")[:1]:
-            if d in shipped:
-                sets[f"ship_{d[len('triton_'):]}"] = _config_dir(root, d, shipped[d]["up"], shipped[d]["down"], names)
-        if r.get("files"):
-            sets["sglang_tuned"] = _config_dir(root, "tuned", Path(r["files"]["up"]), Path(r["files"]["down"]), names)
-        say(f"\nQUANT {name}: {what}\n  files {names['up']} (+ _down); SGLang ships this name for this GPU in "
-            f"{sorted(shipped) or 'no folder'}; tune {r['wall_s']} s wall, rc {r['rc']}")
-        if r.get("report"):
-            _print_tune(r["report"])
-        dtype = "float16" if args.smoke else "bfloat16"
-        Mc = list(Ms)
-        est = 3.0 * len(Mc) * len(sets) + 2.0 * len(Mc)
-        if not args.smoke and left(args) < est:
-            keep = max(1, int(len(Mc) * max(0.0, left(args) - 10) / est))
-            say(f"  budget: timing {keep} of {len(Mc)} batch sizes ({left(args):.0f} s left)")
-            Mc = Mc[::max(1, len(Mc) // keep)][:keep]
-        rows = compare_sets(args, shape, dtype, quant, Mc, sets, rounds=5) if Mc else []
-        errs = check_sets(shape, dtype, quant, Mc, sets) if Mc else {}
-        shutil.rmtree(root, ignore_errors=True)
-        ship = next((s for s in sets if s.startswith("ship_")), None)
-        tuned_rel = {M: v.get("rel_err") for M, v in ((r.get("report") or {}).get("batch_sizes") or {}).items()}
-        say(f"\nQUANT {name} (us, SGLang's fused_experts; ratios > 1 = tuned faster; err = rel. error vs float64, "
-            f"bar {REL_ERR_BAR:g})")
-        say(f"  {'M':>5} {'default':>10} {'shipped':>10} {'tuned':>10} {'def/tun':>8} {'shp/tun':>8} "
-            f"{'err def':>9} {'err tun':>9} {'tune err':>9}")
-        for row in rows:
-            M = row["M"]
-            de, sh, tu = row.get("default"), (row.get(ship) if ship else None), row.get("sglang_tuned")
-            row["errors"] = errs.get(M, {})
-            row["tune_rel_err"] = tuned_rel.get(str(M))
-            e = row["errors"]
-            say(f"  {M:>5} {de or 0:10.1f} {sh or 0:10.1f} {tu or 0:10.1f} {_ratio(de, tu) or 0:8.3f} "
-                f"{_ratio(sh, tu) or 0:8.3f} {e.get('default') if e.get('default') is not None else float('nan'):9.2e} "
-                f"{e.get('sglang_tuned') if e.get('sglang_tuned') is not None else float('nan'):9.2e} "
-                f"{row['tune_rel_err'] if row['tune_rel_err'] is not None else float('nan'):9.2e}")
-        timed = [x for x in rows if x.get("sglang_tuned") and x.get("default")]
-        ge_def = [x["M"] for x in timed if x["default"] / x["sglang_tuned"] >= 0.995]
-        ge_ship = [x["M"] for x in timed if ship and x.get(ship) and x[ship] / x["sglang_tuned"] >= 0.995]
-        ok = [x["M"] for x in rows if (x["errors"].get("sglang_tuned") is not None
-                                        and x["errors"]["sglang_tuned"] < REL_ERR_BAR)]
-        say(f"  targets: tuned >= default (0.5% noise) at {len(ge_def)}/{len(timed)} M; "
-            + (f">= shipped at {len(ge_ship)}/{len(timed)} M; " if ship else "no shipped file for this GPU; ")
-            + f"tuned files pass the {REL_ERR_BAR:g} bar at {len(ok)}/{len(rows)} M")
-        out[name] = {"what": what, "model_config": str(path), "flags": flags, "shape": shape, "naming": naming,
-                     "quant": quant, "file_names": names, "shipped_folders": sorted(shipped), "sets": sorted(sets),
-                     "tune": r, "rows": rows, "targets": {"ge_default": ge_def, "ge_shipped": ge_ship if ship else None,
-                                                            "pass_bar": ok}}
+    for i, shp in enumerate(shapes):
+        reserve = 150 * (len(shapes) - i)  # the compare of this shape, and what the later shapes need
+        if not args.smoke and left(args) < reserve + 120:
+            say(f"  skip quant {shp[0]}: {left(args):.0f} s left")
+            continue
+        out[shp[0]] = _quant_one(args, ctx, shp, tune_timeout=left(args) - reserve if not args.smoke else 86400)
         res["quant"] = out
     res["quant"] = out
+
+
+def _quant_one(args, ctx, shp, tune_timeout: float) -> dict:
+    """Tune one quantized shape with the sglang provider, then time and check default / shipped /
+    tuned on SGLang's kernel; prints the table, returns the section's JSON entry."""
+    from remote.tuning.providers.sglang import load_kernel
+    from remote.tuning.tuner.driver import REL_ERR_BAR
+    name, path, flags, what = shp
+    k = load_kernel()
+    Ms = [int(x) for x in args.quant_batch_sizes.split(",")]
+    shape, naming, quant, kblock = _quant_shape(path, flags)
+    r = run_tune(args, ctx, f"tune_quant_{name}",
+                 ["--provider", "sglang", "--space", "smoke" if args.smoke else "fast",
+                  "--batch-sizes", ",".join(map(str, Ms)), "--model-config", str(path)] + flags,
+                 timeout=tune_timeout, gpus=None if args.smoke else "0")
+    sel, pc = naming["dtype_selector"], bool(naming["per_channel_quant"])
+    names = k.file_names(shape["E"], shape["N"], sel, kblock, pc)
+    shipped = _shape_files(ctx["tree"], names)
+    root = Path(tempfile.mkdtemp(prefix=f"orch-bench-quant-{name}-"))
+    sets = {"default": _config_dir(root, "default", None, None, names)}
+    for d in ("triton_3_6_0",) + tuple(x for x in sorted(shipped) if x != "triton_3_6_0")[:1]:
+        if d in shipped:
+            sets[f"ship_{d[len('triton_'):]}"] = _config_dir(root, d, shipped[d]["up"], shipped[d]["down"], names)
+    if r.get("files"):
+        sets["sglang_tuned"] = _config_dir(root, "tuned", Path(r["files"]["up"]), Path(r["files"]["down"]), names)
+    say(f"\nQUANT {name}: {what}\n  files {names['up']} (+ _down); SGLang ships this name for this GPU in "
+        f"{sorted(shipped) or 'no folder'}; tune {r['wall_s']} s wall, rc {r['rc']}")
+    if r.get("report"):
+        _print_tune(r["report"])
+    dtype = "float16" if args.smoke else "bfloat16"
+    Mc = list(Ms)
+    est = 3.0 * len(Mc) * len(sets) + 2.0 * len(Mc)
+    if not args.smoke and left(args) < est:
+        keep = max(1, int(len(Mc) * max(0.0, left(args) - 10) / est))
+        say(f"  budget: timing {keep} of {len(Mc)} batch sizes ({left(args):.0f} s left)")
+        Mc = Mc[::max(1, len(Mc) // keep)][:keep]
+    rows = compare_sets(args, shape, dtype, quant, Mc, sets, rounds=5) if Mc else []
+    errs = check_sets(shape, dtype, quant, Mc, sets) if Mc else {}
+    shutil.rmtree(root, ignore_errors=True)
+    ship = next((s for s in sets if s.startswith("ship_")), None)
+    tuned_rel = {M: v.get("rel_err") for M, v in ((r.get("report") or {}).get("batch_sizes") or {}).items()}
+    nan = float("nan")
+    say(f"\nQUANT {name} (us, SGLang's fused_experts; ratios > 1 = tuned faster; err = relative error vs the "
+        f"float64 reference, bar {REL_ERR_BAR:g}; tune err = the tuner's own check)")
+    say(f"  {'M':>5} {'default':>10} {'shipped':>10} {'tuned':>10} {'def/tun':>8} {'shp/tun':>8} "
+        f"{'err def':>9} {'err tun':>9} {'tune err':>9}")
+    for row in rows:
+        M = row["M"]
+        de, sh, tu = row.get("default"), (row.get(ship) if ship else None), row.get("sglang_tuned")
+        e = row["errors"] = errs.get(M, {})
+        row["tune_rel_err"] = tuned_rel.get(str(M))
+        say(f"  {M:>5} {de or 0:10.1f} {sh or 0:10.1f} {tu or 0:10.1f} {_ratio(de, tu) or 0:8.3f} "
+            f"{_ratio(sh, tu) or 0:8.3f} {nan if e.get('default') is None else e['default']:9.2e} "
+            f"{nan if e.get('sglang_tuned') is None else e['sglang_tuned']:9.2e} "
+            f"{nan if row['tune_rel_err'] is None else row['tune_rel_err']:9.2e}")
+    timed = [x for x in rows if x.get("sglang_tuned") and x.get("default")]
+    ge_def = [x["M"] for x in timed if x["default"] / x["sglang_tuned"] >= 0.995]
+    ge_ship = [x["M"] for x in timed if ship and x.get(ship) and x[ship] / x["sglang_tuned"] >= 0.995]
+    ok = [x["M"] for x in rows if x["errors"].get("sglang_tuned") is not None
+          and x["errors"]["sglang_tuned"] < REL_ERR_BAR]
+    say(f"  targets: tuned >= default (0.5% noise) at {len(ge_def)}/{len(timed)} M; "
+        + (f">= shipped at {len(ge_ship)}/{len(timed)} M; " if ship else "no shipped file for this GPU; ")
+        + f"tuned files pass the {REL_ERR_BAR:g} bar at {len(ok)}/{len(rows)} M")
+    return {"what": what, "model_config": str(path), "flags": flags, "shape": shape, "naming": naming,
+            "quant": quant, "file_names": names, "shipped_folders": sorted(shipped), "sets": sorted(sets),
+            "tune": r, "rows": rows, "targets": {"ge_default": ge_def, "ge_shipped": ge_ship if ship else None,
+                                                   "pass_bar": ok}}
 
 
 # ----------------------------------------------------------------------------- main
@@ -758,6 +771,8 @@ def main():
     ap.add_argument("--full-batch-sizes", default="4096,64,512,1")
     ap.add_argument("--fp8-batch-sizes", default="1,16,64,256,1024,4096")
     ap.add_argument("--quant-batch-sizes", default=SGLANG_BATCH_SIZES, help="batch sizes of section quant")
+    ap.add_argument("--quant-only", default=None, help="section quant: only this shape of QUANT_SHAPES (int4_w4a16 "
+                    "or int8_w8a8; the 2-GPU run starts one child per shape with it)")
     ap.add_argument("--budget-s", type=float, default=530.0, help="wall-clock budget of this run")
     ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))
