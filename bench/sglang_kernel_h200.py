@@ -566,7 +566,7 @@ def section_fp8shape(res, args, ctx):
 
 #: the quantized shapes of section ``quant``: (name, model config, server flags, what it is)
 QUANT_SHAPES = (
-    ("int4_w4a16", ROOT / "tests" / "data" / "models" / "Qwen3-30B-A3B-GPTQ-Int4.json",
+    ("int4_w4a16", ROOT / "tests" / "data" / "models" / "quantized" / "Qwen3-30B-A3B-GPTQ-Int4.json",
      ["--tp", "1", "--quantization", "moe_wna16"],
      "Qwen3-30B-A3B-GPTQ-Int4 at TP1 served with --quantization moe_wna16 (E=128, N=768 -> file N 384, hidden 2048, "
      "top-k 8, group 128, no zero points)"),

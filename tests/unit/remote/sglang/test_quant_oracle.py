@@ -70,7 +70,7 @@ def ours(ms):
     return ms.file_names("NVIDIA H200")["up"], fmt.flags(), fmt.kernel_block_shape
 
 # --- moe_wna16: GPTQ int4 (the real Qwen3-30B-A3B-GPTQ-Int4 config) and variants
-gptq = load("Qwen3-30B-A3B-GPTQ-Int4.json")
+gptq = load("quantized/Qwen3-30B-A3B-GPTQ-Int4.json")
 variants = {{
     "gptq_int4_sym": gptq["quantization_config"],
     "gptq_int4_asym": dict(gptq["quantization_config"], sym=False),
