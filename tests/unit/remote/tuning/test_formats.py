@@ -109,3 +109,39 @@ def test_reference_quantizes_activations_like_the_launch():
 def test_formats_sglang_does_not_run_are_refused(bad):
     with pytest.raises(ValueError):
         formats.from_quant(bad)
+
+
+SUPPORT_CASES = [
+    # naming, builtin runs it, sglang runs it
+    ({"dtype_selector": None, "weight_dtype": "bfloat16"}, True, True),
+    ({"dtype_selector": "fp8_w8a8", "weight_dtype": "fp8_e4m3", "block_shape": [128, 128]}, True, True),
+    ({"dtype_selector": "fp8_w8a8", "weight_dtype": "fp8_e4m3", "per_channel_quant": True}, False, True),
+    ({"dtype_selector": "fp8_w8a8", "weight_dtype": "fp8_e5m2"}, False, False),
+    ({"dtype_selector": "int8_w8a8", "weight_dtype": "int8", "per_channel_quant": True}, False, True),
+    ({"dtype_selector": "int8_w8a8", "weight_dtype": "int8", "block_shape": [128, 128]}, False, True),
+    ({"dtype_selector": "int8_w8a8", "weight_dtype": "int8"}, False, False),  # SGLang asserts per-channel
+    ({"dtype_selector": "int4_w4a16", "weight_dtype": "int4", "group_size": 128}, False, True),
+    ({"dtype_selector": "int4_w4a16", "weight_dtype": "int4", "group_size": 0}, False, False),
+    ({"dtype_selector": "int8_w8a16", "weight_dtype": "int8", "group_size": 128, "has_zp": True}, False, True),
+    ({"dtype_selector": None, "weight_dtype": "bfloat16", "gated": False}, False, False),
+]
+
+
+@pytest.mark.parametrize("naming, builtin, sglang", SUPPORT_CASES)
+def test_unsupported_reason_per_provider(naming, builtin, sglang):
+    """The builtin kernel keeps refusing int4/int8 and per-channel fp8, saying the sglang provider runs
+    them; the sglang provider runs what SGLang's Triton fused MoE runs; the probe reports both and the
+    controller refuses with the provider it will tune with."""
+    from orchestrator.facts.probe import ProbedModel
+    from orchestrator.facts.schema import from_dict
+    from remote.tuning.support import quant_entry, unsupported_reason
+
+    b, s = unsupported_reason(naming, "builtin"), unsupported_reason(naming, "sglang")
+    assert (b is None) == builtin and (s is None) == sglang, (b, s)
+    if not builtin and sglang:
+        assert "sglang provider" in b
+        q = quant_entry(naming)
+        assert formats.from_quant(q).dtype == naming["dtype_selector"]  # the provider can build it
+    model = dict(naming, tuner_unsupported=b, tuner_unsupported_by={"builtin": b, "sglang": s})
+    pm = from_dict(ProbedModel, model)
+    assert (pm.untunable_reason("sglang") is None) == sglang and (pm.untunable_reason("builtin") is None) == builtin
