@@ -699,7 +699,8 @@ def _quant_one(args, ctx, shp, tune_timeout: float) -> dict:
     r = run_tune(args, ctx, f"tune_quant_{name}",
                  ["--provider", "sglang", "--space", "smoke" if args.smoke else "fast",
                   "--batch-sizes", ",".join(map(str, Ms)), "--model-config", str(path)] + flags,
-                 timeout=tune_timeout, gpus=None if args.smoke else "0")
+                 # a --quant-only child already sees only its own GPU (CUDA_VISIBLE_DEVICES from the parent)
+                 timeout=tune_timeout, gpus=None if (args.smoke or args.quant_only) else "0")
     sel, pc = naming["dtype_selector"], bool(naming["per_channel_quant"])
     names = k.file_names(shape["E"], shape["N"], sel, kblock, pc)
     shipped = _shape_files(ctx["tree"], names)
