@@ -687,6 +687,27 @@ def section_quant(res, args, ctx):
     res["quant"] = out
 
 
+def _partial_files(tune_out: Path, root: Path, names: dict):
+    """Up/down files of the batch sizes a stopped tune finished (its ``checkpoint.json``, as the tune
+    command writes them at the end: the down config on the up config's BLOCK_SIZE_M), or None."""
+    from remote.sglang.configfile import dumps_config
+    cp = tune_out / "checkpoint.json"
+    try:
+        done = json.loads(cp.read_text()).get("results") or {}
+    except (OSError, ValueError):
+        return None
+    if not done:
+        return None
+    Ms = sorted(int(k) for k in done)
+    up = {str(M): done[str(M)]["up"] for M in Ms}
+    down = {str(M): dict(done[str(M)]["down"], BLOCK_SIZE_M=done[str(M)]["up"]["BLOCK_SIZE_M"]) for M in Ms}
+    d = root / "partial"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / names["up"]).write_text(dumps_config(up))
+    (d / names["down"]).write_text(dumps_config(down))
+    return {"up": str(d / names["up"]), "down": str(d / names["down"])}, Ms
+
+
 def _quant_one(args, ctx, shp, tune_timeout: float) -> dict:
     """Tune one quantized shape with the sglang provider, then time and check default / shipped /
     tuned on SGLang's kernel; prints the table, returns the section's JSON entry."""
@@ -709,6 +730,13 @@ def _quant_one(args, ctx, shp, tune_timeout: float) -> dict:
     for d in ("triton_3_6_0",) + tuple(x for x in sorted(shipped) if x != "triton_3_6_0")[:1]:
         if d in shipped:
             sets[f"ship_{d[len('triton_'):]}"] = _config_dir(root, d, shipped[d]["up"], shipped[d]["down"], names)
+    if not r.get("files"):
+        # the tune ran out of time: its checkpoint holds the finished batch sizes; time those
+        part = _partial_files(Path(args.out) / f"tune_quant_{name}", root, names)
+        if part:
+            r["files"], r["partial_batch_sizes"] = part
+            Ms = [M for M in Ms if M in r["partial_batch_sizes"]]
+            say(f"  tune unfinished: comparing the {len(Ms)} batch sizes its checkpoint holds: {Ms}")
     if r.get("files"):
         sets["sglang_tuned"] = _config_dir(root, "tuned", Path(r["files"]["up"]), Path(r["files"]["down"]), names)
     say(f"\nQUANT {name}: {what}\n  files {names['up']} (+ _down); SGLang ships this name for this GPU in "
