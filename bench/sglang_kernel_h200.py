@@ -40,6 +40,14 @@ Sections (``--sections``, comma list; default ``env,fp8check,tune,compare``):
                 ``triton_3_6_0``: E=256, N=512 (hidden 3072, top-k 8: Qwen3.5-122B-A10B-FP8
                 at TP2); sglang-provider fast tune over ``--fp8-batch-sizes``, then default vs
                 shipped vs tuned on SGLang's kernel.
+- ``quant``:    quantized weights on SGLang's kernel (``QUANT_SHAPES``): one ``int4_w4a16`` shape
+                (Qwen3-30B-A3B-GPTQ-Int4 at TP1, ``--quantization moe_wna16``) and one ``int8_w8a8``
+                shape (DeepSeek-R1-Channel-INT8 at TP8, ``--quantization w8a8_int8``); a fast
+                sglang-provider tune of ``--quant-batch-sizes`` each (both at once on a 2-GPU
+                machine, one child process per GPU), then per batch size SGLang's default config, the shipped file (SGLang
+                0.5.23 ships none of these names for the H200) and the tuned files, timed as in
+                ``compare``, each set checked against the float64 reference on the same quantized
+                numbers.
 
 Issue 20 sections (compile off the GPU's memory budget; fast against a bounded exhaustive search):
 
@@ -62,6 +70,7 @@ section) and the tune folders.
 
 H200 x2 (call 1): python3 bench/sglang_kernel_h200.py --wheel WHEEL --sections env,tune,tune2,compare
 H200 x2 (call 2): python3 bench/sglang_kernel_h200.py --wheel WHEEL --sections env,fp8check,full,fp8shape
+H200 x2 (quant):  python3 bench/sglang_kernel_h200.py --wheel WHEEL --sections env,quant --budget-s 530
 CPU check:      python3 bench/sglang_kernel_h200.py --smoke   (TRITON_INTERPRET=1, tiny shapes,
                 SGLang 0.5.23 from the test cache; numbers meaningless)
 """
@@ -816,6 +825,225 @@ def section_exhaustive(res, args, ctx):
     share = [r["M"] for r in rows if r["fast_gpu_share"] is not None and r["fast_gpu_share"] <= 0.10]
     say(f"  targets: fast within 1% of the bounded exhaustive search at {len(ok)}/{len(rows)} M; fast's GPU time "
         f"<= 10% of it at {len(share)}/{len(rows)} M")
+# ----------------------------------------------------------------------------- quantized formats
+
+#: the quantized shapes of section ``quant``: (name, model config, server flags, what it is)
+QUANT_SHAPES = (
+    ("int4_w4a16", ROOT / "tests" / "data" / "models" / "quantized" / "Qwen3-30B-A3B-GPTQ-Int4.json",
+     ["--tp", "1", "--quantization", "moe_wna16"],
+     "Qwen3-30B-A3B-GPTQ-Int4 at TP1 served with --quantization moe_wna16 (E=128, N=768 -> file N 384, hidden 2048, "
+     "top-k 8, group 128, no zero points)"),
+    ("int8_w8a8", ROOT / "tests" / "data" / "models" / "DeepSeek-V3.json",
+     ["--tp", "8", "--quantization", "w8a8_int8"],
+     "DeepSeek-R1-Channel-INT8 (DeepSeek-V3 architecture) at TP8 served with --quantization w8a8_int8 (E=256+1 "
+     "fused shared, N=256, hidden 7168, top-k 8, per-channel int8, per-token int8 activations)"),
+)
+
+
+def _smoke_quant_configs(root: Path) -> tuple:
+    """Tiny Qwen3-MoE configs for ``--smoke`` (same chain: model config -> shape -> tune -> compare)."""
+    base = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 256, "moe_intermediate_size": 128,
+            "num_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2, "torch_dtype": "bfloat16"}
+    root.mkdir(parents=True, exist_ok=True)
+    gptq = dict(base, quantization_config={"bits": 4, "group_size": 64, "desc_act": False, "sym": True,
+                                           "quant_method": "gptq"})
+    (root / "tiny-gptq.json").write_text(json.dumps(gptq))
+    (root / "tiny.json").write_text(json.dumps(base))
+    return (("int4_w4a16", root / "tiny-gptq.json", ["--quantization", "moe_wna16"], "tiny GPTQ int4 (smoke)"),
+            ("int8_w8a8", root / "tiny.json", ["--quantization", "w8a8_int8"], "tiny w8a8_int8 (smoke)"))
+
+
+def _quant_shape(path: Path, flags: list) -> tuple:
+    """``(shape, naming, quant, kernel block_shape)`` the tune command resolves for this model."""
+    from remote.sglang.model_flags import load_model_config
+    from remote.sglang.shape import moe_shape
+    from remote.tuning.support import quant_entry
+
+    tp = int(flags[flags.index("--tp") + 1]) if "--tp" in flags else 1
+    q = flags[flags.index("--quantization") + 1]
+    ms = moe_shape(load_model_config(str(path)), tp=tp, quantization=q)
+    naming = dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape, per_channel_quant=ms.per_channel_quant,
+                  weight_dtype=ms.weight_dtype, group_size=ms.group_size, has_zp=ms.has_zp)
+    quant = quant_entry(naming)
+    kblock = [0, ms.group_size] if ms.group_size else ms.block_shape
+    return dict(E=ms.E, N=ms.N, hidden=ms.hidden, topk=ms.topk), naming, quant, kblock
+
+
+def check_sets(shape: dict, dtype: str, quant, batch_sizes: list, sets: dict) -> dict:
+    """Per batch size and config set, the relative error of SGLang's ``fused_experts`` reading that
+    set's files against the float64 reference on the same quantized numbers
+    (:func:`remote.tuning.kernel.formats.reference`): ``{M: {set: err}}``."""
+    import torch
+
+    from remote.tuning.kernel import formats
+    from remote.tuning.kernel.reference import relative_error
+    prov = provider()
+    dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+    out, weights = {}, None
+    try:
+        for M in batch_sizes:
+            p = prov.make_problem(shape, M, dtype, dev, 2000 + M, weights, quant=quant)
+            weights = p.weights
+            ref = formats.reference(p.x, p.w1, p.w2, p.quant, p.topk_weights, p.topk_ids,
+                                    scales=(p.w1_scale, p.w2_scale), zps=(p.w1_zp, p.w2_zp))
+            out[M] = {}
+            for name, d in sets.items():
+                try:
+                    out[M][name] = relative_error(prov.dir_fn(p, str(d))(), ref)
+                except Exception as exc:
+                    out[M][name] = None
+                    say(f"  check M={M} {name}: {type(exc).__name__}: {str(exc)[:200]}")
+            del ref
+    finally:
+        prov.close()
+    return out
+
+
+def section_quant(res, args, ctx):
+    """One int4_w4a16 and one int8_w8a8 shape of real models (:data:`QUANT_SHAPES`): per shape a fast
+    sglang-provider tune of ``--quant-batch-sizes``, then per batch size SGLang's default config,
+    the shipped file (where SGLang ships one for this GPU) and the tuned files side by side on
+    SGLang's kernel (as ``compare``), with every set's correctness against the float64 reference on
+    the same quantized numbers. On a machine with two GPUs the shapes run at once, each in a child
+    process of this script (``--quant-only NAME``) on its own GPU (SGLang's config lookup reads one
+    process-wide ``SGLANG_MOE_CONFIG_DIR``, so two shapes cannot be compared in one process)."""
+    import torch
+
+    shapes = _smoke_quant_configs(Path(args.out) / "smoke_models") if args.smoke else QUANT_SHAPES
+    if args.quant_only:
+        shapes = tuple(s for s in shapes if s[0] == args.quant_only)
+    n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n_gpu >= 2 and len(shapes) >= 2:
+        procs = []
+        for i, (name, *_rest) in enumerate(shapes):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--sections", "quant", "--quant-only", name,
+                   "--out", str(Path(args.out) / f"quant_{name}"), "--budget-s", str(int(left(args) - 20)),
+                   "--quant-batch-sizes", args.quant_batch_sizes, "--sglang-dir", str(ctx["tree"])]
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(i % n_gpu))
+            say(f"\nQUANT {name} on GPU {i % n_gpu}: {' '.join(cmd)}")
+            procs.append((name, subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.STDOUT, text=True)))
+        out = {}
+        for name, p in procs:
+            try:
+                text, _ = p.communicate(timeout=max(10, left(args) - 5))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                text, _ = p.communicate()
+            say(f"\n===== QUANT {name} (child rc {p.returncode}) =====\n" + "\n".join(
+                ln for ln in (text or "").splitlines() if "Warning" not in ln and "warnings.warn" not in ln)[-12000:])
+            jp = Path(args.out) / f"quant_{name}" / "sglang_kernel_h200.json"
+            child = json.loads(jp.read_text()) if jp.exists() else {}
+            out[name] = (child.get("quant") or {}).get(name) or {"error": f"child rc {p.returncode}",
+                                                                  "errors": child.get("errors")}
+            res["quant"] = out
+        res["quant"] = out
+        return
+    out = {}
+    for i, shp in enumerate(shapes):
+        reserve = 150 * (len(shapes) - i)  # the compare of this shape, and what the later shapes need
+        if not args.smoke and left(args) < reserve + 120:
+            say(f"  skip quant {shp[0]}: {left(args):.0f} s left")
+            continue
+        out[shp[0]] = _quant_one(args, ctx, shp, tune_timeout=left(args) - reserve if not args.smoke else 86400)
+        res["quant"] = out
+    res["quant"] = out
+
+
+def _partial_files(tune_out: Path, root: Path, names: dict):
+    """Up/down files of the batch sizes a stopped tune finished (its ``checkpoint.json``, as the tune
+    command writes them at the end: the down config on the up config's BLOCK_SIZE_M), or None."""
+    from remote.sglang.configfile import dumps_config
+    cp = tune_out / "checkpoint.json"
+    try:
+        done = json.loads(cp.read_text()).get("results") or {}
+    except (OSError, ValueError):
+        return None
+    if not done:
+        return None
+    Ms = sorted(int(k) for k in done)
+    up = {str(M): done[str(M)]["up"] for M in Ms}
+    down = {str(M): dict(done[str(M)]["down"], BLOCK_SIZE_M=done[str(M)]["up"]["BLOCK_SIZE_M"]) for M in Ms}
+    d = root / "partial"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / names["up"]).write_text(dumps_config(up))
+    (d / names["down"]).write_text(dumps_config(down))
+    return {"up": str(d / names["up"]), "down": str(d / names["down"])}, Ms
+
+
+def _quant_one(args, ctx, shp, tune_timeout: float) -> dict:
+    """Tune one quantized shape with the sglang provider, then time and check default / shipped /
+    tuned on SGLang's kernel; prints the table, returns the section's JSON entry."""
+    from remote.tuning.providers.sglang import load_kernel
+    from remote.tuning.tuner.driver import REL_ERR_BAR
+    name, path, flags, what = shp
+    k = load_kernel()
+    Ms = [int(x) for x in args.quant_batch_sizes.split(",")]
+    shape, naming, quant, kblock = _quant_shape(path, flags)
+    r = run_tune(args, ctx, f"tune_quant_{name}",
+                 ["--provider", "sglang", "--space", "smoke" if args.smoke else "fast",
+                  "--batch-sizes", ",".join(map(str, Ms)), "--model-config", str(path)] + flags,
+                 # a --quant-only child already sees only its own GPU (CUDA_VISIBLE_DEVICES from the parent)
+                 timeout=tune_timeout, gpus=None if (args.smoke or args.quant_only) else "0")
+    sel, pc = naming["dtype_selector"], bool(naming["per_channel_quant"])
+    names = k.file_names(shape["E"], shape["N"], sel, kblock, pc)
+    shipped = _shape_files(ctx["tree"], names)
+    root = Path(tempfile.mkdtemp(prefix=f"orch-bench-quant-{name}-"))
+    sets = {"default": _config_dir(root, "default", None, None, names)}
+    for d in ("triton_3_6_0",) + tuple(x for x in sorted(shipped) if x != "triton_3_6_0")[:1]:
+        if d in shipped:
+            sets[f"ship_{d[len('triton_'):]}"] = _config_dir(root, d, shipped[d]["up"], shipped[d]["down"], names)
+    if not r.get("files"):
+        # the tune ran out of time: its checkpoint holds the finished batch sizes; time those
+        part = _partial_files(Path(args.out) / f"tune_quant_{name}", root, names)
+        if part:
+            r["files"], r["partial_batch_sizes"] = part
+            Ms = [M for M in Ms if M in r["partial_batch_sizes"]]
+            say(f"  tune unfinished: comparing the {len(Ms)} batch sizes its checkpoint holds: {Ms}")
+    if r.get("files"):
+        sets["sglang_tuned"] = _config_dir(root, "tuned", Path(r["files"]["up"]), Path(r["files"]["down"]), names)
+    say(f"\nQUANT {name}: {what}\n  files {names['up']} (+ _down); SGLang ships this name for this GPU in "
+        f"{sorted(shipped) or 'no folder'}; tune {r['wall_s']} s wall, rc {r['rc']}")
+    if r.get("report"):
+        _print_tune(r["report"])
+    dtype = "float16" if args.smoke else "bfloat16"
+    Mc = list(Ms)
+    est = 3.0 * len(Mc) * len(sets) + 2.0 * len(Mc)
+    if not args.smoke and left(args) < est:
+        keep = max(1, int(len(Mc) * max(0.0, left(args) - 10) / est))
+        say(f"  budget: timing {keep} of {len(Mc)} batch sizes ({left(args):.0f} s left)")
+        Mc = Mc[::max(1, len(Mc) // keep)][:keep]
+    rows = compare_sets(args, shape, dtype, quant, Mc, sets, rounds=5) if Mc else []
+    errs = check_sets(shape, dtype, quant, Mc, sets) if Mc else {}
+    shutil.rmtree(root, ignore_errors=True)
+    ship = next((s for s in sets if s.startswith("ship_")), None)
+    tuned_rel = {M: v.get("rel_err") for M, v in ((r.get("report") or {}).get("batch_sizes") or {}).items()}
+    nan = float("nan")
+    say(f"\nQUANT {name} (us, SGLang's fused_experts; ratios > 1 = tuned faster; err = relative error vs the "
+        f"float64 reference, bar {REL_ERR_BAR:g}; tune err = the tuner's own check)")
+    say(f"  {'M':>5} {'default':>10} {'shipped':>10} {'tuned':>10} {'def/tun':>8} {'shp/tun':>8} "
+        f"{'err def':>9} {'err tun':>9} {'tune err':>9}")
+    for row in rows:
+        M = row["M"]
+        de, sh, tu = row.get("default"), (row.get(ship) if ship else None), row.get("sglang_tuned")
+        e = row["errors"] = errs.get(M, {})
+        row["tune_rel_err"] = tuned_rel.get(str(M))
+        say(f"  {M:>5} {de or 0:10.1f} {sh or 0:10.1f} {tu or 0:10.1f} {_ratio(de, tu) or 0:8.3f} "
+            f"{_ratio(sh, tu) or 0:8.3f} {nan if e.get('default') is None else e['default']:9.2e} "
+            f"{nan if e.get('sglang_tuned') is None else e['sglang_tuned']:9.2e} "
+            f"{nan if row['tune_rel_err'] is None else row['tune_rel_err']:9.2e}")
+    timed = [x for x in rows if x.get("sglang_tuned") and x.get("default")]
+    ge_def = [x["M"] for x in timed if x["default"] / x["sglang_tuned"] >= 0.995]
+    ge_ship = [x["M"] for x in timed if ship and x.get(ship) and x[ship] / x["sglang_tuned"] >= 0.995]
+    ok = [x["M"] for x in rows if x["errors"].get("sglang_tuned") is not None
+          and x["errors"]["sglang_tuned"] < REL_ERR_BAR]
+    say(f"  targets: tuned >= default (0.5% noise) at {len(ge_def)}/{len(timed)} M; "
+        + (f">= shipped at {len(ge_ship)}/{len(timed)} M; " if ship else "no shipped file for this GPU; ")
+        + f"tuned files pass the {REL_ERR_BAR:g} bar at {len(ok)}/{len(rows)} M")
+    return {"what": what, "model_config": str(path), "flags": flags, "shape": shape, "naming": naming,
+            "quant": quant, "file_names": names, "shipped_folders": sorted(shipped), "sets": sorted(sets),
+            "tune": r, "rows": rows, "targets": {"ge_default": ge_def, "ge_shipped": ge_ship if ship else None,
+                                                   "pass_bar": ok}}
 
 
 # ----------------------------------------------------------------------------- main
@@ -823,7 +1051,7 @@ def section_exhaustive(res, args, ctx):
 
 SECTIONS = {"env": section_env, "fp8check": section_fp8check, "tune": section_tune, "tune2": section_tune2,
             "compare": section_compare,
-            "full": section_full, "fp8shape": section_fp8shape}
+            "full": section_full, "fp8shape": section_fp8shape, "quant": section_quant}
 SECTIONS.update(split=section_split, exhaustive=section_exhaustive)  # issue 20: compile off the GPU, fast vs exhaustive
 
 
@@ -838,6 +1066,9 @@ def main():
     ap.add_argument("--exhaustive-batch-sizes", default="1,64,512,4096")
     ap.add_argument("--exhaustive-s", type=float, default=75.0,
                     help="bound of the exhaustive section: seconds of screening (compile + timing) per batch size")
+    ap.add_argument("--quant-batch-sizes", default=SGLANG_BATCH_SIZES, help="batch sizes of section quant")
+    ap.add_argument("--quant-only", default=None, help="section quant: only this shape of QUANT_SHAPES (int4_w4a16 "
+                    "or int8_w8a8; the 2-GPU run starts one child per shape with it)")
     ap.add_argument("--budget-s", type=float, default=530.0, help="wall-clock budget of this run")
     ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))
@@ -849,6 +1080,7 @@ def main():
         args.full_batch_sizes = "4"
         args.fp8_batch_sizes = "3"
         args.exhaustive_batch_sizes = "4"
+        args.quant_batch_sizes = "3,40" if args.quant_batch_sizes == SGLANG_BATCH_SIZES else args.quant_batch_sizes
         args.budget_s = 1e9
     Path(args.out).mkdir(parents=True, exist_ok=True)
     res = {"args": vars(args)}

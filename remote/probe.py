@@ -38,7 +38,8 @@ Result ``data``::
     warnings: [str]
 
 SGLang is located and its loader's search replayed WITHOUT importing it
-(:mod:`remote.sglang.lookup`); the tuner's answers (``model.tuner_unsupported``,
+(:mod:`remote.sglang.lookup`); the tuner's answers (``model.tuner_unsupported`` for the provider
+``auto`` resolves to, ``model.tuner_unsupported_by`` per provider,
 ``tuner_provider``) come from :mod:`remote.tuning.support`, which imports neither torch nor
 sglang. torch and triton are imported only inside the functions that query them.
 """
@@ -210,7 +211,9 @@ def run(args: argparse.Namespace) -> dict:
         cap = tuple(int(x) for x in capability.split(".")) if capability else None
         shape, model_path = shape_from_args(args, capability=cap)
         model = shape.to_dict()
-        model["tuner_unsupported"] = unsupported_reason(model)
+        auto_provider = resolve_provider_name("auto")[0]
+        model["tuner_unsupported_by"] = {prov: unsupported_reason(model, prov) for prov in ("sglang", "builtin")}
+        model["tuner_unsupported"] = model["tuner_unsupported_by"][auto_provider]
         model["checkpoint_quant_method"] = _checkpoint_quant(model_path)
         file_names = shape.file_names(device_name, per_channel_selector="per_channel_quant" in rules["name_selectors"])
 

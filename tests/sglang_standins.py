@@ -76,8 +76,16 @@ OP_STANDINS = {
     "moe_sum_reduce": "sgl_kernel's top-k sum; torch.sum over the top-k axis times the scaling factor",
     "sglang_per_token_group_quant_fp8": "SGLang's JIT per-token-group fp8 quantization of the activations "
                                         "(fp8 block configs); torch, same scales (amax / 448, eps 1e-10)",
-    "per_token_group_quant": "SGLang's JIT group quantization of the sorted TMA down input (fp8 block); torch, "
-                             "every row",
+    "per_token_group_quant": "SGLang's JIT group quantization of the sorted TMA down input (fp8 block) and of "
+                             "int8 block activations (out_dtype int8); torch, every row",
+    "sgl_per_token_quant_fp8": "SGLang's JIT per-token fp8 quantization (per-channel fp8 weights); torch, "
+                               "amax / 448 per row",
+    "sgl_per_tensor_quant_fp8": "SGLang's JIT per-tensor fp8 quantization (per-tensor fp8 weights); torch, "
+                                "amax / 448, or the given static scale",
+    "per_token_group_quant_int8": "CPU only: SGLang's non-CUDA Triton int8 group quantization truncates; the "
+                                  "CUDA branch a GPU server runs rounds; torch, amax / 127, rounded",
+    "per_token_quant_int8": "CPU only: SGLang's Triton per-token int8 quantization calls CUDA libdevice round, "
+                            "which the interpreter lacks; torch, amax / 127, round half away from zero",
 }
 
 _installed: dict = {}
@@ -430,13 +438,58 @@ def moe_sum_reduce(x, out, routed_scaling_factor=1.0):
     return out
 
 
-def _group_quant(x, group_size):
+def _group_quant(x, group_size, out_dtype=None):
     import torch
     rows, cols = x.reshape(-1, x.shape[-1]).shape
     g = x.reshape(rows, cols // group_size, group_size).float()
+    if out_dtype == torch.int8:
+        scale = g.abs().amax(dim=2).clamp(min=1e-10) / 127.0
+        q = _round_away(g / scale.unsqueeze(2)).clamp(-128, 127).reshape(rows, cols).to(torch.int8)
+        return q, scale.contiguous()
     scale = g.abs().amax(dim=2).clamp(min=1e-10) / 448.0
     q = (g / scale.unsqueeze(2)).clamp(-448.0, 448.0).reshape(rows, cols).to(torch.float8_e4m3fn)
     return q, scale.contiguous()
+
+
+def _int8():
+    import torch
+    return torch.int8
+
+
+def _round_away(x):
+    """CUDA ``roundf``: halves away from zero (torch.round rounds them to even)."""
+    import torch
+    return torch.sign(x) * torch.floor(x.abs() + 0.5)
+
+
+def sgl_per_token_quant_fp8(input, output_q, output_s):
+    """Stand-in for SGLang's JIT ``sgl_per_token_quant_fp8``: one scale per row, amax / 448."""
+    x = input.reshape(-1, input.shape[-1]).float()
+    s = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-10) / 448.0
+    output_s.copy_(s.reshape(output_s.shape))
+    output_q[: x.shape[0]].copy_((x / s).clamp(-448.0, 448.0).to(output_q.dtype))
+
+
+def sgl_per_tensor_quant_fp8(input, output_q, output_s, is_static=False):
+    """Stand-in for SGLang's JIT ``per_tensor_quant_fp8``: dynamic amax / 448 (written to
+    ``output_s``) or the static scale in ``output_s``."""
+    x = input.reshape(-1, input.shape[-1]).float()
+    if not is_static:
+        output_s.fill_(float(x.abs().amax().clamp(min=1e-10)) / 448.0)
+    s = output_s.reshape(-1)[0].float()
+    output_q[: x.shape[0]].copy_((x / s).clamp(-448.0, 448.0).to(output_q.dtype))
+
+
+def per_token_quant_int8(x, scale_dtype=None, cal_sum=False):
+    """Stand-in (CPU only) for SGLang's Triton ``per_token_quant_int8``: ``(x_q int8, scales [rows, 1])``."""
+    import torch
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1, keepdim=True).clamp(min=1e-10)
+    q = _round_away(xf * (127.0 / amax)).clamp(-128, 127).to(torch.int8)
+    s = (amax / 127.0).to(scale_dtype or torch.float32)
+    if cal_sum:
+        return q, s, xf.sum(dim=-1).to(x.dtype)
+    return q, s
 
 
 def sglang_per_token_group_quant_fp8(x, group_size, eps=1e-10, column_major_scales=False, *a, **k):
@@ -446,9 +499,10 @@ def sglang_per_token_group_quant_fp8(x, group_size, eps=1e-10, column_major_scal
     return _group_quant(x, group_size)
 
 
-def per_token_group_quant(input, output_q=None, output_s=None, group_size=128, *a, **k):
-    """Stand-in for SGLang's JIT ``per_token_group_quant`` (quantizes every row)."""
-    q, s = _group_quant(input, group_size)
+def per_token_group_quant(input, output_q=None, output_s=None, group_size=128, *a, out_dtype=None, **k):
+    """Stand-in for SGLang's JIT ``per_token_group_quant`` (quantizes every row; fp8, or int8
+    with ``out_dtype=torch.int8``)."""
+    q, s = _group_quant(input, group_size, out_dtype)
     if output_q is not None:
         output_q.copy_(q)
         q = output_q
@@ -609,6 +663,25 @@ def patch_ops(modules, follow_cuda_align: bool = False, bind_activation: bool = 
             if callable(vars(mod).get("per_token_group_quant_fp8")):
                 mod.per_token_group_quant_fp8 = sglang_per_token_group_quant_fp8
                 done.append(f"{mod.__name__}.per_token_group_quant_fp8")
+            if callable(vars(mod).get("per_token_quant_int8")):
+                mod.per_token_quant_int8 = per_token_quant_int8
+                done.append(f"{mod.__name__}.per_token_quant_int8")
+            if callable(vars(mod).get("per_token_group_quant_int8")) and "fused_moe" in mod.__name__:
+                # SGLang's non-CUDA Triton group quantization truncates (no rounding); a GPU server
+                # runs the CUDA branch (sglang_per_token_group_quant_int8, rounding): stand in for it
+                mod.per_token_group_quant_int8 = lambda x, group_size, *a, **k: _group_quant(x, group_size, _int8())
+                done.append(f"{mod.__name__}.per_token_group_quant_int8")
+    for mod in modules:
+        if mod.__name__.endswith("quantization.fp8_kernel") and callable(vars(mod).get("scaled_fp8_quant")):
+            # the compiled fp8 quantizations scaled_fp8_quant calls (absent names off CUDA: bound here)
+            for name, fn in (("sgl_per_token_quant_fp8", sgl_per_token_quant_fp8),
+                             ("sgl_per_tensor_quant_fp8", sgl_per_tensor_quant_fp8)):
+                cur = vars(mod).get(name)
+                origin = getattr(cur, "__module__", "") or ""
+                if cur is None or isinstance(cur, _Placeholder) or origin.startswith(
+                        ("sgl_kernel", "sglang.kernels.ops.quantization")):
+                    setattr(mod, name, fn)
+                    done.append(f"{mod.__name__}.{name}")
     if bind_activation:
         for mod in modules:
             if "fused_experts" in vars(mod) and "silu_and_mul" not in vars(mod):
@@ -668,7 +741,7 @@ def prepare(source_root=None, cpu: bool | None = None, device_name: str = "NVIDI
                 mods.append(importlib.import_module(mod_name))
             except Exception:
                 continue
-    for extra in ("sglang.kernels.ops.quantization.fp8_kernel",):
+    for extra in ("sglang.kernels.ops.quantization.fp8_kernel", "sglang.kernels.ops.quantization.int8_kernel"):
         try:
             mods.append(importlib.import_module(extra))
         except Exception:

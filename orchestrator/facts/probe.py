@@ -90,10 +90,15 @@ class ProbedModel(MoeShape):
 
     tuner_unsupported: str | None = None
     checkpoint_quant_method: str | None = None
+    #: the same answer per resolved provider (``sglang``/``builtin``): SGLang's own kernel runs
+    #: weight formats (int4/int8, per-channel fp8) the builtin one does not; None from older payloads
+    tuner_unsupported_by: dict[str, str | None] | None = None
 
-    def untunable_reason(self) -> str | None:
-        """Why this model cannot be tuned here, with what to do instead; None when it can."""
-        why = self.tuner_unsupported
+    def untunable_reason(self, provider: str | None = None) -> str | None:
+        """Why this model cannot be tuned here with ``provider`` (resolved: ``sglang``/``builtin``;
+        None: the provider ``auto`` resolves to), with what to do instead; None when it can."""
+        by = self.tuner_unsupported_by or {}
+        why = by[provider] if provider in by else self.tuner_unsupported
         return f"{why}; tune them elsewhere and `orch configs import` the files" if why else None
 
 
@@ -130,7 +135,12 @@ class ProbeFacts(Record):
         defaults) when the probe named no such file."""
         return (self.existing or {}).get(role) or ExistingFile()
 
-    def untunable_reason(self) -> str | None:
-        """Why the payload's tuner cannot tune this model (:meth:`ProbedModel.untunable_reason`);
-        None when it can or no model was probed."""
-        return self.model.untunable_reason() if self.model is not None else None
+    def untunable_reason(self, provider: str | None = None) -> str | None:
+        """Why the payload's tuner cannot tune this model with ``provider`` (``auto``/None: what
+        the probe's ``tuner_provider.auto`` names; :meth:`ProbedModel.untunable_reason`); None
+        when it can or no model was probed."""
+        if self.model is None:
+            return None
+        if provider in (None, "auto"):
+            provider = self.tuner_provider.auto
+        return self.model.untunable_reason(provider)

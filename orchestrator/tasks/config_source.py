@@ -75,7 +75,7 @@ def config_source(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | N
                                f"{prov.get('host')} (run {prov.get('run_id')})" if prov.get("host") else None)
         ctx.run.summary.config_source = ConfigSource("store", kh)
         return TaskResult.ok(msg, facts=facts, source="store", key=kh)
-    why = probe.untunable_reason()
+    why = probe.untunable_reason(provider)
     if why:  # refuse before the unit is stopped: nothing on the host has changed
         raise TaskFailed(why)
     if groups is None:

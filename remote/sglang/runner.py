@@ -439,6 +439,14 @@ def _compressed_tensors(backend: str, s: _Server) -> str:
                        "(NotImplementedError on CUDA; --quantization w8a8_int8 runs it on Triton)")
     if s.selector == "int8_w8a16" and backend == "auto":
         return "marlin"  # CompressedTensorsWNA16MoE; its Triton variant is INT4-only
+    if s.selector == "int4_w4a16":
+        # line 912: CompressedTensorsWNA16TritonMoE with --moe-runner-backend triton, or auto on sm100
+        # (symmetric INT4, group 32/128, no actorder, else it raises); otherwise the Marlin scheme
+        if backend == "triton":
+            return "triton"
+        if backend == "auto":
+            return "triton" if s.sm("compressed-tensors W4A16 on auto") == 10 else "marlin"
+        raise _Unknown(f"compressed-tensors W4A16 with --moe-runner-backend {backend}: not modelled")
     raise _Unknown(f"compressed-tensors {s.selector or '?'} weights with --moe-runner-backend {backend}: not modelled")
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from ..protocol import PayloadError
 from .architectures import RULES_BY_ARCH, ArchRule, Fusion
 from .naming import config_file_name, sglang_device_name
-from .quantization import activation_dtype, quant_rule
+from .quantization import activation_dtype, moe_layer_excluded, quant_rule, wna16_group_size
 
 
 @dataclass
@@ -49,6 +49,9 @@ class MoeShape:
     ``notes``: human-readable caveats (e.g. the layer may not use Triton configs).
     ``family``: the :class:`~remote.sglang.architectures.ArchRule` family; ``sglang_source``: the SGLang 0.5.23 file:line that
     builds these experts. ``gated``: w1 is ``[E, 2N, K]`` (gate and up); False: ``[E, N, K]``.
+    ``group_size``: weight-only int4/int8 (``int4_w4a16``/``int8_w8a16``): K columns per scale
+    the layer runs (SGLang's kernel gets ``block_shape=[0, group_size]``, which names no block);
+    0 otherwise. ``has_zp``: those weights store zero points.
     """
 
     E: int
@@ -73,6 +76,8 @@ class MoeShape:
     family: str = ""
     sglang_source: str = ""
     gated: bool = True
+    group_size: int = 0
+    has_zp: bool = False
 
     def file_names(self, device_name: str, per_channel_selector: bool = True) -> dict[str, str]:
         """``{"up": ..., "down": ...}`` file names (SGLang 0.5.23 get_config_file_name).
@@ -404,6 +409,20 @@ def moe_shape(
     if not isinstance(qc, dict):
         qc = mc.get("quantization_config") if isinstance(mc.get("quantization_config"), dict) else None
     q = quant_rule(qc, quantization, notes)
+    n_layers = _lookup("num_hidden_layers", mc, cfg)
+    if q["method"] and isinstance(n_layers, int) and n_layers > 0:
+        # the checkpoint's exclusions (ignore / modules_to_not_convert ...): such MoE layers run unquantized
+        off = [i for i in range(n_layers)
+               if any(moe_layer_excluded(qc, q["method"], f"model.layers.{i}.{m}.experts")
+                      for m in ("mlp", "block_sparse_moe"))]
+        if off and len(off) == n_layers:
+            notes.append(f"quantization_config excludes every layer's experts: they run unquantized "
+                         f"({q['method']} checkpoint, 16-bit MoE file names)")
+            q = dict(method=None, selector=None, block=None, per_channel=False, weight_dtype=None, packed=False,
+                     group_size=0, has_zp=False)
+        elif off:
+            notes.append(f"quantization_config excludes the experts of layers {off}: those run unquantized and read "
+                         f"the 16-bit file name; orch names the quantized layers' file")
     if not rule.quantized and q["method"]:
         raise PayloadError(
             "bad_input", f"model config ({arch}): SGLang runs these experts through fused_moe without quantization "
@@ -414,6 +433,8 @@ def moe_shape(
         selector = "float32"
 
     n_rank = inter // moe_tp
+    if q["group_size"] and q["method"] == "moe_wna16":
+        q = dict(q, group_size=wna16_group_size(q["group_size"], n_rank, hidden))
     if q["block"]:
         bn = q["block"][0]
         if n_rank % bn:
@@ -465,4 +486,6 @@ def moe_shape(
         family=rule.family,
         sglang_source=rule.source,
         gated=rule.gated,
+        group_size=int(q["group_size"]),
+        has_zp=bool(q["has_zp"]),
     )

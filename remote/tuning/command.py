@@ -73,7 +73,7 @@ from ..protocol import (DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, 
                         progress)
 from ..sglang.defaults import DEFAULT_BATCH_SIZES
 from ..sglang.model_flags import add_model_flags, shape_from_args
-from .support import unsupported_reason
+from .support import quant_entry, unsupported_reason
 from .tuner.events import Done, Error, Event, Fatal, Log, Progress
 
 
@@ -118,7 +118,8 @@ def _resolve_shape(args) -> tuple[dict, dict]:
     shape = dict(E=ms.E, N=ms.N, hidden=ms.hidden, topk=ms.topk)
     return shape, dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape,
                        per_channel_quant=ms.per_channel_quant, weight_dtype=ms.weight_dtype,
-                       act_dtype=ms.act_dtype, shape_source=source, notes=list(ms.notes))
+                       act_dtype=ms.act_dtype, shape_source=source, notes=list(ms.notes),
+                       group_size=ms.group_size, has_zp=ms.has_zp, gated=ms.gated)
 
 
 def _devices(gpus: str) -> list[str]:
@@ -151,16 +152,15 @@ def _load_shipped(path: str | None) -> dict | None:
     return {"up": up, "down": down, "path": str(p), "down_path": str(down_path) if down else None}
 
 
-def _quant_of(naming: dict):
+def _quant_of(naming: dict, provider: str):
     """The tuner spec's ``quant`` entry for the file's selectors: ``None`` (bf16/fp16/fp32
-    weights) or ``{"block_shape": None | [bn, bk]}`` (fp8_w8a8). Raises PayloadError
-    bad_input with :func:`unsupported_reason` for what the kernel does not run."""
-    why = unsupported_reason(naming)
+    weights) or :meth:`remote.tuning.kernel.formats.WeightFormat.to_dict` (``{"dtype",
+    "block_shape", "per_channel", "group_size", "has_zp"}``). Raises PayloadError bad_input with
+    :func:`unsupported_reason` for what ``provider``'s kernel does not run."""
+    why = unsupported_reason(naming, provider)
     if why:
         raise PayloadError("bad_input", why)
-    if naming["dtype_selector"] != "fp8_w8a8":
-        return None
-    return {"block_shape": list(naming["block_shape"]) if naming.get("block_shape") else None}
+    return quant_entry(naming)
 
 
 def total_split(per_m: dict, resumed: list) -> dict:
@@ -190,12 +190,13 @@ def run(args) -> dict:
     """Run the ``tune`` command (see the module docstring for flags, outputs and errors)."""
     batch_sizes = parse_batch_sizes(args.batch_sizes)
     shape, naming = _resolve_shape(args)
-    quant = _quant_of(naming)
+    from .support import resolve_provider_name
+    quant = _quant_of(naming, resolve_provider_name(args.provider)[0])
     dtype = naming["act_dtype"] if quant is not None else naming["weight_dtype"]
     import torch
     devices = _devices(args.gpus)
     cpu = devices == ["cpu"]
-    if quant is not None and not cpu:
+    if quant is not None and quant["dtype"] == "fp8_w8a8" and not cpu:
         cc = torch.cuda.get_device_capability(torch.device(devices[0]))
         if cc < (8, 9):
             raise PayloadError("bad_input", f"fp8_w8a8 needs fp8 tensor cores (compute capability 8.9+); "
@@ -226,13 +227,16 @@ def run(args) -> dict:
     if provider.name == "sglang":
         sglang_info = provider.describe()
         block = naming["block_shape"]
-        sglang_info["file_names"] = provider.k.file_names(shape["E"], shape["N"], naming["dtype_selector"], block)
+        kblock = [0, naming["group_size"]] if naming.get("group_size") else block  # as the server passes it
+        sglang_info["file_names"] = provider.k.file_names(shape["E"], shape["N"], naming["dtype_selector"], kblock,
+                                                          bool(naming["per_channel_quant"]))
         if not cpu and sglang_info["file_names"]["up"] != names["up"]:
             log(f"SGLang {provider.k.version} names the up file {sglang_info['file_names']['up']!r}, orch "
                 f"{names['up']!r}: the server would not read orch's file", "warning")
         if shipped is None:
             # the configs the server would load now: the baseline to beat and the tie preference
-            inst = provider.k.installed_configs(shape["E"], shape["N"], naming["dtype_selector"], block)
+            inst = provider.k.installed_configs(shape["E"], shape["N"], naming["dtype_selector"], kblock,
+                                                bool(naming["per_channel_quant"]))
             if inst:
                 shipped = dict(inst, path="SGLang get_moe_configs (installed tree or SGLANG_MOE_CONFIG_DIR)",
                                down_path=None)

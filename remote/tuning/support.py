@@ -67,15 +67,22 @@ SGLANG_KERNEL_ROLES = {
 SGLANG_OPTIONAL_ROLES = ("topk_output", "runner_config", "override_config")
 
 
-def unsupported_reason(naming: dict) -> str | None:
+def unsupported_reason(naming: dict, provider: str | None = None) -> str | None:
     """Why the tuner's kernel cannot run a model's MoE weights, or None when it can.
 
     ``naming``: the selectors of :class:`remote.sglang.shape.MoeShape` (``dtype_selector``,
-    ``weight_dtype``, ``per_channel_quant``, ``block_shape``; the probe reports them as
-    ``model`` with this answer as ``model.tuner_unsupported``, so the controller refuses such a
-    host before stopping it). Runs: bf16/fp16/fp32 weights, and fp8_w8a8 with e4m3 weights and
-    per-tensor or block scales; not int8/int4, per-channel fp8 or fp8 e5m2, nor non-gated experts
-    (``gated`` False: w1 ``[E, N, K]``, e.g. Nemotron-H's relu2 experts; the kernel runs ``[E, 2N, K]``).
+    ``weight_dtype``, ``per_channel_quant``, ``block_shape``, ``group_size``, ``has_zp``; the
+    probe reports them as ``model`` with this answer as ``model.tuner_unsupported``, so the
+    controller refuses such a host before stopping it). ``provider``: the resolved provider
+    (``sglang`` or ``builtin``; None: the narrower builtin answer).
+
+    Both run bf16/fp16/fp32 weights and fp8_w8a8 with e4m3 weights and per-tensor or block
+    scales. The ``sglang`` provider (SGLang's own kernel) also runs what its Triton fused MoE
+    runs: ``int4_w4a16``/``int8_w8a16`` with a group size (GPTQ/AWQ through moe_wna16,
+    compressed-tensors wNa16), ``int8_w8a8`` per-channel or block, per-channel fp8
+    (:mod:`remote.tuning.kernel.formats`). The builtin kernel does not implement int8/int4 or
+    per-channel fp8. Neither runs fp8 e5m2 nor non-gated experts (``gated`` False: w1 ``[E, N, K]``,
+    e.g. Nemotron-H's relu2 experts; the kernels run ``[E, 2N, K]``).
     """
     if naming.get("gated") is False:
         return ("the model's experts are not gated (w1 is [E, N, K]); the tuner's kernel times gated experts "
@@ -86,8 +93,44 @@ def unsupported_reason(naming: dict) -> str | None:
     if sel == "fp8_w8a8" and not naming.get("per_channel_quant") and wd == "fp8_e4m3":
         return None
     what = f"dtype={sel}" + (" per-channel" if naming.get("per_channel_quant") else "") + f", weights {wd}"
-    return (f"the model's MoE weights ({what}) are not a kind the tuner's kernel runs (bf16/fp16/fp32, "
-            "fp8_w8a8 per-tensor or block); int8/int4 and per-channel fp8 are not implemented")
+    if provider == "sglang":
+        try:
+            quant_entry(naming)
+        except ValueError as exc:
+            return f"the model's MoE weights ({what}) are not a format SGLang's Triton fused MoE runs: {exc}"
+        return None
+    return (f"the model's MoE weights ({what}) are not a kind the builtin kernel runs (bf16/fp16/fp32, "
+            "fp8_w8a8 per-tensor or block); int8/int4 and per-channel fp8 run with the sglang provider "
+            "(SGLang's own kernel), not the builtin one")
+
+
+def quant_entry(naming: dict) -> dict | None:
+    """The tuner spec's ``quant`` entry for the selectors in ``naming`` (see
+    :func:`unsupported_reason`): None for 16/32-bit weights, else
+    :meth:`remote.tuning.kernel.formats.WeightFormat.to_dict`-shaped ``{"dtype", "block_shape",
+    "per_channel", "group_size", "has_zp"}``. Raises ValueError for a combination SGLang's kernel
+    does not run (mirrors ``WeightFormat``'s checks without importing torch)."""
+    sel, wd = naming.get("dtype_selector"), naming.get("weight_dtype")
+    if sel in (None, "float32"):
+        return None
+    block = list(naming["block_shape"]) if naming.get("block_shape") else None
+    per_channel = bool(naming.get("per_channel_quant"))
+    group, has_zp = int(naming.get("group_size") or 0), bool(naming.get("has_zp"))
+    if sel in ("int4_w4a16", "int8_w8a16"):
+        if group <= 0:
+            raise ValueError(f"{sel} without a group size")
+        return dict(dtype=sel, block_shape=None, per_channel=False, group_size=group, has_zp=has_zp)
+    if sel == "int8_w8a8":
+        if not (per_channel or block):
+            raise ValueError("int8_w8a8 runs per-channel or block scales only")
+    elif sel == "fp8_w8a8":
+        if wd not in (None, "fp8_e4m3"):
+            raise ValueError(f"fp8 weights {wd}: the kernel runs e4m3")
+    else:
+        raise ValueError(f"dtype selector {sel!r}")
+    if block and per_channel:
+        raise ValueError("block and per-channel scales exclude each other")
+    return dict(dtype=sel, block_shape=block, per_channel=per_channel, group_size=0, has_zp=False)
 
 
 def sglang_entry_missing() -> str | None:

@@ -47,7 +47,8 @@ import torch
 
 from ...protocol import internal_error
 from ..support import SGLANG_KERNEL_ROLES, SGLANG_OPTIONAL_ROLES
-from .builtin import DTYPES, quant_spec
+from ..kernel import formats
+from .builtin import DTYPES
 
 ROLES = SGLANG_KERNEL_ROLES
 OPTIONAL_ROLES = SGLANG_OPTIONAL_ROLES
@@ -216,27 +217,36 @@ class SglangKernel:
     # ------------------------------------------------------------------ SGLang's own rules
 
     def config_dtype(self, dtype: torch.dtype, quant) -> str | None:
-        """SGLang's dtype selector (``get_config_dtype_str``) for the activation dtype and quant."""
+        """SGLang's dtype selector (``get_config_dtype_str``) for the activation dtype and
+        ``quant`` (a :class:`remote.tuning.kernel.formats.WeightFormat` or None)."""
         if quant is not None:
-            return "fp8_w8a8"
+            return quant.dtype
         return "float32" if dtype == torch.float32 else None
 
-    def file_names(self, E: int, N: int, dtype_sel, block_shape) -> dict:
-        """``{"up": name, "down": name | None}`` from SGLang's ``get_config_file_name``."""
+    def file_names(self, E: int, N: int, dtype_sel, block_shape, per_channel_quant: bool = False) -> dict:
+        """``{"up": name, "down": name | None}`` from SGLang's ``get_config_file_name`` (``N``: the
+        stored ``w2.shape[2]``, halved for int4; ``block_shape`` as the server passes it, e.g.
+        ``[0, 128]`` for int4 groups, which names no block). Raises ValueError for
+        ``per_channel_quant`` on a release whose file names have no such selector."""
         bs = list(block_shape) if block_shape else None
-        up = self.get_config_file_name(E, N, dtype_sel, bs)
-        down = self.get_config_file_name(E, N, dtype_sel, bs, down_moe=True) if self.down_file else None
+        kw = {}
+        if per_channel_quant:
+            if "per_channel_quant" not in inspect.signature(self.get_config_file_name).parameters:
+                raise ValueError(f"SGLang {self.version}'s get_config_file_name has no per_channel_quant selector")
+            kw["per_channel_quant"] = True
+        up = self.get_config_file_name(E, N, dtype_sel, bs, **kw)
+        down = self.get_config_file_name(E, N, dtype_sel, bs, down_moe=True, **kw) if self.down_file else None
         return {"up": up, "down": down}
 
-    def installed_configs(self, E: int, N: int, dtype_sel, block_shape) -> dict | None:
+    def installed_configs(self, E: int, N: int, dtype_sel, block_shape, per_channel_quant: bool = False) -> dict | None:
         """The configs the server would load now (SGLang's ``get_moe_configs`` with the
         server's environment: the installed tree, or ``SGLANG_MOE_CONFIG_DIR``):
         ``{"up": {M: cfg}, "down": {M: cfg} | None}``, or None when SGLang finds no file."""
         bn, bk = (int(block_shape[0]), int(block_shape[1])) if block_shape else (0, 0)
         self.clear_config_cache()
         try:
-            up = self._get_configs(E, N, dtype_sel, bn, bk, False)
-            down = self._get_configs(E, N, dtype_sel, bn, bk, True) if self.down_file else None
+            up = self._get_configs(E, N, dtype_sel, bn, bk, False, per_channel_quant)
+            down = self._get_configs(E, N, dtype_sel, bn, bk, True, per_channel_quant) if self.down_file else None
         finally:
             self.clear_config_cache()
         if not up:
@@ -244,11 +254,11 @@ class SglangKernel:
         return {"up": {str(k): dict(v) for k, v in up.items()},
                 "down": ({str(k): dict(v) for k, v in down.items()} if down and down is not up else None)}
 
-    def _get_configs(self, E, N, dtype_sel, bn, bk, down: bool):
+    def _get_configs(self, E, N, dtype_sel, bn, bk, down: bool, per_channel_quant: bool = False):
         params = inspect.signature(self.get_moe_configs).parameters
         kw = {}
         if "per_channel_quant" in params:
-            kw["per_channel_quant"] = False
+            kw["per_channel_quant"] = bool(per_channel_quant)
         if down:
             kw["down_moe"] = True
         if "block_n" in params:
@@ -319,31 +329,32 @@ class SglangProblem:
         self.quant = quant
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
+        fmt = quant
+        self.K1 = hidden  # the real K of the up GEMM (the stored one is halved for int4)
         if weights is None:
-            if empty_weights:  # compile-only: shapes, strides and dtypes matter, values do not
-                wd = torch.float8_e4m3fn if quant is not None else dtype
-                w1 = torch.empty(E, 2 * N, hidden, device=self.device, dtype=wd)
-                w2 = torch.empty(E, hidden, N, device=self.device, dtype=wd)
-                scales = None
-                if quant is not None:
-                    from ..kernel.quant import quant_weight
-                    small = torch.ones(E, 1, 1, device=self.device)
-                    s1 = quant_weight(small.expand(E, 2 * N, hidden), quant)[1]
-                    s2 = quant_weight(small.expand(E, hidden, N), quant)[1]
-                    scales = (s1, s2)
-                weights = (w1, w2, scales)
+            if fmt is None:
+                if empty_weights:  # compile-only: shapes, strides and dtypes matter, values do not
+                    weights = (torch.empty(E, 2 * N, hidden, device=self.device, dtype=dtype),
+                               torch.empty(E, hidden, N, device=self.device, dtype=dtype), None)
+                else:
+                    w1 = torch.randn(E, 2 * N, hidden, generator=gen, device=self.device) / math.sqrt(hidden)
+                    w2 = torch.randn(E, hidden, N, generator=gen, device=self.device) / math.sqrt(N)
+                    weights = (w1.to(dtype), w2.to(dtype), None)
+                    del w1, w2
+            elif empty_weights:
+                w1, s1, z1 = formats.empty(E, 2 * N, hidden, fmt, dtype, self.device)
+                w2, s2, z2 = formats.empty(E, hidden, N, fmt, dtype, self.device)
+                weights = (w1, w2, (s1, s2, z1, z2))
             else:
                 w1 = torch.randn(E, 2 * N, hidden, generator=gen, device=self.device) / math.sqrt(hidden)
+                (w1q, s1, z1) = formats.quantize(w1, fmt, dtype)
+                del w1
                 w2 = torch.randn(E, hidden, N, generator=gen, device=self.device) / math.sqrt(N)
-                if quant is None:
-                    weights = (w1.to(dtype), w2.to(dtype), None)
-                else:
-                    from ..kernel.quant import quant_weight
-                    (w1q, s1), (w2q, s2) = quant_weight(w1, quant), quant_weight(w2, quant)
-                    weights = (w1q, w2q, (s1, s2))
-                del w1, w2
+                (w2q, s2, z2) = formats.quantize(w2, fmt, dtype)
+                del w2
+                weights = (w1q, w2q, (s1, s2, z1, z2))
         self.w1, self.w2, scales = weights
-        self.w1_scale, self.w2_scale = scales if scales else (None, None)
+        self.w1_scale, self.w2_scale, self.w1_zp, self.w2_zp = scales if scales else (None, None, None, None)
         self.x = torch.randn(M, hidden, generator=gen, device=self.device).to(dtype)
         self.router_logits = torch.randn(M, E, generator=gen, device=self.device)
         self.topk_weights, self.topk_ids = route(M, E, top_k, logits=self.router_logits)
@@ -354,9 +365,20 @@ class SglangProblem:
         self._routing = {}
 
     @property
+    def N_file(self) -> int:
+        """The N of SGLang's file names and default config: the stored ``w2.shape[2]``."""
+        return int(self.w2.shape[2])
+
+    @property
+    def K_file(self) -> int:
+        """The K SGLang's default config gets: the stored ``w1.shape[2]``."""
+        return int(self.w1.shape[2])
+
+    @property
     def weights(self):
         """``(w1, w2, scales)`` for reuse by the next batch size."""
-        return self.w1, self.w2, ((self.w1_scale, self.w2_scale) if self.w1_scale is not None else None)
+        return self.w1, self.w2, ((self.w1_scale, self.w2_scale, self.w1_zp, self.w2_zp)
+                                  if self.w1_scale is not None else None)
 
     def rows(self, block_m: int, tma: bool) -> int:
         """Rows of the intermediate buffers SGLang allocates: M * top_k, plus, with the TMA
@@ -408,6 +430,12 @@ class SglangProvider:
         self._root = None
         self._env_before = os.environ.get("SGLANG_MOE_CONFIG_DIR")
 
+    def tma_kinds_for(self, p: "SglangProblem") -> frozenset:
+        """The GEMMs whose ``USE_TMA`` the search may set for this problem: :attr:`tma_kinds`,
+        none for the weight-only formats (SGLang 0.5.23 runs them in ``fused_moe_kernel_gptq_awq``,
+        which takes no TMA descriptors)."""
+        return frozenset() if p.quant is not None and p.quant.weight_only else self.tma_kinds
+
     def describe(self) -> dict:
         """Report entry: SGLang version, entry points, features, what is timed."""
         d = self.k.describe()
@@ -422,16 +450,20 @@ class SglangProvider:
 
     def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None,
                      quant=None, empty_weights: bool = False) -> SglangProblem:
-        """A :class:`SglangProblem` for ``shape`` (E, N, hidden, topk) and batch size M;
-        ``quant`` as the tuner spec's entry (None, or {"block_shape": None | [bn, bk]})."""
-        return SglangProblem(self.k, shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype],
-                             device, seed, weights, quant_spec(quant), empty_weights=empty_weights)
+        """A :class:`SglangProblem` for ``shape`` (E, N, hidden, topk; N as the file names it, i.e.
+        the stored ``w2.shape[2]``, half the intermediate size for int4) and batch size M; ``quant``
+        as the tuner spec's entry (:func:`remote.tuning.kernel.formats.from_quant`)."""
+        fmt = formats.from_quant(quant)
+        N = shape["N"] * 2 if fmt is not None and fmt.packed else shape["N"]
+        return SglangProblem(self.k, shape["E"], N, shape["hidden"], shape["topk"], M, DTYPES[dtype],
+                             device, seed, weights, fmt, empty_weights=empty_weights)
 
     def default_config(self, p: SglangProblem) -> dict:
         """SGLang's default config for this problem (``get_default_config``)."""
         q = p.quant
-        return self.k.default_config(p.M, p.E, p.N, p.hidden, p.top_k, self.k.config_dtype(p.dtype, q),
-                                     list(q.block_shape) if q and q.block_shape else None)
+        # SGLang passes N = w2.shape[2] and K = w1.shape[2]: the stored (packed, for int4) sizes
+        return self.k.default_config(p.M, p.E, p.N_file, p.K_file, p.top_k, self.k.config_dtype(p.dtype, q),
+                                     q.kernel_block_shape if q else None)
 
     # ------------------------------------------------------------------ per GEMM
 
@@ -447,19 +479,20 @@ class SglangProvider:
         q = p.quant
         kw = dict(topk_weights=p.topk_weights, topk_ids=p.topk_ids, sorted_token_ids=st, expert_ids=eid,
                   num_tokens_post_padded=ntpp, config=clean, compute_type=self._compute_type(p),
-                  use_fp8_w8a8=q is not None, use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
-                  per_channel_quant=False, block_shape=list(q.block_shape) if q and q.block_shape else None,
-                  B_zp=None)
+                  block_shape=q.kernel_block_shape if q else None)
+        kw.update(q.flags() if q else dict(use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False,
+                                           use_int4_w4a16=False, per_channel_quant=False))
         if kind == "up":
             # [M, top_k, 2N] as SGLang 0.4.x indexes C (C.stride(1), C.stride(2)); 0.5.x reads the last two strides
             c1 = p.cache1[: p.rows(bm, False)].view(p.M, p.top_k, 2 * p.N)
-            kw.update(A=p.x, B=p.w1, C=c1, A_scale=None, B_scale=p.w1_scale, mul_routed_weight=False, top_k=p.top_k)
+            kw.update(A=p.x, B=p.w1, C=c1, A_scale=None, B_scale=p.w1_scale, B_zp=p.w1_zp, mul_routed_weight=False,
+                      top_k=p.top_k)
             flags = {"b_use_tma": True} if tma else {}
             if "c_sorted" in self.k.invoke_params:
                 kw["c_sorted"] = False
         else:
             kw.update(A=p.cache2[: p.rows(bm, tma)], B=p.w2, C=p.cache3, A_scale=None, B_scale=p.w2_scale,
-                      mul_routed_weight=True, top_k=1)
+                      B_zp=p.w2_zp, mul_routed_weight=True, top_k=1)
             flags = {"a_use_tma": True, "b_use_tma": True} if tma else {}
         for f in flags:
             if f not in self.k.invoke_params:
@@ -543,8 +576,8 @@ class SglangProvider:
         os.makedirs(folder)
         if up_cfg is not None:
             q = p.quant
-            names = self.k.file_names(p.E, p.N, self.k.config_dtype(p.dtype, q),
-                                      list(q.block_shape) if q and q.block_shape else None)
+            names = self.k.file_names(p.E, p.N_file, self.k.config_dtype(p.dtype, q),
+                                      q.kernel_block_shape if q else None, bool(q and q.per_channel))
             with open(os.path.join(folder, names["up"]), "w") as f:
                 f.write(dumps_config({str(p.M): up_cfg}))
             if names["down"] and down_cfg is not None:
@@ -564,8 +597,15 @@ class SglangProvider:
         q = p.quant
         kw = {}
         if q is not None:
-            kw = dict(use_fp8_w8a8=True, w1_scale=p.w1_scale, w2_scale=p.w2_scale,
-                      block_shape=list(q.block_shape) if q.block_shape else None)
+            # the flags, scales and zero points the quantization method's TritonMoeQuantInfo passes
+            kw = dict(q.flags(), w1_scale=p.w1_scale, w2_scale=p.w2_scale, block_shape=q.kernel_block_shape)
+            if q.weight_only:
+                kw.update(w1_zp=p.w1_zp, w2_zp=p.w2_zp)
+            missing = [f for f, v in kw.items() if v is not None and v is not False and f not in k.fused_params]
+            if missing:
+                raise SglangUnavailable(f"SGLang {k.version}'s fused_experts takes no {', '.join(missing)}: it does not "
+                                        f"run {q.dtype} weights this way")
+            kw = {f: v for f, v in kw.items() if f in k.fused_params}  # unset flags an older release lacks
         if "topk_output" in k.fused_params:
             topk = (k.topk_output_cls(p.topk_weights, p.topk_ids, p.router_logits) if k.topk_output_cls
                     else (p.topk_weights, p.topk_ids, p.router_logits))
@@ -630,14 +670,15 @@ class SglangProvider:
 
     def check(self, p: SglangProblem, up_cfg: dict | None, down_cfg: dict | None) -> float:
         """Relative error of SGLang's fused MoE with these configs against the float64
-        reference (fp8: on the same quantized weights, activations quantized as SGLang does)."""
-        from ..kernel.quant import QuantWeights
-        from ..kernel.reference import fused_moe_reference, fused_moe_reference_fp8, relative_error
+        reference (quantized formats: on the same quantized weights, scales and zero points,
+        activations quantized as SGLang's launch does; :func:`remote.tuning.kernel.formats.reference`)."""
+        from ..kernel.reference import fused_moe_reference, relative_error
 
         out = self.full_fn(p, up_cfg, down_cfg)()
         if p.quant is not None:
-            qw = QuantWeights(p.quant, p.w1_scale, p.w2_scale)
-            return relative_error(out, fused_moe_reference_fp8(p.x, p.w1, p.w2, qw, p.topk_weights, p.topk_ids))
+            ref = formats.reference(p.x, p.w1, p.w2, p.quant, p.topk_weights, p.topk_ids,
+                                    scales=(p.w1_scale, p.w2_scale), zps=(p.w1_zp, p.w2_zp))
+            return relative_error(out, ref)
         return relative_error(out, fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids))
 
     # ------------------------------------------------------------------ compile

@@ -64,7 +64,8 @@ class Evaluator:
         own = getattr(provider, "kinds", None)
         self.kinds = tuple(own) if own else (("up", "down") if provider.separable else ("joint",))
         self._joint_gemm = bool(own) and "joint" in self.kinds
-        self.tma_kinds = frozenset(getattr(provider, "tma_kinds", ()) or ())
+        per_problem = getattr(provider, "tma_kinds_for", None)
+        self.tma_kinds = frozenset((per_problem(problem) if per_problem else getattr(provider, "tma_kinds", ())) or ())
         self.log = log or (lambda msg, level="info": None)
         self.cpu = cpu
         self.cache: dict = {}

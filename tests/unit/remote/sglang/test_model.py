@@ -235,6 +235,52 @@ def test_moe_wna16_int4_uses_packed_n():
     assert s.file_names("NVIDIA H200")["up"] == "E=128,N=384,device_name=NVIDIA_H200,dtype=int4_w4a16.json"
 
 
+def test_quantized_checkpoints_of_tests_data_models():
+    """The quantized configs in tests/data/models: selectors, group size and zero points as SGLang's
+    methods read them (the wheel's own code agrees: tests/unit/remote/sglang/test_quant_oracle.py)."""
+    s = moe_shape(cfg_of("quantized/Qwen3-30B-A3B-GPTQ-Int4"), quantization="moe_wna16")
+    assert (s.dtype_selector, s.N, s.group_size, s.has_zp, s.weight_dtype) == ("int4_w4a16", 384, 128, False, "int4")
+    s = moe_shape(cfg_of("quantized/Qwen3-30B-A3B-AWQ"), quantization="moe_wna16")
+    assert (s.dtype_selector, s.group_size, s.has_zp) == ("int4_w4a16", 128, True)  # AWQ zero_point
+    s = moe_shape(cfg_of("quantized/Qwen3-30B-A3B-quantized.w4a16"))
+    assert (s.dtype_selector, s.N, s.group_size, s.has_zp) == ("int4_w4a16", 384, 128, False)
+    assert any("Marlin" in n for n in s.notes)
+    s = moe_shape(cfg_of("quantized/Qwen3-30B-A3B-FP8-dynamic"))
+    assert s.file_names("NVIDIA H200")["up"] == (
+        "E=128,N=768,device_name=NVIDIA_H200,dtype=fp8_w8a8,per_channel_quant=True.json")
+    s = moe_shape(cfg_of("DeepSeek-V3"), tp=8, quantization="w8a8_int8")  # DeepSeek-R1-Channel-INT8's launch
+    assert s.file_names("NVIDIA H200")["up"] == (
+        "E=257,N=256,device_name=NVIDIA_H200,dtype=int8_w8a8,per_channel_quant=True.json")
+    cfg = cfg_of("DeepSeek-V3")
+    cfg["quantization_config"] = {"quant_method": "blockwise_int8", "weight_block_size": [128, 128]}
+    s = moe_shape(cfg, tp=8)
+    assert (s.dtype_selector, s.block_shape, s.per_channel_quant) == ("int8_w8a8", [128, 128], False)
+
+
+def test_wna16_group_size_is_halved_like_sglangs_layer():
+    cfg = cfg_of("quantized/Qwen3-30B-A3B-GPTQ-Int4")
+    s = moe_shape(cfg, tp=8, quantization="moe_wna16")  # N per rank 96: group 128 -> 32
+    assert (s.N, s.group_size) == (48, 32)
+    cfg["quantization_config"] = dict(cfg["quantization_config"], desc_act=True)
+    with pytest.raises(PayloadError, match="desc_act"):
+        moe_shape(cfg, quantization="moe_wna16")
+
+
+def test_checkpoint_exclusions_leave_experts_unquantized():
+    cfg = cfg_of("quantized/Qwen3-30B-A3B-quantized.w4a16")
+    cfg["quantization_config"]["ignore"] = ["lm_head", "re:.*mlp\\.experts.*"]
+    s = moe_shape(cfg)
+    assert s.dtype_selector is None and s.weight_dtype == "bfloat16" and s.group_size == 0
+    assert any("excludes every layer" in n for n in s.notes)
+    cfg["quantization_config"]["ignore"] = ["re:model\\.layers\\.(0|1)\\.mlp\\.experts.*"]
+    s = moe_shape(cfg)
+    assert s.dtype_selector == "int4_w4a16" and any("layers [0, 1]" in n for n in s.notes)
+    fp8 = cfg_of("DeepSeek-V3")
+    fp8["quantization_config"] = dict(fp8["quantization_config"], modules_to_not_convert=["model.layers.5.mlp"])
+    s = moe_shape(fp8, tp=8)
+    assert s.dtype_selector == "fp8_w8a8" and any("layers [5]" in n for n in s.notes)
+
+
 def test_gpt_oss_mxfp4_carries_a_backend_note():
     s = moe_shape(cfg_of("gpt-oss-120b"), tp=1)
     assert s.weight_dtype == "mxfp4" and s.dtype_selector is None

@@ -212,6 +212,88 @@ def test_fp8_block_on_0_5_23():
     assert r["names"]["up"] == "E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
 
 
+QUANT_FORMATS = {
+    # name: (tuner spec quant entry, shape (N as the file names it), the up file SGLang names)
+    "int4_w4a16": ({"dtype": "int4_w4a16", "group_size": 64}, dict(E=8, N=64, hidden=256, topk=2),
+                   "E=8,N=64,device_name=NVIDIA_H200,dtype=int4_w4a16.json"),
+    "int4_w4a16_zp": ({"dtype": "int4_w4a16", "group_size": 64, "has_zp": True}, dict(E=8, N=64, hidden=256, topk=2),
+                      "E=8,N=64,device_name=NVIDIA_H200,dtype=int4_w4a16.json"),
+    "int8_w8a16": ({"dtype": "int8_w8a16", "group_size": 64}, dict(E=8, N=128, hidden=256, topk=2),
+                   "E=8,N=128,device_name=NVIDIA_H200,dtype=int8_w8a16.json"),
+    "int8_w8a8_channel": ({"dtype": "int8_w8a8", "per_channel": True}, dict(E=8, N=128, hidden=256, topk=2),
+                          "E=8,N=128,device_name=NVIDIA_H200,dtype=int8_w8a8,per_channel_quant=True.json"),
+    "int8_w8a8_block": ({"dtype": "int8_w8a8", "block_shape": [128, 128]}, dict(E=8, N=128, hidden=256, topk=2),
+                        "E=8,N=128,device_name=NVIDIA_H200,dtype=int8_w8a8,block_shape=[128, 128].json"),
+    "fp8_w8a8_channel": ({"dtype": "fp8_w8a8", "per_channel": True}, dict(E=8, N=128, hidden=256, topk=2),
+                         "E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8,per_channel_quant=True.json"),
+    "fp8_w8a8_tensor": ({"dtype": "fp8_w8a8"}, dict(E=8, N=128, hidden=256, topk=2),
+                        "E=8,N=128,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"),
+}
+
+
+def test_quantized_formats_on_sglangs_kernel_0_5_23():
+    """Every weight format SGLang's Triton fused MoE runs, built as its quantization method holds
+    it: SGLang's fused_experts (reading the candidate files, which carry the release's own names)
+    and its per-GEMM launch pass the float64 reference on the same quantized numbers, with tuned
+    and default configs; the flags, scales, zero points and block shape reach SGLang's
+    invoke_fused_moe_kernel as the server passes them; a reference that ignores the zero points
+    (or quantization) does not pass, so the check can fail."""
+    r = run_release("0.5.23", """
+        import inspect
+        from remote.tuning.kernel import formats
+        from remote.tuning.kernel.reference import relative_error
+        fm = K.fused_module
+        real = fm.invoke_fused_moe_kernel
+        sig = inspect.signature(real)
+        seen = []
+        def spy(*a, **kw):
+            b = sig.bind(*a, **kw).arguments
+            seen.append({k: (str(b[k].dtype) if hasattr(b.get(k), "dtype") else b.get(k))
+                         for k in ("use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16",
+                                   "per_channel_quant", "block_shape", "B", "B_zp", "B_scale")})
+            return real(*a, **kw)
+        fm.invoke_fused_moe_kernel = spy
+        FORMATS = %r
+        cfg = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=2)
+        out = {}
+        for name, (q, shape, _) in FORMATS.items():
+            p = P.make_problem(shape, 3, "float16", "cpu", 2, quant=q)
+            seen.clear()
+            tuned = P.check(p, cfg, dict(cfg, BLOCK_SIZE_N=64))
+            calls = list(seen)
+            default = P.check(p, None, None)
+            for kind in P.kinds:
+                P.gemm_fn(p, kind, cfg)()
+            fmt = p.quant
+            y = P.full_fn(p, cfg, cfg)()
+            wrong_zp = relative_error(y, formats.reference(p.x, p.w1, p.w2, fmt, p.topk_weights, p.topk_ids,
+                                                           scales=(p.w1_scale, p.w2_scale), zps=None))
+            names = K.file_names(shape["E"], p.N_file, fmt.dtype, fmt.kernel_block_shape, fmt.per_channel)
+            out[name] = dict(tuned=tuned, default=default, calls=calls, wrong_zp=wrong_zp, names=names,
+                             N=p.N, w1=list(p.w1.shape), tma=sorted(P.tma_kinds_for(p)))
+        P.close()
+        emit(out)
+    """ % ({k: (v[0], v[1], v[2]) for k, v in QUANT_FORMATS.items()},))
+    for name, (q, shape, up_name) in QUANT_FORMATS.items():
+        o = r[name]
+        assert o["tuned"] < 1e-2 and o["default"] < 1e-2, (name, o["tuned"], o["default"])
+        assert o["names"]["up"] == up_name, (name, o["names"])
+        assert len(o["calls"]) == 2, o["calls"]  # up and down GEMM
+        sel = q["dtype"]
+        for c in o["calls"]:
+            assert c["use_" + sel] is True and sum(c[f"use_{s}"] is True for s in
+                                                   ("fp8_w8a8", "int8_w8a8", "int8_w8a16", "int4_w4a16")) == 1, c
+            assert bool(c["per_channel_quant"]) == bool(q.get("per_channel")), c
+            assert c["block_shape"] == ([0, q["group_size"]] if "group_size" in q else q.get("block_shape")), c
+            assert (c["B_zp"] is not None) == bool(q.get("has_zp")), c
+        if sel == "int4_w4a16":  # packed: the stored K is half the real one, the file's N half the intermediate size
+            assert o["N"] == 2 * shape["N"] and o["w1"] == [shape["E"], 2 * o["N"], shape["hidden"] // 2]
+            assert o["calls"][0]["B"] == "torch.uint8"
+        if q.get("has_zp"):
+            assert o["wrong_zp"] > 10 * o["tuned"], o  # the reference tells real zero points from the implicit 8
+    assert r["int4_w4a16"]["tma"] == []  # SGLang's GPTQ/AWQ kernel takes no TMA descriptors
+
+
 def test_tune_command_with_the_sglang_provider(tmp_path):
     """``python -m remote tune --provider sglang`` end to end on 0.5.23 (smoke space, CPU): files
     with sorted integer keys, the down file on the up file's BLOCK_SIZE_M, the report names the
