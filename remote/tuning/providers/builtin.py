@@ -11,9 +11,13 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 def quant_spec(quant):
     """``None`` or a :class:`remote.tuning.kernel.quant.QuantSpec` from the tuner spec's ``quant``
-    entry (``None``, or ``{"block_shape": None | [bn, bk]}`` for fp8_w8a8)."""
+    entry (``None``, or ``{"dtype": "fp8_w8a8", "block_shape": None | [bn, bk], ...}``). Raises
+    ValueError for another format (int8/int4, per-channel fp8: only the sglang provider runs them)."""
     if quant is None:
         return None
+    if quant.get("dtype", "fp8_w8a8") != "fp8_w8a8" or quant.get("per_channel"):
+        # remote.tuning.support.unsupported_reason refuses these before a tune starts
+        raise ValueError(f"the builtin kernel runs fp8_w8a8 per-tensor or block only, not {quant}")
     from ..kernel.quant import QuantSpec
     bs = quant.get("block_shape")
     return QuantSpec(tuple(int(v) for v in bs) if bs else None)

@@ -184,7 +184,8 @@ def test_fp8_w8a8_tune_writes_sglang_names_and_passes_check(tmp_path, block):
     for f in (up, down):
         validate_config(json.loads(f.read_text()), str(f))
     report = json.loads((tmp_path / "o" / "report.json").read_text())
-    assert report["quant"] == {"block_shape": block}
+    assert report["quant"] == {"dtype": "fp8_w8a8", "block_shape": block, "per_channel": False, "group_size": 0,
+                               "has_zp": False}
     res = report["batch_sizes"]["3"]
     assert res["rel_err"] < 1e-2
     assert res["default_config"]["BLOCK_SIZE_K"] == 128 and res["default_config"]["GROUP_SIZE_M"] == 32
