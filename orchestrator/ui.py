@@ -161,6 +161,8 @@ def _summary_fields(r) -> list[tuple[str, str]]:
     if s.rolled_back:  # a rollback: what it put back and what it removed
         files = "\n".join([f"restored {str(p).rsplit('/', 1)[-1]}" for p in s.installed or []]
                           + [f"removed {str(p).rsplit('/', 1)[-1]}" for p in s.deleted or []])
+    if s.unchanged and not s.installed:  # a re-run that found the files installed and loaded
+        files = "\n".join(f"unchanged {str(p).rsplit('/', 1)[-1]}" for p in s.unchanged)
     files = files or "-"
     before, after = s.bench_before, s.bench_after
     b = before.output_throughput if before else None
