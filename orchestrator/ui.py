@@ -176,6 +176,22 @@ def _summary_fields(r) -> list[tuple[str, str]]:
     return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]
 
 
+def _block_fields(r) -> list[tuple[str, str]]:
+    """:func:`_summary_fields` for the one-block-per-host layout of a narrow terminal: each file
+    on its own row, labelled with what the run did to it (``installed``, ``restored``, ``removed``,
+    ``unchanged``), so a file name never wraps away from its action."""
+    out: list[tuple[str, str]] = []
+    for label, value in _summary_fields(r):
+        if label != "files" or value == "-":
+            out.append((label, value))
+            continue
+        for line in value.splitlines():
+            action, _, name = line.partition(" ")
+            out.append((action, name) if name and action in ("restored", "removed", "unchanged")
+                       else ("installed", line))
+    return out
+
+
 def summary_table(recaps: dict) -> Table:
     """Per-host summary: files installed, kernel speedup the payload measured (geo-mean over batch
     sizes, as in the HTML report; for a host that reused its group's files, the tuning host's
@@ -194,8 +210,8 @@ def print_summary(console: Console, recaps: dict) -> None:
     host's cause in full (wrapped at spaces)."""
     table = summary_table(recaps)
     if not fits(console, table):
-        print_table_or_blocks(console, table, [field_block(name, _summary_fields(r) + ([("cause", r.cause)] if r.cause
-                                                                                      else []))
+        print_table_or_blocks(console, table, [field_block(name, _block_fields(r) + ([("cause", r.cause)] if r.cause
+                                                                                    else []))
                                                for name, r in recaps.items()])
         return
     console.print(table)
