@@ -81,10 +81,11 @@ def find_run_dir(run_id: str, state_dir: Path | None = None) -> Path:
         ids = sorted(d.name for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else []
         if not ids:
             raise ReportError(f"no runs in {runs}")
-        changing = [i for i in ids if not is_read_only(runs / i)]
+        changing = [i for i in ids if changed_or_tried(runs / i)]
         if not changing:
             raise ReportError(f"no run in {runs} changed or tried to change hosts (its {len(ids)} run(s) are "
-                              f"read-only: doctor, runs, --check); open one by id, e.g. orch report {ids[-1]}")
+                              f"read-only, such as doctor, runs and --check, or changed nothing); open one by id, "
+                              f"e.g. orch report {ids[-1]}")
         return runs / changing[-1]
     if "/" in run_id or run_id in (".", ".."):
         raise ReportError(f"{run_id}: not a run folder (no run.json)")
@@ -105,6 +106,23 @@ def is_read_only(run_dir: Path) -> bool:
     if not isinstance(run, dict):
         return False
     return bool(run.get("read_only", run.get("check")))
+
+
+def changed_or_tried(run_dir: Path) -> bool:
+    """True for a run that changed or tried to change hosts: not read-only (:func:`is_read_only`),
+    and either a host changed something or did not complete (failed, unreachable, not started),
+    or the run has no ``recap.json`` (it was killed before the end). A re-run that found every
+    host as it should be (all completed, nothing changed: ``orch tune`` on unchanged files) is not."""
+    if is_read_only(run_dir):
+        return False
+    try:
+        recap = json.loads((Path(run_dir) / RECAP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    if not isinstance(recap, dict) or not recap:
+        return True
+    return any(not isinstance(r, dict) or r.get("outcome") != "completed" or r.get("changed")
+               for r in recap.values())
 
 
 def _read_json(path: Path, required: bool = False) -> Any:

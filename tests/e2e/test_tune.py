@@ -196,9 +196,13 @@ def test_rerun_with_the_same_files_changes_nothing(testbed_factory, tmp_path):
     # no run folder on the host for the no-op run: nothing was recorded as started
     assert recap(again)["run_id"] not in h.sh("ls /var/lib/orch/runs").stdout.split()
     assert sorted(r["summary"]["unchanged"]) == sorted(f"{h.triton_dir}/{n}" for n in (UP, DOWN)), r["summary"]
+    # `orch report latest` passes over the --check run and the run that changed nothing
+    from orchestrator.report import find_run_dir
+    assert find_run_dir("latest", tmp_path / "state").name == recap(first)["run_id"]
     # a changed installed file is a change again
     h.sh(f"sed -i 's/\"num_warps\": [0-9]*/\"num_warps\": 8/' {h.triton_dir + '/' + UP!r}")
     third = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
     assert third.returncode == 0, third.stderr[-6000:]
     assert recap(third)["hosts"][h.name]["changed"] > 0
+    assert find_run_dir("latest", tmp_path / "state").name == recap(third)["run_id"]
     assert h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip() != snap["pid"]

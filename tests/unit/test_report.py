@@ -288,21 +288,29 @@ def test_group_chart_draws_only_hosts_that_measured(tmp_path):
 
 def test_latest_is_the_last_run_that_changed_or_tried_to_change_hosts(tmp_path, capsys):
     """doctor, runs and --check write run.json with read_only: `orch report latest` passes over
-    them (also older records that carry only check: true) and says so when no other run exists."""
+    them (also older records that carry only check: true) and over a re-run that changed nothing,
+    and says so when no other run exists; a failed run counts (it tried)."""
     state, run_dir = _state(tmp_path)
     runs = state / "runs"
-    for rid, body in (("20991231T000000Z-doctor-aaaaaa", {"read_only": True}),
-                      ("20991231T000001Z-tune-bbbbbb", {"check": True})):
+    done = {"gpu-a": {"outcome": "completed", "changed": 0, "ok": 12}}
+    for rid, body, recap in (("20991231T000000Z-doctor-aaaaaa", {"read_only": True}, {}),
+                             ("20991231T000001Z-tune-bbbbbb", {"check": True}, {}),
+                             ("20991231T000002Z-tune-cccccc", {"read_only": False}, done)):
         (runs / rid).mkdir()
         _dump(runs / rid / "run.json", dict(_load(run_dir / "run.json"), run_id=rid, **body))
-        _dump(runs / rid / "recap.json", {})
+        _dump(runs / rid / "recap.json", recap)
     assert rep.find_run_dir("latest", state) == run_dir
+    assert not rep.changed_or_tried(runs / "20991231T000002Z-tune-cccccc")
+    _dump(runs / "20991231T000002Z-tune-cccccc" / "recap.json", {"gpu-a": dict(done["gpu-a"], outcome="failed")})
+    assert rep.find_run_dir("latest", state) == runs / "20991231T000002Z-tune-cccccc"
+    shutil.rmtree(runs / "20991231T000002Z-tune-cccccc")
     assert main(["report", "latest", "--state-dir", str(state)]) == 0
     assert capsys.readouterr().out.strip() == str(run_dir / "report.html")
     shutil.rmtree(run_dir)
     with pytest.raises(rep.ReportError) as ei:
         rep.find_run_dir("latest", state)
     assert "read-only" in str(ei.value) and "20991231T000001Z-tune-bbbbbb" in str(ei.value)
+    assert rep.is_read_only(runs / "20991231T000001Z-tune-bbbbbb")
 
 
 def test_run_json_marks_read_only_runs(tmp_path):
