@@ -149,6 +149,9 @@ def test_commands_and_flags_named_in_the_readme_exist():
     spans = re.findall(r"`([^`\n]+)`", README) + [ln for ln in README.splitlines() if ln.startswith("    ")]
     seen = 0
     for span in spans:
+        lead = re.match(r"\s*(?:\.venv/bin/)?orch ([a-z][\w-]*)", span)
+        if lead:  # a span that is a command line: its command must exist
+            assert lead.group(1) in sub.choices, f"orch {lead.group(1)}: no such command ({span})"
         for m in re.finditer(r"\borch ([a-z][\w-]*)", span):
             cmd = m.group(1)
             if cmd in ("doctor", "tune", "rollback", "runs", "bench", "recover", "report", "configs",
