@@ -140,7 +140,7 @@ def compare_installed(ctx, name: str) -> TaskResult:
     ctx.run.summary.unchanged = paths
     names = ", ".join(posixpath.basename(p) for p in paths)
     return TaskResult.ok(f"unchanged: {names} already hold these bytes and the last start loaded them; nothing "
-                         + ("would be" if ctx.check else "is") + " stopped, tuned or restarted (--retune tunes again)",
+                         + ("would be" if ctx.check else "is") + " written, stopped, tuned or restarted (--retune tunes again)",
                          facts={"orch_unchanged": True}, **data)
 
 

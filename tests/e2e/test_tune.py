@@ -186,7 +186,7 @@ def test_rerun_with_the_same_files_changes_nothing(testbed_factory, tmp_path):
     check = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", state_dir=tmp_path / "state")
     assert check.returncode == 0, check.stderr[-4000:]
     text = check.stderr.replace("\n", " ")
-    assert "unchanged:" in text and "nothing would be stopped" in text, text[-4000:]
+    assert "unchanged:" in text and "nothing would be written, stopped" in text, text[-4000:]
     again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
     assert again.returncode == 0, again.stderr[-6000:]
     r = recap(again)["hosts"][h.name]

@@ -54,7 +54,7 @@ def test_identical_and_loaded_is_unchanged(tmp_path, check):
     res = _run(ctx)
     assert res.status == "ok" and res.facts == {"orch_unchanged": True}
     assert res.msg.startswith(f"unchanged: {DOWN}, {UP} already hold these bytes and the last start loaded them")
-    assert ("nothing would be stopped" if check else "nothing is stopped") in res.msg
+    assert ("nothing would be written, stopped" if check else "nothing is written, stopped") in res.msg
     assert ctx.run.summary.unchanged == [f"{DIR}/{DOWN}", f"{DIR}/{UP}"]
     (cmd, _, req), = payload.calls
     assert cmd == "install" and req["dry_run"] is True and req["dest_dir"] == DIR
