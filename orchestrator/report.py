@@ -81,13 +81,48 @@ def find_run_dir(run_id: str, state_dir: Path | None = None) -> Path:
         ids = sorted(d.name for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else []
         if not ids:
             raise ReportError(f"no runs in {runs}")
-        return runs / ids[-1]
+        changing = [i for i in ids if changed_or_tried(runs / i)]
+        if not changing:
+            raise ReportError(f"no run in {runs} changed or tried to change hosts (its {len(ids)} run(s) are "
+                              f"read-only, such as doctor, runs and --check, or changed nothing); open one by id, "
+                              f"e.g. orch report {ids[-1]}")
+        return runs / changing[-1]
     if "/" in run_id or run_id in (".", ".."):
         raise ReportError(f"{run_id}: not a run folder (no run.json)")
     d = runs / run_id
     if not d.is_dir():
         raise ReportError(f"run {run_id} not found in {runs}")
     return d
+
+
+def is_read_only(run_dir: Path) -> bool:
+    """True for the record of a run that changed nothing by design (``run.json`` ``read_only``:
+    ``orch doctor``, ``orch runs``, ``--check``; records written before that field: ``check``).
+    A folder whose ``run.json`` cannot be read counts as not read-only."""
+    try:
+        run = json.loads((Path(run_dir) / RUN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(run, dict):
+        return False
+    return bool(run.get("read_only", run.get("check")))
+
+
+def changed_or_tried(run_dir: Path) -> bool:
+    """True for a run that changed or tried to change hosts: not read-only (:func:`is_read_only`),
+    and either a host changed something or did not complete (failed, unreachable, not started),
+    or the run has no ``recap.json`` (it was killed before the end). A re-run that found every
+    host as it should be (all completed, nothing changed: ``orch tune`` on unchanged files) is not."""
+    if is_read_only(run_dir):
+        return False
+    try:
+        recap = json.loads((Path(run_dir) / RECAP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    if not isinstance(recap, dict) or not recap:
+        return True
+    return any(not isinstance(r, dict) or r.get("outcome") != "completed" or r.get("changed")
+               for r in recap.values())
 
 
 def _read_json(path: Path, required: bool = False) -> Any:
@@ -254,6 +289,9 @@ def load_run(run_dir: Path) -> dict:
             "interpret": bool((tune or {}).get("interpret")),
             "geomean": (speedup_stats(r["speedup_default"] for r in rows) or (None,))[0],
             "speedup_measured_on": summary.speedup_measured_on,
+            # the host timed these kernels itself (not a group member or a store reuse that shows
+            # the tuning host's report): only such hosts get a line in a group's chart and table
+            "measured": bool(rows) and not summary.speedup_measured_on,
             "bench": _bench_rows(before, after),
             "bench_invalid": any(not (lv or {}).get("valid", True) for r in _bench_rows(before, after)
                                  for lv in (r["before"], r["after"])),
@@ -270,18 +308,19 @@ def load_run(run_dir: Path) -> dict:
     groups = []
     for key in dict.fromkeys(h["group"] for h in hosts if h["group"]):
         members = [h for h in hosts if h["group"] == key]
-        ms = sorted({r["M"] for h in members for r in h["kernel"]})
+        measured = [h for h in members if h["measured"]]
+        ms = sorted({r["M"] for h in measured for r in h["kernel"]})
         table = []
         for m in ms:
-            vals = {h["name"]: next((r["speedup_default"] for r in h["kernel"] if r["M"] == m), None) for h in members}
+            vals = {h["name"]: next((r["speedup_default"] for r in h["kernel"] if r["M"] == m), None) for h in measured}
             got = sorted(v for v in vals.values() if v is not None)
-            table.append({"M": m, "by_host": [vals[h["name"]] for h in members],
+            table.append({"M": m, "by_host": [vals[h["name"]] for h in measured],
                           "min": got[0] if got else None, "max": got[-1] if got else None,
                           "median": (got[len(got) // 2] if len(got) % 2 else (got[len(got) // 2 - 1] + got[len(got) // 2]) / 2)
                           if got else None})
         ups = {c["sha256"] for h in members for c in h["configs"] if not c["name"].endswith("_down.json")}
         groups.append({"key": key, "hosts": members, "anchor": f"group-{len(groups)}", "table": table,
-                       "tuned": [h for h in members if h["kernel"]], "identical_configs": len(ups) == 1 if ups else None,
+                       "tuned": measured, "identical_configs": len(ups) == 1 if ups else None,
                        "outcomes": {o: sum(1 for h in members if h["outcome"] == o) for o in
                                     dict.fromkeys(h["outcome"] for h in members)},
                        "png": None})
@@ -298,7 +337,26 @@ def load_run(run_dir: Path) -> dict:
             "inventory": run.get("inventory"), "playbook": run.get("playbook"), "check": bool(run.get("check")),
             "started": iso(t0), "ended": iso(t1), "duration_s": (t1 - t0) if times else None,
             "outcomes": outcomes}
-    return {"run": info, "hosts": hosts, "groups": groups}
+    return {"run": info, "hosts": hosts, "groups": groups, "doctor": _doctor_rows(run_dir, hosts)}
+
+
+def _doctor_rows(run_dir: Path, hosts: list[dict]) -> list[dict]:
+    """The verdicts of an ``orch doctor`` run (``doctor.json``, else each host's ``summary.doctor``):
+    ``[{"host", "verdict", "why", "fix"}]`` in host order; ``[]`` for any other run."""
+    from .records.layout import DOCTOR
+
+    rows = _read_json(run_dir / DOCTOR) or {}
+    if not isinstance(rows, dict):
+        rows = {}
+    out = []
+    for h in hosts:
+        row = rows.get(h["name"]) or h["summary"].doctor
+        if not isinstance(row, dict) or not row:
+            continue
+        why = row.get("error") or "\n".join([str(row.get("why") or "")] + [f"· {n}" for n in row.get("notes") or []])
+        out.append({"host": h["name"], "anchor": h["anchor"], "verdict": str(row.get("verdict") or "failed"),
+                    "why": why.strip(), "fix": row.get("fix")})
+    return out
 
 
 # ----------------------------------------------------------------------------- plots

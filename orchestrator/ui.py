@@ -7,6 +7,7 @@ machine-readable.
 from __future__ import annotations
 
 import threading
+import time
 
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
@@ -26,26 +27,59 @@ class Reporter:
     ``task_result(host, task, result)`` prints ``[host] status: task - msg``;
     ``progress(host, stage=, done=, total=, eta_s=)`` drives the host's bar;
     ``line(text)`` prints a plain line.
+
+    Without a terminal (a log file, a pipe: cron, CI) rich draws no bar; instead, every
+    ``progress_interval`` seconds (default :data:`PROGRESS_INTERVAL_S`) each host with a step in
+    progress gets one plain line (:meth:`tick`): ``progress gpu-a tune: 3/18 batch sizes done,
+    1m12s elapsed, about 4m10s left``, so a tune of several minutes never looks hung.
     """
 
-    def __init__(self, console: Console | None = None, verbose: bool = False):
+    def __init__(self, console: Console | None = None, verbose: bool = False,
+                 progress_interval: float | None = None):
         self.console = console or Console(stderr=True, highlight=False)
         self.verbose = verbose
+        self.progress_interval = PROGRESS_INTERVAL_S if progress_interval is None else progress_interval
         self._lock = threading.Lock()
         self._progress: Progress | None = None
         self._bars: dict[str, int] = {}
+        #: host -> the last progress report without a terminal: stage, done, total, eta_s, started
+        self._plain: dict[str, dict] = {}
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
     def __enter__(self):
         self._progress = Progress(TextColumn("[bold]{task.fields[host]}"), TextColumn("{task.description}"),
                                   BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
                                   TimeRemainingColumn(), console=self.console, transient=True)
         self._progress.start()
+        if not self.console.is_terminal and self.progress_interval > 0:
+            self._stop.clear()
+            self._ticker = threading.Thread(target=self._tick_loop, name="orch-progress", daemon=True)
+            self._ticker.start()
         return self
 
     def __exit__(self, *exc):
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(self.progress_interval):
+            self.tick()
+
+    def tick(self, now: float | None = None) -> list[str]:
+        """Print (and return) one plain progress line per host with a step in progress (see the
+        class docstring); ``now``: monotonic seconds (default: the clock)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            lines = [plain_progress_line(host, st, now) for host, st in sorted(self._plain.items())]
+            for ln in lines:
+                self.console.print(ln, markup=False, highlight=False, soft_wrap=True)
+        return lines
 
     def line(self, text: str) -> None:
         with self._lock:
@@ -70,6 +104,7 @@ class Reporter:
                 whole.append("\n" + " " * 14 + extra)
             with self._lock:
                 self.console.print(whole, soft_wrap=True)
+                self._plain.pop(host, None)  # the host's step that reported progress has ended
             return
         line = Table.grid(padding=(0, 1))
         line.add_column(no_wrap=True, width=11, justify="right")
@@ -82,12 +117,49 @@ class Reporter:
             self._progress.update(self._bars[host], visible=False)
 
     def progress(self, host: str, stage: str = "", done: float = 0, total: float = 0, eta_s=None, **_):
-        if self._progress is None or not total:
+        if not total:
+            return
+        if not self.console.is_terminal:
+            with self._lock:
+                st = self._plain.setdefault(host, {"started": time.monotonic()})
+                st.update(stage=stage, done=done, total=total, eta_s=eta_s, at=time.monotonic())
+            return
+        if self._progress is None:
             return
         with self._lock:
             if host not in self._bars:
                 self._bars[host] = self._progress.add_task(stage, total=total, host=host)
             self._progress.update(self._bars[host], description=stage, completed=done, total=total, visible=True)
+
+
+#: seconds between two plain progress lines of a host when output is not a terminal
+PROGRESS_INTERVAL_S = 30.0
+
+
+def _duration(seconds: float) -> str:
+    """``1h02m``, ``4m10s`` or ``35s`` (whole seconds)."""
+    s = int(round(max(0.0, seconds)))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def plain_progress_line(host: str, st: dict, now: float) -> str:
+    """One progress line of ``host`` for a log (``st``: the last report, :class:`Reporter`): what
+    is done of how many (batch sizes, for the tune), the time since the first report, and the time
+    left: the payload's estimate (``eta_s``, less the time since it came), else the pace so far."""
+    done, total = int(st.get("done") or 0), int(st.get("total") or 0)
+    elapsed = now - st.get("started", now)
+    unit = " batch sizes" if st.get("stage") in ("tune", "", None) else ""
+    eta = st.get("eta_s")
+    if isinstance(eta, (int, float)):
+        left = max(0.0, float(eta) - (now - st.get("at", now)))
+    elif done and total > done:
+        left = elapsed / done * (total - done)
+    else:
+        left = None
+    text = f"   progress {host} {st.get('stage') or 'tune'}: {done}/{total}{unit} done, {_duration(elapsed)} elapsed"
+    return text + (f", about {_duration(left)} left" if left is not None and done < total else "")
 
 
 def recap_table(recaps: dict, title: str = "PLAY RECAP") -> Table:
@@ -161,6 +233,8 @@ def _summary_fields(r) -> list[tuple[str, str]]:
     if s.rolled_back:  # a rollback: what it put back and what it removed
         files = "\n".join([f"restored {str(p).rsplit('/', 1)[-1]}" for p in s.installed or []]
                           + [f"removed {str(p).rsplit('/', 1)[-1]}" for p in s.deleted or []])
+    if s.unchanged and not s.installed:  # a re-run that found the files installed and loaded
+        files = "\n".join(f"unchanged {str(p).rsplit('/', 1)[-1]}" for p in s.unchanged)
     files = files or "-"
     before, after = s.bench_before, s.bench_after
     b = before.output_throughput if before else None
@@ -172,6 +246,22 @@ def _summary_fields(r) -> list[tuple[str, str]]:
     if version and tp != "-":
         tp += f"\nserver: sglang {version}"  # what the server says it is (a test bed's stand-in says so)
     return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]
+
+
+def _block_fields(r) -> list[tuple[str, str]]:
+    """:func:`_summary_fields` for the one-block-per-host layout of a narrow terminal: each file
+    on its own row, labelled with what the run did to it (``installed``, ``restored``, ``removed``,
+    ``unchanged``), so a file name never wraps away from its action."""
+    out: list[tuple[str, str]] = []
+    for label, value in _summary_fields(r):
+        if label != "files" or value == "-":
+            out.append((label, value))
+            continue
+        for line in value.splitlines():
+            action, _, name = line.partition(" ")
+            out.append((action, name) if name and action in ("restored", "removed", "unchanged")
+                       else ("installed", line))
+    return out
 
 
 def summary_table(recaps: dict) -> Table:
@@ -192,8 +282,8 @@ def print_summary(console: Console, recaps: dict) -> None:
     host's cause in full (wrapped at spaces)."""
     table = summary_table(recaps)
     if not fits(console, table):
-        print_table_or_blocks(console, table, [field_block(name, _summary_fields(r) + ([("cause", r.cause)] if r.cause
-                                                                                      else []))
+        print_table_or_blocks(console, table, [field_block(name, _block_fields(r) + ([("cause", r.cause)] if r.cause
+                                                                                    else []))
                                                for name, r in recaps.items()])
         return
     console.print(table)

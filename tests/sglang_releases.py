@@ -10,10 +10,17 @@ Wheels come from the package registry with ``pip download --no-deps sglang==VERS
 kept in a cache that outlives the test run (``$ORCH_SGLANG_CACHE``, else
 ``$XDG_CACHE_HOME/orch/sglang``, else ``~/.cache/orch/sglang``), so re-runs need no network.
 A release that cannot be fetched is an error, not a skip: CI has network to the registry.
+
+``python -m tests.sglang_releases [VERSION ...]`` fills the cache (default: every release the
+tests and the demo read, :func:`needed_releases`) and prints what it holds: run it once on a
+machine with network, then copy the cache folder to an offline machine (or point
+``$ORCH_SGLANG_CACHE`` at a copy). About 90 MB of wheels are downloaded; with the sources the
+tests unpack from them the folder grows to about 520 MB.
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import os
 import subprocess
@@ -61,14 +68,61 @@ def wheel(version: str) -> Path:
         if found:
             return found[0]
         wheels.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                               "-q", "-d", str(wheels), f"sglang=={version}"],
-                              capture_output=True, text=True, timeout=600)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                                   "-q", "-d", str(wheels), f"sglang=={version}"],
+                                  capture_output=True, text=True, timeout=600)
+            why = (proc.stderr.strip().splitlines() or ["no wheel saved"])[-1] if proc.returncode else "no wheel saved"
+        except subprocess.TimeoutExpired:
+            proc, why = None, "no answer from the package registry in 600 s"
         found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-        if proc.returncode != 0 or not found:
-            raise ReleaseUnavailable(f"pip download sglang=={version} failed: "
-                                     + (proc.stderr.strip().splitlines() or ["no wheel saved"])[-1])
+        if proc is None or proc.returncode != 0 or not found:
+            raise ReleaseUnavailable(unavailable_message(version, wheels, why))
         return found[0]
+
+
+def unavailable_message(version: str, wheels: Path, why: str) -> str:
+    """The one-line error for a release whose wheel is neither cached nor downloadable: the
+    release, the cache folder, pip's last words and how to fill the cache for an offline machine."""
+    return (f"SGLang {version}: its wheel is not in {wheels} and `pip download --no-deps sglang=={version}` "
+            f"failed ({why}). The test bed and the oracle tests read this release's real code. Without access "
+            f"to the package registry, fill the cache on a machine that has it (python -m tests.sglang_releases) "
+            f"and copy {wheels.parent} here, or set ORCH_SGLANG_CACHE to a copy")
+
+
+def needed_releases() -> list[str]:
+    """Every release the tests and the demo read: the oracle releases (:mod:`tests.sglang_loader`)
+    and the test bed's stand-in layouts (:data:`tests.testbed.standin_tree.DEFAULT_RELEASES`)."""
+    from tests.sglang_loader import ORACLE_RELEASES
+    from tests.testbed.standin_tree import DEFAULT_RELEASES
+
+    return list(dict.fromkeys([*ORACLE_RELEASES, *DEFAULT_RELEASES.values()]))
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.sglang_releases [VERSION ...]``: fetch and unpack the releases (see the
+    module docstring); prints one line per release and the cache's size; 1 when one failed."""
+    p = argparse.ArgumentParser(prog="python -m tests.sglang_releases",
+                                description="fill the SGLang wheel cache the tests and the demo read")
+    p.add_argument("versions", nargs="*", metavar="VERSION", help="releases (default: every one the tests read)")
+    args = p.parse_args(argv)
+    failed = 0
+    for version in args.versions or needed_releases():
+        try:
+            whl = wheel(version)
+            source_tree(version)
+        except ReleaseUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"ok  {version:<14} {whl.name} ({whl.stat().st_size / 1e6:.1f} MB)")
+    root = cache_root()
+    print(f"cache: {root} ({_size(root / 'wheels') / 1e6:.0f} MB of wheels, {_size(root) / 1e6:.0f} MB in all)")
+    return 1 if failed else 0
 
 
 def source_tree(version: str) -> Path:
@@ -90,3 +144,7 @@ def source_tree(version: str) -> Path:
                     zf.extract(name, dest)
         done.write_text(whl.name + "\n")
     return dest
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,7 +10,8 @@ from pathlib import Path
 from orchestrator.cli import build_parser
 from orchestrator.inventory import known_vars_markdown
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 def test_variable_table_is_current():
@@ -35,7 +36,7 @@ def test_task_reference_is_current():
     from orchestrator.engine.task import reference_markdown
     from orchestrator.tasks import TASKS
 
-    assert reference_markdown(TASKS).strip() in README
+    assert reference_markdown(TASKS).strip() in (ROOT / "docs" / "playbooks.md").read_text()
 
 
 def console_examples() -> list[tuple[str, str]]:
@@ -78,3 +79,138 @@ def test_supported_releases_and_architectures_are_what_the_tests_cover():
     assert doc[i:doc.index("\n\n", i)] in README
     families = "; ".join(dict.fromkeys(r.family for r in ARCHITECTURES)) + "."
     assert "<!-- generated: remote.sglang.architectures.ARCHITECTURES families -->\n" + families in README
+
+
+# ----------------------------------------------------------------------------- claims that can be checked
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a markdown heading: lower case, punctuation other than ``-`` and ``_``
+    dropped, spaces to ``-``."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    out: set[str] = set()
+    in_code = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and re.match(r"^#{1,6} ", line):
+            out.add(slug(line.lstrip("#")))
+    return out
+
+
+def links(path: Path) -> list[tuple[str, str]]:
+    """``(target path or "", anchor or "")`` of every relative markdown link in ``path``."""
+    out = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+        if re.match(r"^[a-z]+://", target):
+            continue
+        file, _, anchor = target.partition("#")
+        out.append((file, anchor))
+    return out
+
+
+def test_links_and_anchors_resolve():
+    """Every relative link of the README and docs/ names a file of the repository, and every
+    ``#anchor`` a heading of its file (an anchor carrying a renamed heading fails here)."""
+    for doc in [ROOT / "README.md", *DOCS]:
+        for file, anchor in links(doc):
+            target = (doc.parent / file).resolve() if file else doc
+            assert target.exists(), f"{doc.name}: link to {file} (missing)"
+            if anchor:
+                assert anchor in anchors(target), f"{doc.name}: #{anchor} is no heading of {target.name}"
+
+
+def test_repository_paths_named_in_the_readme_exist():
+    """Paths in backquotes that look like the repository's own (scripts/, docs/, tests/, playbooks/,
+    inventories/, remote/, orchestrator/, bench/) exist; a glob or a placeholder is left alone."""
+    named = set(re.findall(r"`((?:scripts|docs|tests|playbooks|inventories|remote|orchestrator|bench|\.ci)/"
+                           r"[\w./-]*)`", README))
+    assert named
+    # written by the demo (tests/testbed `up`), not part of a clone
+    written = {"inventories/testbed.yaml"}
+    assert 'REPO / "inventories" / "testbed.yaml"' in (ROOT / "tests" / "testbed" / "__main__.py").read_text()
+    for path in sorted(named - written):
+        if any(c in path for c in "*<>{"):
+            continue
+        assert (ROOT / path).exists(), path
+
+
+def test_commands_and_flags_named_in_the_readme_exist():
+    """Every ``orch CMD`` in a code span or block is a command, and every ``--flag`` on the same
+    line after it is one of that command's flags."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    spans = re.findall(r"`([^`\n]+)`", README) + [ln for ln in README.splitlines() if ln.startswith("    ")]
+    seen = 0
+    for span in spans:
+        lead = re.match(r"\s*(?:\.venv/bin/)?orch ([a-z][\w-]*)", span)
+        if lead:  # a span that is a command line: its command must exist
+            assert lead.group(1) in sub.choices, f"orch {lead.group(1)}: no such command ({span})"
+        for m in re.finditer(r"\borch ([a-z][\w-]*)", span):
+            cmd = m.group(1)
+            if cmd in ("doctor", "tune", "rollback", "runs", "bench", "recover", "report", "configs",
+                       "config-names") or not cmd.isalpha() or cmd in sub.choices:
+                assert cmd in sub.choices, f"orch {cmd}: no such command ({span})"
+            else:
+                continue
+            seen += 1
+            flags = {o for a in sub.choices[cmd]._actions for o in a.option_strings}
+            rest = span[m.end():].split("orch ", 1)[0].split("#", 1)[0]
+            for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", rest):
+                assert flag in flags, f"orch {cmd} has no {flag} ({span})"
+    assert seen > 10
+
+
+def test_timings_are_the_recorded_ones():
+    """The README's timings are docs/timings.md's measurements, rounded to minutes."""
+    rows = {}
+    for line in (ROOT / "docs" / "timings.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[1].isdigit():
+            rows[cells[0].split("`")[1]] = int(cells[1])
+    minutes = {k: round(v / 60) for k, v in rows.items()}
+    assert f"the whole suite about {minutes['bash scripts/test.sh']} minutes on CI" in README
+    assert f"the demo about\n{minutes['bash scripts/demo.sh']} minutes" in README
+    assert f"about {minutes['bash scripts/setup.sh']} minutes on that machine" in README
+    assert "quick tier a few minutes" in README
+
+
+def test_gpu_cost_is_what_the_benchmarks_measured():
+    """What a tune costs (README) is docs/benchmarks.md §4's numbers, rounded."""
+    bench = (ROOT / "docs" / "benchmarks.md").read_text()
+    one = float(re.search(r"\*\*missed\*\*: ([\d.]+) s wall on one GPU", bench).group(1))
+    two = float(re.search(r"; ([\d.]+) s on both GPUs of the same machine", bench).group(1))
+    lo, hi = re.search(r"\*\*met\*\*: ([\d.]+)x to ([\d.]+)x at all 7 M ≥ 256", bench).groups()
+    cost = README[README.index("## What a tune costs on a real GPU"):README.index("## On a real fleet")]
+    assert f"took {round(one)} s" in cost and f"it took {round(two)} s" in cost
+    assert f"{lo}x to {hi}x faster than\nSGLang's default config from M=256 up" in cost
+    assert "Qwen3-30B-A3B at TP1 (E=128, N=768" in cost and "18 batch sizes" in cost
+    assert "not run anywhere" not in bench
+
+
+def test_network_and_disk_claims():
+    """The download and leftover claims: the release count and cache folder, the pre-fill
+    command, what `demo.sh down` and the test bed print."""
+    from orchestrator.ui import PROGRESS_INTERVAL_S
+    from tests.sglang_releases import needed_releases
+
+    assert f"{len(needed_releases())}\n  releases" in README or f"{len(needed_releases())} releases" in README
+    assert "`~/.cache/orch/sglang`" in README and "`.venv/bin/python -m tests.sglang_releases`" in README
+    testbed = (ROOT / "tests" / "testbed" / "__main__.py").read_text()
+    assert "bash scripts/demo.sh down" in testbed  # what `up` tells, the README's words
+    assert "exec .venv/bin/python -m tests.testbed down" in (ROOT / "scripts" / "demo.sh").read_text()
+    assert "def leftovers" in testbed and "bash scripts/demo.sh down" in README
+    assert f"every {PROGRESS_INTERVAL_S:g} s" in README
+    # the demo's inventory logs in as root (tests/testbed/bed.py makes each host's SSH user root)
+    assert "the demo's inventory logs in as `root`" in README.replace("\n", " ")
+    assert re.search(r'Host\(name=name, address=[^\n]*user="root"', (ROOT / "tests" / "testbed" / "bed.py").read_text())
+
+
+def test_no_internal_issue_numbers_in_readme_anchors():
+    assert not re.search(r"#[\w-]*issue-\d+", README)

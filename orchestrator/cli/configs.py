@@ -43,8 +43,11 @@ def _action(args) -> int:
             print(json.dumps([{"hash": e.hash, "key": e.key, "provenance": e.provenance} for e in entries], indent=2))
             return 0
         t = Table(title=f"tuned configs in {store.root}")
-        for col in ("hash", "device", "triton", "E/N", "selectors", "space", "tuned on", "stored"):
-            t.add_column(col)
+        # the hash is what `orch configs show/export` take: never wrapped or cut; every other
+        # column folds (all its characters kept, over several lines) on a narrow terminal
+        t.add_column("hash", no_wrap=True, min_width=max([len(e.hash) for e in entries] or [4]))
+        for col in ("device", "triton", "E/N", "selectors", "space", "tuned on", "stored"):
+            t.add_column(col, overflow="fold")
         for e in entries:
             k, p = e.key, e.provenance
             sel = ",".join(str(x) for x in (k.get("dtype_selector"), k.get("block_shape")) if x) or "-"

@@ -163,8 +163,11 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
     options = RunOptions(run_id=run_id, run_dir=record.dir, check=check, accept_new_host_keys=accept_new_host_keys,
                          leave_stopped=leave_stopped, echo_output=verbose, extra=dict(extra or {}),
                          state_dir=state_dir, retune=retune, fleet=fleet, hooks=[fleet] if fleet is not None else [])
+    # read_only: a run that changes no host by design (doctor, runs, --check); `orch report
+    # latest` and the run listing pass over such runs (orchestrator.report.is_read_only)
     record.write_json(RUN, {"run_id": run_id, "command": sys.argv, "inventory": str(inventory),
-                                   "playbook": str(pb_path), "check": check, "hosts": [h.name for h in hosts]})
+                            "playbook": str(pb_path), "name": name, "check": check, "read_only": check,
+                            "hosts": [h.name for h in hosts]})
     old = _install_signal_handlers(options.cancel, console)
     recaps: dict[str, HostRecap] = {}
     hostvars = host_variables(service)

@@ -273,7 +273,7 @@ def _did_you_mean(word: str, words: list[str]) -> str:
 def reference_markdown(registry: dict[str, TaskSpec]) -> str:
     """The task reference as Markdown, one row per task in name order: task, arguments
     (type; default or ``required``; aliases), check mode, facts set, and what it does.
-    The README's "Task reference" section is this text (tests/test_readme.py checks it)."""
+    The "Task reference" section of docs/playbooks.md is this text (tests/test_readme.py checks it)."""
     rows = ["| task | arguments | under `--check` | sets | what it does |", "|---|---|---|---|---|"]
     for name in sorted(registry):
         spec = registry[name]

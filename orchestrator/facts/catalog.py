@@ -101,6 +101,8 @@ class HostFacts:
     config_source = Fact("orch_config_source", str)
     #: the host's part in its group (config_source)
     group_role = Fact("orch_group_role", GroupRole)
+    #: the files to install are the installed ones, and the last start loaded them (compare_installed)
+    unchanged = Fact("orch_unchanged", bool)
     #: the paths the install wrote, ``list[str]`` (install)
     installed = Fact("orch_installed", list)
     #: the benchmark labelled ``label``: ``bench(label)`` (bench)

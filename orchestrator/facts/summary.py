@@ -58,6 +58,8 @@ class RunSummary(Record):
     port_freed: list[dict[str, Any]] | None = None
     #: paths written (install), or put back (rollback)
     installed: list[str] | None = None
+    #: paths already holding the files to install, loaded at the last start: nothing was done
+    unchanged: list[str] | None = None
     #: the restore of this run's files (payload ``restore`` files: ``{"path", "action", ...}``)
     restored: list[dict[str, Any]] | None = None
     #: the run a rollback undid

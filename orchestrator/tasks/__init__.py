@@ -4,7 +4,7 @@
 Grouped by what they act on: :mod:`.connect`; :mod:`.systemd` (``unit_facts``, ``service``);
 :mod:`.payload` (``payload``, ``stop_payload``); :mod:`.records` (``lock``, ``run_state``,
 ``runs``, ``check_unfinished``); :mod:`.probe` (``probe``, ``plan``); :mod:`.config_source`;
-:mod:`.tune`; :mod:`.install` (``install``, ``restore``); :mod:`.reap`; :mod:`.readiness`
+:mod:`.tune`; :mod:`.install` (``install``, ``compare_installed``, ``restore``); :mod:`.reap`; :mod:`.readiness`
 (``wait_ready``, ``verify_log``); :mod:`.bench`; :mod:`.rollback`; :mod:`.recover`;
 :mod:`.diagnose`. A task that drives one payload command has that command's name.
 """

@@ -14,10 +14,14 @@ import json
 import posixpath
 from pathlib import Path
 
+from remote.sglang.moe_log import parse_moe_log, verify_loaded
+
 from ..engine.results import TaskFailed, TaskResult
-from ..engine.task import task
+from ..engine.task import READ_ONLY, task
+from ..facts.journal import last_start, unit_log
 from ..payload.client import PayloadFailed
 from ..records.layout import INSTALL_MANIFEST
+from ..store import ConfigStore
 
 
 def _validate(name: str, text: str) -> None:
@@ -65,6 +69,79 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     result = TaskResult.changed if changed else TaskResult.ok
     return result(("installed " if changed else "already installed ") + ", ".join(paths),
                   facts={"orch_installed": paths}, manifest=manifest, paths=paths)
+
+
+def _known_files(ctx) -> dict[str, str]:
+    """role -> config text this run would install, when known before anything is stopped: the
+    store's files for the host's key (``orch_config_source`` ``store``, also under ``--check``)
+    or the files another host of the group tuned (``reuse``); ``{}`` when this host tunes them."""
+    from remote.sglang.configfile import dumps_config
+
+    if ctx.facts.config_source == "store" and ctx.facts.tuning_key is not None and ctx.options.state_dir:
+        entry = ConfigStore(ctx.options.state_dir).get(ctx.facts.tuning_key.key)
+        if entry is not None:  # the bytes write_configs gives the install (sharing.write_configs)
+            return {role: dumps_config(json.loads(p.read_text())) for role, p in entry.files.items()}
+    if ctx.facts.config_source in ("store", "reuse"):
+        return {role: Path(p).read_text() for role, p in ctx.run.tuned_files.items()}
+    return {}
+
+
+@task("compare_installed", check_mode=READ_ONLY, sets=("orch_unchanged",), aliases={"unit": "name", "service": "name"})
+def compare_installed(ctx, name: str) -> TaskResult:
+    """Would this run change the host? ``orch_unchanged`` is True (the play then stops, tunes,
+    installs and restarts nothing) when all of these hold:
+
+    - the files to install are known before the tune (:func:`_known_files`: the store has a
+      result for the host's tuning key and ``--retune`` was not given, or the group's tuner
+      gave them);
+    - each one, named and placed as ``orch_plan.paths``, is byte-identical (sha256) to the file
+      installed there (payload ``install --dry-run``, :func:`remote.host.install.compare`);
+    - the unit is active and the log of its last start shows SGLang loaded every one of them
+      (``Using MoE kernel config from <path>.``, no fallback or default line for them:
+      :func:`remote.sglang.moe_log.verify_loaded`).
+
+    Otherwise ``orch_unchanged`` is False and the message says why. Reads only; runs under ``--check``,
+    where it says ``unchanged`` instead of what the plan would write."""
+    plan = ctx.facts.plan
+    if plan is None or not plan.paths:
+        raise TaskFailed("no plan of the files to write (orch_plan): run the plan task before compare_installed")
+    texts = _known_files(ctx)
+    missing = sorted(set(plan.paths) - set(texts))
+    if not texts or missing:
+        return TaskResult.ok("the files are known only after the tune: " + (
+            "it runs" if not ctx.check else "it would run"), facts={"orch_unchanged": False})
+    files = [{"name": posixpath.basename(path), "content": texts[role], "role": role}
+             for role, path in sorted(plan.paths.items())]
+    for f in files:
+        _validate(f["name"], f["content"])
+    request = {"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
+               "dest_dir": plan.install_dir, "files": files, "create_dest": True, "dry_run": True}
+    cmp = ctx.payload.call("install", request=request, timeout=120)
+    differ = [f"{f['name']} ({'new' if f['action'] == 'created' else 'other bytes installed'})"
+              for f in cmp.get("files") or [] if f.get("action") != "unchanged"]
+    why: list[str] = []
+    if differ:
+        why.append("would write " + ", ".join(differ))
+    unit = ctx.facts.unit
+    if unit is not None and unit.active_state != "active":
+        why.append(f"the unit is {unit.active_state}")
+    elif not differ:
+        text = last_start(unit_log(ctx.connection, name))
+        if text is None:
+            why.append("the unit's log holds no start, so nothing shows the files were loaded")
+        else:
+            problems = verify_loaded(parse_moe_log(text), list(plan.paths.values()))
+            if problems:
+                why.append("the last start did not load them: " + "; ".join(problems))
+    data = {"files": cmp.get("files"), "reasons": why}
+    if why:
+        return TaskResult.ok("; ".join(why), facts={"orch_unchanged": False}, **data)
+    paths = [plan.paths[r] for r in sorted(plan.paths)]
+    ctx.run.summary.unchanged = paths
+    names = ", ".join(posixpath.basename(p) for p in paths)
+    return TaskResult.ok(f"unchanged: {names} already hold these bytes and the last start loaded them; nothing "
+                         + ("would be" if ctx.check else "is") + " written, stopped, tuned or restarted (--retune tunes again)",
+                         facts={"orch_unchanged": True}, **data)
 
 
 @task("restore")

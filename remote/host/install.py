@@ -34,6 +34,17 @@ Result ``data``: the manifest::
 ``backup`` is relative to the run folder (``backup/<name>``) or ``null`` when the file did not exist.
 Running the same request again after success returns the stored manifest with
 ``"reattached": true`` and changes nothing.
+
+``--dry-run`` (or ``"dry_run": true`` in the request): the same validation, then only a comparison
+of each file with the one installed (:func:`compare`); nothing is written, no lock is needed, no
+run folder is made. Result::
+
+    {"dry_run": true, "dest_dir", "dest_exists": bool, "unchanged": bool,
+     "files": [{"path", "name", "existed", "sha256_before", "sha256_after",
+                "action": "created"|"replaced"|"unchanged"}]}
+
+``unchanged`` is true when every file already holds exactly these bytes (an install would change
+nothing); ``orch tune`` uses it to leave an already-tuned server alone (no stop, no restart).
 """
 
 from __future__ import annotations
@@ -44,7 +55,7 @@ from typing import Any
 
 from ..protocol import PayloadError
 from .changes import apply_changes, check_name, held_by_other
-from .fs import DEFAULT_STATE_DIR, check_run_id, load_request
+from .fs import DEFAULT_STATE_DIR, check_run_id, load_request, sha256_bytes, sha256_file
 
 #: Largest config content accepted, in bytes (UTF-8).
 MAX_CONTENT_BYTES = 4 * 1024 * 1024
@@ -61,11 +72,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--request", required=True, help="JSON request file, - for stdin")
     parser.add_argument("--ignore-lock", action="store_true",
                         help="do not refuse when the host lock is held by another run")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="only compare the files with the installed ones (sha256); write nothing")
 
 
 def run(args) -> dict:
     """``install`` command: see the module docstring; returns the manifest."""
     req = load_request(args.request)
+    if getattr(args, "dry_run", False):
+        req = dict(req, dry_run=True)
     return install(req, ignore_lock=getattr(args, "ignore_lock", False))
 
 
@@ -135,6 +150,8 @@ def install(req: dict, ignore_lock: bool = False) -> dict:
             raise PayloadError("bad_input", f"file {name!r} listed twice")
         seen.add(name)
         changes.append((name, validate_content(name, f.get("content"))))
+    if req.get("dry_run"):
+        return compare(dest_dir, changes)
     create_dest = bool(req.get("create_dest", True))
     if not ignore_lock:
         other = held_by_other(state_dir, {run_id})
@@ -144,3 +161,30 @@ def install(req: dict, ignore_lock: bool = False) -> dict:
     return apply_changes(state_dir, run_id, action, dest_dir, changes, create_dest=create_dest)
 
 
+
+
+def compare(dest_dir: str, changes: list[tuple[str, bytes]]) -> dict:
+    """What installing ``changes`` (name, validated bytes) into ``dest_dir`` would do, file by file,
+    by sha256 of the bytes against the file in place; writes and locks nothing (``--dry-run``, see
+    the module docstring for the result). Raises ``PayloadError('bad_input')`` when ``dest_dir``
+    exists and is not a folder, ``PayloadError('runtime')`` when a file cannot be read."""
+    exists = os.path.isdir(dest_dir)
+    if os.path.exists(dest_dir) and not exists:
+        raise PayloadError("bad_input", f"{dest_dir} exists and is not a folder")
+    files = []
+    for name, data in changes:
+        path = os.path.join(dest_dir, name)
+        if os.path.islink(path):  # never read through a link; the install itself refuses one
+            files.append({"path": path, "name": name, "existed": True, "sha256_before": None,
+                          "sha256_after": sha256_bytes(data), "action": "replaced", "symlink": True})
+            continue
+        try:
+            before = sha256_file(path) if exists else None
+        except OSError as exc:
+            raise PayloadError("runtime", f"cannot read {path}: {exc}") from None
+        after = sha256_bytes(data)
+        action = "created" if before is None else ("unchanged" if before == after else "replaced")
+        files.append({"path": path, "name": name, "existed": before is not None, "sha256_before": before,
+                      "sha256_after": after, "action": action})
+    return {"dry_run": True, "dest_dir": dest_dir, "dest_exists": exists,
+            "unchanged": all(f["action"] == "unchanged" for f in files), "files": files}

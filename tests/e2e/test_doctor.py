@@ -122,7 +122,7 @@ def doctored(tmp_path_factory):
                       env={"COLUMNS": "100"})
         good = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", "--limit", "gpu-a,gpu-d",
                     state_dir=state)
-        print(narrow.stdout)  # the README's example (pytest -s)
+        print(narrow.stdout)  # the example in docs/doctor.md (pytest -s)
         after = {h.name: _snapshot(h) for h in bed.hosts}
         yield {"bed": bed, "inv": inv, "before": before, "after": after, "holders": holders,
                "tune_id": tune_id, "full": full, "rows": recap(full), "text": text, "narrow": narrow, "good": good}

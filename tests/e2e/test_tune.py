@@ -169,3 +169,40 @@ def test_fp8_block_model_tuned_and_loaded(testbed_factory, tmp_path):
     log = h.unit_log().rsplit("server_args=", 1)[1]
     assert f"Using MoE kernel config from {h.triton_dir}/{up}." in log
     assert f"Using MoE kernel config from {h.triton_dir}/{down}." in log
+
+
+def test_rerun_with_the_same_files_changes_nothing(testbed_factory, tmp_path):
+    """Idempotence: after a tune, `orch tune` again (same store, same key) finds the stored files
+    byte-identical to the installed ones and the last start's log showing them loaded: the host is
+    ok with nothing changed, the server is not stopped (same MainPID), no benchmark runs, and
+    `--check` says "unchanged" instead of "would write". `--retune` tunes again."""
+    bed = testbed_factory(1)
+    h = bed.hosts[0]
+    inv = inventory(bed, tmp_path / "hosts.yaml", orch_bench=False)
+    first = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert first.returncode == 0, first.stderr[-6000:]
+    assert recap(first)["hosts"][h.name]["changed"] > 0
+    snap = _snapshot(h)
+    check = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", state_dir=tmp_path / "state")
+    assert check.returncode == 0, check.stderr[-4000:]
+    text = check.stderr.replace("\n", " ")
+    assert "unchanged:" in text and "nothing would be written, stopped" in text, text[-4000:]
+    again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert again.returncode == 0, again.stderr[-6000:]
+    r = recap(again)["hosts"][h.name]
+    assert r["outcome"] == "completed" and r["changed"] == 0, (r, again.stderr[-4000:])
+    assert _snapshot(h)["pid"] == snap["pid"] and h.unit_state() == "active"
+    assert _snapshot(h)["sglang"] == snap["sglang"]
+    # no run folder on the host for the no-op run: nothing was recorded as started
+    assert recap(again)["run_id"] not in h.sh("ls /var/lib/orch/runs").stdout.split()
+    assert sorted(r["summary"]["unchanged"]) == sorted(f"{h.triton_dir}/{n}" for n in (UP, DOWN)), r["summary"]
+    # `orch report latest` passes over the --check run and the run that changed nothing
+    from orchestrator.report import find_run_dir
+    assert find_run_dir("latest", tmp_path / "state").name == recap(first)["run_id"]
+    # a changed installed file is a change again
+    h.sh(f"sed -i 's/\"num_warps\": [0-9]*/\"num_warps\": 8/' {h.triton_dir + '/' + UP!r}")
+    third = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert third.returncode == 0, third.stderr[-6000:]
+    assert recap(third)["hosts"][h.name]["changed"] > 0
+    assert find_run_dir("latest", tmp_path / "state").name == recap(third)["run_id"]
+    assert h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip() != snap["pid"]

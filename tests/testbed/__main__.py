@@ -75,7 +75,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  try: ssh -i {bed.key_path} -o UserKnownHostsFile={known} root@{h.address} "
           f"'ls /dev/nvidia*; systemctl status {h.unit}'")
     default = _same_file(str(inventory), str(REPO / "inventories" / "testbed.yaml"))
-    print("  remove with: python -m tests.testbed down" + ("" if default else f" --inventory {inventory}"))
+    print("  remove with: " + ("bash scripts/demo.sh down (or python -m tests.testbed down)" if default
+                              else f"python -m tests.testbed down --inventory {inventory}"))
     return 0
 
 
@@ -115,7 +116,29 @@ def cmd_down(args: argparse.Namespace) -> int:
               "(python -m tests.testbed status)")
     elif machine:
         print(f"removed machine set-up: {', '.join(machine)}")
+    for line in leftovers():
+        print(line)
     return 0
+
+
+def leftovers() -> list[str]:
+    """What ``down`` leaves on this machine on purpose, one line each with its size where it
+    exists and how to remove it: the SGLang wheel cache (``tests/sglang_releases.py``), orch's
+    run records and config store (its default state dir), the virtual environment."""
+    from orchestrator.records import default_state_dir
+    from tests.sglang_releases import cache_root
+
+    def size(path: Path) -> str:
+        total = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+        return f"{total / 1e6:.0f} MB"
+
+    out = ["left on this machine (remove by hand if you want the space back):"]
+    for path, what in ((cache_root(), "SGLang wheels and their unpacked sources, read by the test bed and the tests"),
+                       (default_state_dir(), "orch's run records and tuned-config store"),
+                       (REPO / ".venv", "orch's virtual environment (scripts/setup.sh)")):
+        if path.exists():
+            out.append(f"  {path} ({size(path)}): {what}; rm -rf {path}")
+    return out
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -149,7 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("status", help="list persistent hosts")
     st.set_defaults(func=cmd_status)
     args = p.parse_args(argv)
-    return args.func(args)
+    from tests.sglang_releases import ReleaseUnavailable
+
+    try:
+        return args.func(args)
+    except ReleaseUnavailable as exc:  # no network and no cached wheel: one line, not a traceback
+        print(f"python -m tests.testbed: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

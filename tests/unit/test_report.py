@@ -258,3 +258,85 @@ def test_opens_in_headless_chromium(tmp_path):
         want = tuple(int(rep.COLORS["tuned"][i:i + 2], 16) for i in (1, 3, 5))
         hits = sum(n for n, px in img.getcolors(1 << 24) if all(abs(a - b) <= 12 for a, b in zip(px, want)))
         assert hits > 300, f"the tuned-config line colour covers only {hits} pixels: plots not rendered?"
+
+
+def test_group_chart_draws_only_hosts_that_measured(tmp_path):
+    """A group member that installed its tuning host's files carries that host's report.json: the
+    group's chart and table get a line and a column only for the host that measured (no
+    'gpu-b' line repeating gpu-a's data), and the page says gpu-b measured nothing."""
+    _, run_dir = _state(tmp_path)
+    _add_host(run_dir, "gpu-b", 1.0)
+    recap = _load(run_dir / "recap.json")
+    recap["gpu-b"].update(outcome="completed", cause="")
+    recap["gpu-b"]["summary"].update(speedup_measured_on="gpu-a")
+    _dump(run_dir / "recap.json", recap)
+    data = rep.load_run(run_dir)
+    (g,) = data["groups"]
+    assert [h["name"] for h in g["hosts"]] == ["gpu-a", "gpu-b"]
+    assert [h["name"] for h in g["tuned"]] == ["gpu-a"]
+    assert all(len(row["by_host"]) == 1 for row in g["table"])
+    text = rep.build_report(run_dir, plots=False).read_text()
+    head = re.search(r'<tr><th class="n">M</th>(.*?)</tr>', text, re.S).group(1)
+    assert "gpu-a" in head and "gpu-b" not in head
+    assert "gpu-b: measured nothing in this run, no line" in text
+    # with gpu-b measuring for itself, both hosts get a column
+    recap["gpu-b"]["summary"].pop("speedup_measured_on")
+    _dump(run_dir / "recap.json", recap)
+    (g,) = rep.load_run(run_dir)["groups"]
+    assert [h["name"] for h in g["tuned"]] == ["gpu-a", "gpu-b"]
+
+
+def test_latest_is_the_last_run_that_changed_or_tried_to_change_hosts(tmp_path, capsys):
+    """doctor, runs and --check write run.json with read_only: `orch report latest` passes over
+    them (also older records that carry only check: true) and over a re-run that changed nothing,
+    and says so when no other run exists; a failed run counts (it tried)."""
+    state, run_dir = _state(tmp_path)
+    runs = state / "runs"
+    done = {"gpu-a": {"outcome": "completed", "changed": 0, "ok": 12}}
+    for rid, body, recap in (("20991231T000000Z-doctor-aaaaaa", {"read_only": True}, {}),
+                             ("20991231T000001Z-tune-bbbbbb", {"check": True}, {}),
+                             ("20991231T000002Z-tune-cccccc", {"read_only": False}, done)):
+        (runs / rid).mkdir()
+        _dump(runs / rid / "run.json", dict(_load(run_dir / "run.json"), run_id=rid, **body))
+        _dump(runs / rid / "recap.json", recap)
+    assert rep.find_run_dir("latest", state) == run_dir
+    assert not rep.changed_or_tried(runs / "20991231T000002Z-tune-cccccc")
+    _dump(runs / "20991231T000002Z-tune-cccccc" / "recap.json", {"gpu-a": dict(done["gpu-a"], outcome="failed")})
+    assert rep.find_run_dir("latest", state) == runs / "20991231T000002Z-tune-cccccc"
+    shutil.rmtree(runs / "20991231T000002Z-tune-cccccc")
+    assert main(["report", "latest", "--state-dir", str(state)]) == 0
+    assert capsys.readouterr().out.strip() == str(run_dir / "report.html")
+    shutil.rmtree(run_dir)
+    with pytest.raises(rep.ReportError) as ei:
+        rep.find_run_dir("latest", state)
+    assert "read-only" in str(ei.value) and "20991231T000001Z-tune-bbbbbb" in str(ei.value)
+    assert rep.is_read_only(runs / "20991231T000001Z-tune-bbbbbb")
+
+
+def test_run_json_marks_read_only_runs(tmp_path):
+    """run_playbook writes read_only (= check: doctor, runs and --check all run checked)."""
+    from orchestrator.cli.run import run_playbook
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("all:\n  hosts:\n    h1:\n      ansible_connection: local\n")
+    pb = tmp_path / "pb.yaml"
+    pb.write_text("- name: nothing\n  hosts: all\n  tasks: []\n")
+    for check in (True, False):
+        res = run_playbook(pb, inv, check=check, state_dir=tmp_path / "s")
+        res.record.close()
+        run = _load(res.record.dir / "run.json")
+        assert run["read_only"] is check and run["name"] == "pb"
+        assert rep.is_read_only(res.record.dir) is check
+
+
+def test_doctor_report_shows_the_verdicts(tmp_path):
+    """The report of an `orch doctor` run lists each host's verdict, why and the fix command."""
+    _, run_dir = _state(tmp_path)
+    _dump(run_dir / "doctor.json", {"gpu-a": {"verdict": "untuned", "why": "no tuned file for E=8,N=64",
+                                             "notes": ["a <b>note</b>"], "fix": "orch tune inv.yaml --limit gpu-a"}})
+    text = rep.build_report(run_dir, plots=False).read_text()
+    sec = text.split("<h2>Doctor</h2>", 1)[1].split("</table>", 1)[0]
+    assert "untuned" in sec and "no tuned file for E=8,N=64" in sec and "orch tune inv.yaml --limit gpu-a" in sec
+    assert "&lt;b&gt;note" in sec
+    (run_dir / "doctor.json").unlink()
+    assert "<h2>Doctor</h2>" not in rep.build_report(run_dir, plots=False).read_text()

@@ -80,3 +80,48 @@ def test_import_refuses_invalid_configs(tmp_path, capsys):
     assert ConfigStore(tmp_path / "s").list() == []
     with pytest.raises(StoreError):
         ConfigStore(tmp_path / "s").find("abc")
+
+
+def _column(text: str, header: str) -> list[str]:
+    """The cells of column ``header`` of a rich table printed as ``text``, the lines of each
+    body row joined (a folded cell continues on the next lines)."""
+    lines = text.splitlines()
+    head = next(i for i, ln in enumerate(lines) if header in ln and "┃" in ln)
+    idx = [c.strip() for c in lines[head].split("┃")].index(header)
+    cells, cur = [], ""
+    for ln in lines[head + 2:]:
+        if ln.startswith(("├", "└")):
+            cells.append(cur)
+            cur = ""
+            continue
+        if "│" in ln:
+            cur += ln.split("│")[idx].strip()
+    return cells
+
+
+def test_configs_list_at_80_columns_keeps_the_hash_and_device_whole(tmp_path):
+    """On an 80-column terminal (and without one: rich then takes COLUMNS or 80), `orch configs
+    list` shows each entry's hash on one line, uncut, and folds the long device name instead of
+    cutting it with an ellipsis."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.paths import REPO
+
+    rtx = "NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition"
+    src = tmp_path / "tuned"
+    src.mkdir()
+    up = src / f"E=128,N=768,device_name={rtx}.json"
+    up.write_text(json.dumps(CFG))
+    e = ConfigStore(tmp_path / "state").put(tuning_key(dict(PROBE, device_name=rtx), "fast", [1], "builtin"),
+                                            {"up": up}, None, {"host": "gpu-with-a-long-name-07", "run_id": "r1"})
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "configs", "list", "--state-dir",
+                           str(tmp_path / "state")], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, COLUMNS="80"))
+    assert proc.returncode == 0, proc.stderr
+    assert all(len(ln) <= 80 for ln in proc.stdout.splitlines()), proc.stdout
+    assert "…" not in proc.stdout
+    assert _column(proc.stdout, "hash") == [e.hash]
+    assert any(e.hash in ln for ln in proc.stdout.splitlines())
+    assert _column(proc.stdout, "device") == [rtx]

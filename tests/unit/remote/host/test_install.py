@@ -404,3 +404,39 @@ def test_symlinked_target_refused_and_never_read_through(env, tmp_path, monkeypa
     assert os.path.islink(env["dest"] / UP) and secret.read_text() == "root-only\n"
     backups = list((env["state"]).rglob("backup/*"))
     assert not any(b.read_text() == "root-only\n" for b in backups)
+
+
+def test_dry_run_compares_by_sha256_and_writes_nothing(env, tmp_path):
+    """``install --dry-run`` says per file whether an install would create, replace or leave it,
+    and writes nothing: no file, no run folder, no lock (orch tune's no-op check)."""
+    text = cfg_text(64)
+    r = req(env, [(UP, text), (DOWN, cfg_text(16))])
+    got = inst.install(dict(r, dry_run=True))
+    assert got["dry_run"] and not got["dest_exists"] and got["unchanged"] is False
+    assert {f["name"]: f["action"] for f in got["files"]} == {UP: "created", DOWN: "created"}
+    assert not env["dest"].exists() and not env["state"].exists()
+    env["dest"].mkdir()
+    (env["dest"] / UP).write_text(text)
+    (env["dest"] / DOWN).write_text(cfg_text(32))
+    got = inst.install(dict(r, dry_run=True))
+    assert {f["name"]: f["action"] for f in got["files"]} == {UP: "unchanged", DOWN: "replaced"}
+    assert got["unchanged"] is False
+    assert [f["sha256_before"] for f in got["files"]] == [sha(text.encode()), sha(cfg_text(32).encode())]
+    (env["dest"] / DOWN).write_text(cfg_text(16))
+    assert inst.install(dict(r, dry_run=True))["unchanged"] is True
+    # a link in place of a file is never unchanged (nor read through)
+    (env["dest"] / DOWN).unlink()
+    (tmp_path / "elsewhere.json").write_text(cfg_text(16))
+    os.symlink(tmp_path / "elsewhere.json", env["dest"] / DOWN)
+    got = inst.install(dict(r, dry_run=True))
+    assert got["unchanged"] is False and got["files"][1]["action"] == "replaced"
+    assert not env["state"].exists()
+    # bad content is refused as in a real install
+    with pytest.raises(PayloadError) as ei:
+        inst.install(dict(req(env, [(UP, "{")]), dry_run=True))
+    assert ei.value.kind == "bad_input"
+    # the command-line flag
+    rq = tmp_path / "req.json"
+    rq.write_text(json.dumps(req(env, [(UP, text)])))
+    rc, last = _cli("install", "--request", str(rq), "--dry-run")
+    assert rc == 0 and last["data"]["unchanged"] is True and not env["state"].exists()
