@@ -209,3 +209,69 @@ def key_of_path(path: str) -> tuple[str, str, str] | None:
     included); None when the path is not under ``flashinfer/autotune/``."""
     m = re.search(r"/flashinfer/autotune/(?P<v>[^/]+)/(?P<sm>sm\d+)/(?P<key>[0-9a-f]{16})(?:/|$)", path)
     return (m.group("v"), m.group("sm"), m.group("key")) if m else None
+
+
+@dataclass(frozen=True)
+class AutotuneState:
+    """FlashInfer's autotune on one server, as ``orch doctor`` shows it.
+
+    ``enabled``: it runs at start (True/False, None: unknown) and ``why`` (:func:`autotune_runs`);
+    ``reuse``: a start reuses the cache (``SGLANG_FLASHINFER_AUTOTUNE_CACHE``); ``root``: the cache
+    root (:func:`cache_root`); ``flashinfer_version``; ``key``: this server's cache key, None when
+    it cannot be told (``key_why`` says why); ``key_source``: ``log`` (the path the last start
+    logged) or ``derived``; ``path``: the folder of this server's cache; ``cache``: ``present``,
+    ``missing``, ``unknown`` or ``not-reused``; ``other_versions``: folders of caches left by another
+    FlashInfer version (for this key when known, else for this GPU generation).
+    """
+
+    enabled: bool | None
+    why: str
+    reuse: bool
+    root: str | None
+    flashinfer_version: str | None
+    key: str | None
+    key_source: str | None
+    key_why: str | None
+    path: str | None
+    cache: str
+    other_versions: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the fields."""
+        return asdict(self)
+
+
+def autotune_state(*, enabled: tuple[bool | None, str], env: dict[str, str], root: str | None,
+                   flashinfer_version: str | None, capability: str | None, key: str | None, key_why: str | None,
+                   caches: list[dict], log: AutotuneLog | None = None) -> AutotuneState:
+    """The :class:`AutotuneState` from :func:`autotune_runs`'s answer ``enabled``, the unit's
+    ``env``, the cache ``root``, the installed ``flashinfer_version`` (None: not installed), the
+    GPU's ``capability``, this server's derived ``key`` (None: not derived, ``key_why``), the cache
+    folders the probe found (``caches``: ``{version, sm, key, path, files, runs}``) and the last
+    start's :func:`autotune_log` (its path wins over the derived key). Pure."""
+    reuse = reuses_cache(env)
+    source = "derived" if key else None
+    logged = key_of_path(log.path) if log and log.path else None
+    if logged:
+        if key and logged[2] != key:
+            key_why = f"the last start used key {logged[2]}; orch derived {key}"
+        key, source = logged[2], "log"
+    sm = arch_dir(capability) if capability else (logged[1] if logged else None)
+    version = flashinfer_version
+    if flashinfer_version is None and enabled[0] is not False:
+        enabled = (False, "FlashInfer is not installed for the server's Python")
+    path = cache_dir(root, version, capability, key) if (root and version and capability and key) else None
+    if path is None and logged:
+        path = log.path.rsplit("/runs/", 1)[0] if "/runs/" in log.path else log.path.rsplit("/", 1)[0]
+    mine = [c for c in caches if c.get("sm") == sm]
+    same_version = [c for c in mine if c.get("version") == version]
+    other = [c["path"] for c in mine if c.get("version") != version and (key is None or c.get("key") == key)]
+    if not reuse:
+        cache = "not-reused"
+    elif key is None or version is None or sm is None:
+        cache = "unknown"
+    else:
+        hit = [c for c in same_version if c.get("key") == key and c.get("files")]
+        cache = "present" if hit else "missing"
+    return AutotuneState(enabled[0], enabled[1], reuse, root, flashinfer_version, key, source, key_why, path, cache,
+                         other)
