@@ -126,7 +126,7 @@ TINY_DEEPSEEK_FP8_CONFIG: Dict[str, Any] = {
 #: inside the host; the stand-in ``flashinfer`` package is version 0.6.9).
 HOST_PRESETS: Dict[str, Dict[str, Any]] = {
     "b200-deepseek-fp8": {"gpu_name": "NVIDIA B200", "gpu_capability": "10.0", "model_config": TINY_DEEPSEEK_FP8_CONFIG,
-                          "flashinfer_version": "0.6.9", "env": {"SGLANG_CACHE_DIR": "/srv/sglang-cache"}},
+                          "flashinfer_version": "0.6.9"},
 }
 
 # Per-host options (``TestBed(host_options={name_or_index: {...}})``); defaults here.
@@ -134,7 +134,8 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "gpu_name": "NVIDIA H200",      # ORCH_STANDIN_GPU_NAME
     "gpu_capability": "9.0",        # the GPU's compute capability, for orch's inventory (the bed has no CUDA)
                                     # and the stand-in (ORCH_STANDIN_GPU_CAPABILITY: the runner it resolves)
-    "flashinfer_version": None,     # a stand-in flashinfer package of this version in the tree (None: none)
+    "flashinfer_version": None,     # a stand-in flashinfer package of this version in the tree (None: none);
+                                    # then SGLANG_CACHE_DIR defaults to /srv/sglang-cache (per host)
     "n_gpus": 1,                    # /dev/nvidia0..n-1
     "backend": None,                # --moe-runner-backend (None: flag omitted, SGLang's auto)
     "moe_config_dir": None,         # SGLANG_MOE_CONFIG_DIR inside the host (created, with configs/)
@@ -738,6 +739,8 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
         env["SGLANG_MOE_CONFIG_DIR"] = o["moe_config_dir"]
     if o["gpu_exclusive"]:
         env["ORCH_STANDIN_GPU_EXCLUSIVE"] = "1"
+    if o["flashinfer_version"]:  # FlashInfer's autotune cache stays inside the host (not this machine's ~/.cache)
+        env["SGLANG_CACHE_DIR"] = "/srv/sglang-cache"
     unit = (extra or {}).get("unit") or o["unit"]
     port = int((extra or {}).get("port") or o["port"])
     gpus = list((extra or {}).get("gpus") or o["gpus"] or range(max(1, int(o["tp"]))))
