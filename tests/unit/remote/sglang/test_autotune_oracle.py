@@ -207,3 +207,28 @@ def test_autotune_log_reads_a_start():
     assert fresh == autotune.AutotuneLog(runs, False, False)
     assert autotune.key_of_path(runs) == ("0.6.9", "sm100", "0123456789abcdef")
     assert autotune.autotune_log(["Using MoE kernel config from /x.json."]) is None
+
+
+def test_config_classes_agree_with_sglangs_own_registry():
+    """The hash's config class: where SGLang 0.5.23 registers its own config class for a model type
+    (``utils/hf_transformers/common.py`` ``_CONFIG_REGISTRY``), orch names that class; the other
+    model types load transformers' class of that name (transformers is not in the test venv, so
+    those names are not checked here)."""
+    common = ast.parse((srt() / "utils" / "hf_transformers" / "common.py").read_text())
+    registered: set[str] = set()
+    for node in ast.walk(common):
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "_CONFIG_REGISTRY":
+            registered = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+    assert "DbrxConfig" in registered
+    by_type: dict[str, str] = {}
+    for path in (srt() / "configs").glob("*.py"):
+        for cls in ast.parse(path.read_text()).body:
+            if isinstance(cls, ast.ClassDef) and cls.name in registered:
+                for stmt in cls.body:
+                    if isinstance(stmt, ast.Assign) and any(getattr(t, "id", None) == "model_type"
+                                                            for t in stmt.targets):
+                        by_type[ast.literal_eval(stmt.value)] = cls.name
+    assert by_type, "no registered config class found"
+    for model_type, name in autotune.CONFIG_CLASSES.items():
+        if model_type in by_type:
+            assert by_type[model_type] == name, model_type
