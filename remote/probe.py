@@ -3,7 +3,9 @@
 Flags: the model flags of ``names`` (:func:`remote.sglang.model_flags.add_model_flags`;
 ``--model-config`` optional here, ``--device-name`` overrides the CUDA name and is required when
 no CUDA GPU is visible and a model is given), ``--capability`` (override of GPU 0's compute
-capability, ``9.0``), ``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``, if set).
+capability, ``9.0``), ``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``, if set),
+``--autotune-cache-root`` (the server's ``$SGLANG_CACHE_DIR``, :func:`remote.sglang.autotune.cache_root`;
+default: this user's ``~/.cache/sglang``).
 
 Result ``data``::
 
@@ -25,6 +27,10 @@ Result ``data``::
     model: MoeShape.to_dict() + {tuner_unsupported, checkpoint_quant_method} | null,
     model_config_path                       # checkpoint_quant_method: remote.sglang.runner.checkpoint_quant_method
     triton_kernels: bool                    # the triton_kernels package is importable (gpt-oss's runner)
+    flashinfer_version: str | null          # flashinfer.__version__ (what SGLang's autotune path uses); null: none
+    autotune_cache_root: str                # where FlashInfer autotune caches were looked for
+    autotune_caches: [{version, sm, key, path, files: [rank_*.json names], runs: int}]
+                                            # <root>/flashinfer/autotune/<version>/sm<XY>/<key>/ present
     file_names: {up, down} | null           # named as this release names them (loader_rules)
     install_dir: "<configs_root>/<triton_folder>" | null
     install_dir_exists: bool
@@ -68,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capability", default=None,
                         help="override GPU 0's CUDA compute capability (MAJOR.MINOR, e.g. 9.0)")
     parser.add_argument("--moe-config-dir", default=None, help="the unit's SGLANG_MOE_CONFIG_DIR, if set")
+    parser.add_argument("--autotune-cache-root", default=None,
+                        help="the server's SGLANG_CACHE_DIR (default: ~/.cache/sglang of this user)")
 
 
 # --------------------------------------------------------------------------- GPUs / versions
@@ -131,6 +139,60 @@ def triton_version() -> str | None:
     return None
 
 
+def flashinfer_version() -> str | None:
+    """``flashinfer.__version__`` (the folder name of SGLang's autotune cache,
+    ``srt/model_executor/runner/flashinfer_autotune.py`` ``flashinfer_autotune_cache_path``), else
+    the installed distribution's version; None when FlashInfer is not installed."""
+    if importlib.util.find_spec("flashinfer") is None:
+        return None
+    try:
+        import flashinfer  # noqa: PLC0415 (heavy, only here)
+        return str(getattr(flashinfer, "__version__", "unknown"))
+    except Exception:  # noqa: BLE001 - a broken install still has its metadata
+        pass
+    for dist in ("flashinfer-python", "flashinfer"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+#: most autotune cache folders listed
+MAX_AUTOTUNE_CACHES = 200
+
+
+def autotune_caches(root: str, warnings: list[str]) -> list[dict]:
+    """The FlashInfer autotune cache folders under ``root`` (``flashinfer/autotune/<version>/sm<XY>/<key>/``):
+    ``{version, sm, key, path, files, runs}`` (``files``: its ``rank_*.json``; ``runs``: files under
+    ``runs/``, written when ``SGLANG_FLASHINFER_AUTOTUNE_CACHE=0``). Reads names only."""
+    base = os.path.join(root, "flashinfer", "autotune")
+    found: list[dict] = []
+    if not os.path.isdir(base):
+        return found
+    try:
+        for version in sorted(os.listdir(base)):
+            for sm in sorted(os.listdir(os.path.join(base, version))):
+                if not sm.startswith("sm"):
+                    continue
+                for key in sorted(os.listdir(os.path.join(base, version, sm))):
+                    path = os.path.join(base, version, sm, key)
+                    if not os.path.isdir(path):
+                        continue
+                    names = os.listdir(path)
+                    runs = os.path.join(path, "runs")
+                    found.append({"version": version, "sm": sm, "key": key, "path": path,
+                                  "files": sorted(n for n in names if n.startswith("rank_") and n.endswith(".json")),
+                                  "runs": len(os.listdir(runs)) if os.path.isdir(runs) else 0})
+                    if len(found) >= MAX_AUTOTUNE_CACHES:
+                        warnings.append(f"more than {MAX_AUTOTUNE_CACHES} FlashInfer autotune caches under {base}; "
+                                        "listed the first")
+                        return found
+    except OSError as exc:
+        warnings.append(f"cannot list {base}: {exc}")
+    return found
+
+
 def checked_capability(text: str | None) -> str | None:
     """``--capability`` as ``MAJOR.MINOR`` (``9.0``, ``12.0``); None when not given. Raises
     PayloadError('bad_input') for anything else."""
@@ -152,6 +214,20 @@ def _checkpoint_quant(config_path: str) -> str | None:
     except (OSError, ValueError):
         hf_quant = None
     return checkpoint_quant_method(load_model_config(config_path), hf_quant)
+
+
+def _dtype_inputs(config_path: str) -> dict:
+    """``config_dtype`` (the text config's ``dtype``/``torch_dtype``, else the top level's) and
+    ``model_type`` (the text config's), which SGLang's ``_get_and_verify_dtype`` reads
+    (``configs/model_config.py``; :func:`remote.sglang.autotune.torch_dtype`)."""
+    cfg = load_model_config(config_path)
+    tc = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    raw = None
+    for src in (tc, cfg):
+        raw = src.get("dtype") or src.get("torch_dtype")
+        if raw:
+            break
+    return {"config_dtype": str(raw) if raw else None, "model_type": tc.get("model_type") or cfg.get("model_type")}
 
 
 # --------------------------------------------------------------------------- command
@@ -215,6 +291,7 @@ def run(args: argparse.Namespace) -> dict:
         model["tuner_unsupported_by"] = {prov: unsupported_reason(model, prov) for prov in ("sglang", "builtin")}
         model["tuner_unsupported"] = model["tuner_unsupported_by"][auto_provider]
         model["checkpoint_quant_method"] = _checkpoint_quant(model_path)
+        model.update(_dtype_inputs(model_path))
         file_names = shape.file_names(device_name, per_channel_selector="per_channel_quant" in rules["name_selectors"])
 
     install_dir = os.path.join(sg["configs_root"], tfolder) if (sg["configs_root"] and tfolder) else None
@@ -236,6 +313,8 @@ def run(args: argparse.Namespace) -> dict:
             if not sim["read_by_sglang"]:  # this release never looks for _down files
                 sim["sglang_would_load"] = sim["fallback_error"] = None
             existing[kind] = sim
+    cache_root = args.autotune_cache_root or os.path.join(os.path.expanduser("~"), ".cache", "sglang")
+    caches = autotune_caches(cache_root, warnings)
     auto, why = resolve_provider_name("auto")
     tuner_provider = {"auto": auto, "reason": why}
     for msg in warnings:
@@ -259,5 +338,8 @@ def run(args: argparse.Namespace) -> dict:
         "unparsable_folders": unparsable,
         "tuner_provider": tuner_provider,
         "triton_kernels": importlib.util.find_spec("triton_kernels") is not None,
+        "flashinfer_version": flashinfer_version(),
+        "autotune_cache_root": cache_root,
+        "autotune_caches": caches,
         "warnings": warnings,
     }

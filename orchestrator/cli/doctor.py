@@ -99,6 +99,25 @@ def _file_cell(info: dict | None, with_error: bool) -> str:
     return f"{info['name']}\n{where}{err}"
 
 
+def backend_cell(row: dict) -> str:
+    """``--moe-runner-backend``, then the runner SGLang uses (``runner X``, ``runner ?`` when not
+    known) and, for a FlashInfer runner, its autotune state in one line (on/off, this server's
+    cache, a stale cache of another FlashInfer version: :class:`remote.sglang.autotune.AutotuneState`)."""
+    lines = [str(row.get("backend", "-"))]
+    runner = row.get("runner") or {}
+    if runner:
+        lines.append(f"runner {runner.get('runner') or '?'}")
+    tune = row.get("autotune")
+    if tune:
+        head = {True: "autotune on", False: "autotune off", None: "autotune ?"}[tune.get("enabled")]
+        if tune.get("enabled") is not False:
+            head += f", cache {tune.get('cache')}"
+            if tune.get("other_versions"):
+                head += ", stale cache"
+        lines.append(head)
+    return "\n".join(lines)
+
+
 def doctor_fields(row: dict, full: bool = False) -> list[tuple[str, str]]:
     """``(column, text)`` of one diagnosed host in :data:`COLUMNS` order without host and verdict
     (plain text; from the host, never markup). ``full``: file errors in full (the block layout)."""
@@ -108,7 +127,7 @@ def doctor_fields(row: dict, full: bool = False) -> list[tuple[str, str]]:
     files = row.get("files") or {}
     return [("device name", gpu),
             ("triton / sglang", f"{row.get('triton_version')} / {row.get('sglang_version')}"),
-            ("backend", str(row.get("backend", "-"))),
+            ("backend", backend_cell(row)),
             ("E / N (TP/EP)", f"{row.get('E')} / {row.get('N')} ({row.get('tp')}/{row.get('ep')})"
              + (f"\n{row['dtype_selector'].lstrip(',')}" if row.get("dtype_selector") else "")),
             ("up file", _file_cell(files.get("up"), full)), ("down file", _file_cell(files.get("down"), full)),

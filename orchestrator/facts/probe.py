@@ -86,13 +86,17 @@ class ProbedModel(MoeShape):
     elements and experts per token) plus ``tuner_unsupported``: why the payload's tuner cannot
     run these MoE weights (``remote.tuning.support.unsupported_reason``), None when it can;
     ``checkpoint_quant_method``: the checkpoint's quantization method as SGLang names it
-    (``remote.sglang.runner.checkpoint_quant_method``; None: unquantized or not read)."""
+    (``remote.sglang.runner.checkpoint_quant_method``; None: unquantized or not read);
+    ``config_dtype`` / ``model_type``: the text config's ``dtype`` (or ``torch_dtype``) and
+    ``model_type``, from which SGLang resolves the model's dtype (``remote.sglang.autotune.torch_dtype``)."""
 
     tuner_unsupported: str | None = None
     checkpoint_quant_method: str | None = None
     #: the same answer per resolved provider (``sglang``/``builtin``): SGLang's own kernel runs
     #: weight formats (int4/int8, per-channel fp8) the builtin one does not; None from older payloads
     tuner_unsupported_by: dict[str, str | None] | None = None
+    config_dtype: str | None = None
+    model_type: str | None = None
 
     def untunable_reason(self, provider: str | None = None) -> str | None:
         """Why this model cannot be tuned here with ``provider`` (resolved: ``sglang``/``builtin``;
@@ -103,12 +107,29 @@ class ProbedModel(MoeShape):
 
 
 @dataclass(slots=True)
+class AutotuneCache(Record):
+    """One FlashInfer autotune cache folder on the host (``remote.probe.autotune_caches``):
+    ``<root>/flashinfer/autotune/<version>/<sm>/<key>/`` at ``path``, its ``files``
+    (``rank_*.json`` names) and ``runs`` (files under ``runs/``, fresh results written with
+    ``SGLANG_FLASHINFER_AUTOTUNE_CACHE=0``)."""
+
+    version: str
+    sm: str
+    key: str
+    path: str
+    files: list[str] = field(default_factory=list)
+    runs: int = 0
+
+
+@dataclass(slots=True)
 class ProbeFacts(Record):
     """The host as the payload's ``probe`` sees it (``orch_probe``; the fields of
     ``remote/probe.py``'s result ``data``): GPUs, Triton, SGLang and its config folder, the
     model's shape and the exact file names SGLang looks for (role ``up``/``down`` -> name), the
     folder orch installs into (``install_dir``), what SGLang's lookup finds for each file
-    (``existing``), the tuner's answers and the probe's warnings."""
+    (``existing``), the tuner's answers and the probe's warnings; FlashInfer's version
+    (``flashinfer_version``, None: not installed) and the autotune cache folders found under
+    ``autotune_cache_root`` (``autotune_caches``)."""
 
     gpus: list[GpuInfo]
     device_name: str | None
@@ -129,6 +150,9 @@ class ProbeFacts(Record):
     tuner_provider: TunerProvider
     triton_kernels: bool
     warnings: list[str]
+    flashinfer_version: str | None
+    autotune_cache_root: str | None
+    autotune_caches: list[AutotuneCache]
 
     def existing_file(self, role: str) -> ExistingFile:
         """What the lookup finds for ``role``'s file; nothing found (:class:`ExistingFile`'s

@@ -8,7 +8,9 @@ Verdicts (one per host):
 
 - ``not-triton``: the server's MoE runner reads no Triton config file (SGLang's answer,
   :func:`remote.sglang.runner.moe_runner`, the one ``orch tune``'s plan gives: only the
-  ``triton`` runner reads them); ``orch tune`` would change nothing.
+  ``triton`` runner reads them); ``orch tune`` would change nothing. For a FlashInfer runner the
+  row's ``autotune`` is its start-up autotune state (:mod:`orchestrator.host.autotune`: on or off
+  and why, this server's cache present or missing, caches left by another FlashInfer version).
 - ``broken``: a config file SGLang would read is invalid (the server crashes at start),
   or an unparsable ``configs/triton_*`` folder breaks SGLang's fallback sort (ValueError).
 - ``restart-needed``: the files on disk differ from what the server logged at its last
@@ -27,6 +29,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
+from remote.sglang.autotune import AutotuneLog, AutotuneState, autotune_log
 from remote.sglang.moe_log import MoeLogReport, parse_moe_log
 from remote.sglang.runner import MoeRunner, moe_runner, probe_inputs
 
@@ -38,7 +41,8 @@ from ..facts.journal import last_start, start_failure, unit_log
 from ..facts.probe import ProbeFacts
 from ..facts.processes import unit_pids
 from ..facts.schema import from_dict
-from ..facts.unit import ServerArgs, UnitFacts
+from ..facts.unit import UnitFacts
+from ..host.autotune import autotune_state
 from ..host.devices import unit_gpu_devices
 from ..host.records import records
 
@@ -54,7 +58,8 @@ class DoctorFacts:
     paths of files SGLang would load that were replaced after the last start; ``orphans``: GPU
     holders outside the unit (dicts with ``pid``, ``cmdline``); ``installed_by_run``: the orch run
     that wrote an invalid file (None when none did); ``start_failure``: the line of the last start
-    that says why it failed (None when none does).
+    that says why it failed (None when none does); ``autotune_log``: what the last start logged of
+    FlashInfer's autotune (None: nothing).
     """
 
     unit: UnitFacts
@@ -65,6 +70,7 @@ class DoctorFacts:
     orphans: list[dict] = field(default_factory=list)
     installed_by_run: str | None = None
     start_failure: str | None = None
+    autotune_log: AutotuneLog | None = None
 
 
 def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
@@ -91,17 +97,36 @@ def _logged(rep: MoeLogReport | None, up: dict, down: dict) -> str | None:
             "default": "default", "none": "none"}[rep.overall]
 
 
-def not_triton_why(runner: MoeRunner, server: ServerArgs, environment: dict[str, str]) -> str:
+def not_triton_why(runner: MoeRunner, tune: AutotuneState | None) -> str:
     """The doctor's ``why`` for a server whose MoE runner reads no Triton config file: the
     runner's reason (:func:`remote.sglang.runner.moe_runner`), what it means for ``orch tune``,
-    and where FlashInfer keeps its autotuning. Pure."""
+    and FlashInfer's autotune state (``tune``, None: not a FlashInfer runner). Pure."""
     why = f"{runner.reason}; orch tune would change nothing"
-    if (runner.runner or "").startswith("flashinfer"):
-        cache = environment.get("SGLANG_CACHE_DIR") or "~/.cache/sglang"
-        why += (f". FlashInfer autotunes at start-up on SM90+ (cache {cache}/flashinfer/autotune/)"
-                + ("; --disable-flashinfer-autotune is SET, so it runs untuned" if server.disable_flashinfer_autotune
-                   else ""))
+    if tune is not None:
+        why += ". " + autotune_why(tune)
     return why
+
+
+def autotune_why(tune: AutotuneState) -> str:
+    """FlashInfer's autotune state in words: on or off and why, the cache for this server's key
+    (present, missing, not reused, unknown) and caches left by another FlashInfer version. Pure."""
+    if tune.enabled is False:
+        return f"FlashInfer autotune is off: {tune.why}"
+    text = "FlashInfer autotunes at start" if tune.enabled else f"FlashInfer autotune: {tune.why}"
+    where = tune.path or tune.root or "?"
+    text += {"present": f"; its cache for this server is present ({where})",
+             "missing": f"; no cache for this server's key at {where}: the next start autotunes again (minutes on "
+                        "large models)",
+             "not-reused": "; SGLANG_FLASHINFER_AUTOTUNE_CACHE=0: every start autotunes again and writes a new "
+                           f"file under {where}/runs/",
+             "unknown": f"; whether its cache is present is not known ({tune.key_why or 'key not derived'})",
+             }[tune.cache]
+    if tune.key_source == "derived" and tune.key_why:
+        text += f" ({tune.key_why})"
+    if tune.other_versions:
+        text += (f"; cache left by another FlashInfer version (not read by {tune.flashinfer_version}): "
+                 + ", ".join(tune.other_versions))
+    return text
 
 
 def classify(f: DoctorFacts) -> dict[str, Any]:
@@ -115,6 +140,7 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     rep = f.log
     runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
                         a2a_backend=server.moe_a2a_backend, log=rep, **probe_inputs(probe.to_dict()))
+    tune = autotune_state(unit, server, probe, runner, f.autotune_log, rep.start_runner if rep else None)
     notes: list[str] = list(probe.warnings)
     up, down = _file_info(f, "up"), _file_info(f, "down")
     row = {
@@ -129,14 +155,15 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         "log": ({"loaded": rep.loaded, "fallback": rep.fallback, "default": rep.default,
                  "down_missing": rep.down_missing, "suboptimal": rep.suboptimal} if rep else None),
         "orphans": list(f.orphans), "unit_state": unit.active_state, "installed_by_run": None,
-        "runner": runner.to_dict(),
+        "runner": runner.to_dict(), "flashinfer_version": probe.flashinfer_version,
+        "autotune": tune.to_dict() if tune is not None else None,
     }
     invalid = [f"{posixpath.basename(posixpath.dirname(i['sglang_would_load']))}/"
                f"{posixpath.basename(i['sglang_would_load'])} is invalid (a start would crash): {i['error']}"
                for i in (up, down) if i["error"] and i["sglang_would_load"]]
     if runner.reads_triton_configs is False:
         verdict = "not-triton"
-        why = not_triton_why(runner, server, unit.environment)
+        why = not_triton_why(runner, tune)
     elif invalid or any("unparsable" in str(i.get("fallback_error") or "") for i in (up, down)):
         verdict = "broken"
         why = "; ".join(invalid) or f"{up.get('fallback_error') or down.get('fallback_error')}"
@@ -175,6 +202,10 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
                 notes.append("no server start found in the unit log")
     if not runner.known:
         notes.append(f"MoE runner unknown: {runner.reason}")
+    elif verdict != "not-triton":
+        notes.append(f"MoE runner {runner.runner}: {runner.reason}")
+    if tune is not None and verdict != "not-triton":
+        notes.append(autotune_why(tune))
     if runner.disagreement:
         notes.append(f"the last start's log and orch's SGLang rule disagree ({runner.disagreement}); the log counts")
     if row["unit_state"] and row["unit_state"] != "active":
@@ -234,6 +265,7 @@ def gather(ctx, unit: str) -> DoctorFacts:
     loads = {role: probe.existing_file(role).sglang_would_load for role in ("up", "down")}
     errors = {role: config_problem(ctx.connection, path) if path else None for role, path in loads.items()}
     f = DoctorFacts(unit=facts, probe=probe, log=parse_moe_log(text) if text is not None else None,
+                    autotune_log=autotune_log(text.splitlines()) if text else None,
                     file_errors=errors, start_failure=start_failure(text) if text else None,
                     changed_since_start=changed_since_start(ctx.connection, main_pid, [p for p in loads.values() if p]),
                     orphans=_holders(ctx, unit_pids(ctx.connection, main_pid), unit))

@@ -24,6 +24,7 @@ from ..facts.plan import Plan
 from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
 from ..facts.unit import ServerArgs
+from ..host.autotune import cache_root as autotune_cache_root
 from ..host.endpoint import find_endpoint
 from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
@@ -33,7 +34,8 @@ from ..records.layout import PROBE
 def probe(ctx) -> TaskResult:
     """Ask the host what it is (payload ``probe``, with the unit's model, TP/EP and environment):
     GPUs, Triton, SGLang and its config folder, the model's E/N/top-k and the exact file names
-    SGLang looks for (``orch_probe``).
+    SGLang looks for, FlashInfer's version and the autotune caches under the unit's
+    ``$SGLANG_CACHE_DIR`` (``orch_probe``).
 
     Fails naming the field when the answer lacks one, or carries one this controller does not
     know (:class:`orchestrator.facts.probe.ProbeFacts`: the payload is this controller's own)."""
@@ -43,6 +45,9 @@ def probe(ctx) -> TaskResult:
         flags += ["--moe-config-dir", env["SGLANG_MOE_CONFIG_DIR"]]
     if ctx.vars.get("orch_gpu_capability"):
         flags += ["--capability", str(ctx.vars["orch_gpu_capability"])]
+    root = autotune_cache_root(ctx.facts.unit) if ctx.facts.unit is not None else None
+    if root:
+        flags += ["--autotune-cache-root", root]
     ctx.payload.env.update(payload_env(ctx))
     data = ctx.payload.call("probe", flags, timeout=300)
     (ctx.host_dir / PROBE).write_text(json.dumps(data, indent=2, sort_keys=True))

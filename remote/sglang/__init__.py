@@ -22,6 +22,7 @@ wheels (docs/sglang-releases.md):
 - :mod:`remote.sglang.server_config`: the ``--config FILE.yaml`` merge rule (on parsed data);
 - :mod:`remote.sglang.runner`: which MoE runner a server uses and whether it reads the Triton
   config files, with SGLang's reason (``orch tune``'s plan and ``orch doctor`` both ask it);
+- :mod:`remote.sglang.autotune`: FlashInfer's start-up autotune: when it runs, its cache path and key;
 - :mod:`remote.sglang.defaults`: default tuning batch sizes.
 
 With :mod:`remote.protocol`, the only part of ``remote`` that ``orchestrator`` may import.

@@ -634,3 +634,27 @@ def checkpoint_quant_method(config: dict, hf_quant_config: dict | None = None) -
     if "FP4" in algo:
         return "modelopt_fp4"
     return {"FP8": "modelopt_fp8", "MXFP8": "mxfp8"}.get(algo, "modelopt")
+
+
+def resolved_server_args(*, backend: str | None = "auto", quantization: str | None = None,
+                         a2a_backend: str | None = "none", ep: int | None = 1, architecture: str | None = None,
+                         checkpoint_quant: str | None = None, dtype_selector: str | None = None,
+                         weight_dtype: str | None = None, capability: str | None = None,
+                         triton_kernels: bool | None = None) -> tuple[str, str | None] | None:
+    """``(moe_runner_backend, quantization)`` as SGLang 0.5.23's server-argument resolution leaves
+    them (step 1 of the module docstring: what its start line logs, and what FlashInfer's autotune
+    cache key hashes, :mod:`remote.sglang.autotune`); the quantization is the flag, else the one a
+    model-family override declares, else None. The keywords are :func:`moe_runner`'s. None when
+    the rules cannot tell. Pure."""
+    major, minor = _capability(capability)
+    s = _Server(backend or "auto", quantization or None, a2a_backend or "none", architecture, checkpoint_quant,
+                dtype_selector, weight_dtype, major, minor, int(ep or 1), triton_kernels)
+    try:
+        _check_model(s)
+        resolved, declared, _why = _model_override(s)
+        resolved, _why = _quant_constraints(resolved, declared, s)
+        _refusals(resolved, declared)
+        resolved, _why = _a2a(resolved, s)
+    except _Unknown:
+        return None
+    return resolved, declared

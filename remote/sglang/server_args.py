@@ -65,6 +65,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("model_path", ("--model-path", "--model"), "str", ((_ALL, None),)),
     Flag("tp", ("--tp-size", "--tensor-parallel-size", "--tp"), "int", ((_ALL, 1),)),
     Flag("ep", ("--ep-size", "--expert-parallel-size", "--ep"), "int", ((_ALL, 1),)),
+    Flag("pp", ("--pp-size", "--pipeline-parallel-size"), "int", ((_ALL, 1),)),
+    Flag("dp", ("--dp-size", "--data-parallel-size"), "int", ((_ALL, 1),)),
+    Flag("attn_dp_size", ("--attn-dp-size", "--attention-data-parallel-size"), "int", (("0.5.23", 1),)),
+    Flag("enable_deterministic_inference", ("--enable-deterministic-inference",), "bool", (("0.5.3", False),)),
     Flag("port", ("--port",), "int", ((_ALL, 30000),)),
     Flag("host", ("--host",), "str", ((_ALL, "127.0.0.1"),)),
     Flag("moe_runner_backend", ("--moe-runner-backend",), "str", (("0.5.2", "auto"),)),
@@ -106,6 +110,10 @@ class ServerArgs:
     model_path: str | None = _DEFAULT["model_path"]
     tp: int = _DEFAULT["tp"]
     ep: int = _DEFAULT["ep"]
+    pp: int = _DEFAULT["pp"]
+    dp: int = _DEFAULT["dp"]
+    attn_dp_size: int = _DEFAULT["attn_dp_size"]
+    enable_deterministic_inference: bool = _DEFAULT["enable_deterministic_inference"]
     port: int = _DEFAULT["port"]
     host: str = _DEFAULT["host"]
     moe_runner_backend: str = _DEFAULT["moe_runner_backend"]

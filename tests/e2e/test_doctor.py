@@ -183,7 +183,7 @@ def test_not_triton_row(doctored):
     assert r["backend"] == "flashinfer_cutlass"
     # says the Triton files are not used, what is used instead, and that tune changes nothing
     assert "Triton MoE config files are not used" in r["why"]
-    assert "FlashInfer autotunes at start-up" in r["why"] and "flashinfer/autotune" in r["why"]
+    assert "FlashInfer autotune is off: FlashInfer is not installed" in r["why"] and r["autotune"]["enabled"] is False
     assert "orch tune would change nothing" in r["why"]
     assert r["log"] is not None and not r["log"]["loaded"] and not r["log"]["default"]
     assert r["fix"] is None

@@ -96,10 +96,46 @@ TINY_MOE_CONFIG: Dict[str, Any] = {
     "torch_dtype": "bfloat16",
 }
 
+#: A tiny DeepSeek-V3-architecture model with block-FP8 experts (the checkpoint's own
+#: ``quantization_config``, as DeepSeek-V3 ships it), for hosts whose runner SGLang picks by model.
+TINY_DEEPSEEK_FP8_CONFIG: Dict[str, Any] = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 256,
+    "moe_intermediate_size": 128,
+    "intermediate_size": 512,
+    "n_routed_experts": 8,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 129280,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                            "weight_block_size": [128, 128]},
+}
+
+#: Named host presets (``TestBed(host_options={name: dict(HOST_PRESETS[...], ...)})``).
+#: ``b200-deepseek-fp8``: a B200 (compute capability 10.0) serving a DeepSeek-V3-architecture
+#: fp8 model with no ``--moe-runner-backend``: SGLang 0.5.23 resolves ``auto`` to
+#: ``flashinfer_trtllm`` (``srt/arg_groups/overrides.py`` ``_deepseek_moe_quant_resolution``), reads
+#: no Triton file, and autotunes FlashInfer at start into ``$SGLANG_CACHE_DIR`` (``/srv/sglang-cache``
+#: inside the host; the stand-in ``flashinfer`` package is version 0.6.9).
+HOST_PRESETS: Dict[str, Dict[str, Any]] = {
+    "b200-deepseek-fp8": {"gpu_name": "NVIDIA B200", "gpu_capability": "10.0", "model_config": TINY_DEEPSEEK_FP8_CONFIG,
+                          "flashinfer_version": "0.6.9"},
+}
+
 # Per-host options (``TestBed(host_options={name_or_index: {...}})``); defaults here.
 HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "gpu_name": "NVIDIA H200",      # ORCH_STANDIN_GPU_NAME
     "gpu_capability": "9.0",        # the GPU's compute capability, for orch's inventory (the bed has no CUDA)
+                                    # and the stand-in (ORCH_STANDIN_GPU_CAPABILITY: the runner it resolves)
+    "flashinfer_version": None,     # a stand-in flashinfer package of this version in the tree (None: none);
+                                    # then SGLANG_CACHE_DIR defaults to /srv/sglang-cache (per host)
     "n_gpus": 1,                    # /dev/nvidia0..n-1
     "backend": None,                # --moe-runner-backend (None: flag omitted, SGLang's auto)
     "moe_config_dir": None,         # SGLANG_MOE_CONFIG_DIR inside the host (created, with configs/)
@@ -697,11 +733,14 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     further unit on the same host."""
     o = host.options
     env = {"PYTHONPATH": "/opt/sglang", "ORCH_STANDIN_GPU_NAME": o["gpu_name"],
-           "ORCH_STANDIN_WARMUP_S": str(o["warmup_s"]), "PYTHONUNBUFFERED": "1", "HOME": "/root"}
+           "ORCH_STANDIN_WARMUP_S": str(o["warmup_s"]), "PYTHONUNBUFFERED": "1", "HOME": "/root",
+           "ORCH_STANDIN_GPU_CAPABILITY": str(o["gpu_capability"])}
     if o["moe_config_dir"]:
         env["SGLANG_MOE_CONFIG_DIR"] = o["moe_config_dir"]
     if o["gpu_exclusive"]:
         env["ORCH_STANDIN_GPU_EXCLUSIVE"] = "1"
+    if o["flashinfer_version"]:  # FlashInfer's autotune cache stays inside the host (not this machine's ~/.cache)
+        env["SGLANG_CACHE_DIR"] = "/srv/sglang-cache"
     unit = (extra or {}).get("unit") or o["unit"]
     port = int((extra or {}).get("port") or o["port"])
     gpus = list((extra or {}).get("gpus") or o["gpus"] or range(max(1, int(o["tp"]))))
@@ -942,7 +981,7 @@ class TestBed:
         (hd / "var-log" / "journal").mkdir()
         (hd / "var-lib-orch").chmod(0o755)
         # stand-in SGLang tree for this host
-        standin_tree.make_tree(hd / "opt-sglang", o["layout"], o["sglang_release"])
+        standin_tree.make_tree(hd / "opt-sglang", o["layout"], o["sglang_release"], o["flashinfer_version"])
         # model
         (hd / "models" / "tiny-moe").mkdir(parents=True)
         (hd / "models" / "tiny-moe" / "config.json").write_text(

@@ -47,6 +47,10 @@ STANDIN_CONFIGS = CURRENT_LOADER_DIR + "/configs"  # the stand-in's example conf
 CONFIG_PARSER_PATHS = ("sglang/srt/utils/server_args_config_parser.py",  # 0.5.20 and newer
                        "sglang/srt/server_args_config_parser.py")        # 0.5.3 ... 0.5.16
 STANDIN_CONFIG_PARSER = "sglang/_standin/release_config_parser.py"
+#: The release's FlashInfer autotune module (0.5.16 and newer); the stand-in runs its
+#: ``flashinfer_autotune_cache_path`` from :data:`STANDIN_AUTOTUNE` (``sglang._standin.runners``).
+AUTOTUNE_PATH = "sglang/srt/model_executor/runner/flashinfer_autotune.py"
+STANDIN_AUTOTUNE = "sglang/_standin/release_flashinfer_autotune.py"
 
 
 def loader_dir(layout: str = "current") -> str:
@@ -78,8 +82,12 @@ def layout_of(release: str) -> str:
     return next(k for k, v in LAYOUTS.items() if v == folder)
 
 
-def make_tree(dest: Path | str, layout: str | None = "current", release: str | None = None) -> Path:
+def make_tree(dest: Path | str, layout: str | None = "current", release: str | None = None,
+              flashinfer_version: str | None = None) -> Path:
     """Build a stand-in tree at ``dest`` (created; must not exist or be empty).
+
+    ``flashinfer_version``: also a stand-in ``flashinfer`` package (``__version__`` only, what
+    SGLang's autotune cache path reads) at the tree's root; None: FlashInfer is not installed.
 
     ``release``: the SGLang release whose config-lookup module the tree runs (default: the
     layout's :data:`DEFAULT_RELEASES` entry). ``layout``: ``current`` | ``old``, or None to take
@@ -115,6 +123,14 @@ def make_tree(dest: Path | str, layout: str | None = "current", release: str | N
                        if (source_tree(release) / rel).is_file()), None)
     if parser_src is not None:  # releases before 0.5.3 have no --config: the stand-in then refuses it
         shutil.copyfile(parser_src, dest / STANDIN_CONFIG_PARSER)
+    autotune_src = source_tree(release) / AUTOTUNE_PATH
+    if autotune_src.is_file():
+        shutil.copyfile(autotune_src, dest / STANDIN_AUTOTUNE)
+    if flashinfer_version is not None:
+        (dest / "flashinfer").mkdir()
+        (dest / "flashinfer" / "__init__.py").write_text(
+            '"""Stand-in FlashInfer (orch test bed): only the version SGLang\'s autotune cache path reads."""\n\n'
+            f'__version__ = "{flashinfer_version}"\n')
     ldir = dest / LAYOUTS[own]
     if LAYOUTS[own] != CURRENT_LOADER_DIR:
         shutil.move(str(dest / STANDIN_CONFIGS), str(ldir / "configs"))

@@ -85,6 +85,7 @@ from sglang.version import __version__
 
 from . import lookup
 from . import model as model_mod
+from . import runners
 
 #: Batch sizes M for which the start "captures CUDA graphs" (asks the lookup module for a config).
 CAPTURE_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160)
@@ -153,6 +154,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--disable-shared-experts-fusion", action="store_true")
+    p.add_argument("--disable-flashinfer-autotune", action="store_true")
+    p.add_argument("--flashinfer-autotune-skip-ops", nargs="+", default=None)
+    p.add_argument("--pp-size", "--pipeline-parallel-size", dest="pp_size", type=int, default=1)
+    p.add_argument("--attn-dp-size", "--attention-data-parallel-size", dest="attn_dp_size", type=int, default=1)
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--context-length", type=int, default=None)
@@ -339,9 +344,20 @@ class StandinServer:
     def start(self) -> None:
         """Everything before the port is bound (see module docstring); raises on failure."""
         a = self.args
+        a.quantization_resolved = a.quantization
+        try:  # server-argument resolution reads the model config (runners.AUTO_RULES)
+            early = model_mod.load_config(model_mod.resolve_model_path(a.model_path, a.download_dir))
+        except Exception:  # noqa: BLE001 - the load below fails the start with its own error
+            early = None
+        if early is not None:
+            a.moe_runner_backend, a.quantization_resolved, line = runners.resolve(a.moe_runner_backend, a.quantization,
+                                                                                  early)
+            if line:
+                logging.getLogger("sglang.srt.arg_groups.overrides").info(line)
+        self.moe["runner"] = runners.runner_of(a.moe_runner_backend)
         logger.info(f"server_args=ServerArgs(model_path='{a.model_path}', tp_size={a.tp_size}, "
                     f"ep_size={a.ep_size}, host='{a.host}', port={a.port}, moe_runner_backend='{a.moe_runner_backend}', "
-                    f"quantization={a.quantization!r}, dtype='{a.dtype}', served_model_name='{self.served_name}', "
+                    f"quantization={a.quantization_resolved!r}, dtype='{a.dtype}', served_model_name='{self.served_name}', "
                     f"disable_shared_experts_fusion={a.disable_shared_experts_fusion})")
         if a.unknown:
             logger.info(f"(stand-in) ignoring flags: {' '.join(a.unknown)}")
@@ -361,12 +377,14 @@ class StandinServer:
         sched_logger.info(f"Load weight end. type={(cfg.get('architectures') or ['?'])[0]}, dtype=torch.bfloat16, "
                           f"avail mem=120.10 GB, mem usage=19.62 GB.")
         sched_logger.info("Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB")
-        if a.moe_runner_backend in TRITON_BACKENDS:
+        if runners.runner_of(a.moe_runner_backend) in TRITON_BACKENDS:
             up, down = self.load_moe_configs()
         else:
             up = down = "not_triton"
             self.moe["lookups"] = []
             sched_logger.info(f"MoE runner backend {a.moe_runner_backend}: Triton fused-MoE configs are not used.")
+            self.moe["autotune_cache"] = runners.autotune(a, a.moe_runner_backend, cfg,
+                                                          list(a.flashinfer_autotune_skip_ops or []))
         self.moe.update({"up": up, "down": down, "E": self.shape.E, "N": self.shape.N})
         sched_logger.info("Capture cuda graph end. Time elapsed: 1.00 s. mem usage=1.20 GB. avail mem=18.80 GB.")
         base = self.token_delay_ms(up, down) if up != "not_triton" else _env_float(
