@@ -119,7 +119,11 @@ def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None) 
         if not os.path.isdir(folder):
             os.makedirs(folder, 0o755)
             fsync_dir(os.path.dirname(folder))
-        atomic_write(path, content, mode=0o644)
+        # the file's mode and owner as they were before the run, whatever the steps in between did
+        entry = next((f for f in manifest.get("files") or [] if f.get("name") == DROPIN_NAME), {})
+        mode = entry.get("mode_before")
+        atomic_write(path, content, mode=0o644 if mode is None else mode, uid=entry.get("uid_before"),
+                     gid=entry.get("gid_before"))
     for f in manifest.get("files") or []:
         if f.get("name") == DROPIN_NAME:
             f["sha256_after"] = None if content is None else sha256_bytes(content)
