@@ -26,6 +26,7 @@ from ..facts.bench import BenchResult
 from ..facts.journal import text_since, unit_log
 from ..facts.plan import Endpoint
 from ..facts.unit import is_active, parse_unit_settings
+from ..records.layout import bench_file
 from .endpoint import ask
 
 #: the check prompts shipped with orch (one per line; ``#`` lines and blank lines skipped)
@@ -193,7 +194,7 @@ def bench(ctx, url: str, concurrency: list[int], input_len: int, output_len: int
     data = ctx.payload.call("bench", args, timeout=float(level_timeout) * (len(conc) + 1) + 120, interruptible=True,
                             on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
                                                                total=m.get("total", 0)))
-    (ctx.host_dir / f"bench_{label}.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+    (ctx.host_dir / bench_file(label)).write_text(json.dumps(data, indent=2, sort_keys=True))
     return BenchResult.parse(data, "bench")
 
 
