@@ -175,16 +175,20 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
 
 
 @task("daemon_reload")
-def daemon_reload_task(ctx, only_if_changed: bool = False, when_dir: str | None = None) -> TaskResult:
+def daemon_reload_task(ctx, only_if_changed: bool = False, when_dir: str | None = None,
+                       when_any_dir: list | None = None) -> TaskResult:
     """``systemctl daemon-reload`` after orch changed a unit's drop-in (refused where running GPU
     containers of the NVIDIA container toolkit could lose their devices, see
     :func:`orchestrator.host.runner_trial.daemon_reload`). ``only_if_changed`` (rescue steps):
     skipped when this run wrote nothing. ``when_dir``: skipped unless it is a drop-in folder
-    (``*.service.d``, e.g. the rollback target's ``dest_dir``)."""
+    (``*.service.d``, e.g. the rollback target's ``dest_dir``); ``when_any_dir``: skipped unless one of
+    them is (the ``dest_dir`` of each run ``orch recover`` restored)."""
     if only_if_changed and not ctx.run.install_attempted:
         return TaskResult.skipped("this run changed no unit file")
     if when_dir is not None and not str(when_dir).endswith(".service.d"):
         return TaskResult.skipped(f"{when_dir} is not a unit's drop-in folder")
+    if when_any_dir is not None and not any(str(d or "").endswith(".service.d") for d in when_any_dir):
+        return TaskResult.skipped("no unit drop-in was restored")
     check = daemon_reload(ctx)
     return TaskResult.changed("systemctl daemon-reload", **check)
 
