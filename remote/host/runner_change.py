@@ -135,20 +135,21 @@ def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None) 
     return manifest
 
 
-def reload_check() -> dict:
-    """See the module docstring (``--op reload-check``)."""
-    toolkit = [p for p in TOOLKIT_PATHS if os.path.exists(p)]
+def reload_check(toolkit_paths: tuple[str, ...] = TOOLKIT_PATHS, proc: str = "/proc") -> dict:
+    """See the module docstring (``--op reload-check``); ``toolkit_paths`` and ``proc`` for tests."""
+    toolkit = [p for p in toolkit_paths if os.path.exists(p)]
     found = []
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir(proc):
         if not entry.isdigit():
             continue
         try:
-            links = [os.readlink(f"/proc/{entry}/fd/{fd}") for fd in os.listdir(f"/proc/{entry}/fd")]
+            fds = os.path.join(proc, entry, "fd")
+            links = [os.readlink(os.path.join(fds, fd)) for fd in os.listdir(fds)]
             if not any(link.startswith("/dev/nvidia") for link in links):
                 continue
-            with open(f"/proc/{entry}/cgroup") as f:
+            with open(os.path.join(proc, entry, "cgroup")) as f:
                 cgroup = f.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
+            with open(os.path.join(proc, entry, "cmdline"), "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
         except OSError:
             continue

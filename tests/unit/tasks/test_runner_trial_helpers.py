@@ -69,3 +69,33 @@ def _ctx(env, user="", passwd=""):
 ])
 def test_autotune_cache_dir(env, user, passwd, want):
     assert autotune_cache_dir(_ctx(env, user, passwd), "sglang-qwen") == want
+
+
+class _Reload:
+    """A context whose payload answers ``reload-check`` with ``risky`` and whose connection records commands."""
+
+    def __init__(self, risky: bool, allow: bool = False):
+        self.ran: list[list[str]] = []
+        answer = {"risky": risky, "toolkit": ["/usr/bin/nvidia-ctk"] if risky else [],
+                  "gpu_containers": [{"pid": 7, "cmdline": "python train.py", "cgroup": "docker-1"}] if risky else []}
+        self.payload = SimpleNamespace(call=lambda *a, **k: answer)
+        self.vars = {"orch_allow_daemon_reload": allow}
+        self.connection = SimpleNamespace(run=lambda argv, **k: (self.ran.append(argv), SimpleNamespace(ok=True))[1])
+        self.events: list[str] = []
+        self.emit = lambda event, **f: self.events.append(event)
+        self.say = lambda line: None
+
+
+def test_daemon_reload_refused_next_to_gpu_containers_of_the_toolkit():
+    from orchestrator.host.runner_trial import daemon_reload
+
+    ctx = _Reload(risky=True)
+    with pytest.raises(TaskFailed, match="nvidia-container-toolkit #48") as exc:
+        daemon_reload(ctx)
+    assert "7 (python train.py)" in str(exc.value) and ctx.ran == []
+    allowed = _Reload(risky=True, allow=True)
+    daemon_reload(allowed)
+    assert allowed.ran == [["systemctl", "daemon-reload"]] and "daemon_reload_risky" in allowed.events
+    safe = _Reload(risky=False)
+    daemon_reload(safe)
+    assert safe.ran == [["systemctl", "daemon-reload"]] and "daemon_reload_risky" not in safe.events

@@ -120,3 +120,24 @@ def test_reload_check_on_this_machine():
     got = rc.reload_check()
     assert set(got) == {"toolkit", "gpu_containers", "risky"}
     assert got["risky"] == bool(got["toolkit"] and got["gpu_containers"])
+
+
+def _proc(root: Path, pid: int, cgroup: str, dev: str, cmd: bytes) -> None:
+    d = root / str(pid)
+    (d / "fd").mkdir(parents=True)
+    os.symlink(dev, d / "fd" / "3")
+    (d / "cgroup").write_text(cgroup)
+    (d / "cmdline").write_bytes(cmd)
+
+
+def test_reload_check_finds_gpu_containers_where_the_toolkit_is(tmp_path):
+    proc = tmp_path / "proc"
+    _proc(proc, 10, "0::/system.slice/docker-abc.scope\n", "/dev/nvidia0", b"python\0serve.py")
+    _proc(proc, 11, "0::/system.slice/sglang-qwen.service\n", "/dev/nvidia1", b"sglang")  # not a container
+    _proc(proc, 12, "0::/kubepods/pod1/x\n", "/dev/null", b"sleep")  # a container without a GPU
+    hook = tmp_path / "nvidia-container-runtime-hook"
+    hook.write_text("")
+    got = rc.reload_check((str(hook),), str(proc))
+    assert got["risky"] and got["toolkit"] == [str(hook)]
+    assert [c["pid"] for c in got["gpu_containers"]] == [10] and got["gpu_containers"][0]["cmdline"] == "python serve.py"
+    assert not rc.reload_check((str(tmp_path / "absent"),), str(proc))["risky"]  # no toolkit: no risk
