@@ -154,9 +154,10 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
             best.why = f"{gain:+.1f}% output tok/s: within the {float(min_gain):g}% noise threshold"
         ref_row.kept, ref_row.why = True, "the unit keeps its runner"
         trial.kept = ref_flag
-        if ctx.run.install_attempted:
-            data = ctx.payload.call("restore", ["--run-id", ctx.options.run_id, "--state-dir", ctx.payload.state_dir],
-                                    timeout=300)
+        if ctx.run.install_attempted:  # back to its bytes; the run's record then shows no change
+            data = ctx.payload.call("runner_change", ["--op", "set-dropin", "--run-id", ctx.options.run_id,
+                                                      "--state-dir", ctx.payload.state_dir, "--unit", name,
+                                                      "--as-before"], timeout=120)
             ctx.run.summary.restored = data.get("files")
     ctx.run.summary.runner_trial = trial
     if ctx.run.install_attempted:

@@ -9,7 +9,9 @@ a run goes through :func:`remote.host.changes.apply_changes` (backup of the file
 ``action`` ``runner`` before the write), so ``restore --run-id ID`` (and ``orch rollback``) puts the
 drop-in back to its bytes, or removes it and the folder when the run created them. A later change of
 the same run (the next candidate) rewrites the file atomically and updates the manifest's
-``sha256_after``; the backup stays the one taken before the first. Result: the manifest.
+``sha256_after``; the backup stays the one taken before the first. ``--as-before`` puts the
+drop-in back as it was before the first change (the manifest then records no change). Result: the
+manifest.
 
 ``--op reload-check``: before ``systemctl daemon-reload``. On hosts with the NVIDIA container
 toolkit, a daemon-reload can take the GPU devices away from running containers whose device access
@@ -55,6 +57,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--unit", default=None)
     parser.add_argument("--request", default=None, help='JSON request file {"content": the drop-in text}')
     parser.add_argument("--remove", action="store_true", help="remove orch's drop-in")
+    parser.add_argument("--as-before", action="store_true",
+                        help="put the drop-in back as it was before the run's first change (its backup, or none)")
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--systemd-dir", default=SYSTEMD_DIR, help=argparse.SUPPRESS)
 
@@ -68,6 +72,8 @@ def run(args) -> dict:
         if not args.unit or "/" in args.unit or args.unit.startswith("."):
             raise PayloadError("bad_input", f"--unit must be a unit name, got {args.unit!r}")
         content = None
+        if args.as_before:
+            return set_dropin_as_before(args.state_dir, run_id, dropin_dir(args.unit, args.systemd_dir))
         if not args.remove:
             if not args.request:
                 raise PayloadError("bad_input", "set-dropin needs --request or --remove")
@@ -133,6 +139,28 @@ def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None) 
             f["bytes_after"] = None if content is None else len(content)
     atomic_write_json(mpath, manifest)
     return manifest
+
+
+def set_dropin_as_before(state_dir: str, run_id: str, folder: str) -> dict:
+    """Put the drop-in back as it was before run ``run_id`` first changed it (its backup's bytes, or
+    no file and no folder the run made), recorded in the manifest as ``unchanged``/``absent``: the
+    run then changed nothing, so ``orch rollback`` has nothing of it to undo. A run that never
+    changed it: nothing to do. Returns the manifest."""
+    manifest = read_json(os.path.join(run_dir(state_dir, run_id), "manifest.json"), default=None)
+    if not isinstance(manifest, dict):
+        return {"run_id": run_id, "dest_dir": folder, "files": [], "status": "unchanged"}
+    entry = next((f for f in manifest.get("files") or [] if f.get("name") == DROPIN_NAME), None)
+    if entry is None:
+        raise PayloadError("runtime", f"run {run_id} recorded no {DROPIN_NAME}")
+    before = None
+    if entry.get("existed"):
+        before = read_bytes(os.path.join(run_dir(state_dir, run_id), "backup", DROPIN_NAME))
+        if before is None or sha256_bytes(before) != entry.get("sha256_before"):
+            raise PayloadError("runtime", f"backup of {entry.get('path')} in run {run_id} is missing or damaged")
+    got = set_dropin(state_dir, run_id, folder, before)
+    if sha256_file(os.path.join(folder, DROPIN_NAME)) != entry.get("sha256_before"):
+        raise PayloadError("runtime", f"{folder}/{DROPIN_NAME} is not back to its bytes before run {run_id}")
+    return got
 
 
 def reload_check(toolkit_paths: tuple[str, ...] = TOOLKIT_PATHS, proc: str = "/proc") -> dict:

@@ -78,7 +78,8 @@ def test_trial_keeps_the_faster_runner_and_rollback_undoes_it(testbed_factory, t
     assert h.file_tree_hash("/etc/systemd/system") == units_before  # byte-identical, the drop-in folder gone
     assert h.sh(f"test -e {DROPIN_DIR}", check=False).returncode != 0
     assert h.unit_state() == "active" and _runner(h) == "triton"
-    assert "log shows moe_runner_backend=auto" in back.stderr or "moe_runner_backend=auto" in json.dumps(rb)
+    events = (state / "runs" / recap(back)["run_id"] / "events.jsonl").read_text()
+    assert "log shows moe_runner_backend=auto (unit: auto)" in events  # verify_runner's proof
     cache_now = h.file_tree_hash("/srv/sglang-cache")
     for path, digest in cache_before.items():
         assert cache_now[path] == digest  # restored to its bytes
@@ -103,4 +104,27 @@ def test_trial_rejects_the_faster_runner_with_wrong_answers(testbed_factory, tmp
     assert max(v for v in cand["tokens_per_s"].values() if v) > max(v for v in rows["auto"]["tokens_per_s"].values() if v)
     assert trial["kept"] == "auto" and not trial["changed"] and rows["auto"]["kept"]
     assert h.file_tree_hash("/etc/systemd/system") == units_before
+    # the host's record of the run shows no change left: `orch rollback` has nothing of it to undo
+    run_id = recap(proc)["run_id"]
+    manifest = json.loads(h.sh(f"cat /var/lib/orch/runs/{run_id}/manifest.json").stdout)
+    assert [f["action"] for f in manifest["files"]] == ["absent"]
     assert h.unit_state() == "active" and _runner(h) == "triton"
+
+
+def test_bad_runner_name_and_check_mode(testbed_factory, tmp_path):
+    bed = testbed_factory(1)
+    h = bed.hosts[0]
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    units_before, pid = h.file_tree_hash("/etc/systemd/system"), h.sh("systemctl show -p MainPID sglang-qwen").stdout
+    bad = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlas", "--json",
+               state_dir=tmp_path / "state")
+    assert bad.returncode != 0
+    r = recap(bad)["hosts"][h.name]
+    assert "'flashinfer_cutlas' is not a --moe-runner-backend choice of SGLang 0.5.23" in r["cause"], r
+    assert "Traceback" not in bad.stderr
+    check = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "auto", "--check", "--json",
+                 state_dir=tmp_path / "state")
+    assert check.returncode == 0, check.stderr[-4000:]
+    assert "candidates: deep_gemm, triton, triton_kernel, flashinfer_trtllm" in check.stderr
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.sh("systemctl show -p MainPID sglang-qwen").stdout == pid  # nothing restarted

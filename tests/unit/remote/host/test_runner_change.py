@@ -141,3 +141,19 @@ def test_reload_check_finds_gpu_containers_where_the_toolkit_is(tmp_path):
     assert got["risky"] and got["toolkit"] == [str(hook)]
     assert [c["pid"] for c in got["gpu_containers"]] == [10] and got["gpu_containers"][0]["cmdline"] == "python serve.py"
     assert not rc.reload_check((str(tmp_path / "absent"),), str(proc))["risky"]  # no toolkit: no risk
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_as_before_leaves_a_record_of_no_change(dirs, existed):
+    systemd, state = dirs
+    folder = Path(rc.dropin_dir("u", str(systemd)))
+    if existed:
+        folder.mkdir()
+        (folder / rc.DROPIN_NAME).write_text("[Service]\nNice=1\n")
+    before = tree(systemd)
+    rc.set_dropin(state, "r1", str(folder), TEXT_A.encode())
+    rc.set_dropin(state, "r1", str(folder), TEXT_B.encode())
+    rc.set_dropin_as_before(state, "r1", str(folder))
+    assert tree(systemd) == before
+    assert runs_mod.list_runs(state)["runs"][0]["changed"] == []  # nothing for orch rollback to undo
+    assert rc.set_dropin_as_before(state, "r2", str(folder))["status"] == "unchanged"  # a run that wrote nothing
