@@ -134,7 +134,7 @@ def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None) 
         if f.get("name") == DROPIN_NAME:
             f["sha256_after"] = None if content is None else sha256_bytes(content)
             before, after = f.get("sha256_before"), f["sha256_after"]
-            f["action"] = ("unchanged" if before == after else "absent" if before is None and after is None
+            f["action"] = ("absent" if before is None and after is None else "unchanged" if before == after
                            else "deleted" if after is None else "created" if before is None else "replaced")
             f["bytes_after"] = None if content is None else len(content)
     atomic_write_json(mpath, manifest)

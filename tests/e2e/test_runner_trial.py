@@ -9,7 +9,9 @@ import json
 
 import pytest
 
+from orchestrator.records import new_run_id
 from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.test_faults import _popen, _wait_event
 
 pytestmark = pytest.mark.testbed
 
@@ -128,3 +130,28 @@ def test_bad_runner_name_and_check_mode(testbed_factory, tmp_path):
     assert "candidates: deep_gemm, triton, triton_kernel, flashinfer_trtllm" in check.stderr
     assert h.file_tree_hash("/etc/systemd/system") == units_before
     assert h.sh("systemctl show -p MainPID sglang-qwen").stdout == pid  # nothing restarted
+
+
+def test_recover_after_a_controller_killed_mid_trial(testbed_factory, tmp_path):
+    bed = _bed(testbed_factory, wrong=False)
+    h = bed.hosts[0]
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state, rid = tmp_path / "state", new_run_id("tune")
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "flashinfer_cutlass"], state, rid,
+                  tmp_path / "orch.log")
+    try:  # killed once the candidate's drop-in is in place and systemd reloaded
+        _wait_event(state, rid, proc, lambda e: e.get("event") == "daemon_reload", "the candidate's daemon-reload")
+        proc.kill()  # SIGKILL: no rescue
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert h.sh(f"test -f {DROPIN}", check=False).returncode == 0
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "state2"),
+               state_dir=tmp_path / "state2")
+    assert rec.returncode == 0, rec.stderr[-4000:]
+    assert recap(rec)["hosts"][h.name]["outcome"] == "completed"
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.unit_state() == "active" and _runner(h) == "triton"  # restarted on its own runner
+    assert json.loads(h.sh(f"cat /var/lib/orch/runs/{rid}/state.json").stdout)["state"] == "restored"

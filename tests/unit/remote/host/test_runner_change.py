@@ -156,4 +156,6 @@ def test_as_before_leaves_a_record_of_no_change(dirs, existed):
     rc.set_dropin_as_before(state, "r1", str(folder))
     assert tree(systemd) == before
     assert runs_mod.list_runs(state)["runs"][0]["changed"] == []  # nothing for orch rollback to undo
+    m = json.loads((Path(state) / "runs" / "r1" / "manifest.json").read_text())
+    assert [f["action"] for f in m["files"]] == ["unchanged" if existed else "absent"]
     assert rc.set_dropin_as_before(state, "r2", str(folder))["status"] == "unchanged"  # a run that wrote nothing
