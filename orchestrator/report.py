@@ -174,6 +174,19 @@ def _bench_rows(before: dict | None, after: dict | None) -> list[dict]:
     return rows
 
 
+def _runner_rows(summary: RunSummary) -> dict | None:
+    """The runner trial's table (``summary.runner_trial``) for the template: ``{"levels": [conc],
+    "rows": [{"runner", "reference", "tps": [tokens/s per level], "agreement", "passed", "kept",
+    "why"}], "trial"}``; None when the run had no trial."""
+    t = summary.runner_trial
+    if t is None:
+        return None
+    levels = sorted({int(c) for r in t.candidates for c in r.tokens_per_s}, key=int)
+    rows = [{"runner": r.runner, "reference": r.reference, "tps": [r.tokens_per_s.get(str(c)) for c in levels],
+             "agreement": r.agreement, "passed": r.passed, "kept": r.kept, "why": r.why} for r in t.candidates]
+    return {"levels": levels, "rows": rows, "trial": t}
+
+
 def _installed(manifest: dict | None, summary: RunSummary) -> list[dict]:
     files = (manifest or {}).get("files") if isinstance(manifest, dict) else None
     if isinstance(files, list) and files:
@@ -279,7 +292,7 @@ def load_run(run_dir: Path) -> dict:
         before, after = _read_json(hd / bench_file("before")), _read_json(hd / bench_file("after"))
         rows = _kernel_rows(tune)
         shown = {"bench_before", "bench_after", "installed", "speedup_vs_default", "reaped", "plan", "provider",
-                 "throughput_change_pct", "speedup_measured_on"}
+                 "throughput_change_pct", "speedup_measured_on", "runner_trial"}
         hosts.append({
             "name": name, "anchor": f"host-{i}", "outcome": rc.get("outcome", "not started"),
             "cause": rc.get("cause") or "",
@@ -303,6 +316,7 @@ def load_run(run_dir: Path) -> dict:
             "extra": {k: json.dumps(v, default=str) for k, v in summary.to_dict().items() if k not in shown},
             "facts": _facts(probe, tune), "group": _group_key(probe, tune),
             "tasks": _tasks(events, name, t0), "kernel_png": None, "bench_png": None,
+            "runner_trial": _runner_rows(summary),
         })
 
     groups = []

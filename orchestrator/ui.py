@@ -245,6 +245,12 @@ def _summary_fields(r) -> list[tuple[str, str]]:
     version = (after or before).server_version if (after or before) else None
     if version and tp != "-":
         tp += f"\nserver: sglang {version}"  # what the server says it is (a test bed's stand-in says so)
+    if s.runner_trial is not None:  # the runner trial: its table, one runner a line
+        t = s.runner_trial
+        tp = "\n".join(f"{r.runner}{' (unit)' if r.reference else ''}: {r.top() or 0:.1f}, agreement "
+                       f"{'-' if r.agreement is None else f'{r.agreement:.0%}'}, "
+                       f"{'KEPT' if r.kept else (r.why or 'not kept')[:60]}" for r in t.candidates)
+        files = files if t.changed else "-"
     return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]
 
 

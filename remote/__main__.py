@@ -26,6 +26,8 @@ COMMANDS = {
     "port": ".host.port",
     "install": ".host.install",
     "restore": ".host.restore",
+    "runner_change": ".host.runner_change",
+    "answers": ".bench.answers",
     "runs": ".host.runs",
     "lock": ".host.lock",
     "bench": ".bench.command",

@@ -30,6 +30,11 @@ def add_parser(sub) -> None:
     t.add_argument("--tune-on", metavar="HOST", help="host that tunes for its group (default: the first in order)")
     t.add_argument("--shard-tuning", action="store_true",
                    help="split the batch sizes across the idle hosts of a group and merge the results")
+    t.add_argument("--moe-runners", metavar="LIST",
+                   help="runner trial: start these MoE runners (comma separated, or auto) and keep the fastest "
+                        "whose answers agree (docs/runners-trial.md)")
+    t.add_argument("--runner-prompts", type=Path, metavar="FILE",
+                   help="runner trial: check prompts, one per line (default: the set shipped with orch)")
     t.add_argument("--run-id", help=argparse.SUPPRESS)
     t.set_defaults(func=cmd_tune)
 
@@ -88,6 +93,12 @@ def cmd_tune(args) -> int:
     if args.regression_threshold is not None:
         extra["orch_regression_threshold"] = checked_as("--regression-threshold", args.regression_threshold,
                                                         "orch_regression_threshold")
+    if args.runner_prompts is not None:
+        extra["orch_runner_check_prompts"] = checked_as("--runner-prompts", str(args.runner_prompts),
+                                                        "orch_runner_check_prompts")
+    if args.moe_runners is not None:
+        extra["orch_moe_runners"] = checked_as("--moe-runners", args.moe_runners, "orch_moe_runners")
+        return _run(args, args.playbook or "runner-trial", extra, label="tune", leave_stopped=args.leave_stopped)
     return _run(args, args.playbook or "tune", extra, label="tune", leave_stopped=args.leave_stopped,
                 retune=args.retune, fleet=GroupCoordinator(shard_tuning=args.shard_tuning, tune_on=args.tune_on))
 

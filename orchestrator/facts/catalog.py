@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from .bench import BenchResult
 from .plan import Endpoint, Plan
 from .probe import ProbeFacts
+from .runner_trial import RunnerTrial
 from .schema import FactError, Record
 from .unit import ServerArgs, UnitFacts
 
@@ -115,6 +116,10 @@ class HostFacts:
     restored_paths = Fact("orch_restored_paths", list)
     #: paths a rollback removed, ``list[str]`` (rollback_restore)
     deleted_paths = Fact("orch_deleted_paths", list)
+    #: the runners ``orch tune --moe-runners`` starts, ``list[str]`` (runner_candidates)
+    runner_candidates = Fact("orch_runner_candidates", list)
+    #: the runner trial's table (runner_trial)
+    runner_trial = Fact("orch_runner_trial", RunnerTrial)
 
     def __init__(self, variables: Mapping[str, Any]):
         self._vars = variables

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from .bench import BenchSummary
 from .plan import Endpoint, Plan
+from .runner_trial import RunnerTrial
 from .schema import Record, fields_from_dict, from_dict, optional, to_dict
 
 BENCH_PREFIX = "bench_"
@@ -76,6 +77,10 @@ class RunSummary(Record):
     runs: list[dict[str, Any]] | None = None
     #: unfinished runs ``orch recover`` restored (``{"run_id", "files", "note"?}``)
     recovered: list[dict[str, Any]] | None = None
+    #: the runner trial's table (``orch tune --moe-runners``)
+    runner_trial: RunnerTrial | None = None
+    #: FlashInfer's autotune cache: the backup (``{"dir", "files"}``) or a rollback's restore of it
+    autotune_cache: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_given", {f.name for f in dataclasses.fields(self)

@@ -395,6 +395,23 @@ _SPECS: list[VarSpec] = [
             _seconds),
     VarSpec("orch_regression_threshold", "percent", "a percentage 0-100", 3.0,
             "Roll back when throughput drops by more than this percentage.", _percent),
+    VarSpec("orch_moe_runners", "str", "runner names separated by commas, or auto", None,
+            "Runner trial (`orch tune --moe-runners`): the MoE runners to start and compare "
+            "([docs/runners-trial.md](docs/runners-trial.md)).", _text),
+    VarSpec("orch_runner_check_prompts", "path", "a path", None,
+            "Runner trial: a file of check prompts on the controller (one per line; default the set "
+            "shipped with orch).", _local_path),
+    VarSpec("orch_runner_check_tokens", "int", "an integer 1-4096", 32,
+            "Runner trial: greedy tokens generated per check prompt.", _int_range(1, 4096)),
+    VarSpec("orch_runner_min_agreement", "percent", "a percentage 0-100", 90.0,
+            "Runner trial: a candidate passes the output check when at least this percentage of the "
+            "check prompts get the reference runner's answer, token for token.", _percent),
+    VarSpec("orch_runner_min_gain", "percent", "a percentage 0-100", 3.0,
+            "Runner trial: another runner is kept only when it beats the unit's runner by more than this "
+            "percentage of output tokens/s (else the unit stays as it was).", _percent),
+    VarSpec("orch_allow_daemon_reload", "bool", "a boolean", False,
+            "Runner trial: run `systemctl daemon-reload` even where GPU containers of the NVIDIA container "
+            "toolkit run (they can lose their devices, NVIDIA/nvidia-container-toolkit #48).", _bool),
 ]
 
 #: name -> VarSpec, in documentation order. The single table of known variables.

@@ -6,14 +6,15 @@ Grouped by what they act on: :mod:`.connect`; :mod:`.systemd` (``unit_facts``, `
 ``runs``, ``check_unfinished``); :mod:`.probe` (``probe``, ``plan``); :mod:`.config_source`;
 :mod:`.tune`; :mod:`.install` (``install``, ``compare_installed``, ``restore``); :mod:`.reap`; :mod:`.readiness`
 (``wait_ready``, ``verify_log``); :mod:`.bench`; :mod:`.rollback`; :mod:`.recover`;
-:mod:`.diagnose`. A task that drives one payload command has that command's name.
+:mod:`.diagnose`; :mod:`.runner_trial` (``runner_candidates``, ``runner_trial``,
+``daemon_reload``, ``verify_runner``, ``autotune_cache``). A task that drives one payload command has that command's name.
 """
 
 from __future__ import annotations
 
 from ..engine.task import REGISTRY
 from . import (bench, config_source, connect, diagnose, install, payload, probe, readiness, reap,  # noqa: F401
-               records, recover, rollback, systemd, tune)
+               records, recover, rollback, runner_trial, systemd, tune)
 
 #: name -> TaskSpec of every bundled task
 TASKS = REGISTRY

@@ -97,7 +97,7 @@ def _set_state(ctx, state: str, action: str, note: str | None) -> None:
 
 @task("run_state")
 def run_state(ctx, state: Literal["started", "stopped", "installed", "completed", "restored", "failed"],
-              action: Literal["tune", "rollback", "recover"] = "tune", note: str | None = None) -> TaskResult:
+              action: Literal["tune", "rollback", "recover", "runner"] = "tune", note: str | None = None) -> TaskResult:
     """Record ``state`` for this run in the host's run record (with the summary so far and ``note``)."""
     if ctx.payload is None:
         return TaskResult.skipped("payload not on host")

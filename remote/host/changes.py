@@ -43,19 +43,23 @@ from ..protocol import PayloadError, internal_error, log
 from .fs import (PRIVATE_FILE_MODE, TMP_MARK, atomic_write, atomic_write_json, fsync_dir, now_iso,
                  read_bytes, read_json, remove_stale_temps, run_dir, sha256_bytes, sha256_file)
 
+#: the one file name besides ``*.json`` configs a run may change: the runner trial's drop-in
+RUNNER_DROPIN_NAME = "orch-moe-runner.conf"
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f/\\]")
 
 
 def check_name(name: Any) -> str:
     """Return ``name`` if it is a safe config file name, else raise ``PayloadError('bad_input')``.
 
-    Refused: non-strings, empty, ``/`` or ``\\``, ``..``, NUL/newline/other control characters,
+    Accepted besides configs: :data:`RUNNER_DROPIN_NAME`. Refused: non-strings, empty, ``/`` or ``\\``, ``..``, NUL/newline/other control characters,
     a leading ``.``, our temp marker, names not ending in ``.json``, names over 255 bytes.
     """
     if not isinstance(name, str) or not name:
         raise PayloadError("bad_input", f"file name must be a non-empty string, got {name!r}")
     if _BAD_NAME_CHARS.search(name) or ".." in name or name.startswith("."):
         raise PayloadError("bad_input", f"refused file name {name!r}")
+    if name == RUNNER_DROPIN_NAME:  # the runner trial's systemd drop-in (remote.host.runner_change)
+        return name
     if TMP_MARK in name or not name.endswith(".json") or len(name.encode("utf-8")) > 255:
         raise PayloadError("bad_input", f"refused file name {name!r} (must end in .json)")
     return name

@@ -340,3 +340,36 @@ def test_doctor_report_shows_the_verdicts(tmp_path):
     assert "&lt;b&gt;note" in sec
     (run_dir / "doctor.json").unlink()
     assert "<h2>Doctor</h2>" not in rep.build_report(run_dir, plots=False).read_text()
+
+def test_runner_trial_table_in_report_and_recap(tmp_path):
+    from rich.console import Console
+
+    from orchestrator.facts.summary import RunSummary
+    from orchestrator.ui import summary_table
+
+    _, run_dir = _state(tmp_path)
+    recap = _load(run_dir / "recap.json")
+    trial = {"reference": "auto", "kept": "flashinfer_cutlass", "changed": True, "min_agreement": 90.0,
+             "min_gain_pct": 3.0, "prompts": 16, "max_new_tokens": 32, "dropin": "/etc/systemd/system/u.service.d/x.conf",
+             "candidates": [
+                 {"runner": "auto", "reference": True, "tokens_per_s": {"1": 150.5, "4": 555.25}, "agreement": 1.0,
+                  "passed": True, "kept": False, "why": "replaced by flashinfer_cutlass"},
+                 {"runner": "flashinfer_cutlass", "tokens_per_s": {"1": 290.0, "4": 1050.75}, "agreement": 1.0,
+                  "passed": True, "kept": True, "why": "fastest passing: +89.2% output tok/s"},
+                 {"runner": "cutlass", "tokens_per_s": {"1": 400.0, "4": 1400.0}, "agreement": 0.125,
+                  "passed": False, "kept": False, "why": "output check failed: 12% of 16 prompts agree"}]}
+    recap["gpu-a"]["summary"]["runner_trial"] = trial
+    _dump(run_dir / "recap.json", recap)
+    text = rep.build_report(run_dir, tmp_path / "r.html", plots=False).read_text()
+    section = text[text.index("MoE runner trial"):]
+    for want in ("1,050.8", "555.2", ">12%<", "output check failed: 12% of 16 prompts agree", "<code>cutlass</code>",
+                 "passing needs 90%"):
+        assert want in section, want
+    row = re.search(r"<tr><td><code>flashinfer_cutlass</code></td>(.*?)</tr>", section, re.S).group(1)
+    assert ">kept<" in row
+    summary = RunSummary.from_dict(recap["gpu-a"]["summary"])
+    assert summary.runner_trial.candidates[2].top() == 1400.0
+    console = Console(width=250, record=True)
+    console.print(summary_table({"gpu-a": type("R", (), {"summary": summary})()}))
+    out = console.export_text()
+    assert "flashinfer_cutlass: 1050.8, agreement 100%, KEPT" in out and "cutlass: 1400.0, agreement 12%" in out

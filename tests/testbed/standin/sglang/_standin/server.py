@@ -26,6 +26,12 @@ of the up and down GEMMs' per-token costs: exact file ``$ORCH_STANDIN_TOKEN_DELA
 (default 4.0 ms), default heuristic ``$ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT`` (default 6.0 ms),
 fallback folder the mean of both, down file missing (up reused) tuned * 1.1.
 ``ORCH_STANDIN_REGRESSION=1`` makes a tuned config 1.5x slower than the default.
+A runner other than Triton reads no file and costs the default. Per-runner knobs (the runner trial,
+issue 18), keyed by the effective MoE runner (``triton`` for ``auto``/``triton``, else the
+``--moe-runner-backend`` value): ``ORCH_STANDIN_RUNNER_SPEED="runner=factor,..."`` multiplies the
+per-token cost (``flashinfer_cutlass=0.6`` is faster, ``cutlass=1.5`` slower; unlisted runners 1);
+``ORCH_STANDIN_WRONG_RUNNERS="runner,..."``: greedy answers under that runner differ (every output
+token id is shifted by one), as a runner with broken numerics would answer.
 Prefill costs ``$ORCH_STANDIN_PREFILL_MS_PER_TOKEN`` (default 0.02 ms) per prompt token.
 
 GPU occupancy knobs: ``ORCH_STANDIN_GPU_EXCLUSIVE=1``: start-up fails like SGLang's
@@ -185,10 +191,32 @@ def launch_check(config: Dict[str, Any], m: int) -> None:
         raise KeyError(f"fused_moe_kernel launch at M={m}: config {config} has no {', '.join(missing)}")
 
 
+def runner_speed(runner: str, spec: Optional[str] = None) -> float:
+    """The per-token cost factor of ``runner`` from ``ORCH_STANDIN_RUNNER_SPEED`` (``spec``; e.g.
+    ``"flashinfer_cutlass=0.6,cutlass=1.5"``); 1.0 when unlisted. ValueError for a malformed entry."""
+    spec = os.environ.get("ORCH_STANDIN_RUNNER_SPEED", "") if spec is None else spec
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        name, sep, factor = item.partition("=")
+        if not sep or float(factor) <= 0:
+            raise ValueError(f"ORCH_STANDIN_RUNNER_SPEED: bad entry {item!r} (want runner=factor)")
+        if name.strip() == runner:
+            return float(factor)
+    return 1.0
+
+
+def runner_is_wrong(runner: str, spec: Optional[str] = None) -> bool:
+    """True when ``runner`` is listed in ``ORCH_STANDIN_WRONG_RUNNERS`` (``spec``, comma separated)."""
+    spec = os.environ.get("ORCH_STANDIN_WRONG_RUNNERS", "") if spec is None else spec
+    return runner in {x.strip() for x in spec.split(",") if x.strip()}
+
+
 class Engine:
     """Simulated scheduler: counts decoding requests and turns configs into token timings."""
 
-    def __init__(self, base_ms: float, max_batch: int, prefill_ms: float):
+    def __init__(self, base_ms: float, max_batch: int, prefill_ms: float, wrong: bool = False):
+        self.wrong = wrong
         self.base_ms = base_ms
         self.max_batch = max(1, max_batch)
         self.prefill_ms = prefill_ms
@@ -220,7 +248,7 @@ class Engine:
             for i in range(max_new):
                 due += self.step_s()
                 _sleep_until(due)
-                yield i, (i * 7919 + prompt_tokens * 31 + 13) % VOCAB
+                yield i, (i * 7919 + prompt_tokens * 31 + 13 + (1 if self.wrong else 0)) % VOCAB
         finally:
             with self.lock:
                 self.active -= 1
@@ -389,6 +417,10 @@ class StandinServer:
         sched_logger.info("Capture cuda graph end. Time elapsed: 1.00 s. mem usage=1.20 GB. avail mem=18.80 GB.")
         base = self.token_delay_ms(up, down) if up != "not_triton" else _env_float(
             "ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT", 6.0)
+        runner = self.effective_runner()
+        factor = runner_speed(runner)
+        base *= factor
+        self.moe.update({"runner": runner, "runner_speed": factor, "wrong_answers": runner_is_wrong(runner)})
         self.moe["token_delay_ms"] = base
         self.never_ready = _env_flag("ORCH_STANDIN_NEVER_READY")
         fault = os.environ.get("ORCH_STANDIN_FAULT_ON_CHANGE", "").strip()
@@ -399,7 +431,12 @@ class StandinServer:
                     self.raise_out_of_resources()
                 self.never_ready = True
         self.engine = Engine(base, int(_env_float("ORCH_STANDIN_MAX_BATCH", 8)),
-                             _env_float("ORCH_STANDIN_PREFILL_MS_PER_TOKEN", 0.02))
+                             _env_float("ORCH_STANDIN_PREFILL_MS_PER_TOKEN", 0.02), wrong=self.moe["wrong_answers"])
+
+    def effective_runner(self) -> str:
+        """The MoE runner this start runs: ``triton`` for ``auto``/``triton``, else the flag's value."""
+        backend = self.args.moe_runner_backend
+        return "triton" if backend in TRITON_BACKENDS else backend
 
     def loaded_fingerprint(self) -> list:
         """What the lookups loaded: ``[[down_moe, outcome, path, sha256 or None], ...]``."""

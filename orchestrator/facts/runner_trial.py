@@ -1,0 +1,64 @@
+"""The runner trial's table (``orch_runner_trial``, ``orch tune --moe-runners``): one row per MoE
+runner started, with its throughput, its output agreement with the unit's runner, and whether it
+was kept. Produced by the ``runner_trial`` task (:mod:`orchestrator.tasks.runner_trial`), kept in
+the run summary (``runner_trial``), shown by the recap (:mod:`orchestrator.ui`) and the HTML report.
+
+Definitions (also in ``docs/runners-trial.md``):
+
+- ``agreement``: the share of the check prompts whose greedy answer (temperature 0,
+  ``max_new_tokens`` fixed) under the candidate is identical, token for token, to the answer under
+  the unit's runner before the trial (the reference). A candidate passes when ``agreement >=
+  min_agreement``.
+- ``tokens_per_s``: output tokens/s per concurrency level of the benchmark (``orch_bench_*``
+  settings); the candidates are ranked by the value at the highest concurrency valid for all.
+- ``kept``: the fastest passing candidate, when it beats the reference by more than ``min_gain_pct``
+  percent; else the unit keeps its runner (``kept`` is the reference row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .schema import Record, optional
+
+
+@dataclass(slots=True)
+class RunnerCandidate(Record):
+    """One row: ``runner`` (``--moe-runner-backend`` value), ``reference`` (the unit's runner as it
+    was), ``tokens_per_s`` (concurrency, as text -> output tokens/s), ``agreement`` (0..1, None
+    when not measured), ``passed`` (output check), ``kept``, ``why`` (the reason it was not kept,
+    or kept), ``log_runner`` (the runner the start's log names), ``ready_s`` (seconds to ready)."""
+
+    runner: str
+    reference: bool = False
+    tokens_per_s: dict[str, float | None] = field(default_factory=dict)
+    agreement: float | None = None
+    passed: bool = False
+    kept: bool = False
+    why: str = ""
+    log_runner: str | None = optional()
+    ready_s: float | None = optional()
+
+    def top(self) -> float | None:
+        """Output tokens/s at the highest concurrency measured (None when none was)."""
+        vals = [(int(c), v) for c, v in self.tokens_per_s.items() if v is not None]
+        return max(vals)[1] if vals else None
+
+
+@dataclass(slots=True)
+class RunnerTrial(Record):
+    """The whole trial of one host: ``reference`` (the unit's runner before, ``--moe-runner-backend``
+    value or ``auto``), ``candidates`` (rows, the reference first), ``kept`` (the runner the unit
+    runs after the trial), ``changed`` (a drop-in now sets it), ``min_agreement`` (0..1),
+    ``min_gain_pct`` (percent), ``prompts`` (how many check prompts), ``max_new_tokens``,
+    ``dropin`` (the drop-in path)."""
+
+    reference: str
+    candidates: list[RunnerCandidate] = field(default_factory=list)
+    kept: str = ""
+    changed: bool = False
+    min_agreement: float = 1.0
+    min_gain_pct: float = 3.0
+    prompts: int = 0
+    max_new_tokens: int = 0
+    dropin: str = ""

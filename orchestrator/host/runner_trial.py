@@ -1,0 +1,227 @@
+"""Shared logic of the runner trial (``orch tune --moe-runners``) and of the rollback of a runner
+change: the drop-in's text, ``systemctl daemon-reload`` with the NVIDIA container toolkit check, a
+restart with readiness, the greedy answers of the output check, and FlashInfer's autotune cache.
+
+The drop-in (``/etc/systemd/system/UNIT.service.d/orch-moe-runner.conf``, payload
+``runner_change``) resets ``ExecStart=`` and repeats the unit's own command line (as its unit file
+and drop-ins give it, variables and specifiers left for systemd) with ``--moe-runner-backend X``
+instead of any such flag it had. SGLang's parser takes the command line over a ``--config`` file
+(SGLang 0.5.23 ``srt/server_args_config_parser.py`` ``ConfigArgumentMerger``), so the flag wins there too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from pathlib import Path
+
+import httpx
+
+from remote.sglang.moe_log import parse_moe_log
+
+from ..engine.results import Cancelled, TaskFailed
+from ..facts.bench import BenchResult
+from ..facts.journal import text_since, unit_log
+from ..facts.plan import Endpoint
+from ..facts.unit import is_active, parse_unit_settings
+from ..records.layout import bench_file
+from .endpoint import ask
+
+#: the check prompts shipped with orch (one per line; ``#`` lines and blank lines skipped)
+SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "runner_check_prompts.txt"
+_VAR_WORD = re.compile(r"^\$(\w+|\{\w+\})$")
+POLL_S = 1.0
+
+
+def load_prompts(path: str | None) -> list[str]:
+    """The check prompts from ``path`` (a file on the controller; None: :data:`SHIPPED_PROMPTS`).
+    Raises TaskFailed naming the file when it cannot be read or holds no prompt."""
+    p = Path(path) if path else SHIPPED_PROMPTS
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFailed(f"runner check prompts {p}: cannot read it ({exc})") from None
+    prompts = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    if not prompts:
+        raise TaskFailed(f"runner check prompts {p}: no prompt in it (one per line)")
+    return prompts
+
+
+def _word(w: str) -> str:
+    """One ExecStart word as systemd reads it back: ``$VAR`` left bare (systemd splits it as it
+    would in the unit), anything else quoted like a shell word (systemd accepts the same quotes)."""
+    return w if _VAR_WORD.match(w) else shlex.quote(w)
+
+
+def raw_exec_start(connection, unit: str) -> list[str]:
+    """The unit's ExecStart words as its files give them (``systemctl cat``: unit file and drop-ins,
+    the last non-empty ``ExecStart=`` winning), variables not expanded. Raises TaskFailed when none."""
+    cat = connection.run(["systemctl", "cat", unit], check=False)
+    words = parse_unit_settings(cat.stdout).exec_start
+    if not words:
+        raise TaskFailed(f"{unit}: `systemctl cat` shows no ExecStart=; orch cannot write a drop-in for it")
+    return words
+
+
+def with_runner(words: list[str], runner: str) -> list[str]:
+    """``words`` without any ``--moe-runner-backend V`` / ``--moe-runner-backend=V`` and with
+    ``--moe-runner-backend runner`` at the end."""
+    out, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w == "--moe-runner-backend":
+            skip = True
+            continue
+        if w.startswith("--moe-runner-backend="):
+            continue
+        out.append(w)
+    return out + ["--moe-runner-backend", runner]
+
+
+def dropin_text(words: list[str], runner: str, run_id: str) -> str:
+    """The drop-in that starts the unit with ``--moe-runner-backend runner``."""
+    line = " ".join(_word(w) for w in with_runner(words, runner))
+    return (f"# written by orch (run {run_id}): MoE runner trial; `orch rollback` removes it\n"
+            f"[Service]\nExecStart=\nExecStart={line}\n")
+
+
+def daemon_reload(ctx) -> dict:
+    """``systemctl daemon-reload`` (root), after the payload's ``reload-check``: where the NVIDIA
+    container toolkit is installed and a container process holds a GPU, a reload can cut that
+    container off its devices (NVIDIA/nvidia-container-toolkit #48), so it is refused (TaskFailed,
+    nothing reloaded) unless ``orch_allow_daemon_reload``. Returns the check's answer."""
+    check = ctx.payload.call("runner_change", ["--op", "reload-check"], timeout=120)
+    if check.get("risky"):
+        pids = ", ".join(f"{c['pid']} ({c['cmdline'][:60]})" for c in check.get("gpu_containers") or [])
+        if not ctx.vars.get("orch_allow_daemon_reload"):
+            raise TaskFailed("systemctl daemon-reload refused: the NVIDIA container toolkit is installed "
+                             f"({', '.join(check.get('toolkit') or [])}) and GPU containers run ({pids}); a reload "
+                             "can take their GPUs away (NVIDIA/nvidia-container-toolkit #48). Set "
+                             "orch_allow_daemon_reload: true once they use CDI devices or can restart")
+        ctx.emit("daemon_reload_risky", containers=check.get("gpu_containers"))
+        ctx.say(f"WARNING: daemon-reload with GPU containers running ({pids}), allowed by orch_allow_daemon_reload")
+    res = ctx.connection.run(["systemctl", "daemon-reload"], become=True, timeout=120, check=False)
+    if not res.ok:
+        raise TaskFailed(f"systemctl daemon-reload failed: {(res.stderr or res.stdout).strip()[-300:]}")
+    ctx.emit("daemon_reload", toolkit=check.get("toolkit"))
+    return check
+
+
+def restart_ready(ctx, unit: str, endpoint: Endpoint, start_timeout: float, ready_timeout: float) -> tuple[float, str]:
+    """Restart ``unit`` and wait until its server answers ``/health`` 200 (readiness allows for
+    FlashInfer's autotune pass: ``ready_timeout`` s). Returns ``(seconds to ready, the log lines of
+    this start)``. Raises TaskFailed with the log tail when the unit fails or is not ready in time."""
+    mark = unit_log(ctx.connection, unit)
+    ctx.run.log_mark = mark
+    res = ctx.connection.run(["systemctl", "restart", unit], become=True, timeout=start_timeout + 30, check=False)
+    ctx.run.stopped_by_orch = ctx.run.started_by_orch = True
+    start = time.monotonic()
+    deadline = ctx.deadline(ready_timeout)
+    stage = "/v1/models"
+    while True:
+        state = is_active(ctx.connection, unit)
+        if state in ("failed", "inactive") or (not res.ok and state != "active"):
+            tail = text_since(mark, unit_log(ctx.connection, unit)).strip().splitlines()[-8:]
+            raise TaskFailed(f"{unit} became {state} after the restart; log tail:\n" + "\n".join(tail))
+        status, last = ask(ctx, endpoint, stage)
+        if status == 200:
+            if stage == "/health":
+                break
+            stage = "/health"
+            continue
+        if ctx.cancelled():
+            raise Cancelled()
+        if time.monotonic() > deadline:
+            raise TaskFailed(f"{unit} not ready after {ready_timeout:.0f} s at {endpoint.url} (last: {last})")
+        ctx.progress(stage=f"waiting for {stage}", done=0, total=0)
+        time.sleep(POLL_S)
+    return round(time.monotonic() - start, 1), text_since(mark, unit_log(ctx.connection, unit))
+
+
+def logged_runner(text: str) -> str | None:
+    """The ``moe_runner_backend`` this start's server-arguments line shows (None when none)."""
+    return parse_moe_log(text).start_runner
+
+
+def greedy_answers(ctx, endpoint: Endpoint, prompts: list[str], max_new_tokens: int) -> list[dict]:
+    """The server's greedy answers (payload ``answers``, or from the controller when the endpoint
+    is reached there): ``[{"text", "output_ids"}]`` in prompt order. Raises TaskFailed."""
+    if endpoint.via == "controller":
+        out = []
+        with httpx.Client(timeout=120) as client:
+            for p in prompts:
+                try:
+                    r = client.post(f"{endpoint.url}/generate", json={"text": p, "sampling_params": {
+                        "temperature": 0, "max_new_tokens": max_new_tokens}})
+                except httpx.HTTPError as exc:
+                    raise TaskFailed(f"/generate at {endpoint.url}: {type(exc).__name__}") from None
+                if r.status_code != 200:
+                    raise TaskFailed(f"/generate at {endpoint.url} answered {r.status_code}")
+                data = r.json()
+                data = data[0] if isinstance(data, list) and data else data
+                out.append({"text": str(data.get("text", "")), "output_ids": data.get("output_ids")})
+        return out
+    data = ctx.payload.call("answers", ["--url", endpoint.url], request={
+        "prompts": prompts, "max_new_tokens": int(max_new_tokens)}, timeout=120 * len(prompts) + 60)
+    return list(data.get("answers") or [])
+
+
+def agreement(reference: list[dict], candidate: list[dict]) -> float:
+    """The share (0..1) of prompts whose two answers are identical: the output token ids when both
+    have them, else the text."""
+    if not reference:
+        return 0.0
+    same = 0
+    for a, b in zip(reference, candidate):
+        if a.get("output_ids") is not None and b.get("output_ids") is not None:
+            same += a["output_ids"] == b["output_ids"]
+        else:
+            same += a.get("text") == b.get("text")
+    return same / len(reference)
+
+
+def bench(ctx, url: str, concurrency: list[int], input_len: int, output_len: int, label: str,
+          level_timeout: float = 300) -> BenchResult:
+    """The payload's ``bench`` (orch's own client) at ``url``, as the ``bench`` task runs it; the
+    answer is written to the host's run folder as ``bench_<label>.json``. Raises TaskFailed."""
+    conc = [int(c) for c in concurrency]
+    args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
+            "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", "builtin"]
+    data = ctx.payload.call("bench", args, timeout=float(level_timeout) * (len(conc) + 1) + 120, interruptible=True,
+                            on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
+                                                               total=m.get("total", 0)))
+    (ctx.host_dir / bench_file(label)).write_text(json.dumps(data, indent=2, sort_keys=True))
+    return BenchResult.parse(data, "bench")
+
+
+def autotune_cache_dir(ctx, unit: str) -> str:
+    """FlashInfer's autotune cache folder of the unit's server: ``$SGLANG_CACHE_DIR/flashinfer/autotune``,
+    ``SGLANG_CACHE_DIR`` defaulting to ``~/.cache/sglang`` of the unit's user (SGLang 0.5.23
+    ``srt/environ.py`` ``SGLANG_CACHE_DIR``, ``srt/model_executor/runner/flashinfer_autotune.py``
+    ``flashinfer_autotune_cache_path``). ``~`` is the unit's ``HOME``, else its ``User=``'s home
+    (root's ``/root`` without one)."""
+    env = ctx.facts.environment
+    root = env.get("SGLANG_CACHE_DIR") or "~/.cache/sglang"
+    if root.startswith("~"):
+        home = env.get("HOME")
+        if not home:
+            show = ctx.connection.run(["systemctl", "show", unit, "-p", "User"], check=False).stdout
+            user = show.strip().partition("=")[2].strip() or "root"
+            got = ctx.connection.run(["getent", "passwd", user], check=False).stdout.split(":")
+            home = got[5] if len(got) > 5 and got[5] else ("/root" if user == "root" else f"/home/{user}")
+        root = home.rstrip("/") + root[1:]
+    return root.rstrip("/") + "/flashinfer/autotune"
+
+
+def backup_autotune_cache(ctx, unit: str) -> dict:
+    """Back FlashInfer's autotune cache up into this run's folder on the host (payload
+    ``runner_change --op cache-backup``), before a restart orch makes; kept in the summary."""
+    data = ctx.payload.call("runner_change", ["--op", "cache-backup", "--run-id", ctx.options.run_id,
+                                              "--state-dir", ctx.payload.state_dir,
+                                              "--cache-dir", autotune_cache_dir(ctx, unit)], timeout=300)
+    ctx.run.summary.autotune_cache = {"dir": data.get("dir"), "backed_up": len(data.get("files") or [])}
+    return data

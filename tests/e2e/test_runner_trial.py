@@ -1,0 +1,157 @@
+"""End to end: the MoE runner trial (`orch tune --moe-runners`) and the rollback of a kept runner,
+over real SSH on the test bed. The stand-in's per-runner knobs (``ORCH_STANDIN_RUNNER_SPEED``,
+``ORCH_STANDIN_WRONG_RUNNERS``, tests/testbed/README.md) make ``flashinfer_cutlass`` twice as fast
+as the Triton runner, and, in the second test, wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.records import new_run_id
+from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.test_faults import _popen, _wait_event
+
+pytestmark = pytest.mark.testbed
+
+DROPIN_DIR = "/etc/systemd/system/sglang-qwen.service.d"
+DROPIN = DROPIN_DIR + "/orch-moe-runner.conf"
+CACHE = "/srv/sglang-cache/flashinfer/autotune/0.6.0/sm90/0123456789abcdef"
+
+
+def _runner(host) -> str:
+    """The runner the stand-in server runs (``standin_moe.runner`` of ``/get_server_info``)."""
+    out = host.py("import sys,urllib.request;print(urllib.request.urlopen(sys.argv[1]).read().decode())",
+                  host.url + "/get_server_info").stdout
+    return json.loads(out)["standin_moe"]["runner"]
+
+
+def _bed(testbed_factory, wrong: bool):
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    if wrong:
+        env["ORCH_STANDIN_WRONG_RUNNERS"] = "flashinfer_cutlass"
+    return testbed_factory(1, host_options={"gpu-a": {"env": env}})
+
+
+def test_trial_keeps_the_faster_runner_and_rollback_undoes_it(testbed_factory, tmp_path):
+    bed = _bed(testbed_factory, wrong=False)
+    h = bed.hosts[0]
+    h.sh(f"mkdir -p {CACHE} && printf '{{\"tactics\": 1}}' > {CACHE}/rank_tp0_pp0_dp0.json")
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    cache_before = h.file_tree_hash("/srv/sglang-cache")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlass",
+                "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    assert trial["reference"] == "auto" and trial["kept"] == "flashinfer_cutlass" and trial["changed"]
+    assert rows["flashinfer_cutlass"]["kept"] and rows["flashinfer_cutlass"]["agreement"] == 1.0
+    fast = max(v for v in rows["flashinfer_cutlass"]["tokens_per_s"].values() if v)
+    ref = max(v for v in rows["auto"]["tokens_per_s"].values() if v)
+    assert fast > ref, (fast, ref)
+    assert "triton" not in rows  # auto resolves to triton here: the reference row measures it
+    # the drop-in sets the runner, the server runs it, its log says so
+    text = h.sh(f"cat {DROPIN}").stdout
+    assert "ExecStart=\n" in text and text.rstrip().endswith("--moe-runner-backend flashinfer_cutlass")
+    assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+    assert "moe_runner_backend='flashinfer_cutlass'" in h.unit_log()
+    # the autotune cache was backed up into the run's folder on the host, untouched
+    run_id = recap(proc)["run_id"]
+    assert h.sh(f"test -f /var/lib/orch/runs/{run_id}/flashinfer-autotune/0.6.0/sm90/0123456789abcdef/"
+                "rank_tp0_pp0_dp0.json", check=False).returncode == 0
+    assert h.file_tree_hash("/srv/sglang-cache") == cache_before
+    # the report and the recap show the table
+    html = next((state / "runs" / run_id).rglob("*.html")).read_text()
+    assert "flashinfer_cutlass" in html and "agreement" in html.lower()
+    assert "flashinfer_cutlass" in proc.stderr
+
+    # FlashInfer rewrote its cache meanwhile, and made a new file
+    h.sh(f"printf '{{\"tactics\": 2}}' > {CACHE}/rank_tp0_pp0_dp0.json && echo '{{}}' > {CACHE}/rank_tp1_pp0_dp0.json")
+    back = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    rb = recap(back)["hosts"][h.name]
+    assert rb["outcome"] == "completed", rb
+    assert h.file_tree_hash("/etc/systemd/system") == units_before  # byte-identical, the drop-in folder gone
+    assert h.sh(f"test -e {DROPIN_DIR}", check=False).returncode != 0
+    assert h.unit_state() == "active" and _runner(h) == "triton"
+    events = (state / "runs" / recap(back)["run_id"] / "events.jsonl").read_text()
+    assert "log shows moe_runner_backend=auto (unit: auto)" in events  # verify_runner's proof
+    cache_now = h.file_tree_hash("/srv/sglang-cache")
+    for path, digest in cache_before.items():
+        assert cache_now[path] == digest  # restored to its bytes
+    assert any(p.endswith("rank_tp1_pp0_dp0.json") for p in cache_now)  # never deleted
+
+
+def test_trial_rejects_the_faster_runner_with_wrong_answers(testbed_factory, tmp_path):
+    bed = _bed(testbed_factory, wrong=True)
+    h = bed.hosts[0]
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "flashinfer_cutlass", "--json",
+                state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    cand = rows["flashinfer_cutlass"]
+    assert cand["agreement"] == 0.0 and not cand["passed"] and not cand["kept"]
+    assert "output check failed" in cand["why"]
+    # it was faster: rejected for its answers, not its speed
+    assert max(v for v in cand["tokens_per_s"].values() if v) > max(v for v in rows["auto"]["tokens_per_s"].values() if v)
+    assert trial["kept"] == "auto" and not trial["changed"] and rows["auto"]["kept"]
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    # the host's record of the run shows no change left: `orch rollback` has nothing of it to undo
+    run_id = recap(proc)["run_id"]
+    manifest = json.loads(h.sh(f"cat /var/lib/orch/runs/{run_id}/manifest.json").stdout)
+    assert [f["action"] for f in manifest["files"]] == ["absent"]
+    assert h.unit_state() == "active" and _runner(h) == "triton"
+
+
+def test_bad_runner_name_and_check_mode(testbed_factory, tmp_path):
+    bed = testbed_factory(1)
+    h = bed.hosts[0]
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    units_before, pid = h.file_tree_hash("/etc/systemd/system"), h.sh("systemctl show -p MainPID sglang-qwen").stdout
+    bad = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlas", "--json",
+               state_dir=tmp_path / "state")
+    assert bad.returncode != 0
+    r = recap(bad)["hosts"][h.name]
+    assert "'flashinfer_cutlas' is not a --moe-runner-backend choice of SGLang 0.5.23" in r["cause"], r
+    assert "Traceback" not in bad.stderr
+    check = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "auto", "--check", "--json",
+                 state_dir=tmp_path / "state")
+    assert check.returncode == 0, check.stderr[-4000:]
+    assert "candidates: deep_gemm, triton, triton_kernel, flashinfer_trtllm" in check.stderr
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.sh("systemctl show -p MainPID sglang-qwen").stdout == pid  # nothing restarted
+
+
+def test_recover_after_a_controller_killed_mid_trial(testbed_factory, tmp_path):
+    bed = _bed(testbed_factory, wrong=False)
+    h = bed.hosts[0]
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state, rid = tmp_path / "state", new_run_id("tune")
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "flashinfer_cutlass"], state, rid,
+                  tmp_path / "orch.log")
+    try:  # killed once the candidate's drop-in is in place and systemd reloaded
+        _wait_event(state, rid, proc, lambda e: e.get("event") == "daemon_reload", "the candidate's daemon-reload")
+        proc.kill()  # SIGKILL: no rescue
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert h.sh(f"test -f {DROPIN}", check=False).returncode == 0
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "state2"),
+               state_dir=tmp_path / "state2")
+    assert rec.returncode == 0, rec.stderr[-4000:]
+    assert recap(rec)["hosts"][h.name]["outcome"] == "completed"
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.unit_state() == "active" and _runner(h) == "triton"  # restarted on its own runner
+    assert json.loads(h.sh(f"cat /var/lib/orch/runs/{rid}/state.json").stdout)["state"] == "restored"

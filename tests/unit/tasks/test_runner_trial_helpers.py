@@ -1,0 +1,101 @@
+"""The runner trial's pure parts (``orchestrator.host.runner_trial``): the drop-in text, read back as
+systemd's and orch's unit parser read it, the check prompts, and where FlashInfer's cache is."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.engine.results import TaskFailed
+from orchestrator.facts.unit import parse_unit_settings
+from orchestrator.host.runner_trial import (SHIPPED_PROMPTS, autotune_cache_dir, dropin_text, load_prompts,
+                                            with_runner)
+
+WORDS = ["/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/My Model",
+         "--moe-runner-backend", "triton", "--port", "$PORT", "--moe-runner-backend=cutlass", "--tp", "%i"]
+
+
+def test_with_runner_replaces_every_form_of_the_flag():
+    got = with_runner(WORDS, "flashinfer_cutlass")
+    assert got.count("--moe-runner-backend") == 1 and got[-2:] == ["--moe-runner-backend", "flashinfer_cutlass"]
+    assert "triton" not in got and not any(w.startswith("--moe-runner-backend=") for w in got)
+    assert got[:5] == WORDS[:5] and "$PORT" in got and "%i" in got
+
+
+def test_dropin_reads_back_as_the_unit_s_command_line_with_the_runner():
+    unit = "[Service]\nExecStart=/usr/bin/false\n"
+    text = dropin_text(WORDS, "flashinfer_cutlass", "20260101-000000-abcd")
+    assert text.startswith("# written by orch") and "\n[Service]\nExecStart=\nExecStart=" in text
+    # `systemctl cat` shows the unit file, then the drop-in: the drop-in's ExecStart wins
+    settings = parse_unit_settings(unit + "\n# /etc/systemd/system/x.service.d/orch-moe-runner.conf\n" + text)
+    assert settings.exec_start == with_runner(WORDS, "flashinfer_cutlass")
+    assert "$PORT " in text  # a variable stays a bare word, for systemd to split as in the unit
+
+
+def test_prompts_shipped_and_overridden(tmp_path):
+    shipped = load_prompts(None)
+    assert len(shipped) == 16 and all(p and not p.startswith("#") for p in shipped)
+    assert SHIPPED_PROMPTS.exists()
+    own = tmp_path / "p.txt"
+    own.write_text("# mine\n\nHello\nWorld\n")
+    assert load_prompts(str(own)) == ["Hello", "World"]
+    own.write_text("# nothing\n")
+    with pytest.raises(TaskFailed, match="no prompt"):
+        load_prompts(str(own))
+    with pytest.raises(TaskFailed, match="cannot read"):
+        load_prompts(str(tmp_path / "missing.txt"))
+
+
+class _Conn:
+    def __init__(self, user: str, passwd: str):
+        self.user, self.passwd = user, passwd
+
+    def run(self, argv, check=True, **kw):
+        out = f"User={self.user}\n" if argv[0] == "systemctl" else self.passwd
+        return SimpleNamespace(stdout=out, ok=True)
+
+
+def _ctx(env, user="", passwd=""):
+    return SimpleNamespace(facts=SimpleNamespace(environment=env), connection=_Conn(user, passwd))
+
+
+@pytest.mark.parametrize("env,user,passwd,want", [
+    ({"SGLANG_CACHE_DIR": "/data/sg/"}, "", "", "/data/sg/flashinfer/autotune"),
+    ({"SGLANG_CACHE_DIR": "~/c", "HOME": "/home/svc"}, "", "", "/home/svc/c/flashinfer/autotune"),
+    ({}, "", "", "/root/.cache/sglang/flashinfer/autotune"),
+    ({}, "sglang", "sglang:x:998:998::/var/lib/sglang:/usr/sbin/nologin\n",
+     "/var/lib/sglang/.cache/sglang/flashinfer/autotune"),
+])
+def test_autotune_cache_dir(env, user, passwd, want):
+    assert autotune_cache_dir(_ctx(env, user, passwd), "sglang-qwen") == want
+
+
+class _Reload:
+    """A context whose payload answers ``reload-check`` with ``risky`` and whose connection records commands."""
+
+    def __init__(self, risky: bool, allow: bool = False):
+        self.ran: list[list[str]] = []
+        answer = {"risky": risky, "toolkit": ["/usr/bin/nvidia-ctk"] if risky else [],
+                  "gpu_containers": [{"pid": 7, "cmdline": "python train.py", "cgroup": "docker-1"}] if risky else []}
+        self.payload = SimpleNamespace(call=lambda *a, **k: answer)
+        self.vars = {"orch_allow_daemon_reload": allow}
+        self.connection = SimpleNamespace(run=lambda argv, **k: (self.ran.append(argv), SimpleNamespace(ok=True))[1])
+        self.events: list[str] = []
+        self.emit = lambda event, **f: self.events.append(event)
+        self.say = lambda line: None
+
+
+def test_daemon_reload_refused_next_to_gpu_containers_of_the_toolkit():
+    from orchestrator.host.runner_trial import daemon_reload
+
+    ctx = _Reload(risky=True)
+    with pytest.raises(TaskFailed, match="nvidia-container-toolkit #48") as exc:
+        daemon_reload(ctx)
+    assert "7 (python train.py)" in str(exc.value) and ctx.ran == []
+    allowed = _Reload(risky=True, allow=True)
+    daemon_reload(allowed)
+    assert allowed.ran == [["systemctl", "daemon-reload"]] and "daemon_reload_risky" in allowed.events
+    safe = _Reload(risky=False)
+    daemon_reload(safe)
+    assert safe.ran == [["systemctl", "daemon-reload"]] and "daemon_reload_risky" not in safe.events
