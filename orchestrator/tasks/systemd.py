@@ -27,7 +27,9 @@ def unit_facts(ctx, name: str) -> TaskResult:
     """Read the unit: its state, main PID, environment (``Environment=`` overridden by its
     ``EnvironmentFile=`` files, as systemd does) and the parsed ``sglang.launch_server`` command
     line (variables expanded, a ``--config`` YAML merged as SGLang merges it) (``orch_unit``), and
-    the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter`` overrides it).
+    the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter`` overrides it),
+    with how ExecStart starts it (``python -m sglang.launch_server``, ``sglang serve``, wrappers:
+    :mod:`remote.sglang.launcher`; an unknown form fails naming the forms orch knows).
     Fails naming the unit (and the file) when it is missing, not an SGLang server, or its start
     depends on a file systemd or SGLang would refuse."""
     try:
@@ -40,6 +42,8 @@ def unit_facts(ctx, name: str) -> TaskResult:
     interpreter = ctx.vars.get("ansible_python_interpreter") or s.interpreter
     msg = (f"{name}: {facts.active_state}, model {s.model_path}, tp {s.tp}, ep {s.ep}, "
            f"host {s.host}, port {s.port}, moe backend {s.moe_runner_backend}")
+    if facts.launch is not None and facts.launch.forms != ["python -m sglang.launch_server"]:
+        msg += f"; started by {' > '.join(facts.launch.forms)} (Python {interpreter})"
     read = [f["path"] for f in facts.env_files if f["read"]]
     if read:
         msg += f"; environment files {', '.join(read)}"
@@ -76,10 +80,11 @@ def free_port(ctx, unit: str) -> list[dict]:
     if ctx.payload is None or facts is None or facts.server is None or not facts.server.port:
         return []
     port = facts.server.port
-    found = split_launch(facts.exec_start)
     args = ["--port", str(int(port)), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
-    if found is not None:
-        args += ["--owner-args", json.dumps(found[1])]
+    if facts.launch is not None:
+        args += ["--owner-args", json.dumps(facts.launch.entry_args)]
+    elif split_launch(facts.exec_start) is not None:  # facts made without the launch (tests, records)
+        args += ["--owner-args", json.dumps(split_launch(facts.exec_start)[1])]
     try:
         data = ctx.payload.call("port", args, timeout=120)
     except PayloadFailed as exc:
