@@ -46,6 +46,58 @@ class UnitError(OrchError):
 
 
 @dataclass
+class UnitShape:
+    """How systemd runs and stops the unit (systemd.service(5), systemd.kill(5)), from its file.
+
+    ``type``: ``Type=`` (``simple`` when not set); ``restart``: ``Restart=`` (``no``);
+    ``kill_mode``: ``KillMode=`` (``control-group``); ``timeout_stop``: ``TimeoutStopSec=`` as
+    written (``""``: systemd's default; ``infinity``: systemd waits for ever, orch applies its own
+    ``orch_stop_timeout`` and then ends the unit's processes with ``systemctl kill``);
+    ``exec_start_pre``/``exec_stop``/``exec_stop_post``: those commands, in order (an empty
+    assignment resets the list, as in drop-ins); ``scope``: ``system`` or ``user``
+    (``orch_systemd_scope``).
+    """
+
+    type: str = "simple"
+    restart: str = "no"
+    kill_mode: str = "control-group"
+    timeout_stop: str = ""
+    exec_start_pre: list[str] = field(default_factory=list)
+    exec_stop: list[str] = field(default_factory=list)
+    exec_stop_post: list[str] = field(default_factory=list)
+    scope: str = "system"
+
+    @property
+    def stop_waits_forever(self) -> bool:
+        """``TimeoutStopSec=infinity`` (or ``0``, which systemd also reads as no timeout)."""
+        return self.timeout_stop.strip() in ("infinity", "0")
+
+    @property
+    def restarts(self) -> bool:
+        """systemd restarts the unit on its own after some exits (``Restart=`` other than ``no``)."""
+        return self.restart not in ("", "no")
+
+    def describe(self) -> str:
+        """What differs from a plain unit, for the task message (``""`` when nothing)."""
+        parts = []
+        if self.type != "simple":
+            parts.append(f"Type={self.type}")
+        if self.restarts:
+            parts.append(f"Restart={self.restart}")
+        if self.kill_mode != "control-group":
+            parts.append(f"KillMode={self.kill_mode}")
+        if self.timeout_stop:
+            parts.append(f"TimeoutStopSec={self.timeout_stop}")
+        for key, cmds in (("ExecStartPre", self.exec_start_pre), ("ExecStop", self.exec_stop),
+                          ("ExecStopPost", self.exec_stop_post)):
+            if cmds:
+                parts.append(f"{len(cmds)} {key}=")
+        if self.scope == "user":
+            parts.append("user unit")
+        return ", ".join(parts)
+
+
+@dataclass
 class UnitFacts:
     """A unit's state and parsed launch command (``server`` is None for a non-SGLang unit).
 
@@ -69,6 +121,7 @@ class UnitFacts:
     warnings: list[str] = field(default_factory=list)
     exec_prefix: str = ""
     launch: Launch | None = None
+    shape: UnitShape = field(default_factory=UnitShape)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,13 +159,20 @@ def _unit_file_lines(text: str) -> list[str]:
 class UnitSettings:
     """What a unit file says about the server's start: ``exec_start`` words (variables not yet
     expanded), ``exec_prefix`` (systemd's ``-@:+!`` prefixes of that line), ``environment`` (``Environment=``, in order, later wins), ``env_files``
-    (``EnvironmentFile=`` entries after resets), ``unset`` (``UnsetEnvironment=``)."""
+    (``EnvironmentFile=`` entries after resets), ``unset`` (``UnsetEnvironment=``), ``shape``
+    (:class:`UnitShape`: ``Type=``, ``Restart=``, ``KillMode=``, ``TimeoutStopSec=``, the
+    ``ExecStartPre=``/``ExecStop=``/``ExecStopPost=`` commands)."""
 
     exec_start: list[str] = field(default_factory=list)
     exec_prefix: str = ""
     environment: dict[str, str] = field(default_factory=dict)
     env_files: list[EnvFileRef] = field(default_factory=list)
     unset: list[str] = field(default_factory=list)
+    shape: UnitShape = field(default_factory=UnitShape)
+
+
+_SHAPE_LISTS = {"ExecStartPre": "exec_start_pre", "ExecStop": "exec_stop", "ExecStopPost": "exec_stop_post"}
+_SHAPE_VALUES = {"Type": "type", "Restart": "restart", "KillMode": "kill_mode", "TimeoutStopSec": "timeout_stop"}
 
 
 def parse_unit_settings(text: str) -> UnitSettings:
@@ -151,6 +211,16 @@ def parse_unit_settings(text: str) -> UnitSettings:
                 if "=" in p:
                     k, v = p.split("=", 1)
                     st.environment[k] = v
+        elif key in _SHAPE_LISTS:
+            cmds = getattr(st.shape, _SHAPE_LISTS[key])
+            if not value.strip():
+                cmds.clear()
+            else:
+                cmds.append(value.strip())
+        elif key in _SHAPE_VALUES:
+            setattr(st.shape, _SHAPE_VALUES[key], value.strip() or getattr(UnitShape(), _SHAPE_VALUES[key]))
+        elif key == "TimeoutSec":  # sets the stop timeout too (the last assignment wins)
+            st.shape.timeout_stop = value.strip()
         elif key == "EnvironmentFile":
             file_values.append(value)
         elif key == "UnsetEnvironment":
@@ -338,7 +408,19 @@ def server_args_of(launch: Launch, exec_start: list[str], args: list[str]) -> Se
     return sa
 
 
-def gather_unit(connection, unit: str) -> UnitFacts:
+def scope_of(variables) -> str:
+    """``system`` or ``user``: whose systemd runs the unit, from the host's variables
+    (``orch_systemd_scope``)."""
+    return "user" if variables.get("orch_systemd_scope") == "user" else "system"
+
+
+def systemctl(scope: str, *args: str) -> list[str]:
+    """``systemctl ARGS`` for the unit's manager: ``scope`` ``system`` (the system manager) or
+    ``user`` (the login user's own: ``systemctl --user``, run without sudo)."""
+    return ["systemctl", "--user", *args] if scope == "user" else ["systemctl", *args]
+
+
+def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
     """Query ``unit`` on a host through ``connection`` (read-only).
 
     Reads the unit's EnvironmentFile= files and its SGLang ``--config`` file on the host (see the
@@ -349,12 +431,12 @@ def gather_unit(connection, unit: str) -> UnitFacts:
     """
     if not re.fullmatch(r"[A-Za-z0-9:_.@][A-Za-z0-9:_.@\\-]*", unit or ""):
         raise UnitError(f"invalid unit name {unit!r}")
-    show = connection.run(["systemctl", "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
+    show = connection.run(systemctl(scope, "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
                           "-p", "MainPID", "-p", "ControlGroup", "-p", "Environment", "-p", "ExecStart",
-                          "-p", "EnvironmentFiles", "-p", "WorkingDirectory"],
+                          "-p", "EnvironmentFiles", "-p", "WorkingDirectory"),
                          check=False)
     props = parse_show(show.stdout)
-    cat = connection.run(["systemctl", "cat", unit], check=False)
+    cat = connection.run(systemctl(scope, "cat", unit), check=False)
     if props.get("LoadState") in ("not-found", "") and not cat.ok:
         raise UnitError(f"unit {unit} not found")
     if not cat.ok and not props.get("ExecStart"):
@@ -392,7 +474,9 @@ def gather_unit(connection, unit: str) -> UnitFacts:
                       active_state=props.get("ActiveState", "unknown"), sub_state=props.get("SubState", ""),
                       main_pid=main_pid, control_group=props.get("ControlGroup", ""),
                       environment=launch.environment(env), exec_start=exec_start, env_files=env_report,
-                      working_directory=workdir, exec_prefix=settings.exec_prefix, launch=launch)
+                      working_directory=workdir, exec_prefix=settings.exec_prefix, launch=launch,
+                      shape=settings.shape)
+    facts.shape.scope = scope
     args, cfg = launch.server_argv, None
     cwd = launch.cwd or workdir
     try:
@@ -420,6 +504,6 @@ def gather_unit(connection, unit: str) -> UnitFacts:
     return facts
 
 
-def is_active(connection, unit: str) -> str:
+def is_active(connection, unit: str, scope: str = "system") -> str:
     """``systemctl is-active UNIT`` output (``active``, ``inactive``, ``failed``, ...)."""
-    return connection.run(["systemctl", "is-active", unit], check=False).stdout.strip() or "unknown"
+    return connection.run(systemctl(scope, "is-active", unit), check=False).stdout.strip() or "unknown"
