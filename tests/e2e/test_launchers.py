@@ -103,9 +103,10 @@ def test_tune_doctor_rollback_on_sglang_serve_and_wrapped_units(bed):
     doc = orch("doctor", str(inv), "--service", "sglang-qwen", "--limit", f"{a.name},{b.name}", "--json",
                state_dir=state)
     assert doc.returncode == 0, doc.stdout[-3000:] + doc.stderr[-3000:]
-    rows = recap(doc)["hosts"]
+    rows = recap(doc)
     for h in (a, b):
-        assert rows[h.name]["outcome"] == "completed", rows[h.name]
+        assert rows[h.name]["verdict"] == "tuned", rows[h.name]
+        assert f"{h.triton_dir}/{UP}" in rows[h.name]["log"]["loaded"], rows[h.name]
 
     rb = orch("rollback", str(inv), "--service", "sglang-qwen", "--limit", f"{a.name},{b.name}", "--json",
               state_dir=state)
@@ -117,34 +118,31 @@ def test_tune_doctor_rollback_on_sglang_serve_and_wrapped_units(bed):
 
 
 def test_recover_after_a_controller_killed_mid_tune(bed):
+    """For each launch form: a controller killed while the unit is stopped for the tune (after the
+    reap), then ``orch recover`` puts the earlier files back and starts the unit."""
     bed, tmp = bed
-    a, b, _ = bed.hosts
-    before = {h.name: h.file_tree_hash(h.config_dir) for h in (a, b)}
-    inv = _unit_python(inventory(bed, tmp / "hosts-recover.yaml", **LONG_TUNE))
-    state, rid, log = tmp / "state-kill", new_run_id("tune"), tmp / "orch.log"
-    proc = _popen(["tune", str(inv), "--service", "sglang-qwen", "--limit", f"{a.name},{b.name}"], state, rid, log,
-                  new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            started = {e.get("host") for e in _events(state, rid) if e.get("event") == "task"
-                       and e.get("task") == "Reap leftover GPU processes" and e.get("status") in ("ok", "changed")}
-            if {a.name, b.name} <= started:
-                break
-            assert proc.poll() is None, log.read_text()[-4000:]
-            time.sleep(0.3)
-        else:
-            raise AssertionError("the tune did not reach both hosts' reap")
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert all(h.unit_state() in ("inactive", "failed") for h in (a, b))
-    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--limit", f"{a.name},{b.name}", "--json",
-               "--state-dir", str(tmp / "state-rec"), state_dir=tmp / "state-rec")
-    assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr[-3000:]
-    for h in (a, b):
+    for h in bed.hosts[:2]:
+        before = h.file_tree_hash(h.config_dir)
+        inv = _unit_python(inventory(bed, tmp / f"hosts-recover-{h.name}.yaml", **LONG_TUNE))
+        state, rid, log = tmp / f"state-kill-{h.name}", new_run_id("tune"), tmp / f"orch-{h.name}.log"
+        proc = _popen(["tune", str(inv), "--service", "sglang-qwen", "--limit", h.name], state, rid, log,
+                      new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while not any(e.get("event") == "task" and e.get("task") == "Reap leftover GPU processes"
+                          and e.get("status") in ("ok", "changed") for e in _events(state, rid)):
+                assert proc.poll() is None, log.read_text()[-4000:]
+                assert time.monotonic() < deadline, "the tune did not reach the reap"
+                time.sleep(0.3)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert h.unit_state() in ("inactive", "failed"), h.name
+        rec = orch("recover", str(inv), "--service", "sglang-qwen", "--limit", h.name, "--json",
+                   "--state-dir", str(tmp / f"state-rec-{h.name}"), state_dir=tmp / f"state-rec-{h.name}")
+        assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr[-3000:]
         assert recap(rec)["hosts"][h.name]["outcome"] == "completed", recap(rec)["hosts"][h.name]
-        assert h.unit_state() == "active" and h.file_tree_hash(h.config_dir) == before[h.name]
+        assert h.unit_state() == "active" and h.file_tree_hash(h.config_dir) == before, h.name
         h.wait_http("/health")
