@@ -14,9 +14,11 @@ from remote.sglang.moe_log import last_start_at
 LOG_LINES = 20000
 
 
-def unit_log(connection, unit: str, lines: int = LOG_LINES) -> str:
-    """The last ``lines`` lines of ``unit``'s journal (root: ``become``); ``""`` when none."""
-    return connection.run(["journalctl", "-u", unit, "--no-pager", "-n", str(int(lines))],
+def unit_log(connection, unit: str, lines: int = LOG_LINES, scope: str = "system") -> str:
+    """The last ``lines`` lines of ``unit``'s journal (root: ``become``); ``""`` when none.
+    ``scope`` ``user``: a unit of a user's own manager (``journalctl --user-unit``)."""
+    which = ["--user-unit", unit] if scope == "user" else ["-u", unit]
+    return connection.run(["journalctl", *which, "--no-pager", "-n", str(int(lines))],
                           check=False, become=True, timeout=60).stdout
 
 

@@ -23,7 +23,9 @@ import shlex
 from dataclasses import asdict, dataclass, field
 
 from remote.sglang import server_args
-from remote.sglang.server_args import BOOL_FLAGS, ServerArgs, ServerArgsError, split_launch
+from remote.sglang.launcher import (ENTRY_SERVE, Launch, LaunchError, is_sglang_script, refusal,
+                                    resolve, shebang_interpreter, split_exec_prefix)
+from remote.sglang.server_args import BOOL_FLAGS, ServerArgs, ServerArgsError
 
 from ..errors import OrchError
 from .sglang_config import ConfigFileError, config_path, merge_config
@@ -41,6 +43,58 @@ class UnitError(OrchError):
     """The unit is missing or is not an SGLang server; the message names the unit."""
 
     exit_status = 1
+
+
+@dataclass
+class UnitShape:
+    """How systemd runs and stops the unit (systemd.service(5), systemd.kill(5)), from its file.
+
+    ``type``: ``Type=`` (``simple`` when not set); ``restart``: ``Restart=`` (``no``);
+    ``kill_mode``: ``KillMode=`` (``control-group``); ``timeout_stop``: ``TimeoutStopSec=`` as
+    written (``""``: systemd's default; ``infinity``: systemd waits for ever, orch applies its own
+    ``orch_stop_timeout`` and then ends the unit's processes with ``systemctl kill``);
+    ``exec_start_pre``/``exec_stop``/``exec_stop_post``: those commands, in order (an empty
+    assignment resets the list, as in drop-ins); ``scope``: ``system`` or ``user``
+    (``orch_systemd_scope``).
+    """
+
+    type: str = "simple"
+    restart: str = "no"
+    kill_mode: str = "control-group"
+    timeout_stop: str = ""
+    exec_start_pre: list[str] = field(default_factory=list)
+    exec_stop: list[str] = field(default_factory=list)
+    exec_stop_post: list[str] = field(default_factory=list)
+    scope: str = "system"
+
+    @property
+    def stop_waits_forever(self) -> bool:
+        """``TimeoutStopSec=infinity`` (or ``0``, which systemd also reads as no timeout)."""
+        return self.timeout_stop.strip() in ("infinity", "0")
+
+    @property
+    def restarts(self) -> bool:
+        """systemd restarts the unit on its own after some exits (``Restart=`` other than ``no``)."""
+        return self.restart not in ("", "no")
+
+    def describe(self) -> str:
+        """What differs from a plain unit, for the task message (``""`` when nothing)."""
+        parts = []
+        if self.type != "simple":
+            parts.append(f"Type={self.type}")
+        if self.restarts:
+            parts.append(f"Restart={self.restart}")
+        if self.kill_mode != "control-group":
+            parts.append(f"KillMode={self.kill_mode}")
+        if self.timeout_stop:
+            parts.append(f"TimeoutStopSec={self.timeout_stop}")
+        for key, cmds in (("ExecStartPre", self.exec_start_pre), ("ExecStop", self.exec_stop),
+                          ("ExecStopPost", self.exec_stop_post)):
+            if cmds:
+                parts.append(f"{len(cmds)} {key}=")
+        if self.scope == "user":
+            parts.append("user unit")
+        return ", ".join(parts)
 
 
 @dataclass
@@ -65,6 +119,9 @@ class UnitFacts:
     env_files: list[dict] = field(default_factory=list)
     working_directory: str = ""
     warnings: list[str] = field(default_factory=list)
+    exec_prefix: str = ""
+    launch: Launch | None = None
+    shape: UnitShape = field(default_factory=UnitShape)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -101,20 +158,28 @@ def _unit_file_lines(text: str) -> list[str]:
 @dataclass
 class UnitSettings:
     """What a unit file says about the server's start: ``exec_start`` words (variables not yet
-    expanded), ``environment`` (``Environment=``, in order, later wins), ``env_files``
-    (``EnvironmentFile=`` entries after resets), ``unset`` (``UnsetEnvironment=``)."""
+    expanded), ``exec_prefix`` (systemd's ``-@:+!`` prefixes of that line), ``environment`` (``Environment=``, in order, later wins), ``env_files``
+    (``EnvironmentFile=`` entries after resets), ``unset`` (``UnsetEnvironment=``), ``shape``
+    (:class:`UnitShape`: ``Type=``, ``Restart=``, ``KillMode=``, ``TimeoutStopSec=``, the
+    ``ExecStartPre=``/``ExecStop=``/``ExecStopPost=`` commands)."""
 
     exec_start: list[str] = field(default_factory=list)
+    exec_prefix: str = ""
     environment: dict[str, str] = field(default_factory=dict)
     env_files: list[EnvFileRef] = field(default_factory=list)
     unset: list[str] = field(default_factory=list)
+    shape: UnitShape = field(default_factory=UnitShape)
+
+
+_SHAPE_LISTS = {"ExecStartPre": "exec_start_pre", "ExecStop": "exec_stop", "ExecStopPost": "exec_stop_post"}
+_SHAPE_VALUES = {"Type": "type", "Restart": "restart", "KillMode": "kill_mode", "TimeoutStopSec": "timeout_stop"}
 
 
 def parse_unit_settings(text: str) -> UnitSettings:
     """Parse ``systemctl cat`` text (the unit file and its drop-ins, in order).
 
     The last non-empty ``ExecStart=`` wins (an empty one resets, as in drop-ins); systemd's
-    prefixes ``-@:+!`` are dropped. ``Environment=`` assignments are split with shell-like
+    prefixes ``-@:+!`` go to ``exec_prefix``. ``Environment=`` assignments are split with shell-like
     quoting, as systemd does; an empty ``Environment=`` (or ``EnvironmentFile=``,
     ``UnsetEnvironment=``) resets that list. Raises :class:`UnitError` on a command line with
     unbalanced quotes.
@@ -127,9 +192,9 @@ def parse_unit_settings(text: str) -> UnitSettings:
         if key == "ExecStart":
             value = value.strip()
             if not value:
-                st.exec_start = []
+                st.exec_start, st.exec_prefix = [], ""
                 continue
-            value = value.lstrip("-@:+!")
+            st.exec_prefix, value = split_exec_prefix(value)
             try:
                 st.exec_start = shlex.split(value)
             except ValueError as exc:
@@ -146,6 +211,16 @@ def parse_unit_settings(text: str) -> UnitSettings:
                 if "=" in p:
                     k, v = p.split("=", 1)
                     st.environment[k] = v
+        elif key in _SHAPE_LISTS:
+            cmds = getattr(st.shape, _SHAPE_LISTS[key])
+            if not value.strip():
+                cmds.clear()
+            else:
+                cmds.append(value.strip())
+        elif key in _SHAPE_VALUES:
+            setattr(st.shape, _SHAPE_VALUES[key], value.strip() or getattr(UnitShape(), _SHAPE_VALUES[key]))
+        elif key == "TimeoutSec":  # sets the stop timeout too (the last assignment wins)
+            st.shape.timeout_stop = value.strip()
         elif key == "EnvironmentFile":
             file_values.append(value)
         elif key == "UnsetEnvironment":
@@ -166,9 +241,13 @@ def parse_show_exec_start(value: str) -> list[str]:
     if not m:
         return []
     try:
-        return shlex.split(m.group(1))
+        argv = shlex.split(m.group(1))
     except ValueError:
-        return m.group(1).split()
+        argv = m.group(1).split()
+    path = re.search(r"path=(\S+) ;", value)
+    if path and argv and path.group(1) != argv[0]:  # the '@' prefix: argv[0] is not the program
+        argv = [path.group(1), *argv[1:]]
+    return argv
 
 
 def parse_server_args(exec_start: list[str], launch_args: list[str] | None = None) -> ServerArgs | None:
@@ -259,7 +338,89 @@ def environment_differences(computed: dict[str, str], running: dict[str, str] | 
     return out
 
 
-def gather_unit(connection, unit: str) -> UnitFacts:
+def container_hook():
+    """The reader of container runs (``docker run``/``podman run`` in ExecStart) that
+    :func:`remote.sglang.launcher.resolve` hands such a command to: ``parse_container_run(argv)
+    -> (inner argv, container facts) | None`` of this package's ``container`` module, or None
+    while orch has none (a container unit is then refused at "Read the unit")."""
+    try:
+        from . import container  # noqa: PLC0415 (optional until container units land)
+    except ImportError:
+        return None
+    return getattr(container, "parse_container_run", None)
+
+
+def _script_path(connection, launch: Launch, environment: dict[str, str]) -> str | None:
+    """Where the console script ``launch.script`` is on the host: itself when absolute, else the
+    first of ``launch.script_dirs`` then ``$PATH`` (the unit's, else systemd's search path) that
+    has it; None when none has it."""
+    name = launch.script or ""
+    if name.startswith("/"):
+        return name
+    path = environment.get("PATH") or "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    for folder in [*launch.script_dirs, *path.split(":")]:
+        if folder.startswith("/"):
+            candidate = folder.rstrip("/") + "/" + name
+            res = connection.run(["test", "-x", candidate], check=False, timeout=30)
+            if res.ok:
+                return candidate
+    return None
+
+
+def resolve_launch(connection, unit: str, exec_start: list[str], prefix: str, workdir: str,
+                   environment: dict[str, str]) -> Launch:
+    """How ``exec_start`` starts SGLang (:func:`remote.sglang.launcher.resolve`), completed on the
+    host: a console script's interpreter from its shebang (the script must be SGLang's own), and
+    ``uv run``'s environment Python must exist. Raises :class:`UnitError` naming the unit, the
+    ExecStart and the forms orch knows when it is no form orch knows."""
+    try:
+        launch = resolve(exec_start, prefixes=prefix,
+                         workdir=workdir, environment=environment, container=container_hook())
+    except LaunchError as exc:
+        raise UnitError(f"unit {unit} is not an SGLang server: {refusal(exec_start, str(exc))}") from None
+    if launch.entry == ENTRY_SERVE and launch.interpreter is None:
+        path = _script_path(connection, launch, launch.environment(environment))
+        text = read_host_file(connection, path, "console script") if path else None
+        if text is None:
+            raise UnitError(f"unit {unit}: its ExecStart runs {launch.script!r}, which is not on the host "
+                            f"(looked in {', '.join(launch.script_dirs) or 'PATH'})")
+        interpreter = shebang_interpreter(text)
+        if interpreter is None or not is_sglang_script(text):
+            raise UnitError(f"unit {unit}: {path} is not SGLang's console script (no Python shebang running "
+                            "sglang.cli.main:main)")
+        launch.script, launch.interpreter = path, interpreter
+    if launch.venv_python:
+        if not connection.run(["test", "-x", launch.venv_python], check=False, timeout=30).ok:
+            raise UnitError(f"unit {unit}: uv run's project environment has no {launch.venv_python} (orch reads "
+                            "the environment of --project/--directory, else of WorkingDirectory=)")
+    return launch
+
+
+def server_args_of(launch: Launch, exec_start: list[str], args: list[str]) -> ServerArgs:
+    """The :class:`ServerArgs` of ``launch`` with the arguments ``args`` (its ``server_argv`` with
+    the ``--config`` file merged), by SGLang's flag rules; :class:`UnitError` for a flag SGLang
+    would refuse."""
+    try:
+        sa = server_args.parse_launch_args(args)
+    except ServerArgsError as exc:
+        raise UnitError(str(exc)) from None
+    sa.interpreter, sa.argv = launch.interpreter or "", list(exec_start)
+    return sa
+
+
+def scope_of(variables) -> str:
+    """``system`` or ``user``: whose systemd runs the unit, from the host's variables
+    (``orch_systemd_scope``)."""
+    return "user" if variables.get("orch_systemd_scope") == "user" else "system"
+
+
+def systemctl(scope: str, *args: str) -> list[str]:
+    """``systemctl ARGS`` for the unit's manager: ``scope`` ``system`` (the system manager) or
+    ``user`` (the login user's own: ``systemctl --user``, run without sudo)."""
+    return ["systemctl", "--user", *args] if scope == "user" else ["systemctl", *args]
+
+
+def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
     """Query ``unit`` on a host through ``connection`` (read-only).
 
     Reads the unit's EnvironmentFile= files and its SGLang ``--config`` file on the host (see the
@@ -270,12 +431,12 @@ def gather_unit(connection, unit: str) -> UnitFacts:
     """
     if not re.fullmatch(r"[A-Za-z0-9:_.@][A-Za-z0-9:_.@\\-]*", unit or ""):
         raise UnitError(f"invalid unit name {unit!r}")
-    show = connection.run(["systemctl", "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
+    show = connection.run(systemctl(scope, "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
                           "-p", "MainPID", "-p", "ControlGroup", "-p", "Environment", "-p", "ExecStart",
-                          "-p", "EnvironmentFiles", "-p", "WorkingDirectory"],
+                          "-p", "EnvironmentFiles", "-p", "WorkingDirectory"),
                          check=False)
     props = parse_show(show.stdout)
-    cat = connection.run(["systemctl", "cat", unit], check=False)
+    cat = connection.run(systemctl(scope, "cat", unit), check=False)
     if props.get("LoadState") in ("not-found", "") and not cat.ok:
         raise UnitError(f"unit {unit} not found")
     if not cat.ok and not props.get("ExecStart"):
@@ -301,30 +462,31 @@ def gather_unit(connection, unit: str) -> UnitFacts:
         refs = parse_show_env_files(show.stdout)
     file_envs, env_report = read_env_files(connection, refs)
     env = effective_environment(env, file_envs, settings.unset)
-    exec_start = expand_exec_argv(exec_start, env)
+    if ":" not in settings.exec_prefix:  # ':' turns off systemd's variable expansion
+        exec_start = expand_exec_argv(exec_start, env)
     try:
         main_pid = int(props.get("MainPID") or 0)
     except ValueError:
         main_pid = 0
     workdir = props.get("WorkingDirectory", "")
+    launch = resolve_launch(connection, unit, exec_start, settings.exec_prefix, workdir, env)
     facts = UnitFacts(unit=unit, load_state=props.get("LoadState", "loaded"),
                       active_state=props.get("ActiveState", "unknown"), sub_state=props.get("SubState", ""),
                       main_pid=main_pid, control_group=props.get("ControlGroup", ""),
-                      environment={k: env[k] for k in env}, exec_start=exec_start, env_files=env_report,
-                      working_directory=workdir)
-    launch = split_launch(exec_start)
-    if launch is None:
-        raise UnitError(f"unit {unit} is not an SGLang server: its ExecStart does not run "
-                        f"'python -m sglang.launch_server' ({shlex.join(exec_start)[:200]})")
-    args, cfg = launch[1], None
+                      environment=launch.environment(env), exec_start=exec_start, env_files=env_report,
+                      working_directory=workdir, exec_prefix=settings.exec_prefix, launch=launch,
+                      shape=settings.shape)
+    facts.shape.scope = scope
+    args, cfg = launch.server_argv, None
+    cwd = launch.cwd or workdir
     try:
         cfg = config_path(args)
         if cfg is not None:
             if not cfg.startswith("/"):
-                if not workdir.startswith("/"):
+                if not cwd.startswith("/"):
                     raise UnitError(f"unit {unit}: --config {cfg} is relative and the unit has no "
                                     "absolute WorkingDirectory= to resolve it against")
-                cfg = workdir.rstrip("/") + "/" + cfg
+                cfg = cwd.rstrip("/") + "/" + cfg
             text = read_host_file(connection, cfg, "SGLang --config file")
             if text is None:
                 raise UnitError(f"unit {unit}: SGLang --config file {cfg} does not exist (SGLang would "
@@ -332,7 +494,7 @@ def gather_unit(connection, unit: str) -> UnitFacts:
             args = merge_config(args, text, cfg, store_true=BOOL_FLAGS)
     except ConfigFileError as exc:
         raise UnitError(f"unit {unit}: {exc}") from None
-    facts.server = parse_server_args(exec_start, args)
+    facts.server = server_args_of(launch, exec_start, args)
     facts.server.config_file = cfg
     if facts.active_state == "active":
         diff = environment_differences(facts.environment, running_environment(connection, main_pid))
@@ -342,6 +504,6 @@ def gather_unit(connection, unit: str) -> UnitFacts:
     return facts
 
 
-def is_active(connection, unit: str) -> str:
+def is_active(connection, unit: str, scope: str = "system") -> str:
     """``systemctl is-active UNIT`` output (``active``, ``inactive``, ``failed``, ...)."""
-    return connection.run(["systemctl", "is-active", unit], check=False).stdout.strip() or "unknown"
+    return connection.run(systemctl(scope, "is-active", unit), check=False).stdout.strip() or "unknown"

@@ -336,6 +336,10 @@ _SPECS: list[VarSpec] = [
     # --- orch ---
     VarSpec("orch_service", "str", "a systemd unit name", "sglang.service",
             "systemd unit of the SGLang server."),
+    _choice_var("orch_systemd_scope", ("system", "user"), "system",
+                "Whose systemd runs the unit: ``system`` (``systemctl``, through sudo) or ``user`` (the "
+                "login user's own manager: ``systemctl --user``, without sudo; keep it running with "
+                "``loginctl enable-linger USER``)."),
     VarSpec("orch_sglang_url", "url", "an http(s) URL", None,
             "Base URL of the server as the controller reaches it; readiness is then polled from the "
             "controller (default: unset, the server is asked on its host where its --host/--port say).", _url),

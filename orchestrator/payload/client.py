@@ -45,13 +45,17 @@ class PayloadClient:
     """Runs ``python -m remote <command>`` on a host with the unit's interpreter.
 
     ``root`` is the unpacked payload folder (``<state_dir>/payload/<sha12>``);
-    ``env`` extra environment (``TRITON_INTERPRET=1`` on test beds).
+    ``env`` extra environment (``TRITON_INTERPRET=1`` on test beds); ``wrapper``: the unit's
+    launch wrappers (``numactl ...``, ``conda run ...``: ``Launch.wrapper`` of
+    :mod:`remote.sglang.launcher`), put before the interpreter so the payload runs as the server
+    runs (after ``timeout``, whose command line keeps the run's tag).
     ``call``'s timeout is cut to what is left of the running task's ``timeout:``.
     """
 
     def __init__(self, connection, interpreter: str, root: str, state_dir: str, env: dict[str, str] | None = None,
-                 cancel: threading.Event | None = None):
+                 cancel: threading.Event | None = None, wrapper: list[str] | None = None):
         self.connection = connection
+        self.wrapper = list(wrapper or [])
         self.cancel = cancel
         #: prefix of the ORCH_TAG of this run's long commands (see :func:`stop_payload`)
         self.run_tag = "orch"
@@ -74,7 +78,7 @@ class PayloadClient:
         env += [f"{k}={v}" for k, v in sorted(extra.items())]
         if tag:
             env.append(f"ORCH_TAG={tag}")
-        argv = ["env", *env, self.interpreter, "-m", "remote", command, *[str(a) for a in args]]
+        argv = [*self.wrapper, "env", *env, self.interpreter, "-m", "remote", command, *[str(a) for a in args]]
         if timeout:
             # a dropped SSH channel does not stop a remote command: bound it on the host too
             argv = ["timeout", "--kill-after=30", str(int(timeout)), *argv]
@@ -182,8 +186,8 @@ def stop_tagged(t, run_id: str, wait: float = 30) -> str | None:
     """Stop run ``run_id``'s tagged payload commands (tune, bench) still running on the host.
 
     SIGTERM to the tagged ``timeout`` wrappers (they forward it to the payload's Python, whose
-    own command line carries no tag); after ``wait`` s, SIGKILL to their children and then to
-    them (SIGKILL is not forwarded). Returns ``None`` when none ran, else ``"SIGTERM"`` or
+    own command line carries no tag); after ``wait`` s, SIGKILL to their process groups (the
+    payload, its wrappers' processes) and then to them (SIGKILL is not forwarded). Returns ``None`` when none ran, else ``"SIGTERM"`` or
     ``"SIGKILL"`` (what ended them). Raises ValueError as :func:`tag_pattern`.
     """
     pattern = tag_pattern(run_id)
@@ -197,6 +201,8 @@ def stop_tagged(t, run_id: str, wait: float = 30) -> str | None:
     pids = [p for p in t.run(["pgrep", "-f", pattern], check=False, become=True, timeout=30).stdout.split()
             if p.isdigit()]
     if pids:
-        t.run(["pkill", "-KILL", "-P", ",".join(pids)], check=False, become=True, timeout=30)
+        # the whole process group of each `timeout` (it makes its own, coreutils timeout(1)): its
+        # child and that one's children (a `conda run` wrapper runs the payload as its child)
+        t.run(["pkill", "-KILL", "-g", ",".join(pids)], check=False, become=True, timeout=30)
     t.run(["pkill", "-KILL", "-f", pattern], check=False, become=True, timeout=30)
     return "SIGKILL"

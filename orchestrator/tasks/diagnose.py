@@ -41,7 +41,7 @@ from ..facts.journal import last_start, start_failure, unit_log
 from ..facts.probe import ProbeFacts
 from ..facts.processes import unit_pids
 from ..facts.schema import from_dict
-from ..facts.unit import UnitFacts
+from ..facts.unit import ServerArgs, UnitFacts, scope_of
 from ..host.autotune import autotune_state
 from ..host.devices import unit_gpu_devices
 from ..host.records import records
@@ -261,7 +261,7 @@ def gather(ctx, unit: str) -> DoctorFacts:
     facts = ctx.facts.unit or from_dict(UnitFacts, {})
     probe = ctx.facts.probe or ProbeFacts.from_dict({})
     main_pid = int(facts.main_pid or 0)
-    text = last_start(unit_log(ctx.connection, unit))
+    text = last_start(unit_log(ctx.connection, unit, scope=scope_of(ctx.vars)))
     loads = {role: probe.existing_file(role).sglang_would_load for role in ("up", "down")}
     errors = {role: config_problem(ctx.connection, path) if path else None for role, path in loads.items()}
     f = DoctorFacts(unit=facts, probe=probe, log=parse_moe_log(text) if text is not None else None,

@@ -29,7 +29,9 @@ def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -
     """Upload, verify and unpack the payload; later tasks call it through ``ctx.payload``.
 
     ``interpreter``: the Python that runs it (default ``ansible_python_interpreter``, else the
-    unit's own Python from ``unit_facts``, else ``/usr/bin/python3``); ``state_dir``: the host's
+    unit's own Python from ``unit_facts``, else ``/usr/bin/python3``), run under the unit's launch
+    wrappers (``numactl``, ``taskset``, ``nice``, ``stdbuf``, ``conda run``, ``env``: the
+    unit's ``Launch.wrapper``); ``state_dir``: the host's
     orch folder (default ``orch_state_dir``). In check mode it works in a private temp folder that
     is removed when the host's play ends, and reports ``ok`` (nothing of the host changed).
     Changed when the payload was not yet on the host (or was tampered with and pushed again).
@@ -52,7 +54,9 @@ def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -
 
     root, pushed = deploy(conn, bundle, base, state_dir, check=ctx.check, on_tampered=tampered)
     env = {"TRITON_INTERPRET": "1"} if var(ctx.vars, "orch_triton_interpret") else {}
-    client = PayloadClient(conn, interpreter, root, state_dir, env, cancel=ctx.options.cancel)
+    unit = ctx.facts.unit
+    wrapper = unit.launch.wrapper if unit is not None and unit.launch is not None else []
+    client = PayloadClient(conn, interpreter, root, state_dir, env, cancel=ctx.options.cancel, wrapper=wrapper)
     client.run_tag = ctx.options.run_id
     ver = client.call("version", timeout=120)
     if ver.get("payload_version") != bundle.version or ver.get("proto") != PROTO:

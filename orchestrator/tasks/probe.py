@@ -23,7 +23,7 @@ from ..facts.journal import last_start, unit_log
 from ..facts.plan import Plan
 from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
-from ..facts.unit import ServerArgs
+from ..facts.unit import ServerArgs, scope_of
 from ..host.autotune import cache_root as autotune_cache_root
 from ..host.endpoint import find_endpoint
 from ..payload.model_args import model_flags, payload_env
@@ -163,7 +163,7 @@ def plan(ctx, name: str) -> TaskResult:
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
-    text = last_start(unit_log(ctx.connection, name))
+    text = last_start(unit_log(ctx.connection, name, scope=scope_of(ctx.vars)))
     rep = parse_moe_log(text) if text is not None else None
     runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
                         a2a_backend=server.moe_a2a_backend, log=rep, **probe_inputs(probe_data.to_dict()))

@@ -18,7 +18,7 @@ from remote.sglang.moe_log import parse_moe_log, role_of, verify_loaded
 from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..engine.task import task
 from ..facts.journal import text_since, unit_log
-from ..facts.unit import is_active
+from ..facts.unit import is_active, scope_of
 from ..host.endpoint import ask, endpoint_of
 
 POLL_S = 1.0
@@ -26,7 +26,7 @@ POLL_S = 1.0
 
 def log_since_mark(ctx, unit: str) -> str:
     """Unit log lines written since the last start this run made (``ctx.run.log_mark``)."""
-    return text_since(ctx.run.log_mark, unit_log(ctx.connection, unit))
+    return text_since(ctx.run.log_mark, unit_log(ctx.connection, unit, scope=scope_of(ctx.vars)))
 
 
 @task("wait_ready", aliases={"unit": "name", "service": "name"})
@@ -43,7 +43,7 @@ def wait_ready(ctx, name: str, timeout: float, generate_check: bool = True) -> T
     stage = "liveness"
     last = ""
     while True:
-        state = is_active(ctx.connection, unit)
+        state = is_active(ctx.connection, unit, scope_of(ctx.vars))
         if state in ("failed", "inactive"):
             tail = log_since_mark(ctx, unit).strip().splitlines()[-8:]
             raise TaskFailed(f"{unit} became {state} while waiting for readiness; log tail:\n" + "\n".join(tail),

@@ -7,13 +7,19 @@ scanned (:func:`orchestrator.host.devices.unit_gpu_devices`). Default protected
 set: ``nvidia-persistenced``, ``nv-hostengine``, ``dcgm-exporter``, ``dcgmi``, ``Xorg``
 (SIGKILL of dcgm-exporter froze GPUs, dcgm-exporter #84), plus
 ``orch_protected_processes`` (it adds to the built-in set; it never removes from it).
+
+With ``KillMode=process`` or ``none`` the stop leaves the server's children running in the unit's
+cgroup: they hold the unit's GPUs and are reaped here (the unit's cgroup, or no service's);
+another service's processes never are. After the reap the unit must still be down
+(:func:`held_stopped`).
 """
 
 from __future__ import annotations
 
-from ..engine.results import TaskResult
+from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
 from ..host.devices import unit_gpu_devices
+from ..facts.unit import is_active, scope_of
 from ..inventory import BUILTIN_PROTECTED_PROCESSES
 
 
@@ -53,7 +59,22 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
     if spared:
         msg += "\nother units' processes left alone: " + ", ".join(spared)
     msg += f"\n[{why}]"
+    if unit and ctx.run.stopped_by_orch and not ctx.check:
+        held_stopped(ctx, unit)
     return TaskResult("changed" if killed and not ctx.check else "ok", msg, data)
+
+
+def held_stopped(ctx, unit: str) -> None:
+    """The unit orch stopped is still down after the reap. ``systemctl stop`` is an explicit stop:
+    ``Restart=always``/``on-failure`` never restart it (systemd.service(5)), and the reap ends
+    leftovers only once the unit is inactive, so no exit it causes counts as a crash of the unit.
+    Something else can start it (a unit that ``Requires=`` it, a timer, the operator): then the
+    tuner would share the GPUs with the server. Raises :class:`TaskFailed` naming the state."""
+    state = is_active(ctx.connection, unit, scope_of(ctx.vars))
+    if state in ("active", "activating", "reloading"):
+        raise TaskFailed(f"{unit} is {state} again while orch holds it stopped for the tune (it was started by "
+                         "something other than orch: a unit that Requires= or Wants= it, a timer, the operator; "
+                         "systemd's Restart= does not restart a unit stopped with systemctl stop)")
 
 
 def reap_message(killed: list[dict], protected: list[dict]) -> str:

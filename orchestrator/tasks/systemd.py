@@ -12,10 +12,11 @@ from typing import Literal
 
 from remote.sglang.server_args import split_launch
 
+from ..connection import CommandTimeout
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import unit_log
-from ..facts.unit import UnitError, gather_unit, is_active
+from ..facts.unit import UnitError, gather_unit, is_active, scope_of, systemctl
 from ..payload.client import PayloadFailed
 
 POLL_S = 0.5
@@ -27,11 +28,13 @@ def unit_facts(ctx, name: str) -> TaskResult:
     """Read the unit: its state, main PID, environment (``Environment=`` overridden by its
     ``EnvironmentFile=`` files, as systemd does) and the parsed ``sglang.launch_server`` command
     line (variables expanded, a ``--config`` YAML merged as SGLang merges it) (``orch_unit``), and
-    the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter`` overrides it).
+    the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter`` overrides it),
+    with how ExecStart starts it (``python -m sglang.launch_server``, ``sglang serve``, wrappers:
+    :mod:`remote.sglang.launcher`; an unknown form fails naming the forms orch knows).
     Fails naming the unit (and the file) when it is missing, not an SGLang server, or its start
     depends on a file systemd or SGLang would refuse."""
     try:
-        facts = gather_unit(ctx.connection, name)
+        facts = gather_unit(ctx.connection, name, scope=scope_of(ctx.vars))
     except UnitError as exc:
         raise TaskFailed(str(exc)) from None
     ctx.run.unit = name
@@ -40,11 +43,15 @@ def unit_facts(ctx, name: str) -> TaskResult:
     interpreter = ctx.vars.get("ansible_python_interpreter") or s.interpreter
     msg = (f"{name}: {facts.active_state}, model {s.model_path}, tp {s.tp}, ep {s.ep}, "
            f"host {s.host}, port {s.port}, moe backend {s.moe_runner_backend}")
+    if facts.launch is not None and facts.launch.forms != ["python -m sglang.launch_server"]:
+        msg += f"; started by {' > '.join(facts.launch.forms)} (Python {interpreter})"
     read = [f["path"] for f in facts.env_files if f["read"]]
     if read:
         msg += f"; environment files {', '.join(read)}"
     if s.config_file:
         msg += f"; flags from --config {s.config_file}"
+    if facts.shape.describe():
+        msg += f"; {facts.shape.describe()}"
     for w in facts.warnings:
         ctx.emit("unit_warning", warning=w)
         msg += f"; WARNING: {w}"
@@ -53,14 +60,15 @@ def unit_facts(ctx, name: str) -> TaskResult:
 
 def _wait_state(ctx, unit: str, wanted: set[str], timeout: float, fail_on: set[str]) -> str:
     deadline = ctx.deadline(timeout)
-    state = is_active(ctx.connection, unit)
+    scope = scope_of(ctx.vars)
+    state = is_active(ctx.connection, unit, scope)
     while state not in wanted:
         if state in fail_on:
             return state
         if time.monotonic() > deadline:
             raise TaskFailed(f"{unit} still {state} after {timeout:.0f} s (wanted {'/'.join(sorted(wanted))})")
         time.sleep(POLL_S)
-        state = is_active(ctx.connection, unit)
+        state = is_active(ctx.connection, unit, scope)
     return state
 
 
@@ -76,10 +84,11 @@ def free_port(ctx, unit: str) -> list[dict]:
     if ctx.payload is None or facts is None or facts.server is None or not facts.server.port:
         return []
     port = facts.server.port
-    found = split_launch(facts.exec_start)
     args = ["--port", str(int(port)), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
-    if found is not None:
-        args += ["--owner-args", json.dumps(found[1])]
+    if facts.launch is not None:
+        args += ["--owner-args", json.dumps(facts.launch.entry_args)]
+    elif split_launch(facts.exec_start) is not None:  # facts made without the launch (tests, records)
+        args += ["--owner-args", json.dumps(split_launch(facts.exec_start)[1])]
     try:
         data = ctx.payload.call("port", args, timeout=120)
     except PayloadFailed as exc:
@@ -103,7 +112,34 @@ def free_port(ctx, unit: str) -> list[dict]:
 def mark_log(ctx, unit: str) -> None:
     """Remember the unit log as it is now (``ctx.run.log_mark``), so that only the lines of the
     next start are read afterwards (:func:`orchestrator.facts.journal.text_since`)."""
-    ctx.run.log_mark = unit_log(ctx.connection, unit)
+    ctx.run.log_mark = unit_log(ctx.connection, unit, scope=scope_of(ctx.vars))
+
+
+#: seconds to wait for the unit's end after ``systemctl kill --signal=SIGKILL``
+KILL_WAIT_S = 30
+
+
+def _stop_with_own_deadline(ctx, unit: str, timeout: float, scope: str) -> None:
+    """Stop a unit whose ``TimeoutStopSec=infinity`` makes systemd wait for ever: ask for the stop
+    without waiting on it (``--no-block``), wait ``timeout`` s (``orch_stop_timeout``), then end
+    the unit's own processes through systemd (``systemctl kill --signal=SIGKILL``: its cgroup,
+    never a host PID of orch's choosing) and wait :data:`KILL_WAIT_S` s more. Raises
+    :class:`TaskFailed` when it is still not down."""
+    root = scope != "user"
+    try:
+        ctx.connection.run(systemctl(scope, "stop", "--no-block", unit), become=root, timeout=60)
+    except CommandTimeout:  # a manager that waits despite --no-block: the stop is asked for all the same
+        pass
+    try:
+        _wait_state(ctx, unit, {"inactive", "failed"}, timeout, set())
+        return
+    except TaskFailed:
+        pass
+    ctx.emit("service_stop_killed", unit=unit, after_s=timeout)
+    ctx.say(f"{unit} did not stop within {timeout:.0f} s (TimeoutStopSec=infinity): ending its processes "
+            "with systemctl kill --signal=SIGKILL")
+    ctx.connection.run(systemctl(scope, "kill", "--signal=SIGKILL", unit), become=root, timeout=60, check=False)
+    _wait_state(ctx, unit, {"inactive", "failed"}, KILL_WAIT_S, set())
 
 
 @task("service", aliases={"unit": "name", "service": "name"})
@@ -119,27 +155,33 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     """
     conn = ctx.connection
     unit = name
+    scope = scope_of(ctx.vars)
+    root = scope != "user"  # a user's own manager is asked as that user, never through sudo
     if state == "stopped":
-        current = is_active(conn, unit)
+        current = is_active(conn, unit, scope)
         if current in ("inactive", "failed", "unknown"):
             return TaskResult.ok(f"{unit} already {current}")
         ctx.run.stopped_by_orch = True
-        conn.run(["systemctl", "stop", unit], become=True, timeout=timeout + 30)
-        _wait_state(ctx, unit, {"inactive", "failed"}, timeout, set())
+        shape = ctx.facts.unit.shape if ctx.facts.unit is not None else None
+        if shape is not None and shape.stop_waits_forever:
+            _stop_with_own_deadline(ctx, unit, timeout, scope)
+        else:
+            conn.run(systemctl(scope, "stop", unit), become=root, timeout=timeout + 30)
+            _wait_state(ctx, unit, {"inactive", "failed"}, timeout, set())
         ctx.emit("service_stopped", unit=unit)
         return TaskResult.changed(f"{unit} stopped")
     touched = ctx.run.stopped_by_orch or ctx.run.started_by_orch
     if only_if_stopped_by_orch and (not touched or ctx.options.leave_stopped):
         return TaskResult.skipped("unit was not stopped by this run" if not ctx.options.leave_stopped
                                   else "--leave-stopped")
-    current = is_active(conn, unit)
+    current = is_active(conn, unit, scope)
     if state == "started" and current == "active":
         return TaskResult.ok(f"{unit} already active")
     if current != "active":
         free_port(ctx, unit)
     mark_log(ctx, unit)
     verb = "restart" if state == "restarted" else "start"
-    res = conn.run(["systemctl", verb, unit], become=True, timeout=timeout + 30, check=False)
+    res = conn.run(systemctl(scope, verb, unit), become=root, timeout=timeout + 30, check=False)
     got = _wait_state(ctx, unit, {"active"}, timeout, {"failed"})
     if not res.ok or got != "active":
         raise TaskFailed(f"{unit} did not start ({got}): {(res.stderr or res.stdout).strip()[-300:]}")

@@ -14,8 +14,8 @@ How:
    ``/proc/*/fd`` for ``socket:[INODE]``.
 2. A holder belongs to the unit when its cgroup (``/proc/PID/cgroup``) is the unit's (a path
    whose last component is ``--unit``), or when its command line runs
-   ``-m sglang.launch_server`` with exactly the unit's launch arguments (``--owner-args``, a
-   JSON list: a fork of the server keeps its command line). Anything else is foreign.
+   ``-m sglang.launch_server`` (or ``sglang serve``) with exactly the unit's launch arguments
+   (``--owner-args``, a JSON list: a fork of the server keeps its command line). Anything else is foreign.
 3. With ``--free``: when a foreign process holds the port, nothing is signalled and
    ``PayloadError('runtime')`` names every holder (PID and command line); otherwise the unit's
    holders get SIGTERM, then SIGKILL after ``--term-timeout`` (only while each PID is still the
@@ -36,6 +36,7 @@ import os
 import signal
 
 from ..protocol import PayloadError, log
+from ..sglang.launcher import ENTRY_MODULE, ENTRY_SERVE, is_entry_process
 from .procs import _wait_gone, ancestors, cmdline, proc_stat, signal_if_same
 
 LISTEN = "0A"
@@ -46,7 +47,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--unit", default=None, help="the unit's name (NAME.service): its cgroup")
     parser.add_argument("--owner-args", default=None,
-                        help="JSON list: the unit's arguments after -m sglang.launch_server")
+                        help="JSON list: the unit's arguments after -m sglang.launch_server or sglang serve")
     parser.add_argument("--free", action="store_true", help="end the unit's own holders")
     parser.add_argument("--term-timeout", type=float, default=10.0)
     parser.add_argument("--kill-timeout", type=float, default=10.0)
@@ -73,16 +74,16 @@ def is_unit_process(argv: list[str], cgroup_text: str, unit: str | None, owner_a
     """Why a process belongs to the unit (``"cgroup"``, ``"command line"``), or None. Pure.
 
     ``cgroup_text``: its ``/proc/PID/cgroup``; ``unit``: ``NAME.service``; ``owner_args``: the
-    unit's arguments after ``-m sglang.launch_server``."""
+    unit's arguments after its entry point (``-m sglang.launch_server`` or the console script's
+    ``sglang serve``: :func:`remote.sglang.launcher.is_entry_process`)."""
     if unit:
         for line in cgroup_text.splitlines():
             path = line.split(":", 2)[-1].strip()
             if path.rstrip("/").rsplit("/", 1)[-1] == unit:
                 return "cgroup"
-    if owner_args is not None:
-        for i in range(1, len(argv)):
-            if argv[i] == "sglang.launch_server" and argv[i - 1] == "-m" and argv[i + 1:] == owner_args:
-                return "command line"
+    if owner_args is not None and any(is_entry_process(argv, entry, owner_args)
+                                      for entry in (ENTRY_MODULE, ENTRY_SERVE)):
+        return "command line"
     return None
 
 

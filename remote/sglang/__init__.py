@@ -19,6 +19,9 @@ wheels (docs/sglang-releases.md):
   runner it chose, its config lookups;
 - :mod:`remote.sglang.server_args`: the server flags orch reads, their spellings and defaults per
   release, ``ServerArgs`` and the launch command parser;
+- :mod:`remote.sglang.launcher`: how a unit's ``ExecStart=`` starts SGLang (``python -m
+  sglang.launch_server``, ``sglang serve``, ``uv run``, ``conda run``, ``numactl`` and the other
+  wrappers, systemd's prefixes): the interpreter, wrapper prefix, entry point and arguments;
 - :mod:`remote.sglang.server_config`: the ``--config FILE.yaml`` merge rule (on parsed data);
 - :mod:`remote.sglang.runner`: which MoE runner a server uses and whether it reads the Triton
   config files, with SGLang's reason (``orch tune``'s plan and ``orch doctor`` both ask it);

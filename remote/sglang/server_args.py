@@ -9,19 +9,19 @@ prefix: ``--tp`` is ``--tp-size``), its type and its default per release.
 ``tests/unit/remote/sglang/test_server_args_oracle.py`` reads those files of every covered
 release with :mod:`ast` and holds the table against them.
 
-:func:`split_launch` finds ``<python> -m sglang.launch_server ARGS`` in a unit's ``ExecStart``;
+:func:`split_launch` finds the launch command in a unit's ``ExecStart`` (the forms of
+:mod:`remote.sglang.launcher`: ``python -m sglang.launch_server``, ``sglang serve``, wrappers);
 :func:`parse_server_args` reads the flags of :data:`FLAGS` from its arguments into a
 :class:`ServerArgs`. Standard library only.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import internal_error
+from .launcher import LaunchError, resolve
 
 
 @internal_error("caught by orchestrator.facts.unit, which raises UnitError naming the unit")
@@ -131,36 +131,15 @@ class ServerArgs:
     launch_args: list[str] = field(default_factory=list)
 
 
-def _unwrap_shell(argv: list[str]) -> list[str]:
-    """``bash -c 'exec python -m sglang.launch_server ...'`` -> the inner argv."""
-    if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in ("sh", "bash", "dash") and argv[1] in ("-c", "-lc"):
-        try:
-            inner = shlex.split(argv[2])
-        except ValueError:
-            return argv
-        while inner and (inner[0] == "exec" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", inner[0])):
-            inner = inner[1:]
-        return inner
-    if argv and argv[0].rsplit("/", 1)[-1] == "env":
-        rest = argv[1:]
-        while rest and (rest[0].startswith("-") or "=" in rest[0]):
-            rest = rest[1:]
-        return rest
-    return argv
-
-
 def split_launch(exec_start: list[str]) -> tuple[str, list[str]] | None:
-    """``(interpreter, launch args)`` of ``<python> -m sglang.launch_server ARGS`` in
-    ``exec_start`` (through ``bash -c '...'`` and ``env VAR=x ...`` wrappers), or None when the
-    command is not an SGLang server."""
-    argv = _unwrap_shell(list(exec_start))
+    """``(interpreter, the arguments SGLang's parser receives)`` of a launch command in
+    ``exec_start`` (every form of :mod:`remote.sglang.launcher`; a console script's interpreter
+    is its path until the host's shebang is read), or None when the command is not one."""
     try:
-        i = argv.index("sglang.launch_server")
-    except ValueError:
+        launch = resolve(list(exec_start))
+    except LaunchError:
         return None
-    if i < 2 or argv[i - 1] != "-m":
-        return None
-    return argv[0], argv[i + 1:]
+    return launch.interpreter or launch.script or "", launch.server_argv
 
 
 def _refuse_underscores(args: list[str]) -> None:
@@ -174,10 +153,11 @@ def _refuse_underscores(args: list[str]) -> None:
 
 
 def parse_server_args(exec_start: list[str], launch_args: list[str] | None = None) -> ServerArgs | None:
-    """Find ``<python> -m sglang.launch_server ...`` in ``exec_start`` and parse its flags.
+    """Find the launch command in ``exec_start`` and parse its flags.
 
-    Accepts ``python -m sglang.launch_server``, ``bash -c '...'`` and ``env VAR=x python ...``
-    wrappers. Returns None when the command is not an SGLang server. Flag values come as
+    Accepts the forms of :mod:`remote.sglang.launcher` (``python -m sglang.launch_server``,
+    ``sglang serve``, ``bash -c '...'``, ``env VAR=x python ...`` and the other wrappers).
+    Returns None when the command is not an SGLang server. Flag values come as
     ``--flag value`` or ``--flag=value``; the last one wins, as in argparse. ``launch_args``
     replaces the flags of ``exec_start`` (the ``--config`` file merged in). Raises
     :class:`ServerArgsError` for a flag orch reads with no value or a bad integer, and for one
@@ -187,9 +167,16 @@ def parse_server_args(exec_start: list[str], launch_args: list[str] | None = Non
     if found is None:
         return None
     interpreter, args = found
-    if launch_args is not None:
-        args = list(launch_args)
-    sa = ServerArgs(interpreter=interpreter, argv=list(exec_start), launch_args=list(args))
+    sa = parse_launch_args(list(launch_args) if launch_args is not None else args)
+    sa.interpreter, sa.argv = interpreter, list(exec_start)
+    return sa
+
+
+def parse_launch_args(args: list[str]) -> ServerArgs:
+    """The :class:`ServerArgs` of the arguments ``args`` that SGLang's ``prepare_server_args``
+    receives (``interpreter`` and ``argv`` left empty for the caller). Raises
+    :class:`ServerArgsError` as :func:`parse_server_args`."""
+    sa = ServerArgs(interpreter="", argv=[], launch_args=list(args))
     _refuse_underscores(args)
     j = 0
     while j < len(args):

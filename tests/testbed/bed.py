@@ -181,6 +181,21 @@ FLEET_OPTION_DEFAULTS: Dict[str, Any] = {
                                 #   (one orch state folder on NFS, or hosts cloned with one data disk)
 }
 HOST_OPTION_DEFAULTS.update(FLEET_OPTION_DEFAULTS)
+# --- Launch forms and unit shapes (issue 19). Every default leaves the host as before.
+LAUNCH_OPTION_DEFAULTS: Dict[str, Any] = {
+    "exec_start": None,      # None: `<venv python> -m sglang.launch_server ARGS`; else the ExecStart= value,
+                             #   a template with {python} (the venv python), {sglang} (the tree's console
+                             #   script /opt/sglang/bin/sglang), {conda} (the conda stand-in) and {args}
+                             #   (the launch flags, quoted), e.g. "-numactl -N 0 {sglang} serve {args}"
+    "unit_lines": [],        # more [Service] lines (Type=, Restart=, KillMode=, ExecStartPre=, ...); a key
+                             #   given here replaces the bed's own line for it (Type=, Restart=, ...)
+}
+HOST_OPTION_DEFAULTS.update(LAUNCH_OPTION_DEFAULTS)
+#: the console script of each host's stand-in tree (as pip writes one: shebang, then SGLang's main)
+SGLANG_SCRIPT = "/opt/sglang/bin/sglang"
+#: the conda stand-in (tests/testbed/conda_standin.py) and its one environment, ``sglang``
+CONDA = "/opt/sglang/conda/bin/conda"
+CONDA_ENV = "/opt/sglang/conda/envs/sglang"
 #: /etc folders a host gets its own copy of when ``files`` writes into them (the machine's content
 #: first, so nothing else there disappears inside the host)
 FLEET_ETC_DIRS = ("/etc/default", "/etc/sglang")
@@ -728,6 +743,30 @@ def _cvd_value(host: Host, gpus: List[int], kind: Optional[str]) -> Optional[str
     return ",".join(host.gpu_uuid(i) if kind == "uuid" else str(i) for i in gpus)
 
 
+def _make_launchers(tree: Path) -> None:
+    """In a host's stand-in tree (``/opt/sglang``): the ``sglang`` console script, written as pip
+    writes one (shebang naming the venv python, then ``from sglang.cli.main import main``), and
+    the conda stand-in with its environment ``sglang`` (whose ``bin/python`` runs the venv python,
+    with ``/opt/sglang`` on its path as the unit's PYTHONPATH gives it)."""
+    script = tree / "bin" / "sglang"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"#!{VENV_PYTHON}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+                      "from sglang.cli.main import main\n"
+                      "if __name__ == '__main__':\n"
+                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                      "    sys.exit(main())\n")
+    conda = tree / "conda" / "bin" / "conda"
+    conda.parent.mkdir(parents=True, exist_ok=True)
+    conda.write_text(f"#!{VENV_PYTHON}\n" + (Path(__file__).parent / "conda_standin.py").read_text())
+    env_bin = tree / "conda" / "envs" / "sglang" / "bin"
+    env_bin.mkdir(parents=True, exist_ok=True)
+    (env_bin.parent / "conda-meta").mkdir(exist_ok=True)
+    for name in ("python", "python3"):
+        (env_bin / name).write_text(f"#!/bin/sh\nexec {shlex.quote(VENV_PYTHON)} \"$@\"\n")
+    for p in (script, conda, env_bin / "python", env_bin / "python3"):
+        p.chmod(0o755)
+
+
 def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     """The unit file of the host's SGLang unit, or (``extra``: an entry of ``more_units``) of a
     further unit on the same host."""
@@ -758,11 +797,15 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
             flags += ["--host", host.address if bind == "address" else bind]
     else:
         flags = [str(a) for a in o["launch_args"]]
-    args = [VENV_PYTHON, "-m", "sglang.launch_server"] + flags
     if o["backend"] and not extra:
-        args += ["--moe-runner-backend", o["backend"]]
+        flags += ["--moe-runner-backend", o["backend"]]
     if not extra:
-        args += [str(a) for a in o["extra_args"]]
+        flags += [str(a) for a in o["extra_args"]]
+    args = [VENV_PYTHON, "-m", "sglang.launch_server"] + flags
+    exec_start = " ".join(shlex.quote(a) for a in args)
+    if o["exec_start"] and not extra:
+        exec_start = o["exec_start"].format(python=shlex.quote(VENV_PYTHON), sglang=SGLANG_SCRIPT, conda=CONDA,
+                                            args=" ".join(shlex.quote(a) for a in flags))
     lines = [
         "[Unit]",
         f"Description=SGLang server (orch test bed stand-in) on {host.name}",
@@ -773,8 +816,8 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     ]
     lines += [f'Environment="{k}={v}"' for k, v in env.items()]
     lines += [f"EnvironmentFile={f}" for f in ((extra or {}).get("env_files", []) if extra else o["env_files"])]
-    lines += [
-        "ExecStart=" + " ".join(shlex.quote(a) for a in args),
+    service = [
+        "ExecStart=" + exec_start,
         "WorkingDirectory=/root",
         "KillMode=control-group",
         # docker-systemctl-replacement keeps its state beside /run only when the caller may write
@@ -782,6 +825,14 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
         f"StatusFile=/run/{unit}.service.status",
         f"TimeoutStopSec={o['timeout_stop_s']}",
         "Restart=no",
+    ]
+    more = [] if extra else [str(x) for x in o["unit_lines"]]
+    replaced = {m.split("=", 1)[0] for m in more if m.split("=", 1)[0] in ("Type", "KillMode", "Restart",
+                                                                           "TimeoutStopSec", "WorkingDirectory")}
+    if "Type" in replaced:
+        lines = [x for x in lines if not x.startswith("Type=")]
+    lines += [x for x in service if x.split("=", 1)[0] not in replaced] + more
+    lines += [
         "",
         "[Install]",
         "WantedBy=multi-user.target",
@@ -982,6 +1033,7 @@ class TestBed:
         (hd / "var-lib-orch").chmod(0o755)
         # stand-in SGLang tree for this host
         standin_tree.make_tree(hd / "opt-sglang", o["layout"], o["sglang_release"], o["flashinfer_version"])
+        _make_launchers(hd / "opt-sglang")
         # model
         (hd / "models" / "tiny-moe").mkdir(parents=True)
         (hd / "models" / "tiny-moe" / "config.json").write_text(

@@ -4,7 +4,8 @@
 # from the project's venv: pip install -e '.[test]'.
 set -eu
 # sudo: the bed's non-root login (orchop) uses it inside the hosts (`become`)
-PKGS="openssh-server openssh-client openssh-sftp-server iproute2 util-linux psmisc lsof procps curl sudo passwd"
+# numactl: units started under `numactl --cpunodebind=0 --membind=0` (launch forms, issue 19)
+PKGS="openssh-server openssh-client openssh-sftp-server iproute2 util-linux psmisc lsof procps curl sudo passwd numactl"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

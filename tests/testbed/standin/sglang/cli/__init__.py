@@ -1,0 +1,1 @@
+"""Stand-in for ``sglang.cli`` (orch test bed): the ``sglang`` console script's commands."""
