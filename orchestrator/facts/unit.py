@@ -26,6 +26,7 @@ from remote.sglang import server_args
 from remote.sglang.server_args import BOOL_FLAGS, ServerArgs, ServerArgsError, split_launch
 
 from ..errors import OrchError
+from .container import ContainerError, ContainerRun, container_environment, detach_reason, parse_container_run
 from .sglang_config import ConfigFileError, config_path, merge_config
 from .systemd_env import (EnvFileRef, SpecifierError, effective_environment, env_file_refs, expand_exec_argv,
                           expand_specifiers, parse_env_file, parse_environ, parse_show_env_files)
@@ -50,7 +51,11 @@ class UnitFacts:
     ``environment``: what systemd gives the server (Environment= overridden by EnvironmentFile=);
     ``env_files``: ``[{"path", "optional", "read"}]`` of its EnvironmentFile= entries (``read``:
     found and read); ``exec_start``: the ExecStart words with variables expanded;
-    ``warnings``: what the caller should show (e.g. the running process has another value).
+    ``warnings``: what the caller should show (e.g. the running process has another value);
+    ``container``: the parsed ``docker run``/``podman run`` of a container unit (None: the server
+    runs on the host), whose ``command`` is the launch ``server`` was parsed from; for such a unit
+    ``environment`` is the container's (``-e``, ``--env-file``: what the server sees) and
+    ``unit_environment`` the runtime client's (systemd's).
     """
 
     unit: str
@@ -65,6 +70,8 @@ class UnitFacts:
     env_files: list[dict] = field(default_factory=list)
     working_directory: str = ""
     warnings: list[str] = field(default_factory=list)
+    container: ContainerRun | None = None
+    unit_environment: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -312,15 +319,28 @@ def gather_unit(connection, unit: str) -> UnitFacts:
                       main_pid=main_pid, control_group=props.get("ControlGroup", ""),
                       environment={k: env[k] for k in env}, exec_start=exec_start, env_files=env_report,
                       working_directory=workdir)
-    launch = split_launch(exec_start)
+    command = exec_start
+    container, container_env = _container_of(connection, unit, exec_start, env)
+    if container is not None:
+        facts.container = container
+        facts.unit_environment = facts.environment
+        facts.environment = container_env
+        command = ([container.entrypoint] if container.entrypoint else []) + container.command
+    launch = split_launch(command)
     if launch is None:
+        if container is not None:
+            raise UnitError(f"unit {unit} runs the container {container.image}, whose command is not an SGLang "
+                            f"server: it does not run 'python -m sglang.launch_server' "
+                            f"({shlex.join(command)[:200] or 'the image default command'})")
         raise UnitError(f"unit {unit} is not an SGLang server: its ExecStart does not run "
                         f"'python -m sglang.launch_server' ({shlex.join(exec_start)[:200]})")
     args, cfg = launch[1], None
     try:
         cfg = config_path(args)
         if cfg is not None:
-            if not cfg.startswith("/"):
+            if container is not None:
+                cfg = _container_file_on_host(unit, container, cfg, "SGLang --config file")
+            elif not cfg.startswith("/"):
                 if not workdir.startswith("/"):
                     raise UnitError(f"unit {unit}: --config {cfg} is relative and the unit has no "
                                     "absolute WorkingDirectory= to resolve it against")
@@ -332,14 +352,53 @@ def gather_unit(connection, unit: str) -> UnitFacts:
             args = merge_config(args, text, cfg, store_true=BOOL_FLAGS)
     except ConfigFileError as exc:
         raise UnitError(f"unit {unit}: {exc}") from None
-    facts.server = parse_server_args(exec_start, args)
+    facts.server = parse_server_args(command, args)
+    facts.server.argv = list(exec_start)
     facts.server.config_file = cfg
-    if facts.active_state == "active":
+    if facts.active_state == "active" and container is None:  # a container's main PID is the client
         diff = environment_differences(facts.environment, running_environment(connection, main_pid))
         if diff:
             facts.warnings.append("the running server was started with another environment than the unit "
                                   "now gives (a restart applies the unit's): " + "; ".join(diff))
     return facts
+
+
+def _container_file_on_host(unit: str, container: ContainerRun, path: str, what: str) -> str:
+    """The host path of the container path ``path`` (through its bind mounts); raises
+    :class:`UnitError` when no bind mount holds it (orch reads the file on the host)."""
+    workdir = dict(container.options).get("workdir") or "/"
+    full = path if path.startswith("/") else workdir.rstrip("/") + "/" + path
+    found = container.host_path(full)
+    if found is None:
+        raise UnitError(f"unit {unit}: {what} {path} is inside the container {container.image}, in no folder "
+                        "bind-mounted from the host, so orch cannot read it")
+    return found[0]
+
+
+def _container_of(connection, unit: str, exec_start: list[str],
+                  env: dict[str, str]) -> tuple[ContainerRun | None, dict[str, str]]:
+    """The parsed container run command of ``exec_start`` (None: not ``docker``/``podman``) and
+    the container's environment (:func:`.container.container_environment`, its ``--env-file``
+    files read on the host; ``env``: the unit's, which the runtime client runs with). Raises :class:`UnitError` for a
+    run command orch cannot read, one with ``-d``, and a missing env file (the runtime refuses to
+    start without it)."""
+    try:
+        container = parse_container_run(exec_start)
+    except ContainerError as exc:
+        raise UnitError(f"unit {unit}: {exc}") from None
+    if container is None:
+        return None, {}
+    why = detach_reason(container)
+    if why:
+        raise UnitError(f"unit {unit}: {why}; nothing was changed")
+    texts = []
+    for path in container.env_files:
+        text = read_host_file(connection, path, "--env-file")
+        if text is None:
+            raise UnitError(f"unit {unit}: --env-file {path} does not exist ({container.runtime} would refuse to "
+                            "start the container)")
+        texts.append(text)
+    return container, container_environment(container, env, texts)
 
 
 def is_active(connection, unit: str) -> str:

@@ -29,7 +29,10 @@ def unit_facts(ctx, name: str) -> TaskResult:
     line (variables expanded, a ``--config`` YAML merged as SGLang merges it) (``orch_unit``), and
     the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter`` overrides it).
     Fails naming the unit (and the file) when it is missing, not an SGLang server, or its start
-    depends on a file systemd or SGLang would refuse."""
+    depends on a file systemd or SGLang would refuse. A container unit (``docker run``/``podman
+    run``, :mod:`orchestrator.facts.container`) is read from its run command line; the payload's
+    host commands then run with the host's ``/usr/bin/python3`` (``orch_interpreter``), the
+    probe and the tuner with the image's (``orch_unit.server.interpreter``); ``-d`` is refused."""
     try:
         facts = gather_unit(ctx.connection, name)
     except UnitError as exc:
@@ -37,7 +40,9 @@ def unit_facts(ctx, name: str) -> TaskResult:
     ctx.run.unit = name
     ctx.run.was_active = facts.active_state == "active"
     s = facts.server
-    interpreter = ctx.vars.get("ansible_python_interpreter") or s.interpreter
+    # a container unit's server runs the image's Python; the payload's host commands need the host's
+    interpreter = ctx.vars.get("ansible_python_interpreter") or ("/usr/bin/python3" if facts.container else
+                                                                  s.interpreter)
     msg = (f"{name}: {facts.active_state}, model {s.model_path}, tp {s.tp}, ep {s.ep}, "
            f"host {s.host}, port {s.port}, moe backend {s.moe_runner_backend}")
     read = [f["path"] for f in facts.env_files if f["read"]]
@@ -45,6 +50,11 @@ def unit_facts(ctx, name: str) -> TaskResult:
         msg += f"; environment files {', '.join(read)}"
     if s.config_file:
         msg += f"; flags from --config {s.config_file}"
+    if facts.container is not None:
+        c = facts.container
+        msg += (f"; {c.runtime} container {c.name or '(unnamed)'} of image {c.image}, GPUs {c.gpus.how}"
+                + (f" {','.join(c.gpus.devices)}" if c.gpus.devices else "")
+                + (", host network" if c.host_network else ""))
     for w in facts.warnings:
         ctx.emit("unit_warning", warning=w)
         msg += f"; WARNING: {w}"
