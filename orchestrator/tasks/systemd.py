@@ -15,6 +15,7 @@ from remote.sglang.server_args import split_launch
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import unit_log
+from ..host.container import end_leftover_container
 from ..facts.unit import UnitError, gather_unit, is_active
 from ..payload.client import PayloadFailed
 
@@ -86,10 +87,20 @@ def free_port(ctx, unit: str) -> list[dict]:
     if ctx.payload is None or facts is None or facts.server is None or not facts.server.port:
         return []
     port = facts.server.port
-    found = split_launch(facts.exec_start)
-    args = ["--port", str(int(port)), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
-    if found is not None:
-        args += ["--owner-args", json.dumps(found[1])]
+    if facts.container is not None:
+        # a container's processes are the runtime's: ended through it (end_leftover_container), and
+        # its published port is the host's, so any holder left is named, never signalled by host PID
+        if not facts.container.host_network:
+            pub = facts.container.published_port(int(port))
+            port = pub.host_port if pub is not None else None
+        if not port:
+            return []
+        args = ["--port", str(int(port)), "--free"]
+    else:
+        found = split_launch(facts.exec_start)
+        args = ["--port", str(int(port)), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
+        if found is not None:
+            args += ["--owner-args", json.dumps(found[1])]
     try:
         data = ctx.payload.call("port", args, timeout=120)
     except PayloadFailed as exc:
@@ -125,7 +136,9 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     starts what the operator had stopped; with ``--leave-stopped`` rescue starts nothing. Before
     starting a stopped unit, its port must be free (:func:`free_port`: the unit's own leftovers are
     ended, another holder fails the task naming it), and the unit log is marked so ``verify_log``
-    reads only this start's lines. A start that turns ``failed`` fails at once.
+    reads only this start's lines. A start that turns ``failed`` fails at once. For a container
+    unit the stop is checked with the runtime: its container must be gone, and one left is ended
+    through the runtime (:func:`end_leftover_container`), also before a start.
     """
     conn = ctx.connection
     unit = name
@@ -136,8 +149,10 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
         ctx.run.stopped_by_orch = True
         conn.run(["systemctl", "stop", unit], become=True, timeout=timeout + 30)
         _wait_state(ctx, unit, {"inactive", "failed"}, timeout, set())
+        ended = end_leftover_container(ctx, unit, timeout)
         ctx.emit("service_stopped", unit=unit)
-        return TaskResult.changed(f"{unit} stopped")
+        return TaskResult.changed(f"{unit} stopped" + (f"; its container {' and '.join(ended)} through the runtime"
+                                                      if ended else ""))
     touched = ctx.run.stopped_by_orch or ctx.run.started_by_orch
     if only_if_stopped_by_orch and (not touched or ctx.options.leave_stopped):
         return TaskResult.skipped("unit was not stopped by this run" if not ctx.options.leave_stopped
@@ -146,6 +161,7 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     if state == "started" and current == "active":
         return TaskResult.ok(f"{unit} already active")
     if current != "active":
+        end_leftover_container(ctx, unit, timeout)  # a leftover of the name makes `run --name` fail
         free_port(ctx, unit)
     mark_log(ctx, unit)
     verb = "restart" if state == "restarted" else "start"
