@@ -189,6 +189,24 @@ class ContainerRun:
         rest = posixpath.relpath(path, posixpath.normpath(best.target))
         return (best.source if rest == "." else posixpath.join(best.source, rest)), best
 
+    def container_path(self, host_path: str) -> str | None:
+        """The path inside the container of the host path ``host_path`` through the bind mount
+        whose source holds it (the deepest one), or None when no bind mount holds it: the
+        inverse of :meth:`host_path`, for paths orch wrote on the host (a rollback's)."""
+        path = posixpath.normpath(host_path)
+        best = None
+        for m in self.mounts:
+            if m.kind != "bind":
+                continue
+            src = posixpath.normpath(m.source)
+            if path == src or path.startswith(src.rstrip("/") + "/"):
+                if best is None or len(src) > len(posixpath.normpath(best.source)):
+                    best = m
+        if best is None:
+            return None
+        rest = posixpath.relpath(path, posixpath.normpath(best.source))
+        return best.target if rest == "." else posixpath.join(best.target, rest)
+
     def published_port(self, container_port: int) -> Port | None:
         """The ``-p`` entry publishing ``container_port`` over TCP, or None."""
         for p in self.ports:

@@ -167,3 +167,11 @@ def test_endpoint_is_the_published_port_or_the_host_network():
     assert endpoint_candidates(parse_server_args(r.command), r) == ["http://127.0.0.1:30005"]
     r = run(WITH_MOE.replace("-p 30000:30000", ""))
     assert endpoint_candidates(parse_server_args(r.command), r) == []  # plan refuses: unreachable
+
+
+def test_host_paths_map_back_into_the_container():
+    r = run("docker run -v /srv:/data -v /srv/moe:/moe -v vol:/vol img cmd")
+    assert r.container_path("/srv/moe/configs/x.json") == "/moe/configs/x.json"  # the deepest source wins
+    assert r.container_path("/srv/other") == "/data/other"
+    assert r.container_path("/elsewhere/x") is None
+    assert r.container_path(r.host_path("/moe/a.json")[0]) == "/moe/a.json"
