@@ -116,8 +116,15 @@ def container_states(connection, run: ContainerRun, name: str) -> list[str]:
     for line in res.stdout.splitlines():
         parts = line.split()
         if parts and parts[0].lstrip("/") == name:
-            out.append(parts[1].lower() if len(parts) > 1 else "unknown")
+            out.append(_state_word(parts[1] if len(parts) > 1 else "unknown"))
     return out
+
+
+def _state_word(text: str) -> str:
+    """A container state as docker prints ``{{.State}}`` (``running``, ``exited``); podman 4.3
+    prints its status there (``Up 3 seconds ago``, ``Exited (0) ...``): ``Up`` is ``running``."""
+    word = text.lower()
+    return "running" if word == "up" else word
 
 
 def end_container(connection, run: ContainerRun, name: str, timeout: float) -> list[str]:

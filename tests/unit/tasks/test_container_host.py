@@ -136,6 +136,9 @@ def test_stop_is_checked_with_the_runtime_and_leftovers_ended_through_it():
     assert end_container(rt, r, "sglang", 30) == []  # gone: nothing to do
     rt = Runtime({"sglang": "exited"})  # a --rm container the runtime failed to remove blocks `run --name`
     assert end_container(rt, r, "sglang", 30) == ["removed"]
+    rt = Runtime({"sglang": "Up 3 seconds ago"})  # podman 4.3 prints its status as {{.State}}
+    assert container_states(rt, r, "sglang") == ["running"]
+    assert end_container(rt, r, "sglang", 30) == ["stopped", "removed"]
 
 
 def test_a_container_that_survives_is_reported():
