@@ -53,7 +53,7 @@ def test_tune_doctor_rollback_in_a_podman_container(testbed_factory, tmp_path):
     doc = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
     row = recap(doc)[h.name]
     assert row["verdict"] == "tuned", row
-    rb = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", "--yes", state_dir=state)
+    rb = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
     rr = recap(rb)["hosts"][h.name]
     assert rr["outcome"] == "completed", (rr, rb.stderr[-4000:])
     for name in (UP, DOWN):
@@ -74,3 +74,31 @@ def test_no_writable_mount_is_refused_before_the_stop(testbed_factory, tmp_path)
     assert "nothing was stopped" in r["cause"]
     assert h.sh("systemctl show -p MainPID sglang-qwen").stdout.strip() == pid  # never stopped
     assert h.unit_state() == "active" and list(_containers(h)) == ["sglang"]
+
+
+def test_recover_after_the_controller_died_with_the_container_stopped(testbed_factory, tmp_path):
+    """The controller is killed (SIGKILL) while the tuner runs in its own container and the unit's
+    container is stopped: ``orch recover`` ends the tuner's container through podman, restores and
+    starts the unit; only the server's container is left."""
+    from orchestrator.records.controller import new_run_id
+    from tests.e2e.test_faults import LONG_TUNE, _popen, _task_done, _wait_event
+
+    bed = testbed_factory(1, {0: {"container": {"moe_mount": True}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    inv = inventory(bed, tmp_path / "hosts.yaml", **LONG_TUNE)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    try:
+        _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert h.unit_state() in ("inactive", "failed")
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "s2"),
+               state_dir=tmp_path / "s2")
+    assert rec.returncode == 0, (rec.stdout[-3000:], rec.stderr[-3000:])
+    assert recap(rec)["hosts"][h.name]["outcome"] == "completed"
+    assert h.unit_state() == "active"
+    assert list(_containers(h)) == ["sglang"], _containers(h)  # no orch-* tuner container left
+    h.wait_http("/health")
