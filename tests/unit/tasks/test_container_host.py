@@ -178,3 +178,64 @@ def test_host_paths_map_back_into_the_container():
     assert r.container_path("/srv/other") == "/data/other"
     assert r.container_path("/elsewhere/x") is None
     assert r.container_path(r.host_path("/moe/a.json")[0]) == "/moe/a.json"
+
+
+def _container_unit(line=WITH_MOE):
+    from orchestrator.facts.container import container_environment
+    from orchestrator.facts.unit import UnitFacts
+
+    r = run(line)
+    return UnitFacts(unit="sglang", load_state="loaded", active_state="active", sub_state="running", main_pid=7,
+                     control_group="", container=r, server=parse_server_args(r.command),
+                     environment=container_environment(r, {}, []))
+
+
+def test_service_stop_ends_the_container_the_stop_left_through_the_runtime(tmp_path):
+    """`systemctl stop` returns and the unit is inactive, but the container still runs (a stop
+    that returns early, as reported for docker units): orch stops and removes it with podman."""
+    from orchestrator.tasks import TASKS
+    from tests.fakes import ScriptedConnection, make_ctx
+
+    table = {"sglang": "running"}
+
+    def ps(argv):
+        return (0, "".join(f"{n} {s}\n" for n, s in table.items()), "")
+
+    def stop(argv):
+        table["sglang"] = "exited"
+        return (0, "sglang\n", "")
+
+    def rm(argv):
+        table.pop("sglang", None)
+        return (0, "sglang\n", "")
+
+    conn = ScriptedConnection([("^systemctl is-active", {"seq": ["active", "inactive"]}), ("^systemctl stop", ""),
+                               (r"^/usr/bin/podman ps -a --filter name=\^sglang\$", ps),
+                               ("^/usr/bin/podman stop -t 5 sglang$", stop), ("^/usr/bin/podman rm -f sglang$", rm)])
+    ctx = make_ctx(tmp_path, {"orch_unit": _container_unit()}, connection=conn)
+    res = TASKS["service"].fn(ctx, name="sglang", state="stopped", timeout=5)
+    assert res.status == "changed" and "stopped and removed through the runtime" in res.msg
+    assert table == {}
+    ended = [f for ev, f in ctx.events if ev == "container_ended"]
+    assert [(f["container"], f["runtime"], f["actions"]) for f in ended] == [("sglang", "podman", ["stopped", "removed"])]
+    assert not any(argv[0] in ("kill", "pkill") for argv, _ in conn.calls)
+
+
+def test_plan_refuses_a_container_without_a_writable_mount_before_the_stop(tmp_path):
+    """The probe (run in the image) names the package's config folder inside the container: no
+    bind mount holds it, so plan fails with the -v/-e to add, and nothing is stopped."""
+    from orchestrator.tasks import TASKS
+    from tests.fakes import FakePayload, ScriptedConnection, make_ctx
+    from tests.unit.remote.test_probe import CURRENT, QWEN, make_sglang, probe
+
+    site = tmp_path / "site"
+    make_sglang(site, (CURRENT,), version="0.5.23")
+    rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200", "--capability", "9.0")
+    assert rc == 0, last
+    data = last["data"]
+    unit = _container_unit(NO_MOUNT + " --moe-runner-backend triton")
+    conn = ScriptedConnection([(r"^journalctl", "")])
+    ctx = make_ctx(tmp_path, {"orch_unit": unit, "orch_probe": data}, connection=conn, payload=FakePayload({}))
+    with pytest.raises(TaskFailed, match="-e SGLANG_MOE_CONFIG_DIR=/sglang-moe"):
+        TASKS["plan"].fn(ctx, name="sglang")
+    assert not any("stop" in argv for argv, _ in conn.calls)
