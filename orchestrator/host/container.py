@@ -105,10 +105,12 @@ def install_target(run: ContainerRun, container_dir: str, env: dict[str, str]) -
 
 def container_states(connection, run: ContainerRun, name: str) -> list[str]:
     """States of the containers named exactly ``name`` (``running``, ``exited``, ``created``,
-    ...; [] when none), from ``RUNTIME ps -a --filter name=^NAME$ --format '{{.Names}} {{.State}}'``
+    ...; [] when none), from ``RUNTIME ps -a --filter name=^/?NAME$ --format '{{.Names}} {{.State}}'``
     (both runtimes filter names by regular expression). Raises :class:`TaskFailed` when the
     runtime does not answer."""
-    res = connection.run(runtime_argv(run, "ps", "-a", "--filter", f"name=^{re.escape(name)}$",
+    # docker before 18.09 matched "^" against its names' leading "/" (docker/cli#1201, moby/moby#37728):
+    # "^/?" fits every docker and podman
+    res = connection.run(runtime_argv(run, "ps", "-a", "--filter", f"name=^/?{re.escape(name)}$",
                                       "--format", "{{.Names}} {{.State}}"), check=False, become=True, timeout=60)
     if not res.ok:
         raise TaskFailed(f"{run.runtime} ps failed: {(res.stderr or res.stdout).strip()[:300]}")
@@ -163,7 +165,7 @@ def end_payload_containers(connection, run: ContainerRun, run_id: str, wait: flo
     runtime client leaves a ``--rm`` container running) through the runtime: ``stop -t WAIT``,
     then ``rm -f``. Returns their names ([] when none)."""
     prefix = payload_container_prefix(run_id)
-    res = connection.run(runtime_argv(run, "ps", "-a", "--filter", f"name=^{re.escape(prefix)}",
+    res = connection.run(runtime_argv(run, "ps", "-a", "--filter", f"name=^/?{re.escape(prefix)}",
                                       "--format", "{{.Names}}"), check=False, become=True, timeout=60)
     names = [n.lstrip("/") for n in res.stdout.split() if n.lstrip("/").startswith(prefix)] if res.ok else []
     for n in names:

@@ -13,6 +13,8 @@ docs/containers.md says what orch does with a container unit.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.e2e.helpers import inventory, orch, recap
@@ -89,11 +91,17 @@ def test_recover_after_the_controller_died_with_the_container_stopped(testbed_fa
     inv = inventory(bed, tmp_path / "hosts.yaml", **LONG_TUNE)
     state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    tuner = []
     try:
         _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
+        deadline = time.monotonic() + 120
+        while not tuner and time.monotonic() < deadline and proc.poll() is None:
+            tuner = [n for n in _containers(h) if n.startswith("orch-")]
+            time.sleep(0.5)
     finally:
         proc.kill()
         proc.wait()
+    assert tuner, "the tuner never ran in its own container"
     assert h.unit_state() in ("inactive", "failed")
     rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "s2"),
                state_dir=tmp_path / "s2")

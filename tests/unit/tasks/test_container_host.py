@@ -210,7 +210,7 @@ def test_service_stop_ends_the_container_the_stop_left_through_the_runtime(tmp_p
         return (0, "sglang\n", "")
 
     conn = ScriptedConnection([("^systemctl is-active", {"seq": ["active", "inactive"]}), ("^systemctl stop", ""),
-                               (r"^/usr/bin/podman ps -a --filter name=\^sglang\$", ps),
+                               (r"^/usr/bin/podman ps -a --filter name=\^/\?sglang\$", ps),
                                ("^/usr/bin/podman stop -t 5 sglang$", stop), ("^/usr/bin/podman rm -f sglang$", rm)])
     ctx = make_ctx(tmp_path, {"orch_unit": _container_unit()}, connection=conn)
     res = TASKS["service"].fn(ctx, name="sglang", state="stopped", timeout=5)
