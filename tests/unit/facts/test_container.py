@@ -2,7 +2,7 @@
 (orchestrator.facts.container) and read through ``gather_unit``.
 
 The command lines are real-world ones: SGLang's install guide ("Method 3: Docker",
-https://docs.sglang.ai/get_started/install.html), its multi-node DeepSeek guide, the ROCm image
+https://docs.sglang.io/get_started/install.html), its multi-node DeepSeek guide, the ROCm image
 guide, and forms fleets write in units (podman CDI GPUs, --env-file, --mount, --gpus with a
 quoted device list as docker's own docs show it).
 """
