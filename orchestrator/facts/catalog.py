@@ -159,8 +159,9 @@ class HostFacts:
 
     @property
     def environment(self) -> dict[str, str]:
-        """The unit's environment as systemd gives it (``orch_unit.environment``); ``{}`` without
-        unit facts."""
+        """The server's environment (``orch_unit.environment``): the unit's as systemd gives it,
+        or for a container unit the container's (``-e``, ``--env-file``); ``{}`` without unit
+        facts."""
         return self.unit.environment if self.unit is not None else {}
 
 

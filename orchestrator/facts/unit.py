@@ -28,6 +28,7 @@ from remote.sglang.launcher import (ENTRY_SERVE, Launch, LaunchError, is_sglang_
 from remote.sglang.server_args import BOOL_FLAGS, ServerArgs, ServerArgsError
 
 from ..errors import OrchError
+from .container import ContainerError, ContainerRun, container_environment, detach_reason, parse_container_run
 from .sglang_config import ConfigFileError, config_path, merge_config
 from .systemd_env import (EnvFileRef, SpecifierError, effective_environment, env_file_refs, expand_exec_argv,
                           expand_specifiers, parse_env_file, parse_environ, parse_show_env_files)
@@ -104,7 +105,11 @@ class UnitFacts:
     ``environment``: what systemd gives the server (Environment= overridden by EnvironmentFile=);
     ``env_files``: ``[{"path", "optional", "read"}]`` of its EnvironmentFile= entries (``read``:
     found and read); ``exec_start``: the ExecStart words with variables expanded;
-    ``warnings``: what the caller should show (e.g. the running process has another value).
+    ``warnings``: what the caller should show (e.g. the running process has another value);
+    ``container``: the parsed ``docker run``/``podman run`` of a container unit (None: the server
+    runs on the host), whose ``command`` is the launch ``server`` was parsed from; for such a unit
+    ``environment`` is the container's (``-e``, ``--env-file``: what the server sees) and
+    ``unit_environment`` the runtime client's (systemd's).
     """
 
     unit: str
@@ -122,6 +127,8 @@ class UnitFacts:
     exec_prefix: str = ""
     launch: Launch | None = None
     shape: UnitShape = field(default_factory=UnitShape)
+    container: ContainerRun | None = None
+    unit_environment: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -341,13 +348,16 @@ def environment_differences(computed: dict[str, str], running: dict[str, str] | 
 def container_hook():
     """The reader of container runs (``docker run``/``podman run`` in ExecStart) that
     :func:`remote.sglang.launcher.resolve` hands such a command to: ``parse_container_run(argv)
-    -> (inner argv, container facts) | None`` of this package's ``container`` module, or None
-    while orch has none (a container unit is then refused at "Read the unit")."""
-    try:
-        from . import container  # noqa: PLC0415 (optional until container units land)
-    except ImportError:
-        return None
-    return getattr(container, "parse_container_run", None)
+    -> (inner argv, container facts) | None`` over :func:`.container.parse_container_run`.
+    :func:`gather_unit` unwraps a unit whose ExecStart is the container run itself before it
+    resolves the launch; the hook covers a run behind a wrapper (``numactl ... docker run``).
+    Raises :class:`.container.ContainerError` for a run command it cannot read."""
+    def hook(argv: list[str]):
+        run = parse_container_run(argv)
+        if run is None:
+            return None
+        return ([run.entrypoint] if run.entrypoint else []) + run.command, run
+    return hook
 
 
 def _script_path(connection, launch: Launch, environment: dict[str, str]) -> str | None:
@@ -469,7 +479,20 @@ def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
     except ValueError:
         main_pid = 0
     workdir = props.get("WorkingDirectory", "")
-    launch = resolve_launch(connection, unit, exec_start, settings.exec_prefix, workdir, env)
+    # a container unit (docker/podman run): the image's command is the launch; the runtime
+    # client's wrappers and prefixes stay outside (orchestrator/facts/container.py)
+    container, container_env = _container_of(connection, unit, exec_start, env)
+    command = exec_start
+    if container is not None:
+        command = ([container.entrypoint] if container.entrypoint else []) + container.command
+    try:
+        launch = resolve_launch(connection, unit, command, settings.exec_prefix if container is None else "",
+                                workdir, env if container is None else container_env)
+    except UnitError as exc:
+        if container is None:
+            raise
+        raise UnitError(f"unit {unit} runs the container {container.image}, whose command is not an SGLang "
+                        f"server ({shlex.join(command)[:200] or 'the image default command'}): {exc}") from None
     facts = UnitFacts(unit=unit, load_state=props.get("LoadState", "loaded"),
                       active_state=props.get("ActiveState", "unknown"), sub_state=props.get("SubState", ""),
                       main_pid=main_pid, control_group=props.get("ControlGroup", ""),
@@ -477,12 +500,18 @@ def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
                       working_directory=workdir, exec_prefix=settings.exec_prefix, launch=launch,
                       shape=settings.shape)
     facts.shape.scope = scope
+    if container is not None:
+        facts.container = container
+        facts.unit_environment = facts.environment
+        facts.environment = container_env
     args, cfg = launch.server_argv, None
     cwd = launch.cwd or workdir
     try:
         cfg = config_path(args)
         if cfg is not None:
-            if not cfg.startswith("/"):
+            if container is not None:
+                cfg = _container_file_on_host(unit, container, cfg, "SGLang --config file")
+            elif not cfg.startswith("/"):
                 if not cwd.startswith("/"):
                     raise UnitError(f"unit {unit}: --config {cfg} is relative and the unit has no "
                                     "absolute WorkingDirectory= to resolve it against")
@@ -496,12 +525,50 @@ def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
         raise UnitError(f"unit {unit}: {exc}") from None
     facts.server = server_args_of(launch, exec_start, args)
     facts.server.config_file = cfg
-    if facts.active_state == "active":
+    if facts.active_state == "active" and container is None:  # a container's main PID is the client
         diff = environment_differences(facts.environment, running_environment(connection, main_pid))
         if diff:
             facts.warnings.append("the running server was started with another environment than the unit "
                                   "now gives (a restart applies the unit's): " + "; ".join(diff))
     return facts
+
+
+def _container_file_on_host(unit: str, container: ContainerRun, path: str, what: str) -> str:
+    """The host path of the container path ``path`` (through its bind mounts); raises
+    :class:`UnitError` when no bind mount holds it (orch reads the file on the host)."""
+    workdir = dict(container.options).get("workdir") or "/"
+    full = path if path.startswith("/") else workdir.rstrip("/") + "/" + path
+    found = container.host_path(full)
+    if found is None:
+        raise UnitError(f"unit {unit}: {what} {path} is inside the container {container.image}, in no folder "
+                        "bind-mounted from the host, so orch cannot read it")
+    return found[0]
+
+
+def _container_of(connection, unit: str, exec_start: list[str],
+                  env: dict[str, str]) -> tuple[ContainerRun | None, dict[str, str]]:
+    """The parsed container run command of ``exec_start`` (None: not ``docker``/``podman``) and
+    the container's environment (:func:`.container.container_environment`, its ``--env-file``
+    files read on the host; ``env``: the unit's, which the runtime client runs with). Raises :class:`UnitError` for a
+    run command orch cannot read, one with ``-d``, and a missing env file (the runtime refuses to
+    start without it)."""
+    try:
+        container = parse_container_run(exec_start)
+    except ContainerError as exc:
+        raise UnitError(f"unit {unit}: {exc}") from None
+    if container is None:
+        return None, {}
+    why = detach_reason(container)
+    if why:
+        raise UnitError(f"unit {unit}: {why}; nothing was changed")
+    texts = []
+    for path in container.env_files:
+        text = read_host_file(connection, path, "--env-file")
+        if text is None:
+            raise UnitError(f"unit {unit}: --env-file {path} does not exist ({container.runtime} would refuse to "
+                            "start the container)")
+        texts.append(text)
+    return container, container_environment(container, env, texts)
 
 
 def is_active(connection, unit: str, scope: str = "system") -> str:

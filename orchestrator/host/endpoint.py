@@ -14,6 +14,7 @@ import json
 import httpx
 
 from ..engine.results import TaskFailed
+from ..facts.container import ContainerRun
 from ..facts.plan import Endpoint
 from ..facts.unit import ServerArgs
 from ..payload.client import PayloadFailed
@@ -25,14 +26,21 @@ def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def endpoint_candidates(server: ServerArgs) -> list[str]:
+def endpoint_candidates(server: ServerArgs, container: ContainerRun | None = None) -> list[str]:
     """Base URLs where the server of ``server`` (``orch_unit.server``) answers ON ITS HOST, from its
     ``--host`` and ``--port`` (SGLang 0.5.23 defaults: 127.0.0.1 and 30000), most likely first:
     a wildcard bind (``0.0.0.0``) answers on 127.0.0.1; ``::`` on ``[::1]`` (and 127.0.0.1 when the
     socket is dual-stack); ``localhost`` on 127.0.0.1 and ``[::1]``; any other address or name
-    only on itself. Pure."""
+    only on itself. For a container unit (``container``, ``orch_unit.container``) off the host
+    network, the port the runtime publishes for the server's (``-p [IP:]HOST_PORT:PORT``) on its
+    host address (none published: []). Pure."""
     port = int(server.port or 30000)
     host = str(server.host if server.host is not None else "127.0.0.1").strip()
+    if container is not None and not container.host_network:
+        pub = container.published_port(port)
+        if pub is None or pub.host_port is None:
+            return []
+        port, host = pub.host_port, pub.host_ip or "0.0.0.0"
     if host in WILDCARDS:
         names = ["127.0.0.1"]
     elif host in ("::", "[::]"):
@@ -54,7 +62,24 @@ def endpoint_of(ctx) -> Endpoint:
         return found
     if ctx.vars.get("orch_sglang_url"):
         return Endpoint(url=str(ctx.vars["orch_sglang_url"]).rstrip("/"), via="controller")
-    return Endpoint(url=endpoint_candidates(ctx.facts.server)[0], via="host")
+    cands = endpoint_candidates(ctx.facts.server, container_of(ctx))
+    if not cands:
+        raise TaskFailed(unreachable_container(ctx))
+    return Endpoint(url=cands[0], via="host")
+
+
+def container_of(ctx) -> ContainerRun | None:
+    """The container unit's parsed run command (``orch_unit.container``), or None."""
+    return ctx.facts.unit.container if ctx.facts.unit is not None else None
+
+
+def unreachable_container(ctx) -> str:
+    """Why a container unit's server cannot be asked from its host: its port is not published."""
+    c, port = container_of(ctx), int(ctx.facts.server.port or 30000)
+    return (f"the server listens on port {port} inside the {c.runtime if c else ''} container, which is not on the "
+            f"host network and publishes no host port for it: orch cannot check readiness nor benchmark it. Add "
+            f"-p 127.0.0.1:{port}:{port} (or --network host) to the unit's run command, or set orch_sglang_url; "
+            "nothing was stopped")
 
 
 def ask(ctx, endpoint: Endpoint, path: str, method: str = "GET", body: dict | None = None,
@@ -94,7 +119,9 @@ def find_endpoint(ctx) -> Endpoint:
     if ctx.vars.get("orch_sglang_url"):
         cands = [Endpoint(url=str(ctx.vars["orch_sglang_url"]).rstrip("/"), via="controller")]
     else:
-        cands = [Endpoint(url=u, via="host") for u in endpoint_candidates(ctx.facts.server)]
+        cands = [Endpoint(url=u, via="host") for u in endpoint_candidates(ctx.facts.server, container_of(ctx))]
+        if not cands:
+            raise TaskFailed(unreachable_container(ctx))
     unit = ctx.facts.unit
     if unit is None or unit.active_state != "active":
         return cands[0]

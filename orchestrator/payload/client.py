@@ -20,9 +20,18 @@ from typing import Any, Callable
 from remote.protocol import is_run_id
 
 from ..connection.deadline import clamp
+from ..host.container import payload_container
 from ..engine.results import Cancelled, TaskFailed
 
 PROTO = 1
+
+
+class ContainerPayload:
+    """Where the container commands of :meth:`PayloadClient.in_container` run: ``run`` (the
+    unit's parsed run command), ``interpreter`` (the image's Python), ``commands``."""
+
+    def __init__(self, run, interpreter: str, commands: frozenset[str]):
+        self.run, self.interpreter, self.commands = run, interpreter, commands
 
 
 class PayloadFailed(TaskFailed):
@@ -63,6 +72,16 @@ class PayloadClient:
         self.root = root
         self.state_dir = state_dir
         self.env = dict(env or {})
+        #: a container unit's image runs these commands (:meth:`in_container`); None: all on the host
+        self.container: ContainerPayload | None = None
+
+    def in_container(self, run, interpreter: str, commands=("probe", "tune")) -> None:
+        """Run ``commands`` inside a fresh ``--rm`` container of the container unit ``run``
+        (:class:`orchestrator.facts.container.ContainerRun`) with the image's ``interpreter``,
+        the unit's GPU, mount and environment options and this payload mounted read-only
+        (:func:`orchestrator.host.container.payload_container`); the other commands (install,
+        restore, reap, port, lock, ...) act on the host and run with the host's Python."""
+        self.container = ContainerPayload(run, interpreter, frozenset(commands))
 
     def argv(self, command: str, args: list[str], timeout: float | None = None, tag: str | None = None) -> list[str]:
         """The full argument list run on the host (quoted by the connection).
@@ -79,6 +98,16 @@ class PayloadClient:
         if tag:
             env.append(f"ORCH_TAG={tag}")
         argv = [*self.wrapper, "env", *env, self.interpreter, "-m", "remote", command, *[str(a) for a in args]]
+        c = self.container
+        if c is not None and command in c.commands:
+            # the tag marks the runtime client's command line (SIGTERM reaches the payload through
+            # the client's signal proxy); the container gets the run tag in its name, so a rescue
+            # can end it through the runtime (orchestrator.host.container), never by host PID
+            inner = [e for e in env if not e.startswith("ORCH_TAG=")]
+            name = f"orch-{(tag or self.run_tag).replace('.', '-')}-{secrets.token_hex(3)}"
+            argv = [*payload_container(c.run, self.root, self.state_dir, name,
+                                       ["-e", f"ORCH_TAG={tag}"] if tag else []),
+                    "env", *inner, c.interpreter, "-m", "remote", command, *[str(a) for a in args]]
         if timeout:
             # a dropped SSH channel does not stop a remote command: bound it on the host too
             argv = ["timeout", "--kill-after=30", str(int(timeout)), *argv]

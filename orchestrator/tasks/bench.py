@@ -20,7 +20,7 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
 from ..facts.bench import BenchResult
 from ..facts.schema import FactError
-from ..host.endpoint import endpoint_candidates, endpoint_of
+from ..host.endpoint import container_of, endpoint_candidates, endpoint_of
 from ..records.layout import bench_file
 
 
@@ -38,7 +38,8 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
     """
     endpoint = endpoint_of(ctx)
     url = ctx.vars.get("orch_bench_url") or (endpoint.url if endpoint.via == "host"
-                                             else endpoint_candidates(ctx.facts.server)[0])
+                                             else (endpoint_candidates(ctx.facts.server, container_of(ctx))
+                                                   or [endpoint.url])[0])
     conc = [int(c) for c in concurrency]
     args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
             "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool]

@@ -257,18 +257,28 @@ def _holders(ctx, unit_pid_set: set[int], unit: str) -> list[dict]:
 
 
 def gather(ctx, unit: str) -> DoctorFacts:
-    """Read everything :func:`classify` needs from the host (read-only; see :class:`DoctorFacts`)."""
+    """Read everything :func:`classify` needs from the host (read-only; see :class:`DoctorFacts`).
+    For a container unit the files the probe (run in the image) names are read on the host
+    through the container's bind mounts, and GPU holders outside the unit are not listed (the
+    container's own processes are the runtime's, outside the unit's cgroup)."""
     facts = ctx.facts.unit or from_dict(UnitFacts, {})
     probe = ctx.facts.probe or ProbeFacts.from_dict({})
     main_pid = int(facts.main_pid or 0)
     text = last_start(unit_log(ctx.connection, unit, scope=scope_of(ctx.vars)))
     loads = {role: probe.existing_file(role).sglang_would_load for role in ("up", "down")}
+    container = facts.container
+    if container is not None:
+        # the probe ran in the image: its paths are the container's; orch reads them on the host
+        # through the bind mounts (a file in the image's own layer is not read here)
+        loads = {role: (container.host_path(p) or (None,))[0] if p else None for role, p in loads.items()}
     errors = {role: config_problem(ctx.connection, path) if path else None for role, path in loads.items()}
+    # a container's processes are outside the unit's cgroup (the runtime's): not "orphans" of it
+    orphans = [] if container is not None else _holders(ctx, unit_pids(ctx.connection, main_pid), unit)
     f = DoctorFacts(unit=facts, probe=probe, log=parse_moe_log(text) if text is not None else None,
                     autotune_log=autotune_log(text.splitlines()) if text else None,
                     file_errors=errors, start_failure=start_failure(text) if text else None,
                     changed_since_start=changed_since_start(ctx.connection, main_pid, [p for p in loads.values() if p]),
-                    orphans=_holders(ctx, unit_pids(ctx.connection, main_pid), unit))
+                    orphans=orphans)
     if any(errors.values()):
         f.installed_by_run = _run_that_wrote(ctx, [loads[r] for r, e in errors.items() if e])
     return f

@@ -19,6 +19,7 @@ from remote.sglang.moe_log import parse_moe_log, verify_loaded
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import last_start, unit_log
+from ..host.container import install_target
 from ..payload.client import PayloadFailed
 from ..records.layout import INSTALL_MANIFEST
 from ..store import ConfigStore
@@ -41,7 +42,10 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     they replace; ``files``: role -> local path (default: the files this run tuned or reused);
     ``names``: role -> the path the server reads (``orch_plan.paths``): only those roles are
     installed, under those names (a release that reads no ``_down`` file gets none). Sets
-    ``orch_installed`` (the paths written). ``ok`` when every file already had these bytes.
+    ``orch_installed`` (the paths written, as the server sees them). ``ok`` when every file
+    already had these bytes. For a container unit ``dest_dir`` is the container's folder; the
+    files are written into the host folder bind-mounted there
+    (:func:`orchestrator.host.container.install_target`; fails when there is none).
     """
     files = files or ctx.run.tuned_files
     if not files:
@@ -57,8 +61,13 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
         name = posixpath.basename(names[role]) if names is not None else Path(local).name
         _validate(name, text)
         payload_files.append({"name": name, "content": text, "role": role})
+    write_dir = dest_dir
+    unit = ctx.facts.unit
+    if unit is not None and unit.container is not None:
+        # the folder the server reads inside the container, written on the host through its bind mount
+        write_dir = install_target(unit.container, dest_dir, unit.environment)
     request = {"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
-               "dest_dir": dest_dir, "files": payload_files, "create_dest": True}
+               "dest_dir": write_dir, "files": payload_files, "create_dest": True}
     ctx.run.install_attempted = True
     manifest = ctx.payload.call("install", request=request, timeout=300)
     ctx.run.install_manifest = manifest
@@ -67,7 +76,8 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     (ctx.host_dir / INSTALL_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     changed = any(f.get("action") != "unchanged" for f in manifest.get("files") or [{}])
     result = TaskResult.changed if changed else TaskResult.ok
-    return result(("installed " if changed else "already installed ") + ", ".join(paths),
+    where = f" (on the host in {write_dir})" if write_dir != dest_dir else ""
+    return result(("installed " if changed else "already installed ") + ", ".join(paths) + where,
                   facts={"orch_installed": paths}, manifest=manifest, paths=paths)
 
 

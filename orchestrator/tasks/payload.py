@@ -11,6 +11,7 @@ import posixpath
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
+from ..host.container import end_payload_containers
 from ..inventory.variables import var
 from ..payload.bundle import build_bundle
 from ..payload.client import PROTO, PayloadClient, stop_tagged
@@ -36,6 +37,9 @@ def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -
     is removed when the host's play ends, and reports ``ok`` (nothing of the host changed).
     Changed when the payload was not yet on the host (or was tampered with and pushed again).
     Fails when the unpacked payload does not answer with this payload version and protocol.
+    For a container unit (``orch_unit.container``) the probe and the tuner run inside a fresh
+    ``--rm`` container of the unit's image with its GPUs and mounts, the payload mounted
+    read-only (:meth:`orchestrator.payload.client.PayloadClient.in_container`).
     """
     conn = ctx.connection
     interpreter = (interpreter or ctx.facts.interpreter or ctx.vars.get("ansible_python_interpreter")
@@ -58,6 +62,10 @@ def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -
     wrapper = unit.launch.wrapper if unit is not None and unit.launch is not None else []
     client = PayloadClient(conn, interpreter, root, state_dir, env, cancel=ctx.options.cancel, wrapper=wrapper)
     client.run_tag = ctx.options.run_id
+    unit = ctx.facts.unit
+    if unit is not None and unit.container is not None and unit.server is not None:
+        # the image's SGLang, Python and Triton: probe and tune inside it, with the unit's GPUs
+        client.in_container(unit.container, unit.server.interpreter)
     ver = client.call("version", timeout=120)
     if ver.get("payload_version") != bundle.version or ver.get("proto") != PROTO:
         raise TaskFailed(f"payload on host answers {ver}, expected version {bundle.version} proto {PROTO}")
@@ -76,13 +84,20 @@ def stop_payload(ctx, wait: float = 30) -> TaskResult:
     A dropped SSH link does not stop a remote command; before the unit is started again, the
     tuner must not hold the GPUs. Matches only ``ORCH_TAG=<run_id>.`` (this run's commands,
     :func:`orchestrator.payload.client.stop_tagged`); ``wait`` is the seconds between SIGTERM and
-    SIGKILL.
+    SIGKILL. For a container unit, this run's payload containers are then ended through the
+    runtime (:func:`orchestrator.host.container.end_payload_containers`).
     """
     if ctx.connection is None:
         return TaskResult.skipped("not connected")
     if ctx.check:
         return TaskResult.ok("check mode: no payload of this run runs")
     how = stop_tagged(ctx.connection, ctx.options.run_id, wait)
+    unit = ctx.facts.unit
+    if unit is not None and unit.container is not None:
+        ended = end_payload_containers(ctx.connection, unit.container, ctx.options.run_id, wait)
+        if ended:
+            return TaskResult.changed(f"stopped this run's payload containers {', '.join(ended)} through "
+                                      f"{unit.container.runtime}")
     if how is None:
         return TaskResult.ok("no payload of this run is running")
     return TaskResult.changed(f"stopped this run's payload ({how})")

@@ -25,6 +25,7 @@ from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
 from ..facts.unit import ServerArgs, scope_of
 from ..host.autotune import cache_root as autotune_cache_root
+from ..host.container import install_target, require_name
 from ..host.endpoint import find_endpoint
 from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
@@ -149,7 +150,9 @@ def plan(ctx, name: str) -> TaskResult:
     (``orch_plan.names_source`` ``log``; else ``derived`` from the unit and the model config, see
     :func:`reconcile`).
     ``orch_plan.existing`` says which exist already.
-    Refuses (fails, before anything is stopped) a multi-node server (:func:`multi_node_reason`) and
+    Refuses (fails, before anything is stopped) a multi-node server (:func:`multi_node_reason`),
+    a container unit without ``--name`` or whose config folder is on no writable host bind mount
+    (:func:`orchestrator.host.container.install_target` gives the ``-v``/``-e`` to add), and
     a running server that answers at none of its addresses; ``orch_endpoint`` is where it answers
     (:func:`orchestrator.host.endpoint.find_endpoint`), used by readiness and the benchmarks.
     """
@@ -200,6 +203,12 @@ def plan(ctx, name: str) -> TaskResult:
                  + (f" (the log disagrees with orch's rule: {runner.disagreement})" if runner.disagreement else ""))
     if action == "skip":
         return TaskResult.skipped(reason, facts={"orch_plan": p}, **p.to_dict())
+    unit = ctx.facts.unit
+    if unit is not None and unit.container is not None:
+        c = unit.container
+        require_name(c, name)
+        lines.append(f"{install_dir} in the {c.runtime} container {c.name} is the host folder "
+                     f"{install_target(c, install_dir, unit.environment)}")
     endpoint = find_endpoint(ctx)
     ctx.run.summary.endpoint = endpoint
     lines.append(f"server answers at {endpoint.url} (from the {endpoint.via})" if endpoint.checked

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
-from ..host.devices import unit_gpu_devices
 from ..facts.unit import is_active, scope_of
+from ..host.container import end_leftover_container
+from ..host.devices import ALL_GPUS, unit_gpu_devices
 from ..inventory import BUILTIN_PROTECTED_PROCESSES
 
 
@@ -33,7 +34,14 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
     (:func:`orchestrator.host.devices.unit_gpu_devices`);
     ``term_timeout`` is the seconds between SIGTERM and SIGKILL. Under ``--check`` it lists what
     it would end. Fails (payload error) when an unprotected holder remains.
+
+    A container unit's leftovers are the runtime's: its container is ended through the runtime
+    (``stop``, ``rm -f``), never by host PID, and the GPU holders left are only listed
+    (:func:`_reap_container`).
     """
+    facts = ctx.facts.unit
+    if facts is not None and facts.container is not None:
+        return _reap_container(ctx, protected, devices, term_timeout)
     why = "devices given to the task"
     if not devices:
         devices, why = unit_gpu_devices(ctx)
@@ -92,3 +100,38 @@ def reap_message(killed: list[dict], protected: list[dict]) -> str:
     lines += [f"kept pid {p.get('pid')} (protected): {p.get('cmdline')}" for p in protected]
     return "\n".join(lines)
 
+
+
+def container_gpu_devices(ctx) -> tuple[str, str]:
+    """Device files of a container unit's GPUs (``--gpus``/``--device`` as the run command gives
+    them, :class:`orchestrator.facts.container.GpuSelection`) and how they were found: GPU
+    indexes -> ``/dev/nvidiaN``; ``all``, a count or UUIDs -> every GPU node."""
+    sel = ctx.facts.unit.container.gpus
+    if sel.how == "devices" and all(d.isdigit() for d in sel.devices):
+        return ",".join(f"/dev/nvidia{int(d)}" for d in sel.devices), f"the container's GPUs {','.join(sel.devices)}"
+    return ALL_GPUS, f"the container's GPUs ({sel.how}): every GPU of the host"
+
+
+def _reap_container(ctx, protected: list[str], devices: str | None, term_timeout: float) -> TaskResult:
+    """``reap`` for a container unit: end its container through the runtime (when the stop left
+    it), then list (payload ``reap --check``: nothing signalled) the processes still holding its
+    GPUs, which orch does not end by host PID (they may be another container's)."""
+    c = ctx.facts.unit.container
+    unit = ctx.run.unit or ctx.facts.unit.unit
+    done = [] if ctx.check else end_leftover_container(ctx, unit, term_timeout)
+    why = "devices given to the task"
+    if not devices:
+        devices, why = container_gpu_devices(ctx)
+    ctx.run.summary.reap_devices = devices
+    protected = list(dict.fromkeys([*BUILTIN_PROTECTED_PROCESSES, *protected]))
+    data = ctx.payload.call("reap", ["--devices", devices, "--protected", ",".join(protected), "--check"],
+                            timeout=120)
+    left = data.get("would_kill") or []
+    msg = (f"the {c.runtime} container {c.name}: {' and '.join(done)} through {c.runtime}" if done
+           else f"the {c.runtime} container {c.name} is gone")
+    if left:
+        ctx.emit("gpu_holders_left", holders=left)
+        msg += ("\nstill holding the container's GPUs (not ended: orch ends a container's processes only through "
+                "its runtime):\n" + "\n".join(f"pid {p.get('pid')}: {p.get('cmdline')}" for p in left))
+    msg += f"\n[{why}]"
+    return TaskResult("changed" if done else "ok", msg, {**data, "container": done})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
+from ..host.container import end_payload_containers
 from ..host.records import records, start_heartbeat
 from ..payload.client import PayloadFailed, stop_tagged
 from ..records.host import holder_gone
@@ -33,7 +34,8 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
     ``break_lock`` (``--break-lock``); else the task fails naming the holder (and its heartbeat
     age when older than ``stale_after`` s). Then the leftover ``tune``/``bench`` payload processes
     of the unfinished runs (their ``ORCH_TAG=<run_id>.``) are stopped; other processes, such as
-    a payload started by hand or by another run, are left alone. The lock's heartbeat is renewed
+    a payload started by hand or by another run, are left alone; a container unit's payload
+    containers of those runs are ended through the runtime. The lock's heartbeat is renewed
     every ``heartbeat_interval`` s while this run holds it
     (:func:`orchestrator.host.records.start_heartbeat`). Under ``--check`` it only reports.
     """
@@ -67,6 +69,13 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
                 stop_tagged(ctx.connection, r["run_id"])
             except ValueError as exc:  # a record whose name is no run id: nothing of it is signalled
                 ctx.emit("recover_stop_skipped", run_id=r["run_id"], error=str(exc))
+                continue
+            unit = ctx.facts.unit
+            if unit is not None and unit.container is not None:
+                # its tuner in the unit's image: ended through the runtime, never by host PID
+                ended = end_payload_containers(ctx.connection, unit.container, r["run_id"], 30)
+                if ended:
+                    ctx.emit("payload_containers_ended", run_id=r["run_id"], containers=ended)
     desc = ", ".join(f"{r['run_id']} ({r['state']})" for r in left) or "none"
     msg = f"unfinished runs: {desc}" + (f"; broke the lock of {broken}" if broken else "")
     return TaskResult.ok(msg, facts={"orch_unfinished": left}, unfinished=left, broken_lock=broken)

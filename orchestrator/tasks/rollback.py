@@ -39,12 +39,18 @@ def rollback_select(ctx, to: str | None = None) -> TaskResult:
 def rollback_restore(ctx, run_id: str) -> TaskResult:
     """Restore the files run ``run_id`` replaced (``orch_rollback_target.run_id``), recorded on the
     host as this run (so a rollback can be rolled back). Sets ``orch_restored_paths`` (files put
-    back) and ``orch_deleted_paths`` (files that did not exist before and were removed)."""
+    back) and ``orch_deleted_paths`` (files that did not exist before and were removed); for a
+    container unit, as the server sees them (through its bind mounts)."""
     data = ctx.payload.call("restore", ["--run-id", run_id, "--state-dir", ctx.payload.state_dir,
                                         "--as-run-id", ctx.options.run_id], timeout=300)
     files = data.get("files") or []
     restored = [f["path"] for f in files if f.get("action") in ("restored", "unchanged") and f.get("sha256")]
     deleted = [f["path"] for f in files if f.get("action") == "deleted"]
+    unit = ctx.facts.unit
+    if unit is not None and unit.container is not None:
+        # files written on the host through a bind mount: the server's log names them as it sees them
+        restored = [unit.container.container_path(p) or p for p in restored]
+        deleted = [unit.container.container_path(p) or p for p in deleted]
     ctx.run.install_attempted = True  # this run's own record can be restored by rescue
     summary = ctx.run.summary
     summary.rolled_back, summary.installed, summary.deleted = run_id, restored, deleted

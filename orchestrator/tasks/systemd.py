@@ -17,6 +17,7 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import unit_log
 from ..facts.unit import UnitError, gather_unit, is_active, scope_of, systemctl
+from ..host.container import end_leftover_container
 from ..payload.client import PayloadFailed
 
 POLL_S = 0.5
@@ -32,7 +33,10 @@ def unit_facts(ctx, name: str) -> TaskResult:
     with how ExecStart starts it (``python -m sglang.launch_server``, ``sglang serve``, wrappers:
     :mod:`remote.sglang.launcher`; an unknown form fails naming the forms orch knows).
     Fails naming the unit (and the file) when it is missing, not an SGLang server, or its start
-    depends on a file systemd or SGLang would refuse."""
+    depends on a file systemd or SGLang would refuse. A container unit (``docker run``/``podman
+    run``, :mod:`orchestrator.facts.container`) is read from its run command line; the payload's
+    host commands then run with the host's ``/usr/bin/python3`` (``orch_interpreter``), the
+    probe and the tuner with the image's (``orch_unit.server.interpreter``); ``-d`` is refused."""
     try:
         facts = gather_unit(ctx.connection, name, scope=scope_of(ctx.vars))
     except UnitError as exc:
@@ -40,7 +44,9 @@ def unit_facts(ctx, name: str) -> TaskResult:
     ctx.run.unit = name
     ctx.run.was_active = facts.active_state == "active"
     s = facts.server
-    interpreter = ctx.vars.get("ansible_python_interpreter") or s.interpreter
+    # a container unit's server runs the image's Python; the payload's host commands need the host's
+    interpreter = ctx.vars.get("ansible_python_interpreter") or ("/usr/bin/python3" if facts.container else
+                                                                  s.interpreter)
     msg = (f"{name}: {facts.active_state}, model {s.model_path}, tp {s.tp}, ep {s.ep}, "
            f"host {s.host}, port {s.port}, moe backend {s.moe_runner_backend}")
     if facts.launch is not None and facts.launch.forms != ["python -m sglang.launch_server"]:
@@ -52,6 +58,11 @@ def unit_facts(ctx, name: str) -> TaskResult:
         msg += f"; flags from --config {s.config_file}"
     if facts.shape.describe():
         msg += f"; {facts.shape.describe()}"
+    if facts.container is not None:
+        c = facts.container
+        msg += (f"; {c.runtime} container {c.name or '(unnamed)'} of image {c.image}, GPUs {c.gpus.how}"
+                + (f" {','.join(c.gpus.devices)}" if c.gpus.devices else "")
+                + (", host network" if c.host_network else ""))
     for w in facts.warnings:
         ctx.emit("unit_warning", warning=w)
         msg += f"; WARNING: {w}"
@@ -84,11 +95,21 @@ def free_port(ctx, unit: str) -> list[dict]:
     if ctx.payload is None or facts is None or facts.server is None or not facts.server.port:
         return []
     port = facts.server.port
-    args = ["--port", str(int(port)), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
-    if facts.launch is not None:
-        args += ["--owner-args", json.dumps(facts.launch.entry_args)]
-    elif split_launch(facts.exec_start) is not None:  # facts made without the launch (tests, records)
-        args += ["--owner-args", json.dumps(split_launch(facts.exec_start)[1])]
+    if facts.container is not None:
+        # a container's processes are the runtime's: ended through it (end_leftover_container), and
+        # its published port is the host's, so any holder left is named, never signalled by host PID
+        if not facts.container.host_network:
+            pub = facts.container.published_port(int(port))
+            port = pub.host_port if pub is not None else None
+        if not port:
+            return []
+        args = ["--port", str(int(port)), "--free"]
+    else:
+        args = ["--port", str(int(port)), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
+        if facts.launch is not None:
+            args += ["--owner-args", json.dumps(facts.launch.entry_args)]
+        elif split_launch(facts.exec_start) is not None:  # facts made without the launch (tests, records)
+            args += ["--owner-args", json.dumps(split_launch(facts.exec_start)[1])]
     try:
         data = ctx.payload.call("port", args, timeout=120)
     except PayloadFailed as exc:
@@ -151,7 +172,9 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     starts what the operator had stopped; with ``--leave-stopped`` rescue starts nothing. Before
     starting a stopped unit, its port must be free (:func:`free_port`: the unit's own leftovers are
     ended, another holder fails the task naming it), and the unit log is marked so ``verify_log``
-    reads only this start's lines. A start that turns ``failed`` fails at once.
+    reads only this start's lines. A start that turns ``failed`` fails at once. For a container
+    unit the stop is checked with the runtime: its container must be gone, and one left is ended
+    through the runtime (:func:`end_leftover_container`), also before a start.
     """
     conn = ctx.connection
     unit = name
@@ -168,8 +191,10 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
         else:
             conn.run(systemctl(scope, "stop", unit), become=root, timeout=timeout + 30)
             _wait_state(ctx, unit, {"inactive", "failed"}, timeout, set())
+        ended = end_leftover_container(ctx, unit, timeout)
         ctx.emit("service_stopped", unit=unit)
-        return TaskResult.changed(f"{unit} stopped")
+        return TaskResult.changed(f"{unit} stopped" + (f"; its container {' and '.join(ended)} through the runtime"
+                                                      if ended else ""))
     touched = ctx.run.stopped_by_orch or ctx.run.started_by_orch
     if only_if_stopped_by_orch and (not touched or ctx.options.leave_stopped):
         return TaskResult.skipped("unit was not stopped by this run" if not ctx.options.leave_stopped
@@ -178,6 +203,7 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     if state == "started" and current == "active":
         return TaskResult.ok(f"{unit} already active")
     if current != "active":
+        end_leftover_container(ctx, unit, timeout)  # a leftover of the name makes `run --name` fail
         free_port(ctx, unit)
     mark_log(ctx, unit)
     verb = "restart" if state == "restarted" else "start"

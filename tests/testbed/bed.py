@@ -179,6 +179,9 @@ FLEET_OPTION_DEFAULTS: Dict[str, Any] = {
     "mig": {},               # {gpu index: [MIG profile, ...]} listed by that nvidia-smi
     "shares_state_with": None,  # an earlier host's name: this host mounts that host's /var/lib/orch
                                 #   (one orch state folder on NFS, or hosts cloned with one data disk)
+    "container": None,       # the unit runs the stand-in in a real podman container (issue 19):
+                             #   {"moe_mount": True}: `-v /srv/moe:/moe -e SGLANG_MOE_CONFIG_DIR=/moe`
+                             #   (moe_config_dir is then /srv/moe); {"moe_mount": False}: no such mount
 }
 HOST_OPTION_DEFAULTS.update(FLEET_OPTION_DEFAULTS)
 # --- Launch forms and unit shapes (issue 19). Every default leaves the host as before.
@@ -767,6 +770,79 @@ def _make_launchers(tree: Path) -> None:
         p.chmod(0o755)
 
 
+#: the stand-in image of container hosts (``podman import`` of a tar the bed makes)
+CONTAINER_IMAGE = "localhost/sglang-standin:0.5.23"
+#: the image's Python: a link in the image to the repo's venv (bound read-only by containers.conf)
+CONTAINER_PYTHON = "/opt/venv/bin/python3"
+
+
+def _container_exec(host: Host, args: List[str], env: Dict[str, str]) -> List[str]:
+    """ExecStart of a container host: ``podman run --rm --name sglang -p PORT:PORT -v /models...
+    [-v /srv/moe:/moe] -e ... IMAGE /opt/venv/bin/python3 -m sglang.launch_server ...``; the
+    unit's environment goes in as ``-e`` (the container's), the fake GPU file as a bind."""
+    o = host.options
+    port = int(o["port"])
+    env = dict(env)
+    words = ["/usr/bin/podman", "run", "--rm", "--name", "sglang", "-p", f"{port}:{port}",
+             "-v", "/models:/models:ro"]
+    for i in range(max(1, int(o["tp"]))):
+        words += ["-v", f"/dev/nvidia{i}:/dev/nvidia{i}"]
+    if o["container"].get("moe_mount"):
+        words += ["-v", f"{o['moe_config_dir']}:/moe"]
+        env["SGLANG_MOE_CONFIG_DIR"] = "/moe"
+    for k, v in env.items():
+        words += ["-e", f"{k}={v}"]
+    return words + [CONTAINER_IMAGE, CONTAINER_PYTHON] + args[1:]
+
+
+def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
+    """A container host's podman set-up: its own ``/etc/containers`` (the machine's, plus a
+    containers.conf with ``cgroups="disabled"``, low default ulimits and the machine's ``/usr``,
+    the venv and its base Python bound read-only into every container, so the image is tiny;
+    storage.conf with the ``vfs`` driver), its own ``/var/lib/containers``, and the image tar
+    (the stand-in SGLang tree at ``/opt/sglang``, ``/opt/venv`` linking to the repo's venv).
+    Returns ``(binds, setup commands)``: the cgroup v1 ``unified`` mount is unmounted in the
+    host's mount namespace (podman refuses the hybrid layout) and the tar imported."""
+    hd = host.hostdir
+    etc = hd / "etc-containers"
+    if os.path.isdir("/etc/containers"):
+        shutil.copytree("/etc/containers", etc, symlinks=True)
+    else:
+        etc.mkdir()
+    venv = str(Path(VENV_PYTHON).parent.parent)
+    base = os.path.dirname(os.path.dirname(os.path.realpath(VENV_PYTHON)))
+    vols = ["/usr:/usr:ro", f"{venv}:{venv}:ro"] + ([f"{base}:{base}:ro"] if not base.startswith("/usr/") else [])
+    (etc / "containers.conf").write_text(
+        "[containers]\ncgroups = \"disabled\"\n"
+        "default_ulimits = [\"nofile=1024:1024\", \"nproc=1000:1000\"]\n"
+        f"volumes = {json.dumps(vols)}\n"
+        "[engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n")
+    (etc / "storage.conf").write_text(
+        "[storage]\ndriver = \"vfs\"\ngraphroot = \"/var/lib/containers/storage\"\n"
+        "runroot = \"/run/containers/storage\"\n")
+    (hd / "var-lib-containers").mkdir()
+    import tarfile
+
+    tar_path = hd / "run" / "orchtb" / "image.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        for d in ("etc", "tmp", "root", "opt", "proc", "sys", "dev", "run", "var", "var/tmp", "moe"):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d in ("tmp", "var/tmp") else 0o755
+            tar.addfile(info)
+        for name, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64"),
+                             ("opt/venv", venv)):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+        tar.add(str(hd / "opt-sglang"), arcname="opt/sglang")
+    binds = [[str(etc), "/etc/containers"], [str(hd / "var-lib-containers"), "/var/lib/containers"]]
+    cmds = ["if grep -q ' /sys/fs/cgroup/unified ' /proc/self/mounts; then umount /sys/fs/cgroup/unified; fi",
+            # `ip netns exec` gives the host a fresh sysfs with an empty /sys/fs/cgroup, whose type crun refuses
+            "grep -q ' /sys/fs/cgroup ' /proc/self/mounts || mount -t tmpfs -o mode=755 orchtb-cgroup /sys/fs/cgroup",
+            f"podman import /run/orchtb/image.tar {CONTAINER_IMAGE} >/dev/null"]
+    return binds, cmds
+
+
 def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     """The unit file of the host's SGLang unit, or (``extra``: an entry of ``more_units``) of a
     further unit on the same host."""
@@ -806,6 +882,9 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     if o["exec_start"] and not extra:
         exec_start = o["exec_start"].format(python=shlex.quote(VENV_PYTHON), sglang=SGLANG_SCRIPT, conda=CONDA,
                                             args=" ".join(shlex.quote(a) for a in flags))
+    if o["container"] and not extra:
+        args, env = _container_exec(host, args, env), {}
+        exec_start = " ".join(shlex.quote(a) for a in args)
     lines = [
         "[Unit]",
         f"Description=SGLang server (orch test bed stand-in) on {host.name}",
@@ -897,6 +976,10 @@ class TestBed:
                 opts.update(self.host_options[key])
         if opts["sglang_release"]:
             opts["layout"] = standin_tree.layout_of(opts["sglang_release"])
+        if opts["container"] and opts["container"].get("moe_mount") and not opts["moe_config_dir"]:
+            opts["moe_config_dir"] = "/srv/moe"  # the host folder bound at /moe in the container
+        if opts["container"]:
+            opts["strays"] = False  # a container's GPU holders are the runtime's to end, not orch's reap
         return opts
 
     def _save_state(self) -> None:
@@ -1112,6 +1195,10 @@ class TestBed:
         fleet_binds = self._make_fleet_files(host)
         # MoE config folder override and pre-installed config files
         setup_cmds = []
+        if o["container"]:
+            more, cmds = _container_files(host)
+            fleet_binds += more
+            setup_cmds += cmds
         if o["moe_config_dir"]:
             setup_cmds.append(f"mkdir -p {shlex.quote(o['moe_config_dir'].rstrip('/') + '/configs')}")
         for name, content in o["config_files"].items():
@@ -1197,6 +1284,9 @@ class TestBed:
         rfd, wfd = os.pipe()
         for mp in ("/models", "/opt/sglang", "/var/lib/orch", LOGIN_HOME):
             os.makedirs(mp, exist_ok=True)
+        if host.options["container"]:  # mount points of a container host's podman folders
+            os.makedirs("/etc/containers", exist_ok=True)
+            os.makedirs("/var/lib/containers", exist_ok=True)
         for etc in FLEET_ETC_DIRS:  # mount points of the per-host /etc folders (FLEET_OPTION_DEFAULTS files)
             if any(p.startswith(etc + "/") for p in host.options["files"]):
                 os.makedirs(etc, exist_ok=True)

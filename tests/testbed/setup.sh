@@ -6,6 +6,8 @@ set -eu
 # sudo: the bed's non-root login (orchop) uses it inside the hosts (`become`)
 # numactl: units started under `numactl --cpunodebind=0 --membind=0` (launch forms, issue 19)
 PKGS="openssh-server openssh-client openssh-sftp-server iproute2 util-linux psmisc lsof procps curl sudo passwd numactl"
+# podman: container hosts (issue 19) run the stand-in in a real container (crun, vfs storage)
+PKGS="$PKGS podman crun fuse-overlayfs"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -17,7 +19,7 @@ if [ -n "$missing" ]; then
     apt-get install -y -q --no-install-recommends $missing
 fi
 # checks: the bed needs these to work
-for tool in ip unshare nsenter ssh ssh-keygen fuser lsof curl sudo visudo useradd chpasswd; do
+for tool in ip unshare nsenter ssh ssh-keygen fuser lsof curl sudo visudo useradd chpasswd podman; do
     command -v "$tool" >/dev/null || { echo "setup.sh: $tool missing after install" >&2; exit 1; }
 done
 test -x /usr/sbin/sshd || { echo "setup.sh: /usr/sbin/sshd missing" >&2; exit 1; }

@@ -1,0 +1,112 @@
+"""End to end: a unit that runs SGLang in a container (issue 19): ``podman run --rm --name sglang
+... localhost/sglang-standin:0.5.23 /opt/venv/bin/python3 -m sglang.launch_server ...``, a real
+podman inside the test-bed host (``container`` host option, tests/testbed/README.md).
+
+1. with ``-v /srv/moe:/moe -e SGLANG_MOE_CONFIG_DIR=/moe``: ``orch tune`` probes and tunes inside
+   the image, installs into the host folder, the restarted container loads the files (its log names
+   them as ``/moe/...``); ``orch doctor`` says tuned; ``orch rollback`` puts the defaults back;
+2. without that mount: refused before the stop with the ``-v``/``-e`` to add, nothing stopped;
+3. ``orch recover`` after a controller died with the container stopped: the unit runs again.
+
+docs/containers.md says what orch does with a container unit.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.e2e.helpers import inventory, orch, recap
+
+pytestmark = pytest.mark.testbed
+
+UP = "E=8,N=64,device_name=NVIDIA_H200.json"
+DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
+
+
+def _containers(host) -> dict:
+    out = host.sh("podman ps -a --format '{{.Names}} {{.State}}'").stdout
+    return {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines() if line.strip()}
+
+
+def _loaded_lines(host) -> list:
+    return [ln for ln in host.unit_log().splitlines() if "Using MoE kernel config from" in ln]
+
+
+def test_tune_doctor_rollback_in_a_podman_container(testbed_factory, tmp_path):
+    bed = testbed_factory(1, {0: {"container": {"moe_mount": True}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    assert list(_containers(h)) == ["sglang"]
+    host_dir = h.triton_dir  # /srv/moe/configs/triton_X_Y_Z on the host
+    seen = "/moe/configs/" + host_dir.rsplit("/", 1)[1]  # the same folder inside the container
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed", (r, proc.stderr[-4000:])
+    assert r["summary"]["plan"]["install_dir"] == seen
+    for name in (UP, DOWN):
+        assert h.sh(f"test -f {host_dir}/{name}", check=False).returncode == 0, name
+        assert f"Using MoE kernel config from {seen}/{name}." in h.unit_log()
+    assert h.unit_state() == "active" and _containers(h) == {"sglang": _containers(h)["sglang"]}
+    assert h.sh("test -e /opt/venv", check=False).returncode != 0  # the probe's Python was the image's
+    doc = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    row = recap(doc)[h.name]
+    assert row["verdict"] == "tuned", row
+    rb = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    rr = recap(rb)["hosts"][h.name]
+    assert rr["outcome"] == "completed", (rr, rb.stderr[-4000:])
+    for name in (UP, DOWN):
+        assert h.sh(f"test -f {host_dir}/{name}", check=False).returncode != 0, name
+    assert h.unit_state() == "active" and list(_containers(h)) == ["sglang"]
+
+
+def test_no_writable_mount_is_refused_before_the_stop(testbed_factory, tmp_path):
+    bed = testbed_factory(1, {0: {"container": {"moe_mount": False}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    pid = h.sh("systemctl show -p MainPID sglang-qwen").stdout.strip()
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] != "completed"
+    assert "-v /srv/sglang-moe:/sglang-moe -e SGLANG_MOE_CONFIG_DIR=/sglang-moe" in r["cause"], r
+    assert "nothing was stopped" in r["cause"]
+    assert h.sh("systemctl show -p MainPID sglang-qwen").stdout.strip() == pid  # never stopped
+    assert h.unit_state() == "active" and list(_containers(h)) == ["sglang"]
+
+
+def test_recover_after_the_controller_died_with_the_container_stopped(testbed_factory, tmp_path):
+    """The controller is killed (SIGKILL) while the tuner runs in its own container and the unit's
+    container is stopped: ``orch recover`` ends the tuner's container through podman, restores and
+    starts the unit; only the server's container is left."""
+    from orchestrator.records.controller import new_run_id
+    from tests.e2e.test_faults import LONG_TUNE, _popen, _task_done, _wait_event
+
+    bed = testbed_factory(1, {0: {"container": {"moe_mount": True}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    inv = inventory(bed, tmp_path / "hosts.yaml", **LONG_TUNE)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    tuner = []
+    try:
+        _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
+        deadline = time.monotonic() + 120
+        while not tuner and time.monotonic() < deadline and proc.poll() is None:
+            tuner = [n for n in _containers(h) if n.startswith("orch-")]
+            time.sleep(0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert tuner, "the tuner never ran in its own container"
+    assert h.unit_state() in ("inactive", "failed")
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "s2"),
+               state_dir=tmp_path / "s2")
+    assert rec.returncode == 0, (rec.stdout[-3000:], rec.stderr[-3000:])
+    assert recap(rec)["hosts"][h.name]["outcome"] == "completed"
+    assert h.unit_state() == "active"
+    assert list(_containers(h)) == ["sglang"], _containers(h)  # no orch-* tuner container left
+    h.wait_http("/health")
