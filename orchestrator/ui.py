@@ -171,6 +171,10 @@ def _summary_fields(r) -> list[tuple[str, str]]:
     version = (after or before).server_version if (after or before) else None
     if version and tp != "-":
         tp += f"\nserver: sglang {version}"  # what the server says it is (a test bed's stand-in says so)
+    if s.sigkilled:  # sglang #22779: say it; the benchmark after checked every request for tokens
+        tp += "\nSIGKILL: " + ", ".join(f"pid {k.get('pid')} ({k.get('by')})" for k in s.sigkilled)
+    if s.before_loaded and s.before_loaded.get("text"):  # what the "before" arm really ran (its log)
+        tp += f"\nbefore: {s.before_loaded['text']}"
     return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]
 
 

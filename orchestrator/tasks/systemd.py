@@ -16,6 +16,7 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import unit_log
 from ..facts.unit import UnitError, gather_unit, is_active
+from ..host.sigkill import note_sigkills
 from ..payload.client import PayloadFailed
 
 POLL_S = 0.5
@@ -97,6 +98,7 @@ def free_port(ctx, unit: str) -> list[dict]:
                 f"{port} ({k.get('why')})")
     if killed:
         ctx.run.summary.port_freed = (ctx.run.summary.port_freed or []) + killed
+        note_sigkills(ctx, killed, "port")
     return killed
 
 
