@@ -65,6 +65,8 @@ class UnitFacts:
     env_files: list[dict] = field(default_factory=list)
     working_directory: str = ""
     warnings: list[str] = field(default_factory=list)
+    #: files the server logs to instead of the journal (``StandardOutput=append:FILE``, ...)
+    log_files: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,6 +110,21 @@ class UnitSettings:
     environment: dict[str, str] = field(default_factory=dict)
     env_files: list[EnvFileRef] = field(default_factory=list)
     unset: list[str] = field(default_factory=list)
+    #: ``StandardOutput=``/``StandardError=`` as written (last wins; "" when unset)
+    stdout: str = ""
+    stderr: str = ""
+
+    def log_files(self) -> list[str]:
+        """Files the server's output goes to instead of the journal: the paths of
+        ``StandardOutput=``/``StandardError=`` ``file:``, ``append:`` or ``truncate:`` targets
+        (systemd.exec(5); ``StandardError=`` defaults to ``inherit``, the output's), in that
+        order, each once."""
+        out = []
+        for value in (self.stdout, self.stderr or "inherit"):
+            kind, _, path = value.partition(":")
+            if kind in ("file", "append", "truncate") and path.startswith("/") and path not in out:
+                out.append(path)
+        return out
 
 
 def parse_unit_settings(text: str) -> UnitSettings:
@@ -148,6 +165,10 @@ def parse_unit_settings(text: str) -> UnitSettings:
                     st.environment[k] = v
         elif key == "EnvironmentFile":
             file_values.append(value)
+        elif key == "StandardOutput":
+            st.stdout = value.strip()
+        elif key == "StandardError":
+            st.stderr = value.strip()
         elif key == "UnsetEnvironment":
             if not value.strip():
                 st.unset = []
@@ -311,7 +332,7 @@ def gather_unit(connection, unit: str) -> UnitFacts:
                       active_state=props.get("ActiveState", "unknown"), sub_state=props.get("SubState", ""),
                       main_pid=main_pid, control_group=props.get("ControlGroup", ""),
                       environment={k: env[k] for k in env}, exec_start=exec_start, env_files=env_report,
-                      working_directory=workdir)
+                      working_directory=workdir, log_files=settings.log_files())
     launch = split_launch(exec_start)
     if launch is None:
         raise UnitError(f"unit {unit} is not an SGLang server: its ExecStart does not run "

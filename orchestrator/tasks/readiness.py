@@ -18,7 +18,7 @@ from remote.sglang.moe_log import parse_moe_log, role_of, verify_loaded
 
 from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..engine.task import task
-from ..facts.journal import text_since, unit_log
+from ..facts.journal import log_files, text_since, unit_log
 from ..facts.unit import is_active
 from ..host.answering import check_answering_process
 from ..host.endpoint import ask, ask_json, endpoint_of
@@ -28,7 +28,7 @@ POLL_S = 1.0
 
 def log_since_mark(ctx, unit: str) -> str:
     """Unit log lines written since the last start this run made (``ctx.run.log_mark``)."""
-    return text_since(ctx.run.log_mark, unit_log(ctx.connection, unit))
+    return text_since(ctx.run.log_mark, unit_log(ctx.connection, unit, files=log_files(ctx)))
 
 
 #: SGLang's native generation request (SGLang 0.5.23 srt/entrypoints/http_server.py ``/generate``,

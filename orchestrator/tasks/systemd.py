@@ -14,7 +14,7 @@ from remote.sglang.server_args import split_launch
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import unit_log
+from ..facts.journal import log_files, unit_log
 from ..facts.unit import UnitError, gather_unit, is_active
 from ..host.sigkill import note_sigkills
 from ..payload.client import PayloadFailed
@@ -105,7 +105,7 @@ def free_port(ctx, unit: str) -> list[dict]:
 def mark_log(ctx, unit: str) -> None:
     """Remember the unit log as it is now (``ctx.run.log_mark``), so that only the lines of the
     next start are read afterwards (:func:`orchestrator.facts.journal.text_since`)."""
-    ctx.run.log_mark = unit_log(ctx.connection, unit)
+    ctx.run.log_mark = unit_log(ctx.connection, unit, files=log_files(ctx))
 
 
 @task("service", aliases={"unit": "name", "service": "name"})

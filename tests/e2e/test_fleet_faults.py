@@ -6,6 +6,8 @@ fleets report").
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,101 @@ def test_after_a_sigkill_every_request_of_the_benchmark_must_return_tokens(testb
     h.wait_http("/health")
     assert _lock(h) is None and _host_run_state(h, res["run_id"]) == "restored"
 
+
+# ------------------------------------------- row 2: a peer that stops answering is noticed
+def test_silent_ssh_peer_is_noticed_and_the_host_restored(testbed_factory, tmp_path):
+    """paramiko #2463, pyinfra #1336: Paramiko's keep-alives want no answer, so a session whose
+    sshd stops answering while the host's kernel still acknowledges TCP (here: orch's session
+    processes frozen with SIGSTOP in the middle of the tune) is never noticed, and orch waits for
+    the tune's result for ever. Now each transport asks for an answer every ``KEEPALIVE_S`` s and
+    closes after ``ALIVE_COUNT_MAX`` unanswered ones: the tune step fails and the rescue, on a new
+    session, restores the host in the same run."""
+    import subprocess
+    import time
+
+    from orchestrator.connection.ssh import ALIVE_COUNT_MAX, KEEPALIVE_S
+    from orchestrator.records import new_run_id
+    from tests.e2e.helpers import REPO
+
+    bed = testbed_factory(1, host_options={0: {"config_files": {UP: OLD_UP}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    tree = h.file_tree_hash(h.config_dir)
+    inv = inventory(bed, tmp_path / "hosts.yaml", orch_tune_batch_sizes=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    cmd = [sys.executable, "-m", "orchestrator", "tune", str(inv), "--service", "sglang-qwen", "--state-dir",
+           str(state), "--run-id", rid, "--json"]
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, text=True,
+                                env=dict(os.environ, XDG_STATE_HOME=str(state), COLUMNS="200"))
+    try:
+        deadline = time.monotonic() + 240
+        while not h.sh("pgrep -f '^[^ ]*python[^ ]* -m remote tune( |$)'", check=False).stdout.strip():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        frozen = h.sh("pgrep -f '^sshd: (root|orchop)'").stdout.split()
+        assert frozen
+        h.sh("kill -STOP " + " ".join(frozen))
+        # the code before this change waited for the frozen session for ever
+        rc = proc.wait(timeout=KEEPALIVE_S * (ALIVE_COUNT_MAX + 1) + 240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        h.sh("pkill -CONT -f '^sshd: '", check=False)
+    text = log.read_text()
+    res = json.loads(text[text.rfind('\n{\n  "run_id"') + 1:])
+    r = res["hosts"][h.name]
+    assert rc == 1 and r["outcome"] == "failed" and r["rescued"] == 1, r
+    assert "Tune the fused-MoE kernel" in r["cause"], r["cause"]
+    assert h.file_tree_hash(h.config_dir) == tree and h.unit_state() == "active"
+    h.wait_http("/health")
+    assert _lock(h) is None and _host_run_state(h, rid) == "restored"
+
+
+# --------------------------------------------- row 4: the tuner's own, fresh Triton cache
+def test_tuner_uses_a_fresh_triton_cache_of_its_own_never_the_servers(testbed_factory, tmp_path):
+    """triton #11512, prime-rl #2305, vllm #6103: a shared or NFS Triton cache breaks a tune. The
+    unit names a shared cache (``TRITON_CACHE_DIR=/srv/triton-shared``); the tuner uses a new
+    folder under its work folder for this run (named by the run's tag), leaves the shared one
+    untouched, and removes its own at the end. (The retry after a cache error is
+    ``tests/unit/remote/tuning/test_triton_cache.py``: the bed's interpreter runs compile
+    nothing.)"""
+    opts = {0: {"config_files": {UP: OLD_UP}, "env": {"TRITON_CACHE_DIR": "/srv/triton-shared"}}}
+    bed = testbed_factory(1, host_options=opts)
+    h = bed.hosts[0]
+    h.sh("mkdir -p /srv/triton-shared")
+    h.wait_http("/health")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = recap(proc)
+    report = json.loads((Path(res["run_dir"]) / "hosts" / h.name / "report.json").read_text())
+    cache = report["triton_cache"]
+    assert cache["dir"].startswith("/var/lib/orch/work/") and "/triton-cache/triton-cache-" in cache["dir"], cache
+    assert res["run_id"] in cache["dir"] and cache["moved_aside"] is None, cache
+    assert h.sh(f"test -e '{cache['dir']}'", check=False).returncode != 0  # removed at the end
+    assert h.sh("ls -A /srv/triton-shared").stdout.strip() == ""  # the server's cache untouched
+
+
+# ------------------------------------------------------ row 5: work folder on a noexec mount
+def test_work_folder_on_a_noexec_mount_is_refused_at_probe(testbed_factory, tmp_path):
+    """pytorch #123054: on a ``noexec`` mount Triton's compiled ``.so`` fails to map. The host's
+    ``/var/lib/orch`` (the state folder, which holds the tuner's work folder, its Triton cache and
+    temp files) is remounted ``noexec``: the probe refuses with the reason, before anything is
+    stopped."""
+    bed = testbed_factory(1, host_options={0: {"config_files": {UP: OLD_UP}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    h.sh("mkdir -p /var/lib/orch && (mountpoint -q /var/lib/orch || mount --bind /var/lib/orch /var/lib/orch) "
+         "&& mount -o remount,bind,noexec /var/lib/orch")
+    tree = h.file_tree_hash(h.config_dir)
+    main_before = h.sh("systemctl show sglang-qwen -p MainPID").stdout.strip()
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "failed" and "Probe GPUs" in r["cause"], r
+    assert "/var/lib/orch/work is on a noexec mount (/var/lib/orch" in r["cause"], r["cause"]
+    assert "orch_state_dir" in r["cause"], r["cause"]
+    assert h.sh("systemctl show sglang-qwen -p MainPID").stdout.strip() == main_before
+    assert h.file_tree_hash(h.config_dir) == tree and _lock(h) is None
