@@ -193,6 +193,36 @@ def test_after_a_sigkill_every_request_of_the_benchmark_must_return_tokens(testb
     assert _lock(h) is None and _host_run_state(h, res["run_id"]) == "restored"
 
 
+# --------------------------------------------- row 13: "free" means no compute process left
+def test_gpu_free_means_no_compute_process_a_monitor_holding_the_device_is_left_alone(testbed_factory, tmp_path):
+    """dra-driver-nvidia-gpu #1076, gpu-operator #118: a monitor (here ``gpud``, not in the
+    protected list) keeps ``/dev/nvidia0`` open without being a compute process. With nvidia-smi
+    answering, the reaper decides "free" from the compute processes of the unit's GPUs: the
+    leftover SGLang scheduler is ended, the monitor and nvidia-persistenced are left alone, and
+    the tune completes. Before, every unprotected holder was ended, the monitor too."""
+    bed = testbed_factory(1, host_options={0: {"config_files": {UP: OLD_UP}, "nvidia_smi": True}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    holder = str(Path(__file__).resolve().parents[1] / "testbed" / "holder.py")
+    h.py("import subprocess,sys; subprocess.run(['gpud', sys.argv[1], '--comm', 'gpud', '/dev/nvidia0'], "
+         "executable='/usr/bin/python3', check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+         "stderr=subprocess.DEVNULL)", holder)
+    monitor = [int(p) for p, cmd in h.pids_holding("/dev/nvidia0") if cmd.startswith("gpud")]
+    leftover = [int(p) for p, cmd in h.pids_holding("/dev/nvidia0") if cmd.startswith("sglang::")]
+    assert len(monitor) == 1 and len(leftover) == 1, h.pids_holding("/dev/nvidia0")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = recap(proc)
+    r = res["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    assert [k["pid"] for k in r["summary"]["reaped"]] == leftover, r["summary"]["reaped"]
+    reap = _task(res, h.name, "Reap leftover GPU processes")
+    assert f"left alone, no compute process (nvidia-smi): {monitor[0]} (gpud" in reap["msg"], reap["msg"]
+    assert h.sh(f"kill -0 {monitor[0]}", check=False).returncode == 0  # the monitor still runs
+    assert any(cmd.startswith("nvidia-persistenced") for _, cmd in h.pids_holding("/dev/nvidia0"))
+
+
 # ------------------------------------------- row 2: a peer that stops answering is noticed
 def test_silent_ssh_peer_is_noticed_and_the_host_restored(testbed_factory, tmp_path):
     """paramiko #2463, pyinfra #1336: Paramiko's keep-alives want no answer, so a session whose
@@ -290,3 +320,59 @@ def test_work_folder_on_a_noexec_mount_is_refused_at_probe(testbed_factory, tmp_
     assert "orch_state_dir" in r["cause"], r["cause"]
     assert h.sh("systemctl show sglang-qwen -p MainPID").stdout.strip() == main_before
     assert h.file_tree_hash(h.config_dir) == tree and _lock(h) is None
+
+
+# ------------------------------------- row 6: sudo's secure_path does not choose the payload's PATH
+def test_payload_commands_name_their_path_and_interpreter_under_a_secure_path_sudo(testbed_factory, tmp_path):
+    """sudo-rs #1299, teleport #67522, triton #2878: sudo resets the environment and applies
+    ``secure_path`` (sudo-rs also ignores ``-E``); a command run through it gets sudo's PATH, here
+    ``/usr/bin:/bin``, without ``/usr/sbin`` (``ldconfig``) or ``/usr/local/sbin`` (this host's
+    ``nvidia-smi``). Every payload command names the absolute interpreter and passes PATH
+    explicitly (``sudo ... env PATH=<the unit's> /abs/python -m remote ...``): the reaper finds
+    ``nvidia-smi`` where the server would."""
+    from tests.testbed.bed import SUDO_LOG
+
+    bed = testbed_factory(1, host_options={0: {"config_files": {UP: OLD_UP}, "nvidia_smi": True}})
+    h = bed.hosts[0]
+    h.sh(f"printf 'Defaults:{bed.login_user} secure_path=\"/usr/bin:/bin\"\\nDefaults:{bed.login_user} env_reset\\n' "
+         f">> /etc/sudoers.d/{bed.login_user} && visudo -cf /etc/sudoers.d/{bed.login_user}")
+    h.wait_http("/health")
+    hv = {"ansible_user": bed.login_user, "ansible_become": True, "ansible_become_password": bed.become_password}
+    inv = inventory(bed, tmp_path / "hosts.yaml", host_vars={h.name: hv})
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = recap(proc)
+    reap = _task(res, h.name, "Reap leftover GPU processes")
+    assert reap["data"]["nvidia_smi"] == "used", reap["data"]  # found on the unit's PATH, not sudo's
+    lines = h.sh(f"cat {SUDO_LOG}").stdout.splitlines()
+    payload = [x.split("COMMAND=", 1)[1] for x in lines if " -m remote " in x]
+    assert payload
+    for cmd in payload:
+        words = cmd.split()
+        env_at = words.index("env") if "env" in words else -1
+        assert env_at >= 0, cmd
+        assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in words[env_at:], cmd
+        python = words[words.index("-m") - 1]
+        assert python.startswith("/"), cmd
+
+
+# ------------------------------------------------ row 7: the log where the unit really writes it
+def test_unit_logging_to_a_file_is_read_there(testbed_factory, tmp_path):
+    """dcgm-exporter #606, puppet-systemd #500: a unit with ``StandardOutput=append:FILE`` writes
+    SGLang's lines to that file, not to the journal. orch reads the unit's ``StandardOutput=``/
+    ``StandardError=`` targets too: the proof that the new files were loaded is found in the file
+    and the tune completes (before, the journal held no lookup line: a good tune was rolled back)."""
+    opts = {0: {"config_files": {UP: OLD_UP}, "service_lines": ["StandardOutput=append:/var/log/sglang.log"]}}
+    bed = testbed_factory(1, host_options=opts)
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    assert "Using MoE kernel config" not in h.unit_log()  # the journal does not have them
+    assert "Using MoE kernel config" in h.sh("cat /var/log/sglang.log").stdout
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = recap(proc)
+    assert res["hosts"][h.name]["outcome"] == "completed"
+    proof = _task(res, h.name, "Prove the new configs were loaded")
+    assert proof["data"]["loaded"] and all(p.endswith((UP, UP.replace(".json", "_down.json")))
+                                           for p in proof["data"]["loaded"]), proof

@@ -117,6 +117,7 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "gpu_exclusive": False,         # ORCH_STANDIN_GPU_EXCLUSIVE: start fails while a leftover holds the GPU
     "start_unit": True,             # start the unit at bed creation
     "timeout_stop_s": 15,           # TimeoutStopSec of the unit
+    "service_lines": [],            # more [Service] lines, e.g. StandardOutput=append:/var/log/sglang.log
     # --- SSH variants (fleet SSH: bastions, host keys, hardened sshd) ---
     "sftp": True,                   # False: sshd_config without `Subsystem sftp` (hardened sshd)
     "sshd_extra_ports": [],         # more `Port`s sshd listens on besides 22
@@ -743,6 +744,7 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
         f"StatusFile=/run/{unit}.service.status",
         f"TimeoutStopSec={o['timeout_stop_s']}",
         "Restart=no",
+        *([] if extra else [str(x) for x in o.get("service_lines") or []]),
         "",
         "[Install]",
         "WantedBy=multi-user.target",
