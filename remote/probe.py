@@ -6,6 +6,7 @@ no CUDA GPU is visible and a model is given), ``--capability`` (override of GPU 
 capability, ``9.0``), ``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``, if set),
 ``--autotune-cache-root`` (the server's ``$SGLANG_CACHE_DIR``, :func:`remote.sglang.autotune.cache_root`;
 default: this user's ``~/.cache/sglang``).
+``--work-dir`` (the tuner's work folder: refused when its mount is ``noexec``, :func:`exec_problem`).
 
 Result ``data``::
 
@@ -76,6 +77,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--moe-config-dir", default=None, help="the unit's SGLANG_MOE_CONFIG_DIR, if set")
     parser.add_argument("--autotune-cache-root", default=None,
                         help="the server's SGLANG_CACHE_DIR (default: ~/.cache/sglang of this user)")
+    parser.add_argument("--work-dir", default=None,
+                        help="the tuner's work folder (its Triton cache and temp files): must allow exec")
+
+
+def mount_of(path: str, mountinfo: str) -> dict | None:
+    """The mount holding ``path`` (an absolute path that exists; symlinks resolved by the caller)
+    in a ``/proc/self/mountinfo`` text (proc(5): mount point in field 5, per-mount options in
+    field 6, then ``-``, fstype, source, super options): the one with the longest mount point
+    that is ``path`` or a parent of it, the last mounted when several share it. Returns
+    ``{"target", "options": [...], "fstype", "source"}`` or None. Pure."""
+    best = None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 6:
+            continue
+        target = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+        if not (path == target or path.startswith(target.rstrip("/") + "/") or target == "/"):
+            continue
+        rest = right.split()
+        cand = {"target": target, "options": fields[5].split(","), "fstype": rest[0] if rest else "",
+                "source": rest[1] if len(rest) > 1 else ""}
+        if best is None or len(target) >= len(best["target"]):
+            best = cand
+    return best
+
+
+def exec_problem(path: str) -> str | None:
+    """Why Triton could not load kernels it compiles under ``path`` (pytorch #123054: a ``noexec``
+    mount makes the compiled ``.so`` fail to map), or None when its mount allows exec. ``path``
+    (or its nearest existing parent) is looked up in ``/proc/self/mountinfo``, which is what
+    ``findmnt --target`` reads."""
+    probe_at = os.path.realpath(path)
+    while not os.path.exists(probe_at) and probe_at != "/":
+        probe_at = os.path.dirname(probe_at)
+    try:
+        with open("/proc/self/mountinfo") as f:
+            info = f.read()
+    except OSError as exc:
+        return f"cannot read /proc/self/mountinfo to check {path}: {exc}"
+    m = mount_of(probe_at, info)
+    if m is None or "noexec" not in m["options"]:
+        return None
+    return (f"{path} is on a noexec mount ({m['target']}: {m['fstype']} {m['source']}, "
+            f"{','.join(m['options'])}): Triton's compiled kernels (.so) cannot be loaded from there")
 
 
 # --------------------------------------------------------------------------- GPUs / versions
@@ -233,7 +279,13 @@ def _dtype_inputs(config_path: str) -> dict:
 # --------------------------------------------------------------------------- command
 
 def run(args: argparse.Namespace) -> dict:
-    """Probe the host; see the module docstring for ``data``."""
+    """Probe the host; see the module docstring for ``data``. Raises PayloadError('runtime')
+    when ``--work-dir`` is on a mount that does not allow exec (:func:`exec_problem`)."""
+    if args.work_dir:
+        why = exec_problem(args.work_dir)
+        if why:
+            raise PayloadError("runtime", why + "; set orch_state_dir to a folder on a local mount that allows "
+                                                "exec (findmnt -T PATH shows its options)")
     warnings: list[str] = []
     gpus, torch_ver, w = probe_gpus()
     warnings += w

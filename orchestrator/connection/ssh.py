@@ -35,6 +35,9 @@ from .route import Endpoint, Route
 KEEPALIVE_S = 10
 #: seconds of unacknowledged data after which the link counts as dead (TCP_USER_TIMEOUT)
 DEAD_PEER_S = 30
+#: keep-alive requests left unanswered after which the peer counts as dead (OpenSSH's
+#: ServerAliveCountMax): a peer whose kernel still acknowledges but whose sshd is frozen
+ALIVE_COUNT_MAX = 3
 #: bytes per read/write of a transfer over the exec channel
 CHUNK = 1 << 16
 #: host key algorithms Paramiko may negotiate, by the key type a known_hosts line names
@@ -48,6 +51,57 @@ _ALL_HOST_KEY_ALGORITHMS = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-ni
 class HostKeyRefused(paramiko.SSHException):
     """Raised by :class:`KnownHostsPolicy` from inside Paramiko's connect; ``str()`` is the
     whole message (host, endpoint, key fingerprint, files searched, what to do)."""
+
+
+class ServerAlive:
+    """OpenSSH's ``ServerAliveInterval``/``ServerAliveCountMax`` for one Paramiko transport.
+
+    Paramiko reads neither from ssh_config, and its own keep-alive (``set_keepalive``) asks for no
+    answer, so a peer that stops answering while its kernel still acknowledges (a frozen sshd, a
+    middlebox that drops the session but not TCP) is never noticed (paramiko #2463, pyinfra #1336).
+    Every ``interval`` s a thread sends the ``keepalive@openssh.com`` global request wanting a
+    reply (OpenSSH answers it with a failure, which counts); when none came for ``interval *
+    count_max`` s it calls ``on_dead`` and closes the transport, which ends every channel on it
+    (the running command fails and the rescue reconnects). Stops when the transport closes or
+    :meth:`stop` is called."""
+
+    def __init__(self, transport, interval: float, count_max: int, on_dead=None, name: str = "ssh"):
+        self.transport, self.interval, self.count_max = transport, float(interval), int(count_max)
+        self.on_dead = on_dead
+        self._stop = threading.Event()
+        self.dead = False
+        self._thread = threading.Thread(target=self._run, name=f"server-alive {name}", daemon=True)
+
+    def start(self) -> "ServerAlive":
+        """Start the thread; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the thread at its next wake-up (it never closes the transport then)."""
+        self._stop.set()
+
+    def _ask(self, answered: threading.Event) -> None:
+        try:
+            self.transport.global_request("keepalive@openssh.com", wait=True)
+        except (paramiko.SSHException, OSError, EOFError):
+            return
+        answered.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            t = self.transport
+            if t is None or not t.is_active():
+                return
+            answered = threading.Event()
+            threading.Thread(target=self._ask, args=(answered,), daemon=True).start()
+            if answered.wait(self.interval * self.count_max) or self._stop.is_set() or not t.is_active():
+                continue
+            self.dead = True
+            if self.on_dead is not None:
+                self.on_dead()
+            t.close()
+            return
 
 
 class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
@@ -143,6 +197,7 @@ class SSHConnection(Connection):
         self.route = route
         self.accept_new_host_keys = accept_new_host_keys
         self.connect_timeout = connect_timeout
+        self._alive: dict[int, ServerAlive] = {}  # id(Fabric connection) -> its watchdog
         self._hops = []
         gateway = None
         for ep in route.hops:
@@ -228,6 +283,11 @@ class SSHConnection(Connection):
         except OSError as exc:
             raise HostUnreachable(f"{who}: cannot reach it: {exc}") from exc
         conn.transport.set_keepalive(KEEPALIVE_S)
+        # Paramiko's keep-alives want no answer: ServerAlive asks for one and closes a silent link
+        old = self._alive.pop(id(conn), None)
+        if old is not None:
+            old.stop()
+        self._alive[id(conn)] = ServerAlive(conn.transport, KEEPALIVE_S, ALIVE_COUNT_MAX, name=who).start()
         # Keep-alives only send; a peer that vanished (link down, host lost) is noticed by TCP:
         # data unacknowledged for DEAD_PEER_S closes the socket, and the running command ends.
         # (Behind a jump host the socket is the first hop's: a lost hop ends every channel.)
@@ -377,6 +437,9 @@ class SSHConnection(Connection):
                                  f"(controller {want}, host {got[0] if got else res.stderr.strip() or '?'})")
 
     def close(self) -> None:
+        for alive in self._alive.values():
+            alive.stop()
+        self._alive.clear()
         self._conn.close()
         for conn in reversed(self._hops):  # Fabric closes no gateway itself
             conn.close()

@@ -14,12 +14,30 @@ from remote.sglang.moe_log import last_start_at
 LOG_LINES = 20000
 
 
-def unit_log(connection, unit: str, lines: int = LOG_LINES, scope: str = "system") -> str:
+def unit_log(connection, unit: str, lines: int = LOG_LINES, scope: str = "system",
+             files: list[str] | None = None) -> str:
     """The last ``lines`` lines of ``unit``'s journal (root: ``become``); ``""`` when none.
-    ``scope`` ``user``: a unit of a user's own manager (``journalctl --user-unit``)."""
+
+    ``scope`` ``user``: a unit of a user's own manager (``journalctl --user-unit``).
+    ``files``: where the unit really writes when its ``StandardOutput=``/``StandardError=`` is a
+    ``file:``/``append:``/``truncate:`` target (``orch_unit.log_files``; such output bypasses the
+    journal, which then holds only systemd's own lines): the last ``lines`` lines of each are read
+    too (``tail``, through sudo) and put after the journal's, so a start's SGLang lines are found
+    where they are."""
     which = ["--user-unit", unit] if scope == "user" else ["-u", unit]
-    return connection.run(["journalctl", *which, "--no-pager", "-n", str(int(lines))],
+    text = connection.run(["journalctl", *which, "--no-pager", "-n", str(int(lines))],
                           check=False, become=True, timeout=60).stdout
+    for path in files or []:
+        res = connection.run(["tail", "-n", str(int(lines)), "--", path], check=False, become=True, timeout=60)
+        if res.ok:
+            text += res.stdout if res.stdout.endswith("\n") or not res.stdout else res.stdout + "\n"
+    return text
+
+
+def log_files(ctx) -> list[str]:
+    """The unit's log files besides the journal (``orch_unit.log_files``); [] without unit facts."""
+    unit = ctx.facts.unit
+    return list(unit.log_files) if unit is not None else []
 
 
 def text_since(before: str, now: str) -> str:

@@ -57,6 +57,12 @@ class RunSummary(Record):
     reaped: list[dict[str, Any]] | None = None
     #: leftovers of the unit ended because they held its port (payload ``port``)
     port_freed: list[dict[str, Any]] | None = None
+    #: what the server measured by the "before" benchmark had loaded, from its log
+    #: (``{"loaded", "fallback", "default", "down_missing", "text"}``, :func:`orchestrator.tasks.bench.loaded_by_server`)
+    before_loaded: dict[str, Any] | None = None
+    #: processes orch ended by SIGKILL this run (``{"pid", "cmdline", "by"}``, ``by``: ``reap`` or
+    #: ``port``): the benchmark after the next start then checks every request returned tokens
+    sigkilled: list[dict[str, Any]] | None = None
     #: paths written (install), or put back (rollback)
     installed: list[str] | None = None
     #: paths already holding the files to install, loaded at the last start: nothing was done

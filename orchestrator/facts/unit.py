@@ -129,6 +129,8 @@ class UnitFacts:
     shape: UnitShape = field(default_factory=UnitShape)
     container: ContainerRun | None = None
     unit_environment: dict[str, str] = field(default_factory=dict)
+    #: files the server logs to instead of the journal (``StandardOutput=append:FILE``, ...)
+    log_files: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -176,6 +178,21 @@ class UnitSettings:
     env_files: list[EnvFileRef] = field(default_factory=list)
     unset: list[str] = field(default_factory=list)
     shape: UnitShape = field(default_factory=UnitShape)
+    #: ``StandardOutput=``/``StandardError=`` as written (last wins; "" when unset)
+    stdout: str = ""
+    stderr: str = ""
+
+    def log_files(self) -> list[str]:
+        """Files the server's output goes to instead of the journal: the paths of
+        ``StandardOutput=``/``StandardError=`` ``file:``, ``append:`` or ``truncate:`` targets
+        (systemd.exec(5); ``StandardError=`` defaults to ``inherit``, the output's), in that
+        order, each once."""
+        out = []
+        for value in (self.stdout, self.stderr or "inherit"):
+            kind, _, path = value.partition(":")
+            if kind in ("file", "append", "truncate") and path.startswith("/") and path not in out:
+                out.append(path)
+        return out
 
 
 _SHAPE_LISTS = {"ExecStartPre": "exec_start_pre", "ExecStop": "exec_stop", "ExecStopPost": "exec_stop_post"}
@@ -230,6 +247,10 @@ def parse_unit_settings(text: str) -> UnitSettings:
             st.shape.timeout_stop = value.strip()
         elif key == "EnvironmentFile":
             file_values.append(value)
+        elif key == "StandardOutput":
+            st.stdout = value.strip()
+        elif key == "StandardError":
+            st.stderr = value.strip()
         elif key == "UnsetEnvironment":
             if not value.strip():
                 st.unset = []
@@ -498,7 +519,7 @@ def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
                       main_pid=main_pid, control_group=props.get("ControlGroup", ""),
                       environment=launch.environment(env), exec_start=exec_start, env_files=env_report,
                       working_directory=workdir, exec_prefix=settings.exec_prefix, launch=launch,
-                      shape=settings.shape)
+                      shape=settings.shape, log_files=settings.log_files())
     facts.shape.scope = scope
     if container is not None:
         facts.container = container

@@ -87,6 +87,15 @@ def ask(ctx, endpoint: Endpoint, path: str, method: str = "GET", body: dict | No
     """One request to ``endpoint`` (:func:`endpoint_of`) + ``path``, from where it is reached:
     the controller (httpx) or the host (payload ``reach``). Returns ``(status or None, what
     happened)``; a connection failure is an answer, not an exception."""
+    status, _, what = ask_json(ctx, endpoint, path, method, body, timeout)
+    return status, what
+
+
+def ask_json(ctx, endpoint: Endpoint, path: str, method: str = "GET", body: dict | None = None,
+             timeout: float = 10.0) -> tuple[int | None, object, str]:
+    """:func:`ask`, also returning the answer's JSON body (None when it is not JSON, or over
+    64 KiB when asked on the host): ``(status or None, json or None, what happened)``. An answer
+    that takes longer than ``timeout`` s is no answer (``what`` names the timeout)."""
     url = endpoint.url
     if endpoint.via != "controller" and ctx.payload is None:
         # asking "127.0.0.1" from the controller would reach another machine's server
@@ -96,18 +105,22 @@ def ask(ctx, endpoint: Endpoint, path: str, method: str = "GET", body: dict | No
         try:
             with httpx.Client(timeout=timeout) as client:
                 r = client.request(method, f"{url}{path}", json=body)
-            return r.status_code, f"{path} {r.status_code}"
+            try:
+                data = r.json()
+            except ValueError:
+                data = None
+            return r.status_code, data, f"{path} {r.status_code}"
         except httpx.HTTPError as exc:
-            return None, f"{path} {type(exc).__name__}"
+            return None, None, f"{path} {type(exc).__name__}"
     args = ["--url", url, "--path", path, "--method", method, "--timeout", str(timeout)]
     if body is not None:
         args += ["--json", json.dumps(body)]
     try:
         res = (ctx.payload.call("reach", args, timeout=timeout + 60).get("results") or [{}])[0]
     except PayloadFailed as exc:  # no answer this time (the caller polls again or reports it)
-        return None, f"{path} not asked: {exc.msg[:160]}"
+        return None, None, f"{path} not asked: {exc.msg[:160]}"
     status = res.get("status")
-    return status, f"{path} {status if status is not None else res.get('error')}"
+    return status, res.get("json"), f"{path} {status if status is not None else res.get('error')}"
 
 
 def find_endpoint(ctx) -> Endpoint:

@@ -362,6 +362,9 @@ _SPECS: list[VarSpec] = [
             "Run the tuner with TRITON_INTERPRET=1 (CPU test beds only).", _bool),
     VarSpec("orch_ready_timeout", "seconds", "a positive number of seconds", 1800,
             "Wait at most this long for the server to become ready after a start.", _seconds),
+    VarSpec("orch_ready_generate_timeout", "seconds", "a positive number of seconds", 60,
+            "Readiness ends with a one-token generation; one that gets no answer within this while "
+            "/health says 200 is a failed start.", _seconds),
     VarSpec("orch_stop_timeout", "seconds", "a positive number of seconds", 120,
             "Wait at most this long for the unit to stop.", _seconds),
     VarSpec("orch_start_timeout", "seconds", "a positive number of seconds", 120,

@@ -45,7 +45,24 @@ def model_flags(ctx) -> list[str]:
     })
 
 
+#: PATH systemd gives a service whose unit sets none (systemd.exec(5), "Environment variables in
+#: spawned processes"; /sbin and /bin for hosts without merged /usr)
+SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def unit_path(ctx) -> str:
+    """The PATH the unit's server runs with: its effective environment's, else systemd's default
+    (:data:`SYSTEMD_DEFAULT_PATH`). Passed explicitly to every payload command (``env PATH=...``):
+    sudo's ``secure_path`` (and sudo-rs, which ignores ``-E``, sudo-rs #1299) would otherwise
+    give the payload another PATH than the server's, without ``/usr/sbin`` (Triton runs
+    ``ldconfig``, triton #2878) or the unit's CUDA folders."""
+    return ctx.facts.environment.get("PATH") or SYSTEMD_DEFAULT_PATH
+
+
 def payload_env(ctx) -> dict[str, str]:
-    """Environment of the unit the payload must see (:data:`PAYLOAD_ENV_KEYS` that the unit sets)."""
+    """Environment of the unit the payload must see (:data:`PAYLOAD_ENV_KEYS` that the unit sets,
+    and always ``PATH``: :func:`unit_path`)."""
     env = ctx.facts.environment
-    return {k: env[k] for k in PAYLOAD_ENV_KEYS if k in env}
+    out = {k: env[k] for k in PAYLOAD_ENV_KEYS if k in env}
+    out["PATH"] = unit_path(ctx)
+    return out

@@ -19,9 +19,36 @@ from typing import Literal
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
 from ..facts.bench import BenchResult
+from ..facts.journal import last_start, log_files, unit_log
 from ..facts.schema import FactError
+from ..host.answering import check_answering_process
 from ..host.endpoint import container_of, endpoint_candidates, endpoint_of
+from ..host.sigkill import requests_without_tokens
 from ..records.layout import bench_file
+from remote.sglang.moe_log import parse_moe_log
+
+
+def loaded_by_server(ctx, unit: str) -> dict:
+    """What the running server's last start loaded, from the unit's log (the lines since SGLang's
+    server-arguments line, :func:`orchestrator.facts.journal.last_start`; the lines are SGLang
+    0.5.23's own, :mod:`remote.sglang.moe_log`): ``{"loaded": [paths], "fallback": [[wanted, used,
+    triton]], "default": [wanted paths], "down_missing": [paths], "text"}``, or ``{"text"}`` saying
+    the log shows no start. ``text``: one line for the recap."""
+    start = last_start(unit_log(ctx.connection, unit, files=log_files(ctx)))
+    if start is None:
+        return {"text": "the unit's log shows no server start: what it loaded is unknown"}
+    rep = parse_moe_log(start)
+    out = {"loaded": rep.loaded, "fallback": [list(f) for f in rep.fallback], "default": rep.default,
+           "down_missing": rep.down_missing}
+    parts = [f"loaded {p.rsplit('/', 1)[-1]}" for p in rep.loaded]
+    parts += [f"fell back to {used} (Triton {ver}'s folder) for {wanted.rsplit('/', 1)[-1]}"
+              for wanted, used, ver in rep.fallback]
+    parts += [f"default config (no {w.rsplit('/', 1)[-1]})" for w in rep.default]
+    parts += [f"no {w.rsplit('/', 1)[-1]} (up config reused)" for w in rep.down_missing]
+    if not rep.any_lookup:
+        parts = ["no Triton MoE config lookup in its log"]
+    out["text"] = "; ".join(parts)
+    return out
 
 
 @task("bench", sets=("orch_bench_*",))
@@ -34,8 +61,22 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
     ``level_timeout``: seconds per level; ``tool``: orch's own client or ``sglang.bench_serving``.
     With ``compare_to`` (an earlier label), fails when output tokens/s at the highest concurrency
     valid in both fell by more than ``regression_threshold`` percent (automatic rollback). A level
-    with more than 1% failed requests is invalid and fails the task.
+    with more than 1% failed requests is invalid and fails the task. After this run SIGKILLed a
+    process (``orch_run.summary.sigkilled``), every request of every level must return tokens
+    (sglang #22779), else the task fails. Before it runs, the process answering on the unit's
+    port must be the unit's main process (after a restart, the new one); the ``before`` run also
+    records what the server had loaded, from the log of its start (``before_loaded``).
     """
+    unit = ctx.facts.unit.unit if ctx.facts.unit is not None else None
+    summary = ctx.run.summary
+    answering, loaded = {}, None
+    if unit and not ctx.vars.get("orch_bench_url"):
+        # the server measured must be the unit's (after a restart: its new main process)
+        answering = check_answering_process(ctx, unit, f"the benchmark {label}",
+                                            not_pid=ctx.facts.unit.main_pid if label == "after" else None)
+    if unit and label == "before":
+        loaded = loaded_by_server(ctx, unit)
+        summary.before_loaded = loaded
     endpoint = endpoint_of(ctx)
     url = ctx.vars.get("orch_bench_url") or (endpoint.url if endpoint.via == "host"
                                              else (endpoint_candidates(ctx.facts.server, container_of(ctx))
@@ -54,11 +95,20 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
     except FactError as exc:
         raise TaskFailed(f"{exc} (the payload's bench answer; {ctx.host_dir / bench_file(label)})") from None
     top = result.top()
-    summary = ctx.run.summary
     summary.benches[label] = result.summary()
     otp = top.get("output_throughput")
     msg = (f"{label}: {otp:.1f} output tok/s at concurrency {top.get('max_concurrency')}"
            if otp is not None else f"{label}: no throughput measured")
+    if loaded is not None:
+        msg += f"; what the server had loaded (from its log): {loaded['text']}"
+    if label != "before" and summary.sigkilled:
+        # sglang #22779: after a SIGKILL the new server may stall; 1% forgiven would hide it
+        short = requests_without_tokens(data.get("levels") or [])
+        killed = ", ".join(f"{k.get('pid')} ({str(k.get('cmdline'))[:60]})" for k in summary.sigkilled)
+        if short:
+            raise TaskFailed(f"{label}: after orch SIGKILLed {killed}, every request must return tokens: "
+                             + "; ".join(short), data)
+        msg += f"; every request returned tokens (checked: orch SIGKILLed {killed})"
     if top and not top.get("valid", True):
         raise TaskFailed(msg + f" (invalid level: {top.get('failed')} failed requests)", data)
     if compare_to:
@@ -77,4 +127,4 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
             if change < -float(regression_threshold):
                 raise TaskFailed(f"throughput regression: {msg}; threshold -{regression_threshold}%",
                                  {"before": before, "after": after, "change_pct": change})
-    return TaskResult.ok(msg, facts={f"orch_bench_{label}": result}, **data)
+    return TaskResult.ok(msg, facts={f"orch_bench_{label}": result}, answering=answering, loaded=loaded, **data)

@@ -16,6 +16,7 @@ from ..inventory.variables import var
 from ..payload.bundle import build_bundle
 from ..payload.client import PROTO, PayloadClient, stop_tagged
 from ..payload.deploy import check_mode_folder, deploy, remove_check_mode_folder
+from ..payload.model_args import unit_path
 
 
 def _remove_check_folder(ctx) -> None:
@@ -23,6 +24,22 @@ def _remove_check_folder(ctx) -> None:
     if folder and ctx.connection is not None:
         remove_check_mode_folder(ctx.connection, folder)
         ctx.emit("check_mode_folder_removed", folder=folder)
+
+
+def absolute_interpreter(ctx, interpreter: str) -> str:
+    """``interpreter`` as an absolute path on the host: a bare name (``python3``, as a unit's
+    ``ExecStart=`` may give it) is looked up as systemd does, on the unit's PATH
+    (:func:`orchestrator.payload.model_args.unit_path`), never on sudo's ``secure_path``.
+    Raises TaskFailed when it is not found there."""
+    if interpreter.startswith("/"):
+        return interpreter
+    res = ctx.connection.run(["env", f"PATH={unit_path(ctx)}", "sh", "-c", 'command -v -- "$1"', "sh", interpreter],
+                             check=False)
+    found = res.stdout.strip().splitlines()[-1:] if res.ok else []
+    if not found or not found[0].startswith("/"):
+        raise TaskFailed(f"the interpreter {interpreter!r} is not on the unit's PATH ({unit_path(ctx)}); set "
+                         "ansible_python_interpreter to its absolute path")
+    return found[0]
 
 
 @task("payload", check_mode=AWARE)
@@ -56,8 +73,10 @@ def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -
         ctx.emit("payload_tampered", root=root, files=bad[:20])
         ctx.say(f"payload at {root} differs from its checksummed bundle ({', '.join(bad[:3])}); pushing it again")
 
+    interpreter = absolute_interpreter(ctx, interpreter)
     root, pushed = deploy(conn, bundle, base, state_dir, check=ctx.check, on_tampered=tampered)
     env = {"TRITON_INTERPRET": "1"} if var(ctx.vars, "orch_triton_interpret") else {}
+    env["PATH"] = unit_path(ctx)  # every command names its PATH: sudo's secure_path would replace it
     unit = ctx.facts.unit
     wrapper = unit.launch.wrapper if unit is not None and unit.launch is not None else []
     client = PayloadClient(conn, interpreter, root, state_dir, env, cancel=ctx.options.cancel, wrapper=wrapper)

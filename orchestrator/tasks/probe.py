@@ -19,7 +19,7 @@ from remote.sglang.runner import MoeRunner, moe_runner, probe_inputs
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import last_start, unit_log
+from ..facts.journal import last_start, log_files, unit_log
 from ..facts.plan import Plan
 from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
@@ -38,7 +38,8 @@ def probe(ctx) -> TaskResult:
     SGLang looks for, FlashInfer's version and the autotune caches under the unit's
     ``$SGLANG_CACHE_DIR`` (``orch_probe``).
 
-    Fails naming the field when the answer lacks one, or carries one this controller does not
+    Refused when the tuner's work folder (``<orch_state_dir>/work``) is on a ``noexec`` mount
+    (Triton could not load the kernels it compiles there). Fails naming the field when the answer lacks one, or carries one this controller does not
     know (:class:`orchestrator.facts.probe.ProbeFacts`: the payload is this controller's own)."""
     env = ctx.facts.environment
     flags = model_flags(ctx)
@@ -49,6 +50,8 @@ def probe(ctx) -> TaskResult:
     root = autotune_cache_root(ctx.facts.unit) if ctx.facts.unit is not None else None
     if root:
         flags += ["--autotune-cache-root", root]
+    # the tuner's work folder holds its Triton cache and temp files: it must allow exec
+    flags += ["--work-dir", posixpath.join(ctx.payload.state_dir, "work")]
     ctx.payload.env.update(payload_env(ctx))
     data = ctx.payload.call("probe", flags, timeout=300)
     (ctx.host_dir / PROBE).write_text(json.dumps(data, indent=2, sort_keys=True))
@@ -166,7 +169,7 @@ def plan(ctx, name: str) -> TaskResult:
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
-    text = last_start(unit_log(ctx.connection, name, scope=scope_of(ctx.vars)))
+    text = last_start(unit_log(ctx.connection, name, scope=scope_of(ctx.vars), files=log_files(ctx)))
     rep = parse_moe_log(text) if text is not None else None
     runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
                         a2a_backend=server.moe_a2a_backend, log=rep, **probe_inputs(probe_data.to_dict()))

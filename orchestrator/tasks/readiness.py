@@ -1,8 +1,9 @@
 """Readiness of a restarted SGLang server, and proof from its log that configs were loaded.
 
 ``/v1/models`` answers before the server can generate (sglang #33719): it is only
-liveness. Ready means ``/health`` (``/health_generate`` in current releases) answers
-200, or, where ``/health`` is absent (404), a real 1-token ``/generate`` completes.
+liveness, and ``/health`` 200 is not readiness either (it does not generate in SGLang 0.5.23).
+Ready means a real one-token ``/generate`` returned a token within its deadline
+(:func:`wait_ready`).
 Polling stops early when ``systemctl is-active`` says the unit failed.
 
 Where to ask: the address ``plan`` found the server answering at, else the one its
@@ -17,23 +18,59 @@ from remote.sglang.moe_log import parse_moe_log, role_of, verify_loaded
 
 from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..engine.task import task
-from ..facts.journal import text_since, unit_log
+from ..facts.journal import log_files, text_since, unit_log
 from ..facts.unit import is_active, scope_of
-from ..host.endpoint import ask, endpoint_of
+from ..host.answering import check_answering_process
+from ..host.endpoint import ask, ask_json, endpoint_of
 
 POLL_S = 1.0
 
 
 def log_since_mark(ctx, unit: str) -> str:
     """Unit log lines written since the last start this run made (``ctx.run.log_mark``)."""
-    return text_since(ctx.run.log_mark, unit_log(ctx.connection, unit, scope=scope_of(ctx.vars)))
+    return text_since(ctx.run.log_mark, unit_log(ctx.connection, unit, scope=scope_of(ctx.vars), files=log_files(ctx)))
+
+
+#: SGLang's native generation request (SGLang 0.5.23 srt/entrypoints/http_server.py ``/generate``,
+#: ``GenerateReqInput``): one output token, greedy.
+ONE_TOKEN = {"text": "ping", "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+
+
+def tokens_of(answer) -> int:
+    """Output tokens in a ``/generate`` answer (a dict; SGLang 0.5.23 puts the count in
+    ``meta_info.completion_tokens`` and the ids in ``output_ids``); 0 for anything else."""
+    if not isinstance(answer, dict):
+        return 0
+    meta = answer.get("meta_info") if isinstance(answer.get("meta_info"), dict) else {}
+    count = meta.get("completion_tokens")
+    if isinstance(count, int) and not isinstance(count, bool):
+        return count
+    ids = answer.get("output_ids")
+    return len(ids) if isinstance(ids, list) else 0
 
 
 @task("wait_ready", aliases={"unit": "name", "service": "name"})
-def wait_ready(ctx, name: str, timeout: float, generate_check: bool = True) -> TaskResult:
-    """Wait until the unit's server can generate: ``/v1/models`` (liveness) then ``/health``
-    (or, where it is absent, a 1-token ``/generate``), at most ``timeout`` s. Fails early, with the
-    log tail, when the unit becomes ``failed``/``inactive``. Reports the seconds it took.
+def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
+               generate_check: bool = True) -> TaskResult:
+    """Wait until the unit's server generates, at most ``timeout`` s: ``/v1/models`` (liveness),
+    then ``/health``, then a real one-token ``/generate`` that must return a token within
+    ``generate_timeout`` s. Ready only when that generation returned a token.
+
+    ``/health`` 200 is not enough: SGLang 0.5.23's ``/health`` answers 200 without generating
+    (srt/entrypoints/http_server.py ``health_generate``: only with
+    ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION``), so a server whose every completion hangs passes
+    it (sglang #4191). A generation that gets no answer within ``generate_timeout`` while
+    ``/health`` says 200 is a failed start (TaskFailed, the rescue restores the host).
+    ``/health`` 503 is not a failure: SGLang answers it while ``ServerStatus.Starting`` (warm-up,
+    a DeepGEMM JIT compile) or when its own probe waits behind a long chunked prefill
+    (sglang #22511, #10856); orch keeps trying the generation until ``timeout``, and a generation
+    that returns a token ends the wait then too (said in the result). ``/health`` 404 (releases
+    without it) goes straight to the generation. Fails early, with the log tail, when the unit
+    becomes ``failed``/``inactive``. ``generate_check: false`` only skips the generation where
+    ``/health`` answers 200. Once ready, the process listening on the port must be the unit's
+    main process, a new one since "Read the unit" (:func:`orchestrator.host.answering.check_answering_process`:
+    a leaked server answering in its place fails the task). Reports the seconds it took and the
+    last ``/health`` status.
     """
     unit = name
     endpoint = endpoint_of(ctx)
@@ -42,6 +79,7 @@ def wait_ready(ctx, name: str, timeout: float, generate_check: bool = True) -> T
     deadline = ctx.deadline(timeout)
     stage = "liveness"
     last = ""
+    health = None
     while True:
         state = is_active(ctx.connection, unit, scope_of(ctx.vars))
         if state in ("failed", "inactive"):
@@ -54,14 +92,21 @@ def wait_ready(ctx, name: str, timeout: float, generate_check: bool = True) -> T
                 stage = "health"
                 continue
         else:
-            status, last = ask(ctx, endpoint, "/health")
-            if status == 200:
+            health, last = ask(ctx, endpoint, "/health")
+            if health == 200 and not generate_check:
                 break
-            if status == 404 and generate_check:
-                g, last = ask(ctx, endpoint, "/generate", "POST", {"text": "ping", "sampling_params":
-                                                                  {"max_new_tokens": 1, "temperature": 0}})
-                if g == 200:
+            if health in (200, 404, 503):
+                left = max(1.0, min(float(generate_timeout), deadline - time.monotonic()))
+                g, answer, what = ask_json(ctx, endpoint, "/generate", "POST", ONE_TOKEN, timeout=left)
+                n = tokens_of(answer) if g == 200 else 0
+                if n >= 1:
                     break
+                last = f"/health {health}, {what}" + (" without a token" if g == 200 else "")
+                if health == 200 and g is None and "timeout" in what.lower():
+                    raise TaskFailed(
+                        f"{unit} answers /health 200 but a one-token /generate got no answer within "
+                        f"{left:.0f} s at {url} (from the {endpoint.via}): the server cannot generate (a hung "
+                        "generation is a failed start)", {"health": health, "generate": what})
         if ctx.cancelled():
             raise Cancelled()
         if time.monotonic() > deadline:
@@ -69,8 +114,12 @@ def wait_ready(ctx, name: str, timeout: float, generate_check: bool = True) -> T
                              f"last: {last})")
         ctx.progress(stage=f"waiting for {stage}", done=0, total=0)
         time.sleep(POLL_S)
+    before = ctx.facts.unit.main_pid if ctx.facts.unit is not None else None
+    answering = check_answering_process(ctx, unit, "readiness", not_pid=before)
     took = round(time.monotonic() - start, 1)
-    return TaskResult.ok(f"ready at {url} (from the {endpoint.via}) after {took} s", seconds=took, url=url)
+    how = "" if health == 200 else f"; /health answered {health}, a one-token generation returned a token"
+    return TaskResult.ok(f"ready at {url} (from the {endpoint.via}) after {took} s{how}", seconds=took, url=url,
+                         health=health, answering=answering)
 
 
 @task("verify_log", aliases={"unit": "name", "service": "name"})

@@ -21,6 +21,7 @@ from ..engine.task import AWARE, task
 from ..facts.unit import is_active, scope_of
 from ..host.container import end_leftover_container
 from ..host.devices import ALL_GPUS, unit_gpu_devices
+from ..host.sigkill import note_sigkills
 from ..inventory import BUILTIN_PROTECTED_PROCESSES
 
 
@@ -33,7 +34,11 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
     (comma-separated globs) defaults to the unit's own GPUs
     (:func:`orchestrator.host.devices.unit_gpu_devices`);
     ``term_timeout`` is the seconds between SIGTERM and SIGKILL. Under ``--check`` it lists what
-    it would end. Fails (payload error) when an unprotected holder remains.
+    it would end. Fails (payload error) when an unprotected holder remains. Where nvidia-smi lists
+    the compute processes (and its PIDs are this host's), "free" means no unprotected compute
+    process on the unit's GPUs: a holder that only opened the device file (an NVML monitor) is
+    left alone and named in the message (payload ``reap``, ``non_compute``). The wait is bounded:
+    ``term_timeout`` after SIGTERM, the payload's ``--kill-timeout`` after SIGKILL.
 
     A container unit's leftovers are the runtime's: its container is ended through the runtime
     (``stop``, ``rm -f``), never by host PID, and the GPU holders left are only listed
@@ -62,7 +67,12 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
     for k in killed:
         ctx.emit("process_killed", pid=k.get("pid"), cmdline=k.get("cmdline"), signal=k.get("signal"))
     ctx.run.summary.reaped = killed
+    note_sigkills(ctx, killed, "reap")
     msg = reap_message(killed, data.get("protected") or [])
+    idle = data.get("non_compute") or []
+    if idle:  # the GPU is free of compute processes: these only opened the device (NVML monitors)
+        msg += "\nleft alone, no compute process (nvidia-smi): " + ", ".join(
+            f"{p.get('pid')} ({str(p.get('cmdline'))[:80]})" for p in idle)
     spared = [f"{p.get('pid')} ({p.get('unit')})" for p in data.get("other_units") or []]
     if spared:
         msg += "\nother units' processes left alone: " + ", ".join(spared)

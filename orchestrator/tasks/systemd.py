@@ -15,9 +15,10 @@ from remote.sglang.server_args import split_launch
 from ..connection import CommandTimeout
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import unit_log
+from ..facts.journal import log_files, unit_log
 from ..facts.unit import UnitError, gather_unit, is_active, scope_of, systemctl
 from ..host.container import end_leftover_container
+from ..host.sigkill import note_sigkills
 from ..payload.client import PayloadFailed
 
 POLL_S = 0.5
@@ -127,13 +128,14 @@ def free_port(ctx, unit: str) -> list[dict]:
                 f"{port} ({k.get('why')})")
     if killed:
         ctx.run.summary.port_freed = (ctx.run.summary.port_freed or []) + killed
+        note_sigkills(ctx, killed, "port")
     return killed
 
 
 def mark_log(ctx, unit: str) -> None:
     """Remember the unit log as it is now (``ctx.run.log_mark``), so that only the lines of the
     next start are read afterwards (:func:`orchestrator.facts.journal.text_since`)."""
-    ctx.run.log_mark = unit_log(ctx.connection, unit, scope=scope_of(ctx.vars))
+    ctx.run.log_mark = unit_log(ctx.connection, unit, scope=scope_of(ctx.vars), files=log_files(ctx))
 
 
 #: seconds to wait for the unit's end after ``systemctl kill --signal=SIGKILL``

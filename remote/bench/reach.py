@@ -11,10 +11,12 @@ poll readiness at that same address (the benchmark runs on the host too).
 Each URL (``http(s)://host[:port]``, :func:`remote.bench.common.parse_url`) gets one request to
 ``--path``; nothing is retried. Result ``data``::
 
-    {"results": [{"url", "path", "status": int | null, "error": str | null, "ms": float}], ...}
+    {"results": [{"url", "path", "status": int | null, "error": str | null, "ms": float,
+                  "json": object | null}], ...}
 
 ``status`` is the HTTP status (an HTTP error status counts as an answer); ``error`` names why
-there was none (refused, timeout, ...). Errors: ``PayloadError("bad_input")`` for a malformed URL,
+there was none (refused, timeout, ...); ``json`` is the answer's body when it is JSON of at most
+64 KiB (readiness reads the tokens of its one-token ``/generate`` from it), else null. Errors: ``PayloadError("bad_input")`` for a malformed URL,
 path or body, or a timeout that is not a positive number of seconds.
 """
 
@@ -39,16 +41,21 @@ def add_arguments(parser) -> None:
 
 
 def ask(url: str, path: str, method: str = "GET", body: bytes | None = None, timeout: float = 5.0) -> dict:
-    """One request to ``url + path``: ``{"url", "path", "status", "error", "ms"}`` (never raises
+    """One request to ``url + path``: ``{"url", "path", "status", "error", "ms", "json"}`` (never raises
     for a connection problem: it is the answer)."""
     t0 = time.monotonic()
-    out = {"url": url, "path": path, "status": None, "error": None}
+    out = {"url": url, "path": path, "status": None, "error": None, "json": None}
     req = urllib.request.Request(url.rstrip("/") + path, data=body, method=method,
                                  headers={"Content-Type": "application/json"} if body is not None else {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             out["status"] = resp.status
-            resp.read(65536)
+            raw = resp.read(65537)
+        if 0 < len(raw) <= 65536:
+            try:
+                out["json"] = json.loads(raw)
+            except ValueError:
+                pass
     except urllib.error.HTTPError as exc:
         out["status"] = exc.code
     except (urllib.error.URLError, OSError) as exc:

@@ -1,6 +1,6 @@
 """Who listens on the unit's TCP port, and free it of the unit's own leftovers (``port``).
 
-``python -m remote port --port N [--unit NAME.service] [--owner-args JSON] [--free]
+``python -m remote port --port N [--unit NAME.service] [--owner-args JSON] [--main-pid PID] [--free]
 [--term-timeout S] [--kill-timeout S]``
 
 Why: after ``systemctl stop`` a leftover child of the server (not holding a GPU, so ``reap``
@@ -23,9 +23,13 @@ How:
    A holder left -> ``PayloadError('runtime')``. PID 1 and the payload's own ancestors are never
    signalled (reported as foreign).
 
+``--main-pid PID`` (the unit's ``MainPID``): each holder also says whether it is that process or
+one of its descendants (``main``): readiness and the benchmark check that the process answering on
+the port is the unit's main server, not a leaked one (``free`` is not needed for that).
+
 Result ``data``::
 
-    {"port": N, "holders": [{"pid", "cmdline", "owner": bool, "why"}],
+    {"port": N, "holders": [{"pid", "cmdline", "owner": bool, "why", "main": bool | null}],
      "killed": [{"pid", "cmdline", "signal", "exited"}], "free": bool}
 """
 
@@ -48,6 +52,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--unit", default=None, help="the unit's name (NAME.service): its cgroup")
     parser.add_argument("--owner-args", default=None,
                         help="JSON list: the unit's arguments after -m sglang.launch_server or sglang serve")
+    parser.add_argument("--main-pid", type=int, default=None, help="the unit's MainPID: mark its holders")
     parser.add_argument("--free", action="store_true", help="end the unit's own holders")
     parser.add_argument("--term-timeout", type=float, default=10.0)
     parser.add_argument("--kill-timeout", type=float, default=10.0)
@@ -131,7 +136,11 @@ def run(args) -> dict:
             raise PayloadError("bad_input", f"--owner-args is not JSON: {exc}") from None
         if not isinstance(owner_args, list) or not all(isinstance(a, str) for a in owner_args):
             raise PayloadError("bad_input", "--owner-args must be a JSON list of strings")
-    return free_port(args.port, args.unit, owner_args, args.free, args.term_timeout, args.kill_timeout)
+    result = free_port(args.port, args.unit, owner_args, args.free, args.term_timeout, args.kill_timeout)
+    if args.main_pid is not None:
+        for h in result["holders"]:
+            h["main"] = args.main_pid > 1 and args.main_pid in ancestors(int(h["pid"]))
+    return result
 
 
 def _describe(port: int, unit: str | None, owner_args: list[str] | None) -> list[dict]:

@@ -29,6 +29,13 @@ How:
    or has another start time (PID reused). A PID is only signalled while its start time is
    still the one seen in the scan, re-read right before each signal (through a pidfd where
    the kernel has them, so a PID reused in between is never hit: :func:`signal_if_same`).
+   When nvidia-smi answered and every PID it lists is one this namespace sees (no ghost), busy
+   means a compute process: an unprotected holder that nvidia-smi does not list as a compute
+   app and that is not SGLang's (:func:`is_sglang`) is *non-compute* (an NVML monitor such as
+   gpud or ``nvidia-smi -l``): never signalled, listed under ``non_compute``, and it does not keep
+   the GPU busy (kubernetes-sigs/dra-driver-nvidia-gpu #1076, NVIDIA/gpu-operator #118: a wait for
+   "no process holds /dev/nvidia*" never ends). Without that view every unprotected holder is a
+   target, as before.
 4. Re-scan. Any unprotected holder left (a target that survived, a new holder, or a holder we
    may not signal) -> ``PayloadError('runtime')`` listing them, ``detail`` = the result below.
    With ``--only-pids``, holders outside that set are listed under ``others`` and not fatal.
@@ -43,6 +50,7 @@ Result ``data``::
      "protected": [{"pid", "cmdline"}], "skipped": [{"pid", "cmdline", "why"}],
      "ghosts": [{"pid", "process_name", "used_memory_mib", "why"}],
      "others": [{"pid", "cmdline"}], "other_units": [{"pid", "cmdline", "unit"}],
+     "non_compute": [{"pid", "cmdline", "why"}],
      "remaining": [{"pid", "cmdline"}],
      "nvidia_smi": "used"|"absent"|"disabled"|"failed"}
 
@@ -98,6 +106,13 @@ def run(args) -> dict:
         protected={p.strip() for p in args.protected.split(",") if p.strip()},
         term_timeout=args.term_timeout, kill_timeout=args.kill_timeout, check=args.check,
         only_pids=only, use_nvidia_smi=args.use_nvidia_smi, nvidia_smi=args.nvidia_smi, unit=args.unit)
+
+
+def is_sglang(cmd: str) -> bool:
+    """True for a command line of SGLang's own processes: ``-m sglang.launch_server`` or a worker
+    it names ``sglang::...`` (SGLang 0.5.23 srt/managers/scheduler.py, detokenizer_manager.py ``setproctitle``), whatever
+    nvidia-smi shows (a container's PIDs are not the host's). Pure."""
+    return cmd.startswith("sglang::") or "sglang.launch_server" in cmd
 
 
 def is_protected(pid: int, protected: set[str]) -> bool:
@@ -223,7 +238,7 @@ def nvidia_smi_apps(path: str, timeout: float = 30.0) -> list[dict]:
                          "--format=csv,noheader,nounits"], capture_output=True, text=True,
                         timeout=timeout, check=True)
     rows = []
-    for line in cp.stdout.splitlines():
+    for line in cp.stdout.splitlines():  # "No running processes found" and the like: no row
         parts = [p.strip() for p in line.split(",")]
         if not parts or not parts[0].isdigit():
             continue
@@ -263,6 +278,7 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
     holders = scan(devices)
 
     ghosts: list[dict] = []
+    rows: list[dict] = []
     smi_state = "disabled"
     if use_nvidia_smi != "no":
         smi = nvidia_smi or shutil.which("nvidia-smi")
@@ -288,7 +304,11 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
                 else:
                     ghosts.append(dict(r, why="no such process (stale nvidia-smi entry)"))
 
-    protected_l, skipped, targets, others, other_units = [], [], [], [], []
+    # nvidia-smi answered with PIDs this namespace sees: busy means a compute process (a CUDA
+    # context), not an open device file (NVML monitors open them too: gpud, nvidia-smi -l)
+    compute_view = smi_state == "used" and not ghosts
+    compute_pids = {r["pid"] for r in rows} if compute_view else set()
+    protected_l, skipped, targets, others, other_units, non_compute = [], [], [], [], [], []
     for pid, h in sorted(holders.items()):
         brief = {"pid": pid, "cmdline": h["cmdline"]}
         owner = other_unit((_read(f"/proc/{pid}/cgroup") or b"").decode("utf-8", "replace"), unit)
@@ -296,6 +316,8 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
             protected_l.append(brief)
         elif owner is not None:
             other_units.append(dict(brief, unit=owner))
+        elif compute_view and pid not in compute_pids and not is_sglang(h["cmdline"]):
+            non_compute.append(dict(brief, why="holds the device file but is no compute process (nvidia-smi)"))
         elif pid in never:
             skipped.append(dict(brief, why="PID 1 or the payload / its ancestor"))
         elif only_pids is not None and pid not in only_pids:
@@ -306,7 +328,7 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
 
     result = {"devices": devices.paths, "check": check, "killed": [], "would_kill": [],
               "protected": protected_l, "skipped": skipped, "ghosts": ghosts, "others": others,
-              "other_units": other_units, "remaining": [], "nvidia_smi": smi_state}
+              "other_units": other_units, "non_compute": non_compute, "remaining": [], "nvidia_smi": smi_state}
     if check:
         result["would_kill"] = [{"pid": t["pid"], "cmdline": t["cmdline"], "via": t["via"]} for t in targets]
         result["remaining"] = [{"pid": t["pid"], "cmdline": t["cmdline"]} for t in targets] + \
@@ -328,7 +350,7 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
     after = scan(devices)
     remaining = []
     for pid, h in sorted(after.items()):
-        if is_protected(pid, protected) or any(o["pid"] == pid for o in other_units):
+        if is_protected(pid, protected) or any(o["pid"] == pid for o in other_units + non_compute):
             continue
         if only_pids is not None and pid not in only_pids and pid not in never:
             continue

@@ -296,9 +296,18 @@ def run(args) -> dict:
             fatal.append(event)
 
     fatal: list[Fatal] = []
-    if todo:
-        from .tuner.driver import tune_parallel
-        tune_parallel(spec, devices, todo, emit)
+
+    def run_once() -> dict:
+        left = [M for M in todo if str(M) not in done]
+        errors.clear()
+        if left and not fatal:
+            from .tuner.driver import tune_parallel
+            tune_parallel(spec, devices, left, emit)
+        return dict(errors)
+
+    # the tuner's own Triton cache, fresh for this run (never the server's); see .cache
+    from .cache import tune_with_cache
+    cache = tune_with_cache(run_once, out / "triton-cache", os.environ.get("ORCH_TAG") or f"pid{os.getpid()}", log)
     if fatal:
         # out of GPU memory for what every candidate needs: the traceback goes to stderr (the
         # controller shows its tail), the finished batch sizes stay in the checkpoint
@@ -335,6 +344,7 @@ def run(args) -> dict:
         "sglang": sglang_info, "provider_fallback_reason": getattr(provider, "fallback_reason", None),
         "wall_s": round(time.time() - t0, 3), "time_split": total_split(per_m, resumed),
         "compile": _compile_info(per_m, resumed),
+        "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},
     }
     rpath = out / "report.json"
     atomic_write(str(rpath), (json.dumps(report, indent=1, sort_keys=True, default=str) + "\n").encode("utf-8"))
@@ -344,6 +354,7 @@ def run(args) -> dict:
         "sglang_version": sglang_info["version"] if sglang_info else None,
         "batch_sizes": batch_sizes, "space": args.space, "device_name": device_name,
         "triton_version": triton.__version__, "resumed": resumed,
+        "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},
         "speedup_vs_default": {str(M): done[str(M)].get("speedup_vs_default") for M in batch_sizes},
         "speedup_vs_shipped": ({str(M): done[str(M)].get("speedup_vs_shipped") for M in batch_sizes}
                                if shipped else None),

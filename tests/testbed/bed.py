@@ -153,6 +153,7 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "gpu_exclusive": False,         # ORCH_STANDIN_GPU_EXCLUSIVE: start fails while a leftover holds the GPU
     "start_unit": True,             # start the unit at bed creation
     "timeout_stop_s": 15,           # TimeoutStopSec of the unit
+    "service_lines": [],            # more [Service] lines, e.g. StandardOutput=append:/var/log/sglang.log
     # --- SSH variants (fleet SSH: bastions, host keys, hardened sshd) ---
     "sftp": True,                   # False: sshd_config without `Subsystem sftp` (hardened sshd)
     "sshd_extra_ports": [],         # more `Port`s sshd listens on besides 22
@@ -905,7 +906,7 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
         f"TimeoutStopSec={o['timeout_stop_s']}",
         "Restart=no",
     ]
-    more = [] if extra else [str(x) for x in o["unit_lines"]]
+    more = [] if extra else [str(x) for x in [*o["unit_lines"], *(o.get("service_lines") or [])]]
     replaced = {m.split("=", 1)[0] for m in more if m.split("=", 1)[0] in ("Type", "KillMode", "Restart",
                                                                            "TimeoutStopSec", "WorkingDirectory")}
     if "Type" in replaced:

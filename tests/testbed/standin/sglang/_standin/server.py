@@ -45,7 +45,7 @@ process (re-parented to PID 1) holding the GPU that outlives the server, like sg
 cannot read a file that is new or changed since (as under a security policy that labels only the
 files present at deployment): SGLang's lookup sees it as absent and logs the fallback or the default.
 
-``ORCH_STANDIN_FAULT_ON_CHANGE=crash|never_ready``: the first start records which config files
+``ORCH_STANDIN_FAULT_ON_CHANGE=crash|never_ready|hang_generate``: the first start records which config files
 it loaded (path, sha256, outcome of each lookup) in ``$ORCH_STANDIN_STATE_DIR`` (default
 ``/run/sglang-standin``, per-host on the bed; set it when running outside the bed); a later start whose loaded files differ from that baseline
 crashes like a Triton ``OutOfResources`` at CUDA-graph capture (``crash``) or never becomes
@@ -69,7 +69,21 @@ Fault knobs: ``ORCH_STANDIN_FAIL_START=1`` (exit 1 at start), ``ORCH_STANDIN_NEV
 (``/health`` stays 503; logged as ``(stand-in) never ready`` once the port is bound),
 ``ORCH_STANDIN_IGNORE_SIGTERM=1`` (SIGTERM ignored; only SIGKILL stops it),
 ``ORCH_STANDIN_HANG_GENERATE=1`` (``/generate`` and completions never answer after warm-up,
-while ``/health`` passes).
+while ``/health`` passes, like sglang #4191; SGLang 0.5.23's ``/health`` does not generate),
+``ORCH_STANDIN_FAULT_ON_CHANGE=hang_generate`` (the same, only for a start that loaded other config
+files than the first start), ``ORCH_STANDIN_HEALTH_503_S=S`` (after warm-up ``/health`` answers 503
+for S more seconds while generation works, like a health probe queued behind a long chunked prefill
+or a DeepGEMM JIT warm-up, sglang #22511, #10856; logged once as SGLang's ``Health check failed``
+line). A generation request sent during warm-up waits until it ends.
+``ORCH_STANDIN_LEAK_SCHEDULER=stubborn``: the leftover scheduler also ignores SIGTERM (only
+SIGKILL ends it) and leaves a marker in ``$ORCH_STANDIN_STATE_DIR``; with
+``ORCH_STANDIN_NO_TOKENS_AFTER_SIGKILL=N``, a start that finds the marker of such a leftover that
+is gone (it was SIGKILLed) answers its N-th generation request with no token: it stands in for the
+stall of sglang #22779 after a SIGKILL restart (a request that hangs would cost a test its whole
+request timeout).
+``ORCH_STANDIN_REUSE_PORT=1``: the listening socket is bound with ``SO_REUSEPORT`` (SGLang's is
+not), so a leaked second server can listen on the same port and the kernel spreads the
+connections between the two: a test bed's way to have a server that is not the unit's answer.
 """
 
 from __future__ import annotations
@@ -102,10 +116,16 @@ TRITON_BACKENDS = ("auto", "triton")
 # Holders of /dev/nvidia* that do not take GPU memory (never count as occupying a GPU).
 NON_COMPUTE_HOLDERS = ("nvidia-persistenced", "nv-hostengine", "dcgm", "Xorg")
 LEAK_CODE = (
-    "import os,sys,time\n"
+    "import os,signal,sys,time\n"
     "if os.fork(): os._exit(0)\n"
     "os.setsid()\n"
-    "fds=[os.open(p, os.O_RDWR) for p in sys.argv[1:]]\n"
+    "args=sys.argv[1:]\n"
+    "if args[0]=='--stubborn':\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "    os.makedirs(args[1], exist_ok=True)\n"
+    "    open(os.path.join(args[1], 'leaked-scheduler-%d' % os.getpid()), 'w').close()\n"
+    "    args=args[2:]\n"
+    "fds=[os.open(p, os.O_RDWR) for p in args]\n"
     "while True: time.sleep(3600)\n"
 )
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs")
@@ -224,6 +244,8 @@ class Engine:
         self.lock = threading.Lock()
         self.ready = threading.Event()
         self.hang = _env_flag("ORCH_STANDIN_HANG_GENERATE")
+        self.requests = 0  # generation requests (prompts) of this start
+        self.empty_at = 0  # this request number returns no token (0: none)
 
     def step_s(self) -> float:
         """Seconds one decode step takes now, for ``self.active`` concurrent requests."""
@@ -240,6 +262,12 @@ class Engine:
         on average, and never less (a late token is sent at once, an early one waits)."""
         if self.hang:
             threading.Event().wait()
+        self.ready.wait()  # a request sent during warm-up waits for it, as SGLang's scheduler queue does
+        with self.lock:
+            self.requests += 1
+            empty = self.requests == self.empty_at
+        if empty:
+            return
         due = time.monotonic() + self.prefill_ms * prompt_tokens / 1000.0
         _sleep_until(due)
         with self.lock:
@@ -392,11 +420,14 @@ class StandinServer:
         if _env_flag("ORCH_STANDIN_FAIL_START"):
             raise RuntimeError("ORCH_STANDIN_FAIL_START is set: simulated start-up failure")
         self.open_gpus()
+        self.killed_predecessor = self.reap_leak_markers()
         if _env_flag("ORCH_STANDIN_LEAK_SCHEDULER"):
             import subprocess
 
             dev = (os.environ.get("ORCH_STANDIN_NVIDIA_DEV") or "/dev/nvidia0").split(",")[0]
-            subprocess.run(["sglang::scheduler_TP0", "-c", LEAK_CODE, dev], executable=sys.executable,
+            stubborn = (["--stubborn", self.state_dir()]
+                        if os.environ.get("ORCH_STANDIN_LEAK_SCHEDULER", "").strip() == "stubborn" else [])
+            subprocess.run(["sglang::scheduler_TP0", "-c", LEAK_CODE, *stubborn, dev], executable=sys.executable,
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
         cfg = model_mod.load_config(model_mod.resolve_model_path(a.model_path, a.download_dir))
         self.shape = model_mod.moe_shape(cfg, a.tp_size, a.ep_size, a.quantization, a.dtype,
@@ -424,14 +455,50 @@ class StandinServer:
         self.moe["token_delay_ms"] = base
         self.never_ready = _env_flag("ORCH_STANDIN_NEVER_READY")
         fault = os.environ.get("ORCH_STANDIN_FAULT_ON_CHANGE", "").strip()
-        if fault in ("crash", "never_ready"):
+        hang = False
+        if fault in ("crash", "never_ready", "hang_generate"):
             if self.configs_changed_since_first_start():
                 self.moe["fault"] = fault
                 if fault == "crash":
                     self.raise_out_of_resources()
-                self.never_ready = True
+                self.never_ready = fault == "never_ready"
+                hang = fault == "hang_generate"
         self.engine = Engine(base, int(_env_float("ORCH_STANDIN_MAX_BATCH", 8)),
                              _env_float("ORCH_STANDIN_PREFILL_MS_PER_TOKEN", 0.02), wrong=self.moe["wrong_answers"])
+        self.engine.hang = self.engine.hang or hang
+        n = int(_env_float("ORCH_STANDIN_NO_TOKENS_AFTER_SIGKILL", 0))
+        if n > 0 and self.killed_predecessor:
+            self.engine.empty_at = n
+            sched_logger.info(f"(stand-in) a leftover scheduler was killed by SIGKILL ({self.killed_predecessor}): "
+                              f"generation request {n} of this start will return no token")
+        self.health_503_s = _env_float("ORCH_STANDIN_HEALTH_503_S", 0.0)
+        self.health_503_until = float("inf")
+
+    @staticmethod
+    def state_dir() -> str:
+        """``$ORCH_STANDIN_STATE_DIR`` (default ``/run/sglang-standin``), created."""
+        path = os.environ.get("ORCH_STANDIN_STATE_DIR", "/run/sglang-standin")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def reap_leak_markers(self) -> list:
+        """PIDs of stubborn leftover schedulers (``ORCH_STANDIN_LEAK_SCHEDULER=stubborn``) that are
+        gone: they ignore SIGTERM and cannot remove their marker, so gone means SIGKILL. Their
+        markers are removed (the fault they arm is for this start only)."""
+        gone = []
+        folder = self.state_dir()
+        for name in sorted(os.listdir(folder)):
+            if not name.startswith("leaked-scheduler-"):
+                continue
+            pid = int(name.rsplit("-", 1)[1])
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                gone.append(pid)
+                os.unlink(os.path.join(folder, name))
+            except PermissionError:
+                pass
+        return gone
 
     def effective_runner(self) -> str:
         """The MoE runner this start runs: ``triton`` for ``auto``/``triton``, else the flag's value."""
@@ -552,8 +619,16 @@ class StandinServer:
             logger.info("(stand-in) never ready: /health answers 503 until the server stops")
             return
         time.sleep(_env_float("ORCH_STANDIN_WARMUP_S", 2.0))
+        self.health_503_until = time.monotonic() + self.health_503_s
         self.engine.ready.set()
         logger.info("The server is fired up and ready to roll!")
+        if self.health_503_s > 0:  # said once, so a test can see the fault is on
+            logger.error("Health check failed. Server couldn't get a response from detokenizer for last 20 seconds. "
+                         f"(stand-in: /health answers 503 for {self.health_503_s:g} s more; generation works)")
+
+    def healthy(self) -> bool:
+        """What ``/health`` says: warm-up over and past ``ORCH_STANDIN_HEALTH_503_S``."""
+        return self.engine.ready.is_set() and time.monotonic() >= self.health_503_until
 
     # --- API payloads ---------------------------------------------------------------------
     def model_info(self) -> Dict[str, Any]:
@@ -582,8 +657,11 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def server_bind(self) -> None:
+        import socket
         import socketserver
 
+        if _env_flag("ORCH_STANDIN_REUSE_PORT"):  # a second server may listen on the same port
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         socketserver.TCPServer.server_bind(self)
         host, port = self.server_address[:2]
         self.server_name = str(host)
@@ -649,7 +727,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "id": s.served_name, "object": "model", "created": s.created, "owned_by": "sglang",
                 "root": s.served_name, "max_model_len": s.args.context_length or 40960}]})
         elif path in ("/health", "/health_generate"):
-            if s.engine.ready.is_set():
+            if s.healthy():
                 self._send_empty(200)
             else:
                 self._send_empty(503)

@@ -1,0 +1,79 @@
+"""The tuner's own Triton cache: fresh, node-local, per run; moved aside and retried once on error.
+
+A shared or NFS ``TRITON_CACHE_DIR`` (or ``~/.triton`` on an NFS home) gives EBUSY,
+FileNotFoundError or "Stale file handle" when several processes write it (triton #11512,
+prime-rl #2305, vllm #6103), and a cache left corrupt gives a JSONDecodeError in the middle of a
+tune (vllm PR #42786). The tuner therefore never uses the server's cache, nor the one its
+environment names: every ``tune`` sets ``TRITON_CACHE_DIR`` to a new folder under its own work
+folder (under ``orch_state_dir``, which the probe checks is on a local mount that allows exec),
+before Triton is imported, so the compile workers it spawns inherit it. When a batch size fails
+with an error that names the cache (:func:`is_cache_error`), that cache is moved aside
+(``<name>.broken``, kept to look at) and the failed batch sizes are tuned once more with a new
+cache. The cache is removed when the tune ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+#: words of an error that comes from a broken or shared Triton cache
+CACHE_ERROR_WORDS = ("JSONDecodeError", "Stale file handle", "Device or resource busy", "[Errno 16]",
+                     "[Errno 116]", "EBUSY", "ESTALE")
+
+
+def is_cache_error(text: str, cache_dir: str) -> bool:
+    """True when an error ``text`` (a batch size's error or traceback) comes from the Triton cache:
+    one of :data:`CACHE_ERROR_WORDS`, or a missing file inside ``cache_dir``. Pure."""
+    text = str(text or "")
+    if any(w in text for w in CACHE_ERROR_WORDS):
+        return True
+    return ("FileNotFoundError" in text or "No such file" in text) and bool(cache_dir) and cache_dir in text
+
+
+def fresh_cache(root: Path, tag: str) -> Path:
+    """Make a new folder ``root/triton-cache-<tag>[-k]`` (0700) and point ``TRITON_CACHE_DIR`` of
+    this process (and of the processes it starts) at it, and ``TMPDIR`` at its ``tmp/``. Returns it."""
+    root.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in tag) or "run"
+    k = 0
+    while True:
+        path = root / (f"triton-cache-{safe}" + (f"-{k}" if k else ""))
+        try:
+            path.mkdir(mode=0o700)
+            break
+        except FileExistsError:
+            k += 1
+    os.environ["TRITON_CACHE_DIR"] = str(path)
+    # Triton builds each kernel in a temp folder first: there too, not in a /tmp that may be noexec
+    (path / "tmp").mkdir(mode=0o700)
+    os.environ["TMPDIR"] = str(path / "tmp")
+    tempfile.tempdir = None  # tempfile caches the folder it chose first
+    return path
+
+
+def tune_with_cache(run_once: Callable[[], dict], root: Path, tag: str, log: Callable[[str, str], None]) -> dict:
+    """Run ``run_once`` (returns ``{batch size: error text}`` of the batch sizes that failed; it
+    tunes only what is not done yet) with a fresh cache (:func:`fresh_cache`); when an error is a
+    cache error, move that cache aside and run once more with a new one. Returns
+    ``{"errors", "cache", "moved_aside": path | None}``; the last cache is removed."""
+    cache = fresh_cache(root, tag)
+    aside = None
+    try:
+        errors = run_once()
+        bad = {m: t for m, t in errors.items() if is_cache_error(t, str(cache))}
+        if bad:
+            aside = cache.with_name(cache.name + ".broken")
+            if aside.exists():
+                shutil.rmtree(aside, ignore_errors=True)
+            cache.rename(aside)
+            log(f"Triton cache error for batch sizes {sorted(bad, key=int)} ({next(iter(bad.values()))[:160]}): "
+                f"moved {cache} aside to {aside}; retrying once with a new cache", "warning")
+            cache = fresh_cache(root, tag)
+            errors = run_once()
+        return {"errors": errors, "cache": str(cache), "moved_aside": str(aside) if aside else None}
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
