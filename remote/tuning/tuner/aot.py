@@ -36,6 +36,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from ...protocol import internal_error
+
 #: Set in compile workers before anything imports torch: no GPU is visible to them.
 HIDE_GPUS = {"CUDA_VISIBLE_DEVICES": ""}
 
@@ -67,10 +69,12 @@ class KernelSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+@internal_error("compile.TargetCompiler catches it and falls back to context workers, keeping the reason")
 class CaptureError(RuntimeError):
     """The launch code could not be captured (the message says why); the caller falls back."""
 
 
+@internal_error("raised and caught inside capture(): it stops a launch once its compile request is kept")
 class _Captured(Exception):
     """Raised by the recorder to stop a launch once its compile request is kept."""
 

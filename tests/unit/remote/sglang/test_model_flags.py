@@ -32,7 +32,7 @@ OWN_FLAGS = {
     "tune": {"--batch-sizes", "--space", "--out", "--provider", "--gpus", "--seed", "--no-resume", "--no-check",
              "--shipped-config", "--compile-mode"},
     "names": set(),
-    "probe": {"--moe-config-dir", "--capability", "--work-dir"},
+    "probe": {"--moe-config-dir", "--capability", "--work-dir", "--autotune-cache-root"},
     "config-names": {"--json", "--probe"},
 }
 
