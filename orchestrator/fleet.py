@@ -239,6 +239,10 @@ class ServerBarrier:
             self._done.add(host)
             self._cv.notify_all()
 
+    def host_failed(self, host: str, cause: str) -> None:
+        """Engine hook: a task of ``host`` failed (before its block's rescue): :meth:`fail`."""
+        self.fail(host, cause)
+
     def fail(self, host: str, cause: str) -> None:
         """``host`` failed (``cause``): the strict waits of its server's other ranks raise."""
         with self._cv:

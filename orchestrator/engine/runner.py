@@ -181,6 +181,8 @@ class Engine:
                 self._steps(block.block, ctx, recap, protected)
             except _HostDone as done:
                 failure = done
+                # the ranks of the same multi-node server stop waiting for this host (ServerBarrier)
+                _hook(self.options.hooks, "host_failed", ctx.name, done.cause)
                 if block.rescue and done.status != "cancelled-before-start":
                     ctx.vars["orch_failure"] = {"status": done.status, "cause": done.cause,
                                                 "task": ctx.current_task}

@@ -89,3 +89,37 @@ def test_barrier_breaks_when_a_rank_ends_before_the_phase():
     with pytest.raises(BarrierBroken, match="a1 ended before 'stopped'"):
         b.wait("a0", "stopped", timeout=30)
     assert b.wait("a0", "restored", strict=False, timeout=30) == ["a1"]
+
+
+def test_engine_tells_the_barrier_of_a_failure_before_the_rescue(tmp_path):
+    """A rank whose task fails breaks its peer's strict wait at once (the peer then runs its own
+    rescue), and the rescues meet at a loose 'restored' barrier."""
+    from orchestrator.engine.results import TaskFailed, TaskResult
+
+    from .test_runner import replace_task
+
+    eng, plays, calls, _ = make(tmp_path, PB)
+    barrier = ServerBarrier()
+    barrier.set_servers({h: ["a0", "a1"] for h in ("a0", "a1")})
+    eng.options.hooks.append(barrier)
+    seen = []
+
+    def step(ctx, what, value=None):
+        seen.append((ctx.name, what))
+        if what == "stop" and ctx.name == "a1":
+            raise TaskFailed("stop broke")
+        if what == "install":  # a0 waits for a1 to have stopped: a1 failed instead
+            try:
+                barrier.wait(ctx.name, "stopped", timeout=60)
+            except BarrierBroken as exc:
+                raise TaskFailed(str(exc)) from None
+        if what == "restore":
+            barrier.wait(ctx.name, "restored", strict=False, timeout=60)
+        return TaskResult.changed(what)
+
+    replace_task(eng, "step", step)
+    recaps = eng.run_play(plays[0], [H("a0"), H("a1")], lambda h: {}, forks=2,
+                          servers={"a0": "ds@x:1", "a1": "ds@x:1"})
+    assert recaps["a0"].outcome == recaps["a1"].outcome == "failed"
+    assert "another rank of this server: a1 failed: step: stop broke" in recaps["a0"].cause
+    assert ("a0", "restore") in seen and ("a1", "restore") in seen and ("a0", "start") not in seen
