@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UsageError
+from .errors import UsageError, internal_error
 
 
 @dataclass
@@ -194,6 +194,7 @@ class GroupCoordinator:
         return out
 
 
+@internal_error("raised by ServerBarrier.wait; the task that waits turns it into its TaskFailed")
 class BarrierBroken(RuntimeError):
     """A rank of the same server failed or ended before a meeting point; ``str()`` names it."""
 

@@ -23,6 +23,7 @@ from ..facts.journal import last_start, unit_log
 from ..facts.plan import Plan
 from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
+from ..facts.server_group import ServerGroup
 from ..facts.unit import ServerArgs
 from ..host.endpoint import find_endpoint
 from ..payload.model_args import model_flags, payload_env
@@ -112,16 +113,20 @@ def skip_reason(runner: MoeRunner) -> str:
     return why + (f" ({runner.disagreement})" if runner.disagreement else "")
 
 
-def multi_node_reason(server: ServerArgs) -> str | None:
+def multi_node_reason(server: ServerArgs, group: ServerGroup | None = None) -> str | None:
     """Why orch refuses a server spread over several hosts (``--nnodes N > 1``), or None. Pure.
 
     The nodes are ONE server: stopping any rank stops it, and each node loads the MoE configs of
     its own GPUs. A retune must stop every node, install on every node and start them together,
     ready through rank 0; orch's plays act per host (``--serial`` could even split the ranks), so
-    it refuses such a unit, on every rank, before anything is stopped."""
+    it refuses such a unit, on every rank, before anything is stopped. ``group``: the server's
+    ranks as found among the run's hosts (:mod:`orchestrator.facts.server_group`); its refusal
+    (a rank missing from the run, ranks that disagree) is given first."""
     nnodes = int(server.nnodes or 1)
     if nnodes <= 1:
         return None
+    if group is not None and group.refusal:
+        return group.refusal
     return (f"multi-node server (--nnodes {nnodes}, this host is --node-rank {server.node_rank or 0}, "
             f"--dist-init-addr {server.dist_init_addr or '?'}): its {nnodes} nodes are one server, and orch "
             "retunes one host at a time, so it does not stop, tune, install and start the nodes together. Nothing "
@@ -150,7 +155,7 @@ def plan(ctx, name: str) -> TaskResult:
     """
     probe_data = ctx.facts.probe or ProbeFacts.from_dict({})  # none ran: refused below, as a probe naming no folder
     server = ctx.facts.server
-    why_not = multi_node_reason(server)
+    why_not = multi_node_reason(server, ctx.facts.server_group)
     if why_not:
         raise TaskFailed(why_not)
     backend = server.moe_runner_backend or "auto"

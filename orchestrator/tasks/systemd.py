@@ -21,7 +21,7 @@ from ..payload.client import PayloadFailed
 POLL_S = 0.5
 
 
-@task("unit_facts", check_mode=READ_ONLY, sets=("orch_unit", "orch_interpreter"),
+@task("unit_facts", check_mode=READ_ONLY, sets=("orch_unit", "orch_interpreter", "orch_server_group"),
       aliases={"unit": "name", "service": "name"})
 def unit_facts(ctx, name: str) -> TaskResult:
     """Read the unit: its state, main PID, environment (``Environment=`` overridden by its
@@ -29,7 +29,11 @@ def unit_facts(ctx, name: str) -> TaskResult:
     line (variables expanded, a ``--config`` YAML merged as SGLang merges it) (``orch_unit``), and
     the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter`` overrides it).
     Fails naming the unit (and the file) when it is missing, not an SGLang server, or its start
-    depends on a file systemd or SGLang would refuse."""
+    depends on a file systemd or SGLang would refuse.
+
+    A rank of a multi-node server (``--nnodes N > 1``) gets ``orch_server_group``: the server's
+    ranks among the run's hosts as found before the play (``RunOptions.servers``,
+    :func:`orchestrator.facts.server_group.group_servers`)."""
     try:
         facts = gather_unit(ctx.connection, name)
     except UnitError as exc:
@@ -48,7 +52,12 @@ def unit_facts(ctx, name: str) -> TaskResult:
     for w in facts.warnings:
         ctx.emit("unit_warning", warning=w)
         msg += f"; WARNING: {w}"
-    return TaskResult.ok(msg, facts={"orch_unit": facts, "orch_interpreter": interpreter}, **facts.to_dict())
+    out = {"orch_unit": facts, "orch_interpreter": interpreter}
+    group = (ctx.options.servers or {}).get(ctx.name)
+    if group is not None and group.unit == name:
+        out["orch_server_group"] = group
+        msg += f"; rank {group.rank} of multi-node server {group.key} ({', '.join(group.hosts)})"
+    return TaskResult.ok(msg, facts=out, **facts.to_dict())
 
 
 def _wait_state(ctx, unit: str, wanted: set[str], timeout: float, fail_on: set[str]) -> str:
