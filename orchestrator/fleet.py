@@ -60,6 +60,8 @@ class GroupCoordinator:
     def __init__(self, shard_tuning: bool = False, tune_on: str | None = None):
         self.shard_tuning = shard_tuning
         self.tune_on = tune_on
+        #: hosts that tune for their group before the others (rank 0 of a multi-node server)
+        self.prefer: set[str] = set()
         self._cv = threading.Condition()
         self._batch: list[str] = []
         self._started: set[str] = set()
@@ -146,7 +148,8 @@ class GroupCoordinator:
                 else:
                     out[h] = Role("reuse", kh, members, tuner=members[0])
             return out
-        tuner = self.tune_on if self.tune_on in members else members[0]
+        preferred = [h for h in members if h in self.prefer]
+        tuner = self.tune_on if self.tune_on in members else (preferred or members)[0]
         return {h: Role("tune" if h == tuner else "reuse", kh, members, tuner=tuner) for h in members}
 
     def publish(self, key_hash: str, result: dict | None, error: str | None = None, shard: int | None = None,
@@ -250,21 +253,28 @@ class ServerBarrier:
             self._failed.setdefault(host, cause)
             self._cv.notify_all()
 
+    def failed_peer(self, host: str) -> str | None:
+        """``"<host> failed: <cause>"`` for a failed rank of ``host``'s server, else None."""
+        with self._cv:
+            bad = [f"{p} failed: {self._failed[p]}" for p in self.peers(host) if p in self._failed]
+        return f"another rank of this server: {bad[0]}" if bad else None
+
     def peers(self, host: str) -> list[str]:
         """The other ranks of ``host``'s server ([] for a single-node host)."""
         return [h for h in self._servers.get(host, []) if h != host]
 
     def wait(self, host: str, phase: str, strict: bool = True, timeout: float = 3600,
-             cancel: threading.Event | None = None) -> list[str]:
-        """Block until every other rank of ``host``'s server has reached ``phase`` (seconds
-        ``timeout``). Returns the ranks met. Raises :class:`BarrierBroken` (strict: a rank failed
-        or ended first; either: timeout or ``cancel``)."""
+             cancel: threading.Event | None = None, among: list[str] | None = None) -> list[str]:
+        """Block until every other rank of ``host``'s server (only those in ``among`` when given:
+        ``[]`` only records the arrival) has reached ``phase`` (seconds ``timeout``). Returns the
+        ranks met. Raises :class:`BarrierBroken` (strict: a rank failed or ended first; either:
+        timeout or ``cancel``)."""
         deadline = time.monotonic() + timeout
         with self._cv:
             self._arrived.setdefault(phase, set()).add(host)
             self._cv.notify_all()
             while True:
-                peers = self.peers(host)
+                peers = [p for p in self.peers(host) if among is None or p in among]
                 if strict:
                     bad = [f"{p} failed: {self._failed[p]}" for p in peers if p in self._failed]
                     bad += [f"{p} ended before '{phase}'" for p in peers

@@ -29,6 +29,7 @@ from ..engine.runner import Engine
 from ..errors import UsageError
 from ..facts.server_group import ServerGroup, group_servers
 from ..facts.unit import ServerArgs
+from ..fleet import ServerBarrier
 from ..inventory import effective_vars, load_inventory
 from ..records import RunRecord, default_state_dir, new_run_id
 from ..records.layout import HOSTS, RECAP, RESULT, RUN
@@ -219,6 +220,11 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
                           + (" [cyan](check mode)[/]" if check else ""))
             if fleet is not None:  # a tune: the ranks of a multi-node server are one unit of work
                 options.servers = find_servers(hosts, hostvars, options, record.emit, batching.forks)
+                if options.servers:
+                    options.barrier = ServerBarrier()
+                    options.barrier.set_servers({n: g.members for n, g in options.servers.items() if not g.refusal})
+                    options.hooks.append(options.barrier)
+                    fleet.prefer = {g.rank0 for g in options.servers.values() if g.rank0}
             engine = Engine(TASKS, options, reporter, record.emit)
             for play in plays:
                 wanted = {h.name for h in inv.select(play.hosts)}

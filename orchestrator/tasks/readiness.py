@@ -20,6 +20,7 @@ from ..engine.task import task
 from ..facts.journal import text_since, unit_log
 from ..facts.unit import is_active
 from ..host.endpoint import ask, endpoint_of
+from ..host.servers import meet, peer_failure
 
 POLL_S = 1.0
 
@@ -34,13 +35,18 @@ def wait_ready(ctx, name: str, timeout: float, generate_check: bool = True) -> T
     """Wait until the unit's server can generate: ``/v1/models`` (liveness) then ``/health``
     (or, where it is absent, a 1-token ``/generate``), at most ``timeout`` s. Fails early, with the
     log tail, when the unit becomes ``failed``/``inactive``. Reports the seconds it took.
+    A rank >= 1 of a multi-node server (``orch_server_group``) is asked ``/health`` only: SGLang
+    0.5.23 starts its dummy health server (srt/utils/common.py) once its schedulers are ready,
+    that is once every rank joined and loaded the model (srt/entrypoints/engine.py).
     """
     unit = name
     endpoint = endpoint_of(ctx)
     url = endpoint.url
     start = time.monotonic()
     deadline = ctx.deadline(timeout)
-    stage = "liveness"
+    group = ctx.facts.server_group
+    health_only = group is not None and group.rank > 0
+    stage = "health" if health_only else "liveness"
     last = ""
     while True:
         state = is_active(ctx.connection, unit)
@@ -57,13 +63,16 @@ def wait_ready(ctx, name: str, timeout: float, generate_check: bool = True) -> T
             status, last = ask(ctx, endpoint, "/health")
             if status == 200:
                 break
-            if status == 404 and generate_check:
+            if status == 404 and generate_check and not health_only:
                 g, last = ask(ctx, endpoint, "/generate", "POST", {"text": "ping", "sampling_params":
                                                                   {"max_new_tokens": 1, "temperature": 0}})
                 if g == 200:
                     break
         if ctx.cancelled():
             raise Cancelled()
+        broken = peer_failure(ctx)
+        if broken:  # the server cannot become ready without that rank
+            raise TaskFailed(broken)
         if time.monotonic() > deadline:
             raise TaskFailed(f"{unit} not ready after {timeout:.0f} s at {url} (from the {endpoint.via}; "
                              f"last: {last})")
@@ -82,6 +91,8 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
     When the probe could not read the host's loader rules (``orch_probe.sglang.loader_rules_inferred``:
     a patched or vendored SGLang), a ``_down`` file the server never looked up is reported in
     ``not_looked_up``, not failed (such a loader may read none); the up file is always proven.
+    On a rank of a multi-node server it then waits for every rank's proof, and fails when one
+    of them failed (all ranks roll back together).
     """
     text = log_since_mark(ctx, name)
     rep = parse_moe_log(text)
@@ -97,6 +108,7 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
             "down_missing": rep.down_missing, "suboptimal": rep.suboptimal, "not_looked_up": unseen}
     if problems:
         raise TaskFailed("; ".join(problems), data)
+    meet(ctx, "verified")  # a multi-node server succeeds only when every rank loaded the files
     what = ", ".join(p.rsplit("/", 1)[-1] for p in rep.loaded) or "default config"
     if unseen:
         what += (f"; the server never looked up {', '.join(p.rsplit('/', 1)[-1] for p in unseen)} (not proven: "

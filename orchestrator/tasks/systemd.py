@@ -16,6 +16,7 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import unit_log
 from ..facts.unit import UnitError, gather_unit, is_active
+from ..host.servers import meet
 from ..payload.client import PayloadFailed
 
 POLL_S = 0.5
@@ -125,18 +126,37 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     starting a stopped unit, its port must be free (:func:`free_port`: the unit's own leftovers are
     ended, another holder fails the task naming it), and the unit log is marked so ``verify_log``
     reads only this start's lines. A start that turns ``failed`` fails at once.
+
+    On a rank of a multi-node server (``orch_server_group``) the ranks meet (:func:`meet`):
+    a rank >= 1 stops only once rank 0 has stopped (SGLang 0.5.23 srt/entrypoints/engine.py: a
+    rank >= 1 that gets SIGTERM waits for rank 0's shutdown broadcast); a start waits until every
+    rank has stopped and installed, then all ranks start together (they join at
+    ``--dist-init-addr`` within ``--dist-timeout``); a rescue's start waits for the ranks still
+    rolling back, so the server restarts on the earlier files on every rank together.
     """
     conn = ctx.connection
     unit = name
+    group = ctx.facts.server_group
     if state == "stopped":
+        if group is not None and group.rank > 0:
+            meet(ctx, "rank 0 stopped", among=[group.rank0])
         current = is_active(conn, unit)
         if current in ("inactive", "failed", "unknown"):
+            if group is not None and group.rank == 0:
+                meet(ctx, "rank 0 stopped", among=[])
             return TaskResult.ok(f"{unit} already {current}")
         ctx.run.stopped_by_orch = True
         conn.run(["systemctl", "stop", unit], become=True, timeout=timeout + 30)
         _wait_state(ctx, unit, {"inactive", "failed"}, timeout, set())
         ctx.emit("service_stopped", unit=unit)
+        if group is not None and group.rank == 0:
+            meet(ctx, "rank 0 stopped", among=[])
         return TaskResult.changed(f"{unit} stopped")
+    if group is not None:
+        if only_if_stopped_by_orch:
+            meet(ctx, "restored", strict=False)
+        else:
+            meet(ctx, "installed")
     touched = ctx.run.stopped_by_orch or ctx.run.started_by_orch
     if only_if_stopped_by_orch and (not touched or ctx.options.leave_stopped):
         return TaskResult.skipped("unit was not stopped by this run" if not ctx.options.leave_stopped

@@ -4,6 +4,8 @@ orchestrator/facts/server_group.py). docs/multi-node.md says what is built and w
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.e2e.helpers import inventory, orch, recap
@@ -42,4 +44,62 @@ def test_a_rank_left_out_by_limit_is_named_and_nothing_stops(testbed_factory, tm
     assert "Nothing was stopped" in r["cause"]
     for h in bed.hosts:
         assert _main_pid(h) == pids[h.name] and h.unit_state() == "active"
+        assert h.sh(f"ls {h.triton_dir}", check=False).stdout.strip() == ""
+
+
+UP = "E=8,N=64,device_name=NVIDIA_H200.json"
+DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
+
+
+def _events(state, run_id) -> list:
+    path = state / "runs" / run_id / "events.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_two_ranks_tuned_once_installed_on_both_and_restarted_together(testbed_factory, tmp_path):
+    """Rank 0 tunes; rank 1 takes the same bytes; both are stopped and restarted, both logs show
+    the files loaded; readiness and the benchmark are at rank 0 only."""
+    bed = _two_ranks(testbed_factory)
+    rank0, rank1 = bed.hosts
+    pids = {h.name: _main_pid(h) for h in bed.hosts}
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    res = recap(proc)
+    for h in bed.hosts:
+        assert res["hosts"][h.name]["outcome"] == "completed", res["hosts"][h.name]
+        assert _main_pid(h) != pids[h.name] and h.unit_state() == "active"
+        for name in (UP, DOWN):
+            assert f"Using MoE kernel config from {h.triton_dir}/{name}." in h.unit_log()
+    files = {h.name: [h.sh(f"cat {h.triton_dir}/{n}").stdout for n in (UP, DOWN)] for h in bed.hosts}
+    assert files[rank0.name] == files[rank1.name] and all(files[rank0.name])
+    events = _events(state, res["run_id"])
+    tuned = {e["host"] for e in events if e.get("event") == "task" and e.get("module") == "tune"
+             and e.get("status") == "changed"}
+    assert tuned == {rank0.name}
+    benched = {e["host"] for e in events if e.get("event") == "task" and e.get("module") == "bench"
+               and e.get("status") in ("ok", "changed")}
+    assert benched == {rank0.name}
+    assert res["hosts"][rank1.name]["summary"]["config_source"]["source"] == "reuse"
+
+
+def test_a_rank_that_fails_to_start_rolls_back_both(testbed_factory, tmp_path):
+    """Rank 1's server crashes on the new files: both ranks fail, both get their earlier files
+    back (none: the folder is empty again) and both units run again."""
+    common = ["--nnodes", "2", "--dist-init-addr", "gpu-a:5000"]
+    bed = testbed_factory(2, {0: {"extra_args": common + ["--node-rank", "0"]},
+                              1: {"extra_args": common + ["--node-rank", "1"],
+                                  "env": {"ORCH_STANDIN_FAULT_ON_CHANGE": "crash"}}})
+    for h in bed.hosts:
+        h.wait_http("/health")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    res = recap(proc)
+    rank0, rank1 = bed.hosts
+    assert res["hosts"][rank1.name]["outcome"] == "failed", res["hosts"][rank1.name]
+    assert res["hosts"][rank0.name]["outcome"] == "failed", res["hosts"][rank0.name]
+    assert rank1.name in res["hosts"][rank0.name]["cause"], res["hosts"][rank0.name]["cause"]
+    for h in bed.hosts:
+        assert h.unit_state() == "active"
         assert h.sh(f"ls {h.triton_dir}", check=False).stdout.strip() == ""
