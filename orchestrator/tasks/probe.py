@@ -118,8 +118,8 @@ def multi_node_reason(server: ServerArgs, group: ServerGroup | None = None, coor
 
     The nodes are ONE server: stopping any rank stops it, and each node loads the MoE configs of
     its own GPUs. A retune must stop every node, install on every node and start them together,
-    ready through rank 0; orch's plays act per host (``--serial`` could even split the ranks), so
-    it refuses such a unit, on every rank, before anything is stopped. ``group``: the server's
+    ready through rank 0. Without ``group`` (a playbook run whose ranks were not found and do
+    not meet) such a unit is refused, on every rank, before anything is stopped. ``group``: the server's
     ranks as found among the run's hosts (:mod:`orchestrator.facts.server_group`); its refusal
     (a rank missing from the run, ranks that disagree) is given first; with none and
     ``coordinated`` (the run's ranks meet at a :class:`orchestrator.fleet.ServerBarrier`) the
