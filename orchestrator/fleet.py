@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UsageError
+from .errors import UsageError, internal_error
 
 
 @dataclass
@@ -60,6 +60,8 @@ class GroupCoordinator:
     def __init__(self, shard_tuning: bool = False, tune_on: str | None = None):
         self.shard_tuning = shard_tuning
         self.tune_on = tune_on
+        #: hosts that tune for their group before the others (rank 0 of a multi-node server)
+        self.prefer: set[str] = set()
         self._cv = threading.Condition()
         self._batch: list[str] = []
         self._started: set[str] = set()
@@ -146,7 +148,8 @@ class GroupCoordinator:
                 else:
                     out[h] = Role("reuse", kh, members, tuner=members[0])
             return out
-        tuner = self.tune_on if self.tune_on in members else members[0]
+        preferred = [h for h in members if h in self.prefer]
+        tuner = self.tune_on if self.tune_on in members else (preferred or members)[0]
         return {h: Role("tune" if h == tuner else "reuse", kh, members, tuner=tuner) for h in members}
 
     def publish(self, key_hash: str, result: dict | None, error: str | None = None, shard: int | None = None,
@@ -192,3 +195,97 @@ class GroupCoordinator:
         for role in out["configs"]:
             out["configs"][role] = dict(sorted(out["configs"][role].items(), key=lambda kv: int(kv[0])))
         return out
+
+
+@internal_error("raised by ServerBarrier.wait; the task that waits turns it into its TaskFailed")
+class BarrierBroken(RuntimeError):
+    """A rank of the same server failed or ended before a meeting point; ``str()`` names it."""
+
+
+class ServerBarrier:
+    """Meeting points of the hosts of one multi-node server (its ranks) within a batch.
+
+    ``set_servers({host: [hosts of its server]})`` says which hosts meet (a host absent meets no
+    one). ``wait(host, phase)`` returns once every other rank of ``host``'s server has reached
+    ``phase`` too ("all ranks stopped before any starts"). ``strict`` waits raise
+    :class:`BarrierBroken` as soon as a rank has failed (``fail``) or ended its play without
+    reaching ``phase`` (``host_done``): a failure on one rank fails the server, and each rank's
+    rescue rolls it back. A non-strict wait (the rollback's "all restored before any starts")
+    waits only for the ranks whose play still runs. The engine calls ``start_batch`` and
+    ``host_done`` (it is one of ``RunOptions.hooks``); thread-safe.
+    """
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._servers: dict[str, list[str]] = {}
+        self._arrived: dict[str, set[str]] = {}
+        self._failed: dict[str, str] = {}
+        self._done: set[str] = set()
+
+    def set_servers(self, servers: dict[str, list[str]]) -> None:
+        """``servers``: host name -> the host names of its server (itself included)."""
+        with self._cv:
+            self._servers = {h: list(m) for h, m in servers.items()}
+            self._cv.notify_all()
+
+    def start_batch(self, hosts: list[str]) -> None:
+        """Engine hook: a batch starts; forget the last batch's meetings."""
+        with self._cv:
+            self._arrived, self._failed, self._done = {}, {}, set()
+            self._cv.notify_all()
+
+    def host_started(self, host: str) -> None:
+        """Engine hook (nothing to do)."""
+
+    def host_done(self, host: str) -> None:
+        """Engine hook: ``host``'s play ended (any outcome); strict waits for it stop waiting."""
+        with self._cv:
+            self._done.add(host)
+            self._cv.notify_all()
+
+    def host_failed(self, host: str, cause: str) -> None:
+        """Engine hook: a task of ``host`` failed (before its block's rescue): :meth:`fail`."""
+        self.fail(host, cause)
+
+    def fail(self, host: str, cause: str) -> None:
+        """``host`` failed (``cause``): the strict waits of its server's other ranks raise."""
+        with self._cv:
+            self._failed.setdefault(host, cause)
+            self._cv.notify_all()
+
+    def failed_peer(self, host: str) -> str | None:
+        """``"<host> failed: <cause>"`` for a failed rank of ``host``'s server, else None."""
+        with self._cv:
+            bad = [f"{p} failed: {self._failed[p]}" for p in self.peers(host) if p in self._failed]
+        return f"another rank of this server: {bad[0]}" if bad else None
+
+    def peers(self, host: str) -> list[str]:
+        """The other ranks of ``host``'s server ([] for a single-node host)."""
+        return [h for h in self._servers.get(host, []) if h != host]
+
+    def wait(self, host: str, phase: str, strict: bool = True, timeout: float = 3600,
+             cancel: threading.Event | None = None, among: list[str] | None = None) -> list[str]:
+        """Block until every other rank of ``host``'s server (only those in ``among`` when given:
+        ``[]`` only records the arrival) has reached ``phase`` (seconds ``timeout``). Returns the
+        ranks met. Raises :class:`BarrierBroken` (strict: a rank failed or ended first; either:
+        timeout or ``cancel``)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            self._arrived.setdefault(phase, set()).add(host)
+            self._cv.notify_all()
+            while True:
+                peers = [p for p in self.peers(host) if among is None or p in among]
+                if strict:
+                    bad = [f"{p} failed: {self._failed[p]}" for p in peers if p in self._failed]
+                    bad += [f"{p} ended before '{phase}'" for p in peers
+                            if p in self._done and p not in self._arrived[phase] and p not in self._failed]
+                    if bad:
+                        raise BarrierBroken(f"another rank of this server: {'; '.join(bad)}")
+                waiting = [p for p in peers if p not in self._arrived[phase] and (strict or p not in self._done)]
+                if not waiting:
+                    return peers
+                if cancel is not None and cancel.is_set():
+                    raise BarrierBroken(f"interrupted while waiting for {', '.join(waiting)} to reach '{phase}'")
+                if time.monotonic() > deadline:
+                    raise BarrierBroken(f"{', '.join(waiting)} did not reach '{phase}' within {timeout:.0f} s")
+                self._cv.wait(timeout=1.0)

@@ -23,10 +23,13 @@ from remote.protocol import is_run_id
 
 from ..engine.batching import SerialError, check_max_fail_percentage, check_order, parse_serial_flag
 from ..engine.context import RunOptions
-from ..engine.playbook import builtin_playbook, load_playbook
+from ..engine.playbook import Play, Task, builtin_playbook, load_playbook
 from ..engine.results import HostRecap
 from ..engine.runner import Engine
 from ..errors import UsageError
+from ..facts.server_group import ServerGroup, group_servers
+from ..facts.unit import ServerArgs
+from ..fleet import ServerBarrier
 from ..inventory import effective_vars, load_inventory
 from ..records import RunRecord, default_state_dir, new_run_id
 from ..records.layout import HOSTS, RECAP, RESULT, RUN
@@ -128,6 +131,47 @@ def _install_signal_handlers(cancel: threading.Event, console: Console) -> dict:
     return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
 
+class _Quiet:
+    """A reporter that shows nothing (the discovery pass of :func:`find_servers`: the play that
+    follows reports the same steps)."""
+
+    def task_result(self, host, task, result) -> None:
+        pass
+
+    def progress(self, *args, **fields) -> None:
+        pass
+
+    def line(self, text) -> None:
+        pass
+
+
+def find_servers(hosts: list, hostvars, options: RunOptions, emit, forks: int = 5) -> dict[str, ServerGroup]:
+    """Read every host's unit (Connect and Read the unit, read-only) and gather the ranks of
+    multi-node servers among ``hosts`` (the run's hosts, after ``--limit``):
+    :func:`orchestrator.facts.server_group.group_servers`. Returns host name -> its server; a
+    host whose unit cannot be read is left out (the play that follows fails it at the same step,
+    and the ranks of its server then miss it: refused). Records one ``multi_node_servers`` event
+    (the pass's own task events are not recorded: the play repeats those steps). Changes nothing
+    on any host."""
+    play = Play("find multi-node servers", "all",
+                [Task("Connect", "connect", {}), Task("Read the unit", "unit_facts", {"name": "{{ service }}"})])
+    units: dict[str, tuple[str, ServerArgs, None]] = {}
+
+    def capture(event: str, **fields) -> None:
+        data = fields.get("data") or {}
+        if event == "task" and fields.get("module") == "unit_facts" and isinstance(data.get("server"), dict):
+            units[fields["host"]] = (data.get("unit") or "", ServerArgs(**data["server"]), None)
+
+    quiet = RunOptions(run_id=options.run_id, run_dir=options.run_dir, check=True,
+                       accept_new_host_keys=options.accept_new_host_keys, extra=dict(options.extra),
+                       cancel=options.cancel, state_dir=options.state_dir)
+    Engine(TASKS, quiet, _Quiet(), capture).run_play(play, hosts, hostvars, forks=forks)
+    found = group_servers({h.name: units[h.name] for h in hosts if h.name in units})
+    if found:
+        emit("multi_node_servers", servers={n: g.to_dict() for n, g in found.items()})
+    return found
+
+
 def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | None = None,
                  service: str | None = None, extra: dict[str, Any] | None = None, check: bool = False,
                  batching: Batching | None = None, state_dir: Path | None = None,
@@ -177,13 +221,21 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
                 console.print(f"[yellow]warning:[/] {escape(warning)}")
             console.print(f"orch {name} run [bold]{run_id}[/] on {len(hosts)} host(s)"
                           + (" [cyan](check mode)[/]" if check else ""))
+            if fleet is not None:  # a tune: the ranks of a multi-node server are one unit of work
+                options.servers = find_servers(hosts, hostvars, options, record.emit, batching.forks)
+                if options.servers:
+                    options.barrier = ServerBarrier()
+                    options.barrier.set_servers({n: g.members for n, g in options.servers.items() if not g.refusal})
+                    options.hooks.append(options.barrier)
+                    fleet.prefer = {g.rank0 for g in options.servers.values() if g.rank0}
             engine = Engine(TASKS, options, reporter, record.emit)
             for play in plays:
                 wanted = {h.name for h in inv.select(play.hosts)}
                 play_hosts = [h for h in hosts if h.name in wanted]
                 recaps.update(engine.run_play(play, play_hosts, hostvars, serial=batching.serial,
                                               forks=batching.forks, max_fail_percentage=batching.max_fail_percentage,
-                                              any_errors_fatal=batching.any_errors_fatal, order=batching.order))
+                                              any_errors_fatal=batching.any_errors_fatal, order=batching.order,
+                                              servers={n: g.key for n, g in options.servers.items()}))
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -25,7 +25,7 @@ from ..errors import OrchError
 import random
 import re
 from fractions import Fraction
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -145,6 +145,32 @@ def serial_batches(hosts: Sequence[T], serial: SerialSpec) -> list[list[T]]:
         left = left[size:]
         i = min(i + 1, len(items) - 1)
     return batches
+
+
+def server_batches(hosts: Sequence[T], serial: SerialSpec, server_of: Callable[[T], str | None]) -> list[list[T]]:
+    """:func:`serial_batches` counting servers, not hosts: the hosts that are ranks of one
+    multi-node server (``server_of(host)``: the same key, :func:`orchestrator.facts.server_group.server_key`;
+    None for a single-node host) count as one item and always land in the same batch, at the place
+    of the first of them in ``hosts``. ``serial`` 1 with two 2-rank servers: 2 batches of 2 hosts.
+    Returns the batches of hosts (flattened). Raises :class:`SerialError` for a bad serial value."""
+    units: list[list[T]] = []
+    where: dict[str, list[T]] = {}
+    for h in hosts:
+        key = server_of(h)
+        if key is None:
+            units.append([h])
+        elif key in where:
+            where[key].append(h)
+        else:
+            where[key] = [h]
+            units.append(where[key])
+    return [[h for unit in batch for h in unit] for batch in serial_batches(units, serial)]
+
+
+def servers_in(batch: Sequence[T], server_of: Callable[[T], str | None]) -> list[list[T]]:
+    """The servers of a batch: each multi-node server's hosts together, each other host alone
+    (order kept). :func:`batch_failed` counts these: a failed rank fails its whole server."""
+    return server_batches(batch, [1], server_of)
 
 
 def _name(host: Any) -> str:

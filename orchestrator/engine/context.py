@@ -23,8 +23,9 @@ class RunOptions:
     accept-new semantics for unknown host keys; ``leave_stopped``: do not restart a unit
     after a failure; ``extra``: CLI values exposed to templates (``service``, ...);
     ``cancel``: set on SIGINT/SIGTERM. ``hooks``: objects told about the play's progress
-    (``start_batch(names)``, ``host_started(name)``, ``host_done(name)``, each optional), e.g.
-    the fleet's tune-once-per-group coordinator. ``state_dir``, ``retune`` and ``fleet`` are
+    (``start_batch(names)``, ``host_started(name)``, ``host_failed(name, cause)`` when a task's
+    failure sends a block to its rescue, ``host_done(name)``, each optional), e.g. the fleet's
+    tune-once-per-group coordinator or :class:`orchestrator.fleet.ServerBarrier`. ``state_dir``, ``retune``, ``fleet``, ``servers`` and ``barrier`` are
     read by tasks only (the config store's folder, ``--retune``, the coordinator), never by the
     engine.
     """
@@ -44,6 +45,11 @@ class RunOptions:
     retune: bool = False
     #: tune-once-per-group coordinator (orchestrator.fleet.GroupCoordinator), also in ``hooks``
     fleet: Any = None
+    #: host name -> its multi-node server (orchestrator.facts.server_group.ServerGroup), found
+    #: before the play (orchestrator.cli.run.find_servers); read by unit_facts only
+    servers: dict[str, Any] = field(default_factory=dict)
+    #: meeting points of the ranks of those servers (orchestrator.fleet.ServerBarrier), also in ``hooks``
+    barrier: Any = None
 
 
 @dataclass

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from .. import templating
 from ..connection import CommandTimeout, ConnectError, HostUnreachable
@@ -29,7 +29,7 @@ from ..connection.deadline import task_deadline
 from ..errors import internal_error
 from ..facts.catalog import HostFacts
 from ..facts.schema import FactError
-from .batching import batch_failed, order_hosts, serial_batches
+from .batching import batch_failed, order_hosts, server_batches, servers_in
 from .context import HostContext, RunOptions
 from .playbook import Block, Play, Step, Task
 from .results import (CHANGED, FAILED, OK, SKIPPED, UNREACHABLE, Cancelled, HostRecap, TaskFailed,
@@ -71,8 +71,14 @@ class Engine:
     # -- public -----------------------------------------------------------------------
     def run_play(self, play: Play, hosts: list, hostvars: Callable[[Any], dict], *, serial=None,
                  forks: int = 5, max_fail_percentage: float | None = None,
-                 any_errors_fatal: bool | None = None, order: str | None = None) -> dict[str, HostRecap]:
+                 any_errors_fatal: bool | None = None, order: str | None = None,
+                 servers: Mapping[str, str] | None = None) -> dict[str, HostRecap]:
         """Run ``play`` over ``hosts`` (inventory Host objects, already limited).
+
+        ``servers``: host name -> the multi-node server it is a rank of (hosts absent: single-node).
+        ``serial`` and ``max_fail_percentage`` then count servers, not hosts: the ranks of one
+        server run in the same batch (:func:`~.batching.server_batches`), and a server fails when
+        any of its ranks fails.
 
         ``hostvars(host)`` returns the merged variables of a host. CLI values
         (``serial``, ``max_fail_percentage``, ``any_errors_fatal``, ``order``) override
@@ -84,7 +90,8 @@ class Engine:
         ordered = order_hosts(hosts, order or play.order)
         recaps = {h.name: HostRecap(h.name) for h in ordered}
         self.emit("play_start", play=play.name, hosts=[h.name for h in ordered], check=self.options.check)
-        batches = serial_batches(ordered, serial)
+        servers = dict(servers or {})
+        batches = server_batches(ordered, serial, lambda h: servers.get(h.name))
         for bi, batch in enumerate(batches):
             if self.options.cancel.is_set():
                 break
@@ -94,12 +101,14 @@ class Engine:
                 futs = {pool.submit(self._run_host, play, h, hostvars(h), recaps[h.name]): h for h in batch}
                 for fut in cf.as_completed(futs):
                     fut.result()
-            failed = sum(1 for h in batch if recaps[h.name].is_failure)
-            self.emit("batch_end", batch=bi + 1, failed=failed, size=len(batch))
-            if failed and (fatal or batch_failed(len(batch), failed, mfp)):
+            units = servers_in(batch, lambda h: servers.get(h.name))
+            failed = sum(1 for u in units if any(recaps[h.name].is_failure for h in u))
+            self.emit("batch_end", batch=bi + 1, failed=failed, size=len(units))
+            if failed and (fatal or batch_failed(len(units), failed, mfp)):
                 rest = [h.name for b in batches[bi + 1:] for h in b]
+                what = "hosts" if len(units) == len(batch) else "servers"
                 if rest:
-                    self.reporter.line(f"stopping: {failed} of {len(batch)} hosts failed in batch {bi + 1}; "
+                    self.reporter.line(f"stopping: {failed} of {len(units)} {what} failed in batch {bi + 1}; "
                                        f"not started: {', '.join(rest)}")
                 self.emit("play_aborted", batch=bi + 1, not_started=rest)
                 break
@@ -172,6 +181,8 @@ class Engine:
                 self._steps(block.block, ctx, recap, protected)
             except _HostDone as done:
                 failure = done
+                # the ranks of the same multi-node server stop waiting for this host (ServerBarrier)
+                _hook(self.options.hooks, "host_failed", ctx.name, done.cause)
                 if block.rescue and done.status != "cancelled-before-start":
                     ctx.vars["orch_failure"] = {"status": done.status, "cause": done.cause,
                                                 "task": ctx.current_task}

@@ -23,6 +23,7 @@ from .plan import Endpoint, Plan
 from .probe import ProbeFacts
 from .runner_trial import RunnerTrial
 from .schema import FactError, Record
+from .server_group import ServerGroup
 from .unit import ServerArgs, UnitFacts
 
 
@@ -88,6 +89,8 @@ class HostFacts:
 
     #: the unit's state, environment and parsed launch command (unit_facts)
     unit = Fact("orch_unit", UnitFacts)
+    #: the multi-node server this host is a rank of (unit_facts; absent for a single-node unit)
+    server_group = Fact("orch_server_group", ServerGroup)
     #: the Python that runs the unit (unit_facts)
     interpreter = Fact("orch_interpreter", str)
     #: the payload's probe of the host (probe)

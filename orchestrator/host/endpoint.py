@@ -123,12 +123,14 @@ def ask_json(ctx, endpoint: Endpoint, path: str, method: str = "GET", body: dict
     return status, res.get("json"), f"{path} {status if status is not None else res.get('error')}"
 
 
-def find_endpoint(ctx) -> Endpoint:
+def find_endpoint(ctx, health_only: bool = False) -> Endpoint:
     """Before anything is stopped: the address where the RUNNING server answers ``/v1/models``
     200, tried in order: ``orch_sglang_url`` from the controller when set, else each of
     :func:`endpoint_candidates` on the host (through the payload). Raises TaskFailed naming every
     address tried and what each answered when none does. A unit that is not active cannot be
-    asked: the first candidate is returned unchecked."""
+    asked: the first candidate is returned unchecked. ``health_only``: ask ``/health`` instead (a
+    rank >= 1 of a multi-node server serves nothing else, SGLang 0.5.23 srt/utils/common.py
+    ``launch_dummy_health_check_server``)."""
     if ctx.vars.get("orch_sglang_url"):
         cands = [Endpoint(url=str(ctx.vars["orch_sglang_url"]).rstrip("/"), via="controller")]
     else:
@@ -140,7 +142,7 @@ def find_endpoint(ctx) -> Endpoint:
         return cands[0]
     tried = []
     for c in cands:
-        status, what = ask(ctx, c, "/v1/models", timeout=10.0)
+        status, what = ask(ctx, c, "/health" if health_only else "/v1/models", timeout=10.0)
         tried.append(f"{c.url} from the {c.via}: {what}")
         if status == 200:
             return Endpoint(url=c.url, via=c.via, checked=True, tried=tried)

@@ -86,6 +86,13 @@ def config_source(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | N
         role = groups.assign(ctx.name, list(batch_sizes or DEFAULT_BATCH_SIZES), cancel=ctx.options.cancel)
     except TimeoutError as exc:
         raise TaskFailed(str(exc)) from None
+    server = ctx.facts.server_group
+    if server is not None:
+        others = [h for h in server.members if h not in role.members]
+        if others:  # the ranks probed to other tuning keys: other GPUs, Triton or SGLang
+            raise TaskFailed(f"multi-node server {server.key}: rank(s) {', '.join(others)} have another tuning key "
+                             "than this host (GPU kind, Triton or SGLang release differ), so one tune cannot fit "
+                             "every rank; nothing was stopped")
     facts["orch_config_source"] = role.kind
     facts["orch_group_role"] = GroupRole(kind=role.kind, key=kh, members=role.members, tuner=role.tuner,
                                          batch_sizes=role.batch_sizes, shard_index=role.shard_index)

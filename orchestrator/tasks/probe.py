@@ -23,6 +23,7 @@ from ..facts.journal import last_start, log_files, unit_log
 from ..facts.plan import Plan
 from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
+from ..facts.server_group import ServerGroup
 from ..facts.unit import ServerArgs, scope_of
 from ..host.autotune import cache_root as autotune_cache_root
 from ..host.container import install_target, require_name
@@ -121,15 +122,23 @@ def skip_reason(runner: MoeRunner) -> str:
     return why + (f" ({runner.disagreement})" if runner.disagreement else "")
 
 
-def multi_node_reason(server: ServerArgs) -> str | None:
+def multi_node_reason(server: ServerArgs, group: ServerGroup | None = None, coordinated: bool = False) -> str | None:
     """Why orch refuses a server spread over several hosts (``--nnodes N > 1``), or None. Pure.
 
     The nodes are ONE server: stopping any rank stops it, and each node loads the MoE configs of
     its own GPUs. A retune must stop every node, install on every node and start them together,
-    ready through rank 0; orch's plays act per host (``--serial`` could even split the ranks), so
-    it refuses such a unit, on every rank, before anything is stopped."""
+    ready through rank 0. Without ``group`` (a playbook run whose ranks were not found and do
+    not meet) such a unit is refused, on every rank, before anything is stopped. ``group``: the server's
+    ranks as found among the run's hosts (:mod:`orchestrator.facts.server_group`); its refusal
+    (a rank missing from the run, ranks that disagree) is given first; with none and
+    ``coordinated`` (the run's ranks meet at a :class:`orchestrator.fleet.ServerBarrier`) the
+    server is tuned as one unit of work (docs/multi-node.md)."""
     nnodes = int(server.nnodes or 1)
     if nnodes <= 1:
+        return None
+    if group is not None and group.refusal:
+        return group.refusal
+    if group is not None and coordinated:
         return None
     return (f"multi-node server (--nnodes {nnodes}, this host is --node-rank {server.node_rank or 0}, "
             f"--dist-init-addr {server.dist_init_addr or '?'}): its {nnodes} nodes are one server, and orch "
@@ -161,7 +170,8 @@ def plan(ctx, name: str) -> TaskResult:
     """
     probe_data = ctx.facts.probe or ProbeFacts.from_dict({})  # none ran: refused below, as a probe naming no folder
     server = ctx.facts.server
-    why_not = multi_node_reason(server)
+    group = ctx.facts.server_group
+    why_not = multi_node_reason(server, group, coordinated=ctx.options.barrier is not None)
     if why_not:
         raise TaskFailed(why_not)
     backend = server.moe_runner_backend or "auto"
@@ -212,7 +222,9 @@ def plan(ctx, name: str) -> TaskResult:
         require_name(c, name)
         lines.append(f"{install_dir} in the {c.runtime} container {c.name} is the host folder "
                      f"{install_target(c, install_dir, unit.environment)}")
-    endpoint = find_endpoint(ctx)
+    # a rank >= 1 of a multi-node server answers only /health (SGLang 0.5.23 srt/utils/common.py
+    # launch_dummy_health_check_server)
+    endpoint = find_endpoint(ctx, health_only=group is not None and group.rank > 0)
     ctx.run.summary.endpoint = endpoint
     lines.append(f"server answers at {endpoint.url} (from the {endpoint.via})" if endpoint.checked
                  else f"server not running: readiness will be asked at {endpoint.url} (from the {endpoint.via})")

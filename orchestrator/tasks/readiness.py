@@ -22,6 +22,7 @@ from ..facts.journal import log_files, text_since, unit_log
 from ..facts.unit import is_active, scope_of
 from ..host.answering import check_answering_process
 from ..host.endpoint import ask, ask_json, endpoint_of
+from ..host.servers import meet, peer_failure
 
 POLL_S = 1.0
 
@@ -70,14 +71,19 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
     ``/health`` answers 200. Once ready, the process listening on the port must be the unit's
     main process, a new one since "Read the unit" (:func:`orchestrator.host.answering.check_answering_process`:
     a leaked server answering in its place fails the task). Reports the seconds it took and the
-    last ``/health`` status.
+    last ``/health`` status. A rank >= 1 of a multi-node server (``orch_server_group``) is asked
+    ``/health`` only: SGLang 0.5.23 starts its dummy health server (srt/utils/common.py) once its
+    schedulers are ready, that is once every rank joined and loaded the model
+    (srt/entrypoints/engine.py).
     """
     unit = name
     endpoint = endpoint_of(ctx)
     url = endpoint.url
     start = time.monotonic()
     deadline = ctx.deadline(timeout)
-    stage = "liveness"
+    group = ctx.facts.server_group
+    health_only = group is not None and group.rank > 0
+    stage = "health" if health_only else "liveness"
     last = ""
     health = None
     while True:
@@ -93,9 +99,9 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
                 continue
         else:
             health, last = ask(ctx, endpoint, "/health")
-            if health == 200 and not generate_check:
+            if health == 200 and (not generate_check or health_only):
                 break
-            if health in (200, 404, 503):
+            if health in (200, 404, 503) and not health_only:
                 left = max(1.0, min(float(generate_timeout), deadline - time.monotonic()))
                 g, answer, what = ask_json(ctx, endpoint, "/generate", "POST", ONE_TOKEN, timeout=left)
                 n = tokens_of(answer) if g == 200 else 0
@@ -109,6 +115,9 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
                         "generation is a failed start)", {"health": health, "generate": what})
         if ctx.cancelled():
             raise Cancelled()
+        broken = peer_failure(ctx)
+        if broken:  # the server cannot become ready without that rank
+            raise TaskFailed(broken)
         if time.monotonic() > deadline:
             raise TaskFailed(f"{unit} not ready after {timeout:.0f} s at {url} (from the {endpoint.via}; "
                              f"last: {last})")
@@ -131,6 +140,8 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
     When the probe could not read the host's loader rules (``orch_probe.sglang.loader_rules_inferred``:
     a patched or vendored SGLang), a ``_down`` file the server never looked up is reported in
     ``not_looked_up``, not failed (such a loader may read none); the up file is always proven.
+    On a rank of a multi-node server it then waits for every rank's proof, and fails when one
+    of them failed (all ranks roll back together).
     """
     text = log_since_mark(ctx, name)
     rep = parse_moe_log(text)
@@ -146,6 +157,7 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
             "down_missing": rep.down_missing, "suboptimal": rep.suboptimal, "not_looked_up": unseen}
     if problems:
         raise TaskFailed("; ".join(problems), data)
+    meet(ctx, "verified")  # a multi-node server succeeds only when every rank loaded the files
     what = ", ".join(p.rsplit("/", 1)[-1] for p in rep.loaded) or "default config"
     if unseen:
         what += (f"; the server never looked up {', '.join(p.rsplit('/', 1)[-1] for p in unseen)} (not proven: "

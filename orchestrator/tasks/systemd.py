@@ -18,13 +18,14 @@ from ..engine.task import READ_ONLY, task
 from ..facts.journal import log_files, unit_log
 from ..facts.unit import UnitError, gather_unit, is_active, scope_of, systemctl
 from ..host.container import end_leftover_container
+from ..host.servers import meet
 from ..host.sigkill import note_sigkills
 from ..payload.client import PayloadFailed
 
 POLL_S = 0.5
 
 
-@task("unit_facts", check_mode=READ_ONLY, sets=("orch_unit", "orch_interpreter"),
+@task("unit_facts", check_mode=READ_ONLY, sets=("orch_unit", "orch_interpreter", "orch_server_group"),
       aliases={"unit": "name", "service": "name"})
 def unit_facts(ctx, name: str) -> TaskResult:
     """Read the unit: its state, main PID, environment (``Environment=`` overridden by its
@@ -37,7 +38,11 @@ def unit_facts(ctx, name: str) -> TaskResult:
     depends on a file systemd or SGLang would refuse. A container unit (``docker run``/``podman
     run``, :mod:`orchestrator.facts.container`) is read from its run command line; the payload's
     host commands then run with the host's ``/usr/bin/python3`` (``orch_interpreter``), the
-    probe and the tuner with the image's (``orch_unit.server.interpreter``); ``-d`` is refused."""
+    probe and the tuner with the image's (``orch_unit.server.interpreter``); ``-d`` is refused.
+
+    A rank of a multi-node server (``--nnodes N > 1``) gets ``orch_server_group``: the server's
+    ranks among the run's hosts as found before the play (``RunOptions.servers``,
+    :func:`orchestrator.facts.server_group.group_servers`)."""
     try:
         facts = gather_unit(ctx.connection, name, scope=scope_of(ctx.vars))
     except UnitError as exc:
@@ -67,7 +72,12 @@ def unit_facts(ctx, name: str) -> TaskResult:
     for w in facts.warnings:
         ctx.emit("unit_warning", warning=w)
         msg += f"; WARNING: {w}"
-    return TaskResult.ok(msg, facts={"orch_unit": facts, "orch_interpreter": interpreter}, **facts.to_dict())
+    out = {"orch_unit": facts, "orch_interpreter": interpreter}
+    group = (ctx.options.servers or {}).get(ctx.name)
+    if group is not None and group.unit == name:
+        out["orch_server_group"] = group
+        msg += f"; rank {group.rank} of multi-node server {group.key} ({', '.join(group.hosts)})"
+    return TaskResult.ok(msg, facts=out, **facts.to_dict())
 
 
 def _wait_state(ctx, unit: str, wanted: set[str], timeout: float, fail_on: set[str]) -> str:
@@ -177,14 +187,26 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     reads only this start's lines. A start that turns ``failed`` fails at once. For a container
     unit the stop is checked with the runtime: its container must be gone, and one left is ended
     through the runtime (:func:`end_leftover_container`), also before a start.
+
+    On a rank of a multi-node server (``orch_server_group``) the ranks meet (:func:`meet`):
+    a rank >= 1 stops only once rank 0 has stopped (SGLang 0.5.23 srt/entrypoints/engine.py: a
+    rank >= 1 that gets SIGTERM waits for rank 0's shutdown broadcast); a start waits until every
+    rank has stopped and installed, then all ranks start together (they join at
+    ``--dist-init-addr`` within ``--dist-timeout``); a rescue's start waits for the ranks still
+    rolling back, so the server restarts on the earlier files on every rank together.
     """
     conn = ctx.connection
     unit = name
     scope = scope_of(ctx.vars)
     root = scope != "user"  # a user's own manager is asked as that user, never through sudo
+    group = ctx.facts.server_group
     if state == "stopped":
+        if group is not None and group.rank > 0:
+            meet(ctx, "rank 0 stopped", among=[group.rank0])
         current = is_active(conn, unit, scope)
         if current in ("inactive", "failed", "unknown"):
+            if group is not None and group.rank == 0:
+                meet(ctx, "rank 0 stopped", among=[])
             return TaskResult.ok(f"{unit} already {current}")
         ctx.run.stopped_by_orch = True
         shape = ctx.facts.unit.shape if ctx.facts.unit is not None else None
@@ -195,8 +217,15 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
             _wait_state(ctx, unit, {"inactive", "failed"}, timeout, set())
         ended = end_leftover_container(ctx, unit, timeout)
         ctx.emit("service_stopped", unit=unit)
+        if group is not None and group.rank == 0:
+            meet(ctx, "rank 0 stopped", among=[])
         return TaskResult.changed(f"{unit} stopped" + (f"; its container {' and '.join(ended)} through the runtime"
                                                       if ended else ""))
+    if group is not None:
+        if only_if_stopped_by_orch:
+            meet(ctx, "restored", strict=False)
+        else:
+            meet(ctx, "installed")
     touched = ctx.run.stopped_by_orch or ctx.run.started_by_orch
     if only_if_stopped_by_orch and (not touched or ctx.options.leave_stopped):
         return TaskResult.skipped("unit was not stopped by this run" if not ctx.options.leave_stopped

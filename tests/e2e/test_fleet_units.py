@@ -8,7 +8,7 @@ Each test sets up test-bed hosts shaped like a real fleet (``tests/testbed/bed.p
 3. servers bound to loopback (no ``--host``) or to their NIC address only;
 4. the port still held after the stop by a leftover of the unit that holds no GPU;
 5. two units on one host with GPUs named by UUID in ``CUDA_VISIBLE_DEVICES``;
-6. a multi-node server (``--nnodes 2``), its rank 1 serving only ``/health``;
+6. (multi-node servers: tests/e2e/test_multi_node.py);
 7. two hosts sharing one orch state folder;
 8. the model only in the ModelScope cache (``SGLANG_USE_MODELSCOPE=true``).
 
@@ -194,29 +194,6 @@ def test_two_units_on_one_host_gpus_by_uuid(testbed_factory, tmp_path):
     killed = [e for e in _events(state, res["run_id"]) if e["event"] == "process_killed"]
     assert killed and all("scheduler_TP0" in e["cmdline"] for e in killed), killed
     assert r["summary"]["reap_devices"] == ",".join(f"/dev/nvidia{i}" for i in range(4))
-
-
-# --------------------------------------------------------------------------- 6. multi-node
-
-
-def test_multi_node_server_is_refused_before_anything_stops(testbed_factory, tmp_path):
-    """Ranks 0 and 1 of one server on two hosts: orch refuses both at plan (stopping one rank stops
-    the server; orch does not coordinate the nodes), and neither unit is restarted."""
-    common = ["--nnodes", "2", "--dist-init-addr", "gpu-a:5000"]
-    bed = testbed_factory(2, {0: {"extra_args": common + ["--node-rank", "0"]},
-                              1: {"extra_args": common + ["--node-rank", "1"]}})
-    for h in bed.hosts:
-        h.wait_http("/health")
-    pids = {h.name: _main_pid(h) for h in bed.hosts}
-    inv = inventory(bed, tmp_path / "hosts.yaml")
-    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
-    res = recap(proc)
-    for h in bed.hosts:
-        r = res["hosts"][h.name]
-        assert r["outcome"] == "failed" and "Plan the files to write" in r["cause"], r
-        assert "multi-node" in r["cause"] and "--nnodes 2" in r["cause"], r["cause"]
-        assert _main_pid(h) == pids[h.name] and h.unit_state() == "active"
-        assert h.sh(f"ls {h.triton_dir}", check=False).stdout.strip() == ""
 
 
 # --------------------------------------------------------------------------- 7. shared state folder
