@@ -145,10 +145,12 @@ class _Quiet:
         pass
 
 
-def find_servers(hosts: list, hostvars, options: RunOptions, emit, forks: int = 5) -> dict[str, ServerGroup]:
+def find_servers(hosts: list, hostvars, options: RunOptions, emit,
+                 forks: int = 5) -> tuple[dict[str, ServerGroup], dict[str, HostRecap]]:
     """Read every host's unit (Connect and Read the unit, read-only) and gather the ranks of
     multi-node servers among ``hosts`` (the run's hosts, after ``--limit``):
-    :func:`orchestrator.facts.server_group.group_servers`. Returns host name -> its server; a
+    :func:`orchestrator.facts.server_group.group_servers`. Returns (host name -> its server, the
+    pass's own recaps: a host interrupted during the pass keeps its failure); a
     host whose unit cannot be read is left out (the play that follows fails it at the same step,
     and the ranks of its server then miss it: refused). Records one ``multi_node_servers`` event
     (the pass's own task events are not recorded: the play repeats those steps). Changes nothing
@@ -165,11 +167,11 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit, forks: int = 
     quiet = RunOptions(run_id=options.run_id, run_dir=options.run_dir, check=True,
                        accept_new_host_keys=options.accept_new_host_keys, extra=dict(options.extra),
                        cancel=options.cancel, state_dir=options.state_dir)
-    Engine(TASKS, quiet, _Quiet(), capture).run_play(play, hosts, hostvars, forks=forks)
+    recaps = Engine(TASKS, quiet, _Quiet(), capture).run_play(play, hosts, hostvars, forks=forks)
     found = group_servers({h.name: units[h.name] for h in hosts if h.name in units})
     if found:
         emit("multi_node_servers", servers={n: g.to_dict() for n, g in found.items()})
-    return found
+    return found, recaps
 
 
 def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | None = None,
@@ -214,6 +216,7 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
                             "hosts": [h.name for h in hosts]})
     old = _install_signal_handlers(options.cancel, console)
     recaps: dict[str, HostRecap] = {}
+    interrupted: dict[str, HostRecap] = {}  # hosts the operator interrupted in the servers' discovery
     hostvars = host_variables(service)
     try:
         with Reporter(console, verbose=verbose) as reporter:
@@ -222,7 +225,12 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
             console.print(f"orch {name} run [bold]{run_id}[/] on {len(hosts)} host(s)"
                           + (" [cyan](check mode)[/]" if check else ""))
             if fleet is not None:  # a tune: the ranks of a multi-node server are one unit of work
-                options.servers = find_servers(hosts, hostvars, options, record.emit, batching.forks)
+                options.servers, found = find_servers(hosts, hostvars, options, record.emit, batching.forks)
+                if options.cancel.is_set():  # interrupted while reading the units: nothing was changed
+                    for r in found.values():
+                        if not r.is_failure:
+                            r.outcome, r.cause = "failed", "interrupted by the operator"
+                    interrupted = found
                 if options.servers:
                     options.barrier = ServerBarrier()
                     options.barrier.set_servers({n: g.members for n, g in options.servers.items() if not g.refusal})
@@ -236,6 +244,7 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
                                               forks=batching.forks, max_fail_percentage=batching.max_fail_percentage,
                                               any_errors_fatal=batching.any_errors_fatal, order=batching.order,
                                               servers={n: g.key for n, g in options.servers.items()}))
+        recaps.update(interrupted)
     finally:
         for s, h in old.items():
             signal.signal(s, h)

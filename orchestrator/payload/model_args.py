@@ -59,10 +59,19 @@ def unit_path(ctx) -> str:
     return ctx.facts.environment.get("PATH") or SYSTEMD_DEFAULT_PATH
 
 
+def wrapper_activates(ctx) -> bool:
+    """Whether the unit's launch wrappers activate an environment of their own (``conda run``:
+    it puts the environment's ``bin`` first on ``PATH`` and finds the command there, as it does
+    for the server): the payload then keeps that ``PATH`` and its bare interpreter name."""
+    unit = ctx.facts.unit
+    return unit is not None and unit.launch is not None and "conda run" in unit.launch.forms
+
+
 def payload_env(ctx) -> dict[str, str]:
     """Environment of the unit the payload must see (:data:`PAYLOAD_ENV_KEYS` that the unit sets,
-    and always ``PATH``: :func:`unit_path`)."""
+    and ``PATH``: :func:`unit_path`, except where :func:`wrapper_activates`)."""
     env = ctx.facts.environment
     out = {k: env[k] for k in PAYLOAD_ENV_KEYS if k in env}
-    out["PATH"] = unit_path(ctx)
+    if not wrapper_activates(ctx):
+        out["PATH"] = unit_path(ctx)
     return out

@@ -16,7 +16,7 @@ from ..inventory.variables import var
 from ..payload.bundle import build_bundle
 from ..payload.client import PROTO, PayloadClient, stop_tagged
 from ..payload.deploy import check_mode_folder, deploy, remove_check_mode_folder
-from ..payload.model_args import unit_path
+from ..payload.model_args import unit_path, wrapper_activates
 
 
 def _remove_check_folder(ctx) -> None:
@@ -57,6 +57,9 @@ def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -
     For a container unit (``orch_unit.container``) the probe and the tuner run inside a fresh
     ``--rm`` container of the unit's image with its GPUs and mounts, the payload mounted
     read-only (:meth:`orchestrator.payload.client.PayloadClient.in_container`).
+    Every command names the absolute interpreter and the unit's ``PATH`` (sudo's ``secure_path``
+    would replace it), except under ``conda run``, which activates its environment and finds
+    the environment's own interpreter on that environment's ``PATH``, as it does for the server.
     """
     conn = ctx.connection
     interpreter = (interpreter or ctx.facts.interpreter or ctx.vars.get("ansible_python_interpreter")
@@ -73,12 +76,18 @@ def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -
         ctx.emit("payload_tampered", root=root, files=bad[:20])
         ctx.say(f"payload at {root} differs from its checksummed bundle ({', '.join(bad[:3])}); pushing it again")
 
-    interpreter = absolute_interpreter(ctx, interpreter)
-    root, pushed = deploy(conn, bundle, base, state_dir, check=ctx.check, on_tampered=tampered)
-    env = {"TRITON_INTERPRET": "1"} if var(ctx.vars, "orch_triton_interpret") else {}
-    env["PATH"] = unit_path(ctx)  # every command names its PATH: sudo's secure_path would replace it
     unit = ctx.facts.unit
     wrapper = unit.launch.wrapper if unit is not None and unit.launch is not None else []
+    # `conda run` activates its environment, then finds the command on that environment's PATH
+    # (the server's `python` is the environment's own): the interpreter is resolved there and the
+    # activated PATH is kept, not replaced by the unit's
+    activates = wrapper_activates(ctx)
+    if not activates:
+        interpreter = absolute_interpreter(ctx, interpreter)
+    root, pushed = deploy(conn, bundle, base, state_dir, check=ctx.check, on_tampered=tampered)
+    env = {"TRITON_INTERPRET": "1"} if var(ctx.vars, "orch_triton_interpret") else {}
+    if not activates:
+        env["PATH"] = unit_path(ctx)  # every command names its PATH: sudo's secure_path would replace it
     client = PayloadClient(conn, interpreter, root, state_dir, env, cancel=ctx.options.cancel, wrapper=wrapper)
     client.run_tag = ctx.options.run_id
     unit = ctx.facts.unit
