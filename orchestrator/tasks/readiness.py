@@ -123,7 +123,9 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
                              f"last: {last})")
         ctx.progress(stage=f"waiting for {stage}", done=0, total=0)
         time.sleep(POLL_S)
-    before = ctx.facts.unit.main_pid if ctx.facts.unit is not None else None
+    # a new main process is required only of a start this run made (a recover that found the
+    # unit already running waits on the process it found)
+    before = ctx.facts.unit.main_pid if ctx.facts.unit is not None and ctx.run.started_by_orch else None
     answering = check_answering_process(ctx, unit, "readiness", not_pid=before)
     took = round(time.monotonic() - start, 1)
     how = "" if health == 200 else f"; /health answered {health}, a one-token generation returned a token"
