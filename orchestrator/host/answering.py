@@ -45,11 +45,10 @@ def check_answering_process(ctx, unit: str, what: str, not_pid: int | None = Non
         return {"checked": False, "why": "no payload or no port"}
     if ctx.vars.get("orch_sglang_url") or (endpoint is not None and endpoint.via == "controller"):
         return {"checked": False, "why": "the server is asked through orch_sglang_url"}
-    unit = ctx.facts.unit
-    if unit is not None and unit.container is not None:
+    if facts is not None and facts.container is not None:
         # a container unit's MainPID is the runtime client; the published port is held by the
         # runtime's own proxy (conmon, rootlessport, docker-proxy), never by the unit's processes
-        return {"checked": False, "why": f"a {unit.container.runtime} container unit: the runtime holds the port"}
+        return {"checked": False, "why": f"a {facts.container.runtime} container unit: the runtime holds the port"}
     pid = main_pid(ctx.connection, unit)
     if pid <= 0:
         raise TaskFailed(f"{unit} has no main process, yet something answers on port {port} ({what})")
