@@ -184,26 +184,26 @@ def _local_path(spec: "VarSpec", value: Any) -> str:
     raise _fail(spec, value)
 
 
-def _ssh_common_args(spec: "VarSpec", value: Any) -> str:
-    """``ansible_ssh_common_args``: only the jump host is read from it, anything else is refused."""
+def _ssh_spec(spec: "VarSpec", value: Any, parse, prefix: str) -> str:
+    """A string that ``parse`` (a parser of ``orchestrator.connection.route``) accepts; its
+    ``SSHArgsError`` becomes ``BadValue`` with ``prefix`` in front."""
     if not isinstance(value, str):
         raise _fail(spec, value)
     try:
-        parse_ssh_common_args(value)
+        parse(value)
     except SSHArgsError as exc:
-        raise BadValue(str(exc)) from None
+        raise BadValue(f"{prefix}{exc}") from None
     return value
+
+
+def _ssh_common_args(spec: "VarSpec", value: Any) -> str:
+    """``ansible_ssh_common_args``: only the jump host is read from it, anything else is refused."""
+    return _ssh_spec(spec, value, parse_ssh_common_args, "")
 
 
 def _proxy_jump(spec: "VarSpec", value: Any) -> str:
     """An OpenSSH ProxyJump spec (``[user@]host[:port][,...]`` or ``none``)."""
-    if not isinstance(value, str):
-        raise _fail(spec, value)
-    try:
-        parse_proxy_jump(value)
-    except SSHArgsError as exc:
-        raise BadValue(f"{spec.name}: {exc}") from None
-    return value.strip()
+    return _ssh_spec(spec, value, parse_proxy_jump, f"{spec.name}: ").strip()
 
 
 def _capability(spec: "VarSpec", value: Any) -> str:

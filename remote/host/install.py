@@ -22,18 +22,10 @@ parse as ``triton_<int>_<int>_<int>`` breaks its version sort):
    (ENOSPC, EIO, SIGTERM/SIGHUP/SIGINT) every file put back and ``PayloadError('runtime')``.
    Old files are never left half-written.
 
-Result ``data``: the manifest::
-
-    {"proto": 1, "run_id", "action", "created", "status": "installed",
-     "dest_dir", "dest_existed_before": bool, "dest_created": bool, "dest_removed": bool,
-     "files": [{"path", "name", "existed", "sha256_before", "sha256_after", "backup",
-                "action": "created"|"replaced"|"unchanged"|"deleted"|"absent",
-                "mode_before", "bytes_after"}],
-     "reattached": bool}
-
-``backup`` is relative to the run folder (``backup/<name>``) or ``null`` when the file did not exist.
-Running the same request again after success returns the stored manifest with
-``"reattached": true`` and changes nothing.
+Result ``data``: the manifest ``remote/host/changes.py`` describes (``status`` ``installed``,
+one entry per file with its ``sha256_before``/``sha256_after`` and ``backup``); running the same
+request again after success returns the stored manifest with ``"reattached": true`` and changes
+nothing.
 
 ``--dry-run`` (or ``"dry_run": true`` in the request): the same validation, then only a comparison
 of each file with the one installed (:func:`compare`); nothing is written, no lock is needed, no
