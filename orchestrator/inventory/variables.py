@@ -185,7 +185,7 @@ def _local_path(spec: "VarSpec", value: Any) -> str:
 
 
 def _ssh_spec(spec: "VarSpec", value: Any, parse, prefix: str) -> str:
-    """A string that ``parse`` (a parser of ``orchestrator.connection.route``) accepts; its
+    """A string that ``parse`` (a parser of ``orchestrator.inventory.ssh_args``) accepts; its
     ``SSHArgsError`` becomes ``BadValue`` with ``prefix`` in front."""
     if not isinstance(value, str):
         raise _fail(spec, value)
