@@ -8,7 +8,8 @@ of an A/B measured the same server). SGLang 0.5.23 reports no process id over HT
 ``version``), so orch asks the host's kernel instead: the processes holding a LISTEN socket on
 the port (payload ``port --main-pid``, from ``/proc/net/tcp{,6}`` and ``/proc/*/fd``) must all be
 the unit's ``MainPID`` or its descendants (SGLang's HTTP server runs in the launch process; a
-wrapper's child or a tokenizer worker is a descendant).
+wrapper's child or a tokenizer worker is a descendant), or hold only copies of a socket the main
+server holds (a re-parented fork of it: it cannot answer as another server).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def check_answering_process(ctx, unit: str, what: str, not_pid: int | None = Non
         ctx.say(f"WARNING: could not check which process answers on port {port} ({what}): {exc.msg[:200]}")
         return {"checked": False, "why": exc.msg[:200], "main_pid": pid}
     holders = data.get("holders") or []
-    strangers = [h for h in holders if not h.get("main")]
+    # a holder with only copies of the main server's own socket (a fork that outlived its parent)
+    # is no second server; ``free`` ends it after the stop (remote/host/port.py ``main_socket``)
+    strangers = [h for h in holders if not h.get("main") and not h.get("main_socket")]
     if strangers:
         raise TaskFailed(
             f"port {port} is answered by process(es) that are not {unit}'s main server (MainPID {pid}) at {what}: "

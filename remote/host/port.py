@@ -24,12 +24,16 @@ How:
    signalled (reported as foreign).
 
 ``--main-pid PID`` (the unit's ``MainPID``): each holder also says whether it is that process or
-one of its descendants (``main``): readiness and the benchmark check that the process answering on
-the port is the unit's main server, not a leaked one (``free`` is not needed for that).
+one of its descendants (``main``), and whether every listening socket it holds is one the main
+server (or a descendant) also holds (``main_socket``: an inherited copy of the server's own socket,
+e.g. a fork that outlived its parent; it cannot be a second server, which would need a socket of
+its own). Readiness and the benchmark check that the process answering on the port is the unit's
+main server, not a leaked one (``free`` is not needed for that).
 
 Result ``data``::
 
-    {"port": N, "holders": [{"pid", "cmdline", "owner": bool, "why", "main": bool | null}],
+    {"port": N, "holders": [{"pid", "cmdline", "owner": bool, "why", "inodes": [socket inode],
+                             "main": bool | null, "main_socket": bool | null}],
      "killed": [{"pid", "cmdline", "signal", "exited"}], "free": bool}
 """
 
@@ -138,15 +142,28 @@ def run(args) -> dict:
             raise PayloadError("bad_input", "--owner-args must be a JSON list of strings")
     result = free_port(args.port, args.unit, owner_args, args.free, args.term_timeout, args.kill_timeout)
     if args.main_pid is not None:
-        for h in result["holders"]:
-            h["main"] = args.main_pid > 1 and args.main_pid in ancestors(int(h["pid"]))
+        mark_main(result["holders"], args.main_pid, ancestors)
     return result
+
+
+def mark_main(found: list[dict], main_pid: int, ancestors_of) -> None:
+    """Set ``main`` and ``main_socket`` on each holder (see the module docstring). Pure but for
+    ``ancestors_of(pid) -> list[int]`` (the PID and its parents)."""
+    main_inodes: set[int] = set()
+    for h in found:
+        h["main"] = main_pid > 1 and main_pid in ancestors_of(int(h["pid"]))
+        if h["main"]:
+            main_inodes.update(h.get("inodes") or [])
+    for h in found:
+        inodes = set(h.get("inodes") or [])
+        h["main_socket"] = bool(h["main"] or (inodes and inodes <= main_inodes))
 
 
 def _describe(port: int, unit: str | None, owner_args: list[str] | None) -> list[dict]:
     never = ancestors(os.getpid())
     out = []
-    for pid in sorted(holders(port)):
+    held = holders(port)
+    for pid in sorted(held):
         st = proc_stat(pid)
         if st is None:
             continue
@@ -154,7 +171,7 @@ def _describe(port: int, unit: str | None, owner_args: list[str] | None) -> list
         why = None if pid in never else is_unit_process(argv, _read(f"/proc/{pid}/cgroup"), unit, owner_args)
         out.append({"pid": pid, "cmdline": " ".join(argv), "owner": why is not None,
                     "why": why or ("PID 1 or the payload" if pid in never else "not the unit's"),
-                    "starttime": st[2]})
+                    "inodes": sorted(held[pid]), "starttime": st[2]})
     return out
 
 

@@ -102,6 +102,20 @@ def test_foreign_holder_fails_naming_it_and_nothing_is_signalled(listener):
     assert proc.poll() is None, "a foreign holder must not be signalled"
 
 
+def test_mark_main_tells_a_copy_of_the_servers_socket_from_a_second_server():
+    """A re-parented fork holding only the main server's socket is marked ``main_socket``; a
+    process with a listening socket of its own (a leaked server) is not."""
+    tree = {100: [100, 1], 101: [101, 100, 1], 200: [200, 1], 300: [300, 1]}
+    found = [{"pid": 100, "inodes": [7]}, {"pid": 101, "inodes": [7]},
+             {"pid": 200, "inodes": [7]}, {"pid": 300, "inodes": [9]}]
+    port.mark_main(found, 100, lambda pid: tree[pid])
+    assert [(h["pid"], h["main"], h["main_socket"]) for h in found] == [
+        (100, True, True), (101, True, True), (200, False, True), (300, False, False)]
+    none = [{"pid": 200, "inodes": [7]}]
+    port.mark_main(none, 100, lambda pid: tree[pid])  # the main server holds nothing: no copy to share
+    assert none[0]["main_socket"] is False
+
+
 def test_port_command_line():
     p_no = free_port()
     out = subprocess.run([sys.executable, "-m", "remote", "port", "--port", str(p_no)], capture_output=True,
