@@ -941,8 +941,9 @@ def section_quant(res, args, ctx):
         return
     out = {}
     for i, shp in enumerate(shapes):
-        reserve = 150 * (len(shapes) - i)  # the compare of this shape, and what the later shapes need
-        if not args.smoke and left(args) < reserve + 120:
+        # the compare of this shape, and what the later shapes need
+        reserve = args.quant_reserve_s * (len(shapes) - i)
+        if not args.smoke and left(args) < reserve + args.quant_min_tune_s:
             say(f"  skip quant {shp[0]}: {left(args):.0f} s left")
             continue
         out[shp[0]] = _quant_one(args, ctx, shp, tune_timeout=left(args) - reserve if not args.smoke else 86400)
@@ -1069,6 +1070,10 @@ def main():
     ap.add_argument("--quant-batch-sizes", default=SGLANG_BATCH_SIZES, help="batch sizes of section quant")
     ap.add_argument("--quant-only", default=None, help="section quant: only this shape of QUANT_SHAPES (int4_w4a16 "
                     "or int8_w8a8; the 2-GPU run starts one child per shape with it)")
+    ap.add_argument("--quant-reserve-s", type=float, default=150.0,
+                    help="section quant: seconds kept per shape for its compare after the tune")
+    ap.add_argument("--quant-min-tune-s", type=float, default=120.0,
+                    help="section quant: a shape is skipped when less than this is left for its tune")
     ap.add_argument("--budget-s", type=float, default=530.0, help="wall-clock budget of this run")
     ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))

@@ -395,6 +395,24 @@ class SglangProblem:
         return self._routing[block_m]
 
 
+def down_tma_computes(fmt) -> bool:
+    """Whether SGLang's kernel computes the down GEMM right with ``USE_TMA`` for weight format
+    ``fmt`` (a :class:`remote.tuning.kernel.formats.WeightFormat`, None for 16-bit weights). Pure.
+
+    Down TMA (``a_use_tma``) reads the activations in the sorted, block-padded layout. SGLang
+    0.5.23 ``fused_moe_kernel`` (srt ``kernels/ops/moe/fused_moe_triton_kernels.py``) asserts
+    ``use_fp8_w8a8 and group_n > 0 and group_k > 0`` when ``a_desc`` is set, and only the block
+    branch indexes the activation scales by the sorted row (``offs_token_id``); the per-channel
+    branch reads them by the unsorted token (``offs_token // top_k``), so a per-channel int8/fp8
+    down GEMM with TMA scales each row by another row's scale (GPU builds drop the assert:
+    H200, 2026-12-02, the int8_w8a8 per-channel tune's own check rejected its fastest picks at
+    rel. error 0.34 to 4.6e37). True for 16-bit weights (the layout needs no scales) and block
+    fp8; False for every other quantized format."""
+    if fmt is None:
+        return True
+    return fmt.dtype == "fp8_w8a8" and bool(fmt.block_shape)
+
+
 # --------------------------------------------------------------------------- provider
 
 
@@ -433,8 +451,13 @@ class SglangProvider:
     def tma_kinds_for(self, p: "SglangProblem") -> frozenset:
         """The GEMMs whose ``USE_TMA`` the search may set for this problem: :attr:`tma_kinds`,
         none for the weight-only formats (SGLang 0.5.23 runs them in ``fused_moe_kernel_gptq_awq``,
-        which takes no TMA descriptors)."""
-        return frozenset() if p.quant is not None and p.quant.weight_only else self.tma_kinds
+        which takes no TMA descriptors), and no down TMA where :func:`down_tma_computes` says the
+        kernel would compute it wrong."""
+        if p.quant is not None and p.quant.weight_only:
+            return frozenset()
+        if not down_tma_computes(p.quant):
+            return self.tma_kinds - {"down"}
+        return self.tma_kinds
 
     def describe(self) -> dict:
         """Report entry: SGLang version, entry points, features, what is timed."""

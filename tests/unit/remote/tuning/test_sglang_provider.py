@@ -372,3 +372,30 @@ def test_alignment_standin_keeps_sglangs_contract():
     for case in r:
         assert case["sglang"] == case["standin"], case
         assert all(v == case["numel"] for b in case["standin"]["blocks"] for v in b if v >= case["numel"])
+
+
+def test_down_tma_only_where_sglangs_kernel_computes_it():
+    """Down TMA reads sorted rows; SGLang 0.5.23's per-channel branch scales them by the unsorted
+    token, so only 16-bit weights and block fp8 may search it (the int8 per-channel rejections
+    on the H200, docs/benchmarks.md §4.3)."""
+    from types import SimpleNamespace
+
+    from remote.tuning.kernel.formats import WeightFormat
+    from remote.tuning.providers.sglang import SglangProvider, down_tma_computes
+
+    int8_channel = WeightFormat("int8_w8a8", per_channel=True)
+    int8_block = WeightFormat("int8_w8a8", block_shape=(128, 128))
+    fp8_block = WeightFormat("fp8_w8a8", block_shape=(128, 128))
+    fp8_channel = WeightFormat("fp8_w8a8", per_channel=True)
+    fp8_tensor = WeightFormat("fp8_w8a8")
+    int4 = WeightFormat("int4_w4a16", group_size=128)
+    assert down_tma_computes(None) and down_tma_computes(fp8_block)
+    assert not any(down_tma_computes(f) for f in (int8_channel, int8_block, fp8_channel, fp8_tensor))
+
+    kernel = SimpleNamespace(down_file=True, tma_device=True, up_tma=True, down_tma=True)
+    prov = SglangProvider(kernel=kernel)
+    assert prov.tma_kinds == {"up", "down"}
+    kinds = {name: prov.tma_kinds_for(SimpleNamespace(quant=f)) for name, f in
+             dict(bf16=None, fp8_block=fp8_block, int8_channel=int8_channel, fp8_tensor=fp8_tensor, int4=int4).items()}
+    assert kinds == dict(bf16={"up", "down"}, fp8_block={"up", "down"}, int8_channel={"up"},
+                         fp8_tensor={"up"}, int4=set())
