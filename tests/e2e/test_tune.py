@@ -175,7 +175,8 @@ def test_rerun_with_the_same_files_changes_nothing(testbed_factory, tmp_path):
     """Idempotence: after a tune, `orch tune` again (same store, same key) finds the stored files
     byte-identical to the installed ones and the last start's log showing them loaded: the host is
     ok with nothing changed, the server is not stopped (same MainPID), no benchmark runs, and
-    `--check` says "unchanged" instead of "would write". `--retune` tunes again."""
+    `--check` says "unchanged" instead of "would write". An installed file changed by hand makes
+    the next run a change again (stop, install, start on a new MainPID)."""
     bed = testbed_factory(1)
     h = bed.hosts[0]
     inv = inventory(bed, tmp_path / "hosts.yaml", orch_bench=False)
