@@ -404,9 +404,9 @@ def down_tma_computes(fmt) -> bool:
     ``use_fp8_w8a8 and group_n > 0 and group_k > 0`` when ``a_desc`` is set, and only the block
     branch indexes the activation scales by the sorted row (``offs_token_id``); the per-channel
     branch reads them by the unsorted token (``offs_token // top_k``), so a per-channel int8/fp8
-    down GEMM with TMA scales each row by another row's scale (GPU builds drop the assert:
-    H200, 2026-12-02, the int8_w8a8 per-channel tune's own check rejected its fastest picks at
-    rel. error 0.34 to 4.6e37). True for 16-bit weights (the layout needs no scales) and block
+    down GEMM with TMA scales each row by another row's scale (GPU builds drop the assert; the
+    likely cause of the H200 int8_w8a8 per-channel rejections in docs/benchmarks.md §4.3, rel.
+    error 0.34 to 4.6e37, not confirmed on the GPU). True for 16-bit weights (the layout needs no scales) and block
     fp8; False for every other quantized format."""
     if fmt is None:
         return True
