@@ -48,7 +48,7 @@ t=$SECONDS
 # 'torch' would pull a multi-GB CUDA build); triton runs kernels on CPU with TRITON_INTERPRET=1.
 step 3/3 "Python packages: torch 2.13.0 (CPU build, the largest)"
 .venv/bin/python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
-step 3/3 "Python packages: orch (editable) with fabric, paramiko, invoke, PyYAML, Jinja2, rich, httpx, matplotlib; test tools pytest, pytest-xdist, docker-systemctl-replacement, numpy, triton"
+step 3/3 "Python packages: orch (editable) with fabric, paramiko, invoke, PyYAML, Jinja2, rich, httpx, tenacity, matplotlib; test tools pytest, pytest-xdist, docker-systemctl-replacement, numpy, triton"
 .venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
 took "$t"
-.venv/bin/python -c "import torch, triton, fabric, paramiko, yaml, jinja2, rich, httpx, numpy, matplotlib; print('setup: ok (torch', torch.__version__, 'triton', triton.__version__ + ') in', $(( SECONDS - t0 )), 's')"
+.venv/bin/python -c "import torch, triton, fabric, paramiko, yaml, jinja2, rich, httpx, tenacity, numpy, matplotlib; print('setup: ok (torch', torch.__version__, 'triton', triton.__version__ + ') in', $(( SECONDS - t0 )), 's')"

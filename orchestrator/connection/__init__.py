@@ -15,7 +15,8 @@ def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
     ``ansible_user``, ``ansible_ssh_private_key_file``, ``ansible_ssh_common_args`` (its jump
     host), ``orch_jump_host``/``orch_jump_private_key_file``,
     ``ansible_become``/``ansible_become_user``/``ansible_become_password``,
-    ``orch_known_hosts``, ``orch_connect_timeout`` (s) and ``orch_command_timeout`` (s); absent
+    ``orch_known_hosts``, ``orch_connect_timeout`` (s), ``orch_command_timeout`` (s),
+    ``orch_ssh_max_handshakes`` and ``orch_ssh_max_sessions``; absent
     ones take their defaults from the variable table (:data:`orchestrator.inventory.KNOWN_VARS`),
     and for SSH what ``~/.ssh/config`` and ``/etc/ssh/ssh_config`` say, as OpenSSH would
     (:func:`orchestrator.connection.route.resolve_route`). The SSH connection is opened here so
@@ -41,7 +42,9 @@ def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
     # Fabric's Config reads ~/.ssh/config then /etc/ssh/ssh_config (first value wins, as in OpenSSH)
     route = resolve_route(name, hostvars, fabric.Config().base_ssh_config)
     conn = SSHConnection(name, route, accept_new_host_keys=accept_new_host_keys,
-                         connect_timeout=float(var(hostvars, "orch_connect_timeout")), **common)
+                         connect_timeout=float(var(hostvars, "orch_connect_timeout")),
+                         max_handshakes=int(var(hostvars, "orch_ssh_max_handshakes")),
+                         max_sessions=int(var(hostvars, "orch_ssh_max_sessions")), **common)
     conn.open()
     return conn
 

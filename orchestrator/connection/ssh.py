@@ -7,8 +7,13 @@ a resolved :class:`~orchestrator.connection.route.Route`, with Paramiko's key st
 and :class:`KnownHostsPolicy` deciding every key from the known_hosts files OpenSSH would read
 (:mod:`orchestrator.connection.known_hosts`): reject an unknown key (default) or, with
 ``--accept-new-host-keys``, append it to the user's file; a changed or revoked key, or a host
-vouched for only by ``@cert-authority``, is always refused. Jump hosts are chained with Fabric's
-own gateway support (each hop's ``direct-tcpip`` channel is the next one's socket).
+vouched for only by ``@cert-authority``, is always refused. Jump hosts are chained with
+``direct-tcpip`` channels (each hop's channel is the next one's socket). A jump host is logged in
+to once per process and shared (:class:`_SharedHop`): every host behind it opens its channel over
+that one connection, so a fleet behind one bastion costs the bastion one login, not one per host
+(sshd's ``MaxStartups`` drops logins past 10 at once: paramiko #664, fabric #1992). Handshakes in
+flight to one server are bounded and a dropped one is retried, sessions on one connection are
+bounded (:mod:`orchestrator.connection.handshake`).
 
 Files go over SFTP; a server without the SFTP subsystem (a hardened sshd without ``Subsystem
 sftp``) gets them over the exec channel instead (``cat``), checked by sha256 at both ends.
@@ -16,17 +21,20 @@ sftp``) gets them over the exec channel instead (``cat``), checked by sha256 at 
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import shlex
 import socket
 import threading
+from contextlib import contextmanager
 
 import paramiko
 
 from ..errors import internal_error
-from .base import CommandResult, Connection, HostUnreachable, TransferFailed
+from .base import CommandResult, CommandTimeout, Connection, HostUnreachable, TransferFailed
 from .deadline import clamp
+from .handshake import HANDSHAKE_ATTEMPTS, HandshakeGate, SessionSlots, handshake_retrying, is_handshake_drop
 from .known_hosts import (CERT_ONLY, CHANGED, OTHER_TYPES, REVOKED, TRUSTED, UNKNOWN, check_host_key,
                           describe_files, format_line, known_key_types, read_known_hosts)
 from .route import Endpoint, Route
@@ -47,7 +55,7 @@ _ALL_HOST_KEY_ALGORITHMS = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-ni
 
 
 @internal_error("paramiko raises it from the host key policy inside SSHClient.connect; "
-                "SshConnection._open_one turns it into HostUnreachable")
+                "SSHConnection._login turns it into HostUnreachable")
 class HostKeyRefused(paramiko.SSHException):
     """Raised by :class:`KnownHostsPolicy` from inside Paramiko's connect; ``str()`` is the
     whole message (host, endpoint, key fingerprint, files searched, what to do)."""
@@ -166,6 +174,10 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
                 "to connect. Add it to known_hosts or run with --accept-new-host-keys")
 
 
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
 def _files_of(verdict) -> str:
     return ", ".join(dict.fromkeys(ln.path for ln in verdict.lines))
 
@@ -180,6 +192,143 @@ def _key_algorithms(endpoint: Endpoint) -> dict:
     return {"keys": [a for a in _ALL_HOST_KEY_ALGORITHMS if a not in allowed]}
 
 
+def _fabric(ep: Endpoint, connect_timeout: float, policy: "KnownHostsPolicy", hop: bool):
+    """A Fabric Connection for ``ep`` that resolves nothing itself (empty SSHConfig: the route is
+    resolved already), has no gateway (orch hands it its socket: a jump host's channel) and asks
+    ``policy`` about every key."""
+    import fabric
+
+    t = connect_timeout
+    kwargs = {"allow_agent": ep.allow_agent, "look_for_keys": ep.look_for_keys, "banner_timeout": t,
+              "auth_timeout": t}
+    keys = [k for k in ep.key_files if os.path.exists(k)]
+    if keys:
+        kwargs["key_filename"] = keys
+    algorithms = _key_algorithms(ep)
+    if algorithms:
+        kwargs["disabled_algorithms"] = algorithms
+    if hop:
+        kwargs["channel_timeout"] = t  # channels to the next hops: not the 1 h default
+    conn = fabric.Connection(ep.host, user=ep.user, port=ep.port, connect_timeout=t,
+                             config=fabric.Config(ssh_config=paramiko.SSHConfig()), gateway=False,
+                             connect_kwargs=kwargs)
+    client = conn.client
+    client._host_keys = paramiko.HostKeys()  # nothing decided by Paramiko: every key goes to the policy
+    client._system_host_keys = paramiko.HostKeys()
+    client.set_missing_host_key_policy(policy)
+    return conn
+
+
+def _watch(conn, who: str) -> ServerAlive:
+    """Keep-alives on ``conn``'s fresh transport: Paramiko's own, :class:`ServerAlive` (which
+    wants an answer and closes a silent link), and TCP's dead-peer timeout on a real socket."""
+    conn.transport.set_keepalive(KEEPALIVE_S)
+    alive = ServerAlive(conn.transport, KEEPALIVE_S, ALIVE_COUNT_MAX, name=who).start()
+    # Keep-alives only send; a peer that vanished (link down, host lost) is noticed by TCP:
+    # data unacknowledged for DEAD_PEER_S closes the socket, and the running command ends.
+    # (Behind a jump host the socket is the first hop's: a lost hop ends every channel.)
+    sock = conn.transport.sock
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(DEAD_PEER_S * 1000))
+    except (OSError, AttributeError):  # not Linux / not a TCP socket (a channel through a jump host)
+        pass
+    return alive
+
+
+def _gate_key(chain: tuple[Endpoint, ...]) -> tuple:
+    """The :class:`~orchestrator.connection.handshake.HandshakeGate` key of the last server of
+    ``chain`` (jump hosts first): its address and port as reached through the ones before it."""
+    return tuple((e.host.lower(), e.port) for e in chain)
+
+
+class _SharedHop:
+    """One login to a jump host, shared by every :class:`SSHConnection` of this process whose
+    route goes through it: each host behind it opens its ``direct-tcpip`` channel over this one
+    transport, so N hosts behind a bastion cost the bastion one login, not N at once (sshd's
+    ``MaxStartups`` drops the ones past 10: paramiko #664, fabric #1992). ``direct-tcpip``
+    channels are not sessions: sshd's ``MaxSessions`` does not count them (sshd_config(5)).
+
+    Keyed by the whole chain up to it (each :class:`Endpoint`: address, port, user, key files,
+    known_hosts files), ``accept_new`` and the connect timeout, so a connection reuses only a hop
+    that was logged in to and whose key was checked exactly as it would have done itself. Opened
+    on first use, reopened when its transport died (its :class:`ServerAlive` closes a silent one),
+    kept for the life of the process (closed at exit): the find-servers pass and the play of one
+    run share it. ``logins`` counts the logins done (tests)."""
+
+    _all: dict[tuple, "_SharedHop"] = {}
+    _all_lock = threading.Lock()
+
+    def __init__(self, chain: tuple[Endpoint, ...], via: "_SharedHop | None", accept_new: bool,
+                 connect_timeout: float):
+        self.chain, self.endpoint, self.via = chain, chain[-1], via
+        self.policy = KnownHostsPolicy(self.endpoint, "?", accept_new)
+        self.conn = _fabric(self.endpoint, connect_timeout, self.policy, hop=True)
+        self.gate_key = _gate_key(chain)
+        self.connect_timeout = connect_timeout
+        self.logins = 0
+        self._alive: ServerAlive | None = None
+        self._lock = threading.Lock()  # one login at a time; the others wait and reuse it
+
+    @classmethod
+    def get(cls, chain: tuple[Endpoint, ...], accept_new: bool, connect_timeout: float) -> "_SharedHop":
+        """The process's shared hop for ``chain`` (made, not opened, on first use)."""
+        via = cls.get(chain[:-1], accept_new, connect_timeout) if len(chain) > 1 else None
+        key = (chain, bool(accept_new), float(connect_timeout))
+        with cls._all_lock:
+            hop = cls._all.get(key)
+            if hop is None:
+                hop = cls._all[key] = cls(chain, via, accept_new, connect_timeout)
+            return hop
+
+    def open(self, owner: "SSHConnection") -> None:
+        """Log in now unless logged in; a failure is raised as :class:`HostUnreachable` naming
+        ``owner``'s host (each host waiting on a hop that fails tries it itself, one at a time)."""
+        with self._lock:
+            if self.conn.is_connected:
+                return
+            if self._alive is not None:
+                self._alive.stop()
+            self.policy.host = owner.host  # messages about this hop's key name the host being connected
+            owner._login(self.endpoint, self.conn, self.via, self.gate_key)
+            self.logins += 1
+            self._alive = _watch(self.conn, f"{owner.host}: {self.endpoint.label}")
+
+    def channel(self, owner: "SSHConnection", ep: Endpoint):
+        """A ``direct-tcpip`` channel from this hop to ``ep`` (the next hop or the host), logging
+        in first when needed; a transport found dead is reopened once. Raises
+        ``paramiko.ChannelException`` when the jump host cannot reach ``ep``,
+        :class:`HostUnreachable` when the hop itself cannot be logged in to."""
+        for again in (True, False):
+            self.open(owner)
+            try:
+                return self.conn.transport.open_channel("direct-tcpip", (ep.host, ep.port), ("", 0),
+                                                        timeout=self.connect_timeout)
+            except paramiko.ChannelException:
+                raise
+            except (paramiko.SSHException, EOFError, OSError):
+                if not again or self.conn.is_connected:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        """Close the login (every channel through it ends)."""
+        if self._alive is not None:
+            self._alive.stop()
+        self.conn.close()
+
+    @classmethod
+    def close_all(cls) -> None:
+        """Close every shared hop of the process, last hops first; registered with atexit."""
+        with cls._all_lock:
+            hops, cls._all = list(cls._all.values()), {}
+        for hop in sorted(hops, key=lambda h: -len(h.chain)):
+            hop.close()
+
+
+atexit.register(_SharedHop.close_all)
+
+
 class SSHConnection(Connection):
     """A host reached over SSH with Fabric, directly or through jump hosts.
 
@@ -187,53 +336,36 @@ class SSHConnection(Connection):
     :func:`orchestrator.connection.route.resolve_route`) says where to connect, as whom, with
     which keys, through which jump hosts, and which known_hosts files to trust.
     ``connect_timeout`` (seconds) bounds the TCP connect, the banner, the authentication and a jump
-    host's channel to the next hop. Raises :class:`HostUnreachable` from :meth:`open` on a refused
-    key, failed authentication, a jump host that cannot reach the next hop, or a timeout.
+    host's channel to the next hop. Jump hosts are :class:`_SharedHop` logins shared with the
+    other hosts behind them. ``max_handshakes`` (``orch_ssh_max_handshakes``) bounds the handshakes
+    in flight to one server (each jump host, this host) from this process; a handshake the server
+    drops before login is retried (:func:`~orchestrator.connection.handshake.handshake_retrying`).
+    ``max_sessions`` (``orch_ssh_max_sessions``) bounds the sessions open at once on this
+    connection (commands, SFTP); a command that waits past its timeout for one raises
+    :class:`CommandTimeout`. Raises :class:`HostUnreachable` from :meth:`open` on a refused key,
+    failed authentication, a jump host that cannot reach the next hop, a timeout, or a server that
+    dropped every attempt.
     """
 
     def __init__(self, host: str, route: Route, accept_new_host_keys: bool = False, connect_timeout: float = 15.0,
-                 **kw):
+                 max_handshakes: int = 8, max_sessions: int = 8, **kw):
         super().__init__(host, **kw)
         self.route = route
         self.accept_new_host_keys = accept_new_host_keys
         self.connect_timeout = connect_timeout
-        self._alive: dict[int, ServerAlive] = {}  # id(Fabric connection) -> its watchdog
-        self._hops = []
-        gateway = None
-        for ep in route.hops:
-            gateway = self._fabric(ep, gateway, hop=True)
-            self._hops.append(gateway)
-        self._conn = self._fabric(route.target, gateway, hop=False)
+        self.max_handshakes = int(max_handshakes)
+        self.sessions = SessionSlots(max_sessions)
+        self._alive: ServerAlive | None = None
+        self._via = _SharedHop.get(route.hops, accept_new_host_keys, connect_timeout) if route.hops else None
+        self._conn = _fabric(route.target, connect_timeout,
+                             KnownHostsPolicy(route.target, host, accept_new_host_keys), hop=False)
+        self._gate_key = _gate_key(route.hops + (route.target,))
         self.login_user = self._conn.user  # as resolved (inventory, ~/.ssh/config, else the local user)
         self._no_sftp: str | None = None  # why SFTP is unavailable, once seen
+        self._sftp_slot = False  # Fabric keeps its SFTP channel open: one session slot held for it
         # the lock heartbeat and the cancel watcher run commands from their own threads: one
         # (re)connect at a time, so a dropped link is reopened once, not raced
         self._open_lock = threading.RLock()
-
-    def _fabric(self, ep: Endpoint, gateway, hop: bool):
-        """A Fabric Connection for ``ep`` that resolves nothing itself (empty SSHConfig: the route
-        is resolved already) and asks :class:`KnownHostsPolicy` about every key."""
-        import fabric
-
-        t = self.connect_timeout
-        kwargs = {"allow_agent": ep.allow_agent, "look_for_keys": ep.look_for_keys, "banner_timeout": t,
-                  "auth_timeout": t}
-        keys = [k for k in ep.key_files if os.path.exists(k)]
-        if keys:
-            kwargs["key_filename"] = keys
-        algorithms = _key_algorithms(ep)
-        if algorithms:
-            kwargs["disabled_algorithms"] = algorithms
-        if hop:
-            kwargs["channel_timeout"] = t  # the channel to the next hop: not the 1 h default
-        conn = fabric.Connection(ep.host, user=ep.user, port=ep.port, connect_timeout=t,
-                                 config=fabric.Config(ssh_config=paramiko.SSHConfig()),
-                                 gateway=gateway if gateway is not None else False, connect_kwargs=kwargs)
-        client = conn.client
-        client._host_keys = paramiko.HostKeys()  # nothing decided by Paramiko: every key goes to the policy
-        client._system_host_keys = paramiko.HostKeys()
-        client.set_missing_host_key_policy(KnownHostsPolicy(ep, self.host, self.accept_new_host_keys))
-        return conn
 
     @property
     def address(self) -> str:
@@ -251,22 +383,43 @@ class SSHConnection(Connection):
         with self._open_lock:
             if self._conn.is_connected:
                 return
-            for ep, conn in zip(self.route.hops, self._hops):
-                if not conn.is_connected:
-                    self._open_one(ep, conn)
-            self._open_one(self.route.target, self._conn)
+            self._drop_sftp()  # a reconnect: the SFTP channel ended with the old transport
+            if self._alive is not None:
+                self._alive.stop()
+            self._login(self.route.target, self._conn, self._via, self._gate_key)
+            self._alive = _watch(self._conn, f"{self.host}: {self.route.target.label}")
 
-    def _open_one(self, ep: Endpoint, conn) -> None:
+    def _login(self, ep: Endpoint, conn, via: _SharedHop | None, gate_key: tuple) -> None:
+        """Open Fabric connection ``conn`` to ``ep`` (its socket a channel from ``via``, or TCP),
+        holding a slot of ``gate_key``'s handshake gate per attempt and retrying a drop before
+        login; every failure raised as :class:`HostUnreachable` with the reason."""
         who = f"{self.host}: {ep.label}"
+        gate = HandshakeGate.of(gate_key)
+
+        def note(attempt: int, exc: BaseException, wait_s: float) -> None:
+            self.echo(f"{ep.label}: the SSH server closed the connection before login ({_why(exc)}); "
+                      f"attempt {attempt + 1} of {HANDSHAKE_ATTEMPTS} in {wait_s:.1f} s")
+
         try:
-            conn.open()
+            for attempt in handshake_retrying(on_retry=note):
+                with attempt, gate.slot(self.max_handshakes):
+                    self._handshake(ep, conn, via)
         except HostKeyRefused as exc:
             raise HostUnreachable(str(exc)) from None
         except paramiko.AuthenticationException as exc:
             raise HostUnreachable(self._auth_failed(ep, conn, exc)) from None
         except paramiko.ChannelException as exc:
             raise HostUnreachable(f"{who}: the jump host could not open a connection to it: {exc}") from None
-        except paramiko.SSHException as exc:
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            if is_handshake_drop(exc):
+                raise HostUnreachable(
+                    f"{who}: the SSH server closed the connection before login {HANDSHAKE_ATTEMPTS} times "
+                    f"({_why(exc)}): too many connections at once for its sshd MaxStartups? lower "
+                    f"orch_ssh_max_handshakes (now {self.max_handshakes}) or --forks") from None
+            if isinstance(exc, (socket.timeout, TimeoutError)):
+                raise HostUnreachable(f"{who}: connect timed out after {self.connect_timeout} s") from exc
+            if isinstance(exc, OSError):
+                raise HostUnreachable(f"{who}: cannot reach it: {exc}") from exc
             msg = str(exc)
             if "no acceptable host key" in msg:
                 lines, absent = read_known_hosts(ep.known_hosts_files)
@@ -277,26 +430,21 @@ class SSHConnection(Connection):
                     f"{describe_files(ep.known_hosts_files, absent)})") from None
             if "No authentication methods available" in msg:  # Paramiko found no key to offer at all
                 raise HostUnreachable(self._auth_failed(ep, conn, exc)) from None
-            raise HostUnreachable(f"{who}: SSH failed: {msg}") from None
-        except (socket.timeout, TimeoutError) as exc:
-            raise HostUnreachable(f"{who}: connect timed out after {self.connect_timeout} s") from exc
-        except OSError as exc:
-            raise HostUnreachable(f"{who}: cannot reach it: {exc}") from exc
-        conn.transport.set_keepalive(KEEPALIVE_S)
-        # Paramiko's keep-alives want no answer: ServerAlive asks for one and closes a silent link
-        old = self._alive.pop(id(conn), None)
-        if old is not None:
-            old.stop()
-        self._alive[id(conn)] = ServerAlive(conn.transport, KEEPALIVE_S, ALIVE_COUNT_MAX, name=who).start()
-        # Keep-alives only send; a peer that vanished (link down, host lost) is noticed by TCP:
-        # data unacknowledged for DEAD_PEER_S closes the socket, and the running command ends.
-        # (Behind a jump host the socket is the first hop's: a lost hop ends every channel.)
-        sock = conn.transport.sock
+            raise HostUnreachable(f"{who}: SSH failed: {msg or type(exc).__name__}") from None
+
+    def _handshake(self, ep: Endpoint, conn, via: _SharedHop | None) -> None:
+        """One attempt: a channel from ``via`` as the socket (else Paramiko's TCP connect), then
+        Fabric's open (banner, key exchange, host key check, login). A failed attempt's transport
+        and socket are closed before it is raised."""
+        if via is not None:
+            conn.connect_kwargs["sock"] = via.channel(self, ep)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(DEAD_PEER_S * 1000))
-        except (OSError, AttributeError):  # not Linux / not a TCP socket (a channel through a jump host)
-            pass
+            conn.open()
+        except BaseException:
+            conn.client.close()
+            raise
+        finally:
+            conn.connect_kwargs.pop("sock", None)
 
     def _auth_failed(self, ep: Endpoint, conn, exc) -> str:
         """Why a login was refused: the user, and the keys offered (files, agent, defaults)."""
@@ -312,9 +460,25 @@ class SSHConnection(Connection):
         if not self._conn.is_connected:
             self.open()  # re-checks under the lock
 
+    @contextmanager
+    def _session(self, timeout: float | None, what: str):
+        """Hold one of ``max_sessions`` session slots for the block, waiting at most ``timeout``
+        s; raises :class:`CommandTimeout` past it."""
+        try:
+            self.sessions.take(timeout)
+        except TimeoutError:
+            raise CommandTimeout(f"{self.host}: no free SSH session within {timeout} s for {what} "
+                                 f"(orch_ssh_max_sessions {self.sessions.limit} in use)") from None
+        try:
+            yield
+        finally:
+            self.sessions.give()
+
     def _invoke_run(self, command: str, **kwargs):
         self._ensure_open()
-        return self._conn.run(command, **kwargs)
+        with self._session(kwargs.get("timeout"), command):
+            return self._conn.run(command, **kwargs)
+
 
     # --- file transfer: SFTP, else the exec channel ------------------------------------------
 
@@ -326,14 +490,40 @@ class SSHConnection(Connection):
         """Fabric's SFTP client, or None when the server refuses the SFTP subsystem (remembered
         for this connection). Raises :class:`HostUnreachable` when the link itself is gone."""
         if self._no_sftp is None:
-            try:
-                return self._conn.sftp()
-            except (OSError, EOFError, paramiko.SSHException) as exc:
-                if self._lost():
-                    raise HostUnreachable(f"{self.host}: connection lost opening SFTP: {exc}") from exc
-                self._no_sftp = str(exc) or type(exc).__name__
-                self.echo(f"no SFTP on this host ({self._no_sftp}): copying files over the exec channel")
+            with self._open_lock:  # one SFTP channel (and one slot for it) per transport
+                if self._sftp_slot:
+                    return self._conn.sftp()
+                try:
+                    self.sessions.take(clamp(self.default_timeout))
+                except TimeoutError:
+                    raise CommandTimeout(f"{self.host}: no free SSH session for SFTP within "
+                                         f"{clamp(self.default_timeout)} s (orch_ssh_max_sessions "
+                                         f"{self.sessions.limit} in use)") from None
+                try:
+                    sftp = self._conn.sftp()
+                except (OSError, EOFError, paramiko.SSHException) as exc:
+                    self.sessions.give()
+                    if self._lost():
+                        raise HostUnreachable(f"{self.host}: connection lost opening SFTP: {exc}") from exc
+                    self._no_sftp = str(exc) or type(exc).__name__
+                    self.echo(f"no SFTP on this host ({self._no_sftp}): copying files over the exec channel")
+                    return None
+                self._sftp_slot = True
+                return sftp
         return None
+
+    def _drop_sftp(self) -> None:
+        """Forget Fabric's SFTP client (its channel is gone or going) and give its slot back."""
+        with self._open_lock:
+            if self._conn._sftp is not None:
+                try:
+                    self._conn._sftp.close()
+                except (OSError, EOFError, paramiko.SSHException):
+                    pass
+                self._conn._sftp = None
+            if self._sftp_slot:
+                self._sftp_slot = False
+                self.sessions.give()
 
     def _put_file(self, local_path: str, remote_path: str) -> None:
         """Upload ``local_path`` to ``remote_path`` as the login user: over SFTP, else (no SFTP
@@ -398,35 +588,38 @@ class SSHConnection(Connection):
         timeout = clamp(self.default_timeout) or 600.0
         command = "cat > " + shlex.quote(remote_path)
         digest = hashlib.sha256()
-        chan = self._exec(command, timeout)
-        try:
-            with open(local_path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(CHUNK), b""):
-                    digest.update(chunk)
-                    chan.sendall(chunk)
-            chan.shutdown_write()
-        except (OSError, EOFError, paramiko.SSHException):
-            pass  # the command ended early (it reports why below) or the link dropped (as well)
-        self._finish(chan, command, timeout, f"upload to {remote_path} over the exec channel")
+        with self._session(timeout, command):
+            chan = self._exec(command, timeout)
+            try:
+                with open(local_path, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(CHUNK), b""):
+                        digest.update(chunk)
+                        chan.sendall(chunk)
+                chan.shutdown_write()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass  # the command ended early (it reports why below) or the link dropped (as well)
+            self._finish(chan, command, timeout, f"upload to {remote_path} over the exec channel")
         self._same_bytes(remote_path, digest.hexdigest(), "upload")
 
     def _exec_get(self, remote_path: str, local_path: str) -> None:
         timeout = clamp(self.default_timeout) or 600.0
         command = "cat -- " + shlex.quote(remote_path)
         digest = hashlib.sha256()
-        chan = self._exec(command, timeout)
-        try:
-            with open(local_path, "wb") as fh:
-                for chunk in iter(lambda: chan.recv(CHUNK), b""):
-                    digest.update(chunk)
-                    fh.write(chunk)
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            chan.close()
-            if self._lost():
-                raise HostUnreachable(f"{self.host}: connection lost downloading {remote_path}: {exc}") from exc
-            raise TransferFailed(f"{self.host}: download of {remote_path} over the exec channel failed: {exc}") \
-                from exc
-        self._finish(chan, command, timeout, f"download of {remote_path} over the exec channel")
+        with self._session(timeout, command):
+            chan = self._exec(command, timeout)
+            try:
+                with open(local_path, "wb") as fh:
+                    for chunk in iter(lambda: chan.recv(CHUNK), b""):
+                        digest.update(chunk)
+                        fh.write(chunk)
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                chan.close()
+                if self._lost():
+                    raise HostUnreachable(f"{self.host}: connection lost downloading {remote_path}: {exc}") \
+                        from exc
+                raise TransferFailed(f"{self.host}: download of {remote_path} over the exec channel failed: "
+                                     f"{exc}") from exc
+            self._finish(chan, command, timeout, f"download of {remote_path} over the exec channel")
         self._same_bytes(remote_path, digest.hexdigest(), "download")
 
     def _same_bytes(self, remote_path: str, want: str, what: str) -> None:
@@ -437,9 +630,10 @@ class SSHConnection(Connection):
                                  f"(controller {want}, host {got[0] if got else res.stderr.strip() or '?'})")
 
     def close(self) -> None:
-        for alive in self._alive.values():
-            alive.stop()
-        self._alive.clear()
+        """Close this host's connection; the jump hosts' shared logins stay for the other hosts
+        (closed when the process exits)."""
+        if self._alive is not None:
+            self._alive.stop()
+            self._alive = None
+        self._drop_sftp()
         self._conn.close()
-        for conn in reversed(self._hops):  # Fabric closes no gateway itself
-            conn.close()

@@ -397,6 +397,15 @@ _SPECS: list[VarSpec] = [
             "Timeout of one ordinary remote command.", _seconds),
     VarSpec("orch_connect_timeout", "seconds", "a positive number of seconds", 10,
             "SSH connect timeout.", _seconds),
+    VarSpec("orch_ssh_max_handshakes", "int", "an integer 1-1000", 8,
+            "SSH handshakes (connect to login) orch keeps in flight at once to one SSH server, jump hosts "
+            "included; keep it below the server's sshd MaxStartups (OpenSSH's default 10:30:100 starts "
+            "dropping at 10).", _int_range(1, 1000)),
+    VarSpec("orch_ssh_max_sessions", "int",
+            "an integer 3-1000 (orch may hold 3 sessions on one connection at once: SFTP, a long command "
+            "and the lock heartbeat beside it)", 8,
+            "Sessions (commands, SFTP) orch opens at once on one SSH connection; keep it at most the "
+            "server's sshd MaxSessions (OpenSSH's default 10).", _int_range(3, 1000)),
     VarSpec("orch_lock_heartbeat_interval", "seconds", "a positive number of seconds", 60,
             "Renew the host lock's heartbeat this often while the run holds it (a lock is stale after 600 s).",
             _seconds),
