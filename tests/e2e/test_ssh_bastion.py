@@ -139,3 +139,34 @@ def test_bastion_jump_host_three_ways_keys_checked_on_every_hop(testbed_factory,
     assert f"{inv8}:" in proc.stderr
     assert (sshd_log(bastion), sshd_log(gpu)) == seen
     assert gpu.unit_state() == "active"
+
+
+# Issue 21 row 9 (paramiko #664, #528, fabric #1992): many hosts behind one bastion at once. The
+# bastion's sshd drops every unauthenticated connection past 2 (MaxStartups 2:100:2; OpenSSH's
+# default 10:30:100 starts dropping at 10), so one bastion login per host, all at once (--forks),
+# gets most of them "Error reading SSH protocol banner". orch logs in to the bastion once and
+# opens every host's channel over that login.
+BEHIND = 6
+CROWD = {"bastion": {"start_unit": False, "strays": False, "sshd_max_startups": "2:100:2"},
+         **{f"gpu-{i}": {"ssh_only_via": "bastion", "start_unit": False, "strays": False} for i in range(BEHIND)}}
+
+
+def test_many_hosts_through_one_bastion_with_small_max_startups(testbed_factory, tmp_path):
+    names = ["bastion"] + [f"gpu-{i}" for i in range(BEHIND)]
+    bed = testbed_factory(len(names), names=names, host_options=CROWD)
+    bastion, gpus = bed.hosts[0], bed.hosts[1:]
+    etc = etc_ssh(tmp_path, "etc")
+    inv = write_inventory(bed, tmp_path / "crowd.yaml", names[1:], orch_jump_host=f"root@{bastion.address}",
+                          orch_jump_private_key_file=str(bed.key_path))
+    proc, res = run_orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--forks", str(BEHIND),
+                         state=tmp_path / "s", home_dir=home(tmp_path, "home"), etc=etc)
+    hosts = (res or {}).get("hosts") or {}
+    assert sorted(hosts) == names[1:], (proc.returncode, proc.stderr[-3000:])
+    assert {n: r["outcome"] for n, r in hosts.items()} == {n: "check" for n in names[1:]}, \
+        ({n: r.get("cause") for n, r in hosts.items()}, sshd_log(bastion))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for g in gpus:  # each host was logged in to, through the bastion's link, once per pass
+        assert _accepted(g) == [g.link_peer] * LOGINS_PER_RUN, (g.name, sshd_log(g))
+    log = sshd_log(bastion)
+    assert _accepted(bastion) == [f"{bastion.address.rsplit('.', 1)[0]}.1"] * BASTION_LOGINS_PER_RUN, log
+    assert "past MaxStartups" not in log, log

@@ -39,6 +39,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -160,6 +161,9 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "host_certificate": False,      # sshd also presents its host key signed by the bed's host CA
     "ssh_only_via": None,           # name of another bed host (a bastion): SSH logins only from it,
                                     # over a private link between the two namespaces
+    "sshd_max_startups": "100:30:200",  # sshd's MaxStartups (start:rate:full, or one number): e.g.
+                                    # "2:100:2" drops every unauthenticated connection past 2 at once
+    "sshd_max_sessions": 100,       # sshd's MaxSessions: session channels allowed per connection
 }
 
 # --- Real fleets (issue 13): unit variants and shared hosts. Kept apart from the options above so
@@ -261,6 +265,15 @@ def _proc_start_time(pid: int) -> Optional[str]:
             return f.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
+
+def _max_startups(value: Any) -> str:
+    """``sshd_max_startups`` checked as sshd_config(5) reads it (``N`` or ``start:rate:full``),
+    so a typo fails the bed at once instead of an sshd that will not start."""
+    text = str(value)
+    if not re.fullmatch(r"\d+(:\d+:\d+)?", text):
+        raise TestBedError(f"sshd_max_startups: {value!r} is not N or start:rate:full")
+    return text
 
 
 def _alive(pid: Optional[int], start: Optional[str]) -> bool:
@@ -1174,8 +1187,8 @@ class TestBed:
             *(["HostCertificate /run/orchtb/ssh_host_ed25519_key-cert.pub"] if o["host_certificate"] else []),
             "PrintMotd no",
             "UseDNS no",
-            "MaxStartups 100:30:200",
-            "MaxSessions 100",
+            f"MaxStartups {_max_startups(o['sshd_max_startups'])}",
+            f"MaxSessions {int(o['sshd_max_sessions'])}",
             "ClientAliveInterval 30",
             "LogLevel INFO",
             "",
