@@ -15,7 +15,9 @@ prohibited"). So orch:
   (:func:`handshake_retrying`, tenacity). Never a refused login, a refused or changed host key,
   a refused TCP connect or a timeout: those are answers, and asking again changes nothing;
 * opens at most ``orch_ssh_max_sessions`` sessions at once on one connection
-  (:class:`SessionSlots`).
+  (:class:`SessionSlots`), and opens again a session that sshd refused while the link stays up
+  (:func:`is_session_refused`, :func:`session_retrying`): sshd frees a closed session only after
+  it has read the close, so a new one asked for right behind it can still find the count full.
 """
 
 from __future__ import annotations
@@ -81,6 +83,35 @@ def handshake_retrying(sleep: Callable[[float], None] = time.sleep,
         wait=tenacity.wait_exponential(multiplier=HANDSHAKE_BACKOFF_S, max=HANDSHAKE_BACKOFF_MAX_S)
         + tenacity.wait_random(0, HANDSHAKE_JITTER_S),
         sleep=sleep, reraise=True, before_sleep=before_sleep)
+
+
+#: attempts to open one session channel that sshd refused, and the first backoff (s), doubled each time
+SESSION_ATTEMPTS = 5
+SESSION_BACKOFF_S = 0.1
+#: what Paramiko's Transport.open_channel raises when the server refused the channel (it never opened:
+#: the command did not start)
+_UNABLE = "Unable to open channel."
+
+
+def is_session_refused(exc: BaseException) -> bool:
+    """True when ``exc`` says the server refused to open a channel: Paramiko's
+    ``ChannelException`` (sshd's "administratively prohibited" or "open failed" past
+    ``MaxSessions``) or ``SSHException("Unable to open channel.")``. Nothing ran on the host then,
+    so opening it again is safe. The caller checks that the link is still up."""
+    return isinstance(exc, paramiko.ChannelException) or (
+        type(exc) is paramiko.SSHException and str(exc) == _UNABLE)
+
+
+def session_retrying(sleep: Callable[[float], None] = time.sleep,
+                     alive: Callable[[], bool] = lambda: True) -> tenacity.Retrying:
+    """A tenacity ``Retrying`` for opening one session: retries :func:`is_session_refused`
+    while ``alive()``, :data:`SESSION_ATTEMPTS` attempts in all, ``SESSION_BACKOFF_S * 2**n`` s
+    apart plus a random 0-``SESSION_BACKOFF_S`` s; the last exception is re-raised."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda e: is_session_refused(e) and alive()),
+        stop=tenacity.stop_after_attempt(SESSION_ATTEMPTS),
+        wait=tenacity.wait_exponential(multiplier=SESSION_BACKOFF_S, max=2.0) + tenacity.wait_random(0, SESSION_BACKOFF_S),
+        sleep=sleep, reraise=True)
 
 
 class HandshakeGate:
@@ -165,5 +196,5 @@ class SessionSlots:
             self.give()
 
 
-__all__ = ["HANDSHAKE_ATTEMPTS", "BANNER_ERROR", "is_handshake_drop", "handshake_retrying", "HandshakeGate",
-           "SessionSlots"]
+__all__ = ["HANDSHAKE_ATTEMPTS", "SESSION_ATTEMPTS", "BANNER_ERROR", "is_handshake_drop", "handshake_retrying",
+           "is_session_refused", "session_retrying", "HandshakeGate", "SessionSlots"]

@@ -32,9 +32,10 @@ from contextlib import contextmanager
 import paramiko
 
 from ..errors import internal_error
-from .base import CommandResult, CommandTimeout, Connection, HostUnreachable, TransferFailed
+from .base import CommandResult, CommandTimeout, ConnectError, Connection, HostUnreachable, TransferFailed
 from .deadline import clamp
-from .handshake import HANDSHAKE_ATTEMPTS, HandshakeGate, SessionSlots, handshake_retrying, is_handshake_drop
+from .handshake import (HandshakeGate, SessionSlots, handshake_retrying, is_handshake_drop, is_session_refused,
+                        session_retrying)
 from .known_hosts import (CERT_ONLY, CHANGED, OTHER_TYPES, REVOKED, TRUSTED, UNKNOWN, check_host_key,
                           describe_files, format_line, known_key_types, read_known_hosts)
 from .route import Endpoint, Route
@@ -398,10 +399,11 @@ class SSHConnection(Connection):
 
         def note(attempt: int, exc: BaseException, wait_s: float) -> None:
             self.echo(f"{ep.label}: the SSH server closed the connection before login ({_why(exc)}); "
-                      f"attempt {attempt + 1} of {HANDSHAKE_ATTEMPTS} in {wait_s:.1f} s")
+                      f"attempt {attempt + 1} in {wait_s:.1f} s")
 
+        retrying = handshake_retrying(on_retry=note)
         try:
-            for attempt in handshake_retrying(on_retry=note):
+            for attempt in retrying:
                 with attempt, gate.slot(self.max_handshakes):
                     self._handshake(ep, conn, via)
         except HostKeyRefused as exc:
@@ -413,7 +415,8 @@ class SSHConnection(Connection):
         except (paramiko.SSHException, EOFError, OSError) as exc:
             if is_handshake_drop(exc):
                 raise HostUnreachable(
-                    f"{who}: the SSH server closed the connection before login {HANDSHAKE_ATTEMPTS} times "
+                    f"{who}: the SSH server closed the connection before login "
+                    f"{retrying.statistics.get('attempt_number', 1)} times "
                     f"({_why(exc)}): too many connections at once for its sshd MaxStartups? lower "
                     f"orch_ssh_max_handshakes (now {self.max_handshakes}) or --forks") from None
             if isinstance(exc, (socket.timeout, TimeoutError)):
@@ -477,8 +480,18 @@ class SSHConnection(Connection):
     def _invoke_run(self, command: str, **kwargs):
         self._ensure_open()
         with self._session(kwargs.get("timeout"), command):
-            return self._conn.run(command, **kwargs)
-
+            try:
+                for attempt in session_retrying(alive=lambda: not self._lost()):
+                    with attempt:
+                        return self._conn.run(command, **kwargs)
+            except paramiko.SSHException as exc:
+                if self._lost():
+                    raise HostUnreachable(f"{self.host}: connection lost: {exc}") from exc
+                if not is_session_refused(exc):
+                    raise
+                raise ConnectError(
+                    f"{self.host}: the SSH server refused a session ({exc}): more at once than its sshd "
+                    f"MaxSessions? lower orch_ssh_max_sessions (now {self.sessions.limit})") from None
 
     # --- file transfer: SFTP, else the exec channel ------------------------------------------
 
