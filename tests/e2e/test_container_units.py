@@ -1,6 +1,8 @@
 """End to end: a unit that runs SGLang in a container (issue 19): ``podman run --rm --name sglang
 ... localhost/sglang-standin:0.5.23 /opt/venv/bin/python3 -m sglang.launch_server ...``, a real
-podman inside the test-bed host (``container`` host option, tests/testbed/README.md).
+podman inside the test-bed host (``container`` host option, tests/testbed/README.md), and the same
+as fleets write it for docker, ``/usr/bin/docker run --rm --name sglang --gpus all ...`` (the bed's
+docker is a stand-in CLI over podman: tests/testbed/docker_shim.py). Cases 1 and 2 run with both.
 
 1. with ``-v /srv/moe:/moe -e SGLANG_MOE_CONFIG_DIR=/moe``: ``orch tune`` probes and tunes inside
    the image, installs into the host folder, the restarted container loads the files (its log names
@@ -25,20 +27,41 @@ UP = "E=8,N=64,device_name=NVIDIA_H200.json"
 DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
 
 
-def _containers(host) -> dict:
-    out = host.sh("podman ps -a --format '{{.Names}} {{.State}}'").stdout
+RUNTIMES = ["podman", "docker"]
+
+
+def _containers(host, runtime: str = "podman") -> dict:
+    out = host.sh(f"{runtime} ps -a --format '{{{{.Names}}}} {{{{.State}}}}'").stdout
     return {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines() if line.strip()}
+
+
+def _bed_options(runtime: str, moe_mount: bool) -> dict:
+    return {"container": {"moe_mount": moe_mount, "runtime": runtime}}
+
+
+def _check_docker_unit(h) -> None:
+    """The docker host's unit is docker's shape and its container is seen as docker shows it."""
+    unit = h.sh("systemctl cat sglang-qwen").stdout
+    assert "ExecStart=/usr/bin/docker run --rm --name sglang --gpus all " in unit, unit
+    assert h.sh("docker inspect --format '{{.Name}} {{.State.Status}} {{.State.Running}}' sglang").stdout.split() \
+        == ["/sglang", "running", "true"]
+    assert h.sh("docker ps --filter name=^/sglang$ --format '{{.Status}}'").stdout.startswith("Up ")
+    # --gpus all gave the container the host's GPU file (podman itself has no --gpus)
+    assert h.sh("docker exec sglang test -e /dev/nvidia0", check=False).returncode == 0
 
 
 def _loaded_lines(host) -> list:
     return [ln for ln in host.unit_log().splitlines() if "Using MoE kernel config from" in ln]
 
 
-def test_tune_doctor_rollback_in_a_podman_container(testbed_factory, tmp_path):
-    bed = testbed_factory(1, {0: {"container": {"moe_mount": True}}})
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_tune_doctor_rollback_in_a_container(testbed_factory, tmp_path, runtime):
+    bed = testbed_factory(1, {0: _bed_options(runtime, True)})
     h = bed.hosts[0]
     h.wait_http("/health")
-    assert list(_containers(h)) == ["sglang"]
+    assert list(_containers(h, runtime)) == ["sglang"]
+    if runtime == "docker":
+        _check_docker_unit(h)
     host_dir = h.triton_dir  # /srv/moe/configs/triton_X_Y_Z on the host
     seen = "/moe/configs/" + host_dir.rsplit("/", 1)[1]  # the same folder inside the container
     inv = inventory(bed, tmp_path / "hosts.yaml")
@@ -50,7 +73,7 @@ def test_tune_doctor_rollback_in_a_podman_container(testbed_factory, tmp_path):
     for name in (UP, DOWN):
         assert h.sh(f"test -f {host_dir}/{name}", check=False).returncode == 0, name
         assert f"Using MoE kernel config from {seen}/{name}." in h.unit_log()
-    assert h.unit_state() == "active" and _containers(h) == {"sglang": _containers(h)["sglang"]}
+    assert h.unit_state() == "active" and list(_containers(h, runtime)) == ["sglang"]
     assert h.sh("test -e /opt/venv", check=False).returncode != 0  # the probe's Python was the image's
     doc = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
     row = recap(doc)[h.name]
@@ -60,11 +83,12 @@ def test_tune_doctor_rollback_in_a_podman_container(testbed_factory, tmp_path):
     assert rr["outcome"] == "completed", (rr, rb.stderr[-4000:])
     for name in (UP, DOWN):
         assert h.sh(f"test -f {host_dir}/{name}", check=False).returncode != 0, name
-    assert h.unit_state() == "active" and list(_containers(h)) == ["sglang"]
+    assert h.unit_state() == "active" and list(_containers(h, runtime)) == ["sglang"]
 
 
-def test_no_writable_mount_is_refused_before_the_stop(testbed_factory, tmp_path):
-    bed = testbed_factory(1, {0: {"container": {"moe_mount": False}}})
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_no_writable_mount_is_refused_before_the_stop(testbed_factory, tmp_path, runtime):
+    bed = testbed_factory(1, {0: _bed_options(runtime, False)})
     h = bed.hosts[0]
     h.wait_http("/health")
     pid = h.sh("systemctl show -p MainPID sglang-qwen").stdout.strip()
@@ -75,7 +99,7 @@ def test_no_writable_mount_is_refused_before_the_stop(testbed_factory, tmp_path)
     assert "-v /srv/sglang-moe:/sglang-moe -e SGLANG_MOE_CONFIG_DIR=/sglang-moe" in r["cause"], r
     assert "nothing was stopped" in r["cause"]
     assert h.sh("systemctl show -p MainPID sglang-qwen").stdout.strip() == pid  # never stopped
-    assert h.unit_state() == "active" and list(_containers(h)) == ["sglang"]
+    assert h.unit_state() == "active" and list(_containers(h, runtime)) == ["sglang"]
 
 
 def test_recover_after_the_controller_died_with_the_container_stopped(testbed_factory, tmp_path):
