@@ -2,7 +2,7 @@
 ... localhost/sglang-standin:0.5.23 /opt/venv/bin/python3 -m sglang.launch_server ...``, a real
 podman inside the test-bed host (``container`` host option, tests/testbed/README.md), and the same
 as fleets write it for docker, ``/usr/bin/docker run --rm --name sglang --gpus all ...`` (the bed's
-docker is a stand-in CLI over podman: tests/testbed/docker_shim.py). Cases 1 and 2 run with both.
+docker is a stand-in CLI over podman: tests/testbed/docker_shim.py). Every case runs with both.
 
 1. with ``-v /srv/moe:/moe -e SGLANG_MOE_CONFIG_DIR=/moe``: ``orch tune`` probes and tunes inside
    the image, installs into the host folder, the restarted container loads the files (its log names
@@ -102,14 +102,16 @@ def test_no_writable_mount_is_refused_before_the_stop(testbed_factory, tmp_path,
     assert h.unit_state() == "active" and list(_containers(h, runtime)) == ["sglang"]
 
 
-def test_recover_after_the_controller_died_with_the_container_stopped(testbed_factory, tmp_path):
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_recover_after_the_controller_died_with_the_container_stopped(testbed_factory, tmp_path, runtime):
     """The controller is killed (SIGKILL) while the tuner runs in its own container and the unit's
     container is stopped: ``orch recover`` ends the tuner's container through podman, restores and
-    starts the unit; only the server's container is left."""
+    starts the unit; only the server's container is left (with docker: the run's ``orch-*`` container
+    found with ``docker ps --filter name=...`` and ended with ``docker stop``/``rm -f``)."""
     from orchestrator.records.controller import new_run_id
     from tests.e2e.test_faults import LONG_TUNE, _popen, _task_done, _wait_event
 
-    bed = testbed_factory(1, {0: {"container": {"moe_mount": True}}})
+    bed = testbed_factory(1, {0: _bed_options(runtime, True)})
     h = bed.hosts[0]
     h.wait_http("/health")
     inv = inventory(bed, tmp_path / "hosts.yaml", **LONG_TUNE)
@@ -120,7 +122,7 @@ def test_recover_after_the_controller_died_with_the_container_stopped(testbed_fa
         _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
         deadline = time.monotonic() + 120
         while not tuner and time.monotonic() < deadline and proc.poll() is None:
-            tuner = [n for n in _containers(h) if n.startswith("orch-")]
+            tuner = [n for n in _containers(h, runtime) if n.startswith("orch-")]
             time.sleep(0.5)
     finally:
         proc.kill()
@@ -132,5 +134,5 @@ def test_recover_after_the_controller_died_with_the_container_stopped(testbed_fa
     assert rec.returncode == 0, (rec.stdout[-3000:], rec.stderr[-3000:])
     assert recap(rec)["hosts"][h.name]["outcome"] == "completed"
     assert h.unit_state() == "active"
-    assert list(_containers(h)) == ["sglang"], _containers(h)  # no orch-* tuner container left
+    assert list(_containers(h, runtime)) == ["sglang"], _containers(h, runtime)  # no orch-* tuner container left
     h.wait_http("/health")
