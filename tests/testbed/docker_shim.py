@@ -118,7 +118,10 @@ def _eval_pipeline(expr: str, dot):
         elif head == "index":
             value = args[0]
             for k in args[1:]:
-                value = value.get(k) if isinstance(value, dict) else (value[int(k)] if isinstance(value, list) else None)
+                if isinstance(value, list):
+                    value = value[int(k)]
+                else:
+                    value = value.get(k) if isinstance(value, dict) else None
         elif head in ("lower", "upper", "title"):
             value = getattr(go_str(args[0]), head)()
         elif head == "join":
