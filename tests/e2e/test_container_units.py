@@ -136,3 +136,40 @@ def test_recover_after_the_controller_died_with_the_container_stopped(testbed_fa
     assert h.unit_state() == "active"
     assert list(_containers(h, runtime)) == ["sglang"], _containers(h, runtime)  # no orch-* tuner container left
     h.wait_http("/health")
+
+
+def test_tune_and_rollback_on_a_notify_unit_whose_conmon_is_the_main_pid(testbed_factory, tmp_path):
+    """``Type=notify`` with ``podman run --sdnotify=conmon`` (podman-run(1)): podman sends systemd
+    ``MAINPID=`` of the container's conmon and ``READY=1`` once the container runs, so the unit's
+    MainPID is conmon (the server's parent), not the podman client. Tune and rollback complete, the
+    server's log is the unit's journal, and each start has a new conmon as MainPID."""
+    bed = testbed_factory(1, {0: {"container": {"moe_mount": True, "sdnotify": "conmon"},
+                                  "unit_lines": ["Type=notify", "NotifyAccess=all"]}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+
+    def main_pid() -> int:
+        pid = int(h.sh("systemctl show -p MainPID sglang-qwen").stdout.strip().removeprefix("MainPID="))
+        assert h.sh(f"cat /proc/{pid}/comm").stdout.strip() == "conmon"
+        children = h.sh(f"ps -o args= --ppid {pid}").stdout
+        assert "-m sglang.launch_server" in children, children
+        return pid
+
+    first = main_pid()
+    host_dir = h.triton_dir
+    seen = "/moe/configs/" + host_dir.rsplit("/", 1)[1]
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    res = recap(proc)
+    r = res["hosts"][h.name]
+    assert r["outcome"] == "completed", (r, proc.stderr[-4000:])
+    events = (state / "runs" / res["run_id"] / "events.jsonl").read_text()
+    assert "Type=notify" in events
+    assert f"Using MoE kernel config from {seen}/{UP}." in h.unit_log()
+    tuned = main_pid()
+    assert tuned != first and h.unit_state() == "active"
+    rb = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert recap(rb)["hosts"][h.name]["outcome"] == "completed", rb.stderr[-4000:]
+    assert h.sh(f"test -f {host_dir}/{UP}", check=False).returncode != 0
+    assert main_pid() != tuned and list(_containers(h)) == ["sglang"]

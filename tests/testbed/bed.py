@@ -184,7 +184,8 @@ FLEET_OPTION_DEFAULTS: Dict[str, Any] = {
                              #   {"moe_mount": True}: `-v /srv/moe:/moe -e SGLANG_MOE_CONFIG_DIR=/moe`
                              #   (moe_config_dir is then /srv/moe); {"moe_mount": False}: no such mount;
                              #   "runtime": "docker": `/usr/bin/docker run ... --gpus all`, the docker
-                             #   stand-in over podman (tests/testbed/docker_shim.py); default "podman"
+                             #   stand-in over podman (tests/testbed/docker_shim.py); default "podman";
+                             #   "sdnotify": "conmon" adds podman's --sdnotify=conmon (a Type=notify unit)
 }
 HOST_OPTION_DEFAULTS.update(FLEET_OPTION_DEFAULTS)
 # --- Launch forms and unit shapes (issue 19). Every default leaves the host as before.
@@ -805,6 +806,8 @@ def _container_exec(host: Host, args: List[str], env: Dict[str, str]) -> List[st
                  "-v", "/models:/models:ro"]
         for i in range(max(1, int(o["tp"]))):
             words += ["-v", f"/dev/nvidia{i}:/dev/nvidia{i}"]
+    if o["container"].get("sdnotify"):  # podman-run(1) --sdnotify: who tells systemd (Type=notify) it started
+        words.append(f"--sdnotify={o['container']['sdnotify']}")
     if o["container"].get("moe_mount"):
         words += ["-v", f"{o['moe_config_dir']}:/moe"]
         env["SGLANG_MOE_CONFIG_DIR"] = "/moe"
