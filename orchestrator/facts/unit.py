@@ -519,7 +519,8 @@ def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
                       main_pid=main_pid, control_group=props.get("ControlGroup", ""),
                       environment=launch.environment(env), exec_start=exec_start, env_files=env_report,
                       working_directory=workdir, exec_prefix=settings.exec_prefix, launch=launch,
-                      shape=settings.shape, log_files=settings.log_files())
+                      shape=settings.shape,
+                      log_files=[*settings.log_files(), *(f for f in launch.log_files if f not in settings.log_files())])
     facts.shape.scope = scope
     if container is not None:
         facts.container = container

@@ -44,7 +44,14 @@ Wrappers, outermost first, in any order and nesting:
   (conda's ``run`` command): kept in front of the payload (conda's activation is the
   environment the server sees), always with ``--no-capture-output`` (without it conda holds the
   payload's progress lines until it ends); ``python`` is ``PREFIX/bin/python`` with ``-p``, and
-  with ``-n`` the environment's own ``python`` (resolved by ``conda run`` itself).
+  with ``-n`` the environment's own ``python`` (resolved by ``conda run`` itself);
+- ``start-stop-daemon --start [--background --make-pidfile --pidfile F] [--output LOG |
+  --no-close] [--chdir DIR] (--exec PROG | --startas PROG) -- ARGS`` (Debian's start-stop-daemon(8),
+  dpkg 1.21), the daemonizer of ``Type=forking`` units with ``PIDFile=``: the command is PROG with
+  ARGS; it is not kept in front of the payload (the tuner must not go into the background);
+  ``--output LOG`` is where the server's log goes (:attr:`Launch.log_files`). ``--background``
+  without ``--output`` or ``--no-close`` is refused: start-stop-daemon then points the server's
+  output at ``/dev/null``, and orch proves from the log which config file the server read.
 
 Containers: a ``docker``/``podman`` command is handed to the optional ``container`` hook of
 :func:`resolve` (``(argv) -> (inner argv, container facts) | None``); without one it is refused.
@@ -67,7 +74,7 @@ from ..protocol import internal_error
 #: what the refusal lists as the forms orch knows
 KNOWN_FORMS = ("<python> -m sglang.launch_server", "sglang serve (SGLang's console script)", "uv run",
                "conda run -n ENV / -p PREFIX", "numactl", "taskset", "nice", "stdbuf", "env [-S]", "bash -c",
-               "systemd's ExecStart prefixes - @ : + ! !!")
+               "start-stop-daemon --start (Type=forking)", "systemd's ExecStart prefixes - @ : + ! !!")
 
 #: the entry points: ``python -m sglang.launch_server`` and the console script's ``sglang serve``
 ENTRY_MODULE = "sglang.launch_server"
@@ -99,7 +106,9 @@ class Launch:
     looked up in ``script_dirs`` then ``$PATH``); ``env_set``/``env_unset``: the wrappers'
     changes to the unit's environment; ``venv_python``: the uv environment's Python, which must
     exist; ``cwd``: the folder a wrapper runs the server in (``env -C``, ``conda run --cwd``,
-    ``uv run --directory``; None: the unit's working directory); ``container``: what the container hook returned (None: no container).
+    ``uv run --directory``, ``start-stop-daemon --chdir``; None: the unit's working directory);
+    ``container``: what the container hook returned (None: no container); ``log_files``: files a
+    wrapper sends the server's output to instead of the unit's (``start-stop-daemon --output``).
     """
 
     forms: list[str] = field(default_factory=list)
@@ -115,6 +124,7 @@ class Launch:
     venv_python: str | None = None
     cwd: str | None = None
     container: Any = None
+    log_files: list[str] = field(default_factory=list)
 
     def environment(self, unit_env: dict[str, str]) -> dict[str, str]:
         """The environment the server sees: ``unit_env`` (what systemd gives) with the wrappers'
@@ -245,6 +255,56 @@ def _nice(argv: list[str]) -> int:
 
 def _stdbuf(argv: list[str]) -> int:
     return _options(argv, "stdbuf", {"-i": "--input", "-o": "--output", "-e": "--error"}, {})
+
+
+_SSD_VALUE = {"-p": "--pidfile", "-O": "--output", "-x": "--exec", "-a": "--startas", "-d": "--chdir",
+              "-n": "--name", "-u": "--user"}
+_SSD_FLAGS = {"-S": "--start", "-b": "--background", "-m": "--make-pidfile", "-C": "--no-close", "-q": "--quiet",
+              "-o": "--oknodo", "-v": "--verbose", "--remove-pidfile": "--remove-pidfile",
+              "--notify-await": "--notify-await"}
+
+
+def _start_stop_daemon(argv: list[str], launch: Launch) -> list[str]:
+    """``start-stop-daemon --start ... (--exec|--startas) PROG -- ARGS``: the command ``[PROG,
+    *ARGS]`` (start-stop-daemon(8): ``--startas`` is what runs, ``--exec`` what runs when it is
+    not given; ARGS come after ``--``). Raises :class:`LaunchError` for another action than
+    ``--start``, an option orch does not read (``--chuid``, ``--chroot``, ``--nicelevel``, ...:
+    the payload would not run as the server runs), no program, or ``--background`` whose output
+    goes to ``/dev/null`` (no ``--output``/``--no-close``)."""
+    values: dict[str, str] = {}
+    flags: set[str] = set()
+    i = 1
+    while i < len(argv) and argv[i] != "--":
+        hit = None
+        for short, long in _SSD_VALUE.items():
+            hit = _opt_value(argv, i, short, long)
+            if hit is not None:
+                values[long] = hit[0]
+                i = hit[1]
+                break
+        if hit is not None:
+            continue
+        w = argv[i]
+        long = _SSD_FLAGS.get(w) or (w if w in _SSD_FLAGS.values() else None)
+        if long is None:
+            raise LaunchError(f"start-stop-daemon option {w} is not one orch reads (it reads "
+                              f"{', '.join(sorted([*_SSD_VALUE.values(), *_SSD_FLAGS.values()]))})")
+        flags.add(long)
+        i += 1
+    if "--start" not in flags:
+        raise LaunchError("start-stop-daemon without --start starts no server")
+    prog = values.get("--startas") or values.get("--exec")
+    if not prog:
+        raise LaunchError("start-stop-daemon --start names no program (--exec or --startas)")
+    if "--background" in flags and "--output" not in values and "--no-close" not in flags:
+        raise LaunchError("start-stop-daemon --background without --output sends the server's log to /dev/null, "
+                          "and orch proves from the log which MoE config file the server read: add "
+                          "--output /var/log/NAME.log (or --no-close, which keeps the unit's journal)")
+    if "--output" in values:
+        launch.log_files.append(values["--output"])
+    if "--chdir" in values:
+        launch.cwd = values["--chdir"]
+    return [prog, *argv[i + 1:]]
 
 
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
@@ -584,6 +644,10 @@ def resolve(argv: list[str], *, prefixes: str = "", workdir: str = "", environme
         if name == "uv":
             launch.forms.append("uv run")
             cmd = _uv(cmd, launch, workdir, environment)
+            continue
+        if name == "start-stop-daemon":
+            launch.forms.append("start-stop-daemon")
+            cmd = _start_stop_daemon(cmd, launch)
             continue
         if name in ("conda", "mamba", "micromamba"):
             launch.forms.append(f"{name} run")

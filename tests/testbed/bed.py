@@ -186,7 +186,10 @@ FLEET_OPTION_DEFAULTS: Dict[str, Any] = {
                                 #   (one orch state folder on NFS, or hosts cloned with one data disk)
     "container": None,       # the unit runs the stand-in in a real podman container (issue 19):
                              #   {"moe_mount": True}: `-v /srv/moe:/moe -e SGLANG_MOE_CONFIG_DIR=/moe`
-                             #   (moe_config_dir is then /srv/moe); {"moe_mount": False}: no such mount
+                             #   (moe_config_dir is then /srv/moe); {"moe_mount": False}: no such mount;
+                             #   "runtime": "docker": `/usr/bin/docker run ... --gpus all`, the docker
+                             #   stand-in over podman (tests/testbed/docker_shim.py); default "podman";
+                             #   "sdnotify": "conmon" adds podman's --sdnotify=conmon (a Type=notify unit)
 }
 HOST_OPTION_DEFAULTS.update(FLEET_OPTION_DEFAULTS)
 # --- Launch forms and unit shapes (issue 19). Every default leaves the host as before.
@@ -790,17 +793,34 @@ CONTAINER_IMAGE = "localhost/sglang-standin:0.5.23"
 CONTAINER_PYTHON = "/opt/venv/bin/python3"
 
 
+#: the docker stand-in (tests/testbed/docker_shim.py), at /usr/bin/docker of container hosts with runtime docker
+DOCKER_SHIM = str(Path(__file__).parent / "docker_shim.py")
+
+
+def container_runtime(host: Host) -> str:
+    """``docker`` or ``podman``: the runtime of a container host's unit (host option ``container``)."""
+    return (host.options["container"] or {}).get("runtime", "podman")
+
+
 def _container_exec(host: Host, args: List[str], env: Dict[str, str]) -> List[str]:
     """ExecStart of a container host: ``podman run --rm --name sglang -p PORT:PORT -v /models...
     [-v /srv/moe:/moe] -e ... IMAGE /opt/venv/bin/python3 -m sglang.launch_server ...``; the
-    unit's environment goes in as ``-e`` (the container's), the fake GPU file as a bind."""
+    unit's environment goes in as ``-e`` (the container's), the fake GPU file as a bind. With
+    runtime docker, as fleets write it: ``/usr/bin/docker run --rm --name sglang --gpus all
+    -p ...`` (the stand-in gives the container the host's GPU files for ``--gpus``)."""
     o = host.options
     port = int(o["port"])
     env = dict(env)
-    words = ["/usr/bin/podman", "run", "--rm", "--name", "sglang", "-p", f"{port}:{port}",
-             "-v", "/models:/models:ro"]
-    for i in range(max(1, int(o["tp"]))):
-        words += ["-v", f"/dev/nvidia{i}:/dev/nvidia{i}"]
+    if container_runtime(host) == "docker":
+        words = ["/usr/bin/docker", "run", "--rm", "--name", "sglang", "--gpus", "all", "-p", f"{port}:{port}",
+                 "-v", "/models:/models:ro"]
+    else:
+        words = ["/usr/bin/podman", "run", "--rm", "--name", "sglang", "-p", f"{port}:{port}",
+                 "-v", "/models:/models:ro"]
+        for i in range(max(1, int(o["tp"]))):
+            words += ["-v", f"/dev/nvidia{i}:/dev/nvidia{i}"]
+    if o["container"].get("sdnotify"):  # podman-run(1) --sdnotify: who tells systemd (Type=notify) it started
+        words.append(f"--sdnotify={o['container']['sdnotify']}")
     if o["container"].get("moe_mount"):
         words += ["-v", f"{o['moe_config_dir']}:/moe"]
         env["SGLANG_MOE_CONFIG_DIR"] = "/moe"
@@ -850,6 +870,18 @@ def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
             tar.addfile(info)
         tar.add(str(hd / "opt-sglang"), arcname="opt/sglang")
     binds = [[str(etc), "/etc/containers"], [str(hd / "var-lib-containers"), "/var/lib/containers"]]
+    if container_runtime(host) == "docker":  # /usr/bin/docker: the stand-in, through hostinit's /usr/bin overlay
+        shutil.copy(DOCKER_SHIM, hd / "run" / "orchtb" / "docker_shim.py")
+        os.chmod(hd / "run" / "orchtb" / "docker_shim.py", 0o644)
+        upper = hd / "usr-bin-upper"
+        upper.mkdir()
+        (hd / "usr-bin-work").mkdir()
+        python = VENV_PYTHON if _everyone_can_run(VENV_PYTHON) else "/usr/bin/python3"
+        (upper / "docker").write_text(f"#!/bin/sh\nexec {shlex.quote(python)} /run/orchtb/docker_shim.py \"$@\"\n")
+        os.chmod(upper / "docker", 0o755)
+        for other in ("/usr/local/bin/docker", "/usr/local/sbin/docker"):  # a machine's own docker client, first
+            if os.path.isfile(other):                                      # on PATH, is the stand-in in the host
+                binds.append([str(upper / "docker"), other])
     cmds = ["if grep -q ' /sys/fs/cgroup/unified ' /proc/self/mounts; then umount /sys/fs/cgroup/unified; fi",
             # `ip netns exec` gives the host a fresh sysfs with an empty /sys/fs/cgroup, whose type crun refuses
             "grep -q ' /sys/fs/cgroup ' /proc/self/mounts || mount -t tmpfs -o mode=755 orchtb-cgroup /sys/fs/cgroup",
@@ -899,6 +931,8 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     if o["container"] and not extra:
         args, env = _container_exec(host, args, env), {}
         exec_start = " ".join(shlex.quote(a) for a in args)
+        if container_runtime(host) == "docker":  # as docker units are written (a stale container's name freed)
+            o = dict(o, unit_lines=["ExecStartPre=-/usr/bin/docker rm -f sglang", *o["unit_lines"]])
     lines = [
         "[Unit]",
         f"Description=SGLang server (orch test bed stand-in) on {host.name}",
@@ -1230,6 +1264,8 @@ class TestBed:
                 + _clean_shell_binds(hd),
             "nvidia": nvidia, "sshd_config": "/run/orchtb/sshd_config", "python": VENV_PYTHON,
             "setup_cmds": setup_cmds, "strays": bool(o["strays"]),
+            "usr_bin_overlay": ([str(hd / "usr-bin-upper"), str(hd / "usr-bin-work")]
+                                if (hd / "usr-bin-upper").is_dir() else None),
             "start_units": ([o["unit"]] + [u["unit"] for u in o["more_units"]]) if o["start_unit"] else [],
             "unit_ports": {o["unit"]: int(o["port"]), **{u["unit"]: int(u["port"]) for u in o["more_units"]}},
             "unit_addresses": {o["unit"]: host.url.split("//", 1)[1].rsplit(":", 1)[0]},

@@ -9,7 +9,8 @@ so it runs in the host's own network, mount, UTS and PID namespaces. It then
 1. sets the host name and bind-mounts the host's own folders/files over the shared root
    file system (``spec["binds"]``: ``/etc/systemd/system``, ``/root/.ssh``, ``/opt/sglang``,
    ``/var/lib/orch``, ``/models``, ``/run``, ``/var/log``, ``/tmp``, ``/srv``,
-   ``/usr/bin/systemctl``, ``/usr/bin/journalctl``);
+   ``/usr/bin/systemctl``, ``/usr/bin/journalctl``), after an overlay on ``/usr/bin`` adding
+   ``spec["usr_bin_overlay"]``'s programs (``[upper, work]``: the docker stand-in) when given;
 2. mounts a private tmpfs on ``/dev`` holding the usual nodes (bound from the real ones) and
    the host's fake GPU files ``/dev/nvidia0..``, ``/dev/nvidiactl`` (plain files), so they exist
    only inside this host;
@@ -112,6 +113,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         socket.sethostname(spec["name"])
+        if spec.get("usr_bin_overlay"):
+            # more programs in /usr/bin of this host only (the docker stand-in): an overlay whose
+            # upper folder holds them, so this machine's own /usr/bin is left as it is
+            upper, work = spec["usr_bin_overlay"]
+            _run(["mount", "-t", "overlay", "orchtb-usr-bin", "-o",
+                  f"lowerdir=/usr/bin,upperdir={upper},workdir={work}", "/usr/bin"])
         sources = [(os.open(src, os.O_PATH), os.path.isdir(src), dst) for src, dst in spec["binds"]]
         _setup_dev(spec["hostdir"], spec["nvidia"])
         for fd, is_dir, dst in sources:

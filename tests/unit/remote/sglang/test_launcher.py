@@ -181,3 +181,22 @@ def test_entry_processes():
     assert not is_entry_process(["/py", "-m", "sglang.launch_server", "--tp", "4"], ENTRY_MODULE, ["--tp", "2"])
     assert is_entry_process(["/venv/bin/python3", "/venv/bin/sglang", "serve", "/m"], ENTRY_SERVE, ["/m"])
     assert not is_entry_process(["/venv/bin/python3", "/venv/bin/sglang", "serve", "/m"], ENTRY_MODULE, ["/m"])
+
+
+def test_start_stop_daemon_of_a_forking_unit_is_unwrapped_not_kept():
+    ssd = "/usr/sbin/start-stop-daemon --start --background --make-pidfile --pidfile /run/s.pid"
+    la = r(f"{ssd} --output /var/log/s.log --chdir /srv --exec /opt/venv/bin/python3 -- -m sglang.launch_server "
+           "--model-path /m --tp 2")
+    assert (la.interpreter, la.server_argv, la.wrapper) == ("/opt/venv/bin/python3", ARGS, [])
+    assert la.log_files == ["/var/log/s.log"] and la.cwd == "/srv" and la.forms[0] == "start-stop-daemon"
+    la = r("start-stop-daemon -S -b -m -p /run/s.pid -C -a /opt/venv/bin/sglang -x /opt/venv/bin/python3 -- serve /m "
+           "--tp 2")
+    assert la.entry == ENTRY_SERVE and la.script == "/opt/venv/bin/sglang" and la.log_files == []
+    with pytest.raises(LaunchError, match="sends the server's log to /dev/null"):
+        r(f"{ssd} --exec /opt/venv/bin/python3 -- -m sglang.launch_server --tp 2")
+    with pytest.raises(LaunchError, match="option --chuid is not one orch reads"):
+        r(f"{ssd} -C --chuid sglang --exec /opt/venv/bin/python3 -- -m sglang.launch_server")
+    with pytest.raises(LaunchError, match="option --stop is not one orch reads"):
+        r("start-stop-daemon --stop --pidfile /run/s.pid")
+    with pytest.raises(LaunchError, match="without --start"):
+        r("start-stop-daemon --exec /opt/venv/bin/python3 -- -m sglang.launch_server")
