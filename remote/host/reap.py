@@ -79,7 +79,7 @@ from typing import Iterable
 
 from ..protocol import PayloadError, internal_error, log
 from .bounded import GPU_QUERY_TIMEOUT_S, run_bounded
-from .xid import smi_state
+from .smi import smi_state
 from .procs import (_pids, _read, _wait_gone, alive, ancestors, cmdline, exe_name, proc_stat,  # noqa: F401
                     signal_if_same)
 
