@@ -23,6 +23,7 @@ COMMANDS = {
     "names": ".names",
     "tune": ".tuning.command",
     "reap": ".host.reap",
+    "xid": ".host.xid",
     "port": ".host.port",
     "install": ".host.install",
     "restore": ".host.restore",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .bench import BenchResult
+from .gpu_health import GpuHealth
 from .plan import Endpoint, Plan
 from .probe import ProbeFacts
 from .runner_trial import RunnerTrial
@@ -95,6 +96,8 @@ class HostFacts:
     interpreter = Fact("orch_interpreter", str)
     #: the payload's probe of the host (probe)
     probe = Fact("orch_probe", ProbeFacts)
+    #: the kernel log's Xid lines and nvidia-smi's state before anything stopped (gpu_health)
+    gpu_health = Fact("orch_gpu_health", GpuHealth)
     #: what a tune would do (plan)
     plan = Fact("orch_plan", Plan)
     #: where the running server answered (plan)

@@ -85,6 +85,9 @@ class RunSummary(Record):
     recovered: list[dict[str, Any]] | None = None
     #: the runner trial's table (``orch tune --moe-runners``)
     runner_trial: RunnerTrial | None = None
+    #: fatal Xids that appeared in the kernel log during the tune (``{"pci", "code", "text",
+    #: "time_s", "fatal"}``, :class:`orchestrator.facts.gpu_health.Xid`): the rollout stopped there
+    gpu_lost: list[dict[str, Any]] | None = None
     #: FlashInfer's autotune cache: the backup (``{"dir", "files"}``) or a rollback's restore of it
     autotune_cache: dict[str, Any] | None = None
 

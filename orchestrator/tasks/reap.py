@@ -60,6 +60,8 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
     unit = ctx.run.unit or (ctx.facts.unit.unit if ctx.facts.unit is not None else None)
     if unit:
         args += ["--unit", unit if "." in unit else f"{unit}.service"]
+    mig, mig_why = mig_mode(ctx)
+    args += ["--mig", mig]
     if ctx.check:
         args.append("--check")
     data = ctx.payload.call("reap", args, timeout=float(term_timeout) * 3 + 120)
@@ -76,10 +78,29 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
     spared = [f"{p.get('pid')} ({p.get('unit')})" for p in data.get("other_units") or []]
     if spared:
         msg += "\nother units' processes left alone: " + ", ".join(spared)
+    slices = data.get("other_slices") or []
+    if slices:
+        ctx.emit("gpu_holders_left", holders=slices, why="mig")
+        msg += (f"\nMIG ({mig_why}): left alone, not in {unit}'s cgroup (another slice may use the GPU): " +
+                ", ".join(f"{p.get('pid')} ({str(p.get('cmdline'))[:80]})" for p in slices))
     msg += f"\n[{why}]"
     if unit and ctx.run.stopped_by_orch and not ctx.check:
         held_stopped(ctx, unit)
     return TaskResult("changed" if killed and not ctx.check else "ok", msg, data)
+
+
+def mig_mode(ctx) -> tuple[str, str]:
+    """``(--mig value, why)`` for the payload's reap: ``on`` when the probe's ``gpu_health`` found a GPU
+    in MIG mode or the unit's ``CUDA_VISIBLE_DEVICES`` names ``MIG-`` devices (every slice shares
+    the GPU's ``/dev/nvidiaN``: sglang #2933; only the unit's own cgroup is then reaped), else
+    ``auto`` (the payload asks nvidia-smi itself)."""
+    cvd = str(ctx.facts.environment.get("CUDA_VISIBLE_DEVICES", ""))
+    if any(p.strip().startswith("MIG-") for p in cvd.split(",")):
+        return "on", "CUDA_VISIBLE_DEVICES names MIG devices"
+    health = ctx.facts.gpu_health
+    if health is not None and health.nvidia_smi.mig:
+        return "on", "nvidia-smi: MIG mode"
+    return "auto", "nvidia-smi asked on the host"
 
 
 def held_stopped(ctx, unit: str) -> None:

@@ -39,6 +39,16 @@ How:
 4. Re-scan. Any unprotected holder left (a target that survived, a new holder, or a holder we
    may not signal) -> ``PayloadError('runtime')`` listing them, ``detail`` = the result below.
    With ``--only-pids``, holders outside that set are listed under ``others`` and not fatal.
+5. MIG (``--mig on``, or ``auto``: nvidia-smi says ``mig.mode.current`` Enabled, or lists a ``MIG-``
+   device): every slice of a GPU shares its ``/dev/nvidiaN`` (sglang #2933, vllm #55381), so a
+   holder of the file may be another slice's process. Only processes whose ``/proc/PID/cgroup``
+   (systemd's hierarchy) is ``--unit``'s own cgroup are targets; every other unprotected holder is
+   never signalled, is listed under ``other_slices`` and does not fail the reap. nvidia-smi's
+   memory fields are not read for this (``[N/A]``/``[Insufficient Permissions]`` under MIG,
+   vllm #7211).
+
+Every nvidia-smi query runs under a deadline (:func:`remote.host.bounded.run_bounded`): one that
+does not answer (hung after an Xid error, leptonai/gpud #117) counts as ``failed``.
 
 ``--check`` scans and reports ``would_kill``, signals nothing and never fails.
 
@@ -51,8 +61,9 @@ Result ``data``::
      "ghosts": [{"pid", "process_name", "used_memory_mib", "why"}],
      "others": [{"pid", "cmdline"}], "other_units": [{"pid", "cmdline", "unit"}],
      "non_compute": [{"pid", "cmdline", "why"}],
+     "other_slices": [{"pid", "cmdline", "why"}],        # MIG only
      "remaining": [{"pid", "cmdline"}],
-     "nvidia_smi": "used"|"absent"|"disabled"|"failed"}
+     "nvidia_smi": "used"|"absent"|"disabled"|"failed", "mig": bool}
 
 ``signal`` is the last signal sent before the process exited (``null``: it exited by itself).
 """
@@ -64,10 +75,11 @@ import os
 import shutil
 import signal
 import stat
-import subprocess
 from typing import Iterable
 
-from ..protocol import PayloadError, log
+from ..protocol import PayloadError, internal_error, log
+from .bounded import GPU_QUERY_TIMEOUT_S, run_bounded
+from .smi import smi_state
 from .procs import (_pids, _read, _wait_gone, alive, ancestors, cmdline, exe_name, proc_stat,  # noqa: F401
                     signal_if_same)
 
@@ -89,6 +101,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--nvidia-smi", default=None, help="path of nvidia-smi (default: from PATH)")
     parser.add_argument("--unit", default=None,
                         help="the unit being serviced (NAME.service): processes of OTHER units' cgroups are spared")
+    parser.add_argument("--mig", choices=("auto", "on", "off"), default="auto",
+                        help="MIG mode: only processes of --unit's own cgroup are ended (auto: ask nvidia-smi)")
 
 
 def run(args) -> dict:
@@ -105,7 +119,8 @@ def run(args) -> dict:
         device_globs=[g for g in args.devices.split(",") if g],
         protected={p.strip() for p in args.protected.split(",") if p.strip()},
         term_timeout=args.term_timeout, kill_timeout=args.kill_timeout, check=args.check,
-        only_pids=only, use_nvidia_smi=args.use_nvidia_smi, nvidia_smi=args.nvidia_smi, unit=args.unit)
+        only_pids=only, use_nvidia_smi=args.use_nvidia_smi, nvidia_smi=args.nvidia_smi, unit=args.unit,
+        mig=args.mig)
 
 
 def is_sglang(cmd: str) -> bool:
@@ -138,6 +153,19 @@ def other_unit(cgroup_text: str, unit: str | None) -> str | None:
             if part.endswith(".service"):
                 return None if part == unit else part
     return None
+
+
+def in_unit_cgroup(cgroup_text: str, unit: str | None) -> bool:
+    """True when a process's ``/proc/PID/cgroup`` text puts it in ``unit``'s own cgroup (a path
+    component of systemd's hierarchy, unified ``0::`` or v1 ``name=systemd``, is ``unit``, e.g.
+    ``0::/system.slice/sglang.service``); False without ``unit``. Pure."""
+    if not unit:
+        return False
+    for line in cgroup_text.splitlines():
+        f = line.split(":", 2)
+        if len(f) == 3 and f[1] in ("", "name=systemd") and unit in f[2].strip().split("/"):
+            return True
+    return False
 
 
 class Devices:
@@ -228,17 +256,31 @@ def scan(devices: Devices) -> dict[int, dict]:
     return found
 
 
-def nvidia_smi_apps(path: str, timeout: float = 30.0) -> list[dict]:
+@internal_error("reap catches it: nvidia-smi's view is then not used (nvidia_smi: failed)")
+class SmiFailed(RuntimeError):
+    """nvidia-smi could not run, failed, or did not answer within its deadline (the message says which)."""
+
+
+def nvidia_smi_apps(path: str, timeout: float = GPU_QUERY_TIMEOUT_S) -> list[dict]:
     """Rows of ``nvidia-smi --query-compute-apps=pid,process_name,used_memory`` (CSV, no header/units).
 
-    Returns ``[{"pid": int, "process_name": str, "used_memory_mib": int|None}]``.
-    Raises ``OSError``/``subprocess.SubprocessError`` when it cannot run or exits non-zero.
+    Returns ``[{"pid": int, "process_name": str, "used_memory_mib": int|None}]``; a memory value
+    that is no integer (``[N/A]``, ``[Insufficient Permissions]`` on MIG hosts, vllm #7211) is None,
+    a line whose first field is no PID is skipped. Runs under ``timeout`` seconds
+    (:func:`remote.host.bounded.run_bounded`); raises :class:`SmiFailed` when it cannot run,
+    exits non-zero or does not answer in time.
     """
-    cp = subprocess.run([path, "--query-compute-apps=pid,process_name,used_memory",
-                         "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                        timeout=timeout, check=True)
+    cp = run_bounded([path, "--query-compute-apps=pid,process_name,used_memory",
+                      "--format=csv,noheader,nounits"], timeout)
+    if not cp.ok:
+        raise SmiFailed(cp.reason)
+    return parse_compute_apps(cp.stdout)
+
+
+def parse_compute_apps(text: str) -> list[dict]:
+    """The rows of :func:`nvidia_smi_apps` from its output ``text``. Pure."""
     rows = []
-    for line in cp.stdout.splitlines():  # "No running processes found" and the like: no row
+    for line in text.splitlines():  # "No running processes found" and the like: no row
         parts = [p.strip() for p in line.split(",")]
         if not parts or not parts[0].isdigit():
             continue
@@ -262,12 +304,14 @@ def _signal(p: dict, sig: signal.Signals) -> None:
 
 def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.0,
          kill_timeout: float = 10.0, check: bool = False, only_pids: set[int] | None = None,
-         use_nvidia_smi: str = "auto", nvidia_smi: str | None = None, unit: str | None = None) -> dict:
+         use_nvidia_smi: str = "auto", nvidia_smi: str | None = None, unit: str | None = None,
+         mig: str = "auto") -> dict:
     """Scan, SIGTERM/SIGKILL and verify; see the module docstring for rules and result.
 
     ``device_globs``: glob patterns of device files; ``protected``: executable basenames;
     ``unit``: the unit serviced (``NAME.service``): processes in another service's cgroup are
-    never signalled (:func:`other_unit`);
+    never signalled (:func:`other_unit`); ``mig`` (``auto``/``on``/``off``): with MIG on only
+    processes in ``unit``'s own cgroup are signalled (:func:`in_unit_cgroup`);
     timeouts in seconds. Raises ``PayloadError('runtime')`` when unprotected holders remain,
     ``PayloadError('not_found')`` when ``use_nvidia_smi == "yes"`` and it is missing.
     """
@@ -290,7 +334,7 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
             try:
                 rows = nvidia_smi_apps(smi)
                 smi_state = "used"
-            except (OSError, subprocess.SubprocessError) as exc:
+            except SmiFailed as exc:
                 log(f"nvidia-smi failed: {exc}", "warning")
                 rows, smi_state = [], "failed"
             for r in rows:
@@ -307,15 +351,20 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
     # nvidia-smi answered with PIDs this namespace sees: busy means a compute process (a CUDA
     # context), not an open device file (NVML monitors open them too: gpud, nvidia-smi -l)
     compute_view = smi_state == "used" and not ghosts
+    mig_on = mig == "on" or (mig == "auto" and smi_state == "used" and _mig_enabled(smi))
     compute_pids = {r["pid"] for r in rows} if compute_view else set()
-    protected_l, skipped, targets, others, other_units, non_compute = [], [], [], [], [], []
+    protected_l, skipped, targets, others, other_units, non_compute, slices = [], [], [], [], [], [], []
     for pid, h in sorted(holders.items()):
         brief = {"pid": pid, "cmdline": h["cmdline"]}
-        owner = other_unit((_read(f"/proc/{pid}/cgroup") or b"").decode("utf-8", "replace"), unit)
+        cgroup = (_read(f"/proc/{pid}/cgroup") or b"").decode("utf-8", "replace")
+        owner = other_unit(cgroup, unit)
         if is_protected(pid, protected):
             protected_l.append(brief)
         elif owner is not None:
             other_units.append(dict(brief, unit=owner))
+        elif mig_on and not in_unit_cgroup(cgroup, unit):
+            slices.append(dict(brief, why=f"MIG: not in {unit or 'the unit'}'s cgroup (another slice's process "
+                                          "may share the GPU's device file)"))
         elif compute_view and pid not in compute_pids and not is_sglang(h["cmdline"]):
             non_compute.append(dict(brief, why="holds the device file but is no compute process (nvidia-smi)"))
         elif pid in never:
@@ -328,7 +377,8 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
 
     result = {"devices": devices.paths, "check": check, "killed": [], "would_kill": [],
               "protected": protected_l, "skipped": skipped, "ghosts": ghosts, "others": others,
-              "other_units": other_units, "non_compute": non_compute, "remaining": [], "nvidia_smi": smi_state}
+              "other_units": other_units, "non_compute": non_compute, "other_slices": slices, "remaining": [],
+              "nvidia_smi": smi_state, "mig": mig_on}
     if check:
         result["would_kill"] = [{"pid": t["pid"], "cmdline": t["cmdline"], "via": t["via"]} for t in targets]
         result["remaining"] = [{"pid": t["pid"], "cmdline": t["cmdline"]} for t in targets] + \
@@ -350,7 +400,7 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
     after = scan(devices)
     remaining = []
     for pid, h in sorted(after.items()):
-        if is_protected(pid, protected) or any(o["pid"] == pid for o in other_units + non_compute):
+        if is_protected(pid, protected) or any(o["pid"] == pid for o in other_units + non_compute + slices):
             continue
         if only_pids is not None and pid not in only_pids and pid not in never:
             continue
@@ -361,3 +411,8 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
                            "; ".join(f"{r['pid']} ({r['cmdline'][:120]})" for r in remaining),
                            detail=result)
     return result
+
+
+def _mig_enabled(smi: str) -> bool:
+    """True when nvidia-smi (answering under its deadline) says a GPU is in MIG mode."""
+    return bool(smi_state(smi, GPU_QUERY_TIMEOUT_S)["mig"])

@@ -182,6 +182,8 @@ FLEET_OPTION_DEFAULTS: Dict[str, Any] = {
     "more_units": [],        # further SGLang units on this host, each {"unit", "port", "gpus", "cvd", "env"}
     "nvidia_smi": False,     # /usr/local/sbin/nvidia-smi (tests/testbed/nvidia_smi.py) for the host's GPUs
     "mig": {},               # {gpu index: [MIG profile, ...]} listed by that nvidia-smi
+    "dmesg": False,          # /usr/local/sbin/dmesg (tests/testbed/dmesg_standin.py): the kernel log
+                             #   lines a test writes to /run/orchtb/dmesg.json
     "shares_state_with": None,  # an earlier host's name: this host mounts that host's /var/lib/orch
                                 #   (one orch state folder on NFS, or hosts cloned with one data disk)
     "container": None,       # the unit runs the stand-in in a real podman container (issue 19):
@@ -214,6 +216,7 @@ FLEET_ETC_DIRS = ("/etc/default", "/etc/sglang")
 PCI_BUS_IDS = ("00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0",
                "00000000:9A:00.0", "00000000:AB:00.0", "00000000:BA:00.0", "00000000:DB:00.0")
 NVIDIA_SMI = str(Path(__file__).resolve().parent / "nvidia_smi.py")
+DMESG = str(Path(__file__).resolve().parent / "dmesg_standin.py")
 
 
 def gpu_uuid(host_name: str, index: int, kind: str = "GPU") -> str:
@@ -1305,13 +1308,17 @@ class TestBed:
                              for k, prof in enumerate(o["mig"].get(i, o["mig"].get(str(i), [])))]}
                     for i in range(int(o["n_gpus"]))]
             (hd / "run" / "orchtb" / "gpus.json").write_text(json.dumps(gpus, indent=1))
-            shutil.copy(NVIDIA_SMI, hd / "run" / "orchtb" / "nvidia_smi.py")
-            os.chmod(hd / "run" / "orchtb" / "nvidia_smi.py", 0o644)
-            python = VENV_PYTHON if _everyone_can_run(VENV_PYTHON) else "/usr/bin/python3"
-            sbin = hd / "usr-local-sbin"
-            sbin.mkdir()
-            (sbin / "nvidia-smi").write_text(f"#!/bin/sh\nexec {shlex.quote(python)} /run/orchtb/nvidia_smi.py \"$@\"\n")
-            os.chmod(sbin / "nvidia-smi", 0o755)
+        python = VENV_PYTHON if _everyone_can_run(VENV_PYTHON) else "/usr/bin/python3"
+        sbin = hd / "usr-local-sbin"
+        for opt, src, name in (("nvidia_smi", NVIDIA_SMI, "nvidia-smi"), ("dmesg", DMESG, "dmesg")):
+            if not o[opt]:
+                continue
+            shutil.copy(src, hd / "run" / "orchtb" / os.path.basename(src))
+            os.chmod(hd / "run" / "orchtb" / os.path.basename(src), 0o644)
+            sbin.mkdir(exist_ok=True)
+            (sbin / name).write_text(f"#!/bin/sh\nexec {shlex.quote(python)} /run/orchtb/{os.path.basename(src)} \"$@\"\n")
+            os.chmod(sbin / name, 0o755)
+        if sbin.is_dir():
             binds.append([str(sbin), "/usr/local/sbin"])
         if o["shares_state_with"]:
             other = self.workdir / o["shares_state_with"] / "var-lib-orch"

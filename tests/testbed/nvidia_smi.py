@@ -13,11 +13,22 @@ What it answers, in the formats of a real driver (R535+; samples recorded from r
         MIG 3g.71gb     Device  0: (UUID: MIG-8a1d...)
 
 - ``--query-gpu=FIELD[,FIELD...] --format=csv[,noheader][,nounits]`` for the fields ``index``,
-  ``uuid``, ``pci.bus_id``, ``name``, ``count``: one line per GPU, values joined by ``", "``; a
-  header line (``index, uuid, pci.bus_id``) unless ``noheader``. Another field: ``Field "x" is
-  not a valid field to query.`` and exit status 2, as the real command.
-- ``--query-compute-apps=...``: no line (the bed's processes hold fake device files; no GPU
-  memory is in use), or the header alone without ``noheader``.
+  ``uuid``, ``pci.bus_id``, ``name``, ``count``, ``mig.mode.current`` (``Enabled`` for a GPU with
+  MIG devices, else ``Disabled``), ``memory.used``, ``memory.total`` (``[N/A]`` on a GPU in MIG
+  mode, as the driver prints for a MIG parent, vllm #7211): one line per GPU, values joined by
+  ``", "``; a header line (``index, uuid, pci.bus_id``) unless ``noheader``. Another field:
+  ``Field "x" is not a valid field to query.`` and exit status 2, as the real command.
+- ``--query-compute-apps=pid,process_name,used_memory``: one line per PID listed in
+  ``/run/orchtb/compute_apps.json`` (written by a test: ``[pid, ...]``, host PIDs; the name from
+  ``/proc/PID/comm``; ``used_memory`` ``[N/A]`` when a GPU is in MIG mode, else ``1024``); without
+  that file no line (the bed's processes hold fake device files), or the header alone without
+  ``noheader``.
+
+Hang knob: while ``/run/orchtb/nvidia-smi.hang`` exists, every call blocks forever, as
+``nvidia-smi`` does in D state after an Xid error (leptonai/gpud #117): it ignores SIGTERM, and a
+child in its own session keeps its output open and sleeps, so a caller that waits for the output
+to end after killing it waits forever too (the one thing of D state a user process can show:
+nothing that signals it makes it go).
 
 Anything else exits 2 with a message naming what the bed's nvidia-smi does not answer.
 """
@@ -25,10 +36,17 @@ Anything else exits 2 with a message naming what the bed's nvidia-smi does not a
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import time
 
 GPUS_FILE = "/run/orchtb/gpus.json"
+APPS_FILE = "/run/orchtb/compute_apps.json"
+HANG_FILE = "/run/orchtb/nvidia-smi.hang"
 FIELDS = {"index": "index", "uuid": "uuid", "pci.bus_id": "pci_bus_id", "name": "name"}
+#: fields computed from the GPU's MIG devices (not stored in gpus.json)
+MIG_FIELDS = ("mig.mode.current", "memory.used", "memory.total")
 
 
 def _load() -> list:
@@ -54,14 +72,50 @@ def query_gpu(gpus: list, fields: list, header: bool) -> str:
         for f in fields:
             if f == "count":
                 vals.append(str(len(gpus)))
+            elif f == "mig.mode.current":
+                vals.append("Enabled" if g.get("mig") else "Disabled")
+            elif f in ("memory.used", "memory.total"):
+                vals.append("[N/A]" if g.get("mig") else ("0" if f == "memory.used" else "143771"))
             else:
                 vals.append(str(g[FIELDS[f]]))
         rows.append(", ".join(vals))
     return "\n".join(rows) + ("\n" if rows else "")
 
 
+def compute_apps(gpus: list) -> str:
+    """``--query-compute-apps`` lines (no header) of the PIDs in :data:`APPS_FILE`."""
+    try:
+        with open(APPS_FILE) as f:
+            pids = json.load(f)
+    except OSError:
+        return ""
+    mem = "[N/A]" if any(g.get("mig") for g in gpus) else "1024"
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{int(pid)}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            name = "[Not Found]"
+        out.append(f"{int(pid)}, {name}, {mem}")
+    return "".join(line + "\n" for line in out)
+
+
+def hang() -> None:
+    """Block forever (see the module docstring's hang knob)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.fork() == 0:
+        os.setsid()
+        while True:
+            time.sleep(3600)
+    while True:
+        time.sleep(3600)
+
+
 def main(argv: list) -> int:
     """Entry point; returns the exit status."""
+    if os.path.exists(HANG_FILE):
+        hang()
     fmt = next((a.split("=", 1)[1] for a in argv if a.startswith("--format=")), "")
     opts = set(fmt.split(",")) if fmt else set()
     if argv and argv[0] in ("-L", "--list-gpus"):
@@ -73,7 +127,7 @@ def main(argv: list) -> int:
             sys.stderr.write('"--format" option must be specified with "--query-gpu".\n')
             return 2
         fields = [f.strip() for f in q.split("=", 1)[1].split(",") if f.strip()]
-        bad = [f for f in fields if f not in FIELDS and f != "count"]
+        bad = [f for f in fields if f not in FIELDS and f != "count" and f not in MIG_FIELDS]
         if bad:
             sys.stdout.write(f'Field "{bad[0]}" is not a valid field to query.\n\n')
             return 2
@@ -83,6 +137,7 @@ def main(argv: list) -> int:
     if q is not None:
         if "noheader" not in opts:
             sys.stdout.write(", ".join(q.split("=", 1)[1].split(",")) + "\n")
+        sys.stdout.write(compute_apps(_load()))
         return 0
     sys.stderr.write(f"the orch test bed's nvidia-smi does not answer {' '.join(argv) or '(no arguments)'}\n")
     return 2
