@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
         if verbs[0] == "reset-failed":
             if _result(name) is not None:
                 for p in (os.path.join(UNIT_DIR, name), os.path.join(TRANSIENT_DIR, name + ".json"),
-                          os.path.join(TRANSIENT_DIR, name + ".result")):
+                          os.path.join(TRANSIENT_DIR, name + ".result"), os.path.join(TRANSIENT_DIR, name + ".started")):
                     try:
                         os.unlink(p)
                     except FileNotFoundError:

@@ -134,10 +134,15 @@ def launch(argv: list[str]) -> int:
         json.dump(spec, f)
     with open(unit_file, "w") as f:
         f.write("[Unit]\nDescription=%s\n\n[Service]\nType=simple\nTimeoutStopSec=30\nExecStart=%s %s --supervise %s\n"
-                % (spec["description"] or " ".join(spec["command"]), sys.executable, os.path.abspath(__file__), name))
-    if os.path.exists(result_file):
-        os.unlink(result_file)
+                % (" ".join((spec["description"] or " ".join(spec["command"])).split()), sys.executable, os.path.abspath(__file__), name))
+    for p in (result_file, result_file[:-len(".result")] + ".started"):
+        if os.path.exists(p):
+            os.unlink(p)
     rc = subprocess.run([SYSTEMCTL, "start", name], stdin=subprocess.DEVNULL).returncode
+    if rc != 0 and os.path.exists(result_file[:-len(".result")] + ".started"):
+        # the replacement says "not active" of a unit whose command already ended; systemd-run
+        # returns 0 once the unit started, whatever its command then does
+        rc = 0
     if rc == 0 and not spec["quiet"]:
         print(f"Running as unit: {name}", file=sys.stderr)
     return rc
@@ -201,6 +206,8 @@ def _open_output(value: str | None):
 def supervise(name: str) -> int:
     """The unit's main process: run the command under the unit's limits; write its result."""
     unit_file, spec_file, result_file = paths(name)
+    started_file = result_file[:-len(".result")] + ".started"
+    open(started_file, "w").close()
     with open(spec_file) as f:
         spec = json.load(f)
     props = spec["props"]
@@ -238,7 +245,7 @@ def supervise(name: str) -> int:
     code, status = ("killed", -rc) if rc < 0 else ("exited", rc)
     if result == "success" or spec["collect"]:
         # systemd unloads an inactive unit at once, a failed one too with --collect
-        for p in (unit_file, spec_file, result_file):
+        for p in (unit_file, spec_file, result_file, started_file):
             try:
                 os.unlink(p)
             except FileNotFoundError:
