@@ -596,20 +596,16 @@ def test_sigkill_leaves_record_next_tune_refuses_recover_restores(testbed_factor
 # ------------------------------------------------------------------------- SSH / network
 def _session_processes(h) -> list[int]:
     """What logind's ``KillUserProcesses=yes`` ends at logout (konstruktoid/ansible-role-hardening
-    #719): every process of the SSH login sessions. Without logind's session scopes in the bed,
-    a session is the process tree under each ``sshd: USER@...`` process together with every
-    process that shares a session id with one in that tree (a ``nohup ... &`` re-parented to PID 1
-    keeps it); the listening sshd is not in it."""
+    #719): every process of the SSH login sessions. Without logind's session scopes (cgroups) in
+    the bed, a session is told by its session id: each ``sshd: USER@...`` process, the command it
+    started (sshd makes it a session leader) and every process in that session, children and a
+    ``nohup ... &`` re-parented to PID 1 alike. A process that made a session of its own (a service
+    manager's unit) is outside, as it is outside logind's scope; the listening sshd is too."""
     rows = [line.split(None, 3) for line in h.sh("ps -eo pid=,ppid=,sid=,args=").stdout.splitlines()]
     procs = {int(r[0]): (int(r[1]), int(r[2]), r[3] if len(r) > 3 else "") for r in rows}
-    tree = {p for p, (_, _, args) in procs.items() if args.startswith("sshd: ") and "@" in args}
-    grew = True
-    while grew:
-        more = {p for p, (pp, _, _) in procs.items() if pp in tree} - tree
-        tree |= more
-        grew = bool(more)
-    sids = {procs[p][1] for p in tree}
-    return sorted(tree | {p for p, (_, sid, _) in procs.items() if sid in sids and sid != 0 and sid != 1})
+    sshd = {p for p, (_, _, args) in procs.items() if args.startswith("sshd: ") and "@" in args}
+    sids = {procs[p][1] for p in procs if p in sshd or procs[p][0] in sshd} - {0, 1}
+    return sorted(sshd | {p for p, (_, sid, _) in procs.items() if sid in sids})
 
 
 def test_logind_kill_of_the_login_sessions_leaves_the_transient_tune_running(testbed_factory, tmp_path):
