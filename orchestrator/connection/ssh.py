@@ -326,6 +326,11 @@ class SSHConnection(Connection):
         """Fabric's SFTP client, or None when the server refuses the SFTP subsystem (remembered
         for this connection). Raises :class:`HostUnreachable` when the link itself is gone."""
         if self._no_sftp is None:
+            cached = getattr(self._conn, "_sftp", None)  # Fabric 3 keeps one SFTP client per Connection
+            chan = cached.get_channel() if cached is not None else None
+            if cached is not None and (chan is None or chan.closed or chan.get_transport() is not self._conn.transport):
+                # opened on a transport that has since dropped and been reconnected: open a new one
+                self._conn._sftp = None
             try:
                 return self._conn.sftp()
             except (OSError, EOFError, paramiko.SSHException) as exc:
