@@ -504,6 +504,12 @@ class SSHConnection(Connection):
         for this connection). Raises :class:`HostUnreachable` when the link itself is gone."""
         if self._no_sftp is None:
             with self._open_lock:  # one SFTP channel (and one slot for it) per transport
+                cached = getattr(self._conn, "_sftp", None)  # Fabric 3 keeps one SFTP client per Connection
+                chan = cached.get_channel() if cached is not None else None
+                if cached is not None and (chan is None or chan.closed
+                                           or chan.get_transport() is not self._conn.transport):
+                    # opened on a transport that has since dropped and been reconnected: open a new one
+                    self._drop_sftp()
                 if self._sftp_slot:
                     return self._conn.sftp()
                 try:

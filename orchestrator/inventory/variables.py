@@ -358,6 +358,9 @@ _SPECS: list[VarSpec] = [
             "Batch sizes M to tune (default: SGLang's tuning list, "
             + ", ".join(map(str, DEFAULT_BATCH_SIZES)) + ", for every space).", _posint_list),
     _choice_var("orch_tune_space", SEARCH_SPACES, DEFAULT_SEARCH_SPACE, "Size of the kernel search space."),
+    VarSpec("orch_tune_memory_max", "int", "a positive number of bytes", None,
+            "MemoryMax= of the tuner's transient unit, in bytes (default: 80% of the host's MemAvailable "
+            "when the tune starts); above it the kernel ends the tuner only.", _int_range(1, None)),
     VarSpec("orch_triton_interpret", "bool", "a boolean", False,
             "Run the tuner with TRITON_INTERPRET=1 (CPU test beds only).", _bool),
     VarSpec("orch_ready_timeout", "seconds", "a positive number of seconds", 1800,

@@ -19,11 +19,18 @@ from typing import Any, Callable
 
 from remote.protocol import is_run_id
 
+from ..connection.base import ConnectError
 from ..connection.deadline import clamp
 from ..host.container import payload_container
 from ..engine.results import Cancelled, TaskFailed
+from .transient import RUNNING_STATES, UnitUnavailable, stop_unit, unit_state
 
 PROTO = 1
+#: seconds between two polls of a payload command run in a transient unit
+POLL_S = 2.0
+#: polls in a row that may fail on the connection (a dropped SSH session, reconnected by the next
+#: command) before the unit's command counts as lost to the controller
+POLL_RETRIES = 10
 
 
 class ContainerPayload:
@@ -44,7 +51,7 @@ class PayloadFailed(TaskFailed):
 
     def __init__(self, command: str, kind: str, msg: str, stderr_tail: str = "", detail: Any = None):
         text = f"payload {command} failed ({kind}): {msg}"
-        if stderr_tail and kind in ("crash", "runtime"):
+        if stderr_tail and kind in ("crash", "runtime", "out of host memory"):
             text += "\n" + stderr_tail
         super().__init__(text, {"kind": kind, "stderr_tail": stderr_tail, "detail": detail})
         self.kind = kind
@@ -192,6 +199,100 @@ class PayloadClient:
         raise PayloadFailed(command, "crash", f"no result line ({why})", tail)
 
 
+    def call_in_unit(self, command: str, args: list[str], unit: str, *, memory_max: int | None = None,
+                     timeout: float | None = None, on_progress: Callable[[dict], None] | None = None,
+                     poll_s: float = POLL_S) -> dict:
+        """Run one payload command as the transient systemd unit ``unit`` (``systemd-run``,
+        :mod:`orchestrator.payload.transient`) and return the ``data`` of its ``result`` line.
+
+        The unit writes its JSON lines to ``<state_dir>/units/<unit>.out`` (stderr to ``.err``);
+        every ``poll_s`` s the controller reads the unit's state and the new output (two short
+        commands: no channel stays open for the whole command). ``memory_max`` (bytes) becomes
+        ``MemoryMax=``, ``timeout`` (s) ``RuntimeMaxSec=`` and the controller's own bound. An
+        operator interrupt stops the unit (``systemctl stop``). Up to :data:`POLL_RETRIES` polls in
+        a row may fail on the connection (the SSH session dropped; the next command reconnects).
+        Raises :class:`UnitUnavailable` when the unit could not be started (nothing ran: the
+        caller may fall back to :meth:`call`); :class:`PayloadFailed` on an ``error`` line, on
+        ``Result=oom-kill`` (kind ``out of host memory``), or an end without a result line
+        (``crash``); :class:`Cancelled` after an interrupt; connection errors past the retries.
+        """
+        timeout = clamp(timeout)
+        t = self.connection
+        out_dir = posixpath.join(self.state_dir, "units")
+        out, err = posixpath.join(out_dir, unit + ".out"), posixpath.join(out_dir, unit + ".err")
+        t.run(["mkdir", "-p", out_dir], become=True)
+        t.run(["chmod", "700", out_dir], become=True)
+        t.run(["rm", "-f", out, err], become=True)
+        props = [f"StandardOutput=file:{out}", f"StandardError=file:{err}"]
+        if memory_max:
+            props.append(f"MemoryMax={int(memory_max)}")
+        if timeout:
+            props.append(f"RuntimeMaxSec={int(timeout)}")
+        launch = ["systemd-run", f"--unit={unit}", f"--description=orch payload {command}", "--quiet",
+                  *[f"--property={p}" for p in props], "--", *self.argv(command, args)]
+        res = t.run(launch, check=False, become=True, timeout=120)
+        if not res.ok and unit_state(t, unit).get("ActiveState") not in RUNNING_STATES:
+            # nothing of it runs (a unit that does is polled as started: never a second tuner)
+            why = (res.stderr.strip().splitlines() or [f"exit {res.exited}"])[-1]
+            raise UnitUnavailable(f"systemd-run could not start {unit}: {why}")
+        final: dict = {}
+        offset, partial, failures = 0, "", 0
+        started = time.monotonic()
+
+        def feed(chunk: str) -> None:
+            nonlocal partial
+            *lines, partial = (partial + chunk).split("\n")
+            for line in lines:
+                msg = _proto_line(line)
+                if msg is None:
+                    continue
+                if msg.get("type") == "progress" and on_progress:
+                    on_progress(msg)
+                elif msg.get("type") in ("result", "error"):
+                    final.update(msg)
+
+        while True:
+            if self.cancel is not None and self.cancel.is_set():
+                stop_unit(t, unit)
+                raise Cancelled(f"payload {command} stopped: interrupted by the operator")
+            if timeout and time.monotonic() - started > timeout + 60:
+                stop_unit(t, unit)
+                raise PayloadFailed(command, "crash", f"no result line (killed by timeout, unit {unit})")
+            try:
+                st = unit_state(t, unit)  # first the state, then the output: an ended unit's is whole
+                chunk = t.run(["tail", "-c", f"+{offset + 1}", out], check=False, become=True, timeout=60).stdout
+            except ConnectError:
+                failures += 1
+                if failures > POLL_RETRIES:
+                    raise
+                time.sleep(poll_s)
+                continue
+            failures = 0
+            offset += len(chunk.encode())
+            feed(chunk)
+            if st.get("ActiveState") not in RUNNING_STATES:
+                break
+            if self.cancel is not None:
+                self.cancel.wait(poll_s)
+            else:
+                time.sleep(poll_s)
+        feed("\n")
+        tail = "\n".join(t.run(["tail", "-n", "20", err], check=False, become=True, timeout=60).stdout
+                         .strip().splitlines()[-20:])
+        t.run(["systemctl", "reset-failed", unit], check=False, become=True, timeout=60)
+        if final.get("type") == "result":
+            return final.get("data") or {}
+        if final.get("type") == "error":
+            raise PayloadFailed(command, final.get("kind", "runtime"), final.get("msg", ""), tail, final.get("detail"))
+        result = st.get("Result", "")
+        if result == "oom-kill":
+            raise PayloadFailed(command, "out of host memory",
+                                f"the kernel ended unit {unit} at its MemoryMax={memory_max} bytes; "
+                                "the batch sizes it finished are kept in its checkpoint", tail)
+        why = "killed by timeout" if result == "timeout" else \
+            f"unit {unit} ended: Result={result or '?'}, {st.get('ExecMainCode', '?')} {st.get('ExecMainStatus', '?')}"
+        raise PayloadFailed(command, "crash", f"no result line ({why})", tail)
+
     def _stop_on_cancel(self, tag: str, done: threading.Event) -> None:
         """On operator interrupt, SIGTERM the tagged payload (``timeout`` forwards it to Python)."""
         while not done.wait(0.5):
@@ -199,6 +300,18 @@ class PayloadClient:
                 # the `timeout` wrapper keeps the tag on its command line and forwards the signal
                 self.connection.run(["pkill", "-TERM", "-f", f"ORCH_TAG={tag}"], check=False, become=True, timeout=30)
                 return
+
+
+def _proto_line(line: str) -> dict | None:
+    """A payload protocol message (``{"proto": 1, "type": ...}``) of one output line, else None."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) and msg.get("proto") == PROTO else None
 
 
 def tag_pattern(run_id: str) -> str:

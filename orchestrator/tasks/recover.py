@@ -10,7 +10,8 @@ exists, naming it and offering ``orch recover``.)
 
 - ``recover_select`` (``recover.yaml``): find the unfinished runs, take the lock over from
   a dead holder (its pid on this machine is gone, or ``--break-lock``), stop the leftover
-  payload processes of those runs (tagged ``ORCH_TAG=<run_id>.``; nothing else).
+  payload processes of those runs (their transient unit ``orch-tune-<run_id>``, found by name,
+  and the processes tagged ``ORCH_TAG=<run_id>.`` of a tune run in the SSH session; nothing else).
 - ``recover_restore``: put back the files of each unfinished run (payload ``restore``).
 - ``recover_mark``: record ``restored`` for each once the unit runs again.
 """
@@ -22,6 +23,7 @@ from ..engine.task import AWARE, task
 from ..host.container import end_payload_containers
 from ..host.records import records, start_heartbeat
 from ..payload.client import PayloadFailed, stop_tagged
+from ..payload.transient import RUNNING_STATES, stop_unit, unit_name
 from ..records.host import holder_gone
 
 
@@ -33,7 +35,9 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
     A lock held by another run is broken when its holder is gone (:func:`holder_gone`) or with
     ``break_lock`` (``--break-lock``); else the task fails naming the holder (and its heartbeat
     age when older than ``stale_after`` s). Then the leftover ``tune``/``bench`` payload processes
-    of the unfinished runs (their ``ORCH_TAG=<run_id>.``) are stopped; other processes, such as
+    of the unfinished runs are stopped: the transient unit ``orch-tune-<run_id>.service`` by name
+    (stopped if it runs, unloaded if it ended: ``tune_unit_stopped``/``tune_unit_collected``), and
+    the commands tagged ``ORCH_TAG=<run_id>.`` (a tune run in the SSH session); other processes, such as
     a payload started by hand or by another run, are left alone; a container unit's payload
     containers of those runs are ended through the runtime. The lock's heartbeat is renewed
     every ``heartbeat_interval`` s while this run holds it
@@ -62,14 +66,23 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
         rec.acquire(ctx.options.run_id, stale_after)
         ctx.run.locked = True
         start_heartbeat(ctx, heartbeat_interval)
+    units: list[str] = []
     if left and not ctx.check:
         # the dead controller's payload may still run (tune, bench); we hold the lock now
         for r in left:
             try:
+                unit = unit_name(r["run_id"])
                 stop_tagged(ctx.connection, r["run_id"])
             except ValueError as exc:  # a record whose name is no run id: nothing of it is signalled
                 ctx.emit("recover_stop_skipped", run_id=r["run_id"], error=str(exc))
                 continue
+            # its tuner's transient unit, found by name (orchestrator.payload.transient)
+            st = stop_unit(ctx.connection, unit)
+            if st is not None:
+                running = st.get("ActiveState") in RUNNING_STATES
+                ctx.emit("tune_unit_stopped" if running else "tune_unit_collected", run_id=r["run_id"], unit=unit,
+                         active_state=st.get("ActiveState"), result=st.get("Result"))
+                units.append(f"{'stopped' if running else 'collected'} {unit} ({st.get('Result') or '?'})")
             unit = ctx.facts.unit
             if unit is not None and unit.container is not None:
                 # its tuner in the unit's image: ended through the runtime, never by host PID
@@ -77,8 +90,10 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
                 if ended:
                     ctx.emit("payload_containers_ended", run_id=r["run_id"], containers=ended)
     desc = ", ".join(f"{r['run_id']} ({r['state']})" for r in left) or "none"
-    msg = f"unfinished runs: {desc}" + (f"; broke the lock of {broken}" if broken else "")
-    return TaskResult.ok(msg, facts={"orch_unfinished": left}, unfinished=left, broken_lock=broken)
+    msg = f"unfinished runs: {desc}" + (f"; broke the lock of {broken}" if broken else "") \
+        + "".join(f"; {u}" for u in units)
+    return TaskResult.ok(msg, facts={"orch_unfinished": left}, unfinished=left, broken_lock=broken,
+                         tune_units=units)
 
 
 @task("recover_restore")

@@ -24,6 +24,7 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
 from ..host.sharing import publish_failure, publish_result
 from ..payload.model_args import model_flags
+from ..payload.transient import MEMORY_SHARE, UnitUnavailable, memory_max, unit_name
 from ..records.layout import CONFIGS, TUNE_REPORT
 
 
@@ -65,7 +66,7 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
         ctx.progress(stage=msg.get("stage", "tune"), done=msg.get("done", 0), total=msg.get("total", 0),
                      eta_s=msg.get("eta_s"), best_us=msg.get("best_us"), batch_size=msg.get("batch_size"))
 
-    data = ctx.payload.call("tune", args, timeout=timeout, on_progress=on_progress, interruptible=True)
+    data, detached = _run_tuner(ctx, args, timeout, on_progress)
     files = data.get("files") or {}
     if not files.get("up"):
         raise TaskFailed(f"tuner wrote no up-projection file: {data}")
@@ -93,5 +94,32 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
     summary.speedup_vs_default = data.get("speedup_vs_default")
     summary.provider = data.get("provider")
     took = round(time.monotonic() - started, 1)
-    return TaskResult.changed(f"tuned {', '.join(sorted(fetched))} with {data.get('provider')} in {took} s",
-                              files=fetched, remote=data, seconds=took)
+    how = detached.get("unit") or f"in the SSH session ({detached.get('fallback')})"
+    return TaskResult.changed(f"tuned {', '.join(sorted(fetched))} with {data.get('provider')} in {took} s "
+                              f"({how})", files=fetched, remote=data, seconds=took, detached=detached)
+
+
+def _run_tuner(ctx, args, timeout, on_progress) -> tuple[dict, dict]:
+    """Run the payload ``tune`` as the transient unit ``orch-tune-<run id>`` under
+    ``MemoryMax=`` (``orch_tune_memory_max`` bytes, else :data:`MEMORY_SHARE` of the host's
+    MemAvailable now), polled (:meth:`PayloadClient.call_in_unit`); where that unit cannot start
+    (no usable ``systemd-run``) or the unit's image runs the tuner (a container unit: the runtime
+    owns its processes), in the SSH session as before (:meth:`PayloadClient.call`). Returns the
+    result's data and how it ran (``unit``, ``memory_max`` or ``fallback``: why not), which is also
+    emitted as the event ``tune_launch`` for the run record."""
+    pl = ctx.payload
+    if pl.container is not None and "tune" in pl.container.commands:
+        how = {"fallback": "the tuner runs in the unit's container image"}
+    else:
+        unit = unit_name(ctx.options.run_id)
+        limit = ctx.vars.get("orch_tune_memory_max")
+        if not limit:
+            limit = memory_max(ctx.connection.run(["cat", "/proc/meminfo"], check=False, timeout=60).stdout)
+        try:
+            ctx.emit("tune_launch", unit=unit, memory_max=limit)
+            data = pl.call_in_unit("tune", args, unit, memory_max=limit, timeout=timeout, on_progress=on_progress)
+            return data, {"unit": unit, "memory_max": limit}
+        except UnitUnavailable as exc:
+            how = {"fallback": str(exc)}
+    ctx.emit("tune_launch", unit=None, fallback=how["fallback"])
+    return pl.call("tune", args, timeout=timeout, on_progress=on_progress, interruptible=True), how

@@ -131,6 +131,9 @@ def _ready_bed(testbed_factory, tmp_path, opts=None, **vars_):
 #:   ``entered-<cmd>`` and waits until ``hold-<cmd>`` is removed (a gate the test opens).
 #: - ``oom-tune``: inside ``python -m remote tune`` only, ``torch.randn`` (which builds the
 #:   tuning problem's inputs) raises ``torch.cuda.OutOfMemoryError`` as a full GPU does.
+#: - ``hog-tune`` (content: a byte count): inside ``python -m remote tune`` only, once its
+#:   ``checkpoint.json`` exists (the first batch size is done), a thread allocates and touches
+#:   host memory in 32 MiB steps up to that count (a tuner whose host memory grows).
 FAULTS_DIR = "/srv/orch-faults"
 SITECUSTOMIZE = r"""
 import os, time
@@ -169,6 +172,22 @@ if _cmd:
                 "of which 1.19 GiB is free.")
 
         torch.randn = _oom
+    if _cmd == "tune" and os.path.exists(os.path.join(_D, "hog-tune")):
+        import threading
+
+        def _hog():
+            # once the first batch size is checkpointed, grow host memory as vllm PR #31604's tuner did
+            argv = open("/proc/self/cmdline", "rb").read().decode().split("\0")
+            ckpt = os.path.join(argv[argv.index("--out") + 1], "checkpoint.json")
+            while not os.path.exists(ckpt):
+                time.sleep(0.05)
+            cap = int(open(os.path.join(_D, "hog-tune")).read().strip() or 0)
+            held = []
+            while sum(len(b) for b in held) < cap:
+                held.append(bytearray(32 << 20))  # zero-filled: every page touched, resident
+                time.sleep(0.02)
+
+        threading.Thread(target=_hog, daemon=True).start()
 """
 #: gate for a host binary (bind-mounted over it inside the host's own mount namespace):
 #: ``hold-<name>`` holds ``WANT [N]``: the N-th call (default the first) whose first argument is
@@ -475,18 +494,52 @@ def test_cuda_oom_in_payload_restored_with_stderr_tail(step_bed, tmp_path):
     assert not _payload_procs(h)
 
 
+def test_tuner_over_memory_max_is_ended_alone_reported_restored_and_a_rerun_resumes(testbed_factory, tmp_path):
+    """The tuner's host memory grows past its unit's ``MemoryMax=`` (``orch_tune_memory_max``; the
+    ``hog-tune`` hook, after the first batch size is checkpointed): only the tuner is ended
+    (``Result=oom-kill``), the cause says ``payload tune failed (out of host memory)``, the host is
+    restored and running; a rerun without the hog resumes from the checkpoint and completes."""
+    opts = {0: {**HOST_OPTS[0], "env": {"PYTHONPATH": f"{FAULTS_DIR}:/opt/sglang"}}}
+    bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path, opts, orch_tune_batch_sizes=[1, 2, 4, 16],
+                                   orch_tune_memory_max=1536 << 20)
+    _faults(h).mkdir(parents=True, exist_ok=True)
+    (_faults(h) / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (_faults(h) / "hog-tune").write_text(str(4 << 30))  # past the limit; a bound if nothing enforces it
+    server_pid = _main_pid(h)
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "s1")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    res = recap(proc)
+    r = res["hosts"][h.name]
+    assert r["outcome"] == "failed" and r["rescued"] == 1, r
+    assert "payload tune failed (out of host memory)" in r["cause"] and "MemoryMax=1610612736" in r["cause"], \
+        r["cause"]
+    _assert_restored(h, tree, res["run_id"])
+    assert not _payload_procs(h)
+    assert _main_pid(h) != server_pid  # the server was stopped for the tune and started again, not killed
+    (_faults(h) / "hog-tune").unlink()
+    again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "s2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    rid2 = recap(again)["run_id"]
+    out = h.sh(f"cat /var/lib/orch/units/orch-tune-{rid2}.service.out").stdout
+    assert "resuming: batch sizes [1" in out, out[-2000:]
+    assert _host_run_state(h, rid2) == "completed" and h.unit_state() == "active"
+
+
 def test_sigkill_leaves_record_next_tune_refuses_recover_restores(testbed_factory, tmp_path):
     bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path, **LONG_TUNE)
     state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
     try:
         _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
-        _wait_payload_tune(h)  # the dead controller leaves its tune running (~1 min of work left)
+        tuner = _wait_payload_tune(h).split()[0]  # the dead controller leaves its tune running
         proc.kill()  # SIGKILL: no rescue, no always
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
+    unit = f"orch-tune-{rid}.service"
+    assert h.sh(f"systemctl is-active {unit}", check=False).stdout.strip() == "active"
+    assert h.sh(f"kill -0 {tuner}", check=False).returncode == 0
     # what a killed controller leaves: unit stopped, lock held by its run, record not finished
     assert h.unit_state() in ("inactive", "failed")
     assert (_lock(h) or {}).get("run_id") == rid
@@ -522,6 +575,13 @@ def test_sigkill_leaves_record_next_tune_refuses_recover_restores(testbed_factor
         assert rec.returncode == 0, rec.stderr[-4000:]
         assert recap(rec)["hosts"][h.name]["outcome"] == "completed"
         _assert_restored(h, tree, rid)
+        # the dead run's transient unit, found by name, is stopped and unloaded; its tuner is gone
+        assert h.sh(f"systemctl show -p LoadState {unit}").stdout.strip() == "LoadState=not-found"
+        assert h.sh(f"kill -0 {tuner}", check=False).returncode != 0, "the dead run's tuner still runs"
+        rec_events = [json.loads(x) for p in (tmp_path / "state3" / "runs").glob("*/events.jsonl")
+                      for x in p.read_text().splitlines() if x.strip()]
+        assert [e for e in rec_events if e.get("event") == "tune_unit_stopped" and e.get("unit") == unit], \
+            [e for e in rec_events if "unit" in e.get("event", "")]
         for pid in (left[0], child):  # the dead run's wrapper and its Python child are gone
             assert h.sh(f"kill -0 {pid}", check=False).returncode != 0, f"leftover {pid} still runs"
         assert not h.sh("pgrep -af '^[^ ]*python[^ ]* -m remote tune --model'", check=False).stdout.strip()
@@ -534,8 +594,57 @@ def test_sigkill_leaves_record_next_tune_refuses_recover_restores(testbed_factor
 
 
 # ------------------------------------------------------------------------- SSH / network
-def test_ssh_dropped_during_tune_host_restored(testbed_factory, tmp_path):
+def _session_processes(h) -> list[int]:
+    """What logind's ``KillUserProcesses=yes`` ends at logout (konstruktoid/ansible-role-hardening
+    #719): every process of the SSH login sessions. Without logind's session scopes (cgroups) in
+    the bed, a session is told by its session id: each ``sshd: USER@...`` process, the command it
+    started (sshd makes it a session leader) and every process in that session, children and a
+    ``nohup ... &`` re-parented to PID 1 alike. A process that made a session of its own (a service
+    manager's unit) is outside, as it is outside logind's scope; the listening sshd is too."""
+    rows = [line.split(None, 3) for line in h.sh("ps -eo pid=,ppid=,sid=,args=").stdout.splitlines()]
+    procs = {int(r[0]): (int(r[1]), int(r[2]), r[3] if len(r) > 3 else "") for r in rows}
+    sshd = {p for p, (_, _, args) in procs.items() if args.startswith("sshd: ") and "@" in args}
+    sids = {procs[p][1] for p in procs if p in sshd or procs[p][0] in sshd} - {0, 1}
+    return sorted(sshd | {p for p, (_, sid, _) in procs.items() if sid in sids})
+
+
+def test_logind_kill_of_the_login_sessions_leaves_the_transient_tune_running(testbed_factory, tmp_path):
+    """Every process of the SSH sessions SIGKILLed mid-tune, as logind does at logout on a hardened
+    host: the tune runs as the transient unit ``orch-tune-RUN``, outside them, so it goes on; the
+    controller's next poll reconnects; the run completes with the new files installed."""
     bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path, **LONG_TUNE)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    unit = f"orch-tune-{rid}.service"
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    try:
+        _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
+        tuner = _wait_payload_tune(h).split()[0]
+        assert h.sh(f"systemctl is-active {unit}", check=False).stdout.strip() == "active"
+        victims = _session_processes(h)
+        assert victims and int(tuner) not in victims, (victims, tuner)
+        h.sh("kill -KILL " + " ".join(map(str, victims)), check=False)
+        assert h.sh(f"kill -0 {tuner}", check=False).returncode == 0, "the tuner died with the sessions"
+        rc, result = _wait_exit(proc, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 0, log.read_text()[-4000:]
+    r = result["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    assert _host_run_state(h, rid) == "completed"
+    tuned = [e for e in _events(state, rid) if e.get("event") == "tune_launch"]
+    assert tuned and tuned[-1]["unit"] == unit and tuned[-1]["memory_max"] > 0, tuned
+    assert h.sh(f"test -e '{h.triton_dir}/{DOWN}'", check=False).returncode == 0
+    assert h.unit_state() == "active" and _lock(h) is None
+    assert h.sh(f"systemctl show -p LoadState {unit}").stdout.strip() == "LoadState=not-found"
+
+
+def test_ssh_dropped_during_tune_host_restored(testbed_factory, tmp_path):
+    """A host without a usable ``systemd-run`` (none, or PID 1 is no systemd) tunes in the SSH
+    session as before, and says so; the SSH sessions killed mid-tune end the tune, and the rescue
+    restores the host in the same run."""
+    bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path, {0: {**HOST_OPTS[0], "systemd_run": False}},
+                                   **LONG_TUNE)
     state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
     try:
@@ -551,6 +660,8 @@ def test_ssh_dropped_during_tune_host_restored(testbed_factory, tmp_path):
     r = result["hosts"][h.name]
     assert r["outcome"] == "failed" and r["rescued"] == 1, r
     assert "Tune the fused-MoE kernel" in r["cause"], r["cause"]
+    launch = [e for e in _events(state, rid) if e.get("event") == "tune_launch"]
+    assert launch and launch[-1]["unit"] is None and "systemd-run" in launch[-1]["fallback"], launch
     # the rescue reconnects and brings the host back at once: no operator step needed
     _assert_restored(h, tree, rid)
     assert h.sh(f"test -e '{h.triton_dir}/{DOWN}'", check=False).returncode != 0

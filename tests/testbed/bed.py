@@ -66,6 +66,8 @@ SYSTEMCTL3 = os.path.join(VENV_BIN, "systemctl3") if os.path.exists(os.path.join
     else (shutil.which("systemctl3") or os.path.join(VENV_BIN, "systemctl3"))
 HOSTINIT = str(Path(__file__).resolve().parent / "hostinit.py")
 JOURNAL_SHIM = str(Path(__file__).resolve().parent / "journalctl_shim.py")
+SYSTEMCTL_SHIM = str(Path(__file__).resolve().parent / "systemctl_shim.py")
+SYSTEMD_RUN = str(Path(__file__).resolve().parent / "systemd_run.py")
 STATE_ROOT = Path(os.environ.get("ORCH_TESTBED_STATE", "/run/orchtb"))
 NS_PREFIX = "orchtb-"
 SUBNET_PREFIX = "10.213"  # hosts get 10.213.<k>.0/24, k in 1..254
@@ -155,6 +157,8 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "start_unit": True,             # start the unit at bed creation
     "timeout_stop_s": 15,           # TimeoutStopSec of the unit
     "service_lines": [],            # more [Service] lines, e.g. StandardOutput=append:/var/log/sglang.log
+    "systemd_run": True,            # /usr/local/sbin/systemd-run: the stand-in (tests/testbed/systemd_run.py);
+                                    # False: none (the machine's own, if any, finds no systemd as PID 1)
     # --- SSH variants (fleet SSH: bastions, host keys, hardened sshd) ---
     "sftp": True,                   # False: sshd_config without `Subsystem sftp` (hardened sshd)
     "sshd_extra_ports": [],         # more `Port`s sshd listens on besides 22
@@ -243,17 +247,29 @@ def _everyone_can_run(path: str) -> bool:
         return False
 
 
+def _shim_python() -> str:
+    """The interpreter of the host's stdlib-only shims: the venv's when everyone may run it."""
+    return VENV_PYTHON if _everyone_can_run(VENV_PYTHON) or not _everyone_can_run("/usr/bin/python3") \
+        else "/usr/bin/python3"
+
+
 def _systemctl_wrapper(run_dir: Path) -> str:
-    """Text of the host's ``/usr/bin/systemctl`` (docker-systemctl-replacement). Every login runs
-    it (``systemctl show`` needs no root), so when the venv's interpreter is not executable by
+    """Text of the host's ``/usr/bin/systemctl``: ``systemctl_shim.py`` (transient units of the
+    systemd-run stand-in) in front of docker-systemctl-replacement. Every login runs it
+    (``systemctl show`` needs no root), so when the venv's interpreter is not executable by
     everyone (e.g. a pyenv Python under /root), the stdlib-only ``systemctl3.py`` is copied into
     the host's ``/run/orchtb`` (``run_dir``) and run by ``/usr/bin/python3``."""
-    if _everyone_can_run(VENV_PYTHON) or not _everyone_can_run("/usr/bin/python3"):
-        return f"#!/bin/sh\nexec {shlex.quote(SYSTEMCTL3)} \"$@\"\n"
-    module = _run([VENV_PYTHON, "-c", "import systemctl2.systemctl3 as m; print(m.__file__)"]).stdout.strip()
-    shutil.copy(module, run_dir / "systemctl3.py")
-    os.chmod(run_dir / "systemctl3.py", 0o644)
-    return "#!/bin/sh\nexec /usr/bin/python3 /run/orchtb/systemctl3.py \"$@\"\n"
+    shutil.copy(SYSTEMCTL_SHIM, run_dir / "systemctl_shim.py")
+    os.chmod(run_dir / "systemctl_shim.py", 0o644)
+    if _shim_python() == VENV_PYTHON:
+        real = [SYSTEMCTL3]
+    else:
+        module = _run([VENV_PYTHON, "-c", "import systemctl2.systemctl3 as m; print(m.__file__)"]).stdout.strip()
+        shutil.copy(module, run_dir / "systemctl3.py")
+        os.chmod(run_dir / "systemctl3.py", 0o644)
+        real = ["/usr/bin/python3", "/run/orchtb/systemctl3.py"]
+    return (f"#!/bin/sh\nORCHTB_SYSTEMCTL_REAL={shlex.quote(json.dumps(real))} "
+            f"exec {shlex.quote(_shim_python())} /run/orchtb/systemctl_shim.py \"$@\"\n")
 
 
 class TestBedError(RuntimeError):
@@ -1233,6 +1249,14 @@ class TestBed:
         # systemctl / journalctl of the host
         (hd / "bin").mkdir()
         (hd / "bin" / "systemctl").write_text(_systemctl_wrapper(hd / "run" / "orchtb"))
+        if o["systemd_run"]:
+            # the systemd-run stand-in (tests/testbed/systemd_run.py), found first on PATH
+            shutil.copy(SYSTEMD_RUN, hd / "run" / "orchtb" / "systemd_run.py")
+            os.chmod(hd / "run" / "orchtb" / "systemd_run.py", 0o644)
+            (hd / "usr-local-sbin").mkdir(exist_ok=True)
+            (hd / "usr-local-sbin" / "systemd-run").write_text(
+                f"#!/bin/sh\nexec {shlex.quote(_shim_python())} /run/orchtb/systemd_run.py \"$@\"\n")
+            os.chmod(hd / "usr-local-sbin" / "systemd-run", 0o755)
         (hd / "bin" / "journalctl").write_text(
             f"#!/bin/sh\nexec {shlex.quote(VENV_PYTHON)} {shlex.quote(JOURNAL_SHIM)} \"$@\"\n")
         for n in ("systemctl", "journalctl"):
@@ -1264,7 +1288,8 @@ class TestBed:
                 [str(hd / "bin" / "journalctl"), "/usr/bin/journalctl"],
                 [str(hd / "etc" / "resolv.conf"), "/etc/resolv.conf"],
                 [str(hd / "etc" / "hosts"), "/etc/hosts"]] + fleet_binds + _hidden_code_binds(hd)
-                + _clean_shell_binds(hd),
+                + _clean_shell_binds(hd)
+                + ([[str(hd / "usr-local-sbin"), "/usr/local/sbin"]] if (hd / "usr-local-sbin").is_dir() else []),
             "nvidia": nvidia, "sshd_config": "/run/orchtb/sshd_config", "python": VENV_PYTHON,
             "setup_cmds": setup_cmds, "strays": bool(o["strays"]),
             "usr_bin_overlay": ([str(hd / "usr-bin-upper"), str(hd / "usr-bin-work")]
@@ -1309,7 +1334,7 @@ class TestBed:
                     for i in range(int(o["n_gpus"]))]
             (hd / "run" / "orchtb" / "gpus.json").write_text(json.dumps(gpus, indent=1))
         python = VENV_PYTHON if _everyone_can_run(VENV_PYTHON) else "/usr/bin/python3"
-        sbin = hd / "usr-local-sbin"
+        sbin = hd / "usr-local-sbin"  # bound over /usr/local/sbin in the host spec (with systemd-run)
         for opt, src, name in (("nvidia_smi", NVIDIA_SMI, "nvidia-smi"), ("dmesg", DMESG, "dmesg")):
             if not o[opt]:
                 continue
@@ -1318,8 +1343,6 @@ class TestBed:
             sbin.mkdir(exist_ok=True)
             (sbin / name).write_text(f"#!/bin/sh\nexec {shlex.quote(python)} /run/orchtb/{os.path.basename(src)} \"$@\"\n")
             os.chmod(sbin / name, 0o755)
-        if sbin.is_dir():
-            binds.append([str(sbin), "/usr/local/sbin"])
         if o["shares_state_with"]:
             other = self.workdir / o["shares_state_with"] / "var-lib-orch"
             if not other.is_dir():

@@ -1,0 +1,74 @@
+"""A long payload command run as a transient systemd unit (``systemd-run --unit orch-tune-RUN``),
+outside the SSH login session, and polled by the controller.
+
+Why: on hardened hosts logind ends a user's processes at logout (``KillUserProcesses=yes``,
+konstruktoid/ansible-role-hardening #719), so a command started from the SSH session dies with
+it; and a cloud firewall drops an SSH channel left idle for the whole tune (issue 21 row 2). A
+transient unit belongs to the service manager, not to the session: it survives both, and the
+controller reads its state (``systemctl show``) and its output file (``StandardOutput=file:``)
+in short commands. Its memory is capped (``MemoryMax=``, systemd.resource-control(5)) so a tuner
+whose host memory grows (vllm PR #31604, vllm PR #53490) is the one process the kernel's OOM
+killer ends (``Result=oom-kill``), never the server or sshd.
+
+Names: :func:`unit_name` (``orch-tune-<run id>``): `orch recover` finds the unit of a dead
+controller's run by that name (:func:`stop_unit`).
+"""
+
+from __future__ import annotations
+
+from remote.protocol import is_run_id
+
+#: what `MemoryMax=` is, by default, as a share of the host's MemAvailable at the tune's launch
+MEMORY_SHARE = 0.8
+#: the unit's state properties the controller reads (systemd.exec(5), org.freedesktop.systemd1(5))
+STATE_PROPS = ("LoadState", "ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus")
+#: ActiveState values of a unit that has not ended (systemctl(1))
+RUNNING_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
+
+
+class UnitUnavailable(Exception):
+    """``systemd-run`` is absent or could not start the unit (no systemd as PID 1, a container,
+    no D-Bus): the caller falls back to running the command in the SSH session. ``str()`` says why."""
+
+
+def unit_name(run_id: str, command: str = "tune") -> str:
+    """``orch-<command>-<run_id>.service``. Raises ValueError for a run id that is not a plain name
+    (recover reads run ids from a host's records: nothing else may reach a unit name)."""
+    if not is_run_id(run_id):
+        raise ValueError(f"not a run id: {run_id!r}")
+    return f"orch-{command}-{run_id}.service"
+
+
+def memory_max(meminfo: str, share: float = MEMORY_SHARE) -> int | None:
+    """``share`` of ``MemAvailable`` (bytes) of a ``/proc/meminfo`` text (proc(5): ``kB`` are KiB);
+    None when the line is missing (a kernel before 3.14): then no limit is set."""
+    for line in meminfo.splitlines():
+        key, _, rest = line.partition(":")
+        if key.strip() == "MemAvailable" and rest.split() and rest.split()[0].isdigit():
+            return int(int(rest.split()[0]) * 1024 * share)
+    return None
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """``KEY=VALUE`` lines of ``systemctl show -p ...`` as a dict."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def unit_state(t, unit: str) -> dict[str, str]:
+    """The :data:`STATE_PROPS` of ``unit`` on the host of connection ``t`` (a unit that is not
+    loaded, e.g. one that ended with success and was unloaded, shows ``LoadState=not-found``)."""
+    res = t.run(["systemctl", "show", "-p", ",".join(STATE_PROPS), unit], check=False, become=True, timeout=60)
+    return parse_show(res.stdout)
+
+
+def stop_unit(t, unit: str) -> dict[str, str] | None:
+    """Stop ``unit`` if it still runs (``systemctl stop``: SIGTERM to its processes, SIGKILL after its
+    stop timeout), then unload it (``reset-failed``). Returns its state before the stop, or None when
+    it was not loaded."""
+    st = unit_state(t, unit)
+    if st.get("LoadState") in (None, "", "not-found"):
+        return None
+    if st.get("ActiveState") in RUNNING_STATES:
+        t.run(["systemctl", "stop", unit], check=False, become=True, timeout=120)
+    t.run(["systemctl", "reset-failed", unit], check=False, become=True, timeout=60)
+    return st
