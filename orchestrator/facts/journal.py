@@ -43,12 +43,14 @@ class LogMark:
     cursor of the unit's last entry then (``journalctl --show-cursor``; None when the journal gave
     none, e.g. a unit with no entry yet, then ``text`` is read the old way); ``files``: path ->
     ``(inode, size in bytes)`` of each ``StandardOutput=``/``StandardError=`` file target (None:
-    the file did not exist); ``text``: a copy of the log as it was (the fallback of
-    :func:`text_since`)."""
+    the file did not exist); ``journal``: a copy of the journal's part as it was (the fallback of
+    :func:`text_since` without a cursor); ``text``: the copy with the files' last lines (what
+    :func:`unit_log` reads)."""
 
     cursor: str | None = None
     files: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     text: str = ""
+    journal: str = ""
 
 
 @dataclass
@@ -90,9 +92,10 @@ def mark_start(connection, unit: str, scope: str = "system", files: list[str] | 
     res = connection.run(["journalctl", *_which(unit, scope), "--no-pager", "-n", "0", "--show-cursor"],
                          check=False, become=True, timeout=60)
     m = _CURSOR.search(res.stdout or "") if res.ok else None
+    journal = unit_log(connection, unit, scope=scope)
     return LogMark(cursor=m.group(1) if m else None,
                    files={p: _stat(connection, p) for p in files or []},
-                   text=unit_log(connection, unit, scope=scope, files=files))
+                   text=unit_log(connection, unit, scope=scope, files=files), journal=journal)
 
 
 def journal_gaps(text: str, unit: str) -> list[str]:
@@ -115,18 +118,22 @@ def read_start(connection, unit: str, mark: LogMark | None, scope: str = "system
     target from the recorded size on (``tail -c +SIZE+1``); a file whose inode changed or that
     shrank was rotated or truncated during the start: it is read from its start and the rotation
     is a gap (the lines written before it are in the rotated copy, or lost). Without a cursor
-    (or without a mark): the old way, the log now cut after the copy (:func:`text_since`),
-    journald's rate-limit lines still reported."""
-    if mark is None or mark.cursor is None:
+    (a journal with no entry of the unit yet): the journal's part is cut after its copy
+    (:func:`text_since`), the files still by offset. Without a mark (or one of only a copy, ``text``):
+    the old way, the whole log now cut after the copy. journald's rate-limit lines are gaps in
+    every case."""
+    if mark is None or (mark.cursor is None and not mark.files and not mark.journal):
         text = text_since(mark.text if mark else "", unit_log(connection, unit, lines, scope, files))
         return StartLog(text, journal_gaps(text, unit))
-    res = connection.run(["journalctl", *_which(unit, scope), "--no-pager", "-n", str(int(lines)),
-                          "--after-cursor", mark.cursor], check=False, become=True, timeout=60)
-    if not res.ok:  # a cursor the journal no longer has (vacuumed): the old way
-        text = text_since(mark.text, unit_log(connection, unit, lines, scope, files))
-        return StartLog(text, journal_gaps(text, unit) + ["the journal no longer has the start's cursor"])
-    text = res.stdout
-    gaps = journal_gaps(text, unit)
+    gaps: list[str] = []
+    res = None
+    if mark.cursor is not None:
+        res = connection.run(["journalctl", *_which(unit, scope), "--no-pager", "-n", str(int(lines)),
+                              "--after-cursor", mark.cursor], check=False, become=True, timeout=60)
+        if not res.ok:  # a cursor the journal no longer has (vacuumed): cut after the copy
+            gaps.append("the journal no longer has the start's cursor")
+    text = res.stdout if res is not None and res.ok else text_since(mark.journal, unit_log(connection, unit, lines, scope))
+    gaps = journal_gaps(text, unit) + gaps
     for path in files or []:
         before = mark.files.get(path)
         now = _stat(connection, path)
@@ -142,7 +149,7 @@ def read_start(connection, unit: str, mark: LogMark | None, scope: str = "system
         got = connection.run(cmd, check=False, become=True, timeout=60)
         if got.ok and got.stdout:
             text += got.stdout if got.stdout.endswith("\n") else got.stdout + "\n"
-    return StartLog(text, gaps, by_cursor=True)
+    return StartLog(text, gaps, by_cursor=res is not None and res.ok)
 
 
 def log_files(ctx) -> list[str]:

@@ -74,3 +74,10 @@ def test_the_default_config_shown_fails_even_with_a_gap(tmp_path):
            "you can create them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/fused_moe_triton\n")
     with pytest.raises(TaskFailed, match="default MoE config"):
         verify(tmp_path, log)
+
+
+def test_without_a_cursor_the_files_are_still_read_by_offset_and_a_truncation_is_a_gap():
+    # a unit whose output all goes to a file: the journal may hold no entry of it, so no cursor
+    conn = ScriptedConnection([(r"^journalctl", ""), (r"^stat", "77 10\n"), (r"^tail -n ", "after\n")])
+    got = read_start(conn, "sglang-qwen", LogMark(None, {"/f": (77, 1200)}, "old file\n", ""), files=["/f"])
+    assert got.text == "after\n" and not got.by_cursor and "/f was truncated" in got.gaps[0]
