@@ -253,6 +253,8 @@ def _summary_fields(r) -> list[tuple[str, str]]:
         files = files if t.changed else "-"
     if s.sigkilled:  # sglang #22779: say it; the benchmark after checked every request for tokens
         tp += "\nSIGKILL: " + ", ".join(f"pid {k.get('pid')} ({k.get('by')})" for k in s.sigkilled)
+    if s.log_gaps:  # systemd #2913: the log proof may be incomplete; the benchmark decided
+        tp += "\nlog gap: " + "; ".join(s.log_gaps)
     if s.before_loaded and s.before_loaded.get("text"):  # what the "before" arm really ran (its log)
         tp += f"\nbefore: {s.before_loaded['text']}"
     return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]

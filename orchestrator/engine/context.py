@@ -60,7 +60,8 @@ class HostRun:
     ``was_active``; ``stopped_by_orch`` / ``started_by_orch`` (a rescue starts only a unit this
     run stopped); ``install_attempted`` and ``install_manifest`` (restore only when this run
     wrote); ``tuned_files`` (role -> local path of the files to install); ``log_mark`` (the unit
-    log before the last start, so only that start's lines are read); ``payload`` (version,
+    log before the last start, so only that start's lines are read) and ``start_mark`` (its
+    journal cursor and log files' sizes then, :class:`orchestrator.facts.journal.LogMark`); ``payload`` (version,
     sha256, root of the pushed payload) and ``payload_tmp`` (check mode's temp folder);
     ``locked`` / ``heartbeat`` (the host lock and the thread renewing it); ``record_state`` /
     ``record_action`` (what the host's run record says). ``summary``: what the run did on the
@@ -78,6 +79,7 @@ class HostRun:
     install_manifest: dict[str, Any] | None = None
     tuned_files: dict[str, str] = field(default_factory=dict)
     log_mark: str = ""
+    start_mark: Any = None
     payload: dict[str, Any] | None = None
     payload_tmp: str | None = None
     locked: bool = False

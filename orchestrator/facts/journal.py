@@ -8,6 +8,9 @@ or those of the last start the log holds (:func:`last_start`). Logs accumulate a
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+
 from remote.sglang.moe_log import last_start_at
 
 #: lines read from the end of the unit's journal
@@ -32,6 +35,121 @@ def unit_log(connection, unit: str, lines: int = LOG_LINES, scope: str = "system
         if res.ok:
             text += res.stdout if res.stdout.endswith("\n") or not res.stdout else res.stdout + "\n"
     return text
+
+
+@dataclass
+class LogMark:
+    """Where the unit's log stood before a start (:func:`mark_start`): ``cursor``, the journal
+    cursor of the unit's last entry then (``journalctl --show-cursor``; None when the journal gave
+    none, e.g. a unit with no entry yet, then ``text`` is read the old way); ``files``: path ->
+    ``(inode, size in bytes)`` of each ``StandardOutput=``/``StandardError=`` file target (None:
+    the file did not exist); ``journal``: a copy of the journal's part as it was (the fallback of
+    :func:`text_since` without a cursor); ``text``: the copy with the files' last lines (what
+    :func:`unit_log` reads)."""
+
+    cursor: str | None = None
+    files: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+    text: str = ""
+    journal: str = ""
+
+
+@dataclass
+class StartLog:
+    """The log lines of one start (:func:`read_start`) and the gaps in them: ``gaps`` are
+    sentences, one per hole (journald's "Suppressed N messages from UNIT", a log file rotated or
+    truncated during the start); a line that is not in ``text`` may be in a gap."""
+
+    text: str
+    gaps: list[str] = field(default_factory=list)
+    by_cursor: bool = False
+
+
+_CURSOR = re.compile(r"^-- cursor: (\S+)\s*$", re.M)
+#: journald's rate limiting line (systemd journald-server.c: "Suppressed %i messages from %s";
+#: driver messages carry OBJECT_SYSTEMD_UNIT, so ``journalctl -u UNIT`` shows them, systemd #2913)
+SUPPRESSED = re.compile(r"Suppressed (\d+) messages from (\S+)")
+
+
+def _which(unit: str, scope: str) -> list[str]:
+    return ["--user-unit", unit] if scope == "user" else ["-u", unit]
+
+
+def _stat(connection, path: str) -> tuple[int, int] | None:
+    res = connection.run(["stat", "-L", "-c", "%i %s", "--", path], check=False, become=True, timeout=60)
+    try:
+        inode, size = res.stdout.split()
+        return int(inode), int(size)
+    except ValueError:
+        return None
+
+
+def mark_start(connection, unit: str, scope: str = "system", files: list[str] | None = None) -> LogMark:
+    """Mark the unit's log before a (re)start: the journal cursor of its last entry
+    (``journalctl -u UNIT -n 0 --show-cursor``: journalctl(1) prints ``-- cursor: C``), each file
+    target's inode and size (``stat``), and a copy of the log for the fallback. The cursor is a
+    position in the journal, not a time: a backward clock step (systemd #43805) cannot hide the
+    start's entries from ``--after-cursor`` as it can from ``--since``."""
+    res = connection.run(["journalctl", *_which(unit, scope), "--no-pager", "-n", "0", "--show-cursor"],
+                         check=False, become=True, timeout=60)
+    m = _CURSOR.search(res.stdout or "") if res.ok else None
+    journal = unit_log(connection, unit, scope=scope)
+    return LogMark(cursor=m.group(1) if m else None,
+                   files={p: _stat(connection, p) for p in files or []},
+                   text=unit_log(connection, unit, scope=scope, files=files), journal=journal)
+
+
+def journal_gaps(text: str, unit: str) -> list[str]:
+    """journald's rate-limit lines in ``text`` (one start's journal lines) about ``unit``, as
+    gap sentences (systemd #2913: journald drops a unit's lines past ``RateLimitBurst=`` in
+    ``RateLimitIntervalSec=`` and says so in one line)."""
+    out = []
+    name = unit if "." in unit else unit + ".service"
+    for m in SUPPRESSED.finditer(text):
+        if m.group(2).rstrip(".").endswith((name, "/" + name)) or name in m.group(2):
+            out.append(f"journald suppressed {m.group(1)} messages of {name} (rate limiting)")
+    return out
+
+
+def read_start(connection, unit: str, mark: LogMark | None, scope: str = "system",
+               files: list[str] | None = None, lines: int = LOG_LINES) -> StartLog:
+    """The log of the start after ``mark`` (:func:`mark_start`), with its gaps.
+
+    With a cursor: the journal's entries after it (``journalctl --after-cursor``), and each file
+    target from the recorded size on (``tail -c +SIZE+1``); a file whose inode changed or that
+    shrank was rotated or truncated during the start: it is read from its start and the rotation
+    is a gap (the lines written before it are in the rotated copy, or lost). Without a cursor
+    (a journal with no entry of the unit yet): the journal's part is cut after its copy
+    (:func:`text_since`), the files still by offset. Without a mark (or one of only a copy, ``text``):
+    the old way, the whole log now cut after the copy. journald's rate-limit lines are gaps in
+    every case."""
+    if mark is None or (mark.cursor is None and not mark.files and not mark.journal):
+        text = text_since(mark.text if mark else "", unit_log(connection, unit, lines, scope, files))
+        return StartLog(text, journal_gaps(text, unit))
+    gaps: list[str] = []
+    res = None
+    if mark.cursor is not None:
+        res = connection.run(["journalctl", *_which(unit, scope), "--no-pager", "-n", str(int(lines)),
+                              "--after-cursor", mark.cursor], check=False, become=True, timeout=60)
+        if not res.ok:  # a cursor the journal no longer has (vacuumed): cut after the copy
+            gaps.append("the journal no longer has the start's cursor")
+    text = res.stdout if res is not None and res.ok else text_since(mark.journal, unit_log(connection, unit, lines, scope))
+    gaps = journal_gaps(text, unit) + gaps
+    for path in files or []:
+        before = mark.files.get(path)
+        now = _stat(connection, path)
+        if now is None:
+            continue
+        if before is not None and now[0] == before[0] and now[1] >= before[1]:
+            cmd = ["tail", "-c", f"+{before[1] + 1}", "--", path]
+        else:
+            cmd = ["tail", "-n", str(int(lines)), "--", path]
+            if before is not None:
+                how = "replaced (rotated)" if now[0] != before[0] else "truncated"
+                gaps.append(f"{path} was {how} during the start: lines written before that are not read")
+        got = connection.run(cmd, check=False, become=True, timeout=60)
+        if got.ok and got.stdout:
+            text += got.stdout if got.stdout.endswith("\n") else got.stdout + "\n"
+    return StartLog(text, gaps, by_cursor=res is not None and res.ok)
 
 
 def log_files(ctx) -> list[str]:

@@ -88,6 +88,10 @@ class RunSummary(Record):
     #: fatal Xids that appeared in the kernel log during the tune (``{"pci", "code", "text",
     #: "time_s", "fatal"}``, :class:`orchestrator.facts.gpu_health.Xid`): the rollout stopped there
     gpu_lost: list[dict[str, Any]] | None = None
+    #: holes in the log of a start this run made (:class:`orchestrator.facts.journal.StartLog`
+    #: ``gaps``: journald's "Suppressed N messages", a log file rotated during the start): a
+    #: line the log proof did not find may be in one (``not proven (log gap)``)
+    log_gaps: list[str] | None = None
     #: FlashInfer's autotune cache: the backup (``{"dir", "files"}``) or a rollback's restore of it
     autotune_cache: dict[str, Any] | None = None
 

@@ -23,7 +23,7 @@ from remote.sglang.moe_log import parse_moe_log
 
 from ..engine.results import Cancelled, TaskFailed
 from ..facts.bench import BenchResult
-from ..facts.journal import text_since, unit_log
+from ..facts.journal import mark_start, text_since, unit_log
 from ..facts.plan import Endpoint
 from ..facts.unit import is_active, parse_unit_settings
 from ..records.layout import bench_file
@@ -115,8 +115,8 @@ def restart_ready(ctx, unit: str, endpoint: Endpoint, start_timeout: float, read
     """Restart ``unit`` and wait until its server answers ``/health`` 200 (readiness allows for
     FlashInfer's autotune pass: ``ready_timeout`` s). Returns ``(seconds to ready, the log lines of
     this start)``. Raises TaskFailed with the log tail when the unit fails or is not ready in time."""
-    mark = unit_log(ctx.connection, unit)
-    ctx.run.log_mark = mark
+    ctx.run.start_mark = mark_start(ctx.connection, unit)  # what verify-log reads after this start
+    mark = ctx.run.log_mark = ctx.run.start_mark.text
     res = ctx.connection.run(["systemctl", "restart", unit], become=True, timeout=start_timeout + 30, check=False)
     ctx.run.stopped_by_orch = ctx.run.started_by_orch = True
     start = time.monotonic()

@@ -18,7 +18,7 @@ from remote.sglang.moe_log import parse_moe_log, role_of, verify_loaded
 
 from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..engine.task import task
-from ..facts.journal import log_files, text_since, unit_log
+from ..facts.journal import LogMark, StartLog, log_files, read_start
 from ..facts.unit import is_active, scope_of
 from ..host.answering import check_answering_process
 from ..host.endpoint import ask, ask_json, endpoint_of
@@ -27,9 +27,29 @@ from ..host.servers import meet, peer_failure
 POLL_S = 1.0
 
 
+def start_log(ctx, unit: str) -> StartLog:
+    """The log of the last start this run made (after ``ctx.run.start_mark``: by journal cursor,
+    the files from their recorded sizes; without a mark, after the copy ``ctx.run.log_mark``),
+    with its gaps. A gap not seen before is recorded once in the run summary (``log_gaps``), as a
+    ``log_gap`` event and a warning line."""
+    mark = ctx.run.start_mark
+    if mark is None and ctx.run.log_mark:
+        mark = LogMark(text=ctx.run.log_mark)
+    got = read_start(ctx.connection, unit, mark, scope=scope_of(ctx.vars), files=log_files(ctx))
+    known = ctx.run.summary.log_gaps or []
+    for gap in got.gaps:
+        if gap not in known:
+            known = known + [gap]
+            ctx.emit("log_gap", unit=unit, gap=gap)
+            ctx.say(f"WARNING: gap in the log of {unit}'s start: {gap}")
+    if known:
+        ctx.run.summary.log_gaps = known
+    return got
+
+
 def log_since_mark(ctx, unit: str) -> str:
-    """Unit log lines written since the last start this run made (``ctx.run.log_mark``)."""
-    return text_since(ctx.run.log_mark, unit_log(ctx.connection, unit, scope=scope_of(ctx.vars), files=log_files(ctx)))
+    """Unit log lines written since the last start this run made (:func:`start_log`)."""
+    return start_log(ctx, unit).text
 
 
 #: SGLang's native generation request (SGLang 0.5.23 srt/entrypoints/http_server.py ``/generate``,
@@ -144,8 +164,15 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
     ``not_looked_up``, not failed (such a loader may read none); the up file is always proven.
     On a rank of a multi-node server it then waits for every rank's proof, and fails when one
     of them failed (all ranks roll back together).
+
+    A gap in the start's log (:func:`start_log`: journald's "Suppressed N messages" rate
+    limiting, systemd #2913; a log file rotated during the start) makes a missing lookup line
+    unproven, not absent: the task then succeeds with ``not_proven`` set and says "not proven (log
+    gap)", and the benchmark after the start decides. What the log positively shows still fails
+    with a gap (a fallback, the default config, a missing down file, another file).
     """
-    text = log_since_mark(ctx, name)
+    got = start_log(ctx, name)
+    text = got.text
     rep = parse_moe_log(text)
     expect = list(expect_paths or [])
     inferred = ctx.facts.probe.sglang.loader_rules_inferred if ctx.facts.probe is not None else None
@@ -155,13 +182,22 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
     problems = verify_loaded(rep, expect) if expect else []
     if not expect and not allow_default and rep.suboptimal:
         problems = list(rep.suboptimal)
+    # a line not found in a log with a hole may be in the hole: not proven, never read as absent
+    absent = [p for p in expect if p not in rep.loaded] if got.gaps else []
+    absent_says = {f"log does not show 'Using MoE kernel config from {p}.'" for p in absent}
+    problems = [x for x in problems if x not in absent_says]
     data = {"loaded": rep.loaded, "default": rep.default, "fallback": rep.fallback,
-            "down_missing": rep.down_missing, "suboptimal": rep.suboptimal, "not_looked_up": unseen}
+            "down_missing": rep.down_missing, "suboptimal": rep.suboptimal, "not_looked_up": unseen,
+            "not_proven": absent, "gaps": got.gaps, "by_cursor": got.by_cursor}
     if problems:
-        raise TaskFailed("; ".join(problems), data)
+        raise TaskFailed("; ".join(problems) + (f" (the log has gaps: {'; '.join(got.gaps)})" if got.gaps else ""),
+                         data)
     meet(ctx, "verified")  # a multi-node server succeeds only when every rank loaded the files
-    what = ", ".join(p.rsplit("/", 1)[-1] for p in rep.loaded) or "default config"
+    what = ", ".join(p.rsplit("/", 1)[-1] for p in rep.loaded) or ("no lookup line" if absent else "default config")
     if unseen:
         what += (f"; the server never looked up {', '.join(p.rsplit('/', 1)[-1] for p in unseen)} (not proven: "
                  f"this SGLang's lookup rules were inferred, {inferred})")
+    if absent:
+        what += (f"; {', '.join(p.rsplit('/', 1)[-1] for p in absent)}: not proven (log gap: "
+                 f"{'; '.join(got.gaps)}), the benchmark after the start decides")
     return TaskResult.ok(f"log shows: {what}", **data)

@@ -15,7 +15,7 @@ from remote.sglang.server_args import split_launch
 from ..connection import CommandTimeout
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import log_files, unit_log
+from ..facts.journal import log_files, mark_start
 from ..facts.unit import UnitError, gather_unit, is_active, scope_of, systemctl
 from ..host.container import end_leftover_container
 from ..host.servers import meet
@@ -143,9 +143,11 @@ def free_port(ctx, unit: str) -> list[dict]:
 
 
 def mark_log(ctx, unit: str) -> None:
-    """Remember the unit log as it is now (``ctx.run.log_mark``), so that only the lines of the
-    next start are read afterwards (:func:`orchestrator.facts.journal.text_since`)."""
-    ctx.run.log_mark = unit_log(ctx.connection, unit, scope=scope_of(ctx.vars), files=log_files(ctx))
+    """Mark the unit log as it is now (``ctx.run.start_mark``: its journal cursor, its log files'
+    inodes and sizes, and a copy in ``ctx.run.log_mark``), so that only the lines of the next
+    start are read afterwards (:func:`orchestrator.facts.journal.read_start`)."""
+    ctx.run.start_mark = mark_start(ctx.connection, unit, scope=scope_of(ctx.vars), files=log_files(ctx))
+    ctx.run.log_mark = ctx.run.start_mark.text
 
 
 #: seconds to wait for the unit's end after ``systemctl kill --signal=SIGKILL``

@@ -378,3 +378,84 @@ def test_unit_logging_to_a_file_is_read_there(testbed_factory, tmp_path):
     proof = _task(res, h.name, "Prove the new configs were loaded")
     assert proof["data"]["loaded"] and all(p.endswith((UP, UP.replace(".json", "_down.json")))
                                            for p in proof["data"]["loaded"]), proof
+
+
+# ------------------------------------- row 7: one start read by journal cursor, gaps as gaps
+def _journald_fault(h, **fault) -> None:
+    """Turn on a journald fault of the bed's ``journalctl`` (tests/testbed/journalctl_shim.py) for
+    the lines the unit writes from now on."""
+    have = len(h.unit_log().splitlines())
+    h.sh(f"cat > /run/orchtb/journald.json <<'X'\n{json.dumps({k: dict(v, **{'from': have}) for k, v in fault.items()})}\nX")
+
+
+def _proof(res: dict, h) -> dict:
+    return _task(res, h.name, "Prove the new configs were loaded")
+
+
+def test_backward_clock_step_does_not_hide_the_new_start(testbed_factory, tmp_path):
+    """systemd #43805: the clock steps back an hour, so the new start's entries carry stamps
+    earlier than the old start's and ``journalctl --since`` (a time window) hides them. orch reads
+    the start after its journal cursor: the lines are found and the new files are proven loaded."""
+    bed = testbed_factory(1, host_options={0: {"config_files": {UP: OLD_UP}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    since = h.sh("date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    _journald_fault(h, clock_step={"seconds": -3600})
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = recap(proc)
+    assert res["hosts"][h.name]["outcome"] == "completed", res["hosts"][h.name]
+    proof = _proof(res, h)
+    assert proof["data"]["by_cursor"] and any(p.endswith(UP) for p in proof["data"]["loaded"]), proof
+    # the fault was on: a time window from before the run misses the new start's lookup lines
+    window = h.sh(f"journalctl -u sglang-qwen --no-pager --since {json.dumps(since)}").stdout
+    assert "Using MoE kernel config" not in window and "Using MoE kernel config" in h.unit_log()
+
+
+def test_rate_limited_journal_is_a_gap_not_a_missing_line(testbed_factory, tmp_path):
+    """systemd #2913: journald's rate limiting drops the new start's MoE lookup lines and logs
+    "Suppressed N messages from UNIT". The proof says the lines are not proven (log gap), the
+    benchmark decides, the recap and the events say there was a gap (before, verify-log read the
+    missing line as "not loaded" and rolled a good tune back)."""
+    bed = testbed_factory(1, host_options={0: {"config_files": {UP: OLD_UP}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    _journald_fault(h, suppress={"match": "MoE kernel config|MoE config file"})
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    res = recap(proc)
+    r = res["hosts"][h.name]
+    proof = _proof(res, h)
+    assert proof["status"] != "failed" and "not proven (log gap" in proof["msg"], proof
+    assert any(p.endswith(UP) for p in proof["data"]["not_proven"]), proof
+    assert any("Suppressed" in e.get("gap", "") or "suppressed" in e.get("gap", "")
+               for e in _events(res) if e.get("event") == "log_gap"), "no log_gap event"
+    assert any("suppressed" in g for g in r["summary"]["log_gaps"]), r["summary"]
+    assert r["outcome"] in ("completed", "rolled_back"), r
+    assert "Suppressed" in h.unit_log()
+
+
+def test_log_file_truncated_during_the_start_is_a_gap(testbed_factory, tmp_path):
+    """logrotate's ``copytruncate`` of a unit's ``StandardOutput=append:`` file during a start: the
+    file shrinks under orch. orch notices (its recorded size is past the end), reads the file from
+    its start and reports the rotation as a gap; the lookup lines rotated away are not proven,
+    not absent (before, the missing line rolled a good tune back)."""
+    log = "/var/log/sglang.log"
+    opts = {0: {"config_files": {UP: OLD_UP}, "service_lines": [f"StandardOutput=append:{log}"]}}
+    bed = testbed_factory(1, host_options=opts)
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    starts = h.sh(f"grep -c 'Using MoE kernel config' {log}").stdout.strip()
+    # the host's logrotate: once the next start logged its lookups, copy the file and truncate it
+    h.sh(f"setsid nohup sh -c 'while [ $(grep -c \"Using MoE kernel config\" {log}) -le {starts} ]; do "
+         f"sleep 0.05; done; cp {log} {log}.1 && : > {log}' >/dev/null 2>&1 </dev/null &")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    res = recap(proc)
+    r = res["hosts"][h.name]
+    assert "Using MoE kernel config" in h.sh(f"cat {log}.1").stdout  # the rotation happened
+    proof = _proof(res, h)
+    assert proof["status"] != "failed" and "not proven (log gap" in proof["msg"], proof
+    assert any(log in g and "truncated" in g for g in r["summary"]["log_gaps"]), r["summary"]
+    assert r["outcome"] in ("completed", "rolled_back"), r

@@ -8,11 +8,25 @@ uses (``-u UNIT`` (once), ``-n N``, ``-f``, ``--no-pager``, ``-q``, ``-b``, ``-x
 ``systemctl3 log UNIT``. ``--since``/``--until`` filter on the ``[YYYY-MM-DD HH:MM:SS...]`` prefix
 that SGLang (and the stand-in) puts on each line; lines without one (tracebacks) belong to the
 line before. The unit's log file accumulates across restarts (docker-systemctl-replacement).
+
+Cursors (journalctl(1) ``--show-cursor``, ``--after-cursor``, ``--cursor``; ``-o json`` gives
+``__CURSOR``, ``__REALTIME_TIMESTAMP``, ``MESSAGE``, ``_SYSTEMD_UNIT``): each line of the unit's
+log is an entry, its sequence number its place in the log; the cursor has journald's form
+(``s=SEQNUM_ID;i=SEQNUM;b=BOOT;m=MONO;t=REALTIME;x=HASH``, hex) with ``i`` that place. The bed
+has no invocation IDs (docker-systemctl-replacement sets none).
+
+Faults of journald (``/run/orchtb/journald.json``, written by a test): ``{"suppress": {"from":
+K, "match": REGEX}}`` drops the lines at place >= K that match (journald's rate limiting,
+systemd #2913) and puts ``systemd-journald[N]: Suppressed C messages from UNIT`` where the first
+was; ``{"clock_step": {"from": K, "seconds": S}}`` writes the stamps of the lines at place >= K
+S seconds earlier (a clock stepped back, systemd #43805: ``--since`` then hides them).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -22,6 +36,61 @@ from datetime import datetime
 
 SYSTEMCTL3 = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "systemctl3")
 STAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
+FAULTS = "/run/orchtb/journald.json"
+BOOT = "0" * 31 + "1"
+
+
+def _faults() -> dict:
+    try:
+        with open(FAULTS) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _view(lines: list[str], unit: str) -> list[str]:
+    """The unit's entries as journald would have kept them under the faults of :data:`FAULTS`."""
+    faults = _faults()
+    step = faults.get("clock_step")
+    if step:
+        shift = float(step["seconds"])
+        for i in range(int(step["from"]), len(lines)):
+            m = STAMP.match(lines[i])
+            if m:
+                t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + shift
+                lines[i] = "[" + datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") + lines[i][len(m.group(0)):]
+    sup = faults.get("suppress")
+    if sup:
+        pat = re.compile(sup["match"])
+        start = int(sup["from"])
+        dropped = [i for i in range(start, len(lines)) if pat.search(lines[i])]
+        if dropped:
+            note = f"systemd-journald[52]: Suppressed {len(dropped)} messages from {unit}"
+            keep = set(dropped)
+            lines = [x if i != dropped[0] else note for i, x in enumerate(lines) if i not in keep or i == dropped[0]]
+    return lines
+
+
+def _seqnum_id(unit: str) -> str:
+    return hashlib.md5(unit.encode()).hexdigest()
+
+
+def _cursor(unit: str, place: int) -> str:
+    """journald's cursor form for the entry at ``place`` (1-based) of the unit's log."""
+    x = int(hashlib.md5(f"{unit}:{place}".encode()).hexdigest()[:16], 16)
+    return f"s={_seqnum_id(unit)};i={place:x};b={BOOT};m={place:x};t={place:x};x={x:x}"
+
+
+def _place(unit: str, cursor: str) -> int:
+    """The entry place a cursor names; exits like journalctl on a cursor it cannot seek to."""
+    parts = dict(p.split("=", 1) for p in cursor.split(";") if "=" in p)
+    try:
+        if parts["s"] != _seqnum_id(unit):
+            raise KeyError
+        return int(parts["i"], 16)
+    except (KeyError, ValueError):
+        sys.stderr.write("Failed to seek to cursor: Invalid argument\n")
+        raise SystemExit(1)
 
 
 def _parse_time(text: str) -> float:
@@ -53,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-S", "--since")
     p.add_argument("-U", "--until")
     p.add_argument("--system", action="store_true")
+    p.add_argument("--show-cursor", action="store_true")
+    p.add_argument("--after-cursor")
+    p.add_argument("-c", "--cursor")
     args = p.parse_args(argv)
     unit = args.unit if "." in args.unit else args.unit + ".service"
     if args.follow:
@@ -68,9 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     # second resolution of the stamps: compare against the whole second of the bound
     if since is not None:
         since = float(int(since))
-    kept: list[str] = []
+    kept: list[tuple[int, str, float | None]] = []
     current: float | None = None
-    for line in out.stdout.splitlines():
+    entries = _view(out.stdout.splitlines(), unit)
+    first = 1
+    if args.after_cursor:
+        first = _place(unit, args.after_cursor) + 1
+    elif args.cursor:
+        first = _place(unit, args.cursor)
+    for place, line in enumerate(entries, 1):
         m = STAMP.match(line)
         if m:
             current = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
@@ -80,10 +158,19 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if until is not None and current is not None and current > until:
             continue
-        kept.append(line)
+        if place < first:
+            continue
+        kept.append((place, line, current))
+    last = kept[-1][0] if kept else None
     if args.lines is not None:
         kept = kept[-args.lines:] if args.lines else []
-    sys.stdout.write("".join(line + "\n" for line in kept))
+    if args.output == "json":
+        sys.stdout.write("".join(json.dumps({"__CURSOR": _cursor(unit, n), "__REALTIME_TIMESTAMP": str(int((t or 0) * 1e6)),
+                                             "_SYSTEMD_UNIT": unit, "MESSAGE": line}) + "\n" for n, line, t in kept))
+    else:
+        sys.stdout.write("".join(line + "\n" for _, line, _ in kept))
+    if args.show_cursor and last is not None:  # journalctl: the cursor of the last entry read, after two dashes
+        sys.stdout.write(f"-- cursor: {_cursor(unit, last)}\n")
     return out.returncode
 
 

@@ -1,0 +1,83 @@
+"""One start's log read by journal cursor and file offset, and the log proof's rule for gaps
+(issue 21 row 7, docs/reliability.md): a missing loaded-files line with a gap is not proven, a
+line that shows the default config fails with or without one."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.engine.results import TaskFailed
+from orchestrator.facts.journal import LogMark, journal_gaps, mark_start, read_start
+from orchestrator.tasks import TASKS
+from tests.fakes import ScriptedConnection, make_ctx
+
+UP = "/cfg/E=8,N=64,device_name=NVIDIA_H200.json"
+CURSOR = "s=ab;i=2a;b=01;m=2a;t=2a;x=ff"
+
+
+def test_mark_takes_the_cursor_and_the_files_inode_and_size():
+    conn = ScriptedConnection([(r"--show-cursor", f"-- cursor: {CURSOR}\n"), (r"^stat", "77 1200\n"),
+                               (r"^journalctl", "old\n"), (r"^tail", "file old\n")])
+    mark = mark_start(conn, "sglang-qwen", files=["/var/log/sglang.log"])
+    assert mark.cursor == CURSOR and mark.files == {"/var/log/sglang.log": (77, 1200)}
+
+
+def test_read_after_the_cursor_and_from_the_recorded_size():
+    conn = ScriptedConnection([(r"--after-cursor " + CURSOR.replace(";", ";"), "new journal\n"),
+                               (r"^stat", "77 1500\n"), (r"^tail -c \+1201 ", "new file\n")])
+    got = read_start(conn, "sglang-qwen", LogMark(CURSOR, {"/f": (77, 1200)}, "old"), files=["/f"])
+    assert got.text == "new journal\nnew file\n" and got.gaps == [] and got.by_cursor
+
+
+@pytest.mark.parametrize("now, how", [("78 100\n", "replaced (rotated)"), ("77 100\n", "truncated")])
+def test_a_rotated_or_truncated_file_is_read_from_its_start_and_is_a_gap(now, how):
+    conn = ScriptedConnection([(r"--after-cursor", ""), (r"^stat", now), (r"^tail -n ", "after rotation\n")])
+    got = read_start(conn, "sglang-qwen", LogMark(CURSOR, {"/f": (77, 1200)}, "old"), files=["/f"])
+    assert got.text == "after rotation\n" and got.gaps == [f"/f was {how} during the start: lines written "
+                                                           "before that are not read"]
+
+
+def test_without_a_cursor_the_copy_is_the_fallback():
+    conn = ScriptedConnection([(r"^journalctl", "a\nb\n")])
+    got = read_start(conn, "sglang-qwen", LogMark(None, {}, "a\n"))
+    assert got.text == "b\n" and not got.by_cursor
+
+
+def test_journald_rate_limit_lines_are_gaps_of_their_unit_only():
+    text = ("systemd-journald[52]: Suppressed 913 messages from sglang-qwen.service\n"
+            "systemd-journald[52]: Suppressed 4 messages from other.service\n")
+    assert journal_gaps(text, "sglang-qwen") == ["journald suppressed 913 messages of sglang-qwen.service "
+                                                 "(rate limiting)"]
+
+
+def verify(tmp_path, log: str):
+    conn = ScriptedConnection([(r"--show-cursor", f"-- cursor: {CURSOR}\n"), (r"--after-cursor", log)])
+    ctx = make_ctx(tmp_path, {}, connection=conn)
+    ctx.run.start_mark = LogMark(CURSOR, {}, "")
+    return TASKS["verify_log"].fn(ctx, name="sglang-qwen", expect_paths=[UP]), ctx
+
+
+def test_missing_line_with_a_gap_is_not_proven(tmp_path):
+    result, ctx = verify(tmp_path, "systemd-journald[52]: Suppressed 9 messages from sglang-qwen.service\n")
+    assert result.status == "ok" and result.data["not_proven"] == [UP]
+    assert "not proven (log gap" in result.msg and ctx.run.summary.log_gaps
+
+
+def test_missing_line_without_a_gap_fails(tmp_path):
+    with pytest.raises(TaskFailed, match="log does not show"):
+        verify(tmp_path, "x: server_args=ServerArgs(model_path='/m')\n")
+
+
+def test_the_default_config_shown_fails_even_with_a_gap(tmp_path):
+    log = ("systemd-journald[52]: Suppressed 9 messages from sglang-qwen.service\n"
+           f"x: Using default MoE kernel config. Performance might be sub-optimal! Config file not found at {UP}, "
+           "you can create them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/fused_moe_triton\n")
+    with pytest.raises(TaskFailed, match="default MoE config"):
+        verify(tmp_path, log)
+
+
+def test_without_a_cursor_the_files_are_still_read_by_offset_and_a_truncation_is_a_gap():
+    # a unit whose output all goes to a file: the journal may hold no entry of it, so no cursor
+    conn = ScriptedConnection([(r"^journalctl", ""), (r"^stat", "77 10\n"), (r"^tail -n ", "after\n")])
+    got = read_start(conn, "sglang-qwen", LogMark(None, {"/f": (77, 1200)}, "old file\n", ""), files=["/f"])
+    assert got.text == "after\n" and not got.by_cursor and "/f was truncated" in got.gaps[0]
