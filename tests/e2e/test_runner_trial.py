@@ -182,3 +182,37 @@ def test_recover_after_a_controller_killed_mid_trial(testbed_factory, tmp_path):
     assert all(actions[p] == "removed" for p in made), actions
     assert h.unit_state() == "active" and _runner(h) == "triton"  # restarted on its own runner
     assert json.loads(h.sh(f"cat /var/lib/orch/runs/{rid}/state.json").stdout)["state"] == "restored"
+
+
+def test_trial_once_per_tuning_group_the_other_host_reuses_the_verdict(testbed_factory, tmp_path):
+    """Two identical hosts: one runs the trial (one reference and one candidate benchmark), the
+    other reuses its verdict, starts the kept runner through its own drop-in and verifies that
+    start (log, answers); its recap and run record name the measuring host."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(2, host_options={0: {"env": env}, 1: {"env": env}})
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlass",
+                "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = recap(proc)
+    trials = {h.name: out["hosts"][h.name]["summary"]["runner_trial"] for h in bed.hosts}
+    measured = [n for n, t in trials.items() if not t.get("measured_on")]
+    assert len(measured) == 1, trials
+    other = next(n for n in trials if n not in measured)
+    assert trials[other]["measured_on"] == measured[0]
+    assert trials[other]["candidates"] == trials[measured[0]]["candidates"]
+    assert f"measured on {measured[0]}" in proc.stderr
+    run_dir = state / "runs" / out["run_id"]
+    benches = {n: sorted(p.name for p in (run_dir / "hosts" / n).glob("bench_runner_*.json")) for n in trials}
+    assert benches[measured[0]] == ["bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json"]
+    assert benches[other] == []  # nothing measured there
+    for h in bed.hosts:  # each started the kept runner through its own drop-in
+        assert trials[h.name]["kept"] == "flashinfer_cutlass" and trials[h.name]["changed"]
+        assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+        assert h.sh(f"test -f {DROPIN}", check=False).returncode == 0
+    html = next(run_dir.rglob("*.html")).read_text()
+    assert f"Measured on {measured[0]} (same tuning group)" in html
+    reused = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()
+              if '"runner_trial_reused"' in x]
+    assert [e.get("measured_on") for e in reused] == [measured[0]], reused
