@@ -250,6 +250,8 @@ def _summary_fields(r) -> list[tuple[str, str]]:
         tp = "\n".join(f"{r.runner}{' (unit)' if r.reference else ''}: {r.top() or 0:.1f}, agreement "
                        f"{'-' if r.agreement is None else f'{r.agreement:.0%}'}, "
                        f"{'KEPT' if r.kept else (r.why or 'not kept')[:60]}" for r in t.candidates)
+        if t.measured_on:
+            tp += f"\nmeasured on {t.measured_on} (same tuning group), reused here"
         files = files if t.changed else "-"
     if s.sigkilled:  # sglang #22779: say it; the benchmark after checked every request for tokens
         tp += "\nSIGKILL: " + ", ".join(f"pid {k.get('pid')} ({k.get('by')})" for k in s.sigkilled)

@@ -98,7 +98,9 @@ def cmd_tune(args) -> int:
                                                         "orch_runner_check_prompts")
     if args.moe_runners is not None:
         extra["orch_moe_runners"] = checked_as("--moe-runners", args.moe_runners, "orch_moe_runners")
-        return _run(args, args.playbook or "runner-trial", extra, label="tune", leave_stopped=args.leave_stopped)
+        # one trial per tuning group (identical hosts): the others reuse its verdict
+        return _run(args, args.playbook or "runner-trial", extra, label="tune", leave_stopped=args.leave_stopped,
+                    fleet=GroupCoordinator(tune_on=args.tune_on))
     return _run(args, args.playbook or "tune", extra, label="tune", leave_stopped=args.leave_stopped,
                 retune=args.retune, fleet=GroupCoordinator(shard_tuning=args.shard_tuning, tune_on=args.tune_on))
 

@@ -51,7 +51,8 @@ class RunnerTrial(Record):
     value or ``auto``), ``candidates`` (rows, the reference first), ``kept`` (the runner the unit
     runs after the trial), ``changed`` (a drop-in now sets it), ``min_agreement`` (0..1),
     ``min_gain_pct`` (percent), ``prompts`` (how many check prompts), ``max_new_tokens``,
-    ``dropin`` (the drop-in path)."""
+    ``dropin`` (the drop-in path), ``measured_on`` (the host of its tuning group whose trial
+    measured the table and the verdict this host reuses; None: measured here)."""
 
     reference: str
     candidates: list[RunnerCandidate] = field(default_factory=list)
@@ -62,3 +63,4 @@ class RunnerTrial(Record):
     prompts: int = 0
     max_new_tokens: int = 0
     dropin: str = ""
+    measured_on: str | None = optional()

@@ -11,6 +11,7 @@ instead of any such flag it had. SGLang's parser takes the command line over a `
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -225,3 +226,27 @@ def backup_autotune_cache(ctx, unit: str) -> dict:
                                               "--cache-dir", autotune_cache_dir(ctx, unit)], timeout=300)
     ctx.run.summary.autotune_cache = {"dir": data.get("dir"), "backed_up": len(data.get("files") or [])}
     return data
+
+
+def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:
+    """The key of the hosts whose runner trials would measure the same thing (``runner:<hash>``), or
+    None when the probe does not say enough (then the host measures on its own). Hosts share it when
+    the GPU kind and compute capability, the SGLang and FlashInfer releases, the model's MoE shape,
+    the unit's model path, dtype, quantization, TP/EP, all-to-all backend and runner flag, the
+    candidates and the trial's ``settings`` (benchmark levels and lengths, check prompts, thresholds)
+    are the same: what SGLang's runner rules and FlashInfer's autotune key read
+    (:mod:`remote.sglang.runner`, :mod:`remote.sglang.autotune`), and what the verdict depends on."""
+    probe, server = ctx.facts.probe, ctx.facts.server
+    if probe is None or server is None or not probe.device_name:
+        return None
+    model = probe.model
+    key = {
+        "device_name": probe.device_name, "capability": probe.capability, "sglang_version": probe.sglang.version,
+        "flashinfer_version": probe.flashinfer_version,
+        "shape": {k: getattr(model, k, None) for k in ("E", "N", "hidden", "topk", "dtype_selector", "block_shape",
+                                                      "model_type")} if model is not None else None,
+        "model_path": server.model_path, "dtype": server.dtype, "quantization": server.quantization,
+        "tp": server.tp, "ep": server.ep, "a2a": server.moe_a2a_backend,
+        "runner": server.moe_runner_backend or "auto", "candidates": list(candidates), "settings": settings,
+    }
+    return "runner:" + hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]

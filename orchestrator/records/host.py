@@ -61,14 +61,17 @@ def unfinished(runs: list[dict], this_run: str, holder: str | None) -> list[dict
     A run counts when its state is not in :data:`FINISHED_STATES` and it went past ``started``
     (it stopped the unit) or still holds the lock (``holder``): a run that failed before the stop
     and released its lock changed nothing (since the release records such a run ``failed``, only
-    records of older controllers stay ``started``). Pure: ``runs`` as :meth:`HostRecords.runs`.
+    records of older controllers stay ``started``). Each keeps the folder its files went to
+    (``dest_dir``) and the FlashInfer autotune folder it backed up (``autotune_cache``, or None),
+    which ``orch recover`` puts back. Pure: ``runs`` as :meth:`HostRecords.runs`.
     """
     out = []
     for r in runs:
         st = record_state(r)
         if (r.get("run_id") != this_run and st and st not in FINISHED_STATES
                 and (st != "started" or r.get("run_id") == holder)):
-            out.append({"run_id": r["run_id"], "state": st, "action": r.get("action"), "created": r.get("created")})
+            out.append({"run_id": r["run_id"], "state": st, "action": r.get("action"), "created": r.get("created"),
+                        "dest_dir": r.get("dest_dir"), "autotune_cache": r.get("autotune_cache")})
     return out
 
 

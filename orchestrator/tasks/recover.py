@@ -13,6 +13,8 @@ exists, naming it and offering ``orch recover``.)
   payload processes of those runs (their transient unit ``orch-tune-<run_id>``, found by name,
   and the processes tagged ``ORCH_TAG=<run_id>.`` of a tune run in the SSH session; nothing else).
 - ``recover_restore``: put back the files of each unfinished run (payload ``restore``).
+- ``recover_autotune_cache``: put FlashInfer's autotune cache back exactly as each unfinished run
+  backed it up (payload ``runner_change --op cache-restore --exact``), with the unit stopped.
 - ``recover_mark``: record ``restored`` for each once the unit runs again.
 """
 
@@ -116,6 +118,33 @@ def recover_restore(ctx, runs: list[dict]) -> TaskResult:
     ctx.run.summary.recovered = done
     n = sum(1 for d in done for f in d["files"] if f.get("action") != "unchanged")
     return TaskResult.changed(f"restored {n} file(s) of {len(done)} run(s)", runs=done)
+
+
+@task("recover_autotune_cache")
+def recover_autotune_cache(ctx, runs: list[dict]) -> TaskResult:
+    """Put back FlashInfer's autotune cache (``$SGLANG_CACHE_DIR/flashinfer/autotune``) of every run
+    in ``runs`` (``orch_unfinished``) that backed it up (its record's ``autotune_cache``: the
+    folder), byte-identical to the backup: files that differ or are missing are written back and
+    files created since are removed (payload ``runner_change --op cache-restore --exact``). Unlike
+    a rollback, which keeps newer files, this is right here: the unfinished run held the host lock,
+    so every start since its backup (each candidate of a runner trial, with its own autotune pass)
+    was its own. Runs are taken newest first, so the oldest backup is the state left. Raises
+    ``PayloadFailed`` for a damaged backup (nothing of that file written)."""
+    done = []
+    for r in runs:
+        folder = r.get("autotune_cache")
+        if not folder:
+            continue
+        data = ctx.payload.call("runner_change", ["--op", "cache-restore", "--run-id", r["run_id"], "--state-dir",
+                                                  ctx.payload.state_dir, "--cache-dir", str(folder), "--exact"],
+                                timeout=300)
+        files = [f for f in data.get("files") or [] if f.get("action") != "unchanged"]
+        done.append({"run_id": r["run_id"], "dir": folder, "files": files})
+        ctx.emit("autotune_cache_restored", run_id=r["run_id"], dir=folder, files=files)
+    ctx.run.summary.autotune_cache = {"recovered": done}
+    n = sum(len(d["files"]) for d in done)
+    result = TaskResult.changed if n else TaskResult.ok
+    return result(f"autotune cache of {len(done)} run(s): {n} file(s) put back or removed", runs=done)
 
 
 @task("recover_mark")

@@ -26,7 +26,7 @@ from ..facts.schema import FactError
 from ..host.endpoint import find_endpoint
 from ..host.runner_trial import (agreement, autotune_cache_dir, backup_autotune_cache, bench, daemon_reload,
                                  dropin_text, greedy_answers, load_prompts, logged_runner, raw_exec_start,
-                                 restart_ready)
+                                 restart_ready, trial_group_key)
 from ..payload.client import PayloadFailed
 
 
@@ -98,6 +98,21 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
                         prompts=len(prompts), max_new_tokens=int(check_tokens))
     last = last_start(unit_log(ctx.connection, name)) or ""
     backup_autotune_cache(ctx, name)
+    groups = ctx.options.fleet
+    settings = {"concurrency": [int(c) for c in concurrency], "input_len": int(input_len),
+                "output_len": int(output_len), "check_tokens": int(check_tokens), "prompts": prompts,
+                "min_agreement": float(min_agreement), "min_gain": float(min_gain)}
+    gkey = trial_group_key(ctx, list(candidates), settings) if groups is not None else None
+    role = None
+    if gkey:
+        groups.report_key(ctx.name, gkey)
+        try:
+            role = groups.assign(ctx.name, [1], cancel=ctx.options.cancel)
+        except TimeoutError as exc:
+            raise TaskFailed(str(exc)) from None
+        if role.tuner and role.tuner != ctx.name:
+            return _reuse(ctx, name, trial, words, endpoint, role.tuner, gkey, prompts, float(min_agreement),
+                          int(check_tokens), start_timeout, ready_timeout)
 
     def measure(row: RunnerCandidate, label: str, reference_answers: list[dict] | None) -> list[dict]:
         answers = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
@@ -168,11 +183,56 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
         if want and shown != want:
             raise TaskFailed(f"after the trial {name} started with moe_runner_backend={shown}, not {want}")
         ctx.say(f"{name} runs --moe-runner-backend {trial.kept} (log: moe_runner_backend={shown})")
+    if role is not None:  # the verdict for the other hosts of the group
+        groups.publish(gkey, {"trial": trial.to_dict(), "host": ctx.name})
     rows = "; ".join(f"{r.runner}: {r.top() or 0:.1f} tok/s, agreement "
                      f"{'-' if r.agreement is None else f'{r.agreement:.0%}'}, "
                      f"{'kept' if r.kept else r.why}" for r in trial.candidates)
     result = TaskResult.changed if trial.changed else TaskResult.ok
     return result(f"kept {trial.kept}: {rows}", facts={"orch_runner_trial": trial}, **trial.to_dict())
+
+
+def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner: str, gkey: str,
+           prompts: list[str], min_agreement: float, check_tokens: int, start_timeout: float,
+           ready_timeout: float) -> TaskResult:
+    """Another host of this host's trial group (:func:`orchestrator.host.runner_trial.trial_group_key`)
+    runs the trial: wait for its verdict while the server keeps serving, then apply it here. A kept
+    runner is started through this host's own drop-in, and its own start is verified: the log must
+    name the runner and the greedy answers must agree with this host's answers before the change
+    (``min_agreement`` percent), else TaskFailed (the rescue puts the drop-in back). A verdict that
+    keeps the unit's runner changes and restarts nothing. The table is the measuring host's,
+    with ``measured_on`` naming it."""
+    ctx.say(f"waiting for {tuner}'s runner trial (same tuning group {gkey}; the server keeps serving)")
+    try:
+        got = ctx.options.fleet.wait_result(gkey, cancel=ctx.options.cancel)
+    except RuntimeError as exc:
+        raise TaskFailed(f"no runner trial verdict from {tuner}: {exc}") from None
+    theirs = RunnerTrial.from_dict(got["trial"])
+    trial.candidates, trial.kept, trial.changed = theirs.candidates, theirs.kept, theirs.changed
+    trial.measured_on = got.get("host") or tuner
+    ctx.run.summary.runner_trial = trial
+    ctx.emit("runner_trial_reused", measured_on=trial.measured_on, kept=trial.kept, changed=trial.changed)
+    if not theirs.changed:
+        return TaskResult.ok(f"kept {trial.kept}: the verdict of {trial.measured_on}'s trial (same tuning group), "
+                             "nothing changed here", facts={"orch_runner_trial": trial}, **trial.to_dict())
+    before = greedy_answers(ctx, endpoint, prompts, check_tokens)
+    manifest = _set_dropin(ctx, name, dropin_text(words, trial.kept, ctx.options.run_id))
+    trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
+    ctx.run.summary.installed = [trial.dropin] if trial.dropin else None
+    daemon_reload(ctx)
+    _ready, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
+    shown = logged_runner(text)
+    if shown != trial.kept:
+        raise TaskFailed(f"{name} started with moe_runner_backend={shown}, not {trial.kept} "
+                         f"(the verdict of {trial.measured_on}'s trial)")
+    share = agreement(before, greedy_answers(ctx, endpoint, prompts, check_tokens))
+    if share * 100.0 < min_agreement:
+        raise TaskFailed(f"{name} on {trial.kept}: {share:.0%} of {len(prompts)} check prompts agree with its "
+                         f"answers before (needs {min_agreement:.0f}%); not kept here")
+    ctx.say(f"{name} runs --moe-runner-backend {trial.kept} (log: moe_runner_backend={shown}; verdict of "
+            f"{trial.measured_on}, answers {share:.0%} agree)")
+    return TaskResult.changed(f"kept {trial.kept}: the verdict of {trial.measured_on}'s trial (same tuning group), "
+                              f"started and verified here", facts={"orch_runner_trial": trial}, **trial.to_dict())
 
 
 @task("daemon_reload")

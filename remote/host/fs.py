@@ -33,6 +33,10 @@ from ..protocol import PayloadError, is_run_id
 #: Default state folder on a host (docs/protocol.md).
 DEFAULT_STATE_DIR = "/var/lib/orch"
 
+#: a run's backup of FlashInfer's autotune cache: ``<run>/flashinfer-autotune/`` and its index
+#: ``<run>/flashinfer-autotune.json`` (``runner_change --op cache-backup``, read by ``runs``)
+AUTOTUNE_BACKUP = "flashinfer-autotune"
+
 #: Run ids allowed by the payload: letters, digits, ``_``, ``.``, ``-`` (no ``/``, not ``.``/``..``).
 
 #: Marker inside the names of our temp files; files named ``.<name>.orch-tmp-*`` are ours.

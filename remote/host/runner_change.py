@@ -25,7 +25,10 @@ was set up by the toolkit's runtime hook rather than by systemd (NVIDIA/nvidia-c
 paths and sha256 (``flashinfer-autotune.json``); a second backup of the same run keeps the first.
 ``--op cache-restore --cache-dir DIR``: write back each backed-up file whose bytes differ or that is
 missing; files created since are kept (the cache is never deleted). Result: ``{"dir", "files":
-[{"path", "action": "restored"|"unchanged"}], "kept_new": [paths]}``.
+[{"path", "action": "restored"|"unchanged"|"removed"}], "kept_new": [paths]}``. With ``--exact``
+(``orch recover`` of a run a controller left unfinished: every start since the backup was that
+run's, made while it held the host lock) the folder is put back exactly as backed up: files
+created since are removed too (``removed``), with the folders that removal leaves empty.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import shutil
 
 from ..protocol import PayloadError
 from .changes import RUNNER_DROPIN_NAME, apply_changes, held_by_other
-from .fs import (DEFAULT_STATE_DIR, atomic_write, atomic_write_json, check_run_id, fsync_dir, load_request,
+from .fs import (AUTOTUNE_BACKUP, DEFAULT_STATE_DIR, atomic_write, atomic_write_json, check_run_id, fsync_dir, load_request,
                  read_bytes, read_json, run_dir, sha256_bytes, sha256_file)
 
 #: the drop-in orch writes for a runner trial (one per unit)
@@ -45,7 +48,7 @@ SYSTEMD_DIR = "/etc/systemd/system"
 TOOLKIT_PATHS = ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime-hook",
                  "/usr/bin/nvidia-ctk", "/etc/nvidia-container-runtime/config.toml")
 CONTAINER_CGROUP_MARKS = ("docker", "containerd", "libpod", "kubepods", "crio")
-CACHE_BACKUP = "flashinfer-autotune"
+CACHE_BACKUP = AUTOTUNE_BACKUP
 MAX_CACHE_BYTES = 256 * 1024 * 1024
 
 
@@ -60,6 +63,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--as-before", action="store_true",
                         help="put the drop-in back as it was before the run's first change (its backup, or none)")
     parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--exact", action="store_true",
+                        help="cache-restore: also remove the files created since the backup")
     parser.add_argument("--systemd-dir", default=SYSTEMD_DIR, help=argparse.SUPPRESS)
 
 
@@ -87,7 +92,7 @@ def run(args) -> dict:
         raise PayloadError("bad_input", f"--cache-dir must be an absolute path, got {args.cache_dir!r}")
     if args.op == "cache-backup":
         return cache_backup(args.state_dir, run_id, args.cache_dir)
-    return cache_restore(args.state_dir, run_id, args.cache_dir)
+    return cache_restore(args.state_dir, run_id, args.cache_dir, exact=args.exact)
 
 
 def dropin_dir(unit: str, systemd_dir: str = SYSTEMD_DIR) -> str:
@@ -223,8 +228,10 @@ def cache_backup(state_dir: str, run_id: str, cache_dir: str) -> dict:
     return dict(result, kept_earlier=False)
 
 
-def cache_restore(state_dir: str, run_id: str, cache_dir: str) -> dict:
-    """See the module docstring (``--op cache-restore``). A run without a backup restores nothing."""
+def cache_restore(state_dir: str, run_id: str, cache_dir: str, exact: bool = False) -> dict:
+    """See the module docstring (``--op cache-restore``; ``exact``: ``--exact``). A run without a
+    backup restores nothing. Raises ``PayloadError`` (``bad_input`` for another folder than the
+    backed-up one, ``runtime`` for a damaged backup)."""
     rdir = run_dir(state_dir, run_id)
     index = read_json(os.path.join(rdir, CACHE_BACKUP + ".json"), default=None)
     if not isinstance(index, dict):
@@ -249,4 +256,16 @@ def cache_restore(state_dir: str, run_id: str, cache_dir: str) -> dict:
     backed = {f["path"] for f in index.get("files") or []}
     new = [os.path.join(cache_dir, r) for r in (_walk(cache_dir) if os.path.isdir(cache_dir) else [])
            if r not in backed]
-    return {"dir": cache_dir, "files": out, "kept_new": new}
+    if not exact:
+        return {"dir": cache_dir, "files": out, "kept_new": new}
+    keep = {os.path.dirname(os.path.join(cache_dir, r)) for r in backed}
+    for path in new:
+        os.unlink(path)
+        out.append({"path": path, "action": "removed"})
+        folder = os.path.dirname(path)
+        # the folders the run's starts made (a new <version>/sm<XY>/<hash>), up to the cache folder
+        while folder != cache_dir and folder.startswith(cache_dir + "/") and folder not in keep \
+                and not os.listdir(folder):
+            os.rmdir(folder)
+            folder = os.path.dirname(folder)
+    return {"dir": cache_dir, "files": out, "kept_new": []}

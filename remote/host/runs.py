@@ -7,6 +7,7 @@
                             "restores": run id a rollback run undid | null,
                             "restored_at": when this run was itself restored | null,
                             "changed": [{"path", "action"}], "unchanged": int,
+                            "autotune_cache": the FlashInfer autotune folder the run backed up | null,
                             "state": {...state.json...} | null}]}
 
 ``created`` comes from the manifest, else state.json, else the folder's mtime (ISO-8601 UTC).
@@ -28,7 +29,7 @@ import json
 import os
 
 from ..protocol import is_run_id
-from .fs import (DEFAULT_STATE_DIR, check_run_id, read_json, runs_root,
+from .fs import (AUTOTUNE_BACKUP, DEFAULT_STATE_DIR, check_run_id, read_json, runs_root,
                      update_state)
 from ..protocol import PayloadError
 
@@ -110,7 +111,18 @@ def describe_run(state_dir: str, run_id: str) -> dict:
                     if f.get("action") not in ("unchanged", "absent")],
         "unchanged": sum(1 for f in files if f.get("action") in ("unchanged", "absent")),
         "state": state,
+        "autotune_cache": _autotune_backup(rdir),
     }
+
+
+def _autotune_backup(rdir: str) -> str | None:
+    """The folder whose FlashInfer autotune cache the run backed up (``runner_change --op
+    cache-backup``'s index), None when it backed up none or the index is unreadable."""
+    try:
+        index = read_json(os.path.join(rdir, AUTOTUNE_BACKUP + ".json"), default=None)
+    except PayloadError:
+        return None
+    return index.get("dir") if isinstance(index, dict) and isinstance(index.get("dir"), str) else None
 
 
 def list_runs(state_dir: str, run_id: str | None = None, limit: int = 0) -> dict:

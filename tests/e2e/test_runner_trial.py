@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.records import new_run_id
 from tests.e2e.helpers import inventory, orch, recap
-from tests.e2e.test_faults import _popen, _wait_event
+from tests.e2e.test_faults import FAULTS_DIR, SITECUSTOMIZE, _popen, _wait_file
 
 pytestmark = pytest.mark.testbed
 
@@ -133,25 +133,86 @@ def test_bad_runner_name_and_check_mode(testbed_factory, tmp_path):
 
 
 def test_recover_after_a_controller_killed_mid_trial(testbed_factory, tmp_path):
-    bed = _bed(testbed_factory, wrong=False)
+    """SIGKILL while the candidate runs (its start autotuned into a new cache folder, a rank file
+    of the unit's own rewritten): `orch recover` puts the drop-in and FlashInfer's autotune cache
+    back byte-identical, the run's new cache files removed, and the unit runs its own runner."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache",
+           "PYTHONPATH": f"{FAULTS_DIR}:/opt/sglang"}
+    # FlashInfer installed (a stand-in package): the candidate's start autotunes (SM90)
+    bed = testbed_factory(1, host_options={"gpu-a": {"env": env, "flashinfer_version": "0.6.0"}})
     h = bed.hosts[0]
+    faults = h.local_path(FAULTS_DIR)
+    faults.mkdir(parents=True, exist_ok=True)
+    (faults / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (faults / "hold-bench").write_text("2")  # the candidate's benchmark (the first is the reference's)
+    h.sh(f"mkdir -p {CACHE} && printf '{{\"tactics\": 1}}' > {CACHE}/rank_tp0_pp0_dp0.json")
     units_before = h.file_tree_hash("/etc/systemd/system")
+    cache_before = h.file_tree_hash("/srv/sglang-cache")
     inv = inventory(bed, tmp_path / "hosts.yaml")
     state, rid = tmp_path / "state", new_run_id("tune")
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "flashinfer_cutlass"], state, rid,
                   tmp_path / "orch.log")
-    try:  # killed once the candidate's drop-in is in place and systemd reloaded
-        _wait_event(state, rid, proc, lambda e: e.get("event") == "daemon_reload", "the candidate's daemon-reload")
+    try:  # held in the candidate's benchmark: its drop-in in place, its start autotuned
+        _wait_file(h, proc, "entered-bench")
+        # a start that re-tunes rewrites the rank file (under EP > 1 every boot does, sglang #40320)
+        h.sh(f"printf '{{\"tactics\": 2}}' > {CACHE}/rank_tp0_pp0_dp0.json")
         proc.kill()  # SIGKILL: no rescue
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
+        (faults / "hold-bench").unlink(missing_ok=True)
     assert h.sh(f"test -f {DROPIN}", check=False).returncode == 0
+    cache_mid = h.file_tree_hash("/srv/sglang-cache")
+    made = [p for p in cache_mid if p not in cache_before]
+    assert made and all("/flashinfer/autotune/" in p for p in made), cache_mid  # the candidate's autotune
+    assert cache_mid[f"{CACHE}/rank_tp0_pp0_dp0.json"] != cache_before[f"{CACHE}/rank_tp0_pp0_dp0.json"]
     rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "state2"),
                state_dir=tmp_path / "state2")
     assert rec.returncode == 0, rec.stderr[-4000:]
-    assert recap(rec)["hosts"][h.name]["outcome"] == "completed"
+    r = recap(rec)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
     assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.file_tree_hash("/srv/sglang-cache") == cache_before  # byte-identical, the run's files removed
+    assert h.sh(f"find /srv/sglang-cache -mindepth 1 -type d -empty", check=False).stdout.strip() == ""
+    got = r["summary"]["autotune_cache"]["recovered"]
+    assert [g["run_id"] for g in got] == [rid]
+    actions = {f["path"]: f["action"] for f in got[0]["files"]}
+    assert actions[f"{CACHE}/rank_tp0_pp0_dp0.json"] == "restored"
+    assert all(actions[p] == "removed" for p in made), actions
     assert h.unit_state() == "active" and _runner(h) == "triton"  # restarted on its own runner
     assert json.loads(h.sh(f"cat /var/lib/orch/runs/{rid}/state.json").stdout)["state"] == "restored"
+
+
+def test_trial_once_per_tuning_group_the_other_host_reuses_the_verdict(testbed_factory, tmp_path):
+    """Two identical hosts: one runs the trial (one reference and one candidate benchmark), the
+    other reuses its verdict, starts the kept runner through its own drop-in and verifies that
+    start (log, answers); its recap and run record name the measuring host."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(2, host_options={0: {"env": env}, 1: {"env": env}})
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlass",
+                "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = recap(proc)
+    trials = {h.name: out["hosts"][h.name]["summary"]["runner_trial"] for h in bed.hosts}
+    measured = [n for n, t in trials.items() if not t.get("measured_on")]
+    assert len(measured) == 1, trials
+    other = next(n for n in trials if n not in measured)
+    assert trials[other]["measured_on"] == measured[0]
+    assert trials[other]["candidates"] == trials[measured[0]]["candidates"]
+    assert f"measured on {measured[0]}" in proc.stderr
+    run_dir = state / "runs" / out["run_id"]
+    benches = {n: sorted(p.name for p in (run_dir / "hosts" / n).glob("bench_runner_*.json")) for n in trials}
+    assert benches[measured[0]] == ["bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json"]
+    assert benches[other] == []  # nothing measured there
+    for h in bed.hosts:  # each started the kept runner through its own drop-in
+        assert trials[h.name]["kept"] == "flashinfer_cutlass" and trials[h.name]["changed"]
+        assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+        assert h.sh(f"test -f {DROPIN}", check=False).returncode == 0
+    html = next(run_dir.rglob("*.html")).read_text()
+    assert f"Measured on {measured[0]} (same tuning group)" in html
+    reused = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()
+              if '"runner_trial_reused"' in x]
+    assert [e.get("measured_on") for e in reused] == [measured[0]], reused

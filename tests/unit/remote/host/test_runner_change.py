@@ -108,6 +108,29 @@ def test_autotune_cache_restored_to_its_bytes_never_deleted(tmp_path):
     assert rc.cache_restore(state, "r1", str(cache))["files"][0]["action"] == "unchanged"
 
 
+def test_exact_cache_restore_removes_the_runs_new_files_and_their_folders(tmp_path):
+    """``--exact`` (orch recover): the folder as backed up, a new hash folder and file removed."""
+    state = str(tmp_path / "state")
+    cache = tmp_path / "cache" / "flashinfer" / "autotune"
+    one = cache / "0.6.0" / "sm90" / "abc" / "rank_tp0_pp0_dp0.json"
+    one.parent.mkdir(parents=True)
+    one.write_text('{"t": 1}')
+    rc.cache_backup(state, "r1", str(cache))
+    one.write_text('{"t": 2}')
+    beside = one.parent / "rank_tp1_pp0_dp0.json"
+    beside.write_text("{}")
+    made = cache / "0.6.0" / "sm90" / "def" / "rank_tp0_pp0_dp0.json"
+    made.parent.mkdir()
+    made.write_text("{}")
+    out = rc.cache_restore(state, "r1", str(cache), exact=True)
+    assert one.read_text() == '{"t": 1}' and not beside.exists() and not made.parent.exists()
+    assert (cache / "0.6.0" / "sm90").is_dir() and out["kept_new"] == []
+    assert sorted((f["path"], f["action"]) for f in out["files"]) == sorted(
+        [(str(one), "restored"), (str(beside), "removed"), (str(made), "removed")])
+    assert rc.cache_restore(state, "r1", str(cache), exact=True)["files"] == [
+        {"path": str(one), "action": "unchanged"}]
+
+
 def test_cache_restore_without_backup_and_of_another_folder(tmp_path):
     state = str(tmp_path / "state")
     assert rc.cache_restore(state, "r9", str(tmp_path / "c"))["files"] == []
