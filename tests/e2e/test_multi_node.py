@@ -190,3 +190,38 @@ def test_a_rollback_restores_both_ranks_byte_identical_and_restarts_them_togethe
     restored = [i for i, (ev, _) in enumerate(order) if ev == "rollback_restore"]
     assert len(restored) == 2 and max(restored) < first_start, order
     assert {h for ev, h in order if ev == "bench"} == {rank0.name}, order
+
+
+def test_doctor_names_each_ranks_server_and_reports_ranks_missing_or_disagreeing(bed, tmp_path):
+    """``orch doctor`` shows on each rank its server and rank; with ``--limit`` leaving out rank 1
+    it reports the missing rank, and with another up file on rank 1 it reports that the ranks
+    load different files (exit status 1 both times). Nothing is changed by doctor."""
+    bed, _ = bed
+    rank0, rank1 = bed.hosts
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    key = "sglang-qwen@gpu-a:5000"
+    proc = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    rows = json.loads(proc.stdout)
+    for rank, h in enumerate(bed.hosts):
+        assert rows[h.name]["server"] == {"key": key, "rank": rank, "nnodes": 2, "hosts": [rank0.name, rank1.name],
+                                          "problems": []}, rows[h.name]
+    text = orch("doctor", str(inv), "--service", "sglang-qwen", state_dir=state, env={"COLUMNS": "250"}).stdout
+    assert "rank 0 of 2" in text and "rank 1 of 2" in text and key in text, text
+    alone = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", "--limit", rank0.name, state_dir=state)
+    (problem,) = json.loads(alone.stdout)[rank0.name]["server"]["problems"]
+    assert alone.returncode == 1 and "rank 1 of 2 is not a host of this run" in problem, problem
+    path = f"{rank1.triton_dir}/{UP}"
+    earlier = rank1.sh(f"cat {path}").stdout
+    rank1.sh(f"cat > {path}", input=json.dumps({"1": dict(CFG["1"], num_warps=8)}))
+    try:
+        before = _state(bed)
+        differ = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+        assert _state(bed) == before
+    finally:
+        rank1.sh(f"cat > {path}", input=earlier)
+    rows = json.loads(differ.stdout)
+    assert differ.returncode == 1
+    for h in bed.hosts:
+        problems = rows[h.name]["server"]["problems"]
+        assert len(problems) == 1 and "the ranks load different up files" in problems[0], problems
