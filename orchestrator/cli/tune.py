@@ -110,4 +110,4 @@ def cmd_rollback(args) -> int:
 
 def cmd_recover(args) -> int:
     """``orch recover``: finish what a killed controller left on the hosts."""
-    return _run(args, "recover", {"recover_break_lock": args.break_lock})
+    return _run(args, "recover", {"recover_break_lock": args.break_lock}, multi_node=True)

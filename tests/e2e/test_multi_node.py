@@ -225,3 +225,19 @@ def test_doctor_names_each_ranks_server_and_reports_ranks_missing_or_disagreeing
     for h in bed.hosts:
         problems = rows[h.name]["server"]["problems"]
         assert len(problems) == 1 and "the ranks load different up files" in problems[0], problems
+
+
+def test_a_recover_leaving_out_rank_1_is_refused_with_nothing_changed(bed, tmp_path):
+    """``orch recover --limit gpu-a``: rank 1 is not a host of the run, so the recover is refused
+    on rank 0 before it takes the host lock or starts anything (it would start one rank alone)."""
+    bed, _ = bed
+    rank0 = bed.hosts[0]
+    before = _state(bed)
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--limit", rank0.name,
+                state_dir=tmp_path / "state")
+    res = recap(proc)
+    cause = res["hosts"][rank0.name]["cause"]
+    assert proc.returncode != 0 and res["hosts"][rank0.name]["outcome"] == "failed", res
+    assert "Find unfinished runs" in cause and "rank 1 of 2 is not a host of this run" in cause, cause
+    assert _state(bed) == before
