@@ -2,8 +2,10 @@
 
 Runs ``playbooks/doctor.yaml`` in check mode (nothing changes on any host) and prints
 one row per host with a verdict: ``tuned``, ``fallback``, ``default``, ``not-triton``,
-``restart-needed`` or ``broken`` (see :mod:`orchestrator.tasks.diagnose`). Exit status 0
-only when every host is ``tuned`` or ``not-triton``, so it can run from cron or CI.
+``restart-needed`` or ``broken`` (see :mod:`orchestrator.tasks.diagnose`). A rank of a
+multi-node server also shows its rank and server, and the server's problems (:func:`add_servers`).
+Exit status 0 only when every host is ``tuned`` or ``not-triton`` and no multi-node server has a
+problem, so it can run from cron or CI.
 """
 
 from __future__ import annotations
@@ -134,12 +136,54 @@ def doctor_fields(row: dict, full: bool = False) -> list[tuple[str, str]]:
             ("last start", last_start_summary(row))]
 
 
+def add_servers(rows: dict[str, dict], servers: dict) -> None:
+    """Add to each row of a rank of a multi-node server its ``server``: ``key``
+    (``<unit>@<dist-init-addr>``), ``rank``, ``nnodes``, ``hosts`` (by rank, ``""`` for a rank not
+    in the run) and ``problems``, the same on every rank. ``servers``: host name -> its
+    :class:`orchestrator.facts.server_group.ServerGroup` (``RunResult.options.servers``). A problem:
+    the group's refusal (a rank missing from the inventory or ``--limit``, ranks that disagree on
+    ``--nnodes`` or claim one rank), GPUs of different kinds, or different up/down files SGLang
+    would load on different ranks (their sha256): SGLang 0.5.23 looks up each rank's file on that
+    rank, so every rank must hold the same bytes (docs/multi-node.md). Pure; changes ``rows``."""
+    by_key: dict[str, list[str]] = {}
+    for host, group in servers.items():
+        if host in rows:
+            by_key.setdefault(group.key, []).append(host)
+    for key, hosts in by_key.items():
+        first = servers[hosts[0]]
+        problems = []
+        if first.refusal:
+            problems.append(first.refusal.removesuffix(". Nothing was stopped on any of its ranks"))
+        seen = [h for h in hosts if _diagnosed(rows[h])]
+        kinds = {rows[h].get("device_name") for h in seen}
+        if len(kinds) > 1:
+            said = ", ".join(f"{h} {rows[h].get('device_name')}" for h in seen)
+            problems.append(f"the ranks' GPUs are of different kinds ({said}): one tune cannot fit every rank")
+        for role in ("up", "down"):
+            digests = {h: ((rows[h].get("files") or {}).get(role) or {}).get("sha256") for h in seen}
+            if len(set(digests.values())) > 1:
+                said = ", ".join(f"{h} {(d or 'none')[:12]}" for h, d in digests.items())
+                problems.append(f"the ranks load different {role} files (sha256 {said}): "
+                                "orch tune installs the same files on every rank")
+        for h in hosts:
+            g = servers[h]
+            rows[h]["server"] = {"key": key, "rank": g.rank, "nnodes": g.nnodes, "hosts": list(g.hosts),
+                                 "problems": list(problems)}
+
+
+def server_cell(row: dict) -> str:
+    """``rank R of N`` and the server's key, for the host of a multi-node server (else "")."""
+    srv = row.get("server")
+    return f"rank {srv['rank']} of {srv['nnodes']}\n{srv['key']}" if srv else ""
+
+
 def verdict_reason(row: dict) -> str:
-    """Why the host got its verdict, then its notes (``· ...``), one per line; for a host that was
-    not diagnosed, the error."""
+    """Why the host got its verdict, then its notes (``· ...``) and its multi-node server's
+    problems (``· server ...``), one per line; for a host that was not diagnosed, the error."""
+    srv = [f"· server {row['server']['key']}: {p}" for p in (row.get("server") or {}).get("problems") or []]
     if "verdict" not in row or row.get("error"):
-        return str(row.get("error") or "")
-    return "\n".join([str(row.get("why") or "")] + [f"· {n}" for n in row.get("notes") or []]).strip()
+        return "\n".join([str(row.get("error") or "")] + srv).strip()
+    return "\n".join([str(row.get("why") or "")] + [f"· {n}" for n in row.get("notes") or []] + srv).strip()
 
 
 def _verdict(row: dict) -> Text:
@@ -159,7 +203,7 @@ def doctor_table(rows: dict[str, dict]) -> Table:
         t.add_column(col, no_wrap=True)
     for host, r in rows.items():
         cells = [Text(v) for _, v in doctor_fields(r)] if _diagnosed(r) else [Text("-")] * (len(COLUMNS) - 2)
-        t.add_row(host, *cells, _verdict(r))
+        t.add_row("\n".join(x for x in (host, server_cell(r)) if x), *cells, _verdict(r))
     return t
 
 
@@ -175,7 +219,8 @@ def doctor_blocks(rows: dict[str, dict]) -> list:
     blocks = []
     for host, r in rows.items():
         title = Text.assemble((host, "bold"), "  ", _verdict(r))
-        fields = [("why", verdict_reason(r))] + (doctor_fields(r, full=True) if _diagnosed(r) else [])
+        fields = [("why", verdict_reason(r))] + ([("server", server_cell(r))] if r.get("server") else []) + (
+            doctor_fields(r, full=True) if _diagnosed(r) else [])
         blocks.append(field_block(title, fields))
     return blocks
 
@@ -202,7 +247,7 @@ def cmd_doctor(args) -> int:
     """Run the doctor playbook and print the table (or ``--json``); exit 0 only if all hosts are fine."""
     res = run_playbook("doctor", args.inventory, limit=args.limit, service=args.service, check=True,
                        batching=batching(args), state_dir=args.state_dir,
-                       accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose)
+                       accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose, multi_node=True)
     recaps, record = res.recaps, res.record
     rows = {}
     for host, r in recaps.items():
@@ -210,6 +255,7 @@ def cmd_doctor(args) -> int:
         if r.is_failure or not row:
             row = {"verdict": "unreachable" if r.outcome == "unreachable" else "failed", "error": r.cause}
         rows[host] = row
+    add_servers(rows, res.options.servers if res.options is not None else {})
     for host, row in rows.items():
         row["fix"] = fix_command(host, row, str(args.inventory), args.service or "UNIT")
     record.write_json(DOCTOR, rows)
@@ -222,4 +268,5 @@ def cmd_doctor(args) -> int:
         for host, row in rows.items():
             if row["fix"]:
                 print(f"{host}: {row['fix']}")
-    return 0 if all(r.get("verdict") in GOOD for r in rows.values()) else 1
+    fine = all(r.get("verdict") in GOOD and not (r.get("server") or {}).get("problems") for r in rows.values())
+    return 0 if fine else 1

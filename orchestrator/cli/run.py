@@ -179,13 +179,17 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
                  batching: Batching | None = None, state_dir: Path | None = None,
                  accept_new_host_keys: bool = False, leave_stopped: bool = False, retune: bool = False,
                  fleet: Any = None, run_id: str | None = None, verbose: bool = False,
-                 console: Console | None = None, label: str | None = None) -> RunResult:
+                 console: Console | None = None, label: str | None = None,
+                 multi_node: bool = False) -> RunResult:
     """Run a playbook over the inventory's hosts that ``limit`` selects.
 
     ``playbook``: a bundled playbook's name (``tune``, ``doctor``, ...) or a path. ``extra``:
     variables for every host (above the inventory's); ``service``: the unit (default: each host's
     ``orch_service``). ``fleet``: the tune-once-per-group coordinator, told about batches and
-    hosts (:class:`orchestrator.fleet.GroupCoordinator`). Returns a :class:`RunResult`; the
+    hosts (:class:`orchestrator.fleet.GroupCoordinator`). ``multi_node``: find the ranks of
+    multi-node servers before the play (:func:`find_servers`; always with ``fleet``), so
+    ``orch rollback``, ``recover`` and ``doctor`` batch and coordinate them as ``orch tune`` does.
+    Returns a :class:`RunResult`; the
     record holds ``run.json``, ``events.jsonl``, ``recap.json`` and each host's ``result.json``.
     Raises :class:`~orchestrator.inventory.InventoryError` /
     :class:`~orchestrator.engine.playbook.PlaybookError` / :class:`UsageError` for bad input
@@ -224,7 +228,7 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
                 console.print(f"[yellow]warning:[/] {escape(warning)}")
             console.print(f"orch {name} run [bold]{run_id}[/] on {len(hosts)} host(s)"
                           + (" [cyan](check mode)[/]" if check else ""))
-            if fleet is not None:  # a tune: the ranks of a multi-node server are one unit of work
+            if fleet is not None or multi_node:  # the ranks of a multi-node server are one unit of work
                 options.servers, found = find_servers(hosts, hostvars, options, record.emit, batching.forks)
                 if options.cancel.is_set():  # interrupted while reading the units: nothing was changed
                     for r in found.values():
@@ -235,7 +239,8 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
                     options.barrier = ServerBarrier()
                     options.barrier.set_servers({n: g.members for n, g in options.servers.items() if not g.refusal})
                     options.hooks.append(options.barrier)
-                    fleet.prefer = {g.rank0 for g in options.servers.values() if g.rank0}
+                    if fleet is not None:
+                        fleet.prefer = {g.rank0 for g in options.servers.values() if g.rank0}
             engine = Engine(TASKS, options, reporter, record.emit)
             for play in plays:
                 wanted = {h.name for h in inv.select(play.hosts)}

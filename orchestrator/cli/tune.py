@@ -107,9 +107,9 @@ def cmd_tune(args) -> int:
 
 def cmd_rollback(args) -> int:
     """``orch rollback``: restore the files of the most recent (or ``--to``) run, restart, verify."""
-    return _run(args, "rollback", {"rollback_to": check_run_id("--to", args.to_run)})
+    return _run(args, "rollback", {"rollback_to": check_run_id("--to", args.to_run)}, multi_node=True)
 
 
 def cmd_recover(args) -> int:
     """``orch recover``: finish what a killed controller left on the hosts."""
-    return _run(args, "recover", {"recover_break_lock": args.break_lock})
+    return _run(args, "recover", {"recover_break_lock": args.break_lock}, multi_node=True)

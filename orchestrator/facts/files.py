@@ -10,6 +10,18 @@ import posixpath
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
+def file_digest(connection, path: str) -> str | None:
+    """The sha256 (hex) of the file ``path`` on the host, or None when it cannot be read
+    (``sha256sum``, read-only; through sudo only when the login user is refused). ``orch doctor``
+    compares the ranks of a multi-node server with it: every rank must load the same files."""
+    argv = ["sha256sum", "--", path]
+    res = connection.run(argv, check=False, timeout=60)
+    if not res.ok and "Permission denied" in res.stderr:
+        res = connection.run(argv, check=False, become=True, timeout=60)
+    words = res.stdout.split()
+    return words[0] if res.ok and words and len(words[0]) == 64 else None
+
+
 def config_problem(connection, path: str) -> str | None:
     """Why SGLang's loader would fail on the config file ``path`` on the host (unreadable, too
     large, not JSON, a key or field it refuses), or None when it is valid. Read as the login user,

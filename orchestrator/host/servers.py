@@ -29,3 +29,23 @@ def peer_failure(ctx) -> str | None:
     wait on this rank (readiness) stops at once instead of running to its timeout."""
     barrier = ctx.options.barrier
     return barrier.failed_peer(ctx.name) if barrier is not None else None
+
+
+def server_refusal(ctx, action: str) -> str | None:
+    """Why ``action`` (``rollback``, ``recover``) must not touch this host's multi-node server,
+    or None (a single-node unit, or a server whose ranks were all found and meet). The group's
+    own refusal (:func:`orchestrator.facts.server_group.group_servers`: a rank missing from the
+    run, ranks that disagree) comes first; a multi-node unit whose ranks were not found (a run
+    without the discovery pass) is refused too: restarting one rank alone breaks the server
+    (SGLang 0.5.23: every rank joins at ``--dist-init-addr``, docs/multi-node.md)."""
+    facts = ctx.facts.unit
+    server = facts.server if facts is not None else None
+    if server is None or int(server.nnodes or 1) <= 1:
+        return None
+    group = ctx.facts.server_group
+    if group is not None and group.refusal:
+        return group.refusal
+    if group is None or ctx.options.barrier is None:
+        return (f"multi-node server (--nnodes {server.nnodes}, --dist-init-addr {server.dist_init_addr or '?'}): "
+                f"its ranks were not found in this run, so orch would {action} one rank alone. Nothing was stopped")
+    return None

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from remote.protocol import is_run_id
 
+from ..errors import internal_error
+
 #: what `MemoryMax=` is, by default, as a share of the host's MemAvailable at the tune's launch
 MEMORY_SHARE = 0.8
 #: the unit's state properties the controller reads (systemd.exec(5), org.freedesktop.systemd1(5))
@@ -26,6 +28,7 @@ STATE_PROPS = ("LoadState", "ActiveState", "SubState", "Result", "ExecMainCode",
 RUNNING_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
 
 
+@internal_error("orchestrator.tasks.tune catches it and runs the tune in the SSH session, saying why")
 class UnitUnavailable(Exception):
     """``systemd-run`` is absent or could not start the unit (no systemd as PID 1, a container,
     no D-Bus): the caller falls back to running the command in the SSH session. ``str()`` says why."""

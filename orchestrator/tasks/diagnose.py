@@ -36,7 +36,7 @@ from remote.sglang.runner import MoeRunner, moe_runner, probe_inputs
 from ..engine.results import TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.catalog import server_of
-from ..facts.files import changed_since_start, config_problem
+from ..facts.files import changed_since_start, config_problem, file_digest
 from ..facts.journal import last_start, log_files, start_failure, unit_log
 from ..facts.probe import ProbeFacts
 from ..facts.processes import unit_pids
@@ -59,7 +59,8 @@ class DoctorFacts:
     holders outside the unit (dicts with ``pid``, ``cmdline``); ``installed_by_run``: the orch run
     that wrote an invalid file (None when none did); ``start_failure``: the line of the last start
     that says why it failed (None when none does); ``autotune_log``: what the last start logged of
-    FlashInfer's autotune (None: nothing).
+    FlashInfer's autotune (None: nothing); ``file_digests``: role -> sha256 of the file SGLang
+    would load (None: absent or unreadable), compared across the ranks of a multi-node server.
     """
 
     unit: UnitFacts
@@ -71,6 +72,7 @@ class DoctorFacts:
     installed_by_run: str | None = None
     start_failure: str | None = None
     autotune_log: AutotuneLog | None = None
+    file_digests: dict[str, str | None] = field(default_factory=dict)
 
 
 def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
@@ -81,7 +83,7 @@ def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
     return {"name": names.get(role), "in_installed_folder": ex.in_installed_folder,
             "other_folders": [d for d in ex.folders if d != probe.triton_folder],
             "sglang_would_load": ex.sglang_would_load, "fallback_error": ex.fallback_error,
-            "error": f.file_errors.get(role),
+            "error": f.file_errors.get(role), "sha256": f.file_digests.get(role),
             "path": posixpath.join(install_dir, names[role]) if names.get(role) and install_dir else None}
 
 
@@ -278,7 +280,10 @@ def gather(ctx, unit: str) -> DoctorFacts:
                     autotune_log=autotune_log(text.splitlines()) if text else None,
                     file_errors=errors, start_failure=start_failure(text) if text else None,
                     changed_since_start=changed_since_start(ctx.connection, main_pid, [p for p in loads.values() if p]),
-                    orphans=orphans)
+                    orphans=orphans,
+                    # only a rank of a multi-node server is compared with other hosts
+                    file_digests={role: file_digest(ctx.connection, path) if path else None
+                                  for role, path in loads.items()} if ctx.facts.server_group is not None else {})
     if any(errors.values()):
         f.installed_by_run = _run_that_wrote(ctx, [loads[r] for r, e in errors.items() if e])
     return f

@@ -24,6 +24,7 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
 from ..host.container import end_payload_containers
 from ..host.records import records, start_heartbeat
+from ..host.servers import server_refusal
 from ..payload.client import PayloadFailed, stop_tagged
 from ..payload.transient import RUNNING_STATES, stop_unit, unit_name
 from ..records.host import holder_gone
@@ -44,7 +45,13 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
     containers of those runs are ended through the runtime. The lock's heartbeat is renewed
     every ``heartbeat_interval`` s while this run holds it
     (:func:`orchestrator.host.records.start_heartbeat`). Under ``--check`` it only reports.
+    A rank of a multi-node server is refused first, before the lock is taken, when the server's
+    ranks are not all among the run's hosts or disagree (:func:`server_refusal`): its ranks are
+    started together (docs/multi-node.md).
     """
+    why_not = server_refusal(ctx, "recover")
+    if why_not:
+        raise TaskFailed(why_not)
     rec = records(ctx)
     st = rec.lock_status(stale_after)
     lk = st.get("lock") or {}

@@ -11,13 +11,21 @@ from __future__ import annotations
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..host.records import records
+from ..host.servers import server_refusal
 from ..records.host import record_state
 
 
 @task("rollback_select", check_mode=READ_ONLY, sets=("orch_rollback_target",))
 def rollback_select(ctx, to: str | None = None) -> TaskResult:
     """Pick the run to undo (``orch_rollback_target``): ``to`` (a run id), or the newest run on the
-    host that changed files and was not restored already. Skipped when there is none."""
+    host that changed files and was not restored already. Skipped when there is none.
+
+    A rank of a multi-node server is refused first, before anything changes, when the
+    server's ranks are not all among the run's hosts or disagree (:func:`server_refusal`):
+    the ranks are rolled back together (docs/multi-node.md)."""
+    why_not = server_refusal(ctx, "roll back")
+    if why_not:
+        raise TaskFailed(why_not)
     runs = [r for r in records(ctx).runs() if r.get("run_id") != ctx.options.run_id]
     if to:
         match = [r for r in runs if r.get("run_id") == to]

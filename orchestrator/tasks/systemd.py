@@ -179,7 +179,7 @@ def _stop_with_own_deadline(ctx, unit: str, timeout: float, scope: str) -> None:
 
 @task("service", aliases={"unit": "name", "service": "name"})
 def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], timeout: float,
-            only_if_stopped_by_orch: bool = False) -> TaskResult:
+            only_if_stopped_by_orch: bool = False, ranks: Literal["all", "running"] = "all") -> TaskResult:
     """Bring the unit ``name`` to ``state`` and wait at most ``timeout`` s for it.
 
     ``only_if_stopped_by_orch`` (rescue steps): start only a unit this run stopped, so orch never
@@ -196,6 +196,8 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     rank has stopped and installed, then all ranks start together (they join at
     ``--dist-init-addr`` within ``--dist-timeout``); a rescue's start waits for the ranks still
     rolling back, so the server restarts on the earlier files on every rank together.
+    ``ranks: running`` (``orch recover``) makes a start wait, as a rescue's does, only for the
+    ranks whose play still runs: a rank with nothing to recover does not keep the others stopped.
     """
     conn = ctx.connection
     unit = name
@@ -224,7 +226,7 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
         return TaskResult.changed(f"{unit} stopped" + (f"; its container {' and '.join(ended)} through the runtime"
                                                       if ended else ""))
     if group is not None:
-        if only_if_stopped_by_orch:
+        if only_if_stopped_by_orch or ranks == "running":
             meet(ctx, "restored", strict=False)
         else:
             meet(ctx, "installed")

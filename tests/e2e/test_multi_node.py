@@ -1,6 +1,10 @@
 """Multi-node SGLang servers (``--nnodes 2``) on the test bed: the ranks of one server are found
 among the run's hosts before any change (orchestrator/cli/run.py find_servers,
-orchestrator/facts/server_group.py). docs/multi-node.md says what is built and what is left."""
+orchestrator/facts/server_group.py), tuned and rolled back together. docs/multi-node.md says
+what is built and what is left.
+
+The tests that share ``bed`` (two ranks, each with the same earlier config files) run in file
+order on one worker: the tune (``tuned``), then the rollbacks that undo it."""
 
 from __future__ import annotations
 
@@ -12,27 +16,71 @@ from tests.e2e.helpers import inventory, orch, recap
 
 pytestmark = pytest.mark.testbed
 
+UP = "E=8,N=64,device_name=NVIDIA_H200.json"
+DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
+#: the files both ranks hold before the tune, which a rollback must give back byte for byte
+CFG = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+             "num_warps": 4, "num_stages": 2}}
+COMMON = ["--nnodes", "2", "--dist-init-addr", "gpu-a:5000"]
+
 
 def _main_pid(host) -> int:
     out = host.sh(f"systemctl show -p MainPID {host.unit}").stdout.strip()
     return int(out.split("=", 1)[1] or 0)
 
 
-def _two_ranks(testbed_factory):
-    common = ["--nnodes", "2", "--dist-init-addr", "gpu-a:5000"]
-    bed = testbed_factory(2, {0: {"extra_args": common + ["--node-rank", "0"]},
-                              1: {"extra_args": common + ["--node-rank", "1"]}})
+def _two_ranks(testbed_factory, **rank1):
+    bed = testbed_factory(2, {0: {"extra_args": COMMON + ["--node-rank", "0"]},
+                              1: {"extra_args": COMMON + ["--node-rank", "1"], **rank1}})
     for h in bed.hosts:
         h.wait_http("/health")
     return bed
 
 
-def test_a_rank_left_out_by_limit_is_named_and_nothing_stops(testbed_factory, tmp_path):
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory):
+    """Two ranks of one server, both with CFG installed as their up and down files."""
+    from tests.conftest import _require_testbed
+
+    _require_testbed()
+    from tests.testbed.bed import TestBed
+
+    tmp = tmp_path_factory.mktemp("multi_node")
+    files = {UP: CFG, DOWN: CFG}
+    bed = TestBed(n_hosts=2, host_options={0: {"extra_args": COMMON + ["--node-rank", "0"], "config_files": files},
+                                          1: {"extra_args": COMMON + ["--node-rank", "1"], "config_files": files}},
+                  workdir=tmp / "bed")
+    bed.__enter__()
+    try:
+        for h in bed.hosts:
+            h.wait_http("/health")
+        yield bed, tmp
+    finally:
+        bed.destroy()
+
+
+def _state(bed) -> dict:
+    """Each rank's config files (path -> sha256), main PID and unit state."""
+    return {h.name: (h.file_tree_hash(h.config_dir), _main_pid(h), h.unit_state()) for h in bed.hosts}
+
+
+@pytest.fixture(scope="module")
+def tuned(bed):
+    """The bed before and after one ``orch tune`` of both ranks."""
+    bed, tmp = bed
+    before = _state(bed)
+    inv = inventory(bed, tmp / "hosts.yaml")
+    state = tmp / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    return {"bed": bed, "inv": inv, "state": state, "proc": proc, "before": before, "after": _state(bed)}
+
+
+def test_a_rank_left_out_by_limit_is_named_and_nothing_stops(bed, tmp_path):
     """``--limit gpu-a`` selects rank 0 only: the run is refused, naming rank 1 as missing, before
     anything is stopped; the unit keeps its process and no config file is written."""
-    bed = _two_ranks(testbed_factory)
+    bed, _ = bed
     rank0 = bed.hosts[0]
-    pids = {h.name: _main_pid(h) for h in bed.hosts}
+    before = _state(bed)
     inv = inventory(bed, tmp_path / "hosts.yaml")
     proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", "--limit", rank0.name,
                 state_dir=tmp_path / "state")
@@ -42,13 +90,7 @@ def test_a_rank_left_out_by_limit_is_named_and_nothing_stops(testbed_factory, tm
     assert r["outcome"] == "failed" and "Plan the files to write" in r["cause"], r
     assert "sglang-qwen@gpu-a:5000" in r["cause"] and "rank 1 of 2 is not a host of this run" in r["cause"], r["cause"]
     assert "Nothing was stopped" in r["cause"]
-    for h in bed.hosts:
-        assert _main_pid(h) == pids[h.name] and h.unit_state() == "active"
-        assert h.sh(f"ls {h.triton_dir}", check=False).stdout.strip() == ""
-
-
-UP = "E=8,N=64,device_name=NVIDIA_H200.json"
-DOWN = "E=8,N=64,device_name=NVIDIA_H200_down.json"
+    assert _state(bed) == before and all(st == "active" for _, _, st in before.values())
 
 
 def _events(state, run_id) -> list:
@@ -56,15 +98,12 @@ def _events(state, run_id) -> list:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_two_ranks_tuned_once_installed_on_both_and_restarted_together(testbed_factory, tmp_path):
+def test_two_ranks_tuned_once_installed_on_both_and_restarted_together(tuned):
     """Rank 0 tunes; rank 1 takes the same bytes; both are stopped and restarted, both logs show
     the files loaded; readiness and the benchmark are at rank 0 only."""
-    bed = _two_ranks(testbed_factory)
+    bed, proc, state = tuned["bed"], tuned["proc"], tuned["state"]
     rank0, rank1 = bed.hosts
-    pids = {h.name: _main_pid(h) for h in bed.hosts}
-    inv = inventory(bed, tmp_path / "hosts.yaml")
-    state = tmp_path / "state"
-    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    pids = {n: pid for n, (_, pid, _) in tuned["before"].items()}
     assert proc.returncode == 0, proc.stderr[-6000:]
     res = recap(proc)
     for h in bed.hosts:
@@ -74,6 +113,7 @@ def test_two_ranks_tuned_once_installed_on_both_and_restarted_together(testbed_f
             assert f"Using MoE kernel config from {h.triton_dir}/{name}." in h.unit_log()
     files = {h.name: [h.sh(f"cat {h.triton_dir}/{n}").stdout for n in (UP, DOWN)] for h in bed.hosts}
     assert files[rank0.name] == files[rank1.name] and all(files[rank0.name])
+    assert all(json.loads(f) != CFG for f in files[rank0.name])  # the tune changed the files
     events = _events(state, res["run_id"])
     tuned = {e["host"] for e in events if e.get("event") == "task" and e.get("module") == "tune"
              and e.get("status") == "changed"}
@@ -87,12 +127,7 @@ def test_two_ranks_tuned_once_installed_on_both_and_restarted_together(testbed_f
 def test_a_rank_that_fails_to_start_rolls_back_both(testbed_factory, tmp_path):
     """Rank 1's server crashes on the new files: both ranks fail, both get their earlier files
     back (none: the folder is empty again) and both units run again."""
-    common = ["--nnodes", "2", "--dist-init-addr", "gpu-a:5000"]
-    bed = testbed_factory(2, {0: {"extra_args": common + ["--node-rank", "0"]},
-                              1: {"extra_args": common + ["--node-rank", "1"],
-                                  "env": {"ORCH_STANDIN_FAULT_ON_CHANGE": "crash"}}})
-    for h in bed.hosts:
-        h.wait_http("/health")
+    bed = _two_ranks(testbed_factory, env={"ORCH_STANDIN_FAULT_ON_CHANGE": "crash"})
     inv = inventory(bed, tmp_path / "hosts.yaml")
     proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
     res = recap(proc)
@@ -103,3 +138,106 @@ def test_a_rank_that_fails_to_start_rolls_back_both(testbed_factory, tmp_path):
     for h in bed.hosts:
         assert h.unit_state() == "active"
         assert h.sh(f"ls {h.triton_dir}", check=False).stdout.strip() == ""
+
+
+def test_a_rollback_leaving_out_rank_1_is_refused_with_nothing_changed(tuned, tmp_path):
+    """``orch rollback --limit gpu-a`` after the tune: rank 1 is not a host of the run, so the
+    rollback is refused on rank 0, naming the missing rank, before anything stops; both ranks keep
+    their processes and the tuned files."""
+    bed = tuned["bed"]
+    assert tuned["proc"].returncode == 0, tuned["proc"].stderr[-3000:]
+    rank0 = bed.hosts[0]
+    before = _state(bed)
+    proc = orch("rollback", str(tuned["inv"]), "--service", "sglang-qwen", "--json", "--limit", rank0.name,
+                state_dir=tuned["state"])
+    res = recap(proc)
+    assert proc.returncode != 0 and set(res["hosts"]) == {rank0.name}
+    cause = res["hosts"][rank0.name]["cause"]
+    assert res["hosts"][rank0.name]["outcome"] == "failed" and "Choose the run to undo" in cause, cause
+    assert "sglang-qwen@gpu-a:5000" in cause and "rank 1 of 2 is not a host of this run" in cause, cause
+    assert _state(bed) == before
+
+
+def test_a_rollback_restores_both_ranks_byte_identical_and_restarts_them_together(tuned):
+    """``orch rollback`` after the tune: both ranks get CFG back byte for byte and run again with new
+    main processes that loaded it; rank 0 stopped first, every rank restored before any started,
+    readiness and the benchmark at rank 0 only."""
+    bed, state = tuned["bed"], tuned["state"]
+    assert tuned["proc"].returncode == 0, tuned["proc"].stderr[-3000:]
+    rank0, rank1 = bed.hosts
+    tuned_state = _state(bed)
+    proc = orch("rollback", str(tuned["inv"]), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    res = recap(proc)
+    now = _state(bed)
+    for h in bed.hosts:
+        assert res["hosts"][h.name]["outcome"] == "completed", res["hosts"][h.name]
+        files, pid, active = now[h.name]
+        assert files == tuned["before"][h.name][0], (h.name, files)  # byte-identical to before the tune
+        assert active == "active" and pid not in (tuned_state[h.name][1], 0)
+    all_events = _events(state, res["run_id"])
+    proofs = {e["host"]: e["data"]["loaded"] for e in all_events
+              if e.get("event") == "task" and e.get("module") == "verify_log" and e.get("status") == "ok"}
+    for h in bed.hosts:  # each rank's own log, since its new start, names the files put back
+        assert sorted(proofs.get(h.name) or []) == sorted(f"{h.triton_dir}/{n}" for n in (UP, DOWN)), proofs
+    events = [e for e in all_events if e.get("event") in ("service_stopped", "service_started")
+              or (e.get("event") == "task" and e.get("module") in ("rollback_restore", "bench", "wait_ready"))]
+    order = [(e["event"] if e["event"] != "task" else e["module"], e["host"]) for e in events
+             if e["event"] != "task" or e.get("status") in ("ok", "changed")]
+    stops = [h for ev, h in order if ev == "service_stopped"]
+    assert stops == [rank0.name, rank1.name], order
+    first_start = next(i for i, (ev, _) in enumerate(order) if ev == "service_started")
+    restored = [i for i, (ev, _) in enumerate(order) if ev == "rollback_restore"]
+    assert len(restored) == 2 and max(restored) < first_start, order
+    assert {h for ev, h in order if ev == "bench"} == {rank0.name}, order
+
+
+def test_doctor_names_each_ranks_server_and_reports_ranks_missing_or_disagreeing(bed, tmp_path):
+    """``orch doctor`` shows on each rank its server and rank; with ``--limit`` leaving out rank 1
+    it reports the missing rank, and with another up file on rank 1 it reports that the ranks
+    load different files (exit status 1 both times). Nothing is changed by doctor."""
+    bed, _ = bed
+    rank0, rank1 = bed.hosts
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    key = "sglang-qwen@gpu-a:5000"
+    proc = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    rows = json.loads(proc.stdout)
+    for rank, h in enumerate(bed.hosts):
+        assert rows[h.name]["server"] == {"key": key, "rank": rank, "nnodes": 2, "hosts": [rank0.name, rank1.name],
+                                          "problems": []}, rows[h.name]
+    text = orch("doctor", str(inv), "--service", "sglang-qwen", state_dir=state, env={"COLUMNS": "250"}).stdout
+    assert "rank 0 of 2" in text and "rank 1 of 2" in text and key in text, text
+    alone = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", "--limit", rank0.name, state_dir=state)
+    (problem,) = json.loads(alone.stdout)[rank0.name]["server"]["problems"]
+    assert alone.returncode == 1 and "rank 1 of 2 is not a host of this run" in problem, problem
+    path = f"{rank1.triton_dir}/{UP}"
+    earlier = rank1.sh(f"cat {path}").stdout
+    rank1.sh(f"cat > {path}", input=json.dumps({"1": dict(CFG["1"], num_warps=8)}))
+    try:
+        before = _state(bed)
+        differ = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+        assert _state(bed) == before
+    finally:
+        rank1.sh(f"cat > {path}", input=earlier)
+    rows = json.loads(differ.stdout)
+    assert differ.returncode == 1
+    for h in bed.hosts:
+        problems = rows[h.name]["server"]["problems"]
+        assert len(problems) == 1 and "the ranks load different up files" in problems[0], problems
+
+
+def test_a_recover_leaving_out_rank_1_is_refused_with_nothing_changed(bed, tmp_path):
+    """``orch recover --limit gpu-a``: rank 1 is not a host of the run, so the recover is refused
+    on rank 0 before it takes the host lock or starts anything (it would start one rank alone)."""
+    bed, _ = bed
+    rank0 = bed.hosts[0]
+    before = _state(bed)
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--limit", rank0.name,
+                state_dir=tmp_path / "state")
+    res = recap(proc)
+    cause = res["hosts"][rank0.name]["cause"]
+    assert proc.returncode != 0 and res["hosts"][rank0.name]["outcome"] == "failed", res
+    assert "Find unfinished runs" in cause and "rank 1 of 2 is not a host of this run" in cause, cause
+    assert _state(bed) == before
