@@ -59,3 +59,19 @@ def recap(proc: subprocess.CompletedProcess) -> dict:
         return json.loads(proc.stdout)
     except ValueError:
         raise AssertionError(f"no JSON recap (exit {proc.returncode}); stderr:\n{proc.stderr[-6000:]}") from None
+
+
+def ready_bed(tmp: Path, n_hosts: int, host_options: dict):
+    """The body of a module's ``bed`` fixture (``yield from ready_bed(...)``): a test bed of
+    ``n_hosts`` hosts in ``tmp / "bed"`` whose stand-in servers all answer ``/health``; yields
+    ``(bed, tmp)`` and destroys the bed afterwards, also when a host never became healthy."""
+    from tests.testbed.bed import TestBed
+
+    bed = TestBed(n_hosts=n_hosts, host_options=host_options, workdir=tmp / "bed")
+    bed.__enter__()
+    try:
+        for h in bed.hosts:
+            h.wait_http("/health")
+        yield bed, tmp
+    finally:
+        bed.destroy()

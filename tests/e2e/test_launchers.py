@@ -26,9 +26,8 @@ import pytest
 import yaml
 
 from orchestrator.records import new_run_id
-from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.helpers import inventory, orch, ready_bed, recap
 from tests.e2e.test_faults import LONG_TUNE, _events, _popen
-from tests.testbed.bed import TestBed
 
 pytestmark = pytest.mark.testbed
 
@@ -64,14 +63,7 @@ def _conda_runs(h) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("launchers")
-    bed = TestBed(n_hosts=3, host_options=HOSTS, workdir=tmp / "bed")
-    bed.__enter__()
-    try:
-        for h in bed.hosts:
-            h.wait_http("/health")
-        yield bed, tmp
-    finally:
-        bed.destroy()
+    yield from ready_bed(tmp, 3, HOSTS)
 
 
 def test_tune_doctor_rollback_on_sglang_serve_and_wrapped_units(bed):

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.helpers import inventory, orch, ready_bed, recap
 
 pytestmark = pytest.mark.testbed
 
@@ -43,20 +43,10 @@ def bed(tmp_path_factory):
     from tests.conftest import _require_testbed
 
     _require_testbed()
-    from tests.testbed.bed import TestBed
-
     tmp = tmp_path_factory.mktemp("multi_node")
     files = {UP: CFG, DOWN: CFG}
-    bed = TestBed(n_hosts=2, host_options={0: {"extra_args": COMMON + ["--node-rank", "0"], "config_files": files},
-                                          1: {"extra_args": COMMON + ["--node-rank", "1"], "config_files": files}},
-                  workdir=tmp / "bed")
-    bed.__enter__()
-    try:
-        for h in bed.hosts:
-            h.wait_http("/health")
-        yield bed, tmp
-    finally:
-        bed.destroy()
+    yield from ready_bed(tmp, 2, {0: {"extra_args": COMMON + ["--node-rank", "0"], "config_files": files},
+                                  1: {"extra_args": COMMON + ["--node-rank", "1"], "config_files": files}})
 
 
 def _state(bed) -> dict:

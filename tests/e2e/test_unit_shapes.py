@@ -16,8 +16,7 @@ import json
 
 import pytest
 
-from tests.e2e.helpers import inventory, orch, recap
-from tests.testbed.bed import TestBed
+from tests.e2e.helpers import inventory, orch, ready_bed, recap
 
 pytestmark = pytest.mark.testbed
 
@@ -35,14 +34,7 @@ HOSTS = {
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("shapes")
-    bed = TestBed(n_hosts=2, host_options=HOSTS, workdir=tmp / "bed")
-    bed.__enter__()
-    try:
-        for h in bed.hosts:
-            h.wait_http("/health")
-        yield bed, tmp
-    finally:
-        bed.destroy()
+    yield from ready_bed(tmp, 2, HOSTS)
 
 
 def _events(state, run_id: str) -> list[dict]:
