@@ -229,7 +229,8 @@ class PayloadClient:
         if timeout:
             props.append(f"RuntimeMaxSec={int(timeout)}")
         launch = ["systemd-run", f"--unit={unit}", f"--description=orch payload {command}", "--quiet",
-                  *[f"--property={p}" for p in props], "--", *self.argv(command, args)]
+                  *[f"--property={p}" for p in props], "--",
+                  *self.argv(command, args, tag=f"{self.run_tag}.{secrets.token_hex(4)}")]
         res = t.run(launch, check=False, become=True, timeout=120)
         if not res.ok and unit_state(t, unit).get("ActiveState") not in RUNNING_STATES:
             # nothing of it runs (a unit that does is polled as started: never a second tuner)
@@ -260,6 +261,10 @@ class PayloadClient:
                 raise PayloadFailed(command, "crash", f"no result line (killed by timeout, unit {unit})")
             try:
                 st = unit_state(t, unit)  # first the state, then the output: an ended unit's is whole
+                if not st.get("LoadState"):
+                    # no answer at all (a command cut by a dropped session, sudo refused): a failed
+                    # poll, not an ended unit, which still shows its LoadState and Result
+                    raise ConnectError(f"{getattr(t, 'host', 'host')}: no state of unit {unit}")
                 chunk = t.run(["tail", "-c", f"+{offset + 1}", out], check=False, become=True, timeout=60).stdout
             except ConnectError:
                 failures += 1
