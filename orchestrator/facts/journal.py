@@ -30,6 +30,13 @@ def unit_log(connection, unit: str, lines: int = LOG_LINES, scope: str = "system
     which = ["--user-unit", unit] if scope == "user" else ["-u", unit]
     text = connection.run(["journalctl", *which, "--no-pager", "-n", str(int(lines))],
                           check=False, become=True, timeout=60).stdout
+    return text + _file_tails(connection, files, lines)
+
+
+def _file_tails(connection, files: list[str] | None, lines: int = LOG_LINES) -> str:
+    """The last ``lines`` lines of each of ``files`` (``tail``, through sudo), each ending in a
+    newline; a file that cannot be read adds nothing."""
+    text = ""
     for path in files or []:
         res = connection.run(["tail", "-n", str(int(lines)), "--", path], check=False, become=True, timeout=60)
         if res.ok:
@@ -95,7 +102,7 @@ def mark_start(connection, unit: str, scope: str = "system", files: list[str] | 
     journal = unit_log(connection, unit, scope=scope)
     return LogMark(cursor=m.group(1) if m else None,
                    files={p: _stat(connection, p) for p in files or []},
-                   text=unit_log(connection, unit, scope=scope, files=files), journal=journal)
+                   text=journal + _file_tails(connection, files), journal=journal)
 
 
 def journal_gaps(text: str, unit: str) -> list[str]:
