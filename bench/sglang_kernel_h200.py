@@ -53,7 +53,9 @@ Issue 20 sections (compile off the GPU's memory budget; fast against a bounded e
 
 - ``split``:      the 18-batch-size sglang-provider fast tune on one GPU with the new compile path
                   (``--compile-mode auto``: CPU processes without CUDA compile for the GPU target)
-                  and the old one (``--compile-mode context``), fresh process and empty Triton cache
+                  and adaptive screening (``--screen adaptive``), and the old arm: the old compile
+                  path (``--compile-mode context``; or with ``--split-old fixed-screen`` the old
+                  screening protocol, ``--screen fixed``), fresh process and empty Triton cache
                   each; wall time and the report's split (compile, first launch, timing, compare,
                   check). Run ``compare`` after it: both tunes' picks beside SGLang's default and
                   shipped file, and old vs new at every M (two tunes in fresh processes within 1%).
@@ -646,6 +648,10 @@ def _print_split(name: str, rep: dict, wall: float) -> None:
     say(f"  {name}: {wall:.1f} s wall (tune command {rep.get('wall_s')} s); where it went (s, summed over "
         f"{sp_.get('batch_sizes')} batch sizes): " + ", ".join(f"{k} {v:.1f}" for k, v in sp_.items()
                                                               if k not in ("batch_sizes",)))
+    scr = [r.get("screen") or {} for r in (rep.get("batch_sizes") or {}).values()]
+    if scr:
+        say(f"    screen: {scr[0].get('mode')}, measurements shortened {sum(x.get('shortened', 0) for x in scr)}, "
+            f"graph calls saved {sum(x.get('graph_calls_saved', 0) for x in scr)}")
     say(f"    compile: mode {c.get('mode')}, workers {c.get('workers')}, requests sent {c.get('sent')}, "
         f"failed {c.get('failed')}, first launches that found the worker's binary {c.get('launch_cache_hits')}, "
         f"that compiled {c.get('launch_compiles')}; fallback: {c.get('fallback_reason')}; notes {c.get('notes')}")
@@ -661,13 +667,17 @@ def section_split(res, args, ctx):
     model = (["--model-config", str(MODEL)] if not args.smoke else ["--shape", "E=8,N=64,hidden=128,topk=2"])
     space = "smoke" if args.smoke else "fast"
     out = {}
-    for mode, tag, est in (("auto", "new", 130), ("context", "old", 230)):
+    # the "old" arm: the old compile path (--split-old context-compile) or the old screening
+    # protocol with the new compile path (--split-old fixed-screen)
+    old = ["--compile-mode", "context"] if args.split_old == "context-compile" else ["--screen", "fixed"]
+    for flags, tag, est in ((["--compile-mode", "auto", "--screen", "adaptive"], "new", 130), (old, "old", 230)):
         if not args.smoke and left(args) < est:
             say(f"  skip the {tag}-path tune: {left(args):.0f} s left of the budget, needs ~{est} s")
             continue
+        say(f"  {tag} arm: {' '.join(flags)}")
         r = run_tune(args, ctx, f"tune_sglang_{space}_{tag}",
-                     ["--provider", "sglang", "--space", space, "--batch-sizes", args.batch_sizes,
-                      "--compile-mode", mode] + model, timeout=left(args) - 20,
+                     ["--provider", "sglang", "--space", space, "--batch-sizes", args.batch_sizes]
+                     + flags + model, timeout=left(args) - 20,
                      gpus="0" if not args.smoke else None, triton_cache=str(Path(args.out) / f"triton_cache_{tag}"))
         shutil.rmtree(Path(args.out) / f"triton_cache_{tag}", ignore_errors=True)  # not brought back
         out[tag] = r
@@ -1007,6 +1017,7 @@ def _quant_one(args, ctx, shp, tune_timeout: float) -> dict:
         f"{sorted(shipped) or 'no folder'}; tune {r['wall_s']} s wall, rc {r['rc']}")
     if r.get("report"):
         _print_tune(r["report"])
+        _print_split(f"tune {name}", r["report"], r["wall_s"])
     dtype = "float16" if args.smoke else "bfloat16"
     Mc = list(Ms)
     est = 3.0 * len(Mc) * len(sets) + 2.0 * len(Mc)
@@ -1075,6 +1086,10 @@ def main():
     ap.add_argument("--quant-min-tune-s", type=float, default=120.0,
                     help="section quant: a shape is skipped when less than this is left for its tune")
     ap.add_argument("--budget-s", type=float, default=530.0, help="wall-clock budget of this run")
+    ap.add_argument("--split-old", choices=("context-compile", "fixed-screen"), default="context-compile",
+                    help="section split's old arm: the old compile path (--compile-mode context) or the old "
+                         "screening protocol (--screen fixed, with the new compile path); the new arm is "
+                         "--compile-mode auto --screen adaptive")
     ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))
     ap.add_argument("--tuned", default=None, help="PROVIDER:UP:DOWN,... config files of an earlier tune to "

@@ -35,6 +35,11 @@ context, as many as CPU cores but one, falling back to ``context`` (the reason i
 number capped by GPU memory). report.json's ``time_split`` (and each batch size's) says where the
 wall time went: compile, first launch, timing, compare, check (whole-kernel correctness), setup.
 
+``--screen``: the ``fast`` search's screening protocol (remote/tuning/tuner/timing.py, "Adaptive
+screening"): ``adaptive`` (default) shortens the graph of a candidate slower than 100 µs so each
+replay lasts about 1 ms; ``fixed`` always captures 10 calls. Each batch size's ``screen`` in the
+report counts the shortened measurements and the graph calls saved.
+
 ``--provider``: ``auto`` times SGLang's own fused-MoE entry when it is installed, else orch's
 builtin kernel (:func:`remote.tuning.support.resolve_provider_name`, the answer the probe
 reports as ``tuner_provider``).
@@ -95,6 +100,9 @@ def add_arguments(p) -> None:
                    help="auto/target: compile candidates for the GPU's target in CPU processes without CUDA "
                         "(fallback: context, the reason in the report); context: worker processes with a CUDA "
                         "context (their number capped by GPU memory)")
+    p.add_argument("--screen", choices=("adaptive", "fixed"), default="adaptive",
+                   help="fast search's screening: adaptive (a graph of fewer calls for candidates slower than "
+                        "100 us, each replay about 1 ms) or fixed (a graph of 10 calls, 3 replays)")
 
 
 def parse_batch_sizes(text: str) -> list[int]:
@@ -263,7 +271,8 @@ def run(args) -> dict:
     spec = dict(shape=shape, dtype=dtype, space=args.space, provider=provider.name, seed=args.seed,
                 dtype_selector=naming["dtype_selector"], block_shape=naming["block_shape"], quant=quant,
                 shipped=({"up": shipped["up"], "down": shipped["down"]} if shipped else None),
-                check=not args.no_check, compile_mode=getattr(args, "compile_mode", "auto"))
+                check=not args.no_check, compile_mode=getattr(args, "compile_mode", "auto"),
+                screen=getattr(args, "screen", "adaptive"))
     errors: dict = {}
     t0 = time.time()
     n_new = [0]

@@ -134,7 +134,9 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
             try:
                 p = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + M, weights, quant=quant)
                 weights = p.weights
-                ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(Log(m, lvl)), cpu=cpu)
+                ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(Log(m, lvl)), cpu=cpu,
+                               screen=spec.get("screen") or "adaptive")
+                short0 = (timer.stats.shortened, timer.stats.calls_saved)
                 own_default = getattr(provider, "default_config", None)
                 default = (own_default(p) if own_default else
                            sp.default_config(M, shape["E"], spec.get("dtype_selector"), spec.get("block_shape")))
@@ -179,6 +181,9 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                                       f"(bar {verdict['rel_err_bar']:.3g}{base})"))
                         continue
                 res["compile_s"] = round(compiler.seconds, 3) if compiler else 0.0
+                res["screen"] = {"mode": spec.get("screen") or "adaptive",
+                                 "shortened": timer.stats.shortened - short0[0],
+                                 "graph_calls_saved": timer.stats.calls_saved - short0[1]}
                 res["time_split"] = time_split(split0, split1, t_m, t_search, t_compare, time.perf_counter(),
                                                t_start)
                 res["compile"] = compiler.stats() if compiler else {"mode": "none", "fallback_reason": (

@@ -44,6 +44,12 @@ TIE = 0.01
 #: Interleaved rounds of the whole-kernel final stage on a GPU.
 WHOLE_ROUNDS = 3
 SCREEN_PROTOCOL = dict(n_calls=10, reps=3)
+#: The screening protocol of ``--screen adaptive`` (the default): a graph of 10 calls for kernels
+#: under 100 µs, fewer for slower ones so each replay lasts about 1 ms (timing.Timer, "Adaptive
+#: screening"). Only screening adapts; finalists and the whole-kernel stage use FULL_PROTOCOL.
+ADAPTIVE_SCREEN_PROTOCOL = dict(n_calls=10, reps=3, replay_us=1000.0)
+#: ``--screen`` values: the screening protocol each names.
+SCREEN_PROTOCOLS = {"adaptive": ADAPTIVE_SCREEN_PROTOCOL, "fixed": SCREEN_PROTOCOL}
 CPU_PROTOCOL = dict(n_calls=1, reps=1)
 
 
@@ -54,10 +60,17 @@ class Evaluator:
     separable provider and ``("joint",)`` (timed as the whole kernel) otherwise.
     ``tma_kinds``: the provider's GEMMs whose ``USE_TMA`` may be searched (default none).
     ``log``: callable(msg, level) for skipped candidates. ``cpu``: use the CPU protocol.
+    ``screen``: the ``fast`` search's screening protocol, ``"adaptive"`` (fewer graph calls for
+    slow candidates, :data:`ADAPTIVE_SCREEN_PROTOCOL`) or ``"fixed"`` (:data:`SCREEN_PROTOCOL`);
+    ValueError for another name.
     """
 
-    def __init__(self, provider, problem, timer, compiler=None, log=None, cpu=False):
+    def __init__(self, provider, problem, timer, compiler=None, log=None, cpu=False, screen: str = "adaptive"):
         self.provider, self.p, self.timer, self.compiler = provider, problem, timer, compiler
+        if screen not in SCREEN_PROTOCOLS:
+            raise ValueError(f"screen must be one of {sorted(SCREEN_PROTOCOLS)}, got {screen!r}")
+        #: the screening protocol of the ``fast`` search (``screen``: a key of SCREEN_PROTOCOLS)
+        self.screen = SCREEN_PROTOCOLS[screen]
         bind = getattr(compiler, "bind", None)
         if bind is not None:  # a TargetCompiler captures compile requests from this problem's launches
             bind(provider, problem)
@@ -126,7 +139,7 @@ class Evaluator:
         """Time ``cfgs`` for ``kind``; returns ``{cfg_key: microseconds}`` (failures absent)."""
         if self.cpu:
             protocol = CPU_PROTOCOL
-        pname = (protocol["n_calls"], protocol["reps"])
+        pname = (protocol["n_calls"], protocol["reps"], protocol.get("replay_us"))
         uniq = {}
         for c in cfgs:
             c = self.clean(kind, c)
@@ -333,7 +346,7 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
                         extra[kind].append(sp.with_tma(c, not c.get("USE_TMA")))
     for kind in ev.kinds:  # every GEMM's seeds compile at once (the workers stay busy while the first is timed)
         ev.prefetch(kind, seeds + extra[kind])
-    screened = {kind: ev.measure(kind, seeds + extra[kind], SCREEN_PROTOCOL) for kind in ev.kinds}
+    screened = {kind: ev.measure(kind, seeds + extra[kind], ev.screen) for kind in ev.kinds}
     # rank BLOCK_SIZE_M by the sum of each GEMM's best seed
     bm_rank = []
     bms = set.intersection(*[{k[0] for k in t} for t in screened.values()])
@@ -374,7 +387,7 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
                 continue
             t = screened[kind]
             before = min(t[k] for k in t if k[0] == bm)
-            t.update(ev.measure(kind, cands, SCREEN_PROTOCOL))
+            t.update(ev.measure(kind, cands, ev.screen))
             ranked = sorted((k for k in t if k[0] == bm), key=lambda k: t[k])
             new_frontier = [k for k in ranked[:n_frontier] if k not in st["frontier"]]
             if t[ranked[0]] >= before * 0.999 and not new_frontier:

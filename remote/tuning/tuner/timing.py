@@ -9,6 +9,13 @@ calls, L2 flushed, 10 replays) with a median. Before the first measurement in a 
 :meth:`Timer.warm_up` captures and replays throw-away graphs (on the H200 the first few
 graphs of a process replayed about 5% fast at M=1, docs/benchmarks.md "What kernel time means").
 
+Adaptive screening (``replay_us``): a screening measurement only ranks candidates, and a
+graph of 10 calls of a slow candidate (an int4 GEMM at M=3072 runs 2 to 20 ms) costs 41 runs of
+it. With ``replay_us`` set, one more eager call, timed with CUDA events after an L2 flush, gives
+the candidate's time t; the graph then holds ``ceil(replay_us / t)`` calls (at most ``n_calls``,
+at least 1), so every replay lasts about ``replay_us`` or longer. Fast kernels (t below
+``replay_us / n_calls``) keep the full graph; the final measurements use the fixed protocol.
+
 CPU protocol (TRITON_INTERPRET=1): median wall clock of ``reps`` calls. These numbers
 measure the Python interpreter of Triton, not a GPU: they mean nothing for performance and
 exist only so the search logic runs in CI.
@@ -33,6 +40,9 @@ class TimerStats:
     first_s: float = 0.0
     calls: int = 0
     failures: int = 0
+    #: adaptive screening: calls whose graph was shortened, and the graph calls saved
+    shortened: int = 0
+    calls_saved: int = 0
     errors: list = field(default_factory=list)
 
 
@@ -62,16 +72,19 @@ class Timer:
         self.stats.first_s = first  # warm-up is not a candidate's first launch
         self._warm = True
 
-    def time(self, fn, n_calls: int = 10, reps: int = 10) -> float:
+    def time(self, fn, n_calls: int = 10, reps: int = 10, replay_us: float | None = None) -> float:
         """Median time of one call of ``fn`` in microseconds (see module docstring).
 
+        ``replay_us``: adaptive screening on a GPU (module docstring): the graph holds
+        ``min(n_calls, ceil(replay_us / t))`` calls, t being one timed eager call (µs); None:
+        always ``n_calls``. Ignored on the CPU.
         Exceptions from ``fn`` (compile errors, OutOfResources) propagate; the caller
         decides to skip the candidate.
         """
         t0 = time.perf_counter()
         try:
             if self.cuda:
-                return self._time_cuda(fn, n_calls, reps)
+                return self._time_cuda(fn, n_calls, reps, replay_us)
             return self._time_cpu(fn, reps)
         finally:
             self.stats.seconds += time.perf_counter() - t0
@@ -88,12 +101,18 @@ class Timer:
             ts.append(time.perf_counter() - t)
         return statistics.median(ts) * 1e6
 
-    def _time_cuda(self, fn, n_calls: int, reps: int) -> float:
+    def _time_cuda(self, fn, n_calls: int, reps: int, replay_us: float | None = None) -> float:
         with torch.cuda.device(self.device):
             t0 = time.perf_counter()
             fn()
             torch.cuda.synchronize()
             self.stats.first_s += time.perf_counter() - t0
+            if replay_us:
+                n = graph_calls(self._one_call_us(fn), n_calls, replay_us)
+                if n < n_calls:
+                    self.stats.shortened += 1
+                    self.stats.calls_saved += n_calls - n
+                n_calls = n
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             g = torch.cuda.CUDAGraph()
@@ -113,3 +132,22 @@ class Timer:
             times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
             del g
             return statistics.median(times) * 1e3 / n_calls
+
+    def _one_call_us(self, fn) -> float:
+        """One eager call of ``fn`` after an L2 flush, timed with CUDA events (µs)."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self._flush.zero_()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+
+def graph_calls(one_call_us: float, n_calls: int, replay_us: float) -> int:
+    """Calls per graph for adaptive screening: enough that a replay lasts ``replay_us`` (µs)
+    given one call of ``one_call_us`` (µs), at most ``n_calls``, at least 1."""
+    import math
+    if not one_call_us or one_call_us <= 0:
+        return n_calls
+    return max(1, min(n_calls, math.ceil(replay_us / one_call_us)))

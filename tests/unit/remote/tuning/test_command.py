@@ -93,6 +93,8 @@ def test_report_contents(first_run):
         assert split["timing"] > 0 and split["check"] > 0 and split["compile"] == 0  # nothing compiles on CPU
         assert split["wall"] >= split["timing"] + split["compare"] + split["check"]
         assert "CPU" in r["compile"]["fallback_reason"]
+        # the screening protocol is recorded; the CPU protocol never shortens a graph
+        assert r["screen"] == {"mode": "adaptive", "shortened": 0, "graph_calls_saved": 0}
     assert rep["payload_version"] and rep["triton_version"]
     assert rep["time_split"]["batch_sizes"] == 2
     assert rep["time_split"]["wall"] == pytest.approx(sum(rep["batch_sizes"][M]["time_split"]["wall"]

@@ -119,9 +119,11 @@ class FakeTimer:
         self.stats = FakeStats()
         self._warm = True
 
-    def time(self, fn, n_calls=10, reps=10):
+    def time(self, fn, n_calls=10, reps=10, replay_us=None):
         self.stats.calls += 1
         self.stats.seconds += 0.001 * reps
+        self.protocols = getattr(self, "protocols", [])
+        self.protocols.append((n_calls, reps, replay_us))
         return fn()
 
 
@@ -391,9 +393,9 @@ def test_fast_refinement_compiles_each_round_at_once_with_the_same_result():
     events = []
 
     class Timer(FakeTimer):
-        def time(self, fn, n_calls=10, reps=10):
+        def time(self, fn, n_calls=10, reps=10, replay_us=None):
             events.append(("time",))
-            return super().time(fn, n_calls, reps)
+            return super().time(fn, n_calls, reps, replay_us)
 
     plain = search(Evaluator(FakeProvider(), None, FakeTimer()), "fast", 4096, 128, 8, H200_SMEM, 2)
     ev = Evaluator(FakeProvider(), None, Timer(), compiler=_RecordingCompiler(events))
@@ -404,3 +406,41 @@ def test_fast_refinement_compiles_each_round_at_once_with_the_same_result():
     waits = sum(1 for a, b in zip(events, events[1:]) if a[0] == "time" and b[0] == "compile")
     assert events[0][0] == events[1][0] == "compile" and events[2] == ("time",)
     assert 1 <= waits <= 3
+
+
+def test_graph_calls_keep_each_screening_replay_near_a_millisecond():
+    from remote.tuning.tuner.timing import graph_calls
+    # fast kernels keep SGLang's graph of 10 calls; slow ones get fewer, never 0
+    assert graph_calls(30.0, 10, 1000.0) == 10
+    assert graph_calls(100.0, 10, 1000.0) == 10
+    assert graph_calls(150.0, 10, 1000.0) == 7
+    assert graph_calls(500.0, 10, 1000.0) == 2
+    assert graph_calls(2500.0, 10, 1000.0) == 1
+    assert graph_calls(0.0, 10, 1000.0) == 10  # no usable time: the fixed protocol
+
+
+def test_fast_search_screens_adaptively_and_times_finalists_with_the_full_protocol():
+    from remote.tuning.tuner.search import ADAPTIVE_SCREEN_PROTOCOL, FULL_PROTOCOL, SCREEN_PROTOCOL
+    ev = Evaluator(FakeProvider(), None, FakeTimer())
+    r = search(ev, "fast", 4096, 128, 8, H200_SMEM, 2)
+    protos = set(ev.timer.protocols)
+    adaptive = tuple(ADAPTIVE_SCREEN_PROTOCOL[k] for k in ("n_calls", "reps", "replay_us"))
+    assert adaptive in protos and (FULL_PROTOCOL["n_calls"], FULL_PROTOCOL["reps"], None) in protos
+    assert (SCREEN_PROTOCOL["n_calls"], SCREEN_PROTOCOL["reps"], None) not in protos
+    # "fixed" is the earlier protocol, and on a timer whose times do not depend on the protocol both
+    # modes make the same decisions
+    ev_fixed = Evaluator(FakeProvider(), None, FakeTimer(), screen="fixed")
+    rf = search(ev_fixed, "fast", 4096, 128, 8, H200_SMEM, 2)
+    assert (SCREEN_PROTOCOL["n_calls"], SCREEN_PROTOCOL["reps"], None) in set(ev_fixed.timer.protocols)
+    assert all(p[2] is None for p in ev_fixed.timer.protocols)
+    assert (rf["up"], rf["down"]) == (r["up"], r["down"])
+    with pytest.raises(ValueError, match="screen must be one of"):
+        Evaluator(FakeProvider(), None, FakeTimer(), screen="quick")
+
+
+def test_cpu_timer_accepts_the_adaptive_protocol():
+    from remote.tuning.tuner.timing import Timer
+    calls = []
+    t = Timer("cpu")
+    us = t.time(lambda: calls.append(1), n_calls=10, reps=3, replay_us=1000.0)
+    assert us >= 0 and len(calls) == 4 and t.stats.shortened == 0
