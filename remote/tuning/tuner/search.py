@@ -11,7 +11,8 @@ own entry, one forced config) the candidate is timed as the whole fused MoE.
 - ``fast``: (1) one seed per (BM, BN, BK) with BM limited to the useful range for the
   expected tokens per expert (``space.seed_configs``), plus optional warm-start hints (the
   previous batch size's winner and the shipped config for M, when given), screened with
-  3 replays; (2) for the three best BLOCK_SIZE_M, coordinate descent from the two best
+  3 replays of a graph of at most 10 calls (``--screen adaptive``: fewer calls for a candidate
+  slower than 100 µs, so a replay lasts about 1 ms; ``--screen fixed``: always 10); (2) for the three best BLOCK_SIZE_M, coordinate descent from the two best
   configs of each GEMM over one-step neighbours (stages, warps, group, BN/BK halved or
   doubled), at most 3 rounds, every (BLOCK_SIZE_M, GEMM) in lockstep so that a round's candidates
   compile together; (3) the 4 best of each GEMM per finalist BM re-timed with
