@@ -670,7 +670,8 @@ def section_split(res, args, ctx):
     # the "old" arm: the old compile path (--split-old context-compile) or the old screening
     # protocol with the new compile path (--split-old fixed-screen)
     old = ["--compile-mode", "context"] if args.split_old == "context-compile" else ["--screen", "fixed"]
-    for flags, tag, est in ((["--compile-mode", "auto", "--screen", "adaptive"], "new", 130), (old, "old", 230)):
+    arms = ((["--compile-mode", "auto", "--screen", "adaptive"], "new", 130), (old, "old", 230))
+    for flags, tag, est in arms[:1] if args.split_only_new else arms:
         if not args.smoke and left(args) < est:
             say(f"  skip the {tag}-path tune: {left(args):.0f} s left of the budget, needs ~{est} s")
             continue
@@ -1086,6 +1087,8 @@ def main():
     ap.add_argument("--quant-min-tune-s", type=float, default=120.0,
                     help="section quant: a shape is skipped when less than this is left for its tune")
     ap.add_argument("--budget-s", type=float, default=530.0, help="wall-clock budget of this run")
+    ap.add_argument("--split-only-new", action="store_true",
+                    help="section split: run the new arm only (compare an old arm given with --tuned sglang_old:UP:DOWN)")
     ap.add_argument("--split-old", choices=("context-compile", "fixed-screen"), default="context-compile",
                     help="section split's old arm: the old compile path (--compile-mode context) or the old "
                          "screening protocol (--screen fixed, with the new compile path); the new arm is "

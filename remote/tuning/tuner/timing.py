@@ -11,8 +11,8 @@ graphs of a process replayed about 5% fast at M=1, docs/benchmarks.md "What kern
 
 Adaptive screening (``replay_us``): a screening measurement only ranks candidates, and a
 graph of 10 calls of a slow candidate (an int4 GEMM at M=3072 runs 2 to 20 ms) costs 41 runs of
-it. With ``replay_us`` set, one more eager call, timed with CUDA events after an L2 flush, gives
-the candidate's time t; the graph then holds ``ceil(replay_us / t)`` calls (at most ``n_calls``,
+it. With ``replay_us`` set, a graph of one call, replayed after an L2 flush and timed with CUDA
+events, gives the candidate's time t; the graph then holds ``ceil(replay_us / t)`` calls (at most ``n_calls``,
 at least 1), so every replay lasts about ``replay_us`` or longer. Fast kernels (t below
 ``replay_us / n_calls``) keep the full graph; the final measurements use the fixed protocol.
 
@@ -134,13 +134,25 @@ class Timer:
             return statistics.median(times) * 1e3 / n_calls
 
     def _one_call_us(self, fn) -> float:
-        """One eager call of ``fn`` after an L2 flush, timed with CUDA events (µs)."""
+        """One call of ``fn`` after an L2 flush, as a graph of one call timed with CUDA events (µs).
+
+        A graph, not an eager call: between two events around an eager call the GPU also waits
+        for the launch code on the CPU (SGLang's ``invoke_fused_moe_kernel`` takes 100 µs or
+        more of Python), which made 15 µs kernels look slow (H200, 2026-12-03: graphs at M=1
+        were shortened)."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self._pool, stream=stream):
+            fn()
+        torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         self._flush.zero_()
         start.record()
-        fn()
+        g.replay()
         end.record()
         torch.cuda.synchronize()
+        del g
         return start.elapsed_time(end) * 1e3
 
 
