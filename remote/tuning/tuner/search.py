@@ -155,7 +155,7 @@ class Evaluator:
             for key in [k for k in todo if (kind, k) not in futs]:
                 self._time(kind, key, uniq[key], protocol, pname)
             by_fut = {f: key[1] for key, f in futs.items()}
-            for f in cf.as_completed(by_fut):
+            for f in _waited(cf.as_completed(by_fut), self.compiler):
                 key = by_fut[f]
                 err = self.compiler.wait((kind, key), f)
                 if err:
@@ -181,6 +181,23 @@ class Evaluator:
             self.cache[ck] = None
             self.failed += 1
             self.log(f"skip {kind} {cfg}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
+
+
+def _waited(futures, compiler):
+    """Yield from ``futures`` (``as_completed``), adding the time blocked on each next one to
+    ``compiler.seconds``: that is the timing process waiting for the compile workers, and
+    report.json's ``time_split`` counts it as ``compile`` (before 2026-12-03 it fell into
+    ``search_other``)."""
+    it = iter(futures)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            f = next(it)
+        except StopIteration:
+            return
+        if hasattr(compiler, "seconds"):
+            compiler.seconds += time.perf_counter() - t0
+        yield f
 
 
 def _pick(times_by_kind: dict) -> tuple[int, dict, dict]:

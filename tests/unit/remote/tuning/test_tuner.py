@@ -444,3 +444,38 @@ def test_cpu_timer_accepts_the_adaptive_protocol():
     t = Timer("cpu")
     us = t.time(lambda: calls.append(1), n_calls=10, reps=3, replay_us=1000.0)
     assert us >= 0 and len(calls) == 4 and t.stats.shortened == 0
+
+
+def test_time_blocked_on_compile_workers_is_counted_as_compile():
+    """measure() times each config as soon as its compile finishes (``as_completed``); the time it
+    blocks there is the wait for the workers and goes to ``compiler.seconds`` (report.json's
+    ``time_split.compile``), not to ``search_other``."""
+    import concurrent.futures as cf
+    import threading
+
+    gate = threading.Event()
+
+    class SlowCompiler:
+        seconds = 0.0
+
+        def __init__(self):
+            self.pool = cf.ThreadPoolExecutor(2)
+
+        def submit(self, jobs, M=None):
+            # each "compile" ends only once the gate opens, which the test opens 0.3 s later
+            return {(kind, sp.cfg_key(c)): self.pool.submit(lambda: (gate.wait(5), (True, ""))[1])
+                    for kind, c in jobs}
+
+        def wait(self, key, fut):
+            fut.result()
+            return None
+
+    comp = SlowCompiler()
+    ev = Evaluator(FakeProvider(), None, FakeTimer(), compiler=comp)
+    threading.Timer(0.3, gate.set).start()
+    cfgs = [dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=g, num_warps=8, num_stages=4)
+            for g in (1, 16)]
+    out = ev.measure("up", cfgs, dict(n_calls=10, reps=3))
+    assert len(out) == 2
+    assert comp.seconds >= 0.25  # the blocked time, counted once
+    comp.pool.shutdown()
