@@ -326,7 +326,8 @@ def test_recover_after_a_controller_killed_mid_tune_restarts_every_rank(testbed_
         waiting = _main_pid(rank1)
 
     joined = rank1.unit_log().count("all 2 ranks joined")
-    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state2")
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "state2"),
+               state_dir=tmp_path / "state2")
     assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr[-3000:]
     res = recap(rec)
     for h in bed.hosts:
