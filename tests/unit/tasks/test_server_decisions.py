@@ -57,3 +57,23 @@ def test_each_rank_reads_what_every_rank_brought_to_a_meeting():
     assert got == {"gpu-a": {"gpu-a": "r1", "gpu-b": None}, "gpu-b": {"gpu-b": None, "gpu-a": "r1"}}
     barrier.start_batch(["gpu-a", "gpu-b"])  # a new batch forgets the values
     assert barrier.shared("gpu-a", "chosen") == {}
+
+
+def test_a_rank_that_rank_0s_stop_ended_counts_as_stopped_by_the_run(tmp_path):
+    """SGLang 0.5.23: rank 0's shutdown broadcast ends every rank, so rank 1's own stop finds it
+    down. It was running when the play began, so this run stopped it: its rescue must start it
+    again (else rank 0's rescue start waits for ever for it). A rank down before the run is not."""
+    from orchestrator.tasks import TASKS
+    from tests.fakes import ScriptedConnection, make_ctx
+
+    rank1 = ServerGroup(key=GROUP.key, unit=GROUP.unit, dist_init_addr=GROUP.dist_init_addr, nnodes=2,
+                        hosts=GROUP.hosts, rank=1)
+    spec = TASKS["service"]
+    for was_active, stopped in ((True, True), (False, False)):
+        conn = ScriptedConnection([("^systemctl is-active sglang-ds", (3, "failed\n", ""))])
+        ctx = make_ctx(tmp_path, {"orch_server_group": rank1}, connection=conn, name="gpu-b")
+        ctx.run.was_active = was_active
+        res = spec.fn(ctx, **spec.coerce(spec.bind({"name": "sglang-ds", "state": "stopped", "timeout": 5})))
+        assert res.status == "ok" and "already failed" in res.msg
+        assert ctx.run.stopped_by_orch is stopped
+        assert not any("stop" in " ".join(argv) for argv, _ in conn.calls)
