@@ -221,6 +221,7 @@ class ServerBarrier:
         self._arrived: dict[str, set[str]] = {}
         self._failed: dict[str, str] = {}
         self._done: set[str] = set()
+        self._values: dict[str, dict[str, object]] = {}
 
     def set_servers(self, servers: dict[str, list[str]]) -> None:
         """``servers``: host name -> the host names of its server (itself included)."""
@@ -231,7 +232,7 @@ class ServerBarrier:
     def start_batch(self, hosts: list[str]) -> None:
         """Engine hook: a batch starts; forget the last batch's meetings."""
         with self._cv:
-            self._arrived, self._failed, self._done = {}, {}, set()
+            self._arrived, self._failed, self._done, self._values = {}, {}, set(), {}
             self._cv.notify_all()
 
     def host_started(self, host: str) -> None:
@@ -259,19 +260,29 @@ class ServerBarrier:
             bad = [f"{p} failed: {self._failed[p]}" for p in self.peers(host) if p in self._failed]
         return f"another rank of this server: {bad[0]}" if bad else None
 
+    def shared(self, host: str, phase: str) -> dict[str, object]:
+        """What each rank of ``host``'s server that reached ``phase`` brought to it (host name ->
+        its ``value``, ``host`` itself included): after a strict :meth:`wait`, every rank's."""
+        with self._cv:
+            got = self._values.get(phase, {})
+            return {h: got[h] for h in [host, *self.peers(host)] if h in got}
+
     def peers(self, host: str) -> list[str]:
         """The other ranks of ``host``'s server ([] for a single-node host)."""
         return [h for h in self._servers.get(host, []) if h != host]
 
     def wait(self, host: str, phase: str, strict: bool = True, timeout: float = 3600,
-             cancel: threading.Event | None = None, among: list[str] | None = None) -> list[str]:
+             cancel: threading.Event | None = None, among: list[str] | None = None,
+             value: object = None) -> list[str]:
         """Block until every other rank of ``host``'s server (only those in ``among`` when given:
-        ``[]`` only records the arrival) has reached ``phase`` (seconds ``timeout``). Returns the
+        ``[]`` only records the arrival) has reached ``phase`` (seconds ``timeout``). ``value``
+        (any object) is what this rank brings to the meeting, read by :meth:`shared`. Returns the
         ranks met. Raises :class:`BarrierBroken` (strict: a rank failed or ended first; either:
         timeout or ``cancel``)."""
         deadline = time.monotonic() + timeout
         with self._cv:
             self._arrived.setdefault(phase, set()).add(host)
+            self._values.setdefault(phase, {})[host] = value
             self._cv.notify_all()
             while True:
                 peers = [p for p in self.peers(host) if among is None or p in among]

@@ -154,7 +154,8 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit,
     host whose unit cannot be read is left out (the play that follows fails it at the same step,
     and the ranks of its server then miss it: refused). Records one ``multi_node_servers`` event
     (the pass's own task events are not recorded: the play repeats those steps). Changes nothing
-    on any host."""
+    on any host. Each host's connection is left open in ``options.connections`` for the play
+    that follows (its ``connect`` task takes it over), so a run logs in once per host."""
     play = Play("find multi-node servers", "all",
                 [Task("Connect", "connect", {}), Task("Read the unit", "unit_facts", {"name": "{{ service }}"})])
     units: dict[str, tuple[str, ServerArgs, None]] = {}
@@ -164,9 +165,11 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit,
         if event == "task" and fields.get("module") == "unit_facts" and isinstance(data.get("server"), dict):
             units[fields["host"]] = (data.get("unit") or "", ServerArgs(**data["server"]), None)
 
+    # its connections stay open for the play (options.connections): a run logs in once per host
     quiet = RunOptions(run_id=options.run_id, run_dir=options.run_dir, check=True,
                        accept_new_host_keys=options.accept_new_host_keys, extra=dict(options.extra),
-                       cancel=options.cancel, state_dir=options.state_dir)
+                       cancel=options.cancel, state_dir=options.state_dir, connections=options.connections,
+                       keep_connections=True)
     recaps = Engine(TASKS, quiet, _Quiet(), capture).run_play(play, hosts, hostvars, forks=forks)
     found = group_servers({h.name: units[h.name] for h in hosts if h.name in units})
     if found:
@@ -253,6 +256,12 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        for conn in list(options.connections.values()):  # the discovery pass's, not taken by the play
+            try:
+                conn.close()
+            except Exception:  # closing a dead link must not mask the run's outcome
+                pass
+        options.connections.clear()
     result = {n: recap_dict(r) for n, r in recaps.items()}
     record.write_json(RECAP, result)
     for n in recaps:

@@ -50,6 +50,13 @@ class RunOptions:
     servers: dict[str, Any] = field(default_factory=dict)
     #: meeting points of the ranks of those servers (orchestrator.fleet.ServerBarrier), also in ``hooks``
     barrier: Any = None
+    #: host name -> its open connection, handed over by an earlier pass of this invocation (the
+    #: discovery pass, orchestrator.cli.run.find_servers): the ``connect`` task takes the host's
+    #: instead of logging in again, so a run logs in once per host; the caller closes what is left
+    connections: dict[str, Any] = field(default_factory=dict)
+    #: at the end of a host's play, leave its connection open in ``connections`` (for the next
+    #: pass) instead of closing it
+    keep_connections: bool = False
 
 
 @dataclass
@@ -161,6 +168,11 @@ class HostContext:
         return self.options.cancel.is_set() and not self.protected
 
     def close(self) -> None:
+        """Close the host's connection, or hand it to the next pass (``options.keep_connections``)."""
+        if self.connection is not None and self.options.keep_connections:
+            self.options.connections[self.name] = self.connection
+            self.connection = None
+            return
         if self.connection is not None:
             try:
                 self.connection.close()

@@ -116,6 +116,8 @@ class HostFacts:
     bench = Fact("orch_bench_*", BenchResult)
     #: runs a dead controller left unfinished, the host's run records (recover_select)
     unfinished = Fact("orch_unfinished", list)
+    #: every rank of this host's multi-node server is restarted by ``orch recover`` (recover_select)
+    recover_restart = Fact("orch_recover_restart", bool)
     #: the host run record a rollback undoes (rollback_select)
     rollback_target = Fact("orch_rollback_target", dict)
     #: paths a rollback put back, ``list[str]`` (rollback_restore)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..connection import PrefixPrinter
 from ..connection import connect as _connect
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -12,7 +13,9 @@ from ..inventory.variables import var
 def connect(ctx, require_root: bool = True) -> TaskResult:
     """Open the host's connection from its inventory variables and check who orch is there.
 
-    Commands run as the login user (``ansible_user``). With ``ansible_become``, sudo is tried
+    A connection the discovery pass left open for the host (``RunOptions.connections``,
+    :func:`orchestrator.cli.run.find_servers`) is taken over instead of logging in again; it
+    reconnects by itself if its link dropped since. Commands run as the login user (``ansible_user``). With ``ansible_become``, sudo is tried
     once here (``id -un`` as the become user) so a wrong or missing ``ansible_become_password``
     or missing sudo rights fail now, naming the host, before anything is read or changed.
     ``require_root`` (default): orch's state folder (``orch_state_dir``, root-only), the unit and
@@ -24,6 +27,12 @@ def connect(ctx, require_root: bool = True) -> TaskResult:
     :class:`orchestrator.connection.BecomeFailed` when sudo refuses; :class:`TaskFailed` when
     root is needed and not available.
     """
+    if ctx.connection is None:
+        # the discovery pass's login, when there was one (RunOptions.connections): one login per host
+        handed = ctx.options.connections.pop(ctx.name, None)
+        if handed is not None:
+            handed.echo = PrefixPrinter(ctx.name, enabled=ctx.options.echo_output)
+            ctx.connection = handed
     if ctx.connection is None:
         ctx.connection = _connect(ctx.name, ctx.vars, accept_new_host_keys=ctx.options.accept_new_host_keys,
                                  echo_output=ctx.options.echo_output)

@@ -24,13 +24,13 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
 from ..host.container import end_payload_containers
 from ..host.records import records, start_heartbeat
-from ..host.servers import server_refusal
+from ..host.servers import RankRecovery, meet, server_refusal, server_restart
 from ..payload.client import PayloadFailed, stop_tagged
 from ..payload.transient import RUNNING_STATES, stop_unit, unit_name
 from ..records.host import holder_gone
 
 
-@task("recover_select", check_mode=AWARE, sets=("orch_unfinished",))
+@task("recover_select", check_mode=AWARE, sets=("orch_unfinished", "orch_recover_restart"))
 def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
                    heartbeat_interval: float | None = None) -> TaskResult:
     """Find unfinished runs (``orch_unfinished``) and take the host lock for this run.
@@ -47,7 +47,11 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
     (:func:`orchestrator.host.records.start_heartbeat`). Under ``--check`` it only reports.
     A rank of a multi-node server is refused first, before the lock is taken, when the server's
     ranks are not all among the run's hosts or disagree (:func:`server_refusal`): its ranks are
-    started together (docs/multi-node.md).
+    started together (docs/multi-node.md). Its ranks then meet, before any of them breaks a lock,
+    and share their unfinished runs and unit states; ``orch_recover_restart`` is set on every rank
+    when the server must be restarted as a whole (:func:`orchestrator.host.servers.server_restart`):
+    recover.yaml then stops every rank (rank 0 first), also one with nothing to recover or one that
+    still runs, and starts them together. Otherwise ``orch_recover_restart`` is False.
     """
     why_not = server_refusal(ctx, "recover")
     if why_not:
@@ -56,13 +60,27 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
     st = rec.lock_status(stale_after)
     lk = st.get("lock") or {}
     broken = None
-    if st.get("held") and lk.get("run_id") != ctx.options.run_id:
+    taken = st.get("held") and lk.get("run_id") != ctx.options.run_id
+    gone = False
+    if taken:
         gone = holder_gone(lk.get("controller"))
         if not (gone or break_lock):
             # stale is only a hint: a controller on another machine does not heartbeat during a long tune
             stale = f", no heartbeat for {st.get('heartbeat_age_s') or 0:.0f} s" if st.get("stale") else ""
             raise TaskFailed(f"host lock held by run {lk.get('run_id')} (controller {lk.get('controller')}"
                              f"{stale}), which may still be running; if it is gone, pass --break-lock")
+    left = rec.unfinished(ctx.options.run_id, lk.get("run_id") if st.get("held") else None)
+    restart = None
+    if ctx.facts.server_group is not None:
+        # the ranks decide together, before any of them changes anything (docs/multi-node.md)
+        unit = ctx.facts.unit
+        seen = meet(ctx, "recover: unfinished runs found",
+                    value=RankRecovery(runs=[f"{r['run_id']} ({r['state']})" for r in left],
+                                       past_start=any(r["state"] != "started" for r in left),
+                                       autotune_cache=any(r.get("autotune_cache") for r in left),
+                                       active_state=unit.active_state if unit is not None else "unknown"))
+        restart = server_restart(seen)
+    if taken:
         if ctx.check:
             broken = lk.get("run_id")
         else:
@@ -70,7 +88,6 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
             broken = lk.get("run_id") or "corrupt lock"
             ctx.emit("lock_broken", holder=lk.get("run_id"), controller=lk.get("controller"),
                      why="holder gone" if gone else "--break-lock")
-    left = rec.unfinished(ctx.options.run_id, lk.get("run_id") if st.get("held") else None)
     if not ctx.check:
         rec.acquire(ctx.options.run_id, stale_after)
         ctx.run.locked = True
@@ -100,9 +117,9 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
                     ctx.emit("payload_containers_ended", run_id=r["run_id"], containers=ended)
     desc = ", ".join(f"{r['run_id']} ({r['state']})" for r in left) or "none"
     msg = f"unfinished runs: {desc}" + (f"; broke the lock of {broken}" if broken else "") \
-        + "".join(f"; {u}" for u in units)
-    return TaskResult.ok(msg, facts={"orch_unfinished": left}, unfinished=left, broken_lock=broken,
-                         tune_units=units)
+        + "".join(f"; {u}" for u in units) + (f"; every rank is restarted: {restart}" if restart else "")
+    return TaskResult.ok(msg, facts={"orch_unfinished": left, "orch_recover_restart": bool(restart)},
+                         unfinished=left, broken_lock=broken, tune_units=units, server_restart=restart)
 
 
 @task("recover_restore")
@@ -124,6 +141,8 @@ def recover_restore(ctx, runs: list[dict]) -> TaskResult:
         ctx.emit("configs_restored", run_id=r["run_id"], files=data.get("files"))
     ctx.run.summary.recovered = done
     n = sum(1 for d in done for f in d["files"] if f.get("action") != "unchanged")
+    if not runs:  # a rank restarted with its server, with nothing of its own to put back
+        return TaskResult.ok("no unfinished run on this host: nothing to restore", runs=done)
     return TaskResult.changed(f"restored {n} file(s) of {len(done)} run(s)", runs=done)
 
 

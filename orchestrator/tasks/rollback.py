@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..host.records import records
-from ..host.servers import server_refusal
+from ..host.servers import meet, rollback_disagreement, server_refusal
 from ..records.host import record_state
 
 
@@ -22,11 +22,15 @@ def rollback_select(ctx, to: str | None = None) -> TaskResult:
 
     A rank of a multi-node server is refused first, before anything changes, when the
     server's ranks are not all among the run's hosts or disagree (:func:`server_refusal`):
-    the ranks are rolled back together (docs/multi-node.md)."""
+    the ranks are rolled back together (docs/multi-node.md). Its ranks then meet and compare the
+    runs they chose: ranks that would undo different runs, or a rank with nothing to undo beside
+    ranks with a run, fail every rank here, naming each rank and its run
+    (:func:`orchestrator.host.servers.rollback_disagreement`), before any rank stops."""
     why_not = server_refusal(ctx, "roll back")
     if why_not:
         raise TaskFailed(why_not)
     runs = [r for r in records(ctx).runs() if r.get("run_id") != ctx.options.run_id]
+    target = None
     if to:
         match = [r for r in runs if r.get("run_id") == to]
         if not match:
@@ -35,9 +39,16 @@ def rollback_select(ctx, to: str | None = None) -> TaskResult:
     else:
         cands = [r for r in runs if r.get("changed") and not r.get("restores")
                  and record_state(r) not in ("restored", "failed")]
-        if not cands:
-            return TaskResult.skipped("no run on this host changed files; nothing to roll back")
-        target = cands[0]
+        target = cands[0] if cands else None
+    group = ctx.facts.server_group
+    if group is not None:
+        # every rank must undo the same run, checked before any rank stops (docs/multi-node.md)
+        seen = meet(ctx, "rollback: run chosen", value=target["run_id"] if target else None)
+        why_not = rollback_disagreement(group, seen)
+        if why_not:
+            raise TaskFailed(why_not)
+    if target is None:
+        return TaskResult.skipped("no run on this host changed files; nothing to roll back")
     files = ", ".join(c.get("path", "").rsplit("/", 1)[-1] for c in target.get("changed") or [])
     return TaskResult.ok(f"will undo run {target['run_id']} ({target.get('action')}): {files}",
                          facts={"orch_rollback_target": target}, target=target)

@@ -192,7 +192,9 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
 
     On a rank of a multi-node server (``orch_server_group``) the ranks meet (:func:`meet`):
     a rank >= 1 stops only once rank 0 has stopped (SGLang 0.5.23 srt/entrypoints/engine.py: a
-    rank >= 1 that gets SIGTERM waits for rank 0's shutdown broadcast); a start waits until every
+    rank >= 1 that gets SIGTERM waits for rank 0's shutdown broadcast); a rank >= 1 that was
+    running at the start of the play and is found down then was ended by rank 0's stop, and counts
+    as stopped by this run (a rescue starts it again); a start waits until every
     rank has stopped and installed, then all ranks start together (they join at
     ``--dist-init-addr`` within ``--dist-timeout``); a rescue's start waits for the ranks still
     rolling back, so the server restarts on the earlier files on every rank together.
@@ -211,6 +213,11 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
         if current in ("inactive", "failed", "unknown"):
             if group is not None and group.rank == 0:
                 meet(ctx, "rank 0 stopped", among=[])
+            if group is not None and group.rank > 0 and ctx.run.was_active:
+                # rank 0's stop ended it (its shutdown broadcast, or the rank's failed collective):
+                # stopped by this run, so a rescue starts it again with the other ranks
+                ctx.run.stopped_by_orch = True
+                return TaskResult.ok(f"{unit} already {current}: rank 0's stop ended it")
             return TaskResult.ok(f"{unit} already {current}")
         ctx.run.stopped_by_orch = True
         shape = ctx.facts.unit.shape if ctx.facts.unit is not None else None

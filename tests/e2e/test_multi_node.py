@@ -9,10 +9,13 @@ order on one worker: the tune (``tuned``), then the rollbacks that undo it."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+from orchestrator.records import new_run_id
 from tests.e2e.helpers import inventory, orch, ready_bed, recap
+from tests.e2e.test_faults import LONG_TUNE, _host_run_state, _lock, _popen, _wait_event, _wait_payload_tune
 
 pytestmark = pytest.mark.testbed
 
@@ -31,7 +34,7 @@ def _main_pid(host) -> int:
 
 def _two_ranks(testbed_factory, **rank1):
     bed = testbed_factory(2, {0: {"extra_args": COMMON + ["--node-rank", "0"]},
-                              1: {"extra_args": COMMON + ["--node-rank", "1"], **rank1}})
+                              1: {"extra_args": COMMON + ["--node-rank", "1"], "cluster_with": "gpu-a", **rank1}})
     for h in bed.hosts:
         h.wait_http("/health")
     return bed
@@ -46,7 +49,8 @@ def bed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("multi_node")
     files = {UP: CFG, DOWN: CFG}
     yield from ready_bed(tmp, 2, {0: {"extra_args": COMMON + ["--node-rank", "0"], "config_files": files},
-                                  1: {"extra_args": COMMON + ["--node-rank", "1"], "config_files": files}})
+                                  1: {"extra_args": COMMON + ["--node-rank", "1"], "config_files": files,
+                                      "cluster_with": "gpu-a"}})
 
 
 def _state(bed) -> dict:
@@ -148,6 +152,33 @@ def test_a_rollback_leaving_out_rank_1_is_refused_with_nothing_changed(tuned, tm
     assert _state(bed) == before
 
 
+def test_a_rollback_with_a_rank_that_has_nothing_to_undo_is_refused_on_every_rank_with_nothing_changed(tuned):
+    """After the tune, rank 1's records of it are gone (a host re-imaged, its state folder wiped):
+    ``orch rollback`` finds the tune on rank 0 and nothing to undo on rank 1. The ranks are rolled
+    back together, so both are refused before anything stops, the message naming each rank and its
+    run; both keep their processes and the tuned files. Before, rank 0 was stopped, restored and
+    started again alone on its earlier files while rank 1 kept the tuned ones."""
+    bed = tuned["bed"]
+    assert tuned["proc"].returncode == 0, tuned["proc"].stderr[-3000:]
+    rank0, rank1 = bed.hosts
+    rid = recap(tuned["proc"])["run_id"]
+    before = _state(bed)
+    rank1.sh(f"mv /var/lib/orch/runs/{rid} /var/lib/orch/aside-{rid}")
+    try:
+        proc = orch("rollback", str(tuned["inv"]), "--service", "sglang-qwen", "--json",
+                    state_dir=tuned["state"])
+    finally:
+        rank1.sh(f"mv /var/lib/orch/aside-{rid} /var/lib/orch/runs/{rid}")
+    res = recap(proc)
+    assert proc.returncode != 0
+    for h in bed.hosts:
+        cause = res["hosts"][h.name]["cause"]
+        assert res["hosts"][h.name]["outcome"] == "failed" and "Choose the run to undo" in cause, cause
+        assert f"rank 0 ({rank0.name}): {rid}" in cause and f"rank 1 ({rank1.name}): nothing to undo" in cause, cause
+        assert "Nothing was stopped" in cause, cause
+    assert _state(bed) == before
+
+
 def test_a_rollback_restores_both_ranks_byte_identical_and_restarts_them_together(tuned):
     """``orch rollback`` after the tune: both ranks get CFG back byte for byte and run again with new
     main processes that loaded it; rank 0 stopped first, every rank restored before any started,
@@ -175,7 +206,10 @@ def test_a_rollback_restores_both_ranks_byte_identical_and_restarts_them_togethe
     order = [(e["event"] if e["event"] != "task" else e["module"], e["host"]) for e in events
              if e["event"] != "task" or e.get("status") in ("ok", "changed")]
     stops = [h for ev, h in order if ev == "service_stopped"]
-    assert stops == [rank0.name, rank1.name], order
+    # rank 0 stops first; its shutdown broadcast ends rank 1 too (SGLang 0.5.23, as the stand-in
+    # does), so orch's stop of rank 1 finds it stopped or stopping
+    assert stops[0] == rank0.name and stops[1:] in ([], [rank1.name]), order
+    assert "ShutdownReq from rank 0" in rank1.unit_log()
     first_start = next(i for i, (ev, _) in enumerate(order) if ev == "service_started")
     restored = [i for i, (ev, _) in enumerate(order) if ev == "rollback_restore"]
     assert len(restored) == 2 and max(restored) < first_start, order
@@ -231,3 +265,88 @@ def test_a_recover_leaving_out_rank_1_is_refused_with_nothing_changed(bed, tmp_p
     assert proc.returncode != 0 and res["hosts"][rank0.name]["outcome"] == "failed", res
     assert "Find unfinished runs" in cause and "rank 1 of 2 is not a host of this run" in cause, cause
     assert _state(bed) == before
+
+
+def _until(pred, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("rank1_started_again", [False, True], ids=["rank1-down", "rank1-waiting"])
+def test_recover_after_a_controller_killed_mid_tune_restarts_every_rank(testbed_factory, tmp_path,
+                                                                          rank1_started_again):
+    """The controller is SIGKILLed while rank 0 tunes. Rank 0 is stopped and locked with its record
+    unfinished; rank 1, locked too, went down with rank 0's shutdown broadcast (SGLang 0.5.23, as the
+    stand-in does) before it recorded the run (it waits for rank 0's files). ``orch recover`` restores
+    both ranks byte for byte and starts them together: new main processes on both, rank 0 ready,
+    rank 1 joined and answering ``/health``, rank 0's record ``restored``, both hosts unlocked.
+    ``rank1-waiting``: rank 1 was started again on its own before the recover (by hand, or a kill
+    between the two starts) and waits at ``--dist-init-addr`` for a rank 0 that is not there; recover
+    stops it and starts it with rank 0. Before, recover started rank 0 alone (rank 1 had nothing to
+    recover), which waited for ever for rank 1 (``rank1-down``), and left a waiting rank 1 as it was."""
+    files = {UP: CFG, DOWN: CFG}
+    bed = testbed_factory(2, {0: {"extra_args": COMMON + ["--node-rank", "0"], "config_files": files},
+                              1: {"extra_args": COMMON + ["--node-rank", "1"], "config_files": files,
+                                  "cluster_with": "gpu-a"}})
+    for h in bed.hosts:
+        h.wait_http("/health")
+    rank0, rank1 = bed.hosts
+    trees = {h.name: h.file_tree_hash(h.config_dir) for h in bed.hosts}
+    inv = inventory(bed, tmp_path / "hosts.yaml", **LONG_TUNE)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    try:
+        _wait_event(state, rid, proc, lambda e: e.get("event") == "task" and e.get("host") == rank0.name
+                    and e.get("task") == "Reap leftover GPU processes" and e.get("status") in ("ok", "changed"),
+                    "the reap on rank 0")
+        _wait_payload_tune(rank0)
+        proc.kill()  # SIGKILL: no rescue, no always
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for h in bed.hosts:
+        assert h.unit_state() in ("inactive", "failed"), h.name
+        assert (_lock(h) or {}).get("run_id") == rid, h.name
+    assert _host_run_state(rank0, rid) not in ("completed", "restored", "failed")
+    assert rank1.sh(f"test -e /var/lib/orch/runs/{rid}", check=False).returncode != 0  # rank 1 recorded nothing
+    assert "ShutdownReq from rank 0" in rank1.unit_log()
+    waiting = None
+    if rank1_started_again:
+        seen = rank1.unit_log()
+        joining, joined = seen.count("joining the other ranks at gpu-a:5000"), seen.count("all 2 ranks joined")
+        rank1.sh(f"systemctl start {rank1.unit}")
+        _until(lambda: rank1.unit_log().count("joining the other ranks at gpu-a:5000") > joining,
+               "rank 1 waiting for rank 0")
+        assert rank1.unit_state() == "active" and rank1.unit_log().count("all 2 ranks joined") == joined
+        assert rank1.sh(f"curl -s -o /dev/null -w %{{http_code}} {rank1.url}/health", check=False).stdout \
+            in ("000", ""), "rank 1 serves /health without rank 0"
+        waiting = _main_pid(rank1)
+
+    joined = rank1.unit_log().count("all 2 ranks joined")
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(tmp_path / "state2"),
+               state_dir=tmp_path / "state2")
+    assert rec.returncode == 0, rec.stdout[-3000:] + rec.stderr[-3000:]
+    res = recap(rec)
+    for h in bed.hosts:
+        assert res["hosts"][h.name]["outcome"] == "completed", res["hosts"][h.name]
+        assert h.file_tree_hash(h.config_dir) == trees[h.name], h.name  # byte-identical
+        assert h.unit_state() == "active" and _main_pid(h) != 0, h.name
+        assert _lock(h) is None, h.name
+    assert _host_run_state(rank0, rid) == "restored"
+    if waiting is not None:
+        assert _main_pid(rank1) != waiting, "rank 1, still waiting for rank 0, was not restarted with it"
+    rank0.wait_http("/health")
+    rank1.wait_http("/health")
+    assert rank1.unit_log().count("all 2 ranks joined") == joined + 1  # it joined the restarted rank 0
+    assert rank0.sh(f"systemctl is-active orch-tune-{rid}.service", check=False).stdout.strip() != "active"
+    events = [e for p in (tmp_path / "state2" / "runs").glob("*/events.jsonl")
+              for e in map(json.loads, p.read_text().splitlines())]
+    order = [(e["event"], e["host"]) for e in events if e.get("event") in ("service_stopped", "service_started")]
+    stops = [h for ev, h in order if ev == "service_stopped"]
+    starts = [i for i, (ev, _) in enumerate(order) if ev == "service_started"]
+    assert stops == ([rank1.name] if waiting else []), order  # only a running rank needs a stop
+    assert sorted(h for ev, h in order if ev == "service_started") == sorted([rank0.name, rank1.name]), order
+    assert not stops or order.index(("service_stopped", rank1.name)) < min(starts), order

@@ -32,9 +32,10 @@ def _accepted(h, user="root") -> list[str]:
     return re.findall(rf"Accepted publickey for {user} from (\S+) port", sshd_log(h))
 
 
-# a tune logs in to each host twice: the read-only pass that finds multi-node servers' ranks
-# (orchestrator/cli/run.py find_servers), then the play
-LOGINS_PER_RUN = 2
+# a tune logs in to each host once: the read-only pass that finds multi-node servers' ranks
+# (orchestrator/cli/run.py find_servers) leaves its connection open and the play takes it over
+# (RunOptions.connections); before, the play logged in a second time
+LOGINS_PER_RUN = 1
 # ... but the bastion once: orch logs in to a jump host once per process and every pass (and every
 # host behind it) opens its channel over that login (orchestrator/connection/ssh.py _SharedHop)
 BASTION_LOGINS_PER_RUN = 1
@@ -165,7 +166,7 @@ def test_many_hosts_through_one_bastion_with_small_max_startups(testbed_factory,
     assert {n: r["outcome"] for n, r in hosts.items()} == {n: "check" for n in names[1:]}, \
         ({n: r.get("cause") for n, r in hosts.items()}, sshd_log(bastion))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for g in gpus:  # each host was logged in to, through the bastion's link, once per pass
+    for g in gpus:  # each host was logged in to, through the bastion's link, once per run
         assert _accepted(g) == [g.link_peer] * LOGINS_PER_RUN, (g.name, sshd_log(g))
     log = sshd_log(bastion)
     assert _accepted(bastion) == [f"{bastion.address.rsplit('.', 1)[0]}.1"] * BASTION_LOGINS_PER_RUN, log

@@ -168,6 +168,9 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "sshd_max_startups": "100:30:200",  # sshd's MaxStartups (start:rate:full, or one number): e.g.
                                     # "2:100:2" drops every unauthenticated connection past 2 at once
     "sshd_max_sessions": 100,       # sshd's MaxSessions: session channels allowed per connection
+    "cluster_with": None,           # name of another bed host: a private link between the two
+                                    # namespaces, a route to each other's address over it, and each
+                                    # other's name in /etc/hosts (the ranks of a multi-node server)
 }
 
 # --- Real fleets (issue 13): unit variants and shared hosts. Kept apart from the options above so
@@ -581,6 +584,8 @@ class Host:
     #: with ``ssh_only_via``: this host's and the bastion's address on their private link
     link_address: Optional[str] = None
     link_peer: Optional[str] = None
+    #: with ``cluster_with``: the hosts this one reaches over a private link (both ends list each other)
+    cluster_peers: List["Host"] = field(default_factory=list, repr=False, compare=False)
     _unshare: Optional[subprocess.Popen] = field(default=None, repr=False)
 
     # --- paths --------------------------------------------------------------------------
@@ -1097,6 +1102,7 @@ class TestBed:
             for i, host in enumerate(self.hosts):
                 self._make_network(host, i)
             self._make_jump_links()
+            self._make_cluster_links()
         for host in self.hosts:
             self._make_files(host)
         for host in self.hosts:
@@ -1148,6 +1154,34 @@ class TestBed:
             _run(["ip", "-n", bastion.ns, "link", "set", near, "up"])
             _run(["ip", "-n", host.ns, "link", "set", far, "up"])
             _run(["ip", "-n", bastion.ns, "route", "add", f"{host.address}/32", "via", host.link_address])
+
+    def _make_cluster_links(self) -> None:
+        """For each host with ``cluster_with: PEER``: a veth pair straight between the two namespaces
+        (``10.213.254.4j+1`` on the peer's end, ``.4j+2`` on the host's; 10.213.254.0/24 is never a
+        host subnet), and in each namespace a route to the other's address over it, as the hosts of a
+        multi-node server reach each other on a fleet's own network (the rest of the bed stays
+        unreachable). Each host's /etc/hosts then names the other (``_make_files``)."""
+        linked = [h for h in self.hosts if h.options["cluster_with"]]
+        for j, host in enumerate(linked):
+            name = host.options["cluster_with"]
+            try:
+                peer = self.host(name)
+            except KeyError:
+                raise TestBedError(f"[{host.name}] cluster_with: no bed host {name!r}") from None
+            if peer is host:
+                raise TestBedError(f"[{host.name}] cluster_with {name!r}: a host cannot be linked to itself")
+            near, far = f"otc{self.bed_id}{60 + j:02d}", f"otq{self.bed_id}{60 + j:02d}"
+            peer_end, host_end = f"{SUBNET_PREFIX}.254.{4 * j + 1}", f"{SUBNET_PREFIX}.254.{4 * j + 2}"
+            _run(["ip", "link", "add", near, "netns", peer.ns, "type", "veth", "peer", "name", far,
+                  "netns", host.ns])
+            _run(["ip", "-n", peer.ns, "addr", "add", f"{peer_end}/30", "dev", near])
+            _run(["ip", "-n", host.ns, "addr", "add", f"{host_end}/30", "dev", far])
+            _run(["ip", "-n", peer.ns, "link", "set", near, "up"])
+            _run(["ip", "-n", host.ns, "link", "set", far, "up"])
+            _run(["ip", "-n", peer.ns, "route", "add", f"{host.address}/32", "via", host_end])
+            _run(["ip", "-n", host.ns, "route", "add", f"{peer.address}/32", "via", peer_end])
+            host.cluster_peers.append(peer)
+            peer.cluster_peers.append(host)
 
     @property
     def host_ca_path(self) -> Path:
@@ -1264,7 +1298,8 @@ class TestBed:
         # name resolution stays inside the host: no DNS server is ever asked
         (hd / "etc").mkdir()
         (hd / "etc" / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
-        (hd / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n")
+        (hd / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n"
+                                          + "".join(f"{p.address} {p.name}\n" for p in host.cluster_peers))
         # the unit
         (hd / "etc-systemd-system" / f"{o['unit']}.service").write_text(_unit_text(host))
         fleet_binds = self._make_fleet_files(host)

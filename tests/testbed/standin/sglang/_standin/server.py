@@ -103,7 +103,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from sglang.version import __version__
 
-from . import lookup
+from . import dist, lookup
 from . import model as model_mod
 from . import runners
 
@@ -190,6 +190,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--dist-init-addr", default=None)
+    p.add_argument("--dist-timeout", type=int, default=None)
     p.add_argument("--download-dir", default=None)
     p.add_argument("--config", default=None, help="YAML file of flags (merged by the release's own code)")
     if argv is None:
@@ -311,6 +312,7 @@ class StandinServer:
         self.shape: Optional[model_mod.MoeShape] = None
         self.engine: Optional[Engine] = None
         self.httpd: Optional[ThreadingHTTPServer] = None
+        self.ranks: Optional[dist.Ranks] = None  # a multi-node server's other ranks, once met
 
     # --- start-up -------------------------------------------------------------------------
     @staticmethod
@@ -432,6 +434,9 @@ class StandinServer:
         cfg = model_mod.load_config(model_mod.resolve_model_path(a.model_path, a.download_dir))
         self.shape = model_mod.moe_shape(cfg, a.tp_size, a.ep_size, a.quantization, a.dtype,
                                          a.disable_shared_experts_fusion, a.moe_runner_backend)
+        if a.nnodes > 1:  # every rank meets at --dist-init-addr before loading (sglang._standin.dist)
+            self.ranks = dist.Ranks(a.node_rank, a.nnodes, a.dist_init_addr or "127.0.0.1:5000", a.dist_timeout)
+            self.ranks.meet()
         sched_logger.info("Load weight begin. avail mem=139.72 GB")
         sched_logger.info(f"Load weight end. type={(cfg.get('architectures') or ['?'])[0]}, dtype=torch.bfloat16, "
                           f"avail mem=120.10 GB, mem usage=19.62 GB.")
@@ -579,15 +584,28 @@ class StandinServer:
 
         def on_term(signum, frame):
             logger.info(f"Received signal {signum}; shutting down.")
+            if self.ranks is not None:  # rank 0: the ShutdownReq broadcast stops every rank
+                self.ranks.shutdown()
             threading.Thread(target=self.httpd.shutdown, daemon=True).start()
+
+        def on_term_rank(signum, frame):  # SGLang 0.5.23 srt/entrypoints/engine.py, a rank >= 1
+            logging.getLogger("sglang.srt.entrypoints.engine").warning(
+                f"SIGTERM received on node_rank {self.args.node_rank}; waiting for the rank-0 ShutdownReq "
+                "broadcast to stop the schedulers.")
 
         if _env_flag("ORCH_STANDIN_IGNORE_SIGTERM"):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        elif self.health_only:
+            signal.signal(signal.SIGTERM, on_term_rank)
         else:
             signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
+        if self.ranks is not None:
+            self.ranks.watch(lambda: threading.Thread(target=self.httpd.shutdown, daemon=True).start())
         self.httpd.serve_forever(poll_interval=0.2)
         self.httpd.server_close()
+        if self.ranks is not None:
+            self.ranks.close()
 
     @property
     def health_only(self) -> bool:
