@@ -92,6 +92,10 @@ class RunSummary(Record):
     #: ``gaps``: journald's "Suppressed N messages", a log file rotated during the start): a
     #: line the log proof did not find may be in one (``not proven (log gap)``)
     log_gaps: list[str] | None = None
+    #: journal entries after a start's cursor that belonged to another invocation of the unit
+    #: and were dropped (``{"invocation", "lines", "first", "unit", "kept"}``,
+    #: :func:`orchestrator.facts.journal.split_invocations`): an earlier start's straggler
+    log_other_invocations: list[dict[str, Any]] | None = None
     #: FlashInfer's autotune cache: the backup (``{"dir", "files"}``) or a rollback's restore of it
     autotune_cache: dict[str, Any] | None = None
 
