@@ -83,6 +83,10 @@ class RunSummary(Record):
     runs: list[dict[str, Any]] | None = None
     #: unfinished runs ``orch recover`` restored (``{"run_id", "files", "note"?}``)
     recovered: list[dict[str, Any]] | None = None
+    #: what ``orch recover`` collected of unfinished runs' tunes (``{"run_id", "what", "state", ...}``:
+    #: ``collected`` a finished tune's files put in the controller's store, ``progress kept`` the
+    #: batch sizes a stopped tune's checkpoint holds for the rerun, ``not collected`` and why)
+    collected: list[dict[str, Any]] | None = None
     #: the runner trial's table (``orch tune --moe-runners``)
     runner_trial: RunnerTrial | None = None
     #: fatal Xids that appeared in the kernel log during the tune (``{"pci", "code", "text",
