@@ -639,11 +639,6 @@ def test_recover_collects_a_finished_tune_and_the_next_tune_reuses_it_without_tu
     r = recap(rec)["hosts"][h.name]
     assert r["outcome"] == "completed", r
     _assert_restored(h, tree, rid)  # the service is restored as before: nothing collected is installed
-    collected = r["summary"].get("collected") or []
-    assert [c["state"] for c in collected] == ["collected"], r["summary"]
-    assert [e for e in _recover_events(state, rid) if e.get("event") == "tune_result_collected"]
-    entries = list((state / "store").glob("*/provenance.json"))
-    assert len(entries) == 1 and json.loads(entries[0].read_text())["run_id"] == rid
 
     again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -656,6 +651,12 @@ def test_recover_collects_a_finished_tune_and_the_next_tune_reuses_it_without_tu
     assert not [e for e in events if e.get("event") == "tune_launch"], "a new tune ran"
     assert h.sh(f"test -e /var/lib/orch/units/orch-tune-{res['run_id']}.service.out", check=False).returncode != 0
     assert h.sh(f"cat {h.triton_dir}/{UP}").stdout == tuned  # the collected bytes were installed
+    # what the recover said and did
+    collected = r["summary"].get("collected") or []
+    assert [c["state"] for c in collected] == ["collected"], r["summary"]
+    assert [e for e in _recover_events(state, rid) if e.get("event") == "tune_result_collected"]
+    entries = list((state / "store").glob("*/provenance.json"))
+    assert len(entries) == 1 and json.loads(entries[0].read_text())["run_id"] == rid
 
 
 def test_recover_keeps_a_stopped_tunes_progress_and_the_rerun_resumes(testbed_factory, tmp_path):
