@@ -190,11 +190,15 @@ def split_invocations(output: str, unit: str, keep: list[str]) -> tuple[str, lis
     that belong to ``unit``'s invocations ``keep``, and what was dropped.
 
     An entry that names another invocation of the unit (:func:`entry_invocation`) is dropped: a
-    line an earlier invocation's process wrote after the cursor (a leftover child of the old main
-    process writing to the old stdout stream, whose metadata journald cached for that stream's
-    process; the old server's last lines that journald processed late, systemd commit
-    "core: add invocation ID concept": "the journal will generally process log data after the
-    service already ended"; a ``Restart=`` cycle between the mark and orch's start). An entry
+    line journald stamped with an earlier invocation's ID after the cursor. journald caches each
+    client process's metadata, the invocation ID included, and refreshes it at most once a second
+    (systemd src/journal/journald-context.c), and it processes a stream's data after the writer
+    wrote it (systemd commit "core: add invocation ID concept": "the journal will generally
+    process log data after the service already ended"), so the old server's last lines, or a
+    leftover child's writing to the old stdout stream, processed around orch's start keep the old
+    ID; a ``Restart=`` cycle between the mark and orch's start has its own. A leftover whose lines
+    journald stamps with the new ID (its cache refreshed after the start) is not told apart here:
+    the reap and the port check end the unit's leftovers before a start. An entry
     that names no invocation is kept: journald loses the unit fields of a process that exits
     fast (systemd #2913, #7506), and such a line may be the start's own. With ``keep`` empty
     nothing is dropped. A line that is not JSON is kept as text. Returns ``(text, dropped)``,
