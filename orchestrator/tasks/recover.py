@@ -38,7 +38,7 @@ from ..host.servers import server_refusal
 from ..payload.client import PayloadFailed, stop_tagged
 from ..payload.transient import RUNNING_STATES, last_result, stop_unit, unit_files, unit_name
 from ..records.host import holder_gone
-from ..records.layout import CONFIGS
+from ..records.layout import CONFIGS, TUNE_REPORT
 from ..store import ConfigStore, StoreError, key_hash
 
 
@@ -99,8 +99,6 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
                 continue
             # its tuner's transient unit, found by name (orchestrator.payload.transient)
             st = stop_unit(ctx.connection, unit)
-            r["tune_unit"] = None if st is None else ("stopped" if st.get("ActiveState") in RUNNING_STATES
-                                                      else "ended")
             if st is not None:
                 running = st.get("ActiveState") in RUNNING_STATES
                 ctx.emit("tune_unit_stopped" if running else "tune_unit_collected", run_id=r["run_id"], unit=unit,
@@ -163,7 +161,7 @@ def collect_run(ctx, r: dict) -> dict:
     final = last_result(_cat(ctx, paths["out"]) or "")
     if final is None or final.get("type") != "result":
         done = _checkpoint_sizes(ctx, ticket.get("work"))
-        how = "was stopped" if r.get("tune_unit") == "stopped" else "ended without a result"
+        how = "did not finish (stopped, or ended without a result)"
         if final is not None:
             how = f"failed ({final.get('kind')}: {str(final.get('msg'))[:120]})"
         if done:
@@ -201,7 +199,7 @@ def collect_run(ctx, r: dict) -> dict:
         fetched[role] = str(dest)
     report = None
     if data.get("report"):
-        report = local / "report.json"
+        report = local / TUNE_REPORT
         ctx.connection.get(data["report"], str(report), become=True)
     entry = store.put(key, fetched, report, {"host": ticket.get("host") or ctx.name, "run_id": rid,
                                              "provider": data.get("provider"),

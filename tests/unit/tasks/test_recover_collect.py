@@ -42,7 +42,7 @@ def _conn(ticket=TICKET, out: str | None = json.dumps(RESULT) + "\n", checkpoint
 
 def _collect(tmp_path, conn, runs=None):
     ctx = make_ctx(tmp_path, {}, connection=conn, payload=FakePayload(), state_dir=tmp_path / "state")
-    res = TASKS["recover_collect"].fn(ctx, runs=runs or [{"run_id": RID, "state": "stopped", "tune_unit": None}])
+    res = TASKS["recover_collect"].fn(ctx, runs=runs or [{"run_id": RID, "state": "stopped"}])
     return res, ctx
 
 
@@ -59,7 +59,7 @@ def test_a_finished_tune_is_put_in_the_store_under_its_tickets_key(tmp_path):
 def test_a_stopped_tune_names_the_batch_sizes_its_checkpoint_keeps(tmp_path):
     progress = json.dumps({"proto": 1, "type": "progress", "done": 1, "total": 2}) + "\n"
     conn = _conn(out=progress, checkpoint={"key_id": "k", "results": {"1": {}, "4": {}}})
-    res, ctx = _collect(tmp_path, conn, [{"run_id": RID, "state": "stopped", "tune_unit": "stopped"}])
+    res, ctx = _collect(tmp_path, conn, [{"run_id": RID, "state": "stopped"}])
     c = ctx.run.summary.collected[0]
     assert c["state"] == "progress kept" and c["batch_sizes"] == [1, 4] and "resumes" in c["what"]
     assert ConfigStore(tmp_path / "state").get(KEY) is None and res.status == "ok"
