@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import tempfile
 from pathlib import Path
 
 from .. import __version__
@@ -39,7 +38,7 @@ from ..payload.client import PayloadFailed, stop_tagged
 from ..payload.transient import RUNNING_STATES, last_result, stop_unit, unit_files, unit_name
 from ..records.host import holder_gone
 from ..records.layout import CONFIGS, TUNE_REPORT
-from ..store import ConfigStore, StoreError, key_hash
+from ..store import ConfigStore, key_hash
 
 
 @task("recover_select", check_mode=AWARE, sets=("orch_unfinished",))
