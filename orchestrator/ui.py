@@ -257,6 +257,11 @@ def _summary_fields(r) -> list[tuple[str, str]]:
         tp += "\nSIGKILL: " + ", ".join(f"pid {k.get('pid')} ({k.get('by')})" for k in s.sigkilled)
     if s.log_gaps:  # systemd #2913: the log proof may be incomplete; the benchmark decided
         tp += "\nlog gap: " + "; ".join(s.log_gaps)
+    if s.log_other_invocations:  # an earlier start's lines after the cursor: not read as this start's
+        tp += "\nlog: ignored " + ", ".join(f"{o.get('lines')} line(s) of invocation {str(o.get('invocation'))[:8]}"
+                                           for o in s.log_other_invocations)
+    if s.collected:  # orch recover: a dead run's finished tune, now in the controller's store
+        tp += "\ncollected: " + ", ".join(f"run {c.get('run_id')}: {c.get('what')}" for c in s.collected)
     if s.before_loaded and s.before_loaded.get("text"):  # what the "before" arm really ran (its log)
         tp += f"\nbefore: {s.before_loaded['text']}"
     return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]

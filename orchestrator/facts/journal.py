@@ -8,10 +8,13 @@ or those of the last start the log holds (:func:`last_start`). Logs accumulate a
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
 from remote.sglang.moe_log import last_start_at
+
+from .unit import systemctl
 
 #: lines read from the end of the unit's journal
 LOG_LINES = 20000
@@ -52,12 +55,15 @@ class LogMark:
     ``(inode, size in bytes)`` of each ``StandardOutput=``/``StandardError=`` file target (None:
     the file did not exist); ``journal``: a copy of the journal's part as it was (the fallback of
     :func:`text_since` without a cursor); ``text``: the copy with the files' last lines (what
-    :func:`unit_log` reads)."""
+    :func:`unit_log` reads); ``invocation``: the unit's ``InvocationID`` right after the start
+    that followed the mark (:func:`note_invocation`; None until then, or when the manager gives
+    none), which :func:`read_start` keeps the journal's entries to."""
 
     cursor: str | None = None
     files: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     text: str = ""
     journal: str = ""
+    invocation: str | None = None
 
 
 @dataclass
@@ -69,6 +75,11 @@ class StartLog:
     text: str
     gaps: list[str] = field(default_factory=list)
     by_cursor: bool = False
+    #: journal entries after the cursor that belonged to another invocation of the unit, dropped
+    #: (:func:`split_invocations`): ``{"invocation", "lines", "first"}`` per other invocation ID
+    other_invocations: list[dict] = field(default_factory=list)
+    #: the invocation IDs the entries were kept to (empty: none known, nothing was dropped)
+    invocations: list[str] = field(default_factory=list)
 
 
 _CURSOR = re.compile(r"^-- cursor: (\S+)\s*$", re.M)
@@ -105,6 +116,117 @@ def mark_start(connection, unit: str, scope: str = "system", files: list[str] | 
                    text=journal + _file_tails(connection, files), journal=journal)
 
 
+#: a 128-bit ID as systemd formats it (systemd.exec(5) ``$INVOCATION_ID``: 32 hexadecimal characters)
+_ID128 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def invocation_id(connection, unit: str, scope: str = "system") -> str | None:
+    """The unit's ``InvocationID`` now (``systemctl show -p InvocationID``, systemd 232+: a new
+    random 128-bit ID each time the unit goes from inactive to activating or active, passed to
+    its processes as ``$INVOCATION_ID``, systemd.exec(5), and stamped by journald on each entry of
+    theirs as ``_SYSTEMD_INVOCATION_ID``, systemd.journal-fields(7)). None when the manager gives
+    none (an older systemd, a unit never started) or the answer is not such an ID."""
+    res = connection.run(systemctl(scope, "show", "-p", "InvocationID", unit), check=False,
+                         become=scope != "user", timeout=60)
+    for line in (res.stdout or "").splitlines() if res.ok else []:
+        key, _, value = line.partition("=")
+        if key.strip() == "InvocationID":
+            value = value.strip().replace("-", "").lower()
+            return value if _ID128.match(value) else None
+    return None
+
+
+def note_invocation(connection, mark: LogMark | None, unit: str, scope: str = "system") -> str | None:
+    """After the start that followed ``mark``: record the unit's invocation ID on the mark
+    (:func:`invocation_id`), so the start's journal entries are told from an earlier invocation's.
+    Returns it (None: none known; then nothing is filtered)."""
+    if mark is None:
+        return None
+    mark.invocation = invocation_id(connection, unit, scope)
+    return mark.invocation
+
+
+def _unit_name(unit: str) -> str:
+    return unit if "." in unit else unit + ".service"
+
+
+def entry_invocation(entry: dict, unit: str) -> str | None:
+    """The invocation of ``unit`` a journal entry (``journalctl -o json``) belongs to, None when it
+    names none. systemd.journal-fields(7): the unit's own processes' entries carry
+    ``_SYSTEMD_UNIT`` and ``_SYSTEMD_INVOCATION_ID``; an entry another program logged about the
+    unit (journald's "Suppressed N messages", systemd-coredump) carries ``OBJECT_SYSTEMD_UNIT`` and
+    ``OBJECT_SYSTEMD_INVOCATION_ID``, its own ``_SYSTEMD_*`` fields being the logger's; the
+    manager's own messages about the unit carry ``UNIT`` and ``INVOCATION_ID``. A field of an entry
+    about another unit says nothing of this one."""
+    name = _unit_name(unit)
+    for unit_field, id_field in (("_SYSTEMD_UNIT", "_SYSTEMD_INVOCATION_ID"),
+                                 ("OBJECT_SYSTEMD_UNIT", "OBJECT_SYSTEMD_INVOCATION_ID"),
+                                 ("UNIT", "INVOCATION_ID")):
+        if entry.get(unit_field) == name:
+            value = entry.get(id_field)
+            return value.lower() if isinstance(value, str) and value else None
+    return None
+
+
+def _message(entry: dict) -> str:
+    """An entry's text as journalctl's short output ends it: ``IDENT[PID]: MESSAGE`` when the
+    entry names its syslog identifier, else the message alone. ``MESSAGE`` of ``-o json`` is a
+    string, or an array of bytes when it is not valid UTF-8, or null past 4096 bytes without
+    ``--all`` (journalctl(1))."""
+    msg = entry.get("MESSAGE")
+    if isinstance(msg, list):
+        msg = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")
+    elif not isinstance(msg, str):
+        msg = ""
+    ident = entry.get("SYSLOG_IDENTIFIER")
+    if isinstance(ident, str) and ident:
+        pid = entry.get("_PID") or entry.get("SYSLOG_PID")
+        return f"{ident}[{pid}]: {msg}" if pid else f"{ident}: {msg}"
+    return msg
+
+
+def split_invocations(output: str, unit: str, keep: list[str]) -> tuple[str, list[dict]]:
+    """The text of the journal entries in ``output`` (``journalctl -o json``, one object a line)
+    that belong to ``unit``'s invocations ``keep``, and what was dropped.
+
+    An entry that names another invocation of the unit (:func:`entry_invocation`) is dropped: a
+    line journald stamped with an earlier invocation's ID after the cursor. journald caches each
+    client process's metadata, the invocation ID included, and refreshes it at most once a second
+    (systemd src/journal/journald-context.c), and it processes a stream's data after the writer
+    wrote it (systemd commit "core: add invocation ID concept": "the journal will generally
+    process log data after the service already ended"), so the old server's last lines, or a
+    leftover child's writing to the old stdout stream, processed around orch's start keep the old
+    ID; a ``Restart=`` cycle between the mark and orch's start has its own. A leftover whose lines
+    journald stamps with the new ID (its cache refreshed after the start) is not told apart here:
+    the reap and the port check end the unit's leftovers before a start. An entry
+    that names no invocation is kept: journald loses the unit fields of a process that exits
+    fast (systemd #2913, #7506), and such a line may be the start's own. With ``keep`` empty
+    nothing is dropped. A line that is not JSON is kept as text. Returns ``(text, dropped)``,
+    ``dropped`` one ``{"invocation", "lines", "first"}`` per other invocation, in log order."""
+    want = {k.lower() for k in keep if k}
+    lines: list[str] = []
+    dropped: dict[str, dict] = {}
+    for raw in output.splitlines():
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict):
+            lines.append(raw)
+            continue
+        text = _message(entry)
+        inv = entry_invocation(entry, unit)
+        if want and inv is not None and inv not in want:
+            d = dropped.setdefault(inv, {"invocation": inv, "lines": 0, "first": text[:200]})
+            d["lines"] += 1
+            continue
+        lines.append(text)
+    return "".join(x + "\n" for x in lines), list(dropped.values())
+
+
 def journal_gaps(text: str, unit: str) -> list[str]:
     """journald's rate-limit lines in ``text`` (one start's journal lines) about ``unit``, as
     gap sentences (systemd #2913: journald drops a unit's lines past ``RateLimitBurst=`` in
@@ -121,8 +243,12 @@ def read_start(connection, unit: str, mark: LogMark | None, scope: str = "system
                files: list[str] | None = None, lines: int = LOG_LINES) -> StartLog:
     """The log of the start after ``mark`` (:func:`mark_start`), with its gaps.
 
-    With a cursor: the journal's entries after it (``journalctl --after-cursor``), and each file
-    target from the recorded size on (``tail -c +SIZE+1``); a file whose inode changed or that
+    With a cursor: the journal's entries after it (``journalctl --after-cursor -o json``), kept to
+    the start's invocation (:func:`split_invocations`: the mark's ``invocation`` and the unit's
+    ``InvocationID`` now, in case systemd restarted it since; entries of another invocation are
+    dropped and listed in ``other_invocations``, entries that name none are kept), and each file
+    target from the recorded size on (``tail -c +SIZE+1``; a file has no invocation IDs: its lines
+    are all kept); a file whose inode changed or that
     shrank was rotated or truncated during the start: it is read from its start and the rotation
     is a gap (the lines written before it are in the rotated copy, or lost). Without a cursor
     (a journal with no entry of the unit yet): the journal's part is cut after its copy
@@ -134,12 +260,21 @@ def read_start(connection, unit: str, mark: LogMark | None, scope: str = "system
         return StartLog(text, journal_gaps(text, unit))
     gaps: list[str] = []
     res = None
+    dropped: list[dict] = []
+    keep: list[str] = []
     if mark.cursor is not None:
+        # -o json: each entry with its fields (_SYSTEMD_INVOCATION_ID); --all: no field is cut to null
         res = connection.run(["journalctl", *_which(unit, scope), "--no-pager", "-n", str(int(lines)),
-                              "--after-cursor", mark.cursor], check=False, become=True, timeout=60)
+                              "--after-cursor", mark.cursor, "-o", "json", "--all"],
+                             check=False, become=True, timeout=60)
         if not res.ok:  # a cursor the journal no longer has (vacuumed): cut after the copy
             gaps.append("the journal no longer has the start's cursor")
-    text = res.stdout if res is not None and res.ok else text_since(mark.journal, unit_log(connection, unit, lines, scope))
+    if res is not None and res.ok:
+        now = invocation_id(connection, unit, scope) if mark.invocation else None
+        keep = [i for i in dict.fromkeys([mark.invocation, now]) if i]
+        text, dropped = split_invocations(res.stdout, unit, keep)
+    else:
+        text = text_since(mark.journal, unit_log(connection, unit, lines, scope))
     gaps = journal_gaps(text, unit) + gaps
     for path in files or []:
         before = mark.files.get(path)
@@ -156,7 +291,7 @@ def read_start(connection, unit: str, mark: LogMark | None, scope: str = "system
         got = connection.run(cmd, check=False, become=True, timeout=60)
         if got.ok and got.stdout:
             text += got.stdout if got.stdout.endswith("\n") else got.stdout + "\n"
-    return StartLog(text, gaps, by_cursor=res is not None and res.ok)
+    return StartLog(text, gaps, by_cursor=res is not None and res.ok, other_invocations=dropped, invocations=keep)
 
 
 def log_files(ctx) -> list[str]:

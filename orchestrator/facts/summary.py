@@ -83,6 +83,10 @@ class RunSummary(Record):
     runs: list[dict[str, Any]] | None = None
     #: unfinished runs ``orch recover`` restored (``{"run_id", "files", "note"?}``)
     recovered: list[dict[str, Any]] | None = None
+    #: what ``orch recover`` collected of unfinished runs' tunes (``{"run_id", "what", "state", ...}``:
+    #: ``collected`` a finished tune's files put in the controller's store, ``progress kept`` the
+    #: batch sizes a stopped tune's checkpoint holds for the rerun, ``not collected`` and why)
+    collected: list[dict[str, Any]] | None = None
     #: the runner trial's table (``orch tune --moe-runners``)
     runner_trial: RunnerTrial | None = None
     #: fatal Xids that appeared in the kernel log during the tune (``{"pci", "code", "text",
@@ -92,6 +96,10 @@ class RunSummary(Record):
     #: ``gaps``: journald's "Suppressed N messages", a log file rotated during the start): a
     #: line the log proof did not find may be in one (``not proven (log gap)``)
     log_gaps: list[str] | None = None
+    #: journal entries after a start's cursor that belonged to another invocation of the unit
+    #: and were dropped (``{"invocation", "lines", "first", "unit", "kept"}``,
+    #: :func:`orchestrator.facts.journal.split_invocations`): an earlier start's straggler
+    log_other_invocations: list[dict[str, Any]] | None = None
     #: FlashInfer's autotune cache: the backup (``{"dir", "files"}``) or a rollback's restore of it
     autotune_cache: dict[str, Any] | None = None
 

@@ -24,7 +24,7 @@ from remote.sglang.moe_log import parse_moe_log
 
 from ..engine.results import Cancelled, TaskFailed
 from ..facts.bench import BenchResult
-from ..facts.journal import mark_start, text_since, unit_log
+from ..facts.journal import mark_start, note_invocation, text_since, unit_log
 from ..facts.plan import Endpoint
 from ..facts.unit import is_active, parse_unit_settings
 from ..records.layout import bench_file
@@ -119,6 +119,7 @@ def restart_ready(ctx, unit: str, endpoint: Endpoint, start_timeout: float, read
     ctx.run.start_mark = mark_start(ctx.connection, unit)  # what verify-log reads after this start
     mark = ctx.run.log_mark = ctx.run.start_mark.text
     res = ctx.connection.run(["systemctl", "restart", unit], become=True, timeout=start_timeout + 30, check=False)
+    note_invocation(ctx.connection, ctx.run.start_mark, unit)  # verify-log keeps to this start's entries
     ctx.run.stopped_by_orch = ctx.run.started_by_orch = True
     start = time.monotonic()
     deadline = ctx.deadline(ready_timeout)

@@ -23,7 +23,7 @@ from ..connection.base import ConnectError
 from ..connection.deadline import clamp
 from ..host.container import payload_container
 from ..engine.results import Cancelled, TaskFailed
-from .transient import RUNNING_STATES, UnitUnavailable, stop_unit, unit_state
+from .transient import RUNNING_STATES, UnitUnavailable, stop_unit, unit_files, unit_state
 
 PROTO = 1
 #: seconds between two polls of a payload command run in a transient unit
@@ -201,7 +201,7 @@ class PayloadClient:
 
     def call_in_unit(self, command: str, args: list[str], unit: str, *, memory_max: int | None = None,
                      timeout: float | None = None, on_progress: Callable[[dict], None] | None = None,
-                     poll_s: float = POLL_S) -> dict:
+                     poll_s: float = POLL_S, ticket: dict | None = None) -> dict:
         """Run one payload command as the transient systemd unit ``unit`` (``systemd-run``,
         :mod:`orchestrator.payload.transient`) and return the ``data`` of its ``result`` line.
 
@@ -215,14 +215,26 @@ class PayloadClient:
         caller may fall back to :meth:`call`); :class:`PayloadFailed` on an ``error`` line, on
         ``Result=oom-kill`` (kind ``out of host memory``), or an end without a result line
         (``crash``); :class:`Cancelled` after an interrupt; connection errors past the retries.
+        ``ticket``: what the command is for (JSON), written beside its output before the unit starts
+        (:func:`orchestrator.payload.transient.ticket_path`), so ``orch recover`` can collect what a
+        dead controller's unit finished.
         """
         timeout = clamp(timeout)
         t = self.connection
-        out_dir = posixpath.join(self.state_dir, "units")
-        out, err = posixpath.join(out_dir, unit + ".out"), posixpath.join(out_dir, unit + ".err")
+        paths = unit_files(self.state_dir, unit)
+        out_dir = posixpath.dirname(paths["out"])
+        out, err = paths["out"], paths["err"]
         t.run(["mkdir", "-p", out_dir], become=True)
         t.run(["chmod", "700", out_dir], become=True)
-        t.run(["rm", "-f", out, err], become=True)
+        t.run(["rm", "-f", out, err, paths["ticket"]], become=True)
+        if ticket is not None:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+                json.dump(ticket, fh)
+                local = fh.name
+            try:
+                t.put(local, paths["ticket"], become=True)
+            finally:
+                os.unlink(local)
         props = [f"StandardOutput=file:{out}", f"StandardError=file:{err}"]
         if memory_max:
             props.append(f"MemoryMax={int(memory_max)}")

@@ -11,12 +11,17 @@ whose host memory grows (vllm PR #31604, vllm PR #53490) is the one process the 
 killer ends (``Result=oom-kill``), never the server or sshd.
 
 Names: :func:`unit_name` (``orch-tune-<run id>``): `orch recover` finds the unit of a dead
-controller's run by that name (:func:`stop_unit`).
+controller's run by that name (:func:`stop_unit`), its output file (``<state_dir>/units/<unit>.out``)
+and its ticket (``<unit>.ticket.json``, :func:`ticket_path`: what the tune was for, written before
+the unit starts), so it can collect a finished tune's files (:func:`last_result`).
 """
 
 from __future__ import annotations
 
-from remote.protocol import is_run_id
+import json
+import posixpath
+
+from remote.protocol import PROTO, is_run_id
 
 from ..errors import internal_error
 
@@ -75,3 +80,34 @@ def stop_unit(t, unit: str) -> dict[str, str] | None:
         t.run(["systemctl", "stop", unit], check=False, become=True, timeout=120)
     t.run(["systemctl", "reset-failed", unit], check=False, become=True, timeout=60)
     return st
+
+
+def unit_files(state_dir: str, unit: str) -> dict[str, str]:
+    """Where the unit's files are on the host: ``out`` (its stdout, the payload's JSON lines),
+    ``err`` (stderr) and ``ticket`` (what the command was for), under ``<state_dir>/units``."""
+    d = posixpath.join(state_dir, "units")
+    return {"out": posixpath.join(d, unit + ".out"), "err": posixpath.join(d, unit + ".err"),
+            "ticket": posixpath.join(d, unit + ".ticket.json")}
+
+
+def ticket_path(state_dir: str, unit: str) -> str:
+    """The unit's ticket on the host (:func:`unit_files`)."""
+    return unit_files(state_dir, unit)["ticket"]
+
+
+def last_result(out: str) -> dict | None:
+    """The last ``result`` or ``error`` message (``{"proto": 1, "type": ...}``) among the JSON lines
+    of a payload command's output ``out``; None when it has none (the command was stopped, or
+    died, before its end)."""
+    final = None
+    for line in out.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict) and msg.get("proto") == PROTO and msg.get("type") in ("result", "error"):
+            final = msg
+    return final

@@ -31,7 +31,10 @@ def start_log(ctx, unit: str) -> StartLog:
     """The log of the last start this run made (after ``ctx.run.start_mark``: by journal cursor,
     the files from their recorded sizes; without a mark, after the copy ``ctx.run.log_mark``),
     with its gaps. A gap not seen before is recorded once in the run summary (``log_gaps``), as a
-    ``log_gap`` event and a warning line."""
+    ``log_gap`` event and a warning line. Journal entries of another invocation of the unit that
+    were dropped (an earlier start's straggler, :func:`orchestrator.facts.journal.split_invocations`)
+    are recorded likewise, once per invocation ID: ``log_other_invocations`` in the summary, a
+    ``log_other_invocation`` event and a line saying so."""
     mark = ctx.run.start_mark
     if mark is None and ctx.run.log_mark:
         mark = LogMark(text=ctx.run.log_mark)
@@ -44,6 +47,18 @@ def start_log(ctx, unit: str) -> StartLog:
             ctx.say(f"WARNING: gap in the log of {unit}'s start: {gap}")
     if known:
         ctx.run.summary.log_gaps = known
+    others = list(ctx.run.summary.log_other_invocations or [])
+    seen = {o.get("invocation") for o in others}
+    for o in got.other_invocations:
+        if o["invocation"] in seen:
+            continue
+        others.append(dict(o, unit=unit, kept=list(got.invocations)))
+        ctx.emit("log_other_invocation", unit=unit, invocation=o["invocation"], lines=o["lines"], first=o["first"],
+                 kept=list(got.invocations))
+        ctx.say(f"ignored {o['lines']} journal line(s) of another invocation of {unit} ({o['invocation']}) after "
+                f"the start's cursor, e.g. {o['first'][:120]!r}")
+    if others:
+        ctx.run.summary.log_other_invocations = others
     return got
 
 
@@ -188,7 +203,8 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
     problems = [x for x in problems if x not in absent_says]
     data = {"loaded": rep.loaded, "default": rep.default, "fallback": rep.fallback,
             "down_missing": rep.down_missing, "suboptimal": rep.suboptimal, "not_looked_up": unseen,
-            "not_proven": absent, "gaps": got.gaps, "by_cursor": got.by_cursor}
+            "not_proven": absent, "gaps": got.gaps, "by_cursor": got.by_cursor,
+            "invocations": got.invocations, "other_invocations": got.other_invocations}
     if problems:
         raise TaskFailed("; ".join(problems) + (f" (the log has gaps: {'; '.join(got.gaps)})" if got.gaps else ""),
                          data)

@@ -12,6 +12,10 @@ exists, naming it and offering ``orch recover``.)
   a dead holder (its pid on this machine is gone, or ``--break-lock``), stop the leftover
   payload processes of those runs (their transient unit ``orch-tune-<run_id>``, found by name,
   and the processes tagged ``ORCH_TAG=<run_id>.`` of a tune run in the SSH session; nothing else).
+- ``recover_collect``: collect what the unfinished runs' tunes left: a tune that finished in its
+  transient unit has its files fetched into the controller's store (as a finished tune's are in a
+  normal run), so the next ``orch tune`` reuses them; a stopped tune's checkpoint (finished batch
+  sizes) stays in its work folder for the rerun to resume from, and the recap says which.
 - ``recover_restore``: put back the files of each unfinished run (payload ``restore``).
 - ``recover_autotune_cache``: put FlashInfer's autotune cache back exactly as each unfinished run
   backed it up (payload ``runner_change --op cache-restore --exact``), with the unit stopped.
@@ -20,14 +24,21 @@ exists, naming it and offering ``orch recover``.)
 
 from __future__ import annotations
 
+import json
+import posixpath
+from pathlib import Path
+
+from .. import __version__
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
 from ..host.container import end_payload_containers
 from ..host.records import records, start_heartbeat
 from ..host.servers import RankRecovery, meet, server_refusal, server_restart
 from ..payload.client import PayloadFailed, stop_tagged
-from ..payload.transient import RUNNING_STATES, stop_unit, unit_name
+from ..payload.transient import RUNNING_STATES, last_result, stop_unit, unit_files, unit_name
 from ..records.host import holder_gone
+from ..records.layout import CONFIGS, TUNE_REPORT
+from ..store import ConfigStore, key_hash
 
 
 @task("recover_select", check_mode=AWARE, sets=("orch_unfinished", "orch_recover_restart"))
@@ -120,6 +131,142 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
         + "".join(f"; {u}" for u in units) + (f"; every rank is restarted: {restart}" if restart else "")
     return TaskResult.ok(msg, facts={"orch_unfinished": left, "orch_recover_restart": bool(restart)},
                          unfinished=left, broken_lock=broken, tune_units=units, server_restart=restart)
+
+
+def _cat(ctx, path: str) -> str | None:
+    res = ctx.connection.run(["cat", "--", path], check=False, become=True, timeout=60)
+    return res.stdout if res.ok else None
+
+
+def _checkpoint_sizes(ctx, work: str | None) -> list[int]:
+    """The batch sizes a tune's checkpoint in its work folder holds (remote/tuning/tuner/checkpoint.py:
+    ``results`` keyed by M); [] when there is none or it cannot be read."""
+    text = _cat(ctx, posixpath.join(work, "checkpoint.json")) if work else None
+    try:
+        res = json.loads(text or "").get("results")
+        return sorted(int(m) for m in res) if isinstance(res, dict) else []
+    except (ValueError, TypeError, AttributeError):
+        return []
+
+
+def _mismatch(ticket: dict, data: dict) -> str | None:
+    """Why the tune's result is not what its ticket's tuning key asks for (None: it is)."""
+    key = ticket.get("tuning_key") or {}
+    for k in ("space", "device_name", "triton_version", "provider"):
+        if key.get(k) is not None and data.get(k) is not None and key[k] != data[k]:
+            return f"the result's {k} is {data[k]!r}, its tuning key's {key[k]!r}"
+    want = key.get("batch_sizes")
+    if want and sorted(int(b) for b in data.get("batch_sizes") or []) != sorted(int(b) for b in want):
+        return f"the result's batch sizes {data.get('batch_sizes')} are not its tuning key's {want}"
+    return None
+
+
+def collect_run(ctx, r: dict) -> dict:
+    """What the unfinished run ``r`` (``orch_unfinished``) left of its tune, collected (see
+    :func:`recover_collect`). Returns ``{"run_id", "state", "what", ...}``; ``state`` is
+    ``collected``, ``stored already``, ``progress kept``, ``not collected`` or ``none``. Raises
+    connection errors, :class:`StoreError`, ``OSError``; the caller records them."""
+    rid = r["run_id"]
+    unit = unit_name(rid)
+    paths = unit_files(ctx.payload.state_dir, unit)
+    out = {"run_id": rid, "unit": unit}
+    text = _cat(ctx, paths["ticket"])
+    if text is None:
+        return dict(out, state="none", what="no tune of this run ran in a transient unit")
+    ticket = json.loads(text)
+    final = last_result(_cat(ctx, paths["out"]) or "")
+    if final is None or final.get("type") != "result":
+        done = _checkpoint_sizes(ctx, ticket.get("work"))
+        how = "did not finish (stopped, or ended without a result)"
+        if final is not None:
+            how = f"failed ({final.get('kind')}: {str(final.get('msg'))[:120]})"
+        if done:
+            return dict(out, state="progress kept", batch_sizes=done, work=ticket.get("work"),
+                        what=f"the tune {how}; its checkpoint keeps batch sizes {done}: the next orch tune "
+                             "resumes from them")
+        return dict(out, state="not collected", what=f"the tune {how} before finishing a batch size")
+    data = final.get("data") or {}
+    key = ticket.get("tuning_key")
+    if ticket.get("source") == "shard":
+        return dict(out, state="not collected", what="a shard's slice of its group's batch sizes (the group's "
+                                                     "merge never happened)")
+    if not key or not ctx.options.state_dir:
+        return dict(out, state="not collected", what="no tuning key (or no controller store) to keep it under")
+    why = _mismatch(ticket, data)
+    files = {role: p for role, p in (data.get("files") or {}).items() if p}
+    names = ticket.get("names") or {}
+    for role, remote in files.items():
+        if names.get(role) and posixpath.basename(remote) != names[role]:
+            why = why or f"the tuner wrote {posixpath.basename(remote)}, the probe derived {names[role]}"
+    if not files.get("up"):
+        why = why or "the result names no up-projection file"
+    if why:
+        return dict(out, state="not collected", what=why)
+    store = ConfigStore(ctx.options.state_dir)
+    kh = key_hash(key)
+    if store.get(key) is not None:
+        return dict(out, state="stored already", key=kh, what=f"finished; the store already has {kh}")
+    local = ctx.host_dir / CONFIGS / "collected" / rid
+    local.mkdir(parents=True, exist_ok=True)
+    fetched = {}
+    for role, remote in files.items():
+        dest = local / posixpath.basename(remote)
+        ctx.connection.get(remote, str(dest), become=True)  # the tuner's folder is root-only
+        fetched[role] = str(dest)
+    report = None
+    if data.get("report"):
+        report = local / TUNE_REPORT
+        ctx.connection.get(data["report"], str(report), become=True)
+    entry = store.put(key, fetched, report, {"host": ticket.get("host") or ctx.name, "run_id": rid,
+                                             "provider": data.get("provider"),
+                                             "payload_version": ticket.get("payload_version"),
+                                             "orch_version": ticket.get("orch_version") or __version__,
+                                             "batch_sizes": ticket.get("batch_sizes"),
+                                             "collected_by": ctx.options.run_id})
+    return dict(out, state="collected", key=entry.hash, files=sorted(Path(p).name for p in fetched.values()),
+                what=f"finished tune's {', '.join(sorted(fetched))} file(s) put in the store as {entry.hash}: the "
+                     "next orch tune reuses them")
+
+
+@task("recover_collect")
+def recover_collect(ctx, runs: list[dict]) -> TaskResult:
+    """Collect what the tunes of the unfinished runs in ``runs`` (``orch_unfinished``) left, after
+    ``recover_select`` stopped their transient units (``orch-tune-<run id>``, found by name with
+    its output file and ticket, :mod:`orchestrator.payload.transient`).
+
+    A tune that finished (its unit's output ends in the payload's ``result`` line, its files in
+    the host's work folder) has its files fetched into the controller's store under the tuning
+    key its ticket names, validated as the store validates every entry, as a finished tune's are
+    in a normal run (``orchestrator.host.sharing.publish_result``); the next ``orch tune`` with
+    the same key reuses them instead of tuning. Nothing is installed: the host is still restored
+    by the next steps. A tune that was stopped (or died) keeps its checkpoint (finished batch
+    sizes, row 10 of docs/reliability.md) in its work folder, and the rerun resumes from it; the
+    result says which batch sizes. Not collected, with the reason: a shard's slice, a result
+    that does not match its ticket's key. An entry already in the store is left as it is. A
+    failure to collect is recorded and never fails the recover (the host must still be
+    restored). Sets the summary's ``collected``; events ``tune_result_collected`` and
+    ``tune_progress_kept``."""
+    done = []
+    for r in runs:
+        try:
+            c = collect_run(ctx, r)
+        except Exception as exc:  # noqa: BLE001 - the restore that follows must still run
+            c = {"run_id": r.get("run_id"), "state": "not collected",
+                 "what": f"collecting failed: {type(exc).__name__}: {str(exc)[:200]}"}
+        if c["state"] == "none":
+            continue
+        done.append(c)
+        if c["state"] == "collected":
+            ctx.emit("tune_result_collected", run_id=c["run_id"], key=c.get("key"), files=c.get("files"))
+        elif c["state"] == "progress kept":
+            ctx.emit("tune_progress_kept", run_id=c["run_id"], batch_sizes=c.get("batch_sizes"), work=c.get("work"))
+        else:
+            ctx.emit("tune_not_collected", run_id=c["run_id"], why=c["what"])
+    if done:
+        ctx.run.summary.collected = done
+    msg = "; ".join(f"run {c['run_id']}: {c['what']}" for c in done) or "no tune of these runs to collect"
+    result = TaskResult.changed if any(c["state"] == "collected" for c in done) else TaskResult.ok
+    return result(msg, collected=done)
 
 
 @task("recover_restore")

@@ -15,7 +15,7 @@ from remote.sglang.server_args import split_launch
 from ..connection import CommandTimeout
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import log_files, mark_start
+from ..facts.journal import log_files, mark_start, note_invocation
 from ..facts.unit import UnitError, gather_unit, is_active, scope_of, systemctl
 from ..host.container import end_leftover_container
 from ..host.servers import meet
@@ -250,6 +250,8 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     mark_log(ctx, unit)
     verb = "restart" if state == "restarted" else "start"
     res = conn.run(systemctl(scope, verb, unit), become=root, timeout=timeout + 30, check=False)
+    # the invocation this start made: the start's journal entries are kept to it (read_start)
+    note_invocation(conn, ctx.run.start_mark, unit, scope)
     got = _wait_state(ctx, unit, {"active"}, timeout, {"failed"})
     if not res.ok or got != "active":
         raise TaskFailed(f"{unit} did not start ({got}): {(res.stderr or res.stdout).strip()[-300:]}")

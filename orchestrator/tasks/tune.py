@@ -66,7 +66,14 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
         ctx.progress(stage=msg.get("stage", "tune"), done=msg.get("done", 0), total=msg.get("total", 0),
                      eta_s=msg.get("eta_s"), best_us=msg.get("best_us"), batch_size=msg.get("batch_size"))
 
-    data, detached = _run_tuner(ctx, args, timeout, on_progress)
+    key = ctx.facts.tuning_key
+    # what `orch recover` needs to collect this tune's result should the controller die before
+    # fetching it (orchestrator.tasks.recover.recover_collect)
+    ticket = {"run_id": ctx.options.run_id, "host": ctx.name, "work": work, "names": names, "space": space,
+              "batch_sizes": batch_sizes, "provider": provider, "source": source_of(ctx),
+              "tuning_key": key.key if key is not None else None, "key_hash": key.hash if key is not None else None,
+              "payload_version": (ctx.run.payload or {}).get("version"), "orch_version": __version__}
+    data, detached = _run_tuner(ctx, args, timeout, on_progress, ticket)
     files = data.get("files") or {}
     if not files.get("up"):
         raise TaskFailed(f"tuner wrote no up-projection file: {data}")
@@ -99,7 +106,13 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
                               f"({how})", files=fetched, remote=data, seconds=took, detached=detached)
 
 
-def _run_tuner(ctx, args, timeout, on_progress) -> tuple[dict, dict]:
+def source_of(ctx) -> str:
+    """This host's part in its group's tune (``orch_config_source``: ``tune`` alone or for the
+    group, ``shard`` for a slice of the batch sizes)."""
+    return ctx.facts.config_source or "tune"
+
+
+def _run_tuner(ctx, args, timeout, on_progress, ticket: dict | None = None) -> tuple[dict, dict]:
     """Run the payload ``tune`` as the transient unit ``orch-tune-<run id>`` under
     ``MemoryMax=`` (``orch_tune_memory_max`` bytes, else :data:`MEMORY_SHARE` of the host's
     MemAvailable now), polled (:meth:`PayloadClient.call_in_unit`); where that unit cannot start
@@ -117,7 +130,8 @@ def _run_tuner(ctx, args, timeout, on_progress) -> tuple[dict, dict]:
             limit = memory_max(ctx.connection.run(["cat", "/proc/meminfo"], check=False, timeout=60).stdout)
         try:
             ctx.emit("tune_launch", unit=unit, memory_max=limit)
-            data = pl.call_in_unit("tune", args, unit, memory_max=limit, timeout=timeout, on_progress=on_progress)
+            data = pl.call_in_unit("tune", args, unit, memory_max=limit, timeout=timeout, on_progress=on_progress,
+                                   ticket=ticket)
             return data, {"unit": unit, "memory_max": limit}
         except UnitUnavailable as exc:
             how = {"fallback": str(exc)}

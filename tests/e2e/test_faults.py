@@ -593,6 +593,103 @@ def test_sigkill_leaves_record_next_tune_refuses_recover_restores(testbed_factor
     assert broken["previous"]["run_id"] == rid
 
 
+def _gate(h, name: str, content: str) -> None:
+    """Hold the host's ``name`` binary (:data:`GATE_SH`): ``content`` as for ``hold-<name>``."""
+    d = _faults(h)
+    (d / "real").mkdir(parents=True, exist_ok=True)
+    (d / name).write_text(GATE_SH)
+    (d / name).chmod(0o755)
+    h.sh(f"cp /usr/bin/{name} {FAULTS_DIR}/real/{name} && mount --bind {FAULTS_DIR}/{name} /usr/bin/{name}")
+    (d / f"hold-{name}").write_text(content)
+
+
+def _recover_events(state: Path, rid: str) -> list[dict]:
+    return [e for p in (state / "runs").glob("*/events.jsonl") if p.parent.name != rid
+            for e in (json.loads(x) for x in p.read_text().splitlines() if x.strip())]
+
+
+def test_recover_collects_a_finished_tune_and_the_next_tune_reuses_it_without_tuning(testbed_factory, tmp_path):
+    """Issue 21 row 3: the controller dies (SIGKILL) after the tune's transient unit finished and
+    before it fetched the files (held at its ``systemctl reset-failed`` of the ended unit). ``orch
+    recover`` restores the host as before and collects the tune's result: the files are fetched
+    into the controller's store, not installed. The next ``orch tune`` reuses them: no tune runs
+    (before, the finished tune was lost and the next run tuned again)."""
+    bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    unit = f"orch-tune-{rid}.service"
+    _gate(h, "systemctl", "reset-failed")  # the controller's first call after the unit ended
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    try:
+        _wait_file(h, proc, "entered-systemctl")
+        proc.kill()  # SIGKILL: the result is on the host only
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _reset_faults(h)
+    out = h.sh(f"cat /var/lib/orch/units/{unit}.out").stdout
+    assert '"type": "result"' in out, out[-2000:]
+    assert not list((state / "store").glob("*/provenance.json")), "the dead controller had stored the result"
+    assert _host_run_state(h, rid) == "stopped" and (_lock(h) or {}).get("run_id") == rid
+    work_up = json.loads([x for x in out.splitlines() if '"type": "result"' in x][-1])["data"]["files"]["up"]
+    tuned = h.sh(f"cat {work_up}").stdout
+
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(state), state_dir=state)
+    assert rec.returncode == 0, rec.stderr[-4000:]
+    r = recap(rec)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    _assert_restored(h, tree, rid)  # the service is restored as before: nothing collected is installed
+
+    again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert again.returncode == 0, again.stderr[-3000:]
+    res = recap(again)
+    assert res["hosts"][h.name]["outcome"] == "completed", res["hosts"][h.name]
+    events = [json.loads(x) for x in (Path(res["run_dir"]) / "events.jsonl").read_text().splitlines() if x.strip()]
+    tasks = {e["task"]: e for e in events if e.get("event") == "task" and e.get("host") == h.name}
+    assert "reusing stored result" in tasks["Choose where the configs come from (tune once per group)"]["msg"]
+    assert tasks["Tune the fused-MoE kernel"]["status"] == "skipped", tasks["Tune the fused-MoE kernel"]
+    assert not [e for e in events if e.get("event") == "tune_launch"], "a new tune ran"
+    assert h.sh(f"test -e /var/lib/orch/units/orch-tune-{res['run_id']}.service.out", check=False).returncode != 0
+    assert h.sh(f"cat {h.triton_dir}/{UP}").stdout == tuned  # the collected bytes were installed
+    # what the recover said and did
+    collected = r["summary"].get("collected") or []
+    assert [c["state"] for c in collected] == ["collected"], r["summary"]
+    assert [e for e in _recover_events(state, rid) if e.get("event") == "tune_result_collected"]
+    entries = list((state / "store").glob("*/provenance.json"))
+    assert len(entries) == 1 and json.loads(entries[0].read_text())["run_id"] == rid
+
+
+def test_recover_keeps_a_stopped_tunes_progress_and_the_rerun_resumes(testbed_factory, tmp_path):
+    """Issue 21 rows 3 and 10: the controller dies mid-tune, once the first batch size is in the
+    tune's checkpoint. ``orch recover`` stops the tune's unit, restores the host and says what the
+    checkpoint keeps; the next ``orch tune`` resumes from it (before, the recap said nothing of it)."""
+    bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path, **LONG_TUNE)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    try:
+        _wait_payload_tune(h)
+        deadline = time.monotonic() + 240  # the tuner checkpoints each batch size it finished
+        while h.sh("ls /var/lib/orch/work/*/checkpoint.json", check=False).returncode != 0:
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.2)
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(state), state_dir=state)
+    assert rec.returncode == 0, rec.stderr[-4000:]
+    r = recap(rec)["hosts"][h.name]
+    _assert_restored(h, tree, rid)
+    kept = [c for c in r["summary"].get("collected") or [] if c["state"] == "progress kept"]
+    assert kept and 1 in kept[0]["batch_sizes"], r["summary"]
+    again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rid2 = recap(again)["run_id"]
+    out = h.sh(f"cat /var/lib/orch/units/orch-tune-{rid2}.service.out").stdout
+    assert f"resuming: batch sizes {kept[0]['batch_sizes']}" in out, out[-2000:]
+
+
 # ------------------------------------------------------------------------- SSH / network
 def _session_processes(h) -> list[int]:
     """What logind's ``KillUserProcesses=yes`` ends at logout (konstruktoid/ansible-role-hardening

@@ -459,3 +459,42 @@ def test_log_file_truncated_during_the_start_is_a_gap(testbed_factory, tmp_path)
     assert proof["status"] != "failed" and "not proven (log gap" in proof["msg"], proof
     assert any(log in g and "truncated" in g for g in r["summary"]["log_gaps"]), r["summary"]
     assert r["outcome"] in ("completed", "rolled_back"), r
+
+
+# ---------------------------- row 7: one start's journal kept to its invocation ID (and cursor)
+def test_an_earlier_invocations_straggler_line_after_the_cursor_is_not_read_as_the_new_start(testbed_factory,
+                                                                                             tmp_path):
+    """A process of the unit's previous invocation (a child of the old main process that outlived
+    the stop) writes that invocation's MoE lookup lines again after orch's cursor, once the new
+    start logged its own: SGLang's real lines, among them "Down MoE config file not found" (the old
+    start had no ``_down`` file). journald tags them with the old invocation's ID (the old stream's
+    cached metadata). orch keeps the start's journal entries to the invocation ID the start got
+    (``systemctl show -p InvocationID``): the straggler's lines are dropped and said, the proof
+    passes (before, the old line read as this start's failed the proof and a good tune was rolled
+    back)."""
+    unit = "sglang-qwen.service"
+    opts = {0: {"config_files": {UP: OLD_UP}, "env": {"ORCH_STANDIN_STRAGGLER": unit}}}
+    bed = testbed_factory(1, host_options=opts)
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    old = h.sh(f"systemctl show -p InvocationID {unit}").stdout.strip().partition("=")[2]
+    assert len(old) == 32, old
+    assert "Down MoE config file not found" in h.unit_log()  # the old start's own line
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    res = recap(proc)
+    r = res["hosts"][h.name]
+    new = h.sh(f"systemctl show -p InvocationID {unit}").stdout.strip().partition("=")[2]
+    # the fault happened: after the new start, lines of the old invocation in the unit's journal
+    entries = [json.loads(x) for x in h.sh(f"journalctl -u {unit} -o json --no-pager").stdout.splitlines()]
+    ids = [e.get("_SYSTEMD_INVOCATION_ID") for e in entries]
+    first_new = next(i for i, x in enumerate(ids) if x not in (old, None))  # orch's start (a rescue's later)
+    late = [e["MESSAGE"] for e in entries[first_new:] if e.get("_SYSTEMD_INVOCATION_ID") == old]
+    assert any("Down MoE config file not found" in m for m in late), late
+    assert proc.returncode == 0 and r["outcome"] == "completed", (r.get("cause"), proc.stderr[-3000:])
+    proof = _proof(res, h)
+    assert proof["data"]["invocations"] == [new], proof
+    assert [o["invocation"] for o in proof["data"]["other_invocations"]] == [old], proof
+    assert not proof["data"]["down_missing"] and any(p.endswith("_down.json") for p in proof["data"]["loaded"])
+    assert [o["invocation"] for o in r["summary"]["log_other_invocations"]] == [old], r["summary"]
+    assert [e for e in _events(res) if e.get("event") == "log_other_invocation" and e.get("invocation") == old]

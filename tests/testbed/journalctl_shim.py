@@ -12,14 +12,28 @@ line before. The unit's log file accumulates across restarts (docker-systemctl-r
 Cursors (journalctl(1) ``--show-cursor``, ``--after-cursor``, ``--cursor``; ``-o json`` gives
 ``__CURSOR``, ``__REALTIME_TIMESTAMP``, ``MESSAGE``, ``_SYSTEMD_UNIT``): each line of the unit's
 log is an entry, its sequence number its place in the log; the cursor has journald's form
-(``s=SEQNUM_ID;i=SEQNUM;b=BOOT;m=MONO;t=REALTIME;x=HASH``, hex) with ``i`` that place. The bed
-has no invocation IDs (docker-systemctl-replacement sets none).
+(``s=SEQNUM_ID;i=SEQNUM;b=BOOT;m=MONO;t=REALTIME;x=HASH``, hex) with ``i`` that place.
+
+Invocation IDs (systemd.journal-fields(7)): ``-o json`` (``--all`` accepted) gives each entry
+``_SYSTEMD_UNIT`` and ``_SYSTEMD_INVOCATION_ID``, the ID of the unit's invocation current when the
+line was written (the bed's ``systemctl`` records each start's ID with the log's length then,
+``/run/orchtb/invocations/UNIT.json``), as journald reads it for the unit of the writing process.
+A process may say it writes through an earlier invocation's stdout stream, whose metadata journald
+cached for that stream's (dead) process: ``/run/orchtb/journal-streams/UNIT.jsonl``, one
+``{"after": N, "lines": [TEXT...], "_SYSTEMD_INVOCATION_ID": ID}`` a line; the first entry after
+place N with each TEXT then carries that ID (the stand-in server's straggler,
+``ORCH_STANDIN_STRAGGLER``). journald's own "Suppressed" line carries journald's fields
+(``_SYSTEMD_UNIT=systemd-journald.service``, its own invocation ID) and the unit's as
+``OBJECT_SYSTEMD_UNIT``/``OBJECT_SYSTEMD_INVOCATION_ID``.
 
 Faults of journald (``/run/orchtb/journald.json``, written by a test): ``{"suppress": {"from":
 K, "match": REGEX}}`` drops the lines at place >= K that match (journald's rate limiting,
 systemd #2913) and puts ``systemd-journald[N]: Suppressed C messages from UNIT`` where the first
 was; ``{"clock_step": {"from": K, "seconds": S}}`` writes the stamps of the lines at place >= K
-S seconds earlier (a clock stepped back, systemd #43805: ``--since`` then hides them).
+S seconds earlier (a clock stepped back, systemd #43805: ``--since`` then hides them);
+``{"no_invocation": {"from": K, "match": REGEX}}``: the lines at place >= K that match keep their
+unit but carry no ``_SYSTEMD_INVOCATION_ID`` (journald could not read the invocation of a process
+that had exited, systemd #2913, #7506).
 """
 
 from __future__ import annotations
@@ -37,7 +51,11 @@ from datetime import datetime
 SYSTEMCTL3 = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "systemctl3")
 STAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 FAULTS = "/run/orchtb/journald.json"
+INVOCATIONS = "/run/orchtb/invocations"
+STREAMS = "/run/orchtb/journal-streams"
 BOOT = "0" * 31 + "1"
+#: journald's own invocation ID on the bed (the "Suppressed" lines it logs itself)
+JOURNALD_INVOCATION = "5" * 32
 
 
 def _faults() -> dict:
@@ -48,27 +66,72 @@ def _faults() -> dict:
         return {}
 
 
-def _view(lines: list[str], unit: str) -> list[str]:
+def _read_json(path: str, default):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def _entries(lines: list[str], unit: str) -> list[dict]:
+    """The unit's log lines as journal entries with their unit and invocation fields."""
+    starts = [i for i in _read_json(os.path.join(INVOCATIONS, unit + ".json"), []) if isinstance(i, dict)]
+    out = []
+    for place, line in enumerate(lines, 1):
+        e = {"MESSAGE": line, "_SYSTEMD_UNIT": unit}
+        current = [i["id"] for i in starts if int(i.get("from", 0)) < place]
+        if current:
+            e["_SYSTEMD_INVOCATION_ID"] = current[-1]
+        out.append(e)
+    try:
+        with open(os.path.join(STREAMS, unit + ".jsonl")) as f:
+            streams = [json.loads(x) for x in f if x.strip()]
+    except (OSError, ValueError):
+        streams = []
+    for st in streams:
+        for text in st.get("lines") or []:
+            for e in out[int(st.get("after", 0)):]:
+                if e["MESSAGE"] == text and not e.get("_stream"):
+                    e["_SYSTEMD_INVOCATION_ID"], e["_stream"] = st["_SYSTEMD_INVOCATION_ID"], True
+                    break
+    for e in out:
+        e.pop("_stream", None)
+    return out
+
+
+def _view(entries: list[dict], unit: str) -> list[dict]:
     """The unit's entries as journald would have kept them under the faults of :data:`FAULTS`."""
     faults = _faults()
     step = faults.get("clock_step")
     if step:
         shift = float(step["seconds"])
-        for i in range(int(step["from"]), len(lines)):
-            m = STAMP.match(lines[i])
+        for e in entries[int(step["from"]):]:
+            m = STAMP.match(e["MESSAGE"])
             if m:
                 t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + shift
-                lines[i] = "[" + datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") + lines[i][len(m.group(0)):]
+                e["MESSAGE"] = "[" + datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") + e["MESSAGE"][len(m.group(0)):]
+    lost = faults.get("no_invocation")
+    if lost:
+        pat = re.compile(lost["match"])
+        for e in entries[int(lost["from"]):]:
+            if pat.search(e["MESSAGE"]):
+                e.pop("_SYSTEMD_INVOCATION_ID", None)
     sup = faults.get("suppress")
     if sup:
         pat = re.compile(sup["match"])
         start = int(sup["from"])
-        dropped = [i for i in range(start, len(lines)) if pat.search(lines[i])]
+        dropped = [i for i in range(start, len(entries)) if pat.search(entries[i]["MESSAGE"])]
         if dropped:
-            note = f"systemd-journald[52]: Suppressed {len(dropped)} messages from {unit}"
+            first = entries[dropped[0]]
+            note = {"MESSAGE": f"systemd-journald[52]: Suppressed {len(dropped)} messages from {unit}",
+                    "_SYSTEMD_UNIT": "systemd-journald.service", "_SYSTEMD_INVOCATION_ID": JOURNALD_INVOCATION,
+                    "OBJECT_SYSTEMD_UNIT": unit}
+            if first.get("_SYSTEMD_INVOCATION_ID"):
+                note["OBJECT_SYSTEMD_INVOCATION_ID"] = first["_SYSTEMD_INVOCATION_ID"]
             keep = set(dropped)
-            lines = [x if i != dropped[0] else note for i, x in enumerate(lines) if i not in keep or i == dropped[0]]
-    return lines
+            entries = [note if i == dropped[0] else e for i, e in enumerate(entries) if i not in keep or i == dropped[0]]
+    return entries
 
 
 def _seqnum_id(unit: str) -> str:
@@ -125,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show-cursor", action="store_true")
     p.add_argument("--after-cursor")
     p.add_argument("-c", "--cursor")
+    p.add_argument("-a", "--all", action="store_true")
     args = p.parse_args(argv)
     unit = args.unit if "." in args.unit else args.unit + ".service"
     if args.follow:
@@ -140,16 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     # second resolution of the stamps: compare against the whole second of the bound
     if since is not None:
         since = float(int(since))
-    kept: list[tuple[int, str, float | None]] = []
+    kept: list[tuple[int, dict, float | None]] = []
     current: float | None = None
-    entries = _view(out.stdout.splitlines(), unit)
+    entries = _view(_entries(out.stdout.splitlines(), unit), unit)
     first = 1
     if args.after_cursor:
         first = _place(unit, args.after_cursor) + 1
     elif args.cursor:
         first = _place(unit, args.cursor)
-    for place, line in enumerate(entries, 1):
-        m = STAMP.match(line)
+    for place, entry in enumerate(entries, 1):
+        m = STAMP.match(entry["MESSAGE"])
         if m:
             current = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
         if current is None and (since is not None or until is not None):
@@ -160,15 +224,15 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if place < first:
             continue
-        kept.append((place, line, current))
+        kept.append((place, entry, current))
     last = kept[-1][0] if kept else None
     if args.lines is not None:
         kept = kept[-args.lines:] if args.lines else []
     if args.output == "json":
         sys.stdout.write("".join(json.dumps({"__CURSOR": _cursor(unit, n), "__REALTIME_TIMESTAMP": str(int((t or 0) * 1e6)),
-                                             "_SYSTEMD_UNIT": unit, "MESSAGE": line}) + "\n" for n, line, t in kept))
+                                             **e}) + "\n" for n, e, t in kept))
     else:
-        sys.stdout.write("".join(line + "\n" for _, line, _ in kept))
+        sys.stdout.write("".join(e["MESSAGE"] + "\n" for _, e, _ in kept))
     if args.show_cursor and last is not None:  # journalctl: the cursor of the last entry read, after two dashes
         sys.stdout.write(f"-- cursor: {_cursor(unit, last)}\n")
     return out.returncode

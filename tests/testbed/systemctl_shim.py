@@ -13,6 +13,14 @@ systemd 252 does for a transient unit:
   when not loaded.
 - ``reset-failed UNIT``: unloads an ended transient unit (its unit, spec and result files).
 
+Invocation IDs (docker-systemctl-replacement has none), for every unit: each ``start`` of a unit
+that is not active and each ``restart`` gets a new random 128-bit ID (32 hex digits), passed to the
+unit's processes as ``$INVOCATION_ID`` (systemd.exec(5); the replacement gives its services its own
+environment) and recorded in ``/run/orchtb/invocations/UNIT.json`` with the number of lines the
+unit's log had then, so the journalctl stand-in stamps the lines written from there on with
+``_SYSTEMD_INVOCATION_ID`` (systemd.journal-fields(7)); ``show -p InvocationID UNIT`` answers the
+last one (empty for a unit never started), as systemd keeps it after the unit stopped.
+
 Every other call, and every other unit, goes to the replacement unchanged (``REAL`` is its command).
 """
 
@@ -22,10 +30,12 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 REAL = json.loads(os.environ.get("ORCHTB_SYSTEMCTL_REAL") or "[]")
 UNIT_DIR = "/run/systemd/system"
 TRANSIENT_DIR = "/run/systemd/transient"
+INVOCATIONS = "/run/orchtb/invocations"
 NOT_LOADED = {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead", "MainPID": "0",
               "Result": "success", "ExecMainCode": "0", "ExecMainStatus": "0"}
 
@@ -81,6 +91,44 @@ def _show(name: str, args: list[str]) -> int:
     return 0
 
 
+def invocations(name: str) -> list[dict]:
+    """The unit's invocations so far: ``[{"id", "from"}]`` (``from``: lines of its log before it)."""
+    try:
+        with open(os.path.join(INVOCATIONS, name + ".json")) as f:
+            got = json.load(f)
+        return got if isinstance(got, list) else []
+    except (OSError, ValueError):
+        return []
+
+
+def _new_invocation(name: str) -> str:
+    """A new invocation of ``name``: a random ID recorded with the unit's log length now."""
+    log = subprocess.run(REAL + ["log", name, "--no-pager"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True, errors="replace").stdout
+    inv = uuid.uuid4().hex
+    os.makedirs(INVOCATIONS, exist_ok=True)
+    path = os.path.join(INVOCATIONS, name + ".json")
+    tmp = path + f".{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(invocations(name) + [{"id": inv, "from": len(log.splitlines())}], f)
+    os.replace(tmp, path)
+    return inv
+
+
+def _show_invocation(name: str, argv: list[str]) -> int:
+    """``show`` with ``InvocationID`` among the properties: the replacement's answer for the others
+    (through this shim for a transient unit), then ``InvocationID=`` the unit's last."""
+    want = _props(argv)
+    others = [k for k in want if k != "InvocationID"]
+    if others:
+        cmd = [sys.executable, os.path.abspath(__file__), "show", name, "-p", ",".join(others)]
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        sys.stdout.write(out.stdout)
+    got = invocations(name)
+    print(f"InvocationID={got[-1]['id'] if got else ''}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """Answer the transient-unit calls; hand every other to the replacement."""
     verbs, skip = [], False
@@ -91,6 +139,13 @@ def main(argv: list[str]) -> int:
             skip = True  # its value is no verb
         elif not a.startswith("-"):
             verbs.append(a)
+    if len(verbs) >= 2 and verbs[0] == "show" and "InvocationID" in _props(argv):
+        return _show_invocation(_unit(verbs[1]), argv)
+    if len(verbs) == 2 and verbs[0] in ("start", "restart"):
+        name = _unit(verbs[1])
+        active = subprocess.run(REAL + ["is-active", name], stdout=subprocess.PIPE, text=True).stdout.strip()
+        if verbs[0] == "restart" or active != "active":
+            os.environ["INVOCATION_ID"] = _new_invocation(name)
     if len(verbs) >= 2 and verbs[0] in ("show", "is-active", "reset-failed") and _transient(_unit(verbs[1])):
         name = _unit(verbs[1])
         loaded = os.path.exists(os.path.join(UNIT_DIR, name))

@@ -81,3 +81,73 @@ def test_without_a_cursor_the_files_are_still_read_by_offset_and_a_truncation_is
     conn = ScriptedConnection([(r"^journalctl", ""), (r"^stat", "77 10\n"), (r"^tail -n ", "after\n")])
     got = read_start(conn, "sglang-qwen", LogMark(None, {"/f": (77, 1200)}, "old file\n", ""), files=["/f"])
     assert got.text == "after\n" and not got.by_cursor and "/f was truncated" in got.gaps[0]
+
+
+# ------------------------------------------------ one start's journal kept to its invocation ID
+NEW, OLD = "a" * 32, "b" * 32
+UNIT = "sglang-qwen.service"
+DOWN = UP.replace(".json", "_down.json")
+
+
+def _entry(msg: str, inv: str | None = None, **more) -> str:
+    import json
+
+    e = {"__CURSOR": "c", "MESSAGE": msg, "_SYSTEMD_UNIT": UNIT, **more}
+    if inv:
+        e["_SYSTEMD_INVOCATION_ID"] = inv
+    return json.dumps(e) + "\n"
+
+
+def test_entries_of_another_invocation_are_dropped_and_entries_without_one_kept():
+    from orchestrator.facts.journal import split_invocations
+
+    out = (_entry("new start", NEW) + _entry("old straggler", OLD) + _entry("fast exit, no id")
+           + _entry("systemd-journald[52]: Suppressed 3 messages from sglang-qwen.service", "5" * 32,
+                    _SYSTEMD_UNIT="systemd-journald.service", OBJECT_SYSTEMD_UNIT=UNIT,
+                    OBJECT_SYSTEMD_INVOCATION_ID=NEW)
+           + _entry("Started sglang-qwen.service.", None, _SYSTEMD_UNIT="init.scope", UNIT=UNIT, INVOCATION_ID=NEW,
+                    SYSLOG_IDENTIFIER="systemd", _PID="1")
+           + "not json\n")
+    text, dropped = split_invocations(out, "sglang-qwen", [NEW])
+    assert text == ("new start\nfast exit, no id\nsystemd-journald[52]: Suppressed 3 messages from "
+                    "sglang-qwen.service\nsystemd[1]: Started sglang-qwen.service.\nnot json\n")
+    assert dropped == [{"invocation": OLD, "lines": 1, "first": "old straggler"}]
+    # no invocation known (an older systemd): nothing is dropped
+    assert "old straggler" in split_invocations(out, "sglang-qwen", [])[0]
+
+
+def test_read_start_keeps_the_starts_invocation_and_the_current_one():
+    conn = ScriptedConnection([(r"--after-cursor", _entry("mine", NEW) + _entry("restarted", "c" * 32)
+                                + _entry("old", OLD)),
+                               (r"show -p InvocationID", f"InvocationID={'c' * 32}\n")])
+    mark = LogMark(CURSOR, {}, "old", invocation=NEW)
+    got = read_start(conn, "sglang-qwen", mark)
+    assert got.text == "mine\nrestarted\n" and got.invocations == [NEW, "c" * 32]
+    assert [o["invocation"] for o in got.other_invocations] == [OLD]
+    after = [c for c, _ in conn.calls if "--after-cursor" in c][0]
+    assert after[-3:] == ["-o", "json", "--all"]
+
+
+def test_the_proof_ignores_an_earlier_invocations_lookup_lines_and_says_so(tmp_path):
+    straggler = ("Down MoE config file not found at " + DOWN + "; reusing the tuned up-projection config "
+                 "without TMA. Performance might be sub-optimal.")
+    log = (_entry(f"Using MoE kernel config from {UP}.", NEW) + _entry(f"Using MoE kernel config from {DOWN}.", NEW)
+           + _entry(straggler, OLD))
+    conn = ScriptedConnection([(r"--after-cursor", log), (r"show -p InvocationID", f"InvocationID={NEW}\n")])
+    ctx = make_ctx(tmp_path, {}, connection=conn)
+    ctx.run.start_mark = LogMark(CURSOR, {}, "", invocation=NEW)
+    result = TASKS["verify_log"].fn(ctx, name="sglang-qwen", expect_paths=[UP, DOWN])
+    assert result.status == "ok" and result.data["other_invocations"][0]["invocation"] == OLD
+    assert ctx.run.summary.log_other_invocations[0]["lines"] == 1
+    # the same log read without the invocation (the code before): the old line fails the proof
+    ctx.run.start_mark = LogMark(CURSOR, {}, "")
+    with pytest.raises(TaskFailed, match="did not find the down config"):
+        TASKS["verify_log"].fn(ctx, name="sglang-qwen", expect_paths=[UP, DOWN])
+
+
+def test_the_invocation_id_is_read_as_systemd_formats_it():
+    from orchestrator.facts.journal import invocation_id
+
+    conn = ScriptedConnection([(r"show -p InvocationID", "InvocationID=" + "AB" * 16 + "\n")])
+    assert invocation_id(conn, "u") == "ab" * 16
+    assert invocation_id(ScriptedConnection([(r"show", "InvocationID=\n")]), "u") is None

@@ -81,13 +81,14 @@ def test_user_units_use_the_users_own_manager_without_sudo(tmp_path):
     m = Manager(stops=True)
     conn = ScriptedConnection([(r"^systemctl --user is-active", m.is_active), (r"^systemctl --user stop sglang-qwen$", m.stop),
                                (r"^systemctl --user (re)?start", lambda argv: setattr(m, "state", "active") or ""),
-                               (r"^journalctl --user-unit sglang-qwen", "")])
+                               (r"^journalctl --user-unit sglang-qwen", ""),
+                               (r"^systemctl --user show -p InvocationID sglang-qwen$", "InvocationID=" + "a" * 32 + "\n")])
     ctx = make_ctx(tmp_path, {"orch_unit": _unit(), "orch_systemd_scope": "user"}, connection=conn)
     TASKS["service"].fn(ctx, name="sglang-qwen", state="stopped", timeout=5)
     TASKS["service"].fn(ctx, name="sglang-qwen", state="started", timeout=5)
     systemctl = [(argv, become) for argv, become in conn.calls if argv[0] == "systemctl"]
     assert systemctl and all(argv[1] == "--user" and not become for argv, become in systemctl), systemctl
-    assert m.state == "active"
+    assert m.state == "active" and ctx.run.start_mark.invocation == "a" * 32
 
 
 def test_gather_unit_of_a_user_unit_asks_systemctl_user(tmp_path):

@@ -128,6 +128,33 @@ LEAK_CODE = (
     "fds=[os.open(p, os.O_RDWR) for p in args]\n"
     "while True: time.sleep(3600)\n"
 )
+#: the straggler of ORCH_STANDIN_STRAGGLER: a process of this invocation (double-forked out of the
+#: main process's tree, as a child left by ``KillMode=process`` outlives a stop) that waits for the
+#: unit's next invocation (``systemctl show -p InvocationID``) and its lookups, then writes this
+#: start's lookup lines again to the stderr it inherited: the old stdout stream, which journald
+#: tags with the metadata it cached for the stream's dead process, this invocation's ID
+#: (``/run/orchtb/journal-streams``, tests/testbed/journalctl_shim.py)
+STRAGGLER_CODE = (
+    "import json,os,subprocess,sys,time\n"
+    "if os.fork(): os._exit(0)\n"
+    "os.setsid()\n"
+    "unit,lines=sys.argv[1],json.loads(sys.argv[2])\n"
+    "mine=os.environ.get('INVOCATION_ID','')\n"
+    "def show():\n"
+    "    out=subprocess.run(['systemctl','show','-p','InvocationID',unit],stdout=subprocess.PIPE,text=True).stdout\n"
+    "    return out.strip().partition('=')[2]\n"
+    "def log():\n"
+    "    return subprocess.run(['journalctl','-u',unit,'--no-pager'],stdout=subprocess.PIPE,text=True).stdout.splitlines()\n"
+    "deadline=time.time()+3600\n"
+    "while time.time()<deadline and show() in ('',mine): time.sleep(0.5)\n"
+    "after=len(log())\n"
+    "end=time.time()+120\n"
+    "while time.time()<end and not any('Capture cuda graph end' in x for x in log()[after:]): time.sleep(0.1)\n"
+    "os.makedirs('/run/orchtb/journal-streams',exist_ok=True)\n"
+    "with open('/run/orchtb/journal-streams/'+unit+'.jsonl','a') as f:\n"
+    "    f.write(json.dumps({'after':after,'lines':lines,'_SYSTEMD_INVOCATION_ID':mine})+'\\n')\n"
+    "sys.stderr.write(''.join(x+'\\n' for x in lines)); sys.stderr.flush()\n"
+)
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs")
 VOCAB = 151936
 
@@ -146,6 +173,19 @@ class _Formatter(logging.Formatter):
         if record.exc_info:
             msg += "\n" + self.formatException(record.exc_info)
         return f"[{stamp}{rank}] {msg}"
+
+
+class _Capture(logging.Handler):
+    """Keeps the lines the records it sees are logged as (:class:`_Formatter`), in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(_Formatter())
+        self.lines: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "MoE" in record.getMessage() or "config" in record.getMessage():
+            self.lines.append(self.format(record))
 
 
 def _setup_logging() -> None:
@@ -442,7 +482,13 @@ class StandinServer:
                           f"avail mem=120.10 GB, mem usage=19.62 GB.")
         sched_logger.info("Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB")
         if runners.runner_of(a.moe_runner_backend) in TRITON_BACKENDS:
-            up, down = self.load_moe_configs()
+            lookup_lines = _Capture()
+            logging.getLogger().addHandler(lookup_lines)
+            try:
+                up, down = self.load_moe_configs()
+            finally:
+                logging.getLogger().removeHandler(lookup_lines)
+            self.leave_straggler(lookup_lines.lines)
         else:
             up = down = "not_triton"
             self.moe["lookups"] = []
@@ -485,6 +531,20 @@ class StandinServer:
         path = os.environ.get("ORCH_STANDIN_STATE_DIR", "/run/sglang-standin")
         os.makedirs(path, exist_ok=True)
         return path
+
+    def leave_straggler(self, lines: List[str]) -> None:
+        """``ORCH_STANDIN_STRAGGLER=UNIT`` (once per state folder: the first start that has it):
+        leave :data:`STRAGGLER_CODE` behind, which writes ``lines`` (this start's MoE lookup lines,
+        as logged) again once the next invocation of UNIT has logged its own lookups."""
+        unit = os.environ.get("ORCH_STANDIN_STRAGGLER", "").strip()
+        marker = os.path.join(self.state_dir(), "straggler-left")
+        if not unit or not lines or os.path.exists(marker):
+            return
+        import subprocess
+
+        open(marker, "w").close()
+        subprocess.run(["sglang::straggler", "-c", STRAGGLER_CODE, unit, json.dumps(lines)], executable=sys.executable,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
 
     def reap_leak_markers(self) -> list:
         """PIDs of stubborn leftover schedulers (``ORCH_STANDIN_LEAK_SCHEDULER=stubborn``) that are
