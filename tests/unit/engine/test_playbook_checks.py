@@ -132,3 +132,37 @@ def test_reference_lists_every_task_with_its_contract():
     assert row.startswith("| `probe_x` | `name` (str; required, alias `unit`)<br>`sizes` (list[int] or null; default `None`)")
     assert "| runs (read-only) | `orch_x` | Read the thing. |" in row
     assert set(TASKS) <= {line.split("`")[1] for line in reference_markdown(TASKS).splitlines()[2:]}
+
+
+def _stops_without_rescue(steps, rescued: bool) -> list[str]:
+    """The ``service: state: stopped`` steps of ``steps`` that no enclosing block's rescue follows
+    with a start of the unit this run stopped (``only_if_stopped_by_orch``)."""
+    from orchestrator.engine.playbook import Block
+
+    def starts_again(rescue) -> bool:
+        for s in rescue:
+            if isinstance(s, Block):
+                if starts_again(s.block):
+                    return True
+            elif (s.module == "service" and s.args.get("state") in ("started", "restarted")
+                  and s.args.get("only_if_stopped_by_orch") is True):
+                return True
+        return False
+
+    bad = []
+    for s in steps:
+        if isinstance(s, Block):
+            bad += _stops_without_rescue(s.block, rescued or starts_again(s.rescue))
+        elif s.module == "service" and s.args.get("state") == "stopped" and not rescued:
+            bad.append(s.name)
+    return bad
+
+
+def test_every_bundled_stop_is_followed_by_a_rescue_that_starts_the_unit_again():
+    """A service orch stopped is running again when orch exits: a step failing (or an interrupt)
+    between a playbook's stop and its start must lead to a rescue that starts the unit this run
+    stopped. recover.yaml stops every rank of a disturbed multi-node server, running ones too."""
+    for name in ("tune", "rollback", "recover", "doctor", "bench", "runs", "runner-trial"):
+        plays = load_playbook(builtin_playbook(name), TASKS, RENAMED)
+        for play in plays:
+            assert _stops_without_rescue(play.steps, False) == [], name
