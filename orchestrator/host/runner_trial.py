@@ -118,9 +118,11 @@ def restart_ready(ctx, unit: str, endpoint: Endpoint, start_timeout: float, read
     this start)``. Raises TaskFailed with the log tail when the unit fails or is not ready in time."""
     ctx.run.start_mark = mark_start(ctx.connection, unit)  # what verify-log reads after this start
     mark = ctx.run.log_mark = ctx.run.start_mark.text
+    # this run's restart from here on, even if a command after it fails (a timeout, a lost link):
+    # the rescue (only_if_stopped_by_orch) then starts the unit again
+    ctx.run.stopped_by_orch = ctx.run.started_by_orch = True
     res = ctx.connection.run(["systemctl", "restart", unit], become=True, timeout=start_timeout + 30, check=False)
     note_invocation(ctx.connection, ctx.run.start_mark, unit)  # verify-log keeps to this start's entries
-    ctx.run.stopped_by_orch = ctx.run.started_by_orch = True
     start = time.monotonic()
     deadline = ctx.deadline(ready_timeout)
     stage = "/v1/models"
