@@ -228,13 +228,57 @@ def backup_autotune_cache(ctx, unit: str) -> dict:
     return data
 
 
+#: flags (besides those :class:`remote.sglang.server_args.ServerArgs` reads) that change FlashInfer's
+#: autotune of the server, so hosts that differ in them measure apart: ``--flashinfer-autotune-skip-ops``
+#: (SGLang 0.5.23 ``srt/arg_groups/fields/exec_.py``; the ``skip_ops=`` part of the cache hash in
+#: ``srt/model_executor/runner/flashinfer_autotune.py`` ``flashinfer_autotune_cache_path``)
+TRIAL_FLAGS = ("--flashinfer-autotune-skip-ops",)
+#: prefixes of the speculative-decoding flags (``srt/arg_groups/fields/spec.py``): the draft worker
+#: autotunes with ``--speculative-moe-runner-backend`` / ``--speculative-moe-a2a-backend`` (else the
+#: target's), its quantization enters its cache hash (``draft_quant=``), and the draft token count
+#: sets the autotune shapes (``should_run_flashinfer_autotune``, ``max_speculative_num_draft_tokens``);
+#: every one of them is kept, spelled as the unit spells it (``--no-`` forms of the boolean ones too)
+SPECULATIVE_PREFIXES = ("--speculative-", "--no-speculative-")
+
+
+def trial_flags(launch_args: list[str]) -> list[list[str]]:
+    """The flags of ``launch_args`` (the server's arguments, ``--config`` merged: ``ServerArgs.launch_args``)
+    that enter the trial group key besides the parsed sizes: :data:`TRIAL_FLAGS` and every flag
+    starting with one of :data:`SPECULATIVE_PREFIXES`, each as ``[flag, value]`` (``value`` the next
+    word when it is not itself a flag, ``""`` for a switch, the part after ``=`` for ``--flag=value``),
+    sorted. Pure."""
+    out: list[list[str]] = []
+    for i, tok in enumerate(launch_args):
+        name, eq, val = tok.partition("=")
+        if not (name in TRIAL_FLAGS or name.startswith(SPECULATIVE_PREFIXES)):
+            continue
+        if not eq:
+            nxt = launch_args[i + 1] if i + 1 < len(launch_args) else ""
+            val = "" if nxt.startswith("--") else nxt
+        out.append([name, val])
+    return sorted(out)
+
+
+def attention_dp(server) -> tuple[int, int]:
+    """``(attention data-parallel size, data-parallel replicas)`` as SGLang 0.5.23 runs the server:
+    ``--attn-dp-size`` (``attn_dp_size``, a part of FlashInfer's cache hash in
+    ``flashinfer_autotune_cache_path``) and ``--dp-size``; the deprecated ``--dp-size N
+    --enable-dp-attention`` is ``attn_dp_size N`` with one replica
+    (``srt/arg_groups/parallel_hook.py`` ``_handle_deprecated_dp_attention``). Pure."""
+    attn, dp = int(server.attn_dp_size or 1), int(server.dp or 1)
+    if "--enable-dp-attention" in (server.launch_args or []) and attn == 1:
+        return dp, 1
+    return attn, dp
+
+
 def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:
     """The key of the hosts whose runner trials would measure the same thing (``runner:<hash>``), or
     None when the probe does not say enough (then the host measures on its own). Hosts share it when
     the GPU kind and compute capability, the SGLang and FlashInfer releases, the model's MoE shape,
-    the unit's model path, dtype, quantization, TP/EP, all-to-all backend and runner flag, the
-    candidates and the trial's ``settings`` (benchmark levels and lengths, check prompts, thresholds)
-    are the same: what SGLang's runner rules and FlashInfer's autotune key read
+    the unit's model path, dtype, quantization, TP/EP/PP, attention DP and DP replicas (:func:`attention_dp`), all-to-all backend and runner flag, whether FlashInfer autotunes (``--disable-flashinfer-autotune``,
+    ``--enable-deterministic-inference``), the speculative-decoding and other flags of
+    :func:`trial_flags`, the candidates and the trial's ``settings`` (benchmark levels and lengths,
+    check prompts, thresholds) are the same: what SGLang's runner rules and FlashInfer's autotune key read
     (:mod:`remote.sglang.runner`, :mod:`remote.sglang.autotune`), and what the verdict depends on."""
     probe, server = ctx.facts.probe, ctx.facts.server
     if probe is None or server is None or not probe.device_name:
@@ -246,7 +290,9 @@ def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:
         "shape": {k: getattr(model, k, None) for k in ("E", "N", "hidden", "topk", "dtype_selector", "block_shape",
                                                       "model_type")} if model is not None else None,
         "model_path": server.model_path, "dtype": server.dtype, "quantization": server.quantization,
-        "tp": server.tp, "ep": server.ep, "a2a": server.moe_a2a_backend,
+        "tp": server.tp, "ep": server.ep, "pp": server.pp, "attn_dp_dp": list(attention_dp(server)),
+        "a2a": server.moe_a2a_backend, "autotune_off": bool(server.disable_flashinfer_autotune),
+        "deterministic": bool(server.enable_deterministic_inference), "flags": trial_flags(server.launch_args),
         "runner": server.moe_runner_backend or "auto", "candidates": list(candidates), "settings": settings,
     }
     return "runner:" + hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
