@@ -52,7 +52,9 @@ class RunnerTrial(Record):
     runs after the trial), ``changed`` (a drop-in now sets it), ``min_agreement`` (0..1),
     ``min_gain_pct`` (percent), ``prompts`` (how many check prompts), ``max_new_tokens``,
     ``dropin`` (the drop-in path), ``measured_on`` (the host of its tuning group whose trial
-    measured the table and the verdict this host reuses; None: measured here)."""
+    measured the table and the verdict this host reuses; None: measured here), ``measuring_failed``
+    (this host was to reuse a verdict, but the measuring host of its group failed before it gave
+    one: ``"HOST: cause"``; the table was then measured here)."""
 
     reference: str
     candidates: list[RunnerCandidate] = field(default_factory=list)
@@ -64,3 +66,4 @@ class RunnerTrial(Record):
     max_new_tokens: int = 0
     dropin: str = ""
     measured_on: str | None = optional()
+    measuring_failed: str | None = optional()

@@ -111,8 +111,11 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
         except TimeoutError as exc:
             raise TaskFailed(str(exc)) from None
         if role.tuner and role.tuner != ctx.name:
-            return _reuse(ctx, name, trial, words, endpoint, role.tuner, gkey, prompts, float(min_agreement),
+            done = _reuse(ctx, name, trial, words, endpoint, role.tuner, gkey, prompts, float(min_agreement),
                           int(check_tokens), start_timeout, ready_timeout)
+            if done is not None:
+                return done
+            role = None  # the measuring host failed before its verdict: this host measures for itself
 
     def measure(row: RunnerCandidate, label: str, reference_answers: list[dict] | None) -> list[dict]:
         answers = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
@@ -194,19 +197,28 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
 
 def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner: str, gkey: str,
            prompts: list[str], min_agreement: float, check_tokens: int, start_timeout: float,
-           ready_timeout: float) -> TaskResult:
+           ready_timeout: float) -> TaskResult | None:
     """Another host of this host's trial group (:func:`orchestrator.host.runner_trial.trial_group_key`)
     runs the trial: wait for its verdict while the server keeps serving, then apply it here. A kept
     runner is started through this host's own drop-in, and its own start is verified: the log must
     name the runner and the greedy answers must agree with this host's answers before the change
     (``min_agreement`` percent), else TaskFailed (the rescue puts the drop-in back). A verdict that
     keeps the unit's runner changes and restarts nothing. The table is the measuring host's,
-    with ``measured_on`` naming it."""
+    with ``measured_on`` naming it. Returns None, with ``trial.measuring_failed`` set and nothing
+    changed, when the measuring host ended without a verdict (it failed): the caller then runs the
+    trial on this host."""
     ctx.say(f"waiting for {tuner}'s runner trial (same tuning group {gkey}; the server keeps serving)")
     try:
         got = ctx.options.fleet.wait_result(gkey, cancel=ctx.options.cancel)
     except RuntimeError as exc:
-        raise TaskFailed(f"no runner trial verdict from {tuner}: {exc}") from None
+        if ctx.cancelled():
+            raise TaskFailed(f"no runner trial verdict from {tuner}: {exc}") from None
+        # the measuring host ended (failed) before its verdict: nothing changed here yet, so this
+        # host runs the trial itself rather than failing with it
+        trial.measuring_failed = f"{tuner}: {exc}"
+        ctx.emit("runner_trial_measuring_failed", measuring_host=tuner, error=str(exc))
+        ctx.say(f"{tuner} failed before its runner trial verdict ({exc}); measuring here instead")
+        return None
     theirs = RunnerTrial.from_dict(got["trial"])
     trial.candidates, trial.kept, trial.changed = theirs.candidates, theirs.kept, theirs.changed
     trial.measured_on = got.get("host") or tuner

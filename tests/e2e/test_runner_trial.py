@@ -216,3 +216,49 @@ def test_trial_once_per_tuning_group_the_other_host_reuses_the_verdict(testbed_f
     reused = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()
               if '"runner_trial_reused"' in x]
     assert [e.get("measured_on") for e in reused] == [measured[0]], reused
+
+
+#: the fault hook of test_faults, plus: the payload's ``bench`` exits at once with an error while
+#: ``fail-bench`` exists (the benchmark client crashed)
+FAIL_BENCH = SITECUSTOMIZE + r'''
+if _cmd == "bench" and os.path.exists(os.path.join(_D, "fail-bench")):
+    import sys
+    sys.stderr.write("injected fault: the benchmark client crashed\n")
+    os._exit(3)
+'''
+
+
+def test_measuring_host_fails_before_its_verdict_the_other_host_measures_itself(testbed_factory, tmp_path):
+    """Two identical hosts; the measuring host's reference benchmark fails (its trial fails, its
+    rescue puts it back): the host that was to reuse its verdict runs the trial itself instead of
+    failing, keeps the faster runner, and its recap and table say why it measured."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(2, host_options={0: {"env": dict(env, PYTHONPATH=f"{FAULTS_DIR}:/opt/sglang")},
+                                           1: {"env": env}})
+    bad, good = bed.hosts
+    faults = bad.local_path(FAULTS_DIR)
+    faults.mkdir(parents=True, exist_ok=True)
+    (faults / "sitecustomize.py").write_text(FAIL_BENCH)
+    (faults / "fail-bench").write_text("")
+    units_before = bad.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlass",
+                "--tune-on", bad.name, "--json", state_dir=state)
+    assert proc.returncode != 0, proc.stderr[-6000:]  # the measuring host failed
+    out = recap(proc)
+    assert out["hosts"][bad.name]["outcome"] != "completed", out["hosts"][bad.name]
+    assert bad.file_tree_hash("/etc/systemd/system") == units_before and bad.unit_state() == "active"
+    r = out["hosts"][good.name]
+    assert r["outcome"] == "completed", r
+    trial = r["summary"]["runner_trial"]
+    assert not trial.get("measured_on") and trial["measuring_failed"].startswith(bad.name), trial
+    assert trial["kept"] == "flashinfer_cutlass" and trial["changed"]
+    run_dir = state / "runs" / out["run_id"]
+    assert sorted(p.name for p in (run_dir / "hosts" / good.name).glob("bench_runner_*.json")) == [
+        "bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json"]  # measured there
+    assert good.unit_state() == "active" and _runner(good) == "flashinfer_cutlass"
+    assert f"measuring host {bad.name}" in proc.stderr and "measured here" in proc.stderr
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()
+              if '"runner_trial_measuring_failed"' in x]
+    assert [e.get("measuring_host") for e in events] == [bad.name], events
