@@ -296,3 +296,55 @@ def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:
         "runner": server.moe_runner_backend or "auto", "candidates": list(candidates), "settings": settings,
     }
     return "runner:" + hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def triton_subrun(ctx) -> str:
+    """The id of this run's sub-run that holds the Triton files a trial installs (``<run id>.triton``,
+    :data:`remote.host.changes.TRITON_SUBRUN_SUFFIX`): one manifest per folder a run changes."""
+    from remote.host.changes import TRITON_SUBRUN_SUFFIX
+
+    return ctx.options.run_id + TRITON_SUBRUN_SUFFIX
+
+
+def install_triton_files(ctx, texts: dict[str, str], paths: dict[str, str], install_dir: str) -> list[str]:
+    """Install the Triton config files ``texts`` (role -> JSON text) as ``paths`` (role -> the file the
+    server reads, ``orch_plan.paths``) in ``install_dir``, as this run's sub-run :func:`triton_subrun`
+    (payload ``install``: every file it replaces backed up and a manifest written before the first
+    write, each file written atomically). The sub-run is recorded on the host (state ``installed``)
+    at once, so ``orch recover`` restores it after a killed controller, and kept in
+    ``ctx.run.sub_runs``, so the rescue does. For a container unit the files go to the host folder
+    bind-mounted there (:func:`orchestrator.host.container.install_target`). Returns the paths as the
+    server sees them. Raises TaskFailed (a role without a file) or PayloadFailed."""
+    from .container import install_target
+    from .records import records
+
+    missing = sorted(set(paths) - set(texts))
+    if missing:
+        raise TaskFailed(f"no Triton {', '.join(missing)} file to install for the trial")
+    write_dir = install_dir
+    unit = ctx.facts.unit
+    if unit is not None and unit.container is not None:
+        write_dir = install_target(unit.container, install_dir, unit.environment)
+    sub = triton_subrun(ctx)
+    files = [{"name": paths[r].rsplit("/", 1)[-1], "content": texts[r], "role": r} for r in sorted(paths)]
+    if sub not in ctx.run.sub_runs:
+        ctx.run.sub_runs.append(sub)
+    ctx.run.install_attempted = True
+    ctx.payload.call("install", request={"run_id": sub, "state_dir": ctx.payload.state_dir, "action": "tune",
+                                         "dest_dir": write_dir, "files": files, "create_dest": True}, timeout=300)
+    records(ctx).set_state(sub, "installed", {"action": "tune", "sub_run_of": ctx.options.run_id,
+                                              "note": "the Triton files of a MoE runner trial"})
+    return [paths[r] for r in sorted(paths)]
+
+
+def restore_triton_files(ctx) -> list[dict]:
+    """Put the files :func:`install_triton_files` replaced back to their bytes (payload ``restore`` of
+    the sub-run; its host record then says ``restored``, so neither ``orch rollback`` nor ``orch
+    recover`` touches it again) and drop it from ``ctx.run.sub_runs``. Returns the restore's files."""
+    sub = triton_subrun(ctx)
+    if sub not in ctx.run.sub_runs:
+        return []
+    data = ctx.payload.call("restore", ["--run-id", sub, "--state-dir", ctx.payload.state_dir], timeout=300)
+    ctx.run.sub_runs.remove(sub)
+    ctx.emit("configs_restored", run_id=sub, files=data.get("files"))
+    return list(data.get("files") or [])

@@ -65,10 +65,23 @@ def check_name(name: Any) -> str:
     return name
 
 
+#: the suffix of a run's sub-run that holds the Triton config files a runner trial installed
+#: (``<run id>.triton``): one manifest per folder changed, the sub-run's state follows its run's
+TRITON_SUBRUN_SUFFIX = ".triton"
+
+
+def parent_run(run_id: str) -> str:
+    """The run a sub-run belongs to (``R.triton`` -> ``R``); any other id is its own."""
+    if isinstance(run_id, str) and run_id.endswith(TRITON_SUBRUN_SUFFIX) and len(run_id) > len(TRITON_SUBRUN_SUFFIX):
+        return run_id[: -len(TRITON_SUBRUN_SUFFIX)]
+    return run_id
+
+
 def held_by_other(state_dir: str, run_ids: set[str]) -> dict | None:
-    """The host lock (``lock.json``) when it is held by a run not in ``run_ids``, else ``None``."""
+    """The host lock (``lock.json``) when it is held by a run not in ``run_ids`` (a sub-run,
+    :func:`parent_run`, counts as its run), else ``None``."""
     lk = read_json(os.path.join(state_dir, "lock.json"), default=None)
-    if isinstance(lk, dict) and lk.get("run_id") not in run_ids:
+    if isinstance(lk, dict) and lk.get("run_id") not in run_ids | {parent_run(r) for r in run_ids}:
         return lk
     return None
 

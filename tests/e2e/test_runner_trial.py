@@ -262,3 +262,90 @@ def test_measuring_host_fails_before_its_verdict_the_other_host_measures_itself(
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()
               if '"runner_trial_measuring_failed"' in x]
     assert [e.get("measuring_host") for e in events] == [bad.name], events
+
+
+def _events(state, run_id: str, kind: str) -> list[dict]:
+    return [json.loads(x) for x in (state / "runs" / run_id / "events.jsonl").read_text().splitlines()
+            if f'"{kind}"' in x]
+
+
+def test_triton_candidate_runs_on_freshly_tuned_files_put_back_when_not_kept(testbed_factory, tmp_path):
+    """The host has an earlier Triton file and no stored tune: the trial measures the unit as it is,
+    then stops it, tunes (transient unit), installs the tuned files (backed up first) and starts
+    the Triton candidate on them (its log shows them loaded). FlashInfer CUTLASS is kept: the Triton
+    files are back to their bytes, the host as before apart from the drop-in."""
+    from tests.e2e.test_faults import OLD_UP, UP
+
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(1, host_options={0: {"env": env, "config_files": {UP: OLD_UP}}})
+    h = bed.hosts[0]
+    configs_before = h.file_tree_hash(h.config_dir)
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlass",
+                "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = recap(proc)
+    r = out["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    assert rows["triton"]["triton_files"] == "tuned" and rows["triton"]["agreement"] == 1.0, rows["triton"]
+    assert trial["kept"] == "flashinfer_cutlass" and rows["flashinfer_cutlass"]["kept"]
+    launches = _events(state, out["run_id"], "tune_launch")
+    assert len(launches) == 1 and launches[0].get("unit"), launches  # tuned in the transient unit
+    # the Triton candidate's start loaded the tuned files, not the earlier one
+    up = r["summary"]["plan"]["paths"]["up"]
+    assert up.endswith("/" + UP), up
+    assert f"Using MoE kernel config from {up}" in h.unit_log()
+    assert not rows["triton"]["why"].startswith(("did not", "the start did not load")), rows["triton"]
+    tuned = json.loads((state / "runs" / out["run_id"] / "hosts" / h.name / "configs" / UP).read_text())
+    assert tuned != OLD_UP  # the candidate's start loaded these (orch checks its log), not the earlier file
+    # put back byte-identical; the sub-run's record says so, and orch rollback would not touch it
+    assert h.file_tree_hash(h.config_dir) == configs_before
+    sub = json.loads(h.sh(f"cat /var/lib/orch/runs/{out['run_id']}.triton/state.json").stdout)
+    assert sub["state"] == "restored", sub
+    assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+    assert "--moe-runner-backend flashinfer_cutlass" in h.sh(f"cat {DROPIN}").stdout
+
+
+def test_triton_kept_on_tuned_files_rollback_and_a_current_tune_is_not_redone(testbed_factory, tmp_path):
+    """No Triton file on the host (the default config): the freshly tuned Triton files beat the
+    unit's runner and FlashInfer CUTLASS, so they stay, with no drop-in (the unit's own runner is
+    Triton). A second trial finds them current (the store's result, installed and loaded): no tune.
+    `orch rollback` then removes them."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=1.2", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(1, host_options={0: {"env": env}})
+    h = bed.hosts[0]
+    configs_before = h.file_tree_hash(h.config_dir)
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    args = ("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlass", "--json")
+    proc = orch(*args, state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = recap(proc)
+    r = out["hosts"][h.name]
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    assert trial["kept"] == "triton" and trial["changed"] and rows["triton"]["kept"], trial
+    assert rows["triton"]["triton_files"] == "tuned"
+    assert h.file_tree_hash("/etc/systemd/system") == units_before  # no drop-in: the unit runs Triton itself
+    after = h.file_tree_hash(h.config_dir)
+    assert after != configs_before and any(p.endswith(".json") for p in after if p not in configs_before)
+    assert h.unit_state() == "active" and "Using MoE kernel config from" in h.unit_log()
+
+    again = orch(*args, state_dir=state)
+    assert again.returncode == 0, again.stderr[-6000:]
+    rid2 = recap(again)["run_id"]
+    assert _events(state, rid2, "tune_launch") == []  # current: no tune
+    rows2 = {c["runner"]: c for c in recap(again)["hosts"][h.name]["summary"]["runner_trial"]["candidates"]}
+    assert "triton" not in rows2  # the reference row is Triton on these files
+    assert h.file_tree_hash(h.config_dir) == after
+
+    back = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    rb = recap(back)["hosts"][h.name]
+    assert rb["outcome"] == "completed" and rb["summary"]["rolled_back"] == out["run_id"] + ".triton", rb
+    assert h.file_tree_hash(h.config_dir) == configs_before
+    assert h.unit_state() == "active"
