@@ -55,7 +55,9 @@ def test_trial_keeps_the_faster_runner_and_rollback_undoes_it(testbed_factory, t
     fast = max(v for v in rows["flashinfer_cutlass"]["tokens_per_s"].values() if v)
     ref = max(v for v in rows["auto"]["tokens_per_s"].values() if v)
     assert fast > ref, (fast, ref)
-    assert "triton" not in rows  # auto resolves to triton here: the reference row measures it
+    # auto resolves to triton here: the reference row measures it on the host's files, the triton
+    # row on freshly tuned ones (no stored tune), put back since it was not kept
+    assert rows["triton"]["triton_files"] == "tuned" and not rows["triton"]["kept"]
     # the drop-in sets the runner, the server runs it, its log says so
     text = h.sh(f"cat {DROPIN}").stdout
     assert "ExecStart=\n" in text and text.rstrip().endswith("--moe-runner-backend flashinfer_cutlass")
@@ -205,8 +207,9 @@ def test_trial_once_per_tuning_group_the_other_host_reuses_the_verdict(testbed_f
     assert f"measured on {measured[0]}" in proc.stderr
     run_dir = state / "runs" / out["run_id"]
     benches = {n: sorted(p.name for p in (run_dir / "hosts" / n).glob("bench_runner_*.json")) for n in trials}
-    assert benches[measured[0]] == ["bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json"]
-    assert benches[other] == []  # nothing measured there
+    assert benches[measured[0]] == ["bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json",
+                                    "bench_runner_triton_tuned.json"]  # triton on the files it tuned
+    assert benches[other] == []  # nothing measured (or tuned) there
     for h in bed.hosts:  # each started the kept runner through its own drop-in
         assert trials[h.name]["kept"] == "flashinfer_cutlass" and trials[h.name]["changed"]
         assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
@@ -256,7 +259,8 @@ def test_measuring_host_fails_before_its_verdict_the_other_host_measures_itself(
     assert trial["kept"] == "flashinfer_cutlass" and trial["changed"]
     run_dir = state / "runs" / out["run_id"]
     assert sorted(p.name for p in (run_dir / "hosts" / good.name).glob("bench_runner_*.json")) == [
-        "bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json"]  # measured there
+        "bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json",
+        "bench_runner_triton_tuned.json"]  # measured (and tuned) there
     assert good.unit_state() == "active" and _runner(good) == "flashinfer_cutlass"
     assert f"measuring host {bad.name}" in proc.stderr and "measured here" in proc.stderr
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()
