@@ -300,8 +300,8 @@ def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:
 
 def triton_subrun(ctx) -> str:
     """The id of this run's sub-run that holds the Triton files a trial installs (``<run id>.triton``,
-    :data:`remote.host.changes.TRITON_SUBRUN_SUFFIX`): one manifest per folder a run changes."""
-    from remote.host.changes import TRITON_SUBRUN_SUFFIX
+    :data:`remote.protocol.TRITON_SUBRUN_SUFFIX`): one manifest per folder a run changes."""
+    from remote.protocol import TRITON_SUBRUN_SUFFIX
 
     return ctx.options.run_id + TRITON_SUBRUN_SUFFIX
 

@@ -39,7 +39,7 @@ import threading
 from typing import Any
 
 from .. import PROTO
-from ..protocol import PayloadError, internal_error, log
+from ..protocol import PayloadError, internal_error, log, parent_run
 from .fs import (PRIVATE_FILE_MODE, TMP_MARK, atomic_write, atomic_write_json, fsync_dir, now_iso,
                  read_bytes, read_json, remove_stale_temps, run_dir, sha256_bytes, sha256_file)
 
@@ -63,18 +63,6 @@ def check_name(name: Any) -> str:
     if TMP_MARK in name or not name.endswith(".json") or len(name.encode("utf-8")) > 255:
         raise PayloadError("bad_input", f"refused file name {name!r} (must end in .json)")
     return name
-
-
-#: the suffix of a run's sub-run that holds the Triton config files a runner trial installed
-#: (``<run id>.triton``): one manifest per folder changed, the sub-run's state follows its run's
-TRITON_SUBRUN_SUFFIX = ".triton"
-
-
-def parent_run(run_id: str) -> str:
-    """The run a sub-run belongs to (``R.triton`` -> ``R``); any other id is its own."""
-    if isinstance(run_id, str) and run_id.endswith(TRITON_SUBRUN_SUFFIX) and len(run_id) > len(TRITON_SUBRUN_SUFFIX):
-        return run_id[: -len(TRITON_SUBRUN_SUFFIX)]
-    return run_id
 
 
 def held_by_other(state_dir: str, run_ids: set[str]) -> dict | None:
