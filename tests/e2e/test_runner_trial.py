@@ -353,3 +353,28 @@ def test_triton_kept_on_tuned_files_rollback_and_a_current_tune_is_not_redone(te
     assert rb["outcome"] == "completed" and rb["summary"]["rolled_back"] == out["run_id"] + ".triton", rb
     assert h.file_tree_hash(h.config_dir) == configs_before
     assert h.unit_state() == "active"
+
+
+def test_triton_kept_over_another_runner_rollback_undoes_drop_in_and_files_together(testbed_factory, tmp_path):
+    """The unit runs FlashInfer CUTLASS; Triton on freshly tuned files is faster, so the trial keeps
+    it: a drop-in (the run) and the Triton files (its sub-run). `orch rollback` undoes both, byte-identical."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=1.2", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(1, host_options={0: {"env": env, "extra_args": ["--moe-runner-backend", "flashinfer_cutlass"]}})
+    h = bed.hosts[0]
+    configs_before, units_before = h.file_tree_hash(h.config_dir), h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton", "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = recap(proc)
+    trial = out["hosts"][h.name]["summary"]["runner_trial"]
+    assert trial["reference"] == "flashinfer_cutlass" and trial["kept"] == "triton" and trial["changed"], trial
+    assert h.unit_state() == "active" and _runner(h) == "triton"
+    assert h.file_tree_hash(h.config_dir) != configs_before and h.sh(f"test -f {DROPIN}", check=False).returncode == 0
+    back = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    rb = recap(back)["hosts"][h.name]
+    assert rb["outcome"] == "completed" and rb["summary"]["rolled_back"] == out["run_id"], rb
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.file_tree_hash(h.config_dir) == configs_before
+    assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
