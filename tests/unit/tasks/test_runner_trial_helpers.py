@@ -148,3 +148,21 @@ def test_trial_flags_reads_values_and_switches():
                        "--speculative-moe-runner-backend=triton", "--flashinfer-autotune-skip-ops", "moe"])
     assert got == [["--flashinfer-autotune-skip-ops", "moe"], ["--no-speculative-enable-w4a4-mxfp4-megamoe", ""],
                    ["--speculative-algorithm", "EAGLE"], ["--speculative-moe-runner-backend", "triton"]]
+
+
+def test_rollback_target_takes_a_trial_s_drop_in_and_its_triton_sub_run_together():
+    from orchestrator.tasks.rollback import _with_sub_run
+
+    done = {"state": {"state": "completed"}}
+    run = dict(done, run_id="R", changed=[{"path": "/etc/systemd/system/u.service.d/orch-moe-runner.conf"}])
+    sub = dict(done, run_id="R.triton", changed=[{"path": "/x/triton_3_6_0/E=8.json"}])
+    older = dict(done, run_id="Q", changed=[{"path": "/x/E=8.json"}])
+    runs = [sub, run, older]
+    assert _with_sub_run(sub, runs, explicit=False) == dict(run, linked=["R.triton"])  # picked by default
+    assert _with_sub_run(run, runs, explicit=True) == dict(run, linked=["R.triton"])  # --to R
+    assert _with_sub_run(sub, runs, explicit=True) == sub  # --to R.triton: the files alone
+    nodrop = dict(run, changed=[])  # Triton kept as the unit's own runner: only the sub-run changed
+    assert _with_sub_run(sub, [sub, nodrop], explicit=False) == sub
+    gone = dict(sub, state={"state": "restored"})  # the trial put the files back: nothing linked
+    assert _with_sub_run(run, [gone, run], explicit=False) == run
+    assert _with_sub_run(older, runs, explicit=False) == older
