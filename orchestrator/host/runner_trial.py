@@ -6,7 +6,8 @@ The drop-in (``/etc/systemd/system/UNIT.service.d/orch-moe-runner.conf``, payloa
 ``runner_change``) resets ``ExecStart=`` and repeats the unit's own command line (as its unit file
 and drop-ins give it, variables and specifiers left for systemd) with ``--moe-runner-backend X``
 instead of any such flag it had. SGLang's parser takes the command line over a ``--config`` file
-(SGLang 0.5.23 ``srt/server_args_config_parser.py`` ``ConfigArgumentMerger``), so the flag wins there too.
+(SGLang 0.5.23 ``srt/utils/server_args_config_parser.py`` ``ConfigArgumentMerger.merge_config_with_args``
+puts the file's flags before the command line's, and argparse keeps the last), so the flag wins there too.
 """
 
 from __future__ import annotations
