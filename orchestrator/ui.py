@@ -252,6 +252,8 @@ def _summary_fields(r) -> list[tuple[str, str]]:
                        f"{'KEPT' if r.kept else (r.why or 'not kept')[:60]}" for r in t.candidates)
         if t.measured_on:
             tp += f"\nmeasured on {t.measured_on} (same tuning group), reused here"
+        if t.measuring_failed:
+            tp += f"\nmeasuring host {t.measuring_failed[:80]} (no verdict): measured here"
         files = files if t.changed else "-"
     if s.sigkilled:  # sglang #22779: say it; the benchmark after checked every request for tokens
         tp += "\nSIGKILL: " + ", ".join(f"pid {k.get('pid')} ({k.get('by')})" for k in s.sigkilled)

@@ -49,6 +49,18 @@ def is_run_id(text: Any) -> bool:
     return isinstance(text, str) and bool(RUN_ID_RE.match(text)) and text not in (".", "..")
 
 
+#: the suffix of a run's sub-run that holds the Triton config files a runner trial installed
+#: (``<run id>.triton``): one manifest per folder changed, the sub-run's state follows its run's
+TRITON_SUBRUN_SUFFIX = ".triton"
+
+
+def parent_run(run_id: str) -> str:
+    """The run a sub-run belongs to (``R.triton`` -> ``R``); any other id is its own."""
+    if isinstance(run_id, str) and run_id.endswith(TRITON_SUBRUN_SUFFIX) and len(run_id) > len(TRITON_SUBRUN_SUFFIX):
+        return run_id[: -len(TRITON_SUBRUN_SUFFIX)]
+    return run_id
+
+
 class PayloadError(Exception):
     """An error reported to the controller as an ``error`` line.
 

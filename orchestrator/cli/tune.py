@@ -100,7 +100,7 @@ def cmd_tune(args) -> int:
         extra["orch_moe_runners"] = checked_as("--moe-runners", args.moe_runners, "orch_moe_runners")
         # one trial per tuning group (identical hosts): the others reuse its verdict
         return _run(args, args.playbook or "runner-trial", extra, label="tune", leave_stopped=args.leave_stopped,
-                    fleet=GroupCoordinator(tune_on=args.tune_on))
+                    retune=args.retune, fleet=GroupCoordinator(tune_on=args.tune_on))
     return _run(args, args.playbook or "tune", extra, label="tune", leave_stopped=args.leave_stopped,
                 retune=args.retune, fleet=GroupCoordinator(shard_tuning=args.shard_tuning, tune_on=args.tune_on))
 

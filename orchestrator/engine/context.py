@@ -85,6 +85,9 @@ class HostRun:
     install_attempted: bool = False
     install_manifest: dict[str, Any] | None = None
     tuned_files: dict[str, str] = field(default_factory=dict)
+    #: sub-runs of this run on the host (``<run id>.triton``: the Triton files a runner trial
+    #: installed, a manifest of their own); their host record follows this run's, the rescue restores them
+    sub_runs: list[str] = field(default_factory=list)
     log_mark: str = ""
     start_mark: Any = None
     payload: dict[str, Any] | None = None

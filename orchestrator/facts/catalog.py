@@ -22,7 +22,7 @@ from .bench import BenchResult
 from .gpu_health import GpuHealth
 from .plan import Endpoint, Plan
 from .probe import ProbeFacts
-from .runner_trial import RunnerTrial
+from .runner_trial import RunnerTrial, RunnerTritonFiles
 from .schema import FactError, Record
 from .server_group import ServerGroup
 from .unit import ServerArgs, UnitFacts
@@ -128,6 +128,10 @@ class HostFacts:
     runner_candidates = Fact("orch_runner_candidates", list)
     #: the runner trial's table (runner_trial)
     runner_trial = Fact("orch_runner_trial", RunnerTrial)
+    #: the Triton candidate's config files: current, from the store, or tuned (runner_triton_files)
+    runner_triton = Fact("orch_runner_triton", RunnerTritonFiles)
+    #: the trial applied another host's verdict, nothing left to measure here (runner_reference)
+    runner_reused = Fact("orch_runner_reused", bool)
 
     def __init__(self, variables: Mapping[str, Any]):
         self._vars = variables

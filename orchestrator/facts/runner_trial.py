@@ -27,7 +27,9 @@ class RunnerCandidate(Record):
     """One row: ``runner`` (``--moe-runner-backend`` value), ``reference`` (the unit's runner as it
     was), ``tokens_per_s`` (concurrency, as text -> output tokens/s), ``agreement`` (0..1, None
     when not measured), ``passed`` (output check), ``kept``, ``why`` (the reason it was not kept,
-    or kept), ``log_runner`` (the runner the start's log names), ``ready_s`` (seconds to ready)."""
+    or kept), ``log_runner`` (the runner the start's log names), ``ready_s`` (seconds to ready),
+    ``triton_files`` (the Triton candidate started on config files the trial installed: ``tuned``
+    by this run, or from the controller's ``store``; None: on the files the host had)."""
 
     runner: str
     reference: bool = False
@@ -38,6 +40,7 @@ class RunnerCandidate(Record):
     why: str = ""
     log_runner: str | None = optional()
     ready_s: float | None = optional()
+    triton_files: str | None = optional()
 
     def top(self) -> float | None:
         """Output tokens/s at the highest concurrency measured (None when none was)."""
@@ -52,7 +55,10 @@ class RunnerTrial(Record):
     runs after the trial), ``changed`` (a drop-in now sets it), ``min_agreement`` (0..1),
     ``min_gain_pct`` (percent), ``prompts`` (how many check prompts), ``max_new_tokens``,
     ``dropin`` (the drop-in path), ``measured_on`` (the host of its tuning group whose trial
-    measured the table and the verdict this host reuses; None: measured here)."""
+    measured the table and the verdict this host reuses; None: measured here), ``group_key`` (the
+    trial group this host measures for, its verdict published under it), ``measuring_failed``
+    (this host was to reuse a verdict, but the measuring host of its group failed before it gave
+    one: ``"HOST: cause"``; the table was then measured here)."""
 
     reference: str
     candidates: list[RunnerCandidate] = field(default_factory=list)
@@ -64,3 +70,22 @@ class RunnerTrial(Record):
     max_new_tokens: int = 0
     dropin: str = ""
     measured_on: str | None = optional()
+    measuring_failed: str | None = optional()
+    group_key: str | None = optional()
+
+
+@dataclass(slots=True)
+class RunnerTritonFiles(Record):
+    """The Triton config files the trial's ``triton`` candidate runs on (``orch_runner_triton``,
+    task ``runner_triton_files``), by the rule ``orch tune`` decides with: ``action`` ``current``
+    (the controller's store holds this host's tuning key and those bytes are installed: no tune,
+    no install), ``install`` (the store's files differ from the installed ones: installed before
+    the candidate starts, no tune) or ``tune`` (no stored result, or ``--retune``: tuned with the
+    unit stopped, then installed); ``none`` when the tuner cannot run these weights (``reason``):
+    the candidate runs on the files the host has. ``paths``: role -> the file the server reads;
+    ``install_dir``: their folder (``orch_plan``)."""
+
+    action: str
+    reason: str = ""
+    install_dir: str = ""
+    paths: dict[str, str] = field(default_factory=dict)

@@ -6,7 +6,8 @@ The drop-in (``/etc/systemd/system/UNIT.service.d/orch-moe-runner.conf``, payloa
 ``runner_change``) resets ``ExecStart=`` and repeats the unit's own command line (as its unit file
 and drop-ins give it, variables and specifiers left for systemd) with ``--moe-runner-backend X``
 instead of any such flag it had. SGLang's parser takes the command line over a ``--config`` file
-(SGLang 0.5.23 ``srt/server_args_config_parser.py`` ``ConfigArgumentMerger``), so the flag wins there too.
+(SGLang 0.5.23 ``srt/utils/server_args_config_parser.py`` ``ConfigArgumentMerger.merge_config_with_args``
+puts the file's flags before the command line's, and argparse keeps the last), so the flag wins there too.
 """
 
 from __future__ import annotations
@@ -231,13 +232,57 @@ def backup_autotune_cache(ctx, unit: str) -> dict:
     return data
 
 
+#: flags (besides those :class:`remote.sglang.server_args.ServerArgs` reads) that change FlashInfer's
+#: autotune of the server, so hosts that differ in them measure apart: ``--flashinfer-autotune-skip-ops``
+#: (SGLang 0.5.23 ``srt/arg_groups/fields/exec_.py``; the ``skip_ops=`` part of the cache hash in
+#: ``srt/model_executor/runner/flashinfer_autotune.py`` ``flashinfer_autotune_cache_path``)
+TRIAL_FLAGS = ("--flashinfer-autotune-skip-ops",)
+#: prefixes of the speculative-decoding flags (``srt/arg_groups/fields/spec.py``): the draft worker
+#: autotunes with ``--speculative-moe-runner-backend`` / ``--speculative-moe-a2a-backend`` (else the
+#: target's), its quantization enters its cache hash (``draft_quant=``), and the draft token count
+#: sets the autotune shapes (``should_run_flashinfer_autotune``, ``max_speculative_num_draft_tokens``);
+#: every one of them is kept, spelled as the unit spells it (``--no-`` forms of the boolean ones too)
+SPECULATIVE_PREFIXES = ("--speculative-", "--no-speculative-")
+
+
+def trial_flags(launch_args: list[str]) -> list[list[str]]:
+    """The flags of ``launch_args`` (the server's arguments, ``--config`` merged: ``ServerArgs.launch_args``)
+    that enter the trial group key besides the parsed sizes: :data:`TRIAL_FLAGS` and every flag
+    starting with one of :data:`SPECULATIVE_PREFIXES`, each as ``[flag, value]`` (``value`` the next
+    word when it is not itself a flag, ``""`` for a switch, the part after ``=`` for ``--flag=value``),
+    sorted. Pure."""
+    out: list[list[str]] = []
+    for i, tok in enumerate(launch_args):
+        name, eq, val = tok.partition("=")
+        if not (name in TRIAL_FLAGS or name.startswith(SPECULATIVE_PREFIXES)):
+            continue
+        if not eq:
+            nxt = launch_args[i + 1] if i + 1 < len(launch_args) else ""
+            val = "" if nxt.startswith("--") else nxt
+        out.append([name, val])
+    return sorted(out)
+
+
+def attention_dp(server) -> tuple[int, int]:
+    """``(attention data-parallel size, data-parallel replicas)`` as SGLang 0.5.23 runs the server:
+    ``--attn-dp-size`` (``attn_dp_size``, a part of FlashInfer's cache hash in
+    ``flashinfer_autotune_cache_path``) and ``--dp-size``; the deprecated ``--dp-size N
+    --enable-dp-attention`` is ``attn_dp_size N`` with one replica
+    (``srt/arg_groups/parallel_hook.py`` ``_handle_deprecated_dp_attention``). Pure."""
+    attn, dp = int(server.attn_dp_size or 1), int(server.dp or 1)
+    if "--enable-dp-attention" in (server.launch_args or []) and attn == 1:
+        return dp, 1
+    return attn, dp
+
+
 def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:
     """The key of the hosts whose runner trials would measure the same thing (``runner:<hash>``), or
     None when the probe does not say enough (then the host measures on its own). Hosts share it when
     the GPU kind and compute capability, the SGLang and FlashInfer releases, the model's MoE shape,
-    the unit's model path, dtype, quantization, TP/EP, all-to-all backend and runner flag, the
-    candidates and the trial's ``settings`` (benchmark levels and lengths, check prompts, thresholds)
-    are the same: what SGLang's runner rules and FlashInfer's autotune key read
+    the unit's model path, dtype, quantization, TP/EP/PP, attention DP and DP replicas (:func:`attention_dp`), all-to-all backend and runner flag, whether FlashInfer autotunes (``--disable-flashinfer-autotune``,
+    ``--enable-deterministic-inference``), the speculative-decoding and other flags of
+    :func:`trial_flags`, the candidates and the trial's ``settings`` (benchmark levels and lengths,
+    check prompts, thresholds) are the same: what SGLang's runner rules and FlashInfer's autotune key read
     (:mod:`remote.sglang.runner`, :mod:`remote.sglang.autotune`), and what the verdict depends on."""
     probe, server = ctx.facts.probe, ctx.facts.server
     if probe is None or server is None or not probe.device_name:
@@ -249,7 +294,61 @@ def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:
         "shape": {k: getattr(model, k, None) for k in ("E", "N", "hidden", "topk", "dtype_selector", "block_shape",
                                                       "model_type")} if model is not None else None,
         "model_path": server.model_path, "dtype": server.dtype, "quantization": server.quantization,
-        "tp": server.tp, "ep": server.ep, "a2a": server.moe_a2a_backend,
+        "tp": server.tp, "ep": server.ep, "pp": server.pp, "attn_dp_dp": list(attention_dp(server)),
+        "a2a": server.moe_a2a_backend, "autotune_off": bool(server.disable_flashinfer_autotune),
+        "deterministic": bool(server.enable_deterministic_inference), "flags": trial_flags(server.launch_args),
         "runner": server.moe_runner_backend or "auto", "candidates": list(candidates), "settings": settings,
     }
     return "runner:" + hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def triton_subrun(ctx) -> str:
+    """The id of this run's sub-run that holds the Triton files a trial installs (``<run id>.triton``,
+    :data:`remote.protocol.TRITON_SUBRUN_SUFFIX`): one manifest per folder a run changes."""
+    from remote.protocol import TRITON_SUBRUN_SUFFIX
+
+    return ctx.options.run_id + TRITON_SUBRUN_SUFFIX
+
+
+def install_triton_files(ctx, texts: dict[str, str], paths: dict[str, str], install_dir: str) -> list[str]:
+    """Install the Triton config files ``texts`` (role -> JSON text) as ``paths`` (role -> the file the
+    server reads, ``orch_plan.paths``) in ``install_dir``, as this run's sub-run :func:`triton_subrun`
+    (payload ``install``: every file it replaces backed up and a manifest written before the first
+    write, each file written atomically). The sub-run is recorded on the host (state ``installed``)
+    at once, so ``orch recover`` restores it after a killed controller, and kept in
+    ``ctx.run.sub_runs``, so the rescue does. For a container unit the files go to the host folder
+    bind-mounted there (:func:`orchestrator.host.container.install_target`). Returns the paths as the
+    server sees them. Raises TaskFailed (a role without a file) or PayloadFailed."""
+    from .container import install_target
+    from .records import records
+
+    missing = sorted(set(paths) - set(texts))
+    if missing:
+        raise TaskFailed(f"no Triton {', '.join(missing)} file to install for the trial")
+    write_dir = install_dir
+    unit = ctx.facts.unit
+    if unit is not None and unit.container is not None:
+        write_dir = install_target(unit.container, install_dir, unit.environment)
+    sub = triton_subrun(ctx)
+    files = [{"name": paths[r].rsplit("/", 1)[-1], "content": texts[r], "role": r} for r in sorted(paths)]
+    if sub not in ctx.run.sub_runs:
+        ctx.run.sub_runs.append(sub)
+    ctx.run.install_attempted = True
+    ctx.payload.call("install", request={"run_id": sub, "state_dir": ctx.payload.state_dir, "action": "tune",
+                                         "dest_dir": write_dir, "files": files, "create_dest": True}, timeout=300)
+    records(ctx).set_state(sub, "installed", {"action": "tune", "sub_run_of": ctx.options.run_id,
+                                              "note": "the Triton files of a MoE runner trial"})
+    return [paths[r] for r in sorted(paths)]
+
+
+def restore_triton_files(ctx) -> list[dict]:
+    """Put the files :func:`install_triton_files` replaced back to their bytes (payload ``restore`` of
+    the sub-run; its host record then says ``restored``, so neither ``orch rollback`` nor ``orch
+    recover`` touches it again) and drop it from ``ctx.run.sub_runs``. Returns the restore's files."""
+    sub = triton_subrun(ctx)
+    if sub not in ctx.run.sub_runs:
+        return []
+    data = ctx.payload.call("restore", ["--run-id", sub, "--state-dir", ctx.payload.state_dir], timeout=300)
+    ctx.run.sub_runs.remove(sub)
+    ctx.emit("configs_restored", run_id=sub, files=data.get("files"))
+    return list(data.get("files") or [])

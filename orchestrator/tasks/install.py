@@ -156,18 +156,30 @@ def compare_installed(ctx, name: str) -> TaskResult:
 
 @task("restore")
 def restore(ctx, run_id: str | None = None) -> TaskResult:
-    """Put back every file a run changed (``run_id``, default: this run; rescue steps) from the
-    host's own backups and manifest. Skipped when this run installed nothing."""
+    """Put back every file a run changed (``run_id``, default: this run and its sub-runs,
+    ``HostRun.sub_runs``; rescue steps) from the host's own backups and manifest. Skipped when
+    this run installed nothing."""
     if run_id is None and not ctx.run.install_attempted:
         return TaskResult.skipped("this run installed nothing")
     rid = run_id or ctx.options.run_id
     try:
         data = ctx.payload.call("restore", ["--run-id", rid, "--state-dir", ctx.payload.state_dir], timeout=300)
     except PayloadFailed as exc:
-        if exc.kind == "not_found" and run_id is None:
+        if exc.kind != "not_found" or run_id is not None:
+            raise
+        if not ctx.run.sub_runs:
             # install failed before its manifest: nothing on the host was changed
             return TaskResult.ok(f"run {rid} wrote nothing on the host: nothing to restore")
-        raise
-    ctx.run.summary.restored = data.get("files")
-    ctx.emit("configs_restored", run_id=rid, files=data.get("files"))
-    return TaskResult.changed(f"restored the files of run {rid}", **data)
+        data = {}
+    files = list(data.get("files") or [])
+    for sub in ctx.run.sub_runs if run_id is None else []:  # e.g. the Triton files of a runner trial
+        try:
+            got = ctx.payload.call("restore", ["--run-id", sub, "--state-dir", ctx.payload.state_dir], timeout=300)
+        except PayloadFailed as exc:
+            if exc.kind != "not_found":
+                raise
+            continue
+        files += got.get("files") or []
+    ctx.run.summary.restored = files
+    ctx.emit("configs_restored", run_id=rid, files=files)
+    return TaskResult.changed(f"restored the files of run {rid}", **dict(data, files=files))

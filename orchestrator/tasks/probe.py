@@ -148,7 +148,7 @@ def multi_node_reason(server: ServerArgs, group: ServerGroup | None = None, coor
 
 
 @task("plan", check_mode=READ_ONLY, sets=("orch_plan", "orch_endpoint"), aliases={"unit": "name", "service": "name"})
-def plan(ctx, name: str) -> TaskResult:
+def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     """Decide what a tune does on this host (``orch_plan``): tune, or skip for a MoE runner that
     does not read Triton config files; which exact files it would write, and which exist.
 
@@ -161,7 +161,9 @@ def plan(ctx, name: str) -> TaskResult:
     file), named as the unit's last start looked them up when its log shows one
     (``orch_plan.names_source`` ``log``; else ``derived`` from the unit and the model config, see
     :func:`reconcile`).
-    ``orch_plan.existing`` says which exist already.
+    ``orch_plan.existing`` says which exist already. ``runner``: plan as if the unit ran with
+    ``--moe-runner-backend runner`` (the runner trial's Triton candidate); the last start's log then
+    names the config files it looked up but not this runner.
     Refuses (fails, before anything is stopped) a multi-node server (:func:`multi_node_reason`),
     a container unit without ``--name`` or whose config folder is on no writable host bind mount
     (:func:`orchestrator.host.container.install_target` gives the ``-v``/``-e`` to add), and
@@ -174,15 +176,17 @@ def plan(ctx, name: str) -> TaskResult:
     why_not = multi_node_reason(server, group, coordinated=ctx.options.barrier is not None)
     if why_not:
         raise TaskFailed(why_not)
-    backend = server.moe_runner_backend or "auto"
+    backend = runner or server.moe_runner_backend or "auto"
     names = probe_data.file_names or {}
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
     text = last_start(unit_log(ctx.connection, name, scope=scope_of(ctx.vars), files=log_files(ctx)))
     rep = parse_moe_log(text) if text is not None else None
+    as_unit = runner is None or runner == (server.moe_runner_backend or "auto")
     runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
-                        a2a_backend=server.moe_a2a_backend, log=rep, **probe_inputs(probe_data.to_dict()))
+                        a2a_backend=server.moe_a2a_backend, log=rep if as_unit else None,
+                        **probe_inputs(probe_data.to_dict()))
     if not runner.known:
         raise TaskFailed(f"cannot tell which MoE runner this server uses, so nothing was stopped: {runner.reason}. "
                          "Name it with --moe-runner-backend in the unit, or start the unit once so its log shows "

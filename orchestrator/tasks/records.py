@@ -91,6 +91,8 @@ def _set_state(ctx, state: str, action: str, note: str | None) -> None:
     if note:
         data["note"] = note
     records(ctx).set_state(ctx.options.run_id, state, data)
+    for sub in ctx.run.sub_runs:  # its own manifest, the same state: recover and rollback see both
+        records(ctx).set_state(sub, state, dict(data, sub_run_of=ctx.options.run_id))
     ctx.run.record_state = state
     ctx.run.record_action = action
 

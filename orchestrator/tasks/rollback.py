@@ -40,6 +40,8 @@ def rollback_select(ctx, to: str | None = None) -> TaskResult:
         cands = [r for r in runs if r.get("changed") and not r.get("restores")
                  and record_state(r) not in ("restored", "failed")]
         target = cands[0] if cands else None
+    if target is not None:
+        target = _with_sub_run(target, runs, explicit=bool(to))
     group = ctx.facts.server_group
     if group is not None:
         # every rank must undo the same run, checked before any rank stops (docs/multi-node.md)
@@ -50,19 +52,53 @@ def rollback_select(ctx, to: str | None = None) -> TaskResult:
     if target is None:
         return TaskResult.skipped("no run on this host changed files; nothing to roll back")
     files = ", ".join(c.get("path", "").rsplit("/", 1)[-1] for c in target.get("changed") or [])
+    if target.get("linked"):
+        files += f" (and the Triton files of its sub-run {', '.join(target['linked'])})"
     return TaskResult.ok(f"will undo run {target['run_id']} ({target.get('action')}): {files}",
                          facts={"orch_rollback_target": target}, target=target)
 
 
+def _undone(r: dict) -> bool:
+    return bool(r.get("changed")) and record_state(r) not in ("restored", "failed")
+
+
+def _with_sub_run(target: dict, runs: list[dict], explicit: bool) -> dict:
+    """A runner trial that kept Triton on files it tuned changed two folders, one manifest each: the
+    run (the drop-in) and its sub-run ``RUN.triton`` (the Triton files,
+    :func:`orchestrator.host.runner_trial.triton_subrun`). Undo them together: the run's record with
+    ``linked`` naming the sub-run, also when the sub-run was picked by default and its run changed
+    the drop-in. A sub-run named with ``--to`` (``explicit``) is undone alone."""
+    from remote.protocol import parent_run
+
+    rid = target.get("run_id") or ""
+    parent = parent_run(rid)
+    if parent != rid:
+        owner = next((r for r in runs if r.get("run_id") == parent and _undone(r)), None)
+        if explicit or owner is None:
+            return target
+        target, rid = owner, parent
+    subs = [r["run_id"] for r in runs if r.get("run_id") != rid and parent_run(r.get("run_id") or "") == rid
+            and _undone(r)]
+    return dict(target, linked=subs) if subs else target
+
+
 @task("rollback_restore", sets=("orch_restored_paths", "orch_deleted_paths"))
-def rollback_restore(ctx, run_id: str) -> TaskResult:
+def rollback_restore(ctx, run_id: str, linked: list | None = None) -> TaskResult:
     """Restore the files run ``run_id`` replaced (``orch_rollback_target.run_id``), recorded on the
-    host as this run (so a rollback can be rolled back). Sets ``orch_restored_paths`` (files put
+    host as this run (so a rollback can be rolled back); ``linked``: sub-runs of ``run_id`` undone with
+    it (``orch_rollback_target.linked``: a runner trial's Triton files), each recorded as a sub-run
+    of this run. Sets ``orch_restored_paths`` (files put
     back) and ``orch_deleted_paths`` (files that did not exist before and were removed); for a
     container unit, as the server sees them (through its bind mounts)."""
     data = ctx.payload.call("restore", ["--run-id", run_id, "--state-dir", ctx.payload.state_dir,
                                         "--as-run-id", ctx.options.run_id], timeout=300)
-    files = data.get("files") or []
+    files = list(data.get("files") or [])
+    for sub in linked or []:  # a runner trial's Triton files: recorded as this run's own sub-run
+        mine = ctx.options.run_id + sub[len(run_id):] if sub.startswith(run_id) else ctx.options.run_id + ".triton"
+        ctx.run.sub_runs.append(mine)
+        got = ctx.payload.call("restore", ["--run-id", sub, "--state-dir", ctx.payload.state_dir,
+                                           "--as-run-id", mine], timeout=300)
+        files += got.get("files") or []
     restored = [f["path"] for f in files if f.get("action") in ("restored", "unchanged") and f.get("sha256")]
     deleted = [f["path"] for f in files if f.get("action") == "deleted"]
     unit = ctx.facts.unit

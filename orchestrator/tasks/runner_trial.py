@@ -14,20 +14,31 @@ from __future__ import annotations
 
 from typing import Literal
 
-from remote.protocol import PayloadError
+import json
+from pathlib import Path
+
+from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES, PayloadError
+from remote.sglang.moe_log import parse_moe_log, verify_loaded
 from remote.sglang.runner import moe_runner, probe_inputs
 from remote.sglang.runner_choices import parse_candidates
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import last_start, text_since, unit_log
-from ..facts.runner_trial import RunnerCandidate, RunnerTrial
+from ..facts.catalog import TuningKey
+from ..facts.runner_trial import RunnerCandidate, RunnerTrial, RunnerTritonFiles
 from ..facts.schema import FactError
 from ..host.endpoint import find_endpoint
 from ..host.runner_trial import (agreement, autotune_cache_dir, backup_autotune_cache, bench, daemon_reload,
-                                 dropin_text, greedy_answers, load_prompts, logged_runner, raw_exec_start,
-                                 restart_ready, trial_group_key)
+                                 dropin_text, greedy_answers, install_triton_files, load_prompts, logged_runner,
+                                 raw_exec_start, restart_ready, restore_triton_files, trial_group_key)
+from ..host.sharing import write_configs
 from ..payload.client import PayloadFailed
+from ..store import ConfigStore, key_hash, tuning_key
+
+#: the reference's greedy answers to the check prompts, in the host's run record (runner_reference
+#: writes them, runner_trial compares each candidate's with them)
+REFERENCE_ANSWERS = "runner_reference_answers.json"
 
 
 def _effective(ctx, backend: str) -> str | None:
@@ -71,19 +82,90 @@ def _levels(result) -> dict[str, float | None]:
             for lv in result.levels}
 
 
-@task("runner_trial", sets=("orch_runner_trial",), aliases={"unit": "name", "service": "name"})
-def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], input_len: int, output_len: int,
-                 start_timeout: float, ready_timeout: float, min_agreement: float = 90.0, min_gain: float = 3.0,
-                 check_tokens: int = 32, prompts_file: str | None = None) -> TaskResult:
-    """Start each of ``candidates`` in turn and keep the fastest whose answers agree (module docstring).
+@task("runner_triton_files", check_mode=READ_ONLY, sets=("orch_runner_triton", "orch_tuning_key"),
+      aliases={"unit": "name", "service": "name"})
+def runner_triton_files(ctx, name: str, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | None,
+                        provider: Literal[PROVIDER_NAMES]) -> TaskResult:
+    """Which Triton config files the trial's ``triton`` candidate runs on (``orch_runner_triton``,
+    :class:`orchestrator.facts.runner_trial.RunnerTritonFiles`), by the rule ``orch tune`` decides
+    with (``config_source`` and ``compare_installed``): the controller's store holds a result for
+    this host's tuning key (``space``, ``batch_sizes``, ``provider``; not under ``--retune``) and
+    it is installed byte for byte, and, when the unit runs the Triton runner now, its last start
+    loaded it: ``current`` (no tune, no install); a stored result that differs: ``install``; no
+    stored result: ``tune``. Needs ``orch_plan`` of the Triton runner (``plan`` with ``runner:
+    triton``). Sets ``orch_tuning_key``, so a tune here is stored as ``orch tune`` stores it."""
+    from remote.sglang.configfile import dumps_config
 
-    ``concurrency``/``input_len``/``output_len``: the benchmark (output tokens/s per level);
-    ``start_timeout``/``ready_timeout`` (s) per start (the ready time allows for FlashInfer's
-    autotune); ``min_agreement`` (percent of check prompts whose greedy answer of ``check_tokens``
-    tokens equals the reference's); ``min_gain`` (percent of output tokens/s at the highest level a
-    passing candidate must beat the reference by to be kept); ``prompts_file`` (controller path;
-    default the shipped set). Refuses a unit that is not running (the output check needs its
-    answers). Sets ``orch_runner_trial``; ``changed`` when a drop-in now sets another runner."""
+    probe, plan = ctx.facts.probe, ctx.facts.plan
+    if probe is None or plan is None or not plan.paths:
+        raise TaskFailed("no plan of the Triton files (orch_plan): run plan with runner: triton first")
+    why = probe.untunable_reason(provider)
+    if why:
+        got = RunnerTritonFiles("none", f"the tuner cannot run these weights ({why}); the triton candidate runs "
+                                        "on the files the host has", plan.install_dir, dict(plan.paths))
+        return TaskResult.ok(got.reason, facts={"orch_runner_triton": got}, **got.to_dict())
+    key = tuning_key(probe, space, batch_sizes, provider)
+    kh = key_hash(key)
+    facts = {"orch_tuning_key": TuningKey(kh, key)}
+    entry = ConfigStore(ctx.options.state_dir).get(key) if (ctx.options.state_dir and not ctx.options.retune) else None
+    if entry is None:
+        got = RunnerTritonFiles("tune", f"no stored result for tuning key {kh}" + (" (--retune)" if ctx.options.retune
+                                                                                 else ""), plan.install_dir,
+                                dict(plan.paths))
+        facts["orch_runner_triton"] = got
+        return TaskResult.ok(("would tune" if ctx.check else "tuning") + f" the Triton files first: {got.reason}",
+                             facts=facts, **got.to_dict())
+    configs = {role: json.loads(p.read_text()) for role, p in entry.files.items()}
+    texts = {role: dumps_config(cfg) for role, cfg in configs.items()}
+    files = [{"name": path.rsplit("/", 1)[-1], "content": texts.get(role, ""), "role": role}
+             for role, path in sorted(plan.paths.items())]
+    cmp = ctx.payload.call("install", request={"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir,
+                                               "action": "tune", "dest_dir": plan.install_dir, "files": files,
+                                               "create_dest": True, "dry_run": True}, timeout=120)
+    differ = [f["name"] for f in cmp.get("files") or [] if f.get("action") != "unchanged"]
+    why_not: list[str] = []
+    if differ:
+        why_not.append("the stored result differs from " + ", ".join(differ))
+    elif _effective(ctx, ctx.facts.server.moe_runner_backend or "auto") == "triton":
+        text = last_start(unit_log(ctx.connection, name))
+        problems = verify_loaded(parse_moe_log(text), list(plan.paths.values())) if text else ["no start in the log"]
+        if problems:
+            why_not.append("the last start did not load them: " + "; ".join(problems))
+    if why_not:
+        got = RunnerTritonFiles("install", "; ".join(why_not) + f" (stored result {kh}, no tune)", plan.install_dir,
+                                dict(plan.paths))
+        if not ctx.check:
+            ctx.run.tuned_files = write_configs(ctx, configs, {r: p.rsplit("/", 1)[-1] for r, p in plan.paths.items()})
+    else:
+        got = RunnerTritonFiles("current", f"the stored result {kh} is installed and loaded: no tune", plan.install_dir,
+                                dict(plan.paths))
+    facts["orch_runner_triton"] = got
+    return TaskResult.ok(got.reason, facts=facts, **got.to_dict())
+
+
+def _settings(concurrency, input_len, output_len, check_tokens, prompts, min_agreement, min_gain) -> dict:
+    return {"concurrency": [int(c) for c in concurrency], "input_len": int(input_len),
+            "output_len": int(output_len), "check_tokens": int(check_tokens), "prompts": prompts,
+            "min_agreement": float(min_agreement), "min_gain": float(min_gain)}
+
+
+def _fresh_triton(ctx) -> bool:
+    """The trial installs Triton files before the triton candidate starts (tuned, or from the store)."""
+    tf = ctx.facts.runner_triton
+    return tf is not None and tf.action in ("tune", "install")
+
+
+@task("runner_reference", sets=("orch_runner_trial", "orch_runner_reused"), aliases={"unit": "name", "service": "name"})
+def runner_reference(ctx, name: str, candidates: list[str], concurrency: list[int], input_len: int, output_len: int,
+                     start_timeout: float, ready_timeout: float, min_agreement: float = 90.0, min_gain: float = 3.0,
+                     check_tokens: int = 32, prompts_file: str | None = None) -> TaskResult:
+    """The first half of the trial (module docstring): refuses a unit that is not running (the output
+    check needs its answers), backs FlashInfer's autotune cache up, finds this host's trial group
+    (:func:`orchestrator.host.runner_trial.trial_group_key`) and, when another host of it measures,
+    waits for that verdict and applies it here (``orch_runner_reused`` True: the trial is done).
+    Else it measures the unit's own runner, the reference: its greedy answers to the check prompts
+    (kept in the host's run record, ``runner_reference_answers.json``) and the benchmark.
+    Arguments as :func:`runner_trial`. Sets ``orch_runner_trial`` (the table so far)."""
     unit_facts = ctx.facts.unit
     if unit_facts is None or unit_facts.active_state != "active":
         raise TaskFailed(f"{name} is not running: the runner trial compares against the answers and speed of the "
@@ -99,11 +181,10 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     last = last_start(unit_log(ctx.connection, name)) or ""
     backup_autotune_cache(ctx, name)
     groups = ctx.options.fleet
-    settings = {"concurrency": [int(c) for c in concurrency], "input_len": int(input_len),
-                "output_len": int(output_len), "check_tokens": int(check_tokens), "prompts": prompts,
-                "min_agreement": float(min_agreement), "min_gain": float(min_gain)}
+    settings = _settings(concurrency, input_len, output_len, check_tokens, prompts, min_agreement, min_gain)
+    if "triton" in candidates and ctx.facts.tuning_key is not None:
+        settings["triton_files"] = ctx.facts.tuning_key.hash  # hosts that share it can share tuned files
     gkey = trial_group_key(ctx, list(candidates), settings) if groups is not None else None
-    role = None
     if gkey:
         groups.report_key(ctx.name, gkey)
         try:
@@ -111,38 +192,99 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
         except TimeoutError as exc:
             raise TaskFailed(str(exc)) from None
         if role.tuner and role.tuner != ctx.name:
-            return _reuse(ctx, name, trial, words, endpoint, role.tuner, gkey, prompts, float(min_agreement),
+            done = _reuse(ctx, name, trial, words, endpoint, role.tuner, gkey, prompts, float(min_agreement),
                           int(check_tokens), start_timeout, ready_timeout)
-
-    def measure(row: RunnerCandidate, label: str, reference_answers: list[dict] | None) -> list[dict]:
-        answers = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
-        if reference_answers is not None:
-            row.agreement = round(agreement(reference_answers, answers), 4)
-            row.passed = row.agreement * 100.0 >= float(min_agreement)
-        result = bench(ctx, endpoint.url, concurrency, input_len, output_len, label)
-        row.tokens_per_s = _levels(result)
-        return answers
-
+            if done is not None:
+                done.facts["orch_runner_reused"] = True
+                return done
+        else:
+            trial.group_key = gkey  # the verdict for the other hosts of the group, published by runner_trial
     ref_row = RunnerCandidate(runner=ref_flag, reference=True, agreement=1.0, passed=True,
                               log_runner=logged_runner(last) if last else None)
     ctx.say(f"reference: --moe-runner-backend {ref_flag} ({ref_runner})")
-    ref_answers = measure(ref_row, "runner_reference", None)
+    answers = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
+    (ctx.host_dir / REFERENCE_ANSWERS).write_text(json.dumps(answers, indent=2))
+    ref_row.tokens_per_s = _levels(bench(ctx, endpoint.url, concurrency, input_len, output_len, "runner_reference"))
     trial.candidates.append(ref_row)
+    ctx.run.summary.runner_trial = trial
+    return TaskResult.ok(f"reference {ref_flag} ({ref_runner}): {ref_row.top() or 0:.1f} output tok/s",
+                         facts={"orch_runner_trial": trial, "orch_runner_reused": False}, **trial.to_dict())
+
+
+@task("runner_trial", sets=("orch_runner_trial",), aliases={"unit": "name", "service": "name"})
+def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], input_len: int, output_len: int,
+                 start_timeout: float, ready_timeout: float, min_agreement: float = 90.0, min_gain: float = 3.0,
+                 check_tokens: int = 32, prompts_file: str | None = None) -> TaskResult:
+    """Start each of ``candidates`` in turn and keep the fastest whose answers agree (module docstring),
+    after ``runner_reference`` measured the unit's own runner (``orch_runner_trial``).
+
+    ``concurrency``/``input_len``/``output_len``: the benchmark (output tokens/s per level);
+    ``start_timeout``/``ready_timeout`` (s) per start (the ready time allows for FlashInfer's
+    autotune); ``min_agreement`` (percent of check prompts whose greedy answer of ``check_tokens``
+    tokens equals the reference's); ``min_gain`` (percent of output tokens/s at the highest level a
+    passing candidate must beat the reference by to be kept); ``prompts_file`` (controller path;
+    default the shipped set). The ``triton`` candidate, when the trial has Triton files to install
+    (``orch_runner_triton`` ``tune``: tuned by this run's ``tune`` step, or ``install``: the store's),
+    starts on them: they are installed as this run's sub-run (backed up first), the start must load
+    them, and they are put back to their bytes unless it is kept. When the unit's own runner is
+    Triton, that candidate is measured too (the reference ran on the old files). Sets
+    ``orch_runner_trial``; ``changed`` when the unit now runs another runner or other Triton files."""
+    trial = ctx.facts.runner_trial
+    if trial is None or not trial.candidates or not trial.candidates[0].reference:
+        raise TaskFailed("no reference measured (orch_runner_trial): run runner_reference before runner_trial")
+    prompts = load_prompts(prompts_file)
+    server = ctx.facts.server
+    ref_flag = trial.reference
+    ref_runner = _effective(ctx, ref_flag) or ref_flag
+    # where the reference answered (the plan's answer, or asked now): the unit may be stopped for the tune
+    endpoint = ctx.facts.endpoint or find_endpoint(ctx)
+    words = raw_exec_start(ctx.connection, name)
+    ref_row = trial.candidates[0]
+    ref_answers = json.loads((ctx.host_dir / REFERENCE_ANSWERS).read_text())
+    fresh = _fresh_triton(ctx) and bool(ctx.run.tuned_files)
+    tf = ctx.facts.runner_triton
+    dropin_written = False
+
+    def measure(row: RunnerCandidate, label: str) -> None:
+        answers = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
+        row.agreement = round(agreement(ref_answers, answers), 4)
+        row.passed = row.agreement * 100.0 >= float(min_agreement)
+        row.tokens_per_s = _levels(bench(ctx, endpoint.url, concurrency, input_len, output_len, label))
+
     for cand in candidates:
-        if cand == ref_flag or (cand == ref_runner and ref_flag == "auto"):
+        own = cand == ref_flag or (cand == ref_runner and ref_flag == "auto")
+        on_fresh = fresh and cand == "triton"
+        if own and not on_fresh:
             continue  # the reference row measures the unit's own runner
         row = RunnerCandidate(runner=cand)
         trial.candidates.append(row)
-        ctx.say(f"candidate {cand}: drop-in, daemon-reload, restart")
         try:
-            _set_dropin(ctx, name, dropin_text(words, cand, ctx.options.run_id))
-            daemon_reload(ctx)
+            if on_fresh:
+                row.triton_files = "tuned" if tf.action == "tune" else "store"
+                texts = {r: Path(p).read_text() for r, p in ctx.run.tuned_files.items()}
+                installed = install_triton_files(ctx, texts, tf.paths, tf.install_dir)
+                ctx.say(f"candidate {cand}: the {row.triton_files} Triton files installed ({', '.join(installed)})")
+            if own:  # the unit's own command line runs it: no drop-in (an earlier candidate's put back)
+                if dropin_written:
+                    _dropin_as_before(ctx, name)
+                    dropin_written = False
+                    daemon_reload(ctx)
+            else:
+                ctx.say(f"candidate {cand}: drop-in, daemon-reload, restart")
+                _set_dropin(ctx, name, dropin_text(words, cand, ctx.options.run_id))
+                dropin_written = True
+                daemon_reload(ctx)
             row.ready_s, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
             row.log_runner = logged_runner(text)
-            if row.log_runner not in (cand, None):
+            if row.log_runner not in (cand, None) and not (own and ref_flag == "auto"):
                 row.why = f"the start's log shows moe_runner_backend={row.log_runner}, not {cand}"
                 continue
-            measure(row, f"runner_{cand}", ref_answers)
+            if on_fresh:
+                problems = verify_loaded(parse_moe_log(text), list(tf.paths.values()))
+                if problems:
+                    row.why = "the start did not load the installed Triton files: " + "; ".join(problems)[:200]
+                    continue
+            measure(row, f"runner_{cand}" + ("_tuned" if own else ""))
         except (TaskFailed, PayloadFailed, FactError) as exc:
             row.why = f"did not run: {str(getattr(exc, 'msg', exc)).splitlines()[0][:200]}"
             ctx.emit("runner_candidate_failed", runner=cand, error=row.why)
@@ -157,56 +299,91 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     for r in passing:
         if r is not best:
             r.why = f"slower than {best.runner}"
-    if best is not None and (gain is None or gain > float(min_gain)):
+    keep = best is not None and (gain is None or gain > float(min_gain))
+    kept_fresh = keep and best.triton_files is not None
+    kept_own = keep and (best.runner == ref_flag or (best.runner == ref_runner and ref_flag == "auto"))
+    if not kept_fresh and ctx.facts.runner_triton is not None:
+        restored = restore_triton_files(ctx)  # the host's Triton files back to their bytes
+        if restored:
+            ctx.run.summary.restored = restored
+    if keep:
         best.kept, best.why = True, f"fastest passing: {gain:+.1f}% output tok/s" if gain is not None else "fastest"
-        ref_row.why = f"replaced by {best.runner}"
+        ref_row.why = f"replaced by {best.runner}" + (" on the tuned files" if kept_fresh else "")
         trial.kept, trial.changed = best.runner, True
-        manifest = _set_dropin(ctx, name, dropin_text(words, best.runner, ctx.options.run_id))
-        trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
-        ctx.run.summary.installed = [trial.dropin] if trial.dropin else None
+        installed = list(tf.paths.values()) if kept_fresh else []
+        if kept_own:  # the unit's own runner on new files: no drop-in
+            if ctx.run.install_attempted and dropin_written:
+                _dropin_as_before(ctx, name)
+        else:
+            manifest = _set_dropin(ctx, name, dropin_text(words, best.runner, ctx.options.run_id))
+            trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
+            installed.insert(0, trial.dropin)
+        ctx.run.summary.installed = [p for p in installed if p] or None
     else:
         if best is not None:
             best.why = f"{gain:+.1f}% output tok/s: within the {float(min_gain):g}% noise threshold"
         ref_row.kept, ref_row.why = True, "the unit keeps its runner"
         trial.kept = ref_flag
-        if ctx.run.install_attempted:  # back to its bytes; the run's record then shows no change
-            data = ctx.payload.call("runner_change", ["--op", "set-dropin", "--run-id", ctx.options.run_id,
-                                                      "--state-dir", ctx.payload.state_dir, "--unit", name,
-                                                      "--as-before"], timeout=120)
-            ctx.run.summary.restored = data.get("files")
+        if dropin_written:  # back to its bytes; the run's record then shows no change
+            data = _dropin_as_before(ctx, name)
+            ctx.run.summary.restored = (ctx.run.summary.restored or []) + list(data.get("files") or [])
     ctx.run.summary.runner_trial = trial
     if ctx.run.install_attempted:
         daemon_reload(ctx)
         _ready, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
         shown = logged_runner(text)
-        want = trial.kept if trial.changed else ref_row.log_runner
-        if want and shown != want:
+        want = trial.kept if trial.changed and not kept_own else ref_row.log_runner
+        if want and want != "auto" and shown != want:
             raise TaskFailed(f"after the trial {name} started with moe_runner_backend={shown}, not {want}")
-        ctx.say(f"{name} runs --moe-runner-backend {trial.kept} (log: moe_runner_backend={shown})")
-    if role is not None:  # the verdict for the other hosts of the group
-        groups.publish(gkey, {"trial": trial.to_dict(), "host": ctx.name})
-    rows = "; ".join(f"{r.runner}: {r.top() or 0:.1f} tok/s, agreement "
+        if kept_fresh:
+            problems = verify_loaded(parse_moe_log(text), list(tf.paths.values()))
+            if problems:
+                raise TaskFailed(f"after the trial {name} did not load the tuned Triton files: " + "; ".join(problems))
+        ctx.say(f"{name} runs --moe-runner-backend {trial.kept} (log: moe_runner_backend={shown})"
+                + (" on the tuned Triton files" if kept_fresh else ""))
+    if trial.group_key and ctx.options.fleet is not None:  # the verdict for the other hosts of the group
+        verdict = {"trial": trial.to_dict(), "host": ctx.name}
+        if kept_fresh:
+            verdict["triton_files"] = {r: Path(p).read_text() for r, p in ctx.run.tuned_files.items()}
+        ctx.options.fleet.publish(trial.group_key, verdict)
+    rows = "; ".join(f"{r.runner}{' (tuned files)' if r.triton_files else ''}: {r.top() or 0:.1f} tok/s, agreement "
                      f"{'-' if r.agreement is None else f'{r.agreement:.0%}'}, "
                      f"{'kept' if r.kept else r.why}" for r in trial.candidates)
     result = TaskResult.changed if trial.changed else TaskResult.ok
     return result(f"kept {trial.kept}: {rows}", facts={"orch_runner_trial": trial}, **trial.to_dict())
 
 
+def _dropin_as_before(ctx, name: str) -> dict:
+    """The drop-in back to its bytes before this run (payload ``set-dropin --as-before``)."""
+    return ctx.payload.call("runner_change", ["--op", "set-dropin", "--run-id", ctx.options.run_id,
+                                              "--state-dir", ctx.payload.state_dir, "--unit", name,
+                                              "--as-before"], timeout=120)
+
+
 def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner: str, gkey: str,
            prompts: list[str], min_agreement: float, check_tokens: int, start_timeout: float,
-           ready_timeout: float) -> TaskResult:
+           ready_timeout: float) -> TaskResult | None:
     """Another host of this host's trial group (:func:`orchestrator.host.runner_trial.trial_group_key`)
     runs the trial: wait for its verdict while the server keeps serving, then apply it here. A kept
     runner is started through this host's own drop-in, and its own start is verified: the log must
     name the runner and the greedy answers must agree with this host's answers before the change
     (``min_agreement`` percent), else TaskFailed (the rescue puts the drop-in back). A verdict that
     keeps the unit's runner changes and restarts nothing. The table is the measuring host's,
-    with ``measured_on`` naming it."""
+    with ``measured_on`` naming it. Returns None, with ``trial.measuring_failed`` set and nothing
+    changed, when the measuring host ended without a verdict (it failed): the caller then runs the
+    trial on this host."""
     ctx.say(f"waiting for {tuner}'s runner trial (same tuning group {gkey}; the server keeps serving)")
     try:
         got = ctx.options.fleet.wait_result(gkey, cancel=ctx.options.cancel)
     except RuntimeError as exc:
-        raise TaskFailed(f"no runner trial verdict from {tuner}: {exc}") from None
+        if ctx.cancelled():
+            raise TaskFailed(f"no runner trial verdict from {tuner}: {exc}") from None
+        # the measuring host ended (failed) before its verdict: nothing changed here yet, so this
+        # host runs the trial itself rather than failing with it
+        trial.measuring_failed = f"{tuner}: {exc}"
+        ctx.emit("runner_trial_measuring_failed", measuring_host=tuner, error=str(exc))
+        ctx.say(f"{tuner} failed before its runner trial verdict ({exc}); measuring here instead")
+        return None
     theirs = RunnerTrial.from_dict(got["trial"])
     trial.candidates, trial.kept, trial.changed = theirs.candidates, theirs.kept, theirs.changed
     trial.measured_on = got.get("host") or tuner
@@ -216,15 +393,31 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
         return TaskResult.ok(f"kept {trial.kept}: the verdict of {trial.measured_on}'s trial (same tuning group), "
                              "nothing changed here", facts={"orch_runner_trial": trial}, **trial.to_dict())
     before = greedy_answers(ctx, endpoint, prompts, check_tokens)
-    manifest = _set_dropin(ctx, name, dropin_text(words, trial.kept, ctx.options.run_id))
-    trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
-    ctx.run.summary.installed = [trial.dropin] if trial.dropin else None
-    daemon_reload(ctx)
+    ref_flag = ctx.facts.server.moe_runner_backend or "auto"
+    own = trial.kept == ref_flag or (ref_flag == "auto" and trial.kept == _effective(ctx, ref_flag))
+    files = got.get("triton_files")  # the measuring host kept Triton on files it tuned: the same bytes here
+    tf = ctx.facts.runner_triton
+    installed: list[str] = []
+    if files:
+        if tf is None:
+            raise TaskFailed(f"the verdict of {trial.measured_on} keeps Triton on tuned files, but this host has no "
+                             "plan of its Triton files")
+        installed = install_triton_files(ctx, files, tf.paths, tf.install_dir)
+    if not own:
+        manifest = _set_dropin(ctx, name, dropin_text(words, trial.kept, ctx.options.run_id))
+        trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
+        daemon_reload(ctx)
+    ctx.run.summary.installed = [p for p in [trial.dropin, *installed] if p] or None
     _ready, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
     shown = logged_runner(text)
-    if shown != trial.kept:
+    if not own and shown != trial.kept:
         raise TaskFailed(f"{name} started with moe_runner_backend={shown}, not {trial.kept} "
                          f"(the verdict of {trial.measured_on}'s trial)")
+    if files:
+        problems = verify_loaded(parse_moe_log(text), installed)
+        if problems:
+            raise TaskFailed(f"{name} did not load the Triton files of {trial.measured_on}'s verdict: "
+                             + "; ".join(problems))
     share = agreement(before, greedy_answers(ctx, endpoint, prompts, check_tokens))
     if share * 100.0 < min_agreement:
         raise TaskFailed(f"{name} on {trial.kept}: {share:.0%} of {len(prompts)} check prompts agree with its "

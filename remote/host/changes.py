@@ -39,7 +39,7 @@ import threading
 from typing import Any
 
 from .. import PROTO
-from ..protocol import PayloadError, internal_error, log
+from ..protocol import PayloadError, internal_error, log, parent_run
 from .fs import (PRIVATE_FILE_MODE, TMP_MARK, atomic_write, atomic_write_json, fsync_dir, now_iso,
                  read_bytes, read_json, remove_stale_temps, run_dir, sha256_bytes, sha256_file)
 
@@ -66,9 +66,10 @@ def check_name(name: Any) -> str:
 
 
 def held_by_other(state_dir: str, run_ids: set[str]) -> dict | None:
-    """The host lock (``lock.json``) when it is held by a run not in ``run_ids``, else ``None``."""
+    """The host lock (``lock.json``) when it is held by a run not in ``run_ids`` (a sub-run,
+    :func:`parent_run`, counts as its run), else ``None``."""
     lk = read_json(os.path.join(state_dir, "lock.json"), default=None)
-    if isinstance(lk, dict) and lk.get("run_id") not in run_ids:
+    if isinstance(lk, dict) and lk.get("run_id") not in run_ids | {parent_run(r) for r in run_ids}:
         return lk
     return None
 

@@ -55,7 +55,9 @@ def test_trial_keeps_the_faster_runner_and_rollback_undoes_it(testbed_factory, t
     fast = max(v for v in rows["flashinfer_cutlass"]["tokens_per_s"].values() if v)
     ref = max(v for v in rows["auto"]["tokens_per_s"].values() if v)
     assert fast > ref, (fast, ref)
-    assert "triton" not in rows  # auto resolves to triton here: the reference row measures it
+    # auto resolves to triton here: the reference row measures it on the host's files, the triton
+    # row on freshly tuned ones (no stored tune), put back since it was not kept
+    assert rows["triton"]["triton_files"] == "tuned" and not rows["triton"]["kept"]
     # the drop-in sets the runner, the server runs it, its log says so
     text = h.sh(f"cat {DROPIN}").stdout
     assert "ExecStart=\n" in text and text.rstrip().endswith("--moe-runner-backend flashinfer_cutlass")
@@ -205,8 +207,9 @@ def test_trial_once_per_tuning_group_the_other_host_reuses_the_verdict(testbed_f
     assert f"measured on {measured[0]}" in proc.stderr
     run_dir = state / "runs" / out["run_id"]
     benches = {n: sorted(p.name for p in (run_dir / "hosts" / n).glob("bench_runner_*.json")) for n in trials}
-    assert benches[measured[0]] == ["bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json"]
-    assert benches[other] == []  # nothing measured there
+    assert benches[measured[0]] == ["bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json",
+                                    "bench_runner_triton_tuned.json"]  # triton on the files it tuned
+    assert benches[other] == []  # nothing measured (or tuned) there
     for h in bed.hosts:  # each started the kept runner through its own drop-in
         assert trials[h.name]["kept"] == "flashinfer_cutlass" and trials[h.name]["changed"]
         assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
@@ -216,3 +219,162 @@ def test_trial_once_per_tuning_group_the_other_host_reuses_the_verdict(testbed_f
     reused = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()
               if '"runner_trial_reused"' in x]
     assert [e.get("measured_on") for e in reused] == [measured[0]], reused
+
+
+#: the fault hook of test_faults, plus: the payload's ``bench`` exits at once with an error while
+#: ``fail-bench`` exists (the benchmark client crashed)
+FAIL_BENCH = SITECUSTOMIZE + r'''
+if _cmd == "bench" and os.path.exists(os.path.join(_D, "fail-bench")):
+    import sys
+    sys.stderr.write("injected fault: the benchmark client crashed\n")
+    os._exit(3)
+'''
+
+
+def test_measuring_host_fails_before_its_verdict_the_other_host_measures_itself(testbed_factory, tmp_path):
+    """Two identical hosts; the measuring host's reference benchmark fails (its trial fails, its
+    rescue puts it back): the host that was to reuse its verdict runs the trial itself instead of
+    failing, keeps the faster runner, and its recap and table say why it measured."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(2, host_options={0: {"env": dict(env, PYTHONPATH=f"{FAULTS_DIR}:/opt/sglang")},
+                                           1: {"env": env}})
+    bad, good = bed.hosts
+    faults = bad.local_path(FAULTS_DIR)
+    faults.mkdir(parents=True, exist_ok=True)
+    (faults / "sitecustomize.py").write_text(FAIL_BENCH)
+    (faults / "fail-bench").write_text("")
+    units_before = bad.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlass",
+                "--tune-on", bad.name, "--json", state_dir=state)
+    assert proc.returncode != 0, proc.stderr[-6000:]  # the measuring host failed
+    out = recap(proc)
+    assert out["hosts"][bad.name]["outcome"] != "completed", out["hosts"][bad.name]
+    assert bad.file_tree_hash("/etc/systemd/system") == units_before and bad.unit_state() == "active"
+    r = out["hosts"][good.name]
+    assert r["outcome"] == "completed", r
+    trial = r["summary"]["runner_trial"]
+    assert not trial.get("measured_on") and trial["measuring_failed"].startswith(bad.name), trial
+    assert trial["kept"] == "flashinfer_cutlass" and trial["changed"]
+    run_dir = state / "runs" / out["run_id"]
+    assert sorted(p.name for p in (run_dir / "hosts" / good.name).glob("bench_runner_*.json")) == [
+        "bench_runner_flashinfer_cutlass.json", "bench_runner_reference.json",
+        "bench_runner_triton_tuned.json"]  # measured (and tuned) there
+    assert good.unit_state() == "active" and _runner(good) == "flashinfer_cutlass"
+    assert f"measuring host {bad.name}" in proc.stderr and "measured here" in proc.stderr
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()
+              if '"runner_trial_measuring_failed"' in x]
+    assert [e.get("measuring_host") for e in events] == [bad.name], events
+
+
+def _events(state, run_id: str, kind: str) -> list[dict]:
+    return [json.loads(x) for x in (state / "runs" / run_id / "events.jsonl").read_text().splitlines()
+            if f'"{kind}"' in x]
+
+
+def test_triton_candidate_runs_on_freshly_tuned_files_put_back_when_not_kept(testbed_factory, tmp_path):
+    """The host has an earlier Triton file and no stored tune: the trial measures the unit as it is,
+    then stops it, tunes (transient unit), installs the tuned files (backed up first) and starts
+    the Triton candidate on them (its log shows them loaded). FlashInfer CUTLASS is kept: the Triton
+    files are back to their bytes, the host as before apart from the drop-in."""
+    from tests.e2e.test_faults import OLD_UP, UP
+
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(1, host_options={0: {"env": env, "config_files": {UP: OLD_UP}}})
+    h = bed.hosts[0]
+    configs_before = h.file_tree_hash(h.config_dir)
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlass",
+                "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = recap(proc)
+    r = out["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    assert rows["triton"]["triton_files"] == "tuned" and rows["triton"]["agreement"] == 1.0, rows["triton"]
+    assert trial["kept"] == "flashinfer_cutlass" and rows["flashinfer_cutlass"]["kept"]
+    launches = _events(state, out["run_id"], "tune_launch")
+    assert len(launches) == 1 and launches[0].get("unit"), launches  # tuned in the transient unit
+    # the Triton candidate's start loaded the tuned files, not the earlier one
+    up = r["summary"]["plan"]["paths"]["up"]
+    assert up.endswith("/" + UP), up
+    assert f"Using MoE kernel config from {up}" in h.unit_log()
+    assert not rows["triton"]["why"].startswith(("did not", "the start did not load")), rows["triton"]
+    tuned = json.loads((state / "runs" / out["run_id"] / "hosts" / h.name / "configs" / UP).read_text())
+    assert tuned != OLD_UP  # the candidate's start loaded these (orch checks its log), not the earlier file
+    # put back byte-identical; the sub-run's record says so, and orch rollback would not touch it
+    assert h.file_tree_hash(h.config_dir) == configs_before
+    sub = json.loads(h.sh(f"cat /var/lib/orch/runs/{out['run_id']}.triton/state.json").stdout)
+    assert sub["state"] == "restored", sub
+    assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+    assert "--moe-runner-backend flashinfer_cutlass" in h.sh(f"cat {DROPIN}").stdout
+
+
+def test_triton_kept_on_tuned_files_rollback_and_a_current_tune_is_not_redone(testbed_factory, tmp_path):
+    """No Triton file on the host (the default config): the freshly tuned Triton files beat the
+    unit's runner and FlashInfer CUTLASS, so they stay, with no drop-in (the unit's own runner is
+    Triton). A second trial finds them current (the store's result, installed and loaded): no tune.
+    `orch rollback` then removes them."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=1.2", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(1, host_options={0: {"env": env}})
+    h = bed.hosts[0]
+    configs_before = h.file_tree_hash(h.config_dir)
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    args = ("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton,flashinfer_cutlass", "--json")
+    proc = orch(*args, state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = recap(proc)
+    r = out["hosts"][h.name]
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    assert trial["kept"] == "triton" and trial["changed"] and rows["triton"]["kept"], trial
+    assert rows["triton"]["triton_files"] == "tuned"
+    assert h.file_tree_hash("/etc/systemd/system") == units_before  # no drop-in: the unit runs Triton itself
+    after = h.file_tree_hash(h.config_dir)
+    assert after != configs_before and any(p.endswith(".json") for p in after if p not in configs_before)
+    assert h.unit_state() == "active" and "Using MoE kernel config from" in h.unit_log()
+
+    again = orch(*args, state_dir=state)
+    assert again.returncode == 0, again.stderr[-6000:]
+    rid2 = recap(again)["run_id"]
+    assert _events(state, rid2, "tune_launch") == []  # current: no tune
+    rows2 = {c["runner"]: c for c in recap(again)["hosts"][h.name]["summary"]["runner_trial"]["candidates"]}
+    assert "triton" not in rows2  # the reference row is Triton on these files
+    assert h.file_tree_hash(h.config_dir) == after
+
+    back = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    rb = recap(back)["hosts"][h.name]
+    assert rb["outcome"] == "completed" and rb["summary"]["rolled_back"] == out["run_id"] + ".triton", rb
+    assert h.file_tree_hash(h.config_dir) == configs_before
+    assert h.unit_state() == "active"
+
+
+def test_triton_kept_over_another_runner_rollback_undoes_drop_in_and_files_together(testbed_factory, tmp_path):
+    """The unit runs FlashInfer CUTLASS; Triton on freshly tuned files is faster, so the trial keeps
+    it: a drop-in (the run) and the Triton files (its sub-run). `orch rollback` undoes both, byte-identical."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=1.2", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(1, host_options={0: {"env": env, "extra_args": ["--moe-runner-backend", "flashinfer_cutlass"]}})
+    h = bed.hosts[0]
+    configs_before, units_before = h.file_tree_hash(h.config_dir), h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "triton", "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = recap(proc)
+    trial = out["hosts"][h.name]["summary"]["runner_trial"]
+    assert trial["reference"] == "flashinfer_cutlass" and trial["kept"] == "triton" and trial["changed"], trial
+    assert h.unit_state() == "active" and _runner(h) == "triton"
+    assert h.file_tree_hash(h.config_dir) != configs_before and h.sh(f"test -f {DROPIN}", check=False).returncode == 0
+    back = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    rb = recap(back)["hosts"][h.name]
+    assert rb["outcome"] == "completed" and rb["summary"]["rolled_back"] == out["run_id"], rb
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.file_tree_hash(h.config_dir) == configs_before
+    assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"

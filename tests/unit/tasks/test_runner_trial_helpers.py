@@ -99,3 +99,70 @@ def test_daemon_reload_refused_next_to_gpu_containers_of_the_toolkit():
     safe = _Reload(risky=False)
     daemon_reload(safe)
     assert safe.ran == [["systemctl", "daemon-reload"]] and "daemon_reload_risky" not in safe.events
+
+
+# --- the trial group key (orchestrator.host.runner_trial.trial_group_key) -------------------------
+
+def _key_ctx(*flags: str):
+    from remote.sglang.server_args import parse_server_args
+    from orchestrator.host.runner_trial import trial_group_key
+
+    server = parse_server_args(["/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/m/q",
+                                "--tp", "2", *flags])
+    model = SimpleNamespace(E=128, N=768, hidden=2048, topk=8, dtype_selector=None, block_shape=None,
+                            model_type="qwen3_moe")
+    probe = SimpleNamespace(device_name="NVIDIA_H200", capability="9.0", sglang=SimpleNamespace(version="0.5.23"),
+                            flashinfer_version="0.6.0", model=model)
+    ctx = SimpleNamespace(facts=SimpleNamespace(probe=probe, server=server))
+    return trial_group_key(ctx, ["triton", "flashinfer_cutlass"], {"concurrency": [1, 8]})
+
+
+@pytest.mark.parametrize("flags", [
+    ["--pp-size", "2"], ["--pipeline-parallel-size", "2"],
+    ["--dp-size", "2"], ["--dp-size", "2", "--enable-dp-attention"], ["--attn-dp-size", "2"],
+    ["--speculative-algorithm", "EAGLE"], ["--speculative-moe-runner-backend", "triton"],
+    ["--speculative-moe-a2a-backend=deepep"], ["--speculative-num-draft-tokens", "4"],
+    ["--speculative-draft-model-quantization", "fp8"], ["--flashinfer-autotune-skip-ops", "moe"],
+    ["--disable-flashinfer-autotune"], ["--enable-deterministic-inference"],
+])
+def test_group_key_changes_with_what_changes_the_runner_or_flashinfer_s_cache_key(flags):
+    """Each of these changes the runner, FlashInfer's autotune cache hash (SGLang 0.5.23
+    flashinfer_autotune_cache_path: tp, pp, attn_dp_size, ep, draft quantization, skip ops) or
+    whether and for which shapes it autotunes: hosts that differ there measure apart."""
+    assert _key_ctx(*flags) != _key_ctx()
+
+
+def test_group_key_same_for_spellings_of_one_layout_and_for_flags_outside_it():
+    # the deprecated spelling is the same attention-DP layout (parallel_hook._handle_deprecated_dp_attention)
+    assert _key_ctx("--dp-size", "4", "--enable-dp-attention") == _key_ctx("--attn-dp-size", "4")
+    assert _key_ctx("--pp-size", "2") == _key_ctx("--pipeline-parallel-size", "2")
+    assert _key_ctx("--port", "30001", "--mem-fraction-static", "0.8") == _key_ctx()
+    assert _key_ctx("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3") == \
+        _key_ctx("--speculative-num-steps", "3", "--speculative-algorithm=EAGLE")
+
+
+def test_trial_flags_reads_values_and_switches():
+    from orchestrator.host.runner_trial import trial_flags
+
+    got = trial_flags(["--tp", "2", "--speculative-algorithm", "EAGLE", "--no-speculative-enable-w4a4-mxfp4-megamoe",
+                       "--speculative-moe-runner-backend=triton", "--flashinfer-autotune-skip-ops", "moe"])
+    assert got == [["--flashinfer-autotune-skip-ops", "moe"], ["--no-speculative-enable-w4a4-mxfp4-megamoe", ""],
+                   ["--speculative-algorithm", "EAGLE"], ["--speculative-moe-runner-backend", "triton"]]
+
+
+def test_rollback_target_takes_a_trial_s_drop_in_and_its_triton_sub_run_together():
+    from orchestrator.tasks.rollback import _with_sub_run
+
+    done = {"state": {"state": "completed"}}
+    run = dict(done, run_id="R", changed=[{"path": "/etc/systemd/system/u.service.d/orch-moe-runner.conf"}])
+    sub = dict(done, run_id="R.triton", changed=[{"path": "/x/triton_3_6_0/E=8.json"}])
+    older = dict(done, run_id="Q", changed=[{"path": "/x/E=8.json"}])
+    runs = [sub, run, older]
+    assert _with_sub_run(sub, runs, explicit=False) == dict(run, linked=["R.triton"])  # picked by default
+    assert _with_sub_run(run, runs, explicit=True) == dict(run, linked=["R.triton"])  # --to R
+    assert _with_sub_run(sub, runs, explicit=True) == sub  # --to R.triton: the files alone
+    nodrop = dict(run, changed=[])  # Triton kept as the unit's own runner: only the sub-run changed
+    assert _with_sub_run(sub, [sub, nodrop], explicit=False) == sub
+    gone = dict(sub, state={"state": "restored"})  # the trial put the files back: nothing linked
+    assert _with_sub_run(run, [gone, run], explicit=False) == run
+    assert _with_sub_run(older, runs, explicit=False) == older

@@ -337,6 +337,23 @@ def test_install_refused_while_another_run_holds_lock(env):
     assert inst.install(req(env, [(UP, cfg_text(64))]), ignore_lock=True)["status"] == "installed"
 
 
+def test_a_runs_triton_sub_run_installs_under_its_lock_another_runs_does_not(env):
+    """A runner trial installs its Triton files as ``RUN.triton`` (its own manifest) while RUN holds
+    the host lock; the sub-run of another run, or a look-alike id, is still refused."""
+    from remote.host import lock
+    from remote.protocol import parent_run
+
+    assert parent_run("r1.triton") == "r1" and parent_run("r1") == "r1" and parent_run(".triton") == ".triton"
+    lock.acquire(str(env["state"]), "r1", "ctl@a")
+    got = inst.install(req(env, [(UP, cfg_text(64))], run_id="r1.triton"))
+    assert got["status"] == "installed" and os.path.exists(env["state"] / "runs" / "r1.triton" / "manifest.json")
+    for other in ("r2.triton", "r1x"):
+        with pytest.raises(PayloadError) as ei:
+            inst.install(req(env, [(UP, cfg_text(32))], run_id=other))
+        assert ei.value.kind == "locked"
+    assert rest.restore(str(env["state"]), "r1.triton")["files"][0]["action"] == "deleted"
+
+
 def test_runs_set_state_and_listing(env):
     state = str(env["state"])
     runs_mod.set_state(state, "r1", "started")
