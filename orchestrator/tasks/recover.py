@@ -16,7 +16,8 @@ exists, naming it and offering ``orch recover``.)
   transient unit has its files fetched into the controller's store (as a finished tune's are in a
   normal run), so the next ``orch tune`` reuses them; a stopped tune's checkpoint (finished batch
   sizes) stays in its work folder for the rerun to resume from, and the recap says which.
-- ``recover_restore``: put back the files of each unfinished run (payload ``restore``).
+- ``recover_restore``: put back the files of each unfinished run (payload ``restore``), and say
+  which config files a start must then load (``orch_restored_paths``/``orch_deleted_paths``).
 - ``recover_autotune_cache``: put FlashInfer's autotune cache back exactly as each unfinished run
   backed it up (payload ``runner_change --op cache-restore --exact``), with the unit stopped.
 - ``recover_mark``: record ``restored`` for each once the unit runs again.
@@ -62,7 +63,10 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
     and share their unfinished runs and unit states; ``orch_recover_restart`` is set on every rank
     when the server must be restarted as a whole (:func:`orchestrator.host.servers.server_restart`):
     recover.yaml then stops every rank (rank 0 first), also one with nothing to recover or one that
-    still runs, and starts them together. Otherwise ``orch_recover_restart`` is False.
+    still runs, and starts them together. On a single-node unit ``orch_recover_restart`` is set
+    when the unit runs a process started after an unfinished run's stop (:func:`single_restart`):
+    recover.yaml then restarts it on the restored files and proves them from its start's log
+    (summary ``recover_restart``, event ``recover_restart``). Otherwise it is False.
     """
     why_not = server_refusal(ctx, "recover")
     if why_not:
