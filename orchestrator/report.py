@@ -292,7 +292,8 @@ def load_run(run_dir: Path) -> dict:
         before, after = _read_json(hd / bench_file("before")), _read_json(hd / bench_file("after"))
         rows = _kernel_rows(tune)
         shown = {"bench_before", "bench_after", "installed", "speedup_vs_default", "reaped", "plan", "provider",
-                 "throughput_change_pct", "speedup_measured_on", "runner_trial"}
+                 "throughput_change_pct", "speedup_measured_on", "runner_trial", "collected",
+                 "log_other_invocations", "recover_restart"}
         hosts.append({
             "name": name, "anchor": f"host-{i}", "outcome": rc.get("outcome", "not started"),
             "cause": rc.get("cause") or "",
@@ -317,6 +318,9 @@ def load_run(run_dir: Path) -> dict:
             "facts": _facts(probe, tune), "group": _group_key(probe, tune),
             "tasks": _tasks(events, name, t0), "kernel_png": None, "bench_png": None,
             "runner_trial": _runner_rows(summary),
+            "collected": [c for c in summary.collected or [] if isinstance(c, dict)],
+            "other_invocations": [o for o in summary.log_other_invocations or [] if isinstance(o, dict)],
+            "recover_restart": summary.recover_restart,
         })
 
     groups = []

@@ -87,6 +87,9 @@ class RunSummary(Record):
     #: ``collected`` a finished tune's files put in the controller's store, ``progress kept`` the
     #: batch sizes a stopped tune's checkpoint holds for the rerun, ``not collected`` and why)
     collected: list[dict[str, Any]] | None = None
+    #: why ``orch recover`` restarted a running single-node unit after the restore (its process was
+    #: started after an unfinished run's stop, :func:`orchestrator.tasks.recover.single_restart`)
+    recover_restart: str | None = None
     #: the runner trial's table (``orch tune --moe-runners``)
     runner_trial: RunnerTrial | None = None
     #: fatal Xids that appeared in the kernel log during the tune (``{"pci", "code", "text",

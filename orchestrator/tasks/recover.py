@@ -16,7 +16,8 @@ exists, naming it and offering ``orch recover``.)
   transient unit has its files fetched into the controller's store (as a finished tune's are in a
   normal run), so the next ``orch tune`` reuses them; a stopped tune's checkpoint (finished batch
   sizes) stays in its work folder for the rerun to resume from, and the recap says which.
-- ``recover_restore``: put back the files of each unfinished run (payload ``restore``).
+- ``recover_restore``: put back the files of each unfinished run (payload ``restore``), and say
+  which config files a start must then load (``orch_restored_paths``/``orch_deleted_paths``).
 - ``recover_autotune_cache``: put FlashInfer's autotune cache back exactly as each unfinished run
   backed it up (payload ``runner_change --op cache-restore --exact``), with the unit stopped.
 - ``recover_mark``: record ``restored`` for each once the unit runs again.
@@ -62,7 +63,10 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
     and share their unfinished runs and unit states; ``orch_recover_restart`` is set on every rank
     when the server must be restarted as a whole (:func:`orchestrator.host.servers.server_restart`):
     recover.yaml then stops every rank (rank 0 first), also one with nothing to recover or one that
-    still runs, and starts them together. Otherwise ``orch_recover_restart`` is False.
+    still runs, and starts them together. On a single-node unit ``orch_recover_restart`` is set
+    when the unit runs a process started after an unfinished run's stop (:func:`single_restart`):
+    recover.yaml then restarts it on the restored files and proves them from its start's log
+    (summary ``recover_restart``, event ``recover_restart``). Otherwise it is False.
     """
     why_not = server_refusal(ctx, "recover")
     if why_not:
@@ -91,6 +95,8 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
                                        autotune_cache=any(r.get("autotune_cache") for r in left),
                                        active_state=unit.active_state if unit is not None else "unknown"))
         restart = server_restart(seen)
+    else:
+        restart = single_restart(ctx.facts.unit, left)
     if taken:
         if ctx.check:
             broken = lk.get("run_id")
@@ -104,6 +110,9 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
         ctx.run.locked = True
         start_heartbeat(ctx, heartbeat_interval)
     units: list[str] = []
+    if restart:
+        ctx.run.summary.recover_restart = restart
+        ctx.emit("recover_restart", why=restart)
     if left and not ctx.check:
         # the dead controller's payload may still run (tune, bench); we hold the lock now
         for r in left:
@@ -128,9 +137,34 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
                     ctx.emit("payload_containers_ended", run_id=r["run_id"], containers=ended)
     desc = ", ".join(f"{r['run_id']} ({r['state']})" for r in left) or "none"
     msg = f"unfinished runs: {desc}" + (f"; broke the lock of {broken}" if broken else "") \
-        + "".join(f"; {u}" for u in units) + (f"; every rank is restarted: {restart}" if restart else "")
+        + "".join(f"; {u}" for u in units) + ((f"; every rank is restarted: {restart}" if ctx.facts.server_group is not None else f"; {restart}")
+           if restart else "")
     return TaskResult.ok(msg, facts={"orch_unfinished": left, "orch_recover_restart": bool(restart)},
                          unfinished=left, broken_lock=broken, tune_units=units, server_restart=restart)
+
+
+def single_restart(unit, left: list[dict]) -> str | None:
+    """Why a single-node unit must be restarted after the restore (None: it need not be).
+
+    ``unit``: :class:`orchestrator.facts.unit.UnitFacts` (or None); ``left``: ``orch_unfinished``.
+    The unit is restarted when it runs and one of the unfinished runs went past ``started``:
+    that run recorded ``stopped`` only after its stop of the unit succeeded (tune.yaml), and it
+    held the host lock from before that stop until it died, so the unit's running main process
+    was started after that stop: by the run itself (on the files it installed, e.g. killed in
+    verify-log or the benchmark after), or by systemd's ``Restart=`` or an operator while the
+    files may have been half replaced. Either way it may hold files the restore takes away, so
+    only a new start on the restored files proves what the server runs. A unit whose process
+    predates the runs (each is still at ``started``: it died before its stop) is left running:
+    the restore changes none of its files, and a run that changes nothing restarts nothing.
+    A unit that does not run is started by recover.yaml anyway."""
+    if unit is None or unit.active_state != "active":
+        return None
+    past = [r for r in left if r.get("state") != "started"]
+    if not past:
+        return None
+    runs = ", ".join(f"{r['run_id']} ({r['state']})" for r in past)
+    return (f"{unit.unit} runs a process started after run {runs} stopped it (it may hold that run's files): "
+            "restarted on the restored files")
 
 
 def _cat(ctx, path: str) -> str | None:
@@ -269,10 +303,32 @@ def recover_collect(ctx, runs: list[dict]) -> TaskResult:
     return result(msg, collected=done)
 
 
-@task("recover_restore")
+def loaded_after_restore(done: list[dict]) -> tuple[list[str], list[str]]:
+    """``(present, absent)``: the Triton config files (``*.json``) of the restored runs ``done``
+    (:func:`recover_restore`'s list) that are on disk after the restore (put back, or unchanged
+    and present), and those that are not (removed: the run created them; or unchanged and
+    absent). A start on the restored files must load every present one, and shows SGLang's
+    default config where the up file is absent (verify-log, as after a rollback). A drop-in
+    (``*.conf`` of a runner trial) is no config file and is left out. The oldest run's state
+    wins: ``done`` is newest first, so a later entry for the same path replaces an earlier one."""
+    state: dict[str, bool] = {}
+    for d in done:
+        for f in d.get("files") or []:
+            path = f.get("path") or ""
+            if not path.endswith(".json"):
+                continue
+            act = f.get("action")
+            state[path] = act == "restored" or (act == "unchanged" and bool(f.get("sha256")))
+    return sorted(p for p, on in state.items() if on), sorted(p for p, on in state.items() if not on)
+
+
+@task("recover_restore", sets=("orch_restored_paths", "orch_deleted_paths"))
 def recover_restore(ctx, runs: list[dict]) -> TaskResult:
     """Restore the files of every unfinished run in ``runs`` (``orch_unfinished``; a run that
-    installed nothing has none), each from the host's own backup and manifest (payload ``restore``)."""
+    installed nothing has none), each from the host's own backup and manifest (payload ``restore``).
+    Sets ``orch_restored_paths`` and ``orch_deleted_paths`` (:func:`loaded_after_restore`: the
+    config files a start must load, and those it must not find), which verify-log checks after
+    recover restarted a unit whose process a run had started (recover.yaml)."""
     pl = ctx.payload
     done = []
     for r in runs:
@@ -287,10 +343,12 @@ def recover_restore(ctx, runs: list[dict]) -> TaskResult:
         done.append({"run_id": r["run_id"], "files": data.get("files") or []})
         ctx.emit("configs_restored", run_id=r["run_id"], files=data.get("files"))
     ctx.run.summary.recovered = done
+    present, absent = loaded_after_restore(done)
+    facts = {"orch_restored_paths": present, "orch_deleted_paths": absent}
     n = sum(1 for d in done for f in d["files"] if f.get("action") != "unchanged")
     if not runs:  # a rank restarted with its server, with nothing of its own to put back
-        return TaskResult.ok("no unfinished run on this host: nothing to restore", runs=done)
-    return TaskResult.changed(f"restored {n} file(s) of {len(done)} run(s)", runs=done)
+        return TaskResult.ok("no unfinished run on this host: nothing to restore", facts=facts, runs=done)
+    return TaskResult.changed(f"restored {n} file(s) of {len(done)} run(s)", facts=facts, runs=done)
 
 
 @task("recover_autotune_cache")

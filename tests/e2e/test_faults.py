@@ -690,6 +690,98 @@ def test_recover_keeps_a_stopped_tunes_progress_and_the_rerun_resumes(testbed_fa
     assert f"resuming: batch sizes {kept[0]['batch_sizes']}" in out, out[-2000:]
 
 
+def _hooked_bed(testbed_factory, tmp_path):
+    """One host whose payload loads :data:`SITECUSTOMIZE` (``hold-<cmd>`` gates), old file installed."""
+    opts = {0: {"config_files": {UP: OLD_UP}, "env": {"PYTHONPATH": f"{FAULTS_DIR}:/opt/sglang"}}}
+    bed = testbed_factory(1, host_options=opts)
+    h = bed.hosts[0]
+    _faults(h).mkdir(parents=True, exist_ok=True)
+    (_faults(h) / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    h.sh("systemctl restart sglang-qwen")  # the unit's processes see the hooks from now on
+    h.wait_http("/health")
+    return bed, h, inventory(bed, tmp_path / "hosts.yaml"), h.file_tree_hash(h.config_dir)
+
+
+def _sigkill_at_bench(h, inv, state: Path, rid: str, log: Path, which: str) -> None:
+    """Run ``orch tune`` until its ``which``-th benchmark is held on the host, then SIGKILL it."""
+    (_faults(h) / "hold-bench").write_text(which)
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    try:
+        _wait_file(h, proc, "entered-bench")
+        proc.kill()  # SIGKILL: no rescue, no always
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _reset_faults(h)  # the held benchmark goes on; recover stops it as the dead run's
+    assert (_lock(h) or {}).get("run_id") == rid
+
+
+def test_recover_restarts_a_unit_the_dead_run_had_started_on_its_new_files(testbed_factory, tmp_path):
+    """Issue 21: the controller dies (SIGKILL) after it restarted the unit on the installed files
+    and proved them loaded (held in the benchmark after). ``orch recover`` puts the old files back
+    and, since the running process was started by that run, restarts the unit, waits for it and
+    proves from the new start's log that the old file was loaded (before, it left the server
+    running on the new files while the disk held the old ones, and recorded the run restored)."""
+    bed, h, inv, tree = _hooked_bed(testbed_factory, tmp_path)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    _sigkill_at_bench(h, inv, state, rid, log, "2")
+    assert h.unit_state() == "active" and _host_run_state(h, rid) == "installed"
+    assert h.sh(f"test -f '{h.triton_dir}/{DOWN}'", check=False).returncode == 0, "new files installed"
+    pid_new = _main_pid(h)
+
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(state), state_dir=state)
+    assert rec.returncode == 0, rec.stderr[-4000:]
+    r = recap(rec)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    _assert_restored(h, tree, rid)
+    assert _main_pid(h) not in (pid_new, "0", ""), "the unit runs the process the dead run started"
+    # the log of the new start shows the old file loaded, and no new one
+    last = h.unit_log().rsplit("server_args=", 1)[1]
+    assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in last, last[-2000:]
+    assert f"Using MoE kernel config from {h.triton_dir}/{DOWN}." not in last
+    assert rid in (r["summary"].get("recover_restart") or ""), r["summary"]
+    tasks = {e["task"]: e for e in _recover_events(state, rid) if e.get("event") == "task"}
+    proof = tasks["Prove the restored configs were loaded (a running unit a dead run had started was restarted)"]
+    assert proof["status"] == "ok" and UP in proof["msg"], proof
+
+
+def test_recover_leaves_running_a_unit_the_dead_run_never_stopped(testbed_factory, tmp_path):
+    """The controller dies (SIGKILL) at its stop of the unit, after it backed up FlashInfer's
+    autotune cache: its ``systemctl stop`` is held on the host and ended with it, so the unit
+    still runs the process it ran before the tune. ``orch recover`` records the run restored and
+    restarts nothing (same MainPID): a run that would change nothing restarts nothing (before, the
+    autotune backup alone made recover stop and start the unit)."""
+    bed, h, inv, tree = _hooked_bed(testbed_factory, tmp_path)
+    pid0 = _main_pid(h)
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    _gate(h, "systemctl", "stop")
+    proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
+    try:
+        _wait_file(h, proc, "entered-systemctl")
+        proc.kill()  # SIGKILL: no rescue, no always
+        proc.wait(timeout=30)
+        held = (_faults(h) / "entered-systemctl").read_text().strip()
+        h.sh(f"kill -9 {held}")  # the stop dies with the controller's session, never reaching systemd
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _reset_faults(h)
+    assert _host_run_state(h, rid) == "started" and (_lock(h) or {}).get("run_id") == rid
+    # the autotune cache was backed up before the stop (remote/host/fs.py AUTOTUNE_BACKUP's index)
+    assert h.sh(f"test -f /var/lib/orch/runs/{rid}/flashinfer-autotune.json", check=False).returncode == 0
+    assert _main_pid(h) == pid0 and h.unit_state() == "active"
+
+    rec = orch("recover", str(inv), "--service", "sglang-qwen", "--json", "--state-dir", str(state), state_dir=state)
+    assert rec.returncode == 0, rec.stderr[-4000:]
+    r = recap(rec)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    _assert_restored(h, tree, rid)
+    assert _main_pid(h) == pid0, "recover restarted a unit no run had touched"
+    assert not r["summary"].get("recover_restart"), r["summary"]
+    assert not [e for e in _recover_events(state, rid) if e.get("event") in ("recover_restart", "service_started")]
+
+
 # ------------------------------------------------------------------------- SSH / network
 def _session_processes(h) -> list[int]:
     """What logind's ``KillUserProcesses=yes`` ends at logout (konstruktoid/ansible-role-hardening

@@ -373,3 +373,29 @@ def test_runner_trial_table_in_report_and_recap(tmp_path):
     console.print(summary_table({"gpu-a": type("R", (), {"summary": summary})()}))
     out = console.export_text()
     assert "flashinfer_cutlass: 1050.8, agreement 100%, KEPT" in out and "cutlass: 1400.0, agreement 12%" in out
+
+
+def test_recover_fields_are_shown_as_tables(tmp_path):
+    """The summary's ``collected`` (what orch recover did with a dead run's tune),
+    ``recover_restart`` and ``log_other_invocations`` (journal lines of another invocation that
+    were dropped) each get their own section, escaped; before, only raw JSON among the other fields."""
+    _, run_dir = _state(tmp_path)
+    recap = _load(run_dir / "recap.json")
+    rid = "20260101T000000Z-tune-0a0b0c"
+    recap["gpu-a"]["summary"].update(
+        collected=[{"run_id": rid, "state": "progress kept", "batch_sizes": [1, 4],
+                    "what": "the tune did not finish; its checkpoint keeps batch sizes [1, 4] & <more>"}],
+        recover_restart=f"sglang.service runs a process started after run {rid} (installed) stopped it",
+        log_other_invocations=[{"invocation": "ab" * 16, "lines": 3, "first": "Using MoE kernel config <old>",
+                                "unit": "sglang.service", "kept": ["cd" * 16]}])
+    _dump(run_dir / "recap.json", recap)
+    text = rep.build_report(run_dir, tmp_path / "r.html", plots=False).read_text()
+    rec = text[text.index("Recovered from an unfinished run"):]
+    assert f"<code>{rid}</code></td><td>progress kept</td>" in rec
+    assert "checkpoint keeps batch sizes [1, 4] &amp; &lt;more&gt;" in rec
+    assert f"Restarted on the restored files: sglang.service runs a process started after run {rid}" in rec
+    other = text[text.index("Log lines of another invocation, dropped"):]
+    assert f"<code>{'ab' * 16}</code></td><td class=\"n\">3</td>" in other
+    assert "Using MoE kernel config &lt;old&gt;" in other
+    extra = text[text.index("Other summary fields"):] if "Other summary fields" in text else ""
+    assert "log_other_invocations" not in extra and "collected</th>" not in extra
