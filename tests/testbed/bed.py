@@ -283,6 +283,16 @@ def _run(cmd: List[str], check: bool = True, **kw: Any) -> subprocess.CompletedP
     return subprocess.run(cmd, check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
+def _veth_pair(a: tuple[str, str, str], b: tuple[str, str, str]) -> None:
+    """A veth pair straight between two namespaces: ``a`` and ``b`` are ``(namespace, device name,
+    address)``, each end given its address on a /30 and brought up (never in the root namespace)."""
+    (ns_a, dev_a, addr_a), (ns_b, dev_b, addr_b) = a, b
+    _run(["ip", "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b])
+    for ns, dev, addr in (a, b):
+        _run(["ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", dev])
+        _run(["ip", "-n", ns, "link", "set", dev, "up"])
+
+
 def _proc_start_time(pid: int) -> Optional[str]:
     """Start time (clock ticks since boot, field 22 of /proc/PID/stat) or None if gone."""
     try:
@@ -1147,12 +1157,7 @@ class TestBed:
                                    "reachable host")
             near, far = f"otb{self.bed_id}{50 + j:02d}", f"otp{self.bed_id}{50 + j:02d}"
             host.link_peer, host.link_address = f"{SUBNET_PREFIX}.255.{4 * j + 1}", f"{SUBNET_PREFIX}.255.{4 * j + 2}"
-            _run(["ip", "link", "add", near, "netns", bastion.ns, "type", "veth", "peer", "name", far,
-                  "netns", host.ns])
-            _run(["ip", "-n", bastion.ns, "addr", "add", f"{host.link_peer}/30", "dev", near])
-            _run(["ip", "-n", host.ns, "addr", "add", f"{host.link_address}/30", "dev", far])
-            _run(["ip", "-n", bastion.ns, "link", "set", near, "up"])
-            _run(["ip", "-n", host.ns, "link", "set", far, "up"])
+            _veth_pair((bastion.ns, near, host.link_peer), (host.ns, far, host.link_address))
             _run(["ip", "-n", bastion.ns, "route", "add", f"{host.address}/32", "via", host.link_address])
 
     def _make_cluster_links(self) -> None:
@@ -1172,12 +1177,7 @@ class TestBed:
                 raise TestBedError(f"[{host.name}] cluster_with {name!r}: a host cannot be linked to itself")
             near, far = f"otc{self.bed_id}{60 + j:02d}", f"otq{self.bed_id}{60 + j:02d}"
             peer_end, host_end = f"{SUBNET_PREFIX}.254.{4 * j + 1}", f"{SUBNET_PREFIX}.254.{4 * j + 2}"
-            _run(["ip", "link", "add", near, "netns", peer.ns, "type", "veth", "peer", "name", far,
-                  "netns", host.ns])
-            _run(["ip", "-n", peer.ns, "addr", "add", f"{peer_end}/30", "dev", near])
-            _run(["ip", "-n", host.ns, "addr", "add", f"{host_end}/30", "dev", far])
-            _run(["ip", "-n", peer.ns, "link", "set", near, "up"])
-            _run(["ip", "-n", host.ns, "link", "set", far, "up"])
+            _veth_pair((peer.ns, near, peer_end), (host.ns, far, host_end))
             _run(["ip", "-n", peer.ns, "route", "add", f"{host.address}/32", "via", host_end])
             _run(["ip", "-n", host.ns, "route", "add", f"{peer.address}/32", "via", peer_end])
             host.cluster_peers.append(peer)
