@@ -146,3 +146,31 @@ def edited_text(source: RunnerSource, text: str, runner: str) -> str | None:
             return None
         return new if new_data == dict(old_data, **{source.key: runner}) else None
     raise ValueError("a drop-in is not edited: see orchestrator.host.runner_trial.dropin_text")
+
+
+def configured_runner(words: list[str], env_files: list[tuple[str, str]], config_file: str | None = None,
+                      config_text: str | None = None, environment: dict[str, str] | None = None) -> str:
+    """The ``--moe-runner-backend`` value the unit's files give now (``auto`` when none), as the
+    server will read it at its next start: the command line's last flag, a ``$VAR``/``${VAR}`` value
+    taken from the last ``EnvironmentFile=`` that sets it, else from ``environment`` (the unit's
+    ``Environment=``); without a flag, the ``--config`` YAML's ``moe-runner-backend``. Arguments as
+    :func:`runner_source`. Never raises."""
+    value = _flag_value(words)
+    if value is not None:
+        m = _VAR.match(value)
+        if not m:
+            return value
+        var = m.group(1) or m.group(2)
+        for _path, text in reversed(env_files):
+            got = parse_env_file(text)
+            if var in got:
+                return got[var]
+        return (environment or {}).get(var, value)
+    if config_file and config_text is not None:
+        try:
+            data = yaml.safe_load(config_text)
+        except yaml.YAMLError:
+            data = None
+        if isinstance(data, dict) and data.get(CONFIG_KEY) is not None:
+            return str(data[CONFIG_KEY])
+    return "auto"
