@@ -102,6 +102,8 @@ def _edit_env(text: str, key: str, runner: str) -> str | None:
         if not m:
             continue
         old = m.group(4)
+        if old.rstrip().endswith("\\") or (i and lines[i - 1].rstrip("\r\n").endswith("\\")):
+            return None  # a value continued over lines (or this line continues another): not one value alone
         quote = old[:1] if old[:1] in ("'", '"') and len(old) > 1 and old.rstrip()[-1:] == old[:1] else ""
         lines[i] = f"{m.group(1)}{m.group(2)}{m.group(3)}{quote}{runner}{quote}{m.group(5)}"
         return "".join(lines)
