@@ -75,6 +75,7 @@ def _set_dropin(ctx, unit: str, text: str | None) -> dict:
     args = ["--op", "set-dropin", "--run-id", ctx.options.run_id, "--state-dir", ctx.payload.state_dir,
             "--unit", unit]
     ctx.run.install_attempted = True  # the rescue's restore puts the drop-in back
+    ctx.run.dropin_written = True  # and reloads systemd
     if text is None:
         return ctx.payload.call("runner_change", args + ["--remove"], timeout=120)
     return ctx.payload.call("runner_change", args, request={"content": text}, timeout=120)
@@ -491,15 +492,18 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
 
 @task("daemon_reload")
 def daemon_reload_task(ctx, only_if_changed: bool = False, when_dir: str | None = None,
-                       when_any_dir: list | None = None) -> TaskResult:
+                       when_any_dir: list | None = None, only_if_dropin: bool = False) -> TaskResult:
     """``systemctl daemon-reload`` after orch changed a unit's drop-in (refused where running GPU
     containers of the NVIDIA container toolkit could lose their devices, see
     :func:`orchestrator.host.runner_trial.daemon_reload`). ``only_if_changed`` (rescue steps):
     skipped when this run wrote nothing. ``when_dir``: skipped unless it is a drop-in folder
     (``*.service.d``, e.g. the rollback target's ``dest_dir``); ``when_any_dir``: skipped unless one of
-    them is (the ``dest_dir`` of each run ``orch recover`` restored)."""
+    them is (the ``dest_dir`` of each run ``orch recover`` restored); ``only_if_dropin`` (a runner
+    trial's rescue): skipped unless this run wrote orch's drop-in (``HostRun.dropin_written``)."""
     if only_if_changed and not ctx.run.install_attempted:
         return TaskResult.skipped("this run changed no unit file")
+    if only_if_dropin and not ctx.run.dropin_written:
+        return TaskResult.skipped("this run wrote no unit drop-in (a unit's own file needs no reload)")
     if when_dir is not None and not str(when_dir).endswith(".service.d"):
         return TaskResult.skipped(f"{when_dir} is not a unit's drop-in folder")
     if when_any_dir is not None and not any(str(d or "").endswith(".service.d") for d in when_any_dir):

@@ -8,6 +8,8 @@ import yaml
 
 from orchestrator.facts.systemd_env import parse_env_file
 from orchestrator.host.runner_source import RunnerSource, configured_runner, edited_text, runner_source
+from orchestrator.tasks import TASKS
+from tests.fakes import FakePayload, ScriptedConnection, make_ctx
 
 PY = ["/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", "/m"]
 ENV = ("# the MoE runner\nMODEL=/m\nMOE_RUNNER=triton\n\n# later lines\nOTHER='a b'\n")
@@ -101,3 +103,17 @@ def test_configured_runner_reads_the_files_as_they_are_now():
     assert configured_runner(PY + ["--moe-runner-backend=deep_gemm", "--config", "/q.yaml"], [], "/q.yaml", YAML) == \
         "deep_gemm"
     assert configured_runner(PY, []) == "auto"
+
+
+def test_the_trial_rescue_reloads_systemd_only_after_a_drop_in(tmp_path):
+    """A trial that changed only the unit's own file: its rescue's ``daemon_reload`` (``only_if_dropin``)
+    is skipped, so a reload the NVIDIA container toolkit check would refuse cannot stop the rescue."""
+    conn = ScriptedConnection([("systemctl daemon-reload", "")])
+    payload = FakePayload({"runner_change": {"toolkit": [], "gpu_containers": [], "risky": False}})
+    ctx = make_ctx(tmp_path, connection=conn, payload=payload)
+    ctx.run.install_attempted = True  # the unit's EnvironmentFile= was changed
+    got = TASKS["daemon_reload"].fn(ctx, only_if_changed=True, only_if_dropin=True)
+    assert got.status == "skipped" and not conn.calls
+    ctx.run.dropin_written = True
+    got = TASKS["daemon_reload"].fn(ctx, only_if_changed=True, only_if_dropin=True)
+    assert got.status == "changed" and any("daemon-reload" in " ".join(a) for a, _b in conn.calls)
