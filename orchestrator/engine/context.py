@@ -83,6 +83,9 @@ class HostRun:
     stopped_by_orch: bool = False
     started_by_orch: bool = False
     install_attempted: bool = False
+    #: a runner trial wrote orch's drop-in (its rescue reloads systemd only then: a change of the
+    #: unit's own EnvironmentFile= or --config file needs no reload)
+    dropin_written: bool = False
     install_manifest: dict[str, Any] | None = None
     tuned_files: dict[str, str] = field(default_factory=dict)
     #: sub-runs of this run on the host (``<run id>.triton``: the Triton files a runner trial

@@ -54,7 +54,7 @@ class RunnerTrial(Record):
     value or ``auto``), ``candidates`` (rows, the reference first), ``kept`` (the runner the unit
     runs after the trial), ``changed`` (a drop-in now sets it), ``min_agreement`` (0..1),
     ``min_gain_pct`` (percent), ``prompts`` (how many check prompts), ``max_new_tokens``,
-    ``dropin`` (the drop-in path), ``measured_on`` (the host of its tuning group whose trial
+    ``dropin`` (the file the kept runner is set in: orch's drop-in, or the unit's own ``EnvironmentFile=``/``--config`` file), ``measured_on`` (the host of its tuning group whose trial
     measured the table and the verdict this host reuses; None: measured here), ``group_key`` (the
     trial group this host measures for, its verdict published under it), ``measuring_failed``
     (this host was to reuse a verdict, but the measuring host of its group failed before it gave

@@ -4,7 +4,8 @@ undoing a runner change (``playbooks/rollback.yaml``):
 - ``runner_candidates`` (read-only): the runners to start, checked against the release's
   ``--moe-runner-backend`` choices and SGLang's rules for these weights on this GPU;
 - ``runner_trial``: the unit's runner as the reference (greedy answers, benchmark), then each
-  candidate through orch's drop-in (``daemon-reload``, restart, readiness, log proof, output check,
+  candidate through orch's drop-in (``daemon-reload``), or the one value of the unit's own
+  ``EnvironmentFile=`` or ``--config`` file where that sets the runner (restart, readiness, log proof, output check,
   benchmark), then the fastest passing candidate kept, or the unit put back as it was;
 - ``daemon_reload``, ``verify_runner``, ``autotune_cache``: the steps a rollback (and a rescue) of a
   runner change adds. Definitions of the table: :mod:`orchestrator.facts.runner_trial`.
@@ -28,7 +29,9 @@ from ..facts.journal import last_start, text_since, unit_log
 from ..facts.catalog import TuningKey
 from ..facts.runner_trial import RunnerCandidate, RunnerTrial, RunnerTritonFiles
 from ..facts.schema import FactError
+from ..facts.unit import read_host_file
 from ..host.endpoint import find_endpoint
+from ..host.runner_source import RunnerSource, configured_runner, edited_text, runner_source
 from ..host.runner_trial import (agreement, autotune_cache_dir, backup_autotune_cache, bench, daemon_reload,
                                  dropin_text, greedy_answers, install_triton_files, load_prompts, logged_runner,
                                  raw_exec_start, restart_ready, restore_triton_files, trial_group_key)
@@ -72,9 +75,63 @@ def _set_dropin(ctx, unit: str, text: str | None) -> dict:
     args = ["--op", "set-dropin", "--run-id", ctx.options.run_id, "--state-dir", ctx.payload.state_dir,
             "--unit", unit]
     ctx.run.install_attempted = True  # the rescue's restore puts the drop-in back
+    ctx.run.dropin_written = True  # and reloads systemd
     if text is None:
         return ctx.payload.call("runner_change", args + ["--remove"], timeout=120)
     return ctx.payload.call("runner_change", args, request={"content": text}, timeout=120)
+
+
+def _unit_source(ctx, words: list[str]) -> tuple[RunnerSource, str | None]:
+    """Where this unit's runner is set (:func:`orchestrator.host.runner_source.runner_source`), read
+    from its ``EnvironmentFile=`` files and ``--config`` YAML on the host now, and that file's text
+    (None for the drop-in)."""
+    env_files, cfg, cfg_text = _unit_files(ctx)
+    src = runner_source(words, env_files, cfg, cfg_text)
+    return src, (cfg_text if src.kind == "config" else dict(env_files).get(src.path))
+
+
+def _unit_files(ctx) -> tuple[list[tuple[str, str]], str | None, str | None]:
+    """The unit's ``EnvironmentFile=`` files (``(path, text)``, in order) and its SGLang ``--config``
+    file and text, read on the host now (the paths from the unit's facts)."""
+    unit = ctx.facts.unit
+    env_files = []
+    for f in (unit.env_files if unit is not None else []):
+        if f.get("read"):
+            text = read_host_file(ctx.connection, f["path"], "EnvironmentFile")
+            if text is not None:
+                env_files.append((f["path"], text))
+    cfg = getattr(ctx.facts.server, "config_file", None) if ctx.facts.server is not None else None
+    cfg_text = read_host_file(ctx.connection, cfg, "SGLang --config file") if cfg else None
+    return env_files, cfg, cfg_text
+
+
+def _set_runner(ctx, unit: str, src: RunnerSource, words: list[str], text: str | None, runner: str,
+                reload: bool = True) -> dict:
+    """Start ``unit`` on ``runner`` from its next start: orch's drop-in (then ``daemon-reload`` when
+    ``reload``), or the one value in the unit's own file ``src.path`` (payload ``set-file``, backed
+    up with the run's manifest; systemd and SGLang read it at each start, so no reload). Returns the
+    manifest."""
+    if src.kind == "dropin":
+        manifest = _set_dropin(ctx, unit, dropin_text(words, runner, ctx.options.run_id))
+        if reload:
+            daemon_reload(ctx)
+        return manifest
+    new = edited_text(src, text or "", runner)
+    if new is None:
+        raise TaskFailed(f"{unit}: cannot set {src.describe()} to {runner} alone")
+    ctx.run.install_attempted = True  # the rescue's restore puts the file back
+    return ctx.payload.call("runner_change", ["--op", "set-file", "--run-id", ctx.options.run_id,
+                                              "--state-dir", ctx.payload.state_dir, "--path", src.path],
+                            request={"content": new}, timeout=120)
+
+
+def _runner_as_before(ctx, unit: str, src: RunnerSource) -> dict:
+    """The drop-in, or the unit's own file, back to its bytes before this run (no reload here)."""
+    if src.kind == "dropin":
+        return _dropin_as_before(ctx, unit)
+    return ctx.payload.call("runner_change", ["--op", "set-file", "--run-id", ctx.options.run_id,
+                                              "--state-dir", ctx.payload.state_dir, "--path", src.path,
+                                              "--as-before"], timeout=120)
 
 
 def _levels(result) -> dict[str, float | None]:
@@ -239,6 +296,9 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     # where the reference answered (the plan's answer, or asked now): the unit may be stopped for the tune
     endpoint = ctx.facts.endpoint or find_endpoint(ctx)
     words = raw_exec_start(ctx.connection, name)
+    src, src_text = _unit_source(ctx, words)
+    if src.kind != "dropin":
+        ctx.say(f"the unit sets its runner through {src.describe()}: orch changes that value there")
     ref_row = trial.candidates[0]
     ref_answers = json.loads((ctx.host_dir / REFERENCE_ANSWERS).read_text())
     fresh = _fresh_triton(ctx) and bool(ctx.run.tuned_files)
@@ -266,14 +326,15 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
                 ctx.say(f"candidate {cand}: the {row.triton_files} Triton files installed ({', '.join(installed)})")
             if own:  # the unit's own command line runs it: no drop-in (an earlier candidate's put back)
                 if dropin_written:
-                    _dropin_as_before(ctx, name)
+                    _runner_as_before(ctx, name, src)
                     dropin_written = False
-                    daemon_reload(ctx)
+                    if src.kind == "dropin":
+                        daemon_reload(ctx)
             else:
-                ctx.say(f"candidate {cand}: drop-in, daemon-reload, restart")
-                _set_dropin(ctx, name, dropin_text(words, cand, ctx.options.run_id))
-                dropin_written = True
-                daemon_reload(ctx)
+                ctx.say(f"candidate {cand}: " + ("drop-in, daemon-reload, restart" if src.kind == "dropin"
+                                                 else f"{src.describe()}, restart"))
+                dropin_written = True  # before the write: a failed write may still have changed it
+                _set_runner(ctx, name, src, words, src_text, cand)
             row.ready_s, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
             row.log_runner = logged_runner(text)
             if row.log_runner not in (cand, None) and not (own and ref_flag == "auto"):
@@ -313,9 +374,9 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
         installed = list(tf.paths.values()) if kept_fresh else []
         if kept_own:  # the unit's own runner on new files: no drop-in
             if ctx.run.install_attempted and dropin_written:
-                _dropin_as_before(ctx, name)
+                _runner_as_before(ctx, name, src)
         else:
-            manifest = _set_dropin(ctx, name, dropin_text(words, best.runner, ctx.options.run_id))
+            manifest = _set_runner(ctx, name, src, words, src_text, best.runner, reload=False)
             trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
             installed.insert(0, trial.dropin)
         ctx.run.summary.installed = [p for p in installed if p] or None
@@ -325,11 +386,12 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
         ref_row.kept, ref_row.why = True, "the unit keeps its runner"
         trial.kept = ref_flag
         if dropin_written:  # back to its bytes; the run's record then shows no change
-            data = _dropin_as_before(ctx, name)
+            data = _runner_as_before(ctx, name, src)
             ctx.run.summary.restored = (ctx.run.summary.restored or []) + list(data.get("files") or [])
     ctx.run.summary.runner_trial = trial
     if ctx.run.install_attempted:
-        daemon_reload(ctx)
+        if src.kind == "dropin":
+            daemon_reload(ctx)
         _ready, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
         shown = logged_runner(text)
         want = trial.kept if trial.changed and not kept_own else ref_row.log_runner
@@ -404,9 +466,9 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
                              "plan of its Triton files")
         installed = install_triton_files(ctx, files, tf.paths, tf.install_dir)
     if not own:
-        manifest = _set_dropin(ctx, name, dropin_text(words, trial.kept, ctx.options.run_id))
+        src, src_text = _unit_source(ctx, words)
+        manifest = _set_runner(ctx, name, src, words, src_text, trial.kept)
         trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
-        daemon_reload(ctx)
     ctx.run.summary.installed = [p for p in [trial.dropin, *installed] if p] or None
     _ready, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
     shown = logged_runner(text)
@@ -430,15 +492,18 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
 
 @task("daemon_reload")
 def daemon_reload_task(ctx, only_if_changed: bool = False, when_dir: str | None = None,
-                       when_any_dir: list | None = None) -> TaskResult:
+                       when_any_dir: list | None = None, only_if_dropin: bool = False) -> TaskResult:
     """``systemctl daemon-reload`` after orch changed a unit's drop-in (refused where running GPU
     containers of the NVIDIA container toolkit could lose their devices, see
     :func:`orchestrator.host.runner_trial.daemon_reload`). ``only_if_changed`` (rescue steps):
     skipped when this run wrote nothing. ``when_dir``: skipped unless it is a drop-in folder
     (``*.service.d``, e.g. the rollback target's ``dest_dir``); ``when_any_dir``: skipped unless one of
-    them is (the ``dest_dir`` of each run ``orch recover`` restored)."""
+    them is (the ``dest_dir`` of each run ``orch recover`` restored); ``only_if_dropin`` (a runner
+    trial's rescue): skipped unless this run wrote orch's drop-in (``HostRun.dropin_written``)."""
     if only_if_changed and not ctx.run.install_attempted:
         return TaskResult.skipped("this run changed no unit file")
+    if only_if_dropin and not ctx.run.dropin_written:
+        return TaskResult.skipped("this run wrote no unit drop-in (a unit's own file needs no reload)")
     if when_dir is not None and not str(when_dir).endswith(".service.d"):
         return TaskResult.skipped(f"{when_dir} is not a unit's drop-in folder")
     if when_any_dir is not None and not any(str(d or "").endswith(".service.d") for d in when_any_dir):
@@ -455,12 +520,10 @@ def verify_runner(ctx, name: str) -> TaskResult:
     text = text_since(ctx.run.log_mark, unit_log(ctx.connection, name))
     shown = logged_runner(text)
     words = raw_exec_start(ctx.connection, name)
-    want = "auto"
-    for i, w in enumerate(words):
-        if w == "--moe-runner-backend" and i + 1 < len(words):
-            want = words[i + 1]
-        elif w.startswith("--moe-runner-backend="):
-            want = w.split("=", 1)[1]
+    env_files, cfg, cfg_text = _unit_files(ctx)
+    unit = ctx.facts.unit
+    want = configured_runner(words, env_files, cfg, cfg_text, unit.unit_environment or unit.environment
+                             if unit is not None else None)
     if shown is None:
         raise TaskFailed(f"{name}: the start's log shows no server arguments line, so which runner came up is not proven")
     if want != "auto" and shown != want:

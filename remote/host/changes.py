@@ -48,10 +48,12 @@ RUNNER_DROPIN_NAME = "orch-moe-runner.conf"
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f/\\]")
 
 
-def check_name(name: Any) -> str:
+def check_name(name: Any, unit_file: bool = False) -> str:
     """Return ``name`` if it is a safe config file name, else raise ``PayloadError('bad_input')``.
 
-    Accepted besides configs: :data:`RUNNER_DROPIN_NAME`. Refused: non-strings, empty, ``/`` or ``\\``, ``..``, NUL/newline/other control characters,
+    Accepted besides configs: :data:`RUNNER_DROPIN_NAME`, and with ``unit_file`` (a runner change
+    of the unit's own ``EnvironmentFile=`` or ``--config`` file, ``remote.host.runner_change``) any
+    name that passes the other checks. Refused: non-strings, empty, ``/`` or ``\\``, ``..``, NUL/newline/other control characters,
     a leading ``.``, our temp marker, names not ending in ``.json``, names over 255 bytes.
     """
     if not isinstance(name, str) or not name:
@@ -59,6 +61,8 @@ def check_name(name: Any) -> str:
     if _BAD_NAME_CHARS.search(name) or ".." in name or name.startswith("."):
         raise PayloadError("bad_input", f"refused file name {name!r}")
     if name == RUNNER_DROPIN_NAME:  # the runner trial's systemd drop-in (remote.host.runner_change)
+        return name
+    if unit_file and TMP_MARK not in name and len(name.encode("utf-8")) <= 255:
         return name
     if TMP_MARK in name or not name.endswith(".json") or len(name.encode("utf-8")) > 255:
         raise PayloadError("bad_input", f"refused file name {name!r} (must end in .json)")

@@ -64,7 +64,7 @@ def _load_backups(state_dir: str, run_id: str, manifest: dict) -> list[tuple[dic
     dest_dir = manifest.get("dest_dir")
     out = []
     for e in manifest["files"]:
-        name = check_name(e.get("name"))
+        name = check_name(e.get("name"), unit_file=bool(manifest.get("unit_file")))
         if e.get("path") != os.path.join(dest_dir, name):
             raise PayloadError("bad_input", f"manifest entry {e.get('path')!r} is not inside {dest_dir}")
         if not e.get("existed"):
@@ -109,7 +109,7 @@ def restore(state_dir: str, run_id: str, as_run_id: str | None = None,
         done = apply_changes(state_dir, as_run_id, "rollback", dest_dir,
                              [(e["name"], data) for e, data in items], create_dest=True,
                              remove_dest_if_empty=not dest_existed_before,
-                             extra={"restores": run_id})
+                             extra={"restores": run_id, **({"unit_file": True} if manifest.get("unit_file") else {})})
         amap = {"created": "restored", "replaced": "restored", "deleted": "deleted",
                 "unchanged": "unchanged", "absent": "unchanged"}
         files = [{"path": f["path"], "action": amap[f["action"]], "sha256": f["sha256_after"]}

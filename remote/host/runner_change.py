@@ -13,6 +13,14 @@ the same run (the next candidate) rewrites the file atomically and updates the m
 drop-in back as it was before the first change (the manifest then records no change). Result: the
 manifest.
 
+``--op set-file --path FILE (--request F | --as-before)``: the same for the unit's own file where
+its runner is set (an ``EnvironmentFile=`` that sets the variable its ``--moe-runner-backend`` takes,
+or its SGLang ``--config`` YAML): the request's content (the file with that one value changed, made
+by the controller) replaces ``FILE``, which must exist and stay a regular file; the first change is
+backed up with a manifest (``action`` ``runner``, ``unit_file`` true, so ``restore`` accepts the
+name), its mode and owner are kept. ``--as-before`` puts it back to its bytes before the run. The
+file is never removed.
+
 ``--op reload-check``: before ``systemctl daemon-reload``. On hosts with the NVIDIA container
 toolkit, a daemon-reload can take the GPU devices away from running containers whose device access
 was set up by the toolkit's runtime hook rather than by systemd (NVIDIA/nvidia-container-toolkit
@@ -38,7 +46,7 @@ import os
 import shutil
 
 from ..protocol import PayloadError
-from .changes import RUNNER_DROPIN_NAME, apply_changes, held_by_other
+from .changes import RUNNER_DROPIN_NAME, apply_changes, check_name, held_by_other
 from .fs import (AUTOTUNE_BACKUP, DEFAULT_STATE_DIR, atomic_write, atomic_write_json, check_run_id, fsync_dir, load_request,
                  read_bytes, read_json, run_dir, sha256_bytes, sha256_file)
 
@@ -54,10 +62,11 @@ MAX_CACHE_BYTES = 256 * 1024 * 1024
 
 def add_arguments(parser) -> None:
     """Flags of ``runner_change``."""
-    parser.add_argument("--op", required=True, choices=("set-dropin", "reload-check", "cache-backup", "cache-restore"))
+    parser.add_argument("--op", required=True, choices=("set-dropin", "set-file", "reload-check", "cache-backup", "cache-restore"))
     parser.add_argument("--run-id", default=None)
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     parser.add_argument("--unit", default=None)
+    parser.add_argument("--path", default=None, help="set-file: the unit's own file (absolute)")
     parser.add_argument("--request", default=None, help='JSON request file {"content": the drop-in text}')
     parser.add_argument("--remove", action="store_true", help="remove orch's drop-in")
     parser.add_argument("--as-before", action="store_true",
@@ -88,6 +97,21 @@ def run(args) -> dict:
                                                 "section (at most 64 KiB)")
             content = text.encode("utf-8")
         return set_dropin(args.state_dir, run_id, dropin_dir(args.unit, args.systemd_dir), content)
+    if args.op == "set-file":
+        path = args.path or ""
+        if not os.path.isabs(path) or os.path.normpath(path) != path or not os.path.isfile(path) or os.path.islink(path):
+            raise PayloadError("bad_input", f"set-file: --path must be an existing regular file (absolute, "
+                                            f"no symlink), got {args.path!r}")
+        folder, name = os.path.split(path)
+        check_name(name, unit_file=True)
+        if args.as_before:
+            return set_dropin_as_before(args.state_dir, run_id, folder, name=name)
+        if not args.request:
+            raise PayloadError("bad_input", "set-file needs --request or --as-before")
+        text = load_request(args.request).get("content")
+        if not isinstance(text, str) or len(text) > 1024 * 1024:
+            raise PayloadError("bad_input", "set-file: content must be the file's text (at most 1 MiB)")
+        return set_dropin(args.state_dir, run_id, folder, text.encode("utf-8"), name=name)
     if not args.cache_dir or not os.path.isabs(args.cache_dir):
         raise PayloadError("bad_input", f"--cache-dir must be an absolute path, got {args.cache_dir!r}")
     if args.op == "cache-backup":
@@ -101,24 +125,31 @@ def dropin_dir(unit: str, systemd_dir: str = SYSTEMD_DIR) -> str:
     return os.path.join(systemd_dir, name + ".d")
 
 
-def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None) -> dict:
-    """Write ``content`` as ``folder/DROPIN_NAME`` (None: remove it) as run ``run_id`` (module
-    docstring); returns the manifest. Raises ``PayloadError`` (``locked`` when another run holds the
-    host lock)."""
+def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None, name: str = DROPIN_NAME) -> dict:
+    """Write ``content`` as ``folder/name`` (None: remove it) as run ``run_id`` (module
+    docstring); ``name`` other than :data:`DROPIN_NAME`: the unit's own file (``set-file``), never
+    created or removed. Returns the manifest. Raises ``PayloadError`` (``locked`` when another run
+    holds the host lock)."""
+    own = name != DROPIN_NAME
     other = held_by_other(state_dir, {run_id})
     if other:
         raise PayloadError("locked", f"host lock held by run {other.get('run_id')}; not changing {folder}")
     mpath = os.path.join(run_dir(state_dir, run_id), "manifest.json")
     manifest = read_json(mpath, default=None)
     if not isinstance(manifest, dict) or manifest.get("status") == "failed":
-        if content is None and not os.path.exists(os.path.join(folder, DROPIN_NAME)):
+        if content is None and not os.path.exists(os.path.join(folder, name)):
             return {"run_id": run_id, "dest_dir": folder, "files": [], "status": "unchanged"}
-        return apply_changes(state_dir, run_id, "runner", folder, [(DROPIN_NAME, content)],
-                             create_dest=True, remove_dest_if_empty=True)
+        if own and content is None:
+            raise PayloadError("bad_input", f"run {run_id}: orch never removes {folder}/{name}")
+        return apply_changes(state_dir, run_id, "runner", folder, [(name, content)],
+                             create_dest=not own, remove_dest_if_empty=not own,
+                             extra={"unit_file": True} if own else None)
     if manifest.get("dest_dir") != folder or manifest.get("action") != "runner":
         raise PayloadError("bad_input", f"run {run_id} already changed {manifest.get('dest_dir')} "
                                         f"({manifest.get('action')}); one runner change per run")
-    path = os.path.join(folder, DROPIN_NAME)
+    if own and (content is None or not manifest.get("unit_file")):
+        raise PayloadError("bad_input", f"run {run_id}: {folder}/{name} can only be rewritten, not removed")
+    path = os.path.join(folder, name)
     if content is None:
         if os.path.exists(path):
             os.unlink(path)
@@ -131,12 +162,12 @@ def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None) 
             os.makedirs(folder, 0o755)
             fsync_dir(os.path.dirname(folder))
         # the file's mode and owner as they were before the run, whatever the steps in between did
-        entry = next((f for f in manifest.get("files") or [] if f.get("name") == DROPIN_NAME), {})
+        entry = next((f for f in manifest.get("files") or [] if f.get("name") == name), {})
         mode = entry.get("mode_before")
         atomic_write(path, content, mode=0o644 if mode is None else mode, uid=entry.get("uid_before"),
                      gid=entry.get("gid_before"))
     for f in manifest.get("files") or []:
-        if f.get("name") == DROPIN_NAME:
+        if f.get("name") == name:
             f["sha256_after"] = None if content is None else sha256_bytes(content)
             before, after = f.get("sha256_before"), f["sha256_after"]
             f["action"] = ("absent" if before is None and after is None else "unchanged" if before == after
@@ -146,7 +177,7 @@ def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None) 
     return manifest
 
 
-def set_dropin_as_before(state_dir: str, run_id: str, folder: str) -> dict:
+def set_dropin_as_before(state_dir: str, run_id: str, folder: str, name: str = DROPIN_NAME) -> dict:
     """Put the drop-in back as it was before run ``run_id`` first changed it (its backup's bytes, or
     no file and no folder the run made), recorded in the manifest as ``unchanged``/``absent``: the
     run then changed nothing, so ``orch rollback`` has nothing of it to undo. A run that never
@@ -154,17 +185,17 @@ def set_dropin_as_before(state_dir: str, run_id: str, folder: str) -> dict:
     manifest = read_json(os.path.join(run_dir(state_dir, run_id), "manifest.json"), default=None)
     if not isinstance(manifest, dict):
         return {"run_id": run_id, "dest_dir": folder, "files": [], "status": "unchanged"}
-    entry = next((f for f in manifest.get("files") or [] if f.get("name") == DROPIN_NAME), None)
+    entry = next((f for f in manifest.get("files") or [] if f.get("name") == name), None)
     if entry is None:
-        raise PayloadError("runtime", f"run {run_id} recorded no {DROPIN_NAME}")
+        raise PayloadError("runtime", f"run {run_id} recorded no {name}")
     before = None
     if entry.get("existed"):
-        before = read_bytes(os.path.join(run_dir(state_dir, run_id), "backup", DROPIN_NAME))
+        before = read_bytes(os.path.join(run_dir(state_dir, run_id), "backup", name))
         if before is None or sha256_bytes(before) != entry.get("sha256_before"):
             raise PayloadError("runtime", f"backup of {entry.get('path')} in run {run_id} is missing or damaged")
-    got = set_dropin(state_dir, run_id, folder, before)
-    if sha256_file(os.path.join(folder, DROPIN_NAME)) != entry.get("sha256_before"):
-        raise PayloadError("runtime", f"{folder}/{DROPIN_NAME} is not back to its bytes before run {run_id}")
+    got = set_dropin(state_dir, run_id, folder, before, name=name)
+    if sha256_file(os.path.join(folder, name)) != entry.get("sha256_before"):
+        raise PayloadError("runtime", f"{folder}/{name} is not back to its bytes before run {run_id}")
     return got
 
 

@@ -6,6 +6,8 @@
     {"state_dir", "runs": [{"run_id", "created", "action", "status", "dest_dir",
                             "restores": run id a rollback run undid | null,
                             "restored_at": when this run was itself restored | null,
+                            "unit_file": bool (a runner change of the unit's own EnvironmentFile=
+                                          or --config file, not orch's drop-in),
                             "changed": [{"path", "action"}], "unchanged": int,
                             "autotune_cache": the FlashInfer autotune folder the run backed up | null,
                             "state": {...state.json...} | null}]}
@@ -105,6 +107,7 @@ def describe_run(state_dir: str, run_id: str) -> dict:
         "action": manifest.get("action"),
         "status": manifest.get("status"),
         "dest_dir": manifest.get("dest_dir"),
+        "unit_file": bool(manifest.get("unit_file")),
         "restores": manifest.get("restores"),
         "restored_at": (state or {}).get("restored_at") if isinstance(state, dict) else None,
         "changed": [{"path": f.get("path"), "action": f.get("action")} for f in files

@@ -378,3 +378,90 @@ def test_triton_kept_over_another_runner_rollback_undoes_drop_in_and_files_toget
     assert h.file_tree_hash("/etc/systemd/system") == units_before
     assert h.file_tree_hash(h.config_dir) == configs_before
     assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+
+
+ENV_FILE = "/etc/default/sglang-qwen"
+ENV_TEXT = "# the MoE runner of sglang-qwen\nMODEL_NOTE=keep me\nMOE_RUNNER=triton  \n\n# end of file\n"
+
+
+def test_trial_edits_the_environment_file_that_sets_the_runner_and_rollback_restores_it(testbed_factory, tmp_path):
+    """A unit whose ExecStart takes the runner from ``${MOE_RUNNER}``, set in its EnvironmentFile=:
+    the trial changes that one value in that file (no drop-in, no daemon-reload), the server comes
+    up on the kept runner, and `orch rollback` puts the file back byte-identical."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(1, host_options={"gpu-a": {
+        "env": env, "env_files": [ENV_FILE], "files": {ENV_FILE: ENV_TEXT},
+        "exec_start": "{python} -m sglang.launch_server {args} --moe-runner-backend ${{MOE_RUNNER}}"}})
+    h = bed.hosts[0]
+    assert _runner(h) == "triton"
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    env_before = h.file_tree_hash("/etc/default")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "flashinfer_cutlass", "--json",
+                state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    trial = r["summary"]["runner_trial"]
+    assert trial["reference"] == "triton" and trial["kept"] == "flashinfer_cutlass" and trial["changed"]
+    assert trial["dropin"] == ENV_FILE
+    # only that value changed: comments, the other line, the blank line and the order kept
+    assert h.sh(f"cat {ENV_FILE}").stdout == ENV_TEXT.replace("MOE_RUNNER=triton  ", "MOE_RUNNER=flashinfer_cutlass")
+    assert h.file_tree_hash("/etc/systemd/system") == units_before  # no drop-in
+    assert h.sh(f"test -e {DROPIN_DIR}", check=False).returncode != 0
+    assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+    assert "moe_runner_backend='flashinfer_cutlass'" in h.unit_log()
+    run_id = recap(proc)["run_id"]
+    events = (state / "runs" / run_id / "events.jsonl").read_text()
+    assert '"daemon_reload"' not in events  # systemd reads the file at each start
+    manifest = json.loads(h.sh(f"cat /var/lib/orch/runs/{run_id}/manifest.json").stdout)
+    assert manifest["dest_dir"] == "/etc/default" and manifest["unit_file"]
+    assert [(f["name"], f["action"]) for f in manifest["files"]] == [("sglang-qwen", "replaced")]
+
+    back = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    rb = recap(back)["hosts"][h.name]
+    assert rb["outcome"] == "completed", rb
+    assert h.file_tree_hash("/etc/default") == env_before  # byte-identical
+    assert h.sh(f"cat {ENV_FILE}").stdout == ENV_TEXT
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.unit_state() == "active" and _runner(h) == "triton"
+    events = (state / "runs" / recap(back)["run_id"] / "events.jsonl").read_text()
+    assert "log shows moe_runner_backend=triton" in events  # verify_runner's proof
+
+
+CONFIG = "/etc/sglang/qwen3.yaml"
+CONFIG_TEXT = ("# SGLang server flags\nmodel-path: /models/tiny-moe\nport: 30000\nhost: 0.0.0.0\n"
+               "moe-runner-backend: triton   # the operator's choice\ntp-size: 1\n")
+
+
+def test_trial_edits_the_config_yaml_that_sets_the_runner_and_rollback_restores_it(testbed_factory, tmp_path):
+    """A unit whose SGLang ``--config`` YAML sets ``moe-runner-backend`` (no flag on its command
+    line): the trial changes that value in the YAML, comments and order kept, no drop-in; `orch
+    rollback` puts the YAML back byte-identical and proves the runner it gives."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache"}
+    bed = testbed_factory(1, host_options={"gpu-a": {
+        "env": env, "launch_args": ["--config", CONFIG], "files": {CONFIG: CONFIG_TEXT}}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    assert _runner(h) == "triton"
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    cfg_before = h.file_tree_hash("/etc/sglang")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", "flashinfer_cutlass", "--json",
+                state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    trial = r["summary"]["runner_trial"]
+    assert trial["kept"] == "flashinfer_cutlass" and trial["changed"] and trial["dropin"] == CONFIG, trial
+    assert h.sh(f"cat {CONFIG}").stdout == CONFIG_TEXT.replace("backend: triton ", "backend: flashinfer_cutlass ")
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+    back = orch("rollback", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    assert h.file_tree_hash("/etc/sglang") == cfg_before and h.sh(f"cat {CONFIG}").stdout == CONFIG_TEXT
+    assert h.unit_state() == "active" and _runner(h) == "triton"
+    events = (state / "runs" / recap(back)["run_id"] / "events.jsonl").read_text()
+    assert "log shows moe_runner_backend=triton (unit: triton)" in events

@@ -182,3 +182,57 @@ def test_as_before_leaves_a_record_of_no_change(dirs, existed):
     m = json.loads((Path(state) / "runs" / "r1" / "manifest.json").read_text())
     assert [f["action"] for f in m["files"]] == ["unchanged" if existed else "absent"]
     assert rc.set_dropin_as_before(state, "r2", str(folder))["status"] == "unchanged"  # a run that wrote nothing
+
+
+ENV_TEXT = b"# runner of the unit\nMODEL=/m\nMOE_RUNNER=triton\r\n# end\n"
+
+
+def test_set_file_edits_the_units_own_file_and_restore_puts_it_back_byte_identical(dirs):
+    """``set-file``: the unit's EnvironmentFile= (not a .json, not the drop-in) is changed through
+    the backup/manifest machinery: its mode kept, restore (and a rollback run, and the rollback of
+    that) byte-exact, the file never removed."""
+    systemd, state = dirs
+    etc = systemd.parent / "default"
+    etc.mkdir()
+    path = etc / "sglang-qwen"
+    path.write_bytes(ENV_TEXT)
+    os.chmod(path, 0o600)
+    before = tree(etc)
+    new = ENV_TEXT.replace(b"=triton", b"=flashinfer_cutlass")
+    m = rc.set_dropin(state, "r1", str(etc), new, name="sglang-qwen")
+    assert m["unit_file"] and m["files"][0]["action"] == "replaced"
+    rc.set_dropin(state, "r1", str(etc), ENV_TEXT.replace(b"=triton", b"=cutlass"), name="sglang-qwen")
+    rc.set_dropin(state, "r1", str(etc), new, name="sglang-qwen")
+    assert path.read_bytes() == new and oct(os.stat(path).st_mode & 0o777) == "0o600"
+    with pytest.raises(PayloadError, match="only be rewritten"):
+        rc.set_dropin(state, "r1", str(etc), None, name="sglang-qwen")
+    listed = runs_mod.list_runs(state)["runs"]
+    assert listed[0]["unit_file"] and listed[0]["dest_dir"] == str(etc)
+    done = rest.restore(state, "r1", as_run_id="r2")  # orch rollback
+    assert tree(etc) == before and path.read_bytes() == ENV_TEXT
+    assert {f["action"] for f in done["files"]} == {"restored"}
+    rest.restore(state, "r2")  # the rollback rolled back
+    assert path.read_bytes() == new
+
+
+def test_set_file_as_before_records_no_change(dirs):
+    systemd, state = dirs
+    path = systemd / "q.yaml"
+    path.write_bytes(b"moe-runner-backend: triton  # ours\n")
+    before = tree(systemd)
+    rc.set_dropin(state, "r1", str(systemd), b"moe-runner-backend: cutlass  # ours\n", name="q.yaml")
+    m = rc.set_dropin_as_before(state, "r1", str(systemd), name="q.yaml")
+    assert tree(systemd) == before and [f["action"] for f in m["files"]] == ["unchanged"]
+
+
+def test_set_file_command_refuses_a_missing_or_relative_path(dirs, tmp_path):
+    systemd, state = dirs
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps({"content": "X=1\n"}))
+    import argparse
+    for bad in ("relative/file", str(systemd / "missing"), str(systemd / ".." / "systemd" / "x")):
+        args = argparse.Namespace(op="set-file", run_id="r1", state_dir=state, path=bad, request=str(req),
+                                  as_before=False, remove=False, unit=None, cache_dir=None, exact=False,
+                                  systemd_dir=str(systemd))
+        with pytest.raises(PayloadError, match="existing regular file"):
+            rc.run(args)
