@@ -10,8 +10,8 @@ calls, L2 flushed, 10 replays) with a median. Before the first measurement in a 
 graphs of a process replayed about 5% fast at M=1, docs/benchmarks.md "What kernel time means").
 
 Adaptive screening (``replay_us``): a screening measurement only ranks candidates, and a
-graph of 10 calls of a slow candidate (an int4 GEMM at M=3072 runs 2 to 20 ms) costs 41 runs of
-it. With ``replay_us`` set, a graph of one call, replayed after an L2 flush and timed with CUDA
+graph of 10 calls of a slow candidate (int4 candidates at M=3072 averaged about 10 ms per run)
+costs 41 runs of it. With ``replay_us`` set, a graph of one call, replayed after an L2 flush and timed with CUDA
 events, gives the candidate's time t; the graph then holds ``ceil(replay_us / t)`` calls (at most ``n_calls``,
 at least 1), so every replay lasts about ``replay_us`` or longer. Fast kernels (t below
 ``replay_us / n_calls``) keep the full graph; the final measurements use the fixed protocol.
@@ -76,7 +76,7 @@ class Timer:
         """Median time of one call of ``fn`` in microseconds (see module docstring).
 
         ``replay_us``: adaptive screening on a GPU (module docstring): the graph holds
-        ``min(n_calls, ceil(replay_us / t))`` calls, t being one timed eager call (µs); None:
+        ``min(n_calls, ceil(replay_us / t))`` calls, t being one call timed as a graph of one (µs); None:
         always ``n_calls``. Ignored on the CPU.
         Exceptions from ``fn`` (compile errors, OutOfResources) propagate; the caller
         decides to skip the candidate.
