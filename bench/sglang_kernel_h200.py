@@ -346,7 +346,7 @@ def section_tune2(res, args, ctx):
 
 def _shape_files(tree: Path, names: dict) -> dict:
     """``{folder: {"up": path, "down": path|None}}`` of SGLang's shipped configs for these names."""
-    from remote.sglang.naming import parse_triton_folder
+    from remote.engines.sglang.naming import parse_triton_folder
     from remote.tuning.providers.sglang import load_kernel
 
     base = Path(sys.modules[load_kernel().get_moe_configs.__module__].__file__).parent / "configs"
@@ -366,7 +366,7 @@ def _config_dir(root: Path, name: str, up: Path | None, down: Path | None, names
     folder, with SGLang's file names (an empty folder when ``up`` is None: SGLang's default)."""
     import triton
 
-    from remote.sglang.naming import triton_folder
+    from remote.engines.sglang.naming import triton_folder
     folder = root / name / "configs" / triton_folder(triton.__version__)
     folder.mkdir(parents=True, exist_ok=True)
     if up is not None:
@@ -382,7 +382,7 @@ def _set_configs(prov, p, d: Path) -> list:
     entry without USE_TMA), for precompiling; approximate is fine (a miss compiles at launch)."""
     import triton
 
-    from remote.sglang.naming import triton_folder
+    from remote.engines.sglang.naming import triton_folder
     from remote.tuning.tuner import space as sp
     names = prov.k.file_names(p.E, p.N, prov.k.config_dtype(p.dtype, p.quant),
                               list(p.quant.block_shape) if p.quant and p.quant.block_shape else None)
@@ -484,7 +484,7 @@ def section_compare(res, args, ctx):
         sets["ship_3_6_0"] = _config_dir(root, "ship_3_6_0", f["up"], f["down"], names)
     newest = [d for d in shipped if d != "triton_3_6_0"]
     if newest:
-        from remote.sglang.naming import sort_triton_folders
+        from remote.engines.sglang.naming import sort_triton_folders
         d = sort_triton_folders(newest)[0]
         f = shipped[d]
         sets[f"ship_{d[len('triton_'):]}"] = _config_dir(root, f"ship_{d}", f["up"], f["down"], names)
@@ -580,13 +580,13 @@ def section_full(res, args, ctx):
             continue
         fr, fu = fast_rep["batch_sizes"][str(M)], rep["batch_sizes"][str(M)]
         root = Path(tempfile.mkdtemp(prefix="orch-bench-full-"))
-        from remote.sglang.configfile import dumps_config
+        from remote.engines.triton_moe.configfile import dumps_config
         sets = {}
         for name, pick in (("fast", fr), ("full", fu)):
             d = root / name / "configs"
             import triton
 
-            from remote.sglang.naming import triton_folder
+            from remote.engines.sglang.naming import triton_folder
             folder = d / triton_folder(triton.__version__)
             folder.mkdir(parents=True)
             (folder / names["up"]).write_text(dumps_config({str(M): pick["up"]}))
@@ -866,8 +866,8 @@ def _smoke_quant_configs(root: Path) -> tuple:
 
 def _quant_shape(path: Path, flags: list) -> tuple:
     """``(shape, naming, quant, kernel block_shape)`` the tune command resolves for this model."""
-    from remote.sglang.model_flags import load_model_config
-    from remote.sglang.shape import moe_shape
+    from remote.engines.sglang.model_flags import load_model_config
+    from remote.engines.sglang.shape import moe_shape
     from remote.tuning.support import quant_entry
 
     tp = int(flags[flags.index("--tp") + 1]) if "--tp" in flags else 1
@@ -965,7 +965,7 @@ def section_quant(res, args, ctx):
 def _partial_files(tune_out: Path, root: Path, names: dict):
     """Up/down files of the batch sizes a stopped tune finished (its ``checkpoint.json``, as the tune
     command writes them at the end: the down config on the up config's BLOCK_SIZE_M), or None."""
-    from remote.sglang.configfile import dumps_config
+    from remote.engines.triton_moe.configfile import dumps_config
     cp = tune_out / "checkpoint.json"
     try:
         done = json.loads(cp.read_text()).get("results") or {}

@@ -95,7 +95,7 @@ class ConfigStore:
 
     def put(self, key: dict, files: dict[str, str | Path], report: str | Path | None, provenance: dict) -> Entry:
         """Store validated config files for ``key`` atomically (a temp folder renamed in place)."""
-        from remote.sglang.configfile import load_config_file
+        from remote.engines.triton_moe.configfile import load_config_file
         from remote.protocol import PayloadError
 
         for role, path in files.items():
@@ -143,7 +143,7 @@ class ConfigStore:
             raise StoreError(f"{src}: expected one up file and at most one _down file, found {[p.name for p in jsons]}")
         files = {"up": up[0], **({"down": down[0]} if down else {})}
         if down:
-            from remote.sglang.configfile import check_down_matches_up, load_config_file
+            from remote.engines.triton_moe.configfile import check_down_matches_up, load_config_file
             from remote.protocol import PayloadError
 
             try:

@@ -19,7 +19,7 @@ Roles, one folder each:
   ``tuning.support``, what the tuner can run, readable without torch.
 
 Import rule: nothing here imports ``orchestrator``; ``orchestrator`` imports only
-``remote.sglang`` and ``remote.protocol``; commands never import one another (what they share
+``remote.engines.sglang`` and ``remote.protocol``; commands never import one another (what they share
 lives in ``sglang/``, ``host/fs``, ``host/changes``, ``host/procs``, ``bench/common`` or
 ``tuning/support``); only ``tuning/`` imports torch or triton, and only when tuning. ``tests/test_architecture.py``
 checks all of it.

@@ -1,10 +1,10 @@
 """probe: GPUs, Triton, SGLang loader/config folders, model shape and exact file names.
 
-Flags: the model flags of ``names`` (:func:`remote.sglang.model_flags.add_model_flags`;
+Flags: the model flags of ``names`` (:func:`remote.engines.sglang.model_flags.add_model_flags`;
 ``--model-config`` optional here, ``--device-name`` overrides the CUDA name and is required when
 no CUDA GPU is visible and a model is given), ``--capability`` (override of GPU 0's compute
 capability, ``9.0``), ``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``, if set),
-``--autotune-cache-root`` (the server's ``$SGLANG_CACHE_DIR``, :func:`remote.sglang.autotune.cache_root`;
+``--autotune-cache-root`` (the server's ``$SGLANG_CACHE_DIR``, :func:`remote.engines.sglang.autotune.cache_root`;
 default: this user's ``~/.cache/sglang``).
 ``--work-dir`` (the tuner's work folder: refused when its mount is ``noexec``, :func:`exec_problem`).
 
@@ -16,17 +16,17 @@ Result ``data``::
     capability: "9.0" | null                # GPU 0's; --capability wins
     mixed_gpus: bool                        # visible GPUs report different names
     torch_version, triton_version: str | null
-    triton_folder: "triton_3_6_0"           # where orch installs (remote.sglang.naming.triton_folder)
+    triton_folder: "triton_3_6_0"           # where orch installs (remote.engines.sglang.naming.triton_folder)
     sglang_exact_folder: "triton_3_6_0"     # the folder SGLang tries first (verbatim version)
     sglang: {installed, version, package_dir, loader_module, layout "current"|"old"|null,
              loader_rules: {name_selectors, reads_down, config_dir_env, fallback,
-                            fallback_versions}  (remote.sglang.lookup.loader_rules),
+                            fallback_versions}  (remote.engines.sglang.lookup.loader_rules),
              loader_rules_inferred: str | null  # why the rules are inferred (module unreadable,
-                                                # remote.sglang.lookup.inferred_rules), else null
+                                                # remote.engines.sglang.lookup.inferred_rules), else null
              configs_root, configs_root_exists, shipped_configs_root,
              other_layout_configs_root, moe_config_dir}
     model: MoeShape.to_dict() + {tuner_unsupported, checkpoint_quant_method} | null,
-    model_config_path                       # checkpoint_quant_method: remote.sglang.runner.checkpoint_quant_method
+    model_config_path                       # checkpoint_quant_method: remote.engines.sglang.runner.checkpoint_quant_method
     triton_kernels: bool                    # the triton_kernels package is importable (gpt-oss's runner)
     flashinfer_version: str | null          # flashinfer.__version__ (what SGLang's autotune path uses); null: none
     autotune_cache_root: str                # where FlashInfer autotune caches were looked for
@@ -45,7 +45,7 @@ Result ``data``::
     warnings: [str]
 
 SGLang is located and its loader's search replayed WITHOUT importing it
-(:mod:`remote.sglang.lookup`); the tuner's answers (``model.tuner_unsupported`` for the provider
+(:mod:`remote.engines.sglang.lookup`); the tuner's answers (``model.tuner_unsupported`` for the provider
 ``auto`` resolves to, ``model.tuner_unsupported_by`` per provider,
 ``tuner_provider``) come from :mod:`remote.tuning.support`, which imports neither torch nor
 sglang. torch and triton are imported only inside the functions that query them.
@@ -61,11 +61,11 @@ import os
 from typing import Any
 
 from .protocol import PayloadError, log
-from .sglang.lookup import find_sglang, simulate_lookup
-from .sglang.model_config import load_model_config
-from .sglang.model_flags import add_model_flags, checked_device_name, shape_from_args
-from .sglang.runner import checkpoint_quant_method
-from .sglang.naming import sglang_version_dir, triton_folder, unparsable_triton_folders
+from .engines.sglang.lookup import find_sglang, simulate_lookup
+from .engines.sglang.model_config import load_model_config
+from .engines.sglang.model_flags import add_model_flags, checked_device_name, shape_from_args
+from .engines.sglang.runner import checkpoint_quant_method
+from .engines.sglang.naming import sglang_version_dir, triton_folder, unparsable_triton_folders
 from .tuning.support import resolve_provider_name, unsupported_reason
 
 
@@ -251,7 +251,7 @@ def checked_capability(text: str | None) -> str | None:
 
 
 def _checkpoint_quant(config_path: str) -> str | None:
-    """The checkpoint's quantization method as SGLang names it (``remote.sglang.runner.checkpoint_quant_method``),
+    """The checkpoint's quantization method as SGLang names it (``remote.engines.sglang.runner.checkpoint_quant_method``),
     from the model config and, beside it, ModelOpt's ``hf_quant_config.json`` when present."""
     side = os.path.join(os.path.dirname(config_path), "hf_quant_config.json")
     try:
@@ -265,7 +265,7 @@ def _checkpoint_quant(config_path: str) -> str | None:
 def _dtype_inputs(config_path: str) -> dict:
     """``config_dtype`` (the text config's ``dtype``/``torch_dtype``, else the top level's) and
     ``model_type`` (the text config's), which SGLang's ``_get_and_verify_dtype`` reads
-    (``configs/model_config.py``; :func:`remote.sglang.autotune.torch_dtype`)."""
+    (``configs/model_config.py``; :func:`remote.engines.sglang.autotune.torch_dtype`)."""
     cfg = load_model_config(config_path)
     tc = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     raw = None

@@ -6,8 +6,8 @@ Every line written to stdout is one JSON object with ``"proto": 1`` and ``"type"
 line ends a command.
 
 The names ``tune --space`` and ``tune --provider`` accept are orch's own (not SGLang's rules,
-which live in :mod:`remote.sglang`), part of the command line the controller writes and the
-payload parses: they are declared here, the one module of the payload besides ``remote.sglang``
+which live in :mod:`remote.engines.sglang`), part of the command line the controller writes and the
+payload parses: they are declared here, the one module of the payload besides ``remote.engines.sglang``
 that the controller may import. The controller's inventory variables (``orch_tune_space``,
 ``orch_tune_provider``), its task arguments and the payload's argparse choices all check against
 these tuples.
@@ -77,7 +77,7 @@ class PayloadError(Exception):
 
 class BadInput(PayloadError, ValueError):
     """A ``bad_input`` :class:`PayloadError` that is also a ``ValueError``: what a pure rule (e.g.
-    :func:`remote.sglang.naming.sglang_device_name`) raises for a value it rejects. A command that
+    :func:`remote.engines.sglang.naming.sglang_device_name`) raises for a value it rejects. A command that
     lets one through ends in a ``bad_input`` line naming the value (never ``runtime``), the
     controller shows it as bad input, and callers that catch ``ValueError`` keep working."""
 

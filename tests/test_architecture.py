@@ -1,7 +1,7 @@
 """The import rules between the payload (``remote/``) and the controller (``orchestrator/``).
 
 - (a) nothing under ``remote/`` imports ``orchestrator`` (the payload runs alone on a host);
-- (b) ``orchestrator/`` imports from ``remote`` only ``remote.sglang...`` and ``remote.protocol``;
+- (b) ``orchestrator/`` imports from ``remote`` only ``remote.engines...`` and ``remote.protocol``;
 - (c) the stdlib-only parts of ``remote`` import with torch and triton blocked;
 - (d) at most 6 modules at the top of ``remote/`` (the rest lives in role folders);
 - (e) no import cycle inside ``remote/`` (:func:`import_cycles`, reusable for any package);
@@ -35,18 +35,18 @@ REMOTE = REPO / "remote"
 ORCH = REPO / "orchestrator"
 
 #: Where the controller may import the payload's code (docs/protocol.md).
-ALLOWED_FROM_CONTROLLER = ("remote.sglang", "remote.protocol")
+ALLOWED_FROM_CONTROLLER = ("remote.engines", "remote.protocol")
 
 #: What the GPU measurement scripts of ``bench/`` may import from the payload, and why: they time
 #: and check the kernels, the search and its parts on a real GPU, below the ``tune`` command.
 BENCH_MAY_IMPORT = {
-    "remote.sglang.naming": "SGLang's file and folder names",
-    "remote.sglang.configfile": "writing config files as SGLang reads them",
+    "remote.engines.sglang.naming": "SGLang's file and folder names",
+    "remote.engines.triton_moe.configfile": "writing config files as SGLang reads them",
     "remote.tuning.kernel.fused_moe": "orch's Triton kernel, timed and checked",
     "remote.tuning.kernel.quant": "its fp8 quantization",
     "remote.tuning.kernel.formats": "quantized weights in SGLang's layouts and their float64 reference",
-    "remote.sglang.model_flags": "loading a model config as the tune command does",
-    "remote.sglang.shape": "the MoE shape and selectors a model config gives (section quant)",
+    "remote.engines.sglang.model_flags": "loading a model config as the tune command does",
+    "remote.engines.sglang.shape": "the MoE shape and selectors a model config gives (section quant)",
     "remote.tuning.support": "the tuner spec's quant entry for those selectors",
     "remote.tuning.kernel.reference": "the float64 reference the kernels are checked against",
     "remote.tuning.providers.builtin": "the builtin provider: what the tuner times",
@@ -60,7 +60,7 @@ BENCH_MAY_IMPORT = {
 BENCH = REPO / "bench"
 
 #: Parts of the payload that must import without torch or triton (commands read-only or stdlib).
-TORCH_FREE = ("remote.sglang", "remote.host", "remote.bench", "remote.probe", "remote.names", "remote.protocol",
+TORCH_FREE = ("remote.engines", "remote.host", "remote.bench", "remote.probe", "remote.names", "remote.protocol",
               "remote.tuning.support", "remote.tuning.command", "remote.__main__")
 
 
@@ -253,7 +253,7 @@ def test_controller_imports_only_the_shared_rules_of_the_payload():
     assert not bad, f"orchestrator/ may import only {ALLOWED_FROM_CONTROLLER} from remote:\n" + "\n".join(bad)
     # and it does use them (the rule is about something real)
     used = {t for _, _, t, _ in imports_of_tree(ORCH) if t.startswith("remote.")}
-    assert {"remote.protocol", "remote.sglang.configfile", "remote.sglang.defaults"} <= used, used
+    assert {"remote.protocol", "remote.engines.triton_moe.configfile", "remote.engines.sglang.defaults"} <= used, used
 
 
 def _torch_free_modules() -> list[str]:
@@ -262,7 +262,7 @@ def _torch_free_modules() -> list[str]:
 
 def test_stdlib_parts_of_the_payload_import_without_torch_or_triton():
     mods = _torch_free_modules()
-    assert {"remote.sglang.naming", "remote.sglang.lookup", "remote.host.fs", "remote.host.changes",
+    assert {"remote.engines.sglang.naming", "remote.engines.sglang.lookup", "remote.host.fs", "remote.host.changes",
             "remote.probe", "remote.names", "remote.protocol", "remote.tuning.support"} <= set(mods)
     code = (
         "import importlib, json, sys\n"
@@ -490,7 +490,7 @@ def test_bundle_carries_every_payload_module_and_runs_alone(tmp_path):
         names = set(tar.getnames())
         tar.extractall(tmp_path / "payload", filter="data")
     want = {str(p.relative_to(REPO)) for p in REMOTE.rglob("*.py") if "__pycache__" not in p.parts}
-    assert want <= names and {"remote/sglang/lookup.py", "remote/host/changes.py", "remote/bench/common.py",
+    assert want <= names and {"remote/engines/sglang/lookup.py", "remote/host/changes.py", "remote/bench/common.py",
                               "remote/tuning/support.py", "remote/tuning/kernel/fused_moe.py"} <= names
     assert b.version == PAYLOAD_VERSION
 

@@ -141,7 +141,7 @@ def test_the_check_finds_moved_modules(tmp_path):
     src = REPO / "orchestrator" / "cli" / "bench.py"
     assert not slash_resolves("remote/bench.py", src) and slash_resolves("remote/bench/command.py", src)
     assert not dotted_resolves("orchestrator.tasks.doctor") and dotted_resolves("orchestrator.tasks.diagnose")
-    assert not dotted_resolves("remote.probe.loader_rules") and dotted_resolves("remote.sglang.lookup.loader_rules")
+    assert not dotted_resolves("remote.probe.loader_rules") and dotted_resolves("remote.engines.sglang.lookup.loader_rules")
     assert not dotted_resolves("orchestrator.cli.run.RunResult.nothing")
     assert dotted_resolves("orchestrator.cli.run.RunResult.failed")
     assert slash_resolves("host/fs", REPO / "remote" / "__init__.py")

@@ -72,13 +72,13 @@ def test_console_examples_print_what_the_readme_says():
 def test_supported_releases_and_architectures_are_what_the_tests_cover():
     """The README's releases table is docs/sglang-releases.md's (whose rows the oracle tests compute
     from each release's code), and its list of families is the model table's."""
-    from remote.sglang.architectures import ARCHITECTURES
+    from remote.engines.sglang.architectures import ARCHITECTURES
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "sglang-releases.md").read_text()
     i = doc.index("| Release | Lookup module |")
     assert doc[i:doc.index("\n\n", i)] in README
     families = "; ".join(dict.fromkeys(r.family for r in ARCHITECTURES)) + "."
-    assert "<!-- generated: remote.sglang.architectures.ARCHITECTURES families -->\n" + families in README
+    assert "<!-- generated: remote.engines.sglang.architectures.ARCHITECTURES families -->\n" + families in README
 
 
 # ----------------------------------------------------------------------------- claims that can be checked

@@ -1,6 +1,6 @@
 """``orch config-names``: the exact up and down config file names SGLang looks for, computed by the
 same code the payload runs on the hosts (the payload's stdlib-only SGLang rules), from the same model
-flags (:data:`remote.sglang.model_flags.MODEL_FLAGS`)."""
+flags (:data:`remote.engines.sglang.model_flags.MODEL_FLAGS`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from remote.sglang.model_flags import add_model_flags
+from remote.engines.sglang.model_flags import add_model_flags
 
 from ..errors import UsageError
 from .common import EXIT_OK
@@ -55,9 +55,9 @@ def device_name(args) -> str:
     ``--device-name``; one not in torch's form (``H200`` for ``NVIDIA H200``) is printed anyway,
     with a warning on stderr naming the likely form: it names a file SGLang does not look for on
     that GPU, unless the GPU's vendor is one orch does not know
-    (:data:`remote.sglang.naming.TORCH_NAME_VENDORS`), so it is flagged rather than refused."""
+    (:data:`remote.engines.sglang.naming.TORCH_NAME_VENDORS`), so it is flagged rather than refused."""
     from remote.protocol import PayloadError
-    from remote.sglang.naming import sglang_device_name, torch_form_hint
+    from remote.engines.sglang.naming import sglang_device_name, torch_form_hint
 
     if (args.probe is None) == (args.device_name is None):
         raise UsageError("give the GPU's name with --device-name or a host's probe.json with --probe (one of them)")
@@ -78,7 +78,7 @@ def device_name(args) -> str:
 def cmd_config_names(args) -> int:
     """Print the up and down file names (or ``--json`` with the model's MoE shape). A model config
     that cannot be read or is not an MoE model is a :class:`UsageError` naming why."""
-    from remote.sglang.model_flags import shape_from_args
+    from remote.engines.sglang.model_flags import shape_from_args
     from remote.protocol import PayloadError
 
     dev = device_name(args)

@@ -60,7 +60,7 @@ def fix_command(host: str, row: dict, inventory: str, service: str) -> str | Non
 def last_start_summary(row: dict) -> str:
     """What the unit logged at its last start about MoE configs, for the table (one line per
     kind of lookup, files named by role ``up``/``down``; every release's lines, parsed by
-    :mod:`remote.sglang.moe_log`)."""
+    :mod:`remote.engines.sglang.moe_log`)."""
     lg = row.get("log")
     if lg is None:
         return "no start logged"
@@ -104,7 +104,7 @@ def _file_cell(info: dict | None, with_error: bool) -> str:
 def backend_cell(row: dict) -> str:
     """``--moe-runner-backend``, then the runner SGLang uses (``runner X``, ``runner ?`` when not
     known) and, for a FlashInfer runner, its autotune state in one line (on/off, this server's
-    cache, a stale cache of another FlashInfer version: :class:`remote.sglang.autotune.AutotuneState`)."""
+    cache, a stale cache of another FlashInfer version: :class:`remote.engines.sglang.autotune.AutotuneState`)."""
     lines = [str(row.get("backend", "-"))]
     runner = row.get("runner") or {}
     if runner:

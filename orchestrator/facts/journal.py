@@ -1,6 +1,6 @@
 """The unit's log (``journalctl -u UNIT``) as a fact, and the pure functions that cut it.
 
-SGLang logs its MoE config lookups at start-up (see :mod:`remote.sglang.moe_log`); orch reads
+SGLang logs its MoE config lookups at start-up (see :mod:`remote.engines.sglang.moe_log`); orch reads
 the lines of one start: those after a mark taken before it started the unit (:func:`text_since`),
 or those of the last start the log holds (:func:`last_start`). Logs accumulate across restarts
 (journald, and docker-systemctl-replacement's per-unit files on the test bed).
@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from remote.sglang.moe_log import last_start_at
+from remote.engines.sglang.moe_log import last_start_at
 
 from .unit import systemctl
 
@@ -318,7 +318,7 @@ def text_since(before: str, now: str) -> str:
 
 def last_start(text: str) -> str | None:
     """The lines of the last server start (from the line SGLang logs its server arguments on:
-    :func:`remote.sglang.moe_log.last_start_at`, every release's wording), or None when the log
+    :func:`remote.engines.sglang.moe_log.last_start_at`, every release's wording), or None when the log
     holds no start."""
     at = last_start_at(text)
     return None if at < 0 else text[at:]

@@ -19,7 +19,7 @@ class Plan(Record):
     ``action``: ``tune``, or ``skip`` for a MoE runner that reads no Triton config file
     (``reason`` says why; empty for ``tune``); ``backend``: the unit's ``--moe-runner-backend``
     (``auto`` when not given); ``runner``: which MoE runner the server uses and why
-    (:meth:`remote.sglang.runner.MoeRunner.to_dict`: ``runner``, ``reads_triton_configs``,
+    (:meth:`remote.engines.sglang.runner.MoeRunner.to_dict`: ``runner``, ``reads_triton_configs``,
     ``reason``, ``source``, ...); ``install_dir``: the folder the files go to; ``paths``: role
     (``up``/``down``) -> the exact file written, only the roles the host's SGLang reads;
     ``existing``: role -> whether that file exists already (a replace, not a new file);

@@ -4,7 +4,7 @@ The fields and their meaning are the payload's (``remote/probe.py`` module docst
 ``data``); :class:`ProbeFacts` mirrors them one to one and :meth:`ProbeFacts.parse` refuses an
 answer that lacks one or carries one it does not know (:func:`orchestrator.facts.schema.parse`),
 so the controller and the payload cannot drift apart silently. The model's MoE shape is the
-payload's own record, :class:`remote.sglang.shape.MoeShape`, with the tuner's answer added.
+payload's own record, :class:`remote.engines.sglang.shape.MoeShape`, with the tuner's answer added.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.sglang.shape import MoeShape
+from remote.engines.sglang.shape import MoeShape
 
 from .schema import Record
 
@@ -33,14 +33,14 @@ class GpuInfo(Record):
 
 @dataclass(slots=True)
 class SglangInfo(Record):
-    """Where SGLang is and where it reads MoE configs (``remote.sglang.lookup.find_sglang``):
+    """Where SGLang is and where it reads MoE configs (``remote.engines.sglang.lookup.find_sglang``):
     ``installed``, ``version``, ``package_dir``; ``loader_module`` and its ``layout``
     (``current``/``old``); ``loader_rules`` (the lookup rules read from the loader, None when
     they could not be read); ``configs_root`` (the folder holding ``triton_X_Y_Z/``) and whether
     it exists; ``shipped_configs_root``; ``other_layout_configs_root`` (stale configs of another
     layout); ``moe_config_dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``); ``loader_rules_inferred``:
     why ``loader_rules`` were inferred from the tree's layout and version instead of read from the
-    loader (``remote.sglang.lookup.inferred_rules``), None when they were read."""
+    loader (``remote.engines.sglang.lookup.inferred_rules``), None when they were read."""
 
     installed: bool
     version: str | None
@@ -82,13 +82,13 @@ class TunerProvider(Record):
 
 @dataclass
 class ProbedModel(MoeShape):
-    """The model's MoE GEMM shape (:class:`remote.sglang.shape.MoeShape`, E/N/top-k in experts,
+    """The model's MoE GEMM shape (:class:`remote.engines.sglang.shape.MoeShape`, E/N/top-k in experts,
     elements and experts per token) plus ``tuner_unsupported``: why the payload's tuner cannot
     run these MoE weights (``remote.tuning.support.unsupported_reason``), None when it can;
     ``checkpoint_quant_method``: the checkpoint's quantization method as SGLang names it
-    (``remote.sglang.runner.checkpoint_quant_method``; None: unquantized or not read);
+    (``remote.engines.sglang.runner.checkpoint_quant_method``; None: unquantized or not read);
     ``config_dtype`` / ``model_type``: the text config's ``dtype`` (or ``torch_dtype``) and
-    ``model_type``, from which SGLang resolves the model's dtype (``remote.sglang.autotune.torch_dtype``)."""
+    ``model_type``, from which SGLang resolves the model's dtype (``remote.engines.sglang.autotune.torch_dtype``)."""
 
     tuner_unsupported: str | None = None
     checkpoint_quant_method: str | None = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from remote.sglang.server_args import ServerArgs
+from remote.engines.sglang.server_args import ServerArgs
 
 from .schema import Record
 

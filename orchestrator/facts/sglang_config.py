@@ -1,7 +1,7 @@
 """SGLang's ``--config FILE.yaml`` read on the controller's side: the YAML parsed, then merged.
 
 The merge rule is SGLang's and lives with SGLang's other rules
-(:mod:`remote.sglang.server_config`: which token names the file, which names it may have, how each
+(:mod:`remote.engines.sglang.server_config`: which token names the file, which names it may have, how each
 ``key: value`` becomes flags, file first so the command line wins). This module only parses the
 file's text (PyYAML, ``safe_load``) and turns the rule's refusals into :class:`ConfigFileError`.
 """
@@ -12,8 +12,8 @@ from typing import Iterable
 
 import yaml
 
-from remote.sglang import server_config
-from remote.sglang.server_config import ServerConfigError
+from remote.engines.sglang import server_config
+from remote.engines.sglang.server_config import ServerConfigError
 
 from ..errors import OrchError
 
@@ -26,7 +26,7 @@ class ConfigFileError(OrchError):
 
 
 def config_path(server_argv: list[str]) -> str | None:
-    """:func:`remote.sglang.server_config.config_path`, raising :class:`ConfigFileError` where
+    """:func:`remote.engines.sglang.server_config.config_path`, raising :class:`ConfigFileError` where
     SGLang refuses the command line (``--config`` twice, or last with no file)."""
     try:
         return server_config.config_path(server_argv)
@@ -36,7 +36,7 @@ def config_path(server_argv: list[str]) -> str | None:
 
 def merge_config(server_argv: list[str], text: str, path: str, store_true: Iterable[str] = ()) -> list[str]:
     """``server_argv`` with its ``--config FILE`` replaced by the flags of ``text`` (the file's
-    content), merged by SGLang's rule (:func:`remote.sglang.server_config.merged_args`). Raises
+    content), merged by SGLang's rule (:func:`remote.engines.sglang.server_config.merged_args`). Raises
     :class:`ConfigFileError` for a file SGLang refuses (name, YAML, not a mapping)."""
     try:
         server_config.check_config_name(path)

@@ -8,12 +8,12 @@ lacks ExecStart, as docker-systemctl-replacement does).
 The unit's environment is the one systemd gives the server (:mod:`.systemd_env`): its
 ``Environment=`` assignments overridden by its ``EnvironmentFile=`` files (read on the host), and
 ``ExecStart=`` is expanded with it (``$VAR``, ``${VAR}``). The launch command line is parsed into
-the server arguments orch needs by SGLang's own flag rules (:mod:`remote.sglang.server_args`:
+the server arguments orch needs by SGLang's own flag rules (:mod:`remote.engines.sglang.server_args`:
 flag names, aliases, defaults, :class:`ServerArgs`); a ``--config FILE.yaml`` is read on the host
-and merged as SGLang merges it (:mod:`.sglang_config`, rule in :mod:`remote.sglang.server_config`).
+and merged as SGLang merges it (:mod:`.sglang_config`, rule in :mod:`remote.engines.sglang.server_config`).
 When the unit runs, its main process's ``/proc/PID/environ`` is compared with the computed
 environment for the variables orch uses (:data:`ENV_KEYS`); a difference is reported in
-``warnings``. ``ServerArgs`` is :class:`remote.sglang.server_args.ServerArgs`.
+``warnings``. ``ServerArgs`` is :class:`remote.engines.sglang.server_args.ServerArgs`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import re
 import shlex
 from dataclasses import asdict, dataclass, field
 
-from remote.sglang import server_args
-from remote.sglang.launcher import (ENTRY_SERVE, Launch, LaunchError, is_sglang_script, refusal,
+from remote.engines.sglang import server_args
+from remote.engines.sglang.launcher import (ENTRY_SERVE, Launch, LaunchError, is_sglang_script, refusal,
                                     resolve, shebang_interpreter, split_exec_prefix)
-from remote.sglang.server_args import BOOL_FLAGS, ServerArgs, ServerArgsError
+from remote.engines.sglang.server_args import BOOL_FLAGS, ServerArgs, ServerArgsError
 
 from ..errors import OrchError
 from .container import ContainerError, ContainerRun, container_environment, detach_reason, parse_container_run
@@ -279,7 +279,7 @@ def parse_show_exec_start(value: str) -> list[str]:
 
 
 def parse_server_args(exec_start: list[str], launch_args: list[str] | None = None) -> ServerArgs | None:
-    """:func:`remote.sglang.server_args.parse_server_args` (SGLang's flag rules), raising
+    """:func:`remote.engines.sglang.server_args.parse_server_args` (SGLang's flag rules), raising
     :class:`UnitError` for a launch command SGLang would refuse (the message names the flag)."""
     try:
         return server_args.parse_server_args(exec_start, launch_args)
@@ -368,7 +368,7 @@ def environment_differences(computed: dict[str, str], running: dict[str, str] | 
 
 def container_hook():
     """The reader of container runs (``docker run``/``podman run`` in ExecStart) that
-    :func:`remote.sglang.launcher.resolve` hands such a command to: ``parse_container_run(argv)
+    :func:`remote.engines.sglang.launcher.resolve` hands such a command to: ``parse_container_run(argv)
     -> (inner argv, container facts) | None`` over :func:`.container.parse_container_run`.
     :func:`gather_unit` unwraps a unit whose ExecStart is the container run itself before it
     resolves the launch; the hook covers a run behind a wrapper (``numactl ... docker run``).
@@ -400,7 +400,7 @@ def _script_path(connection, launch: Launch, environment: dict[str, str]) -> str
 
 def resolve_launch(connection, unit: str, exec_start: list[str], prefix: str, workdir: str,
                    environment: dict[str, str]) -> Launch:
-    """How ``exec_start`` starts SGLang (:func:`remote.sglang.launcher.resolve`), completed on the
+    """How ``exec_start`` starts SGLang (:func:`remote.engines.sglang.launcher.resolve`), completed on the
     host: a console script's interpreter from its shebang (the script must be SGLang's own), and
     ``uv run``'s environment Python must exist. Raises :class:`UnitError` naming the unit, the
     ExecStart and the forms orch knows when it is no form orch knows."""

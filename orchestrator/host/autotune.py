@@ -1,5 +1,5 @@
 """FlashInfer's start-up autotune of one unit, from its facts: where its cache lies (for the probe)
-and its state (for ``orch doctor``). The rules are :mod:`remote.sglang.autotune`'s (SGLang 0.5.23
+and its state (for ``orch doctor``). The rules are :mod:`remote.engines.sglang.autotune`'s (SGLang 0.5.23
 ``srt/model_executor/runner/flashinfer_autotune.py``); this module only feeds them the unit's
 server arguments, environment and the probe's answer."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import posixpath
 
-from remote.sglang import autotune
-from remote.sglang.runner import MoeRunner, probe_inputs, resolved_server_args
+from remote.engines.sglang import autotune
+from remote.engines.sglang.runner import MoeRunner, probe_inputs, resolved_server_args
 
 from ..facts.probe import ProbeFacts
 from ..facts.unit import ServerArgs, UnitFacts
@@ -18,7 +18,7 @@ _UNMODELLED_KEY_FLAGS = ("--flashinfer-autotune-skip-ops", "--speculative-moe-ru
 
 
 def cache_root(unit: UnitFacts) -> str | None:
-    """The server's ``$SGLANG_CACHE_DIR`` (:func:`remote.sglang.autotune.cache_root`): the unit's
+    """The server's ``$SGLANG_CACHE_DIR`` (:func:`remote.engines.sglang.autotune.cache_root`): the unit's
     value (relative to its ``WorkingDirectory=``, ``/`` without one), else ``$HOME/.cache/sglang``
     of the unit's environment; None when neither is set (the payload then looks under its own
     user's home, the service's when the unit has no ``User=``)."""
@@ -38,7 +38,7 @@ def _attn_dp(server: ServerArgs) -> int:
 
 def derived_key(server: ServerArgs, probe: ProbeFacts, resolved: tuple[str, str | None] | None) -> \
         tuple[str | None, str | None]:
-    """``(key, why not)``: this server's cache key (:func:`remote.sglang.autotune.cache_key`) from
+    """``(key, why not)``: this server's cache key (:func:`remote.engines.sglang.autotune.cache_key`) from
     its flags, the model config and the resolved ``(moe_runner_backend, quantization)``; None with
     the reason when an input is not known."""
     model = probe.model
@@ -62,7 +62,7 @@ def derived_key(server: ServerArgs, probe: ProbeFacts, resolved: tuple[str, str 
 
 def autotune_state(unit: UnitFacts, server: ServerArgs, probe: ProbeFacts, runner: MoeRunner,
                    log: autotune.AutotuneLog | None, start_backend: str | None = None) -> autotune.AutotuneState | None:
-    """The unit's :class:`remote.sglang.autotune.AutotuneState`, or None when its MoE runner is not
+    """The unit's :class:`remote.engines.sglang.autotune.AutotuneState`, or None when its MoE runner is not
     a FlashInfer one. ``start_backend``: the ``moe_runner_backend`` its last start logged (wins
     over the derived one)."""
     inputs = probe_inputs(probe.to_dict())

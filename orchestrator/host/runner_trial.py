@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from remote.sglang.moe_log import parse_moe_log
+from remote.engines.sglang.moe_log import parse_moe_log
 
 from ..engine.results import Cancelled, TaskFailed
 from ..facts.bench import BenchResult
@@ -232,7 +232,7 @@ def backup_autotune_cache(ctx, unit: str) -> dict:
     return data
 
 
-#: flags (besides those :class:`remote.sglang.server_args.ServerArgs` reads) that change FlashInfer's
+#: flags (besides those :class:`remote.engines.sglang.server_args.ServerArgs` reads) that change FlashInfer's
 #: autotune of the server, so hosts that differ in them measure apart: ``--flashinfer-autotune-skip-ops``
 #: (SGLang 0.5.23 ``srt/arg_groups/fields/exec_.py``; the ``skip_ops=`` part of the cache hash in
 #: ``srt/model_executor/runner/flashinfer_autotune.py`` ``flashinfer_autotune_cache_path``)
@@ -283,7 +283,7 @@ def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:
     ``--enable-deterministic-inference``), the speculative-decoding and other flags of
     :func:`trial_flags`, the candidates and the trial's ``settings`` (benchmark levels and lengths,
     check prompts, thresholds) are the same: what SGLang's runner rules and FlashInfer's autotune key read
-    (:mod:`remote.sglang.runner`, :mod:`remote.sglang.autotune`), and what the verdict depends on."""
+    (:mod:`remote.engines.sglang.runner`, :mod:`remote.engines.sglang.autotune`), and what the verdict depends on."""
     probe, server = ctx.facts.probe, ctx.facts.server
     if probe is None or server is None or not probe.device_name:
         return None

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from remote.protocol import DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, SEARCH_SPACES
-from remote.sglang.defaults import DEFAULT_BATCH_SIZES
-from remote.sglang.naming import torch_form_hint
+from remote.engines.sglang.defaults import DEFAULT_BATCH_SIZES
+from remote.engines.sglang.naming import torch_form_hint
 
 from ..errors import internal_error
 from ..templating import is_template, referenced_names, render_text
@@ -297,7 +297,7 @@ def _choice_var(name: str, choices: tuple[str, ...], default: str, meaning: str)
 
 def _device_name_warning(value: Any) -> str | None:
     """A device name not in torch's form (``H200``): orch would install files SGLang does not look
-    for on that GPU (:func:`remote.sglang.naming.torch_form_hint`)."""
+    for on that GPU (:func:`remote.engines.sglang.naming.torch_form_hint`)."""
     hint = torch_form_hint(str(value))
     return None if hint is None else (f"orch_device_name {value!r} is not in torch's form "
                                       f"(torch.cuda.get_device_name() starts with the vendor): "

@@ -63,7 +63,7 @@ class PayloadClient:
     ``root`` is the unpacked payload folder (``<state_dir>/payload/<sha12>``);
     ``env`` extra environment (``TRITON_INTERPRET=1`` on test beds); ``wrapper``: the unit's
     launch wrappers (``numactl ...``, ``conda run ...``: ``Launch.wrapper`` of
-    :mod:`remote.sglang.launcher`), put before the interpreter so the payload runs as the server
+    :mod:`remote.engines.sglang.launcher`), put before the interpreter so the payload runs as the server
     runs (after ``timeout``, whose command line keeps the run's tag).
     ``call``'s timeout is cut to what is left of the running task's ``timeout:``.
     """

@@ -2,13 +2,13 @@
 
 The tasks ``probe`` and ``tune`` call the payload with the same description of the model (the unit's
 ``--model-path``, ``--tp-size``, ``--ep-size``, ``--dtype``, ``--quantization``, ...), written with
-the payload's own flag table (:func:`remote.sglang.model_flags.model_argv`), so the argv always
-parses back to the values it was built from (tests/unit/remote/sglang/test_model_flags.py).
+the payload's own flag table (:func:`remote.engines.sglang.model_flags.model_argv`), so the argv always
+parses back to the values it was built from (tests/unit/remote/engines/sglang/test_model_flags.py).
 """
 
 from __future__ import annotations
 
-from remote.sglang.model_flags import model_argv
+from remote.engines.sglang.model_flags import model_argv
 
 from ..engine.results import TaskFailed
 

@@ -25,13 +25,13 @@ from ..host.answering import check_answering_process
 from ..host.endpoint import container_of, endpoint_candidates, endpoint_of
 from ..host.sigkill import requests_without_tokens
 from ..records.layout import bench_file
-from remote.sglang.moe_log import parse_moe_log
+from remote.engines.sglang.moe_log import parse_moe_log
 
 
 def loaded_by_server(ctx, unit: str) -> dict:
     """What the running server's last start loaded, from the unit's log (the lines since SGLang's
     server-arguments line, :func:`orchestrator.facts.journal.last_start`; the lines are SGLang
-    0.5.23's own, :mod:`remote.sglang.moe_log`): ``{"loaded": [paths], "fallback": [[wanted, used,
+    0.5.23's own, :mod:`remote.engines.sglang.moe_log`): ``{"loaded": [paths], "fallback": [[wanted, used,
     triton]], "default": [wanted paths], "down_missing": [paths], "text"}``, or ``{"text"}`` saying
     the log shows no start. ``text``: one line for the recap."""
     start = last_start(unit_log(ctx.connection, unit, files=log_files(ctx)))

@@ -18,7 +18,7 @@ import json
 from typing import Literal
 
 from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES
-from remote.sglang.defaults import DEFAULT_BATCH_SIZES
+from remote.engines.sglang.defaults import DEFAULT_BATCH_SIZES
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task

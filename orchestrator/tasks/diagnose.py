@@ -7,7 +7,7 @@ run that wrote an invalid file) and :func:`classify` decides, as a pure function
 Verdicts (one per host):
 
 - ``not-triton``: the server's MoE runner reads no Triton config file (SGLang's answer,
-  :func:`remote.sglang.runner.moe_runner`, the one ``orch tune``'s plan gives: only the
+  :func:`remote.engines.sglang.runner.moe_runner`, the one ``orch tune``'s plan gives: only the
   ``triton`` runner reads them); ``orch tune`` would change nothing. For a FlashInfer runner the
   row's ``autotune`` is its start-up autotune state (:mod:`orchestrator.host.autotune`: on or off
   and why, this server's cache present or missing, caches left by another FlashInfer version).
@@ -29,9 +29,9 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.sglang.autotune import AutotuneLog, AutotuneState, autotune_log
-from remote.sglang.moe_log import MoeLogReport, parse_moe_log
-from remote.sglang.runner import MoeRunner, moe_runner, probe_inputs
+from remote.engines.sglang.autotune import AutotuneLog, AutotuneState, autotune_log
+from remote.engines.sglang.moe_log import MoeLogReport, parse_moe_log
+from remote.engines.sglang.runner import MoeRunner, moe_runner, probe_inputs
 
 from ..engine.results import TaskResult
 from ..engine.task import READ_ONLY, task
@@ -101,7 +101,7 @@ def _logged(rep: MoeLogReport | None, up: dict, down: dict) -> str | None:
 
 def not_triton_why(runner: MoeRunner, tune: AutotuneState | None) -> str:
     """The doctor's ``why`` for a server whose MoE runner reads no Triton config file: the
-    runner's reason (:func:`remote.sglang.runner.moe_runner`), what it means for ``orch tune``,
+    runner's reason (:func:`remote.engines.sglang.runner.moe_runner`), what it means for ``orch tune``,
     and FlashInfer's autotune state (``tune``, None: not a FlashInfer runner). Pure."""
     why = f"{runner.reason}; orch tune would change nothing"
     if tune is not None:

@@ -14,7 +14,7 @@ import json
 import posixpath
 from pathlib import Path
 
-from remote.sglang.moe_log import parse_moe_log, verify_loaded
+from remote.engines.sglang.moe_log import parse_moe_log, verify_loaded
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -26,7 +26,7 @@ from ..store import ConfigStore
 
 
 def _validate(name: str, text: str) -> None:
-    from remote.sglang.configfile import validate_config
+    from remote.engines.triton_moe.configfile import validate_config
     from remote.protocol import PayloadError
 
     try:
@@ -85,7 +85,7 @@ def _known_files(ctx) -> dict[str, str]:
     """role -> config text this run would install, when known before anything is stopped: the
     store's files for the host's key (``orch_config_source`` ``store``, also under ``--check``)
     or the files another host of the group tuned (``reuse``); ``{}`` when this host tunes them."""
-    from remote.sglang.configfile import dumps_config
+    from remote.engines.triton_moe.configfile import dumps_config
 
     if ctx.facts.config_source == "store" and ctx.facts.tuning_key is not None and ctx.options.state_dir:
         entry = ConfigStore(ctx.options.state_dir).get(ctx.facts.tuning_key.key)
@@ -108,7 +108,7 @@ def compare_installed(ctx, name: str) -> TaskResult:
       installed there (payload ``install --dry-run``, :func:`remote.host.install.compare`);
     - the unit is active and the log of its last start shows SGLang loaded every one of them
       (``Using MoE kernel config from <path>.``, no fallback or default line for them:
-      :func:`remote.sglang.moe_log.verify_loaded`).
+      :func:`remote.engines.sglang.moe_log.verify_loaded`).
 
     Otherwise ``orch_unchanged`` is False and the message says why. Reads only; runs under ``--check``,
     where it says ``unchanged`` instead of what the plan would write."""

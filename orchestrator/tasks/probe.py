@@ -13,9 +13,9 @@ import json
 import posixpath
 import shlex
 
-from remote.sglang.moe_log import MoeLogReport, parse_moe_log
-from remote.sglang.naming import parse_config_file_name
-from remote.sglang.runner import MoeRunner, moe_runner, probe_inputs
+from remote.engines.sglang.moe_log import MoeLogReport, parse_moe_log
+from remote.engines.sglang.naming import parse_config_file_name
+from remote.engines.sglang.runner import MoeRunner, moe_runner, probe_inputs
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -71,7 +71,7 @@ def probe(ctx) -> TaskResult:
 
 def logged_lookups(rep: MoeLogReport | None) -> dict[str, str]:
     """role -> the path SGLang looked for first (``wanted``) in the lookup lines of one start's
-    parsed log (:mod:`remote.sglang.moe_log`; None: no start logged); the first line of each role
+    parsed log (:mod:`remote.engines.sglang.moe_log`; None: no start logged); the first line of each role
     counts. Pure."""
     out: dict[str, str] = {}
     for ln in rep.lines if rep else []:
@@ -111,7 +111,7 @@ def reconcile(derived: dict[str, str], logged: dict[str, str]) -> tuple[dict[str
 
 def skip_reason(runner: MoeRunner) -> str:
     """Why ``plan`` skips a server whose MoE runner reads no Triton config file (``runner``:
-    :func:`remote.sglang.runner.moe_runner`), the same reason ``orch doctor`` gives. Pure."""
+    :func:`remote.engines.sglang.runner.moe_runner`), the same reason ``orch doctor`` gives. Pure."""
     if runner.source == "flag":
         why = f"--moe-runner-backend {runner.runner} does not read Triton MoE config files"
     else:
@@ -154,7 +154,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
 
     ``orch_plan.action`` is ``tune`` or ``skip`` (the server's MoE runner reads no Triton config
     file: the files would change nothing; nothing is stopped). The runner is SGLang's answer,
-    :func:`remote.sglang.runner.moe_runner`, from the unit, the probe and the last start's log
+    :func:`remote.engines.sglang.runner.moe_runner`, from the unit, the probe and the last start's log
     (``orch_plan.runner``), the one ``orch doctor`` gives; when it cannot be told, the host is
     refused before anything is stopped. ``orch_plan.paths`` are the exact files that would be
     written: only those the host's SGLang release reads (a release before 0.5.5 reads no ``_down``

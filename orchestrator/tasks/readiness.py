@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from remote.sglang.moe_log import parse_moe_log, role_of, verify_loaded
+from remote.engines.sglang.moe_log import parse_moe_log, role_of, verify_loaded
 
 from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..engine.task import task

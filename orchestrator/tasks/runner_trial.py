@@ -19,9 +19,9 @@ import json
 from pathlib import Path
 
 from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES, PayloadError
-from remote.sglang.moe_log import parse_moe_log, verify_loaded
-from remote.sglang.runner import moe_runner, probe_inputs
-from remote.sglang.runner_choices import parse_candidates
+from remote.engines.sglang.moe_log import parse_moe_log, verify_loaded
+from remote.engines.sglang.runner import moe_runner, probe_inputs
+from remote.engines.sglang.runner_choices import parse_candidates
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -57,7 +57,7 @@ def _effective(ctx, backend: str) -> str | None:
 def runner_candidates(ctx, runners: str) -> TaskResult:
     """The runners the trial starts (``orch_runner_candidates``, ``list[str]``) from ``runners``
     (``--moe-runners``: names separated by commas, or ``auto``), checked against the host's SGLang
-    release (:func:`remote.sglang.runner_choices.parse_candidates`). Fails naming the bad name."""
+    release (:func:`remote.engines.sglang.runner_choices.parse_candidates`). Fails naming the bad name."""
     probe = ctx.facts.probe
     version = probe.sglang.version if probe is not None else None
     try:
@@ -151,7 +151,7 @@ def runner_triton_files(ctx, name: str, space: Literal[SEARCH_SPACES], batch_siz
     loaded it: ``current`` (no tune, no install); a stored result that differs: ``install``; no
     stored result: ``tune``. Needs ``orch_plan`` of the Triton runner (``plan`` with ``runner:
     triton``). Sets ``orch_tuning_key``, so a tune here is stored as ``orch tune`` stores it."""
-    from remote.sglang.configfile import dumps_config
+    from remote.engines.triton_moe.configfile import dumps_config
 
     probe, plan = ctx.facts.probe, ctx.facts.plan
     if probe is None or plan is None or not plan.paths:

@@ -10,7 +10,7 @@ import json
 import time
 from typing import Literal
 
-from remote.sglang.server_args import split_launch
+from remote.engines.sglang.server_args import split_launch
 
 from ..connection import CommandTimeout
 from ..engine.results import TaskFailed, TaskResult
@@ -33,7 +33,7 @@ def unit_facts(ctx, name: str) -> TaskResult:
     line (variables expanded, a ``--config`` YAML merged as SGLang merges it) (``orch_unit``), and
     the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter`` overrides it),
     with how ExecStart starts it (``python -m sglang.launch_server``, ``sglang serve``, wrappers:
-    :mod:`remote.sglang.launcher`; an unknown form fails naming the forms orch knows).
+    :mod:`remote.engines.sglang.launcher`; an unknown form fails naming the forms orch knows).
     Fails naming the unit (and the file) when it is missing, not an SGLang server, or its start
     depends on a file systemd or SGLang would refuse. A container unit (``docker run``/``podman
     run``, :mod:`orchestrator.facts.container`) is read from its run command line; the payload's

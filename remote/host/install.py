@@ -15,7 +15,7 @@ parse as ``triton_<int>_<int>_<int>`` breaks its version sort):
 
 1. Everything is validated before anything is touched: run id, names (no ``/``, ``..``, NUL,
    control characters; must end in ``.json``), size (at most 4 MiB each), JSON syntax (no
-   duplicate keys) and ``remote.sglang.configfile.validate_config(obj, name)`` (``PayloadError('bad_input')``).
+   duplicate keys) and ``remote.engines.triton_moe.configfile.validate_config(obj, name)`` (``PayloadError('bad_input')``).
 2. The changes are applied by :func:`remote.host.changes.apply_changes` (also used by
    ``restore --as-run-id``): backups before anything is written, the manifest before the
    first config, atomic writes that keep a replaced file's mode and owner, and on any failure
@@ -98,7 +98,7 @@ def check_dest_dir(dest: Any, any_name: bool = False) -> str:
 def validate_content(name: str, content: Any) -> bytes:
     """Check one file's content (size, JSON, SGLang config rules) and return its UTF-8 bytes.
 
-    Uses ``remote.sglang.configfile.loads_config`` (JSON syntax, duplicate keys, then
+    Uses ``remote.engines.triton_moe.configfile.loads_config`` (JSON syntax, duplicate keys, then
     ``validate_config(obj, source)`` for the SGLang rules).
     Raises ``PayloadError('bad_input')``.
     """
@@ -108,7 +108,7 @@ def validate_content(name: str, content: Any) -> bytes:
     if len(data) > MAX_CONTENT_BYTES:
         raise PayloadError("bad_input", f"{name}: content is {len(data)} bytes, over {MAX_CONTENT_BYTES}")
     # configio.loads_config = json.loads (duplicate keys and NaN/Infinity refused) + validate_config
-    from ..sglang.configfile import loads_config
+    from ..engines.triton_moe.configfile import loads_config
 
     loads_config(content, name)
     return data

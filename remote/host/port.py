@@ -44,7 +44,7 @@ import os
 import signal
 
 from ..protocol import PayloadError, log
-from ..sglang.launcher import ENTRY_MODULE, ENTRY_SERVE, is_entry_process
+from ..engines.sglang.launcher import ENTRY_MODULE, ENTRY_SERVE, is_entry_process
 from .procs import _wait_gone, ancestors, cmdline, proc_stat, signal_if_same
 
 LISTEN = "0A"
@@ -84,7 +84,7 @@ def is_unit_process(argv: list[str], cgroup_text: str, unit: str | None, owner_a
 
     ``cgroup_text``: its ``/proc/PID/cgroup``; ``unit``: ``NAME.service``; ``owner_args``: the
     unit's arguments after its entry point (``-m sglang.launch_server`` or the console script's
-    ``sglang serve``: :func:`remote.sglang.launcher.is_entry_process`)."""
+    ``sglang serve``: :func:`remote.engines.sglang.launcher.is_entry_process`)."""
     if unit:
         for line in cgroup_text.splitlines():
             path = line.split(":", 2)[-1].strip()

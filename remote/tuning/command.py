@@ -10,9 +10,9 @@ Usage (payload command, see docs/protocol.md)::
 
 The model flags (``--model-config``, ``--hf-home``, ``--download-dir``, ``--tp``, ``--ep``,
 ``--dtype``, ``--quantization``, ``--disable-shared-experts-fusion``, ``--device-name``, ``--shape``,
-``--block-shape``) are :data:`remote.sglang.model_flags.MODEL_FLAGS`, shared with ``names``,
+``--block-shape``) are :data:`remote.engines.sglang.model_flags.MODEL_FLAGS`, shared with ``names``,
 ``probe`` and ``orch config-names``; the shape they name comes from
-:func:`remote.sglang.model_flags.shape_from_args`. ``--space`` and ``--provider`` take
+:func:`remote.engines.sglang.model_flags.shape_from_args`. ``--space`` and ``--provider`` take
 :data:`remote.protocol.SEARCH_SPACES` and :data:`remote.protocol.PROVIDER_NAMES`.
 
 Spaces: ``full`` = SGLang's 1920-config CUDA space (minus configs that cannot fit the
@@ -76,15 +76,15 @@ from .. import PAYLOAD_VERSION
 from ..host.fs import atomic_write
 from ..protocol import (DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, SEARCH_SPACES, PayloadError, log,
                         progress)
-from ..sglang.defaults import DEFAULT_BATCH_SIZES
-from ..sglang.model_flags import add_model_flags, shape_from_args
+from ..engines.sglang.defaults import DEFAULT_BATCH_SIZES
+from ..engines.sglang.model_flags import add_model_flags, shape_from_args
 from .support import quant_entry, unsupported_reason
 from .tuner.events import Done, Error, Event, Fatal, Log, Progress
 
 
 def add_arguments(p) -> None:
     """Register the ``tune`` flags on an argparse parser: the model flags
-    (:func:`remote.sglang.model_flags.add_model_flags`) and the tuner's own."""
+    (:func:`remote.engines.sglang.model_flags.add_model_flags`) and the tuner's own."""
     add_model_flags(p, "tune")
     p.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)))
     p.add_argument("--space", choices=SEARCH_SPACES, default=DEFAULT_SEARCH_SPACE)
@@ -117,7 +117,7 @@ def parse_batch_sizes(text: str) -> list[int]:
 
 
 def _resolve_shape(args) -> tuple[dict, dict]:
-    """``(shape, naming)`` of the model flags (:func:`remote.sglang.model_flags.shape_from_args`):
+    """``(shape, naming)`` of the model flags (:func:`remote.engines.sglang.model_flags.shape_from_args`):
     shape {E,N,hidden,topk}; naming {dtype_selector, block_shape, per_channel_quant, weight_dtype,
     act_dtype, shape_source, notes}."""
     ms, source = shape_from_args(args)
@@ -150,7 +150,7 @@ def _devices(gpus: str) -> list[str]:
 def _load_shipped(path: str | None) -> dict | None:
     if not path:
         return None
-    from ..sglang.configfile import load_config_file
+    from ..engines.triton_moe.configfile import load_config_file
     p = Path(path)
     if not p.is_file():
         raise PayloadError("not_found", f"--shipped-config {path}: no such file")
@@ -218,7 +218,7 @@ def run(args) -> dict:
             dtype = "float16"
     import triton
 
-    from ..sglang.naming import config_file_name, sglang_device_name
+    from ..engines.sglang.naming import config_file_name, sglang_device_name
     torch_name = args.device_name or (None if cpu else torch.cuda.get_device_name(torch.device(devices[0])))
     if not torch_name:
         raise PayloadError("bad_input", "no GPU: --device-name is required to name the files")
@@ -330,7 +330,7 @@ def run(args) -> dict:
         raise PayloadError("runtime", f"tuning failed for batch sizes {missing}",
                            detail={"errors": errors, "checkpoint": str(out / checkpoint.NAME)})
 
-    from ..sglang.configfile import dumps_config
+    from ..engines.triton_moe.configfile import dumps_config
     up = {str(M): done[str(M)]["up"] for M in batch_sizes}
     down = {str(M): dict(done[str(M)]["down"], BLOCK_SIZE_M=done[str(M)]["up"]["BLOCK_SIZE_M"]) for M in batch_sizes}
     paths = {"up": out / names["up"], "down": out / names["down"]}

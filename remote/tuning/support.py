@@ -14,7 +14,7 @@ Standard library only; importing this module imports neither torch nor the ``tun
 from __future__ import annotations
 
 from ..protocol import PROVIDER_NAMES, PayloadError
-from ..sglang.lookup import sglang_module_file, sglang_package_dirs
+from ..engines.sglang.lookup import sglang_module_file, sglang_package_dirs
 
 #: SGLang's fused-MoE entry points the ``sglang`` provider drives, by role: ``(module, attribute)``
 #: candidates, newest layout first; the first that imports wins
@@ -70,7 +70,7 @@ SGLANG_OPTIONAL_ROLES = ("topk_output", "runner_config", "override_config")
 def unsupported_reason(naming: dict, provider: str | None = None) -> str | None:
     """Why the tuner's kernel cannot run a model's MoE weights, or None when it can.
 
-    ``naming``: the selectors of :class:`remote.sglang.shape.MoeShape` (``dtype_selector``,
+    ``naming``: the selectors of :class:`remote.engines.sglang.shape.MoeShape` (``dtype_selector``,
     ``weight_dtype``, ``per_channel_quant``, ``block_shape``, ``group_size``, ``has_zp``; the
     probe reports them as ``model`` with this answer as ``model.tuner_unsupported``, so the
     controller refuses such a host before stopping it). ``provider``: the resolved provider
@@ -137,7 +137,7 @@ def sglang_entry_missing() -> str | None:
     """Why the ``sglang`` provider cannot run here, or None when SGLang's fused-MoE entry points
     (:data:`SGLANG_KERNEL_ROLES`, every required role) are installed for this interpreter.
 
-    Read from disk (:func:`remote.sglang.lookup.sglang_module_file`: a module file of some
+    Read from disk (:func:`remote.engines.sglang.lookup.sglang_module_file`: a module file of some
     candidate of each role exists), nothing is imported: the probe runs beside a serving unit
     and must not execute SGLang's ``__init__``. The provider's own import is authoritative.
     """

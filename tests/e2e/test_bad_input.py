@@ -20,7 +20,7 @@ import pytest
 from orchestrator.connection import quote_argv
 from orchestrator.engine.results import TaskFailed
 from orchestrator.tasks.install import install
-from remote.sglang.naming import sglang_device_name
+from remote.engines.sglang.naming import sglang_device_name
 from tests.fakes import FakePayload, make_ctx
 from tests.e2e.helpers import REPO, inventory, orch, recap
 

@@ -1,7 +1,7 @@
 """Tests of the test bed itself and of the stand-in SGLang server.
 
 Part 1 (no root needed): the stand-in tree runs a real release's lookup module unchanged (its
-naming, folder search and log lines are tested against orch in unit/remote/sglang/test_oracle.py) and its
+naming, folder search and log lines are tested against orch in unit/remote/engines/sglang/test_oracle.py) and its
 knobs reach it; the server's readiness, crashes on invalid files and simulated throughput.
 Part 2 (``testbed`` marker): real SSH hosts in network namespaces.
 """
@@ -699,7 +699,7 @@ def test_demo_down_removes_the_demo_bed_only():
 def test_standin_shape_agrees_with_remote_models(tmp_path, monkeypatch):
     """Two independent implementations of SGLang's E/N/selector rules must agree on the
     shared real model configs (the stand-in must not import ``remote``)."""
-    remote_models = pytest.importorskip("remote.sglang.shape")
+    remote_models = pytest.importorskip("remote.engines.sglang.shape")
     tree = tmp_path / "tree"
     standin_tree.make_tree(tree)
     spec = importlib.util.spec_from_file_location("standin_model", tree / "sglang/_standin/model.py")

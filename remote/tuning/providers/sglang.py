@@ -181,7 +181,7 @@ class SglangKernel:
         self.override_config = found["override_config"][1]
         self.invoke_params = frozenset(inspect.signature(self.invoke).parameters)
         self.fused_params = frozenset(inspect.signature(self.fused_experts).parameters)
-        from ...sglang.lookup import loader_rules
+        from ...engines.sglang.lookup import loader_rules
         try:
             rules = loader_rules(inspect.getsource(self.config_module)) or {}
         except (OSError, TypeError):
@@ -586,8 +586,8 @@ class SglangProvider:
         ``configs/triton_X_Y_Z/`` with SGLang's own file names; an empty one for ``None``."""
         import triton
 
-        from ...sglang.configfile import dumps_config
-        from ...sglang.naming import triton_folder
+        from ...engines.triton_moe.configfile import dumps_config
+        from ...engines.sglang.naming import triton_folder
 
         key = json.dumps([p.E, p.N, p.M, str(p.dtype), str(p.quant), up_cfg, down_cfg], sort_keys=True, default=str)
         if key in self._dirs:

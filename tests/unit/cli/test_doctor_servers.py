@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from orchestrator.cli.doctor import add_servers, server_cell, verdict_reason
 from orchestrator.facts.server_group import group_servers
-from remote.sglang.server_args import ServerArgs
+from remote.engines.sglang.server_args import ServerArgs
 
 
 def _servers(ranks: dict[str, int], nnodes: int = 2) -> dict:

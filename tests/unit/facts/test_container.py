@@ -16,7 +16,7 @@ from orchestrator.facts.container import (ContainerError, container_environment,
                                           parse_container_env_file, parse_gpu_request, parse_mount, parse_publish,
                                           parse_volume, split_run_options)
 from orchestrator.facts.unit import UnitError, gather_unit, parse_server_args
-from remote.sglang.server_args import split_launch
+from remote.engines.sglang.server_args import split_launch
 
 
 def run(line: str):

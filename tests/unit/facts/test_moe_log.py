@@ -1,8 +1,8 @@
-"""SGLang's MoE-config log lines, every release's wording (remote.sglang.moe_log).
+"""SGLang's MoE-config log lines, every release's wording (remote.engines.sglang.moe_log).
 
 :data:`WORDING_LINES` holds the real lines each release logs for each lookup outcome, captured
 from the releases' own code (``<configs>`` stands for the configs root);
-``tests/unit/remote/sglang/test_oracle.py`` checks that each release of :data:`RELEASE_WORDING` still logs
+``tests/unit/remote/engines/sglang/test_oracle.py`` checks that each release of :data:`RELEASE_WORDING` still logs
 exactly these. The tests here run without the wheels.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from remote.sglang.moe_log import last_start_at, parse_line, parse_moe_log, parse_runner_line, verify_loaded
+from remote.engines.sglang.moe_log import last_start_at, parse_line, parse_moe_log, parse_runner_line, verify_loaded
 
 _NAME = "E=8,N=64,device_name=NVIDIA_H200"
 _HINT = ", you can create them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/fused_moe_triton"

@@ -1,7 +1,7 @@
 """Gathering the ranks of a multi-node server among the run's hosts (orchestrator/facts/server_group.py)."""
 
 from orchestrator.facts.server_group import ServerGroup, group_servers, server_key
-from remote.sglang.server_args import ServerArgs
+from remote.engines.sglang.server_args import ServerArgs
 
 ADDR = "10.0.0.1:5000"
 

@@ -18,7 +18,7 @@ import pytest
 
 from remote.host import lock, port, reap
 from remote.protocol import PayloadError
-from remote.sglang.model_config import modelscope_candidates, resolve_model_config_path, use_modelscope
+from remote.engines.sglang.model_config import modelscope_candidates, resolve_model_config_path, use_modelscope
 
 LISTEN = """
 import socket, sys, time

@@ -1,5 +1,5 @@
 """FlashInfer's autotune state as ``orch doctor`` reports it (``orchestrator.host.autotune``,
-``remote.sglang.autotune.autotune_state``), and the probe's listing of cache folders."""
+``remote.engines.sglang.autotune.autotune_state``), and the probe's listing of cache folders."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from orchestrator.facts.unit import UnitFacts
 from orchestrator.host.autotune import autotune_state, cache_root, derived_key
 from orchestrator.tasks.diagnose import autotune_why
 from remote import probe as payload_probe
-from remote.sglang import autotune
-from remote.sglang.runner import moe_runner, probe_inputs, resolved_server_args
-from remote.sglang.server_args import parse_server_args
+from remote.engines.sglang import autotune
+from remote.engines.sglang.runner import moe_runner, probe_inputs, resolved_server_args
+from remote.engines.sglang.server_args import parse_server_args
 
 MODEL = "/models/DeepSeek-V3"
 ROOT = "/var/cache/sglang"

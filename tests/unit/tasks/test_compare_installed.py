@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.store import ConfigStore, key_hash
 from orchestrator.tasks import TASKS
-from remote.sglang.configfile import dumps_config
+from remote.engines.triton_moe.configfile import dumps_config
 from tests.fakes import FakePayload, ScriptedConnection, make_ctx
 
 DIR = "/opt/sg/configs/triton_3_9_0"

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.facts.probe import ProbeFacts
 from orchestrator.facts.schema import from_dict
 from orchestrator.facts.unit import UnitFacts
-from remote.sglang.moe_log import parse_moe_log
+from remote.engines.sglang.moe_log import parse_moe_log
 from orchestrator.tasks.diagnose import DoctorFacts, classify
 
 CASES = json.loads((Path(__file__).parent / "doctor_cases.json").read_text())

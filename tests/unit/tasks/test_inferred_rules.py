@@ -2,7 +2,7 @@
 
 The payload's real ``probe`` runs against fake trees in both layouts (``tests/unit/remote/test_probe.py``
 ``make_sglang``: loader modules whose source is no release's); the rules come from what the tree
-shows (``remote.sglang.lookup.inferred_rules``). ``plan`` then writes a ``_down`` file only where
+shows (``remote.engines.sglang.lookup.inferred_rules``). ``plan`` then writes a ``_down`` file only where
 those rules read one, and ``verify_log`` demands proof only of the lookups the server logged: a
 ``_down`` file it never looked up is reported, not failed (with rules read from the loader, it
 still fails).

@@ -9,7 +9,7 @@ Triton runner on an H200 (``ModelOptFp8MoEMethod.create_moe_runner``), which rea
 and on ``flashinfer_trtllm`` on a B200 (``arg_groups/overrides.py`` ``_deepseek_moe_quant_resolution``),
 which reads none: plan tunes on the first and skips the second (nothing stopped), doctor says the
 same with the same reason. The rules themselves are held against the wheel in
-``tests/unit/remote/sglang/test_runner_oracle.py``.
+``tests/unit/remote/engines/sglang/test_runner_oracle.py``.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def test_daemon_reload_refused_next_to_gpu_containers_of_the_toolkit():
 # --- the trial group key (orchestrator.host.runner_trial.trial_group_key) -------------------------
 
 def _key_ctx(*flags: str):
-    from remote.sglang.server_args import parse_server_args
+    from remote.engines.sglang.server_args import parse_server_args
     from orchestrator.host.runner_trial import trial_group_key
 
     server = parse_server_args(["/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/m/q",

@@ -7,7 +7,7 @@ backend it ends with, the ``--quantization`` it declares and the line it logs mu
 one step off each row (another GPU generation, an explicit backend) must leave the stand-in and
 the wheel agreeing too. The stand-in's autotune file lies where the wheel's own
 ``flashinfer_autotune_cache_path`` puts it (it runs that function from the tree) and where orch
-looks (``remote.sglang.autotune``), for the bed's B200 DeepSeek-V3 host.
+looks (``remote.engines.sglang.autotune``), for the bed's B200 DeepSeek-V3 host.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import sys
 
 import pytest
 
-from remote.sglang import autotune as orch_autotune
+from remote.engines.sglang import autotune as orch_autotune
 from tests.paths import DATA
 from tests.testbed import standin_tree
-from tests.unit.remote.sglang.test_runner_oracle import ARCHS, FAMILY_FN, View, hf_config, wheel  # noqa: F401
-from tests.unit.remote.sglang import test_runner_oracle as oracle
+from tests.unit.remote.engines.sglang.test_runner_oracle import ARCHS, FAMILY_FN, View, hf_config, wheel  # noqa: F401
+from tests.unit.remote.engines.sglang import test_runner_oracle as oracle
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.sglang.configfile import validate_config
+from remote.engines.triton_moe.configfile import validate_config
 from tests.paths import REPO as _REPO
 
 ROOT = _REPO

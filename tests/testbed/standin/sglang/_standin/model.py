@@ -3,7 +3,7 @@
 Rules: SGLang 0.5.23 (``E, _, N = w2.shape`` at run time; shared-expert fusion per model class),
 summarised with the real model configs in ``tests/data/models/README.md``.
 This is an independent small implementation (the stand-in must not import orch's ``remote``),
-which also cross-checks ``remote.sglang.shape``.
+which also cross-checks ``remote.engines.sglang.shape``.
 """
 
 from __future__ import annotations

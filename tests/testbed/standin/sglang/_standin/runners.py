@@ -4,7 +4,7 @@ The runner: :data:`AUTO_RULES`, a table of what SGLang 0.5.23's server-argument 
 with ``--moe-runner-backend auto`` (no ``--moe-a2a-backend``) for the model families, weights and
 GPU generations the bed has hosts for, each with the line SGLang logs. It is the stand-in's own
 table, not orch's rules: ``tests/unit/testbed/test_standin_runners.py`` runs the wheel's own
-override functions (as ``tests/unit/remote/sglang/test_runner_oracle.py`` does) on every row and
+override functions (as ``tests/unit/remote/engines/sglang/test_runner_oracle.py`` does) on every row and
 holds the resolved backend and the logged line against it. Anything the table does not list keeps
 the backend as given; ``auto`` then runs the Triton runner (what 0.5.23's unquantized and fp8 MoE
 methods make of ``auto``).
