@@ -129,7 +129,7 @@ def setup(args) -> dict:
 
 
 def provider():
-    from remote.tuning.providers.sglang import SglangProvider, load_kernel
+    from remote.engines.sglang.provider import SglangProvider, load_kernel
     return SglangProvider(load_kernel())
 
 
@@ -347,7 +347,7 @@ def section_tune2(res, args, ctx):
 def _shape_files(tree: Path, names: dict) -> dict:
     """``{folder: {"up": path, "down": path|None}}`` of SGLang's shipped configs for these names."""
     from remote.engines.sglang.naming import parse_triton_folder
-    from remote.tuning.providers.sglang import load_kernel
+    from remote.engines.sglang.provider import load_kernel
 
     base = Path(sys.modules[load_kernel().get_moe_configs.__module__].__file__).parent / "configs"
     found = {}
@@ -467,7 +467,7 @@ def _ratio(a, b):
 
 
 def section_compare(res, args, ctx):
-    from remote.tuning.providers.sglang import load_kernel
+    from remote.engines.sglang.provider import load_kernel
     k = load_kernel()
     shape = dict(E=8, N=64, hidden=128, topk=2) if args.smoke else dict(E=128, N=768, hidden=2048, topk=8)
     dtype = "float16" if args.smoke else "bfloat16"
@@ -548,7 +548,7 @@ def section_compare(res, args, ctx):
 
 
 def section_full(res, args, ctx):
-    from remote.tuning.providers.sglang import load_kernel
+    from remote.engines.sglang.provider import load_kernel
     k = load_kernel()
     model = (["--model-config", str(MODEL)] if not args.smoke else ["--shape", "E=8,N=64,hidden=128,topk=2"])
     space = "smoke" if args.smoke else "full"
@@ -609,7 +609,7 @@ def section_full(res, args, ctx):
 
 
 def section_fp8shape(res, args, ctx):
-    from remote.tuning.providers.sglang import load_kernel
+    from remote.engines.sglang.provider import load_kernel
     k = load_kernel()
     shape = dict(E=8, N=128, hidden=256, topk=2) if args.smoke else FP8_SHAPE
     block = [128, 128]
@@ -986,7 +986,7 @@ def _partial_files(tune_out: Path, root: Path, names: dict):
 def _quant_one(args, ctx, shp, tune_timeout: float) -> dict:
     """Tune one quantized shape with the sglang provider, then time and check default / shipped /
     tuned on SGLang's kernel; prints the table, returns the section's JSON entry."""
-    from remote.tuning.providers.sglang import load_kernel
+    from remote.engines.sglang.provider import load_kernel
     from remote.tuning.tuner.driver import REL_ERR_BAR
     name, path, flags, what = shp
     k = load_kernel()

@@ -50,7 +50,7 @@ BENCH_MAY_IMPORT = {
     "remote.tuning.support": "the tuner spec's quant entry for those selectors",
     "remote.tuning.kernel.reference": "the float64 reference the kernels are checked against",
     "remote.tuning.providers.builtin": "the builtin provider: what the tuner times",
-    "remote.tuning.providers.sglang": "SGLang's kernel, as the sglang provider drives it",
+    "remote.engines.sglang.provider": "SGLang's kernel, as the sglang provider drives it",
     "remote.tuning.tuner.space": "the search spaces and their pruning",
     "remote.tuning.tuner.search": "the search, run below the tune command",
     "remote.tuning.tuner.timing": "the GPU timer",
@@ -60,6 +60,8 @@ BENCH_MAY_IMPORT = {
 BENCH = REPO / "bench"
 
 #: Parts of the payload that must import without torch or triton (commands read-only or stdlib).
+#: An engine's kernel provider (``remote.engines.<engine>.provider``, :data:`ENGINE_PROVIDERS`)
+#: is the one exception: it drives the engine's Triton kernel for the tuner.
 TORCH_FREE = ("remote.engines", "remote.host", "remote.bench", "remote.probe", "remote.names", "remote.protocol",
               "remote.tuning.support", "remote.tuning.command", "remote.__main__")
 
@@ -256,8 +258,13 @@ def test_controller_imports_only_the_shared_rules_of_the_payload():
     assert {"remote.protocol", "remote.engines.triton_moe.configfile", "remote.engines.sglang.defaults"} <= used, used
 
 
+#: The engines' kernel providers: torch and triton, loaded only by the tuner's registry.
+ENGINE_PROVIDERS = ("remote.engines.sglang.provider",)
+
+
 def _torch_free_modules() -> list[str]:
-    return [m for m in modules_of(REMOTE) if any(m == p or m.startswith(p + ".") for p in TORCH_FREE)]
+    return [m for m in modules_of(REMOTE) if any(m == p or m.startswith(p + ".") for p in TORCH_FREE)
+            and m not in ENGINE_PROVIDERS]
 
 
 def test_stdlib_parts_of_the_payload_import_without_torch_or_triton():
@@ -376,9 +383,10 @@ def test_the_generic_tuner_imports_no_provider():
     bad = [f"{m} imports {t}" for m in tuner for t in sorted(graph[m]) if t.startswith("remote.tuning.providers.")]
     assert not bad, "provider-specific code belongs in remote/tuning/providers/:\n" + "\n".join(bad)
     # the compile job of each provider is its own, and it names one
-    from remote.tuning.providers import builtin, sglang
+    from remote.tuning.providers import builtin
+    from remote.engines.sglang import provider as sglang
     assert builtin.BuiltinProvider.compile_target == "remote.tuning.providers.builtin:compile_one"
-    assert sglang.SglangProvider.compile_target == "remote.tuning.providers.sglang:compile_one"
+    assert sglang.SglangProvider.compile_target == "remote.engines.sglang.provider:compile_one"
 
 
 def _defined_names(path: Path) -> set[str]:

@@ -18,7 +18,7 @@ from ..engines.sglang.lookup import sglang_module_file, sglang_package_dirs
 
 #: SGLang's fused-MoE entry points the ``sglang`` provider drives, by role: ``(module, attribute)``
 #: candidates, newest layout first; the first that imports wins
-#: (:class:`remote.tuning.providers.sglang.SglangKernel`). Layouts, checked against the release
+#: (:class:`remote.engines.sglang.provider.SglangKernel`). Layouts, checked against the release
 #: wheels: 0.5.16+ has the Triton GEMM in ``sglang.kernels.ops.moe`` and the rest in
 #: ``moe_runner/triton_utils``; 0.5.12 has all of it in ``moe_runner/triton_utils``; 0.5.2-0.5.10
 #: split ``fused_moe_triton/`` into modules; 0.4.x keeps it in ``fused_moe_triton/fused_moe.py``.

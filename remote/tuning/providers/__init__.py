@@ -2,7 +2,7 @@
 
 - ``builtin`` (:mod:`remote.tuning.providers.builtin`): this payload's own Triton kernel
   (``remote.tuning.kernel``); the up and down GEMMs are timed separately (separable search).
-- ``sglang`` (:mod:`remote.tuning.providers.sglang`): SGLang's own Triton kernel as the host's
+- ``sglang`` (:mod:`remote.engines.sglang.provider`): SGLang's own Triton kernel as the host's
   SGLang has it (0.4.x-0.5.x layouts), timed per GEMM through its ``invoke_fused_moe_kernel`` and
   as the whole ``fused_experts`` reading candidate files, with ``USE_TMA`` searched where SGLang
   and the GPU support it.
@@ -37,7 +37,7 @@ def resolve_provider(name: str = "auto"):
 
         return BuiltinProvider(), why
     try:
-        from .sglang import SglangProvider
+        from ...engines.sglang.provider import SglangProvider
 
         return SglangProvider(), None
     except Exception as exc:  # ImportError, or a broken install raising anything

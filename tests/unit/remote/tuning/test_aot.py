@@ -233,7 +233,7 @@ def test_sglang_0_5_23_gemm_compiled_off_the_gpu_is_its_launch_cache_hit(tmp_pat
     env = subprocess_env(tmp_path / "site", release_tree("0.5.23"), REPO)
     r = run_case(tmp_path, """
         driver.set_active(FakeDriver())
-        from remote.tuning.providers.sglang import SglangProvider, load_kernel
+        from remote.engines.sglang.provider import SglangProvider, load_kernel
         from remote.tuning.tuner.compile import TargetCompiler
         P = SglangProvider(load_kernel())
         # M * top_k > 64: the alignment is SGLang's CUDA op (a stand-in here), not a Triton launch

@@ -29,7 +29,7 @@ sys.path.insert(0, {root!r})
 from tests.sglang_standins import prepare, release_tree
 STANDINS = prepare(release_tree({version!r}))
 import torch
-from remote.tuning.providers.sglang import SglangProvider, load_kernel
+from remote.engines.sglang.provider import SglangProvider, load_kernel
 from tests.paths import REPO
 K = load_kernel()
 P = SglangProvider(K)
@@ -381,7 +381,7 @@ def test_down_tma_only_where_sglangs_kernel_computes_it():
     from types import SimpleNamespace
 
     from remote.tuning.kernel.formats import WeightFormat
-    from remote.tuning.providers.sglang import SglangProvider, down_tma_computes
+    from remote.engines.sglang.provider import SglangProvider, down_tma_computes
 
     int8_channel = WeightFormat("int8_w8a8", per_channel=True)
     int8_block = WeightFormat("int8_w8a8", block_shape=(128, 128))

@@ -46,9 +46,9 @@ import tempfile
 import torch
 
 from ...protocol import internal_error
-from ..support import SGLANG_KERNEL_ROLES, SGLANG_OPTIONAL_ROLES
-from ..kernel import formats
-from .builtin import DTYPES
+from ...tuning.support import SGLANG_KERNEL_ROLES, SGLANG_OPTIONAL_ROLES
+from ...tuning.kernel import formats
+from ...tuning.providers.builtin import DTYPES
 
 ROLES = SGLANG_KERNEL_ROLES
 OPTIONAL_ROLES = SGLANG_OPTIONAL_ROLES
@@ -181,7 +181,7 @@ class SglangKernel:
         self.override_config = found["override_config"][1]
         self.invoke_params = frozenset(inspect.signature(self.invoke).parameters)
         self.fused_params = frozenset(inspect.signature(self.fused_experts).parameters)
-        from ...engines.sglang.lookup import loader_rules
+        from .lookup import loader_rules
         try:
             rules = loader_rules(inspect.getsource(self.config_module)) or {}
         except (OSError, TypeError):
@@ -321,7 +321,7 @@ class SglangProblem:
 
     def __init__(self, kernel: SglangKernel, E: int, N: int, hidden: int, top_k: int, M: int, dtype, device,
                  seed: int, weights=None, quant=None, empty_weights: bool = False):
-        from ..kernel.reference import route
+        from ...tuning.kernel.reference import route
 
         self.k = kernel
         self.E, self.N, self.hidden, self.top_k, self.M = E, N, hidden, top_k, M
@@ -586,8 +586,8 @@ class SglangProvider:
         ``configs/triton_X_Y_Z/`` with SGLang's own file names; an empty one for ``None``."""
         import triton
 
-        from ...engines.triton_moe.configfile import dumps_config
-        from ...engines.sglang.naming import triton_folder
+        from ..triton_moe.configfile import dumps_config
+        from .naming import triton_folder
 
         key = json.dumps([p.E, p.N, p.M, str(p.dtype), str(p.quant), up_cfg, down_cfg], sort_keys=True, default=str)
         if key in self._dirs:
@@ -695,7 +695,7 @@ class SglangProvider:
         """Relative error of SGLang's fused MoE with these configs against the float64
         reference (quantized formats: on the same quantized weights, scales and zero points,
         activations quantized as SGLang's launch does; :func:`remote.tuning.kernel.formats.reference`)."""
-        from ..kernel.reference import fused_moe_reference, relative_error
+        from ...tuning.kernel.reference import fused_moe_reference, relative_error
 
         out = self.full_fn(p, up_cfg, down_cfg)()
         if p.quant is not None:
@@ -737,7 +737,7 @@ class SglangProvider:
         hands them to ``compile``); ``[]`` for a kernel already loaded in this process. Raises
         :class:`remote.tuning.tuner.aot.CaptureError` when the launch path cannot be captured, and
         whatever SGLang's launch code raises for a config it rejects."""
-        from ..tuner import aot
+        from ...tuning.tuner import aot
         fns = aot.jit_functions(self.k.kernel_module)
         out = []
         for gemm in (("up", "down") if kind == "joint" else (kind,)):
@@ -745,7 +745,7 @@ class SglangProvider:
             out += aot.capture(fns, lambda kw=kw: self.k.invoke(**kw))
         return out
 
-    compile_target = "remote.tuning.providers.sglang:compile_one"
+    compile_target = "remote.engines.sglang.provider:compile_one"
     #: SGLang's kernel is specialised on M-dependent integers: candidates compile per batch size
     compile_per_batch = True
 
