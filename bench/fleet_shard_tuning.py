@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e_helpers import inventory, orch, recap  # noqa: E402
+from tests.e2e.helpers import inventory, orch, recap  # noqa: E402
 from tests.testbed.bed import TestBed  # noqa: E402
 
 

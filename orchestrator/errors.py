@@ -8,7 +8,7 @@ defines it, beside its rule):
   (:mod:`orchestrator.engine.playbook`), ``TemplateError`` (:mod:`orchestrator.templating`),
   ``SerialError`` (:mod:`orchestrator.engine.batching`), ``StoreError`` (:mod:`orchestrator.store`),
   ``ReportError`` (:mod:`orchestrator.report`), ``UnitError`` (:mod:`orchestrator.facts.unit`),
-  ``ConfigFileError`` (:mod:`orchestrator.facts.sglang_config`);
+  ``ConfigFileError`` (:mod:`orchestrator.facts.server_config`);
 - a host that failed or could not be reached, which the engine turns into a failed or
   unreachable host (it never reaches the command line as such): ``ConnectError`` and its
   subclasses (:mod:`orchestrator.connection.base`), ``TaskFailed`` and ``PayloadFailed``

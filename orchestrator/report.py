@@ -33,6 +33,8 @@ Errors: :class:`ReportError` (run record not found or unreadable ``run.json``/``
 
 from __future__ import annotations
 
+from remote.engines import engine_named
+
 from .atomic import write_text
 from .errors import OrchError
 from .facts.probe import ProbeFacts
@@ -232,7 +234,7 @@ def _facts(p: ProbeFacts, tune: dict | None) -> list[tuple[str, str]]:
     facts = [
         ("device name", t.get("device_name") or p.device_name),
         ("GPUs", f"{len(gpus)} × {gpus[0].name}" if gpus and gpus[0].name else (str(len(gpus)) if gpus else None)),
-        ("SGLang", p.sglang.version),
+        (engine_named(p.engine_name).display_name, p.engine.version),
         ("Triton", t.get("triton_version") or p.triton_version),
         ("config folder", p.install_dir),
         ("torch", t.get("torch_version") or p.torch_version),

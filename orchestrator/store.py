@@ -1,12 +1,14 @@
 """The controller's store of tuned configs, keyed by everything that decides the files.
 
-Hosts whose *tuning key* is equal need byte-identical files: SGLang device name,
-Triton version, kernel provider and SGLang version, E, N, hidden size, top-k, the
-dtype/block/per-channel selectors, the batch sizes and the search space. orch tunes
-each key once and reuses the result (unless ``--retune``).
+Hosts whose *tuning key* is equal need byte-identical files: the device name (the engine's
+form), Triton version, kernel provider, the engine and its release, E, N, hidden size, top-k,
+the dtype/block/per-channel selectors, the batch sizes and the search space. orch tunes each
+key once and reuses the result (unless ``--retune``).
 
-Layout: ``<state_dir>/store/<key hash>/`` with ``key.json``, ``provenance.json`` (host,
-time, run id, payload version, provider), ``report.json`` and the config files.
+Layout: ``<state_dir>/store/<key hash>/`` with :data:`KEY_FILE`, :data:`PROVENANCE_FILE` (host,
+time, run id, payload version, provider), :data:`REPORT_FILE` and the config files. Entries
+written before orch named engines (their key names the release ``sglang_version`` and no engine)
+are read as SGLang's, under their old hash (:func:`legacy_key`; :mod:`orchestrator.facts.legacy`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,14 @@ from typing import Any
 
 from remote.protocol import RESOLVED_PROVIDERS
 
-KEY_FIELDS = ("device_name", "triton_version", "provider", "sglang_version", "E", "N", "hidden", "topk",
+from .facts.legacy import LEGACY_ENGINE, STORE_KEY_KEYS, renamed
+
+KEY_FIELDS = ("device_name", "triton_version", "provider", "engine", "engine_version", "E", "N", "hidden", "topk",
               "dtype_selector", "block_shape", "per_channel_quant", "batch_sizes", "space")
+#: the files of a store entry (and of an exported one) besides the config files
+KEY_FILE = "key.json"
+PROVENANCE_FILE = "provenance.json"
+REPORT_FILE = "report.json"
 
 
 class StoreError(OrchError):
@@ -52,7 +60,7 @@ def tuning_key(probe: ProbeFacts, space: str, batch_sizes: list[int] | None, pro
                              "cannot tell which kernel `tune --provider auto` would run")
     return {
         "device_name": probe.device_name, "triton_version": probe.triton_version,
-        "provider": provider, "sglang_version": probe.sglang.version,
+        "provider": provider, "engine": probe.engine_name, "engine_version": probe.engine.version,
         **shape, "per_channel_quant": bool(shape["per_channel_quant"]),
         "batch_sizes": sorted(int(b) for b in batch_sizes) if batch_sizes else None, "space": space,
     }
@@ -61,6 +69,24 @@ def tuning_key(probe: ProbeFacts, space: str, batch_sizes: list[int] | None, pro
 def key_hash(key: dict) -> str:
     """Stable 16-hex-digit hash of a tuning key."""
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_key(data: dict) -> dict:
+    """A tuning key read from disk (a store entry's or an export's :data:`KEY_FILE`, a recover
+    ticket's), in today's names: a key written before orch named engines gets ``engine_version``
+    for its old name and :data:`orchestrator.facts.legacy.LEGACY_ENGINE` as ``engine``."""
+    if not isinstance(data, dict) or "engine" in data:
+        return data
+    return {**renamed(data, STORE_KEY_KEYS), "engine": LEGACY_ENGINE}
+
+
+def legacy_key(key: dict) -> dict | None:
+    """The form a store wrote ``key`` in before orch named engines (its hash names that entry's
+    folder), or None for a key of another engine or one already in that form."""
+    if key.get("engine") != LEGACY_ENGINE:
+        return None
+    old = {v: k for k, v in STORE_KEY_KEYS.items()}
+    return {old.get(k, k): v for k, v in key.items() if k != "engine"}
 
 
 @dataclass
@@ -82,20 +108,27 @@ class ConfigStore:
         self.root = Path(state_dir) / "store"
 
     def get(self, key: dict) -> Entry | None:
-        """The entry for ``key``, or None."""
-        d = self.root / key_hash(key)
-        return self._load(d) if (d / "provenance.json").exists() else None
+        """The entry for ``key`` (a key of today's form: :func:`read_key`), or None; an entry an
+        older store wrote for it (:func:`legacy_key`) counts."""
+        key = read_key(key)
+        for k in (key, legacy_key(key)):
+            d = self.root / key_hash(k) if k is not None else None
+            if d is not None and (d / PROVENANCE_FILE).exists():
+                return self._load(d)
+        return None
 
     def _load(self, d: Path) -> Entry:
-        prov = json.loads((d / "provenance.json").read_text())
-        key = json.loads((d / "key.json").read_text())
+        prov = json.loads((d / PROVENANCE_FILE).read_text())
+        key = read_key(json.loads((d / KEY_FILE).read_text()))
         files = {role: d / name for role, name in (prov.get("files") or {}).items()}
-        rep = d / "report.json"
+        rep = d / REPORT_FILE
         return Entry(d.name, d, key, prov, files, rep if rep.exists() else None)
 
     def put(self, key: dict, files: dict[str, str | Path], report: str | Path | None, provenance: dict) -> Entry:
-        """Store validated config files for ``key`` atomically (a temp folder renamed in place)."""
-        from remote.engines.triton_moe.configfile import load_config_file
+        """Store validated config files for ``key`` (in today's form, :func:`read_key`) atomically (a
+        temp folder renamed in place)."""
+        key = read_key(key)
+        from remote.engines import load_config_file
         from remote.protocol import PayloadError
 
         for role, path in files.items():
@@ -109,11 +142,11 @@ class ConfigStore:
         for path in files.values():
             shutil.copyfile(path, tmp / Path(path).name)
         if report and Path(report).exists():
-            shutil.copyfile(report, tmp / "report.json")
+            shutil.copyfile(report, tmp / REPORT_FILE)
         prov = dict(provenance, files={role: Path(p).name for role, p in files.items()},
                     stored=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-        (tmp / "key.json").write_text(json.dumps(key, indent=2, sort_keys=True) + "\n")
-        (tmp / "provenance.json").write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n")
+        (tmp / KEY_FILE).write_text(json.dumps(key, indent=2, sort_keys=True) + "\n")
+        (tmp / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n")
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -123,7 +156,7 @@ class ConfigStore:
         """Every entry, newest first."""
         if not self.root.exists():
             return []
-        out = [self._load(d) for d in self.root.iterdir() if (d / "provenance.json").exists()]
+        out = [self._load(d) for d in self.root.iterdir() if (d / PROVENANCE_FILE).exists()]
         return sorted(out, key=lambda e: e.provenance.get("stored", ""), reverse=True)
 
     def find(self, prefix: str) -> Entry:
@@ -136,19 +169,19 @@ class ConfigStore:
     def import_tree(self, src: Path, key: dict, provenance: dict) -> Entry:
         """Import files tuned elsewhere (a folder with the up and optional ``_down`` file), validated."""
         src = Path(src)
-        jsons = sorted(p for p in src.glob("*.json") if p.name.startswith("E=") and p.name != "report.json")
+        jsons = sorted(p for p in src.glob("*.json") if p.name.startswith("E=") and p.name != REPORT_FILE)
         up = [p for p in jsons if not p.stem.endswith("_down")]
         down = [p for p in jsons if p.stem.endswith("_down")]
         if len(up) != 1 or len(down) > 1:
             raise StoreError(f"{src}: expected one up file and at most one _down file, found {[p.name for p in jsons]}")
         files = {"up": up[0], **({"down": down[0]} if down else {})}
         if down:
-            from remote.engines.triton_moe.configfile import check_down_matches_up, load_config_file
+            from remote.engines import check_down_matches_up, load_config_file
             from remote.protocol import PayloadError
 
             try:
                 check_down_matches_up(load_config_file(str(up[0])), load_config_file(str(down[0])))
             except PayloadError as exc:
                 raise StoreError(f"{src}: {exc.msg}") from None
-        rep = src / "report.json"
+        rep = src / REPORT_FILE
         return self.put(key, files, rep if rep.exists() else None, dict(provenance, imported_from=str(src)))

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+from .facts.legacy import LEGACY_ENGINE
 from .facts.summary import RunSummary, speedup_stats
 
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "skipped": "cyan", "unreachable": "bold magenta"}
@@ -244,7 +245,8 @@ def _summary_fields(r) -> list[tuple[str, str]]:
         tp += f" ({s.throughput_change_pct:+.1f}%)"
     version = (after or before).server_version if (after or before) else None
     if version and tp != "-":
-        tp += f"\nserver: sglang {version}"  # what the server says it is (a test bed's stand-in says so)
+        # what the server says it is (a test bed's stand-in says so)
+        tp += f"\nserver: {s.engine or LEGACY_ENGINE} {version}"
     if s.runner_trial is not None:  # the runner trial: its table, one runner a line
         t = s.runner_trial
         tp = "\n".join(f"{r.runner}{' (unit)' if r.reference else ''}: {r.top() or 0:.1f}, agreement "

@@ -1,34 +1,37 @@
-"""probe: GPUs, Triton, SGLang loader/config folders, model shape and exact file names.
+"""probe: GPUs, Triton, the engine's loader and config folders, model shape and exact file names.
 
-Flags: the model flags of ``names`` (:func:`remote.engines.sglang.model_flags.add_model_flags`;
+Flags: ``--engine`` and the model flags of ``names`` (:func:`remote.engines.add_model_flags`;
 ``--model-config`` optional here, ``--device-name`` overrides the CUDA name and is required when
 no CUDA GPU is visible and a model is given), ``--capability`` (override of GPU 0's compute
-capability, ``9.0``), ``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``, if set),
-``--autotune-cache-root`` (the server's ``$SGLANG_CACHE_DIR``, :func:`remote.engines.sglang.autotune.cache_root`;
-default: this user's ``~/.cache/sglang``).
+capability, ``9.0``), ``--moe-config-dir`` (the unit's config-dir variable, ``Engine.config_dir_env``:
+SGLang's ``SGLANG_MOE_CONFIG_DIR``, if set), ``--autotune-cache-root`` (the server's cache root as
+the server resolves it, ``Engine.autotune_cache_root``; default: the engine's default for this
+user, SGLang's ``~/.cache/sglang``).
 ``--work-dir`` (the tuner's work folder: refused when its mount is ``noexec``, :func:`exec_problem`).
 
 Result ``data``::
 
     gpus: [{index, name, device_name, capability "9.0", smem_per_block_optin (bytes),
             total_memory (bytes)}]          # [] without CUDA/torch
-    device_name: "NVIDIA_H200" | null       # SGLang form; --device-name wins over GPU 0
+    device_name: "NVIDIA_H200" | null       # the engine's form; --device-name wins over GPU 0
     capability: "9.0" | null                # GPU 0's; --capability wins
     mixed_gpus: bool                        # visible GPUs report different names
     torch_version, triton_version: str | null
     triton_folder: "triton_3_6_0"           # where orch installs (remote.engines.sglang.naming.triton_folder)
-    sglang_exact_folder: "triton_3_6_0"     # the folder SGLang tries first (verbatim version)
-    sglang: {installed, version, package_dir, loader_module, layout "current"|"old"|null,
+    engine_name: "sglang"                   # the engine whose rules answered (--engine)
+    exact_folder: "triton_3_6_0"            # the folder the engine tries first (verbatim version)
+    engine: {installed, version, package_dir, loader_module, layout "current"|"old"|null,
              loader_rules: {name_selectors, reads_down, config_dir_env, fallback,
                             fallback_versions}  (remote.engines.sglang.lookup.loader_rules),
              loader_rules_inferred: str | null  # why the rules are inferred (module unreadable,
                                                 # remote.engines.sglang.lookup.inferred_rules), else null
              configs_root, configs_root_exists, shipped_configs_root,
              other_layout_configs_root, moe_config_dir}
-    model: MoeShape.to_dict() + {tuner_unsupported, checkpoint_quant_method} | null,
-    model_config_path                       # checkpoint_quant_method: remote.engines.sglang.runner.checkpoint_quant_method
+    model: MoeShape.to_dict() + {tuner_unsupported, tuner_unsupported_by, checkpoint_quant_method,
+           config_dtype, model_type} | null   # the last three: Engine.model_facts
+    model_config_path
     triton_kernels: bool                    # the triton_kernels package is importable (gpt-oss's runner)
-    flashinfer_version: str | null          # flashinfer.__version__ (what SGLang's autotune path uses); null: none
+    flashinfer_version: str | null          # flashinfer.__version__ (the autotune cache's folder); null: none
     autotune_cache_root: str                # where FlashInfer autotune caches were looked for
     autotune_caches: [{version, sm, key, path, files: [rank_*.json names], runs: int}]
                                             # <root>/flashinfer/autotune/<version>/sm<XY>/<key>/ present
@@ -36,19 +39,20 @@ Result ``data``::
     install_dir: "<configs_root>/<triton_folder>" | null
     install_dir_exists: bool
     existing: {up|down: {folders: [triton_* holding the file, newest first],
-                         in_installed_folder: bool, sglang_would_load: path | null,
+                         in_installed_folder: bool, would_load: path | null,
                          fallback_error: str | null,
-                         read_by_sglang: bool}}   # down: false when the release reads no _down file
-    unparsable_folders: [triton_* names SGLang's fallback sort cannot parse]
+                         read_by_engine: bool}}   # down: false when the release reads no _down file
+    unparsable_folders: [triton_* names the engine's fallback sort cannot parse]
     tuner_provider: {auto: "sglang"|"builtin",  # the kernel `tune --provider auto` times here
                      reason: str | null}       # why auto falls back to builtin
     warnings: [str]
 
-SGLang is located and its loader's search replayed WITHOUT importing it
-(:mod:`remote.engines.sglang.lookup`); the tuner's answers (``model.tuner_unsupported`` for the provider
-``auto`` resolves to, ``model.tuner_unsupported_by`` per provider,
-``tuner_provider``) come from :mod:`remote.tuning.support`, which imports neither torch nor
-sglang. torch and triton are imported only inside the functions that query them.
+The engine part (``engine``, ``exact_folder``, ``file_names``, ``install_dir``, ``existing``,
+``unparsable_folders``) is ``Engine.lookup``: the engine is located and its loader's search
+replayed WITHOUT importing it (SGLang: :mod:`remote.engines.sglang.lookup`); the tuner's answers
+(``model.tuner_unsupported`` for the provider ``auto`` resolves to, ``model.tuner_unsupported_by``
+per provider, ``tuner_provider``) come from :mod:`remote.tuning.support`, which imports neither
+torch nor the engine. torch and triton are imported only inside the functions that query them.
 """
 
 from __future__ import annotations
@@ -56,16 +60,11 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
-import json
 import os
 from typing import Any
 
-from .protocol import PayloadError, log
-from .engines.sglang.lookup import find_sglang, simulate_lookup
-from .engines.sglang.model_config import load_model_config
-from .engines.sglang.model_flags import add_model_flags, checked_device_name, shape_from_args
-from .engines.sglang.runner import checkpoint_quant_method
-from .engines.sglang.naming import sglang_version_dir, triton_folder, unparsable_triton_folders
+from .engines import add_model_flags, device_name_arg, engine_named, shape_from_args
+from .protocol import RESOLVED_PROVIDERS, PayloadError, log
 from .tuning.support import resolve_provider_name, unsupported_reason
 
 
@@ -74,9 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser, "probe")
     parser.add_argument("--capability", default=None,
                         help="override GPU 0's CUDA compute capability (MAJOR.MINOR, e.g. 9.0)")
-    parser.add_argument("--moe-config-dir", default=None, help="the unit's SGLANG_MOE_CONFIG_DIR, if set")
+    parser.add_argument("--moe-config-dir", default=None,
+                        help="the unit's config-dir variable (Engine.config_dir_env), if set")
     parser.add_argument("--autotune-cache-root", default=None,
-                        help="the server's SGLANG_CACHE_DIR (default: ~/.cache/sglang of this user)")
+                        help="the server's cache root, as the server resolves it (default: the engine's default "
+                             "for this user)")
     parser.add_argument("--work-dir", default=None,
                         help="the tuner's work folder (its Triton cache and temp files): must allow exec")
 
@@ -126,8 +127,9 @@ def exec_problem(path: str) -> str | None:
 
 # --------------------------------------------------------------------------- GPUs / versions
 
-def probe_gpus() -> tuple[list[dict], str | None, list[str]]:
-    """Visible CUDA GPUs via torch: ``(gpus, torch_version, warnings)``; ``[]`` without CUDA."""
+def probe_gpus(engine=None) -> tuple[list[dict], str | None, list[str]]:
+    """Visible CUDA GPUs via torch: ``(gpus, torch_version, warnings)``; ``[]`` without CUDA. Each
+    GPU's ``device_name`` is its name as ``engine`` (None: the default engine) writes it in file names."""
     warnings: list[str] = []
     try:
         import torch  # noqa: PLC0415 (heavy, only here)
@@ -145,7 +147,7 @@ def probe_gpus() -> tuple[list[dict], str | None, list[str]]:
                 smem = _triton_smem(i)
             major, minor = torch.cuda.get_device_capability(i)
             try:
-                dev = checked_device_name(name)
+                dev = device_name_arg(engine_named(getattr(engine, "name", None)), name)
             except PayloadError as exc:
                 dev = None
                 warnings.append(f"GPU {i}: {exc.msg}")
@@ -208,11 +210,13 @@ def flashinfer_version() -> str | None:
 MAX_AUTOTUNE_CACHES = 200
 
 
-def autotune_caches(root: str, warnings: list[str]) -> list[dict]:
-    """The FlashInfer autotune cache folders under ``root`` (``flashinfer/autotune/<version>/sm<XY>/<key>/``):
-    ``{version, sm, key, path, files, runs}`` (``files``: its ``rank_*.json``; ``runs``: files under
-    ``runs/``, written when ``SGLANG_FLASHINFER_AUTOTUNE_CACHE=0``). Reads names only."""
-    base = os.path.join(root, "flashinfer", "autotune")
+def autotune_caches(root: str, warnings: list[str], engine: str | None = None) -> list[dict]:
+    """The FlashInfer autotune cache folders under the cache root ``root`` (``<version>/sm<XY>/<key>/``
+    under the engine's autotune folder, ``Engine.autotune_cache_dir``; ``engine``: its name, None:
+    the default): ``{version, sm, key, path, files, runs}`` (``files``: its ``rank_*.json``;
+    ``runs``: files under ``runs/``, fresh results of starts that do not reuse the cache). Reads
+    names only."""
+    base = engine_named(engine).autotune_cache_dir(root)
     found: list[dict] = []
     if not os.path.isdir(base):
         return found
@@ -250,32 +254,6 @@ def checked_capability(text: str | None) -> str | None:
     return f"{int(parts[0])}.{int(parts[1])}"
 
 
-def _checkpoint_quant(config_path: str) -> str | None:
-    """The checkpoint's quantization method as SGLang names it (``remote.engines.sglang.runner.checkpoint_quant_method``),
-    from the model config and, beside it, ModelOpt's ``hf_quant_config.json`` when present."""
-    side = os.path.join(os.path.dirname(config_path), "hf_quant_config.json")
-    try:
-        with open(side, encoding="utf-8") as f:
-            hf_quant = json.load(f)
-    except (OSError, ValueError):
-        hf_quant = None
-    return checkpoint_quant_method(load_model_config(config_path), hf_quant)
-
-
-def _dtype_inputs(config_path: str) -> dict:
-    """``config_dtype`` (the text config's ``dtype``/``torch_dtype``, else the top level's) and
-    ``model_type`` (the text config's), which SGLang's ``_get_and_verify_dtype`` reads
-    (``configs/model_config.py``; :func:`remote.engines.sglang.autotune.torch_dtype`)."""
-    cfg = load_model_config(config_path)
-    tc = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    raw = None
-    for src in (tc, cfg):
-        raw = src.get("dtype") or src.get("torch_dtype")
-        if raw:
-            break
-    return {"config_dtype": str(raw) if raw else None, "model_type": tc.get("model_type") or cfg.get("model_type")}
-
-
 # --------------------------------------------------------------------------- command
 
 def run(args: argparse.Namespace) -> dict:
@@ -287,22 +265,17 @@ def run(args: argparse.Namespace) -> dict:
             raise PayloadError("runtime", why + "; set orch_state_dir to a folder on a local mount that allows "
                                                 "exec (findmnt -T PATH shows its options)")
     warnings: list[str] = []
-    gpus, torch_ver, w = probe_gpus()
+    engine = engine_named(args.engine)
+    gpus, torch_ver, w = probe_gpus(engine)
     warnings += w
     tver = triton_version()
-    tfolder = triton_folder(tver) if tver else None
-    exact_folder = sglang_version_dir(tver) if tver else None
-    if tver and tfolder != exact_folder:
-        warnings.append(
-            f"Triton {tver}: SGLang looks first in {exact_folder}; orch installs into {tfolder}, which SGLang "
-            f"reaches only through its fallback (log line 'Fallback to triton version ...')")
 
     names = {g["name"] for g in gpus}
     mixed = len(names) > 1
     if mixed:
         warnings.append(f"GPUs report different names {sorted(names)}; using GPU 0")
     if args.device_name:
-        device_name = checked_device_name(args.device_name)
+        device_name = device_name_arg(engine, args.device_name)
         if gpus and gpus[0]["device_name"] and gpus[0]["device_name"] != device_name:
             warnings.append(f"--device-name {device_name} overrides GPU 0 name {gpus[0]['device_name']}")
     elif gpus:
@@ -315,23 +288,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.capability and gpus and gpus[0]["capability"] != capability:
         warnings.append(f"--capability {capability} overrides GPU 0's {gpus[0]['capability']}")
 
-    sg = find_sglang(args.moe_config_dir)
-    if not sg["installed"]:
-        warnings.append("sglang is not installed for this interpreter")
-    elif not sg["loader_module"]:
-        warnings.append(f"no SGLang MoE config loader (fused_moe_triton_config.py) found under {sg['package_dir']}")
-    if sg["other_layout_configs_root"]:
-        warnings.append(f"configs of another SGLang layout exist at {sg['other_layout_configs_root']} "
-                        "(not read by this SGLang)")
-    rules = sg["loader_rules"]
-    if sg["loader_rules_inferred"] and sg["installed"]:
-        warnings.append(f"cannot read SGLang's lookup rules from {sg['loader_module'] or 'any loader module'}; "
-                        f"{sg['loader_rules_inferred']}: orch proves only the lookups the server's log shows")
-    if args.moe_config_dir and not rules["config_dir_env"]:
-        warnings.append(f"SGLANG_MOE_CONFIG_DIR is set, but SGLang {sg['version'] or '?'} does not read it: "
-                        f"it loads configs from {sg['configs_root']}")
-
-    model = file_names = None
+    model = shape = None
     model_path = None
     if args.model_config:
         if device_name is None:
@@ -339,35 +296,16 @@ def run(args: argparse.Namespace) -> dict:
         cap = tuple(int(x) for x in capability.split(".")) if capability else None
         shape, model_path = shape_from_args(args, capability=cap)
         model = shape.to_dict()
-        auto_provider = resolve_provider_name("auto")[0]
-        model["tuner_unsupported_by"] = {prov: unsupported_reason(model, prov) for prov in ("sglang", "builtin")}
+        auto_provider = resolve_provider_name("auto", engine.name)[0]
+        model["tuner_unsupported_by"] = {prov: unsupported_reason(model, prov) for prov in RESOLVED_PROVIDERS}
         model["tuner_unsupported"] = model["tuner_unsupported_by"][auto_provider]
-        model["checkpoint_quant_method"] = _checkpoint_quant(model_path)
-        model.update(_dtype_inputs(model_path))
-        file_names = shape.file_names(device_name, per_channel_selector="per_channel_quant" in rules["name_selectors"])
-
-    install_dir = os.path.join(sg["configs_root"], tfolder) if (sg["configs_root"] and tfolder) else None
-    existing: dict[str, Any] | None = None
-    unparsable: list[str] = []
-    if sg["configs_root"] and sg["configs_root_exists"]:
-        try:
-            unparsable = unparsable_triton_folders(sorted(os.listdir(sg["configs_root"])))
-        except OSError as exc:
-            warnings.append(f"cannot list {sg['configs_root']}: {exc}")
-        if unparsable and rules["fallback"] == "scan":
-            warnings.append(f"unparsable folder(s) {unparsable} in {sg['configs_root']} break SGLang's fallback")
-    if file_names and sg["configs_root"] and tfolder:
-        existing = {}
-        for kind, fname in file_names.items():
-            sim = simulate_lookup(sg["configs_root"], exact_folder, fname, rules)
-            sim["in_installed_folder"] = tfolder in sim["folders"]
-            sim["read_by_sglang"] = kind == "up" or rules["reads_down"]
-            if not sim["read_by_sglang"]:  # this release never looks for _down files
-                sim["sglang_would_load"] = sim["fallback_error"] = None
-            existing[kind] = sim
-    cache_root = args.autotune_cache_root or os.path.join(os.path.expanduser("~"), ".cache", "sglang")
-    caches = autotune_caches(cache_root, warnings)
-    auto, why = resolve_provider_name("auto")
+        model.update(engine.model_facts(model_path))
+    found = engine.lookup(config_dir=args.moe_config_dir, triton_version=tver, device_name=device_name, shape=shape,
+                          warnings=warnings)
+    default_root = engine.autotune_cache_root({}, None, os.path.expanduser("~"))
+    cache_root = args.autotune_cache_root or default_root
+    caches = autotune_caches(cache_root, warnings, engine.name)
+    auto, why = resolve_provider_name("auto", engine.name)
     tuner_provider = {"auto": auto, "reason": why}
     for msg in warnings:
         log(msg, level="warning")
@@ -378,16 +316,17 @@ def run(args: argparse.Namespace) -> dict:
         "mixed_gpus": mixed,
         "torch_version": torch_ver,
         "triton_version": tver,
-        "triton_folder": tfolder,
-        "sglang_exact_folder": exact_folder,
-        "sglang": sg,
+        "triton_folder": found["triton_folder"],
+        "engine_name": engine.name,
+        "exact_folder": found["exact_folder"],
+        "engine": found["engine"],
         "model": model,
         "model_config_path": model_path,
-        "file_names": file_names,
-        "install_dir": install_dir,
-        "install_dir_exists": bool(install_dir and os.path.isdir(install_dir)),
-        "existing": existing,
-        "unparsable_folders": unparsable,
+        "file_names": found["file_names"],
+        "install_dir": found["install_dir"],
+        "install_dir_exists": found["install_dir_exists"],
+        "existing": found["existing"],
+        "unparsable_folders": found["unparsable_folders"],
         "tuner_provider": tuner_provider,
         "triton_kernels": importlib.util.find_spec("triton_kernels") is not None,
         "flashinfer_version": flashinfer_version(),

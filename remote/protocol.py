@@ -5,12 +5,12 @@ Every line written to stdout is one JSON object with ``"proto": 1`` and ``"type"
 (``log``, ``progress``, ``result`` or ``error``). Exactly one ``result`` or ``error``
 line ends a command.
 
-The names ``tune --space`` and ``tune --provider`` accept are orch's own (not SGLang's rules,
-which live in :mod:`remote.engines.sglang`), part of the command line the controller writes and the
-payload parses: they are declared here, the one module of the payload besides ``remote.engines.sglang``
-that the controller may import. The controller's inventory variables (``orch_tune_space``,
-``orch_tune_provider``), its task arguments and the payload's argparse choices all check against
-these tuples.
+The names ``--engine``, ``tune --space``, ``tune --provider`` and ``bench --tool`` accept are
+orch's own (not an engine's rules, which live in :mod:`remote.engines`), part of the command line the
+controller writes and the payload parses: they are declared here, the one module of the payload
+besides the engines' facade (``remote.engines``) that the controller may import. The controller's
+inventory variables (``orch_engine``, ``orch_tune_space``, ``orch_tune_provider``), its task
+arguments and the payload's argparse choices all check against these tuples.
 """
 
 from __future__ import annotations
@@ -40,12 +40,20 @@ ENGINE_NAMES: tuple[str, ...] = ("sglang",)
 #: before it recognised engines: records written then name no engine).
 DEFAULT_ENGINE = ENGINE_NAMES[0]
 
+#: ``bench --tool``: orch's own benchmark client, or an engine's own (``Engine.bench_tool``, named
+#: after the engine)
+BENCH_TOOLS: tuple[str, ...] = ("builtin", *ENGINE_NAMES)
+
 #: ``tune --provider``: whose kernel the tuner times; ``auto`` resolves to one of
 #: :data:`RESOLVED_PROVIDERS` on the host (``remote.tuning.support.resolve_provider_name``).
 PROVIDER_NAMES: tuple[str, ...] = ("auto", *ENGINE_NAMES, "builtin")
 DEFAULT_PROVIDER = "auto"
 #: What a provider name resolves to: an engine's own fused-MoE kernel or orch's builtin one.
 RESOLVED_PROVIDERS: tuple[str, ...] = (*ENGINE_NAMES, "builtin")
+
+#: the tuner's checkpoint in its output folder (``remote.tuning.tuner.checkpoint``): the payload
+#: writes it, ``orch recover`` reads it over SSH to keep a stopped tune's progress
+CHECKPOINT_FILE = "checkpoint.json"
 
 #: A run id as both sides use it (``<UTC time>-<action>-<hex>``, e.g. ``20260101T000000Z-tune-abcdef``):
 #: the name of the host's run record folder and the ``ORCH_TAG`` of a run's long commands.

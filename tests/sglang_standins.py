@@ -720,7 +720,7 @@ def patch_ops(modules, follow_cuda_align: bool = False, bind_activation: bool = 
 
 def prepare(source_root=None, cpu: bool | None = None, device_name: str = "NVIDIA H200") -> dict:
     """One call that makes SGLang's fused MoE run here: :func:`install`, import SGLang's MoE
-    modules (the entry points ``remote.tuning.support.SGLANG_KERNEL_ROLES`` names), then :func:`patch_ops`
+    modules (the entry points ``remote.engines.sglang.kernel_roles.SGLANG_KERNEL_ROLES`` names), then :func:`patch_ops`
     on them; on a machine without a GPU (``cpu``, default: no CUDA) also the CPU-only
     stand-ins (CUDA alignment path, activation binding, ``device_name``).
 
@@ -729,7 +729,7 @@ def prepare(source_root=None, cpu: bool | None = None, device_name: str = "NVIDI
     """
     import torch
 
-    from remote.tuning.support import SGLANG_KERNEL_ROLES as ROLES
+    from remote.engines.sglang.kernel_roles import SGLANG_KERNEL_ROLES as ROLES
 
     if cpu is None:
         cpu = not torch.cuda.is_available()

@@ -1,7 +1,12 @@
 """The import rules between the payload (``remote/``) and the controller (``orchestrator/``).
 
 - (a) nothing under ``remote/`` imports ``orchestrator`` (the payload runs alone on a host);
-- (b) ``orchestrator/`` imports from ``remote`` only ``remote.engines...`` and ``remote.protocol``;
+- (b) ``orchestrator/`` imports from ``remote`` only the engines' facade (the ``remote.engines``
+  package itself, never a module below it) and ``remote.protocol``;
+- (b') no SGLang name or rule outside ``remote/engines/sglang/`` in ``orchestrator/`` and ``remote/``
+  (:func:`engine_name_findings`: identifiers and string literals naming it, its flags, its log
+  lines), but for :data:`ENGINE_NAME_ALLOWED`; the engine interface (``remote/engines/interface.py``,
+  ``records.py``, ``launch.py``, ``errors.py``) names no engine even in its docstrings;
 - (c) the stdlib-only parts of ``remote`` import with torch and triton blocked;
 - (d) at most 6 modules at the top of ``remote/`` (the rest lives in role folders);
 - (e) no import cycle inside ``remote/`` (:func:`import_cycles`, reusable for any package);
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +40,9 @@ REPO = Path(__file__).resolve().parents[1]
 REMOTE = REPO / "remote"
 ORCH = REPO / "orchestrator"
 
-#: Where the controller may import the payload's code (docs/protocol.md).
+#: Where the controller may import the payload's code (docs/protocol.md, docs/architecture.md): the
+#: engines' facade (the package, whose ``ENGINES``/``engine_for`` hand out an ``Engine``) and the
+#: protocol's names, nothing below them.
 ALLOWED_FROM_CONTROLLER = ("remote.engines", "remote.protocol")
 
 #: What the GPU measurement scripts of ``bench/`` may import from the payload, and why: they time
@@ -241,7 +249,7 @@ def test_payload_never_imports_the_controller():
 
 
 def _allowed(module: str) -> bool:
-    return any(module == a or module.startswith(a + ".") for a in ALLOWED_FROM_CONTROLLER)
+    return module in ALLOWED_FROM_CONTROLLER
 
 
 def test_controller_imports_only_the_shared_rules_of_the_payload():
@@ -255,7 +263,136 @@ def test_controller_imports_only_the_shared_rules_of_the_payload():
     assert not bad, f"orchestrator/ may import only {ALLOWED_FROM_CONTROLLER} from remote:\n" + "\n".join(bad)
     # and it does use them (the rule is about something real)
     used = {t for _, _, t, _ in imports_of_tree(ORCH) if t.startswith("remote.")}
-    assert {"remote.protocol", "remote.engines.triton_moe.configfile", "remote.engines.sglang.defaults"} <= used, used
+    assert {"remote.protocol", "remote.engines"} <= used, used
+
+
+# ----------------------------------------------------------------------------- SGLang stays in its home
+
+#: What names SGLang or states one of its rules: its name in any identifier, module path or string;
+#: its launch flags orch reads that no other engine shares; its server-argument names.
+ENGINE_NAME = re.compile(r"sglang|moe[-_]runner[-_]backend|moe[-_]a2a[-_]backend|enable[-_]dp[-_]attention|"
+                         r"flashinfer[-_]autotune[-_]skip[-_]ops|--speculative-", re.IGNORECASE)
+
+
+def _sglang_log_lines() -> tuple[str, ...]:
+    """SGLang's own log lines orch reads (its log model and FlashInfer autotune's): a string holding
+    one of them outside the home is SGLang's rule written again."""
+    from remote.engines.sglang import autotune, moe_log
+
+    return (*moe_log.START_MARKERS, moe_log.READY_LINE, "Using MoE kernel config", "Config file not found at",
+            "Using default MoE kernel config", "Down MoE config file not found", autotune.LOG_WITH_CACHE.strip(),
+            autotune.LOG_DONE)
+
+
+#: Files outside ``remote/engines/sglang/`` that may name SGLang, and why a neutral name is impossible.
+ENGINE_NAME_ALLOWED = {
+    "remote/engines/__init__.py": "the engine registry (ENGINES) imports each engine's ENGINE from its folder",
+    "remote/protocol.py": "ENGINE_NAMES: the engine names both sides spell (orch_engine, --engine, and the "
+                          "--provider/--tool named after each engine), below the engines' floor",
+    "orchestrator/facts/legacy.py": "the names older run records, store keys and inventories used (read, "
+                                    "never written), spelled after the engine they named",
+}
+#: The engine interface and its records: no engine's name at all, docstrings included.
+NEUTRAL_INTERFACE = ("remote/engines/interface.py", "remote/engines/records.py", "remote/engines/launch.py",
+                     "remote/engines/errors.py")
+
+
+def _docstring_nodes(tree: ast.AST) -> set[int]:
+    """``id()`` of the string constants that are docstrings (module, class, function) or attribute
+    docstrings (a string statement right after an assignment)."""
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body and \
+                isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            out.add(id(body[0].value))
+        for stmt in body:
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+                out.add(id(stmt.value))
+    return out
+
+
+def engine_name_findings(text: str, path: str, lines: tuple[str, ...] = ()) -> list[str]:
+    """``path:line: what`` for each identifier (name, attribute, definition, argument, keyword,
+    imported module or alias) and each string literal (docstrings and comments excepted) of the
+    Python source ``text`` that matches :data:`ENGINE_NAME`, and each string literal holding one of
+    ``lines`` (an engine's log lines). Pure."""
+    tree = ast.parse(text)
+    docs = _docstring_nodes(tree)
+    out = []
+    for node in ast.walk(tree):
+        words: list[str] = []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            words = [node.value]
+            hit = next((ln for ln in lines if ln in node.value), None)
+            if hit:
+                out.append(f"{path}:{node.lineno}: the log line {hit!r}")
+        elif isinstance(node, ast.Name):
+            words = [node.id]
+        elif isinstance(node, ast.Attribute):
+            words = [node.attr]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            words = [node.name]
+        elif isinstance(node, ast.arg):
+            words = [node.arg]
+        elif isinstance(node, ast.keyword) and node.arg:
+            words = [node.arg]
+        elif isinstance(node, ast.alias):
+            words = [node.name, node.asname or ""]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            words = [node.module]
+        out += [f"{path}:{node.lineno}: {w[:80]!r}" for w in words if ENGINE_NAME.search(w)]
+    return sorted(set(out))
+
+
+def test_no_sglang_name_or_rule_outside_its_home():
+    """The controller and the payload reach SGLang only through the engine interface: its name, its
+    flags, its server arguments and its log lines are written only in ``remote/engines/sglang/``
+    (and the few places of :data:`ENGINE_NAME_ALLOWED`, each with its reason)."""
+    lines = _sglang_log_lines()
+    home = REMOTE / "engines" / "sglang"
+    bad = []
+    for root in (ORCH, REMOTE):
+        for path in sorted(root.rglob("*.py")):
+            rel = str(path.relative_to(REPO))
+            if home in path.parents or rel in ENGINE_NAME_ALLOWED or "__pycache__" in path.parts:
+                continue
+            bad += engine_name_findings(path.read_text(encoding="utf-8"), rel, lines)
+    assert not bad, ("SGLang's names and rules belong in remote/engines/sglang/ (reach them through "
+                     "remote.engines' Engine); found:\n" + "\n".join(bad))
+    for rel in ENGINE_NAME_ALLOWED:
+        assert (REPO / rel).exists() and ENGINE_NAME.search((REPO / rel).read_text()), f"{rel}: allowed, but names none"
+
+
+def test_the_engine_interface_names_no_engine():
+    from remote.protocol import ENGINE_NAMES
+
+    for rel in NEUTRAL_INTERFACE:
+        text = (REPO / rel).read_text(encoding="utf-8").lower()
+        named = [n for n in ENGINE_NAMES if n in text]
+        assert not named, f"{rel} names {named}: the interface is every engine's"
+
+
+def test_engine_name_scanner_finds_each_kind(tmp_path):
+    src = '''"""Docstrings may cite SGLang 0.5.23 (where a rule comes from)."""
+from remote.engines.sglang import naming            # 2: a module path
+import x as sglang_x                                # 3: an alias
+
+
+def f(sglang_url, **kw):                            # 6: an argument
+    """SGLang's rule, cited."""
+    y = kw.get("orch_sglang_url")                   # 8: a string
+    z = server.moe_runner_backend                   # 9: an attribute
+    g(moe_a2a_backend=1)                            # 10: a keyword
+    if line == "The server is fired up and ready to roll!":   # 11: a log line
+        pass
+    return ["--moe-runner-backend", "--tp"]         # 13: a flag (and one every engine shares)
+'''
+    found = engine_name_findings(src, "x.py", ("The server is fired up",))
+    assert [f.split(":")[1] for f in found] == ["10", "11", "13", "2", "3", "6", "8", "9"], found
+    assert engine_name_findings('"""SGLang, cited."""\nx = "--tp"\n# sglang in a comment\n', "y.py") == []
 
 
 #: The engines' kernel providers: torch and triton, loaded only by the tuner's registry.

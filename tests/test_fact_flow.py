@@ -77,10 +77,12 @@ def member(tp, attr: str) -> tuple[bool, typing.Any]:
     decl = HostFacts.declared().get(attr) if tp is HostFacts else None
     if decl is not None:
         return True, Returns(decl.type) if "*" in decl.name else decl.type
-    if tp is not HostFacts and not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
+    if tp is not HostFacts and not (isinstance(tp, type) and (dataclasses.is_dataclass(tp) or _is_protocol(tp))):
         return True, None
     if dataclasses.is_dataclass(tp) and attr in {f.name for f in dataclasses.fields(tp)}:
         return True, _unwrap(_hints(tp).get(attr))
+    if _is_protocol(tp) and attr in _hints(tp):  # an interface's declared attribute (remote.engines)
+        return True, _unwrap(_hints(tp)[attr])
     if not hasattr(tp, attr):
         return False, None
     found = getattr(tp, attr)
@@ -96,8 +98,14 @@ def member(tp, attr: str) -> tuple[bool, typing.Any]:
 PLAIN_VARIABLES = {"orch_bench_url"}
 
 
+def _is_protocol(obj) -> bool:
+    """A ``typing.Protocol`` class (an interface the controller reads through: ``Engine``,
+    ``ServerArgs`` of :mod:`remote.engines`): its declared attributes and methods are its members."""
+    return isinstance(obj, type) and bool(getattr(obj, "_is_protocol", False))
+
+
 def _is_record(obj) -> bool:
-    return isinstance(obj, type) and dataclasses.is_dataclass(obj)
+    return isinstance(obj, type) and (dataclasses.is_dataclass(obj) or _is_protocol(obj))
 
 
 def module_records(tree: ast.AST, module: str) -> dict[str, type]:

@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of ``orch`` (each command module adds its own sub-parser)."""
     from . import bench, config_names, configs, doctor, report, runs, tune
 
-    ap = ArgumentParser(prog="orch", description="Retune SGLang fused-MoE Triton kernels across GPU hosts.")
+    ap = ArgumentParser(prog="orch", description="Retune the fused-MoE Triton kernels of inference servers across GPU hosts.")
     ap.add_argument("--version", action="version", version=f"orch {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     for mod in (tune, doctor, runs, bench, configs, report, config_names):

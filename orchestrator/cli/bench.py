@@ -7,6 +7,7 @@ the unit's own URL (so the controller's network does not distort it), with
 A level where more than 1% of requests failed is marked invalid and the host fails.
 """
 
+
 from __future__ import annotations
 
 import json
@@ -14,6 +15,8 @@ import json
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from remote.protocol import BENCH_TOOLS
 
 from ..ui import field_block, fits, print_table_or_blocks
 from ..errors import UsageError
@@ -46,8 +49,8 @@ def add_parser(sub) -> None:
     b.add_argument("--input-len", type=int, help="prompt tokens (default orch_bench_input_len)")
     b.add_argument("--output-len", type=int, help="output tokens (default orch_bench_output_len)")
     b.add_argument("--level-timeout", type=float, default=600, help="seconds per concurrency level (default 600)")
-    b.add_argument("--bench-tool", choices=["builtin", "sglang"], default="builtin",
-                   help="orch's client (default) or sglang.bench_serving")
+    b.add_argument("--bench-tool", choices=BENCH_TOOLS, default="builtin",
+                   help="orch's client (default) or an engine's own benchmark client (named after the engine)")
     b.set_defaults(func=cmd_bench)
 
 

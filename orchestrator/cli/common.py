@@ -18,7 +18,7 @@ def add_host_flags(p: argparse.ArgumentParser) -> None:
     """Flags of every command that works on inventory hosts."""
     p.add_argument("inventory", help="Ansible-style YAML inventory")
     p.add_argument("--service", required=False,
-                   help="systemd unit running sglang.launch_server (default: each host's orch_service)")
+                   help="systemd unit running the inference server (default: each host's orch_service)")
     p.add_argument("--limit", "-l", help="host/group patterns: names, globs, !exclusions, &intersections")
     p.add_argument("--state-dir", type=Path, help="controller run records (default $XDG_STATE_HOME/orch)")
     p.add_argument("--accept-new-host-keys", action="store_true",

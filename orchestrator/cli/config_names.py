@@ -1,6 +1,6 @@
-"""``orch config-names``: the exact up and down config file names SGLang looks for, computed by the
-same code the payload runs on the hosts (the payload's stdlib-only SGLang rules), from the same model
-flags (:data:`remote.engines.sglang.model_flags.MODEL_FLAGS`)."""
+"""``orch config-names``: the exact up and down config file names the engine looks for (``--engine``,
+default SGLang), computed by the same code the payload runs on the hosts (the payload's stdlib-only
+engine rules), from the same model flags (:func:`remote.engines.add_model_flags`)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import json
 import sys
 from pathlib import Path
 
-from remote.engines.sglang.model_flags import add_model_flags
+from remote.engines import add_model_flags, engine_named, shape_from_args
 
 from ..errors import UsageError
 from .common import EXIT_OK
 
 
 def add_parser(sub) -> None:
-    c = sub.add_parser("config-names", help="print the exact up and down config file names SGLang looks for")
+    c = sub.add_parser("config-names", help="print the exact up and down config file names the engine looks for")
     add_model_flags(c, "config-names")
     c.add_argument("--probe", type=Path, metavar="PROBE_JSON",
                    help="instead of --device-name: the name a host's probe reported (a run record's "
@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
 
 def probe_device_name(path: Path) -> str:
     """The device name a host's probe reported (``device_name`` of ``python -m remote probe``'s
-    result, SGLang's form, as a run record keeps it in ``hosts/<host>/probe.json``).
+    result, the engine's form, as a run record keeps it in ``hosts/<host>/probe.json``).
 
     Raises :class:`UsageError` naming ``--probe`` when the file cannot be read, is not a probe's
     JSON, or the host saw no GPU (``device_name`` null). GPUs of different names on the host
@@ -50,27 +50,28 @@ def probe_device_name(path: Path) -> str:
 
 
 def device_name(args) -> str:
-    """SGLang's form of ``--device-name`` (or of the ``--probe`` file's name; exactly one of them is
-    given, else a :class:`UsageError`). A name SGLang's rule refuses is a :class:`UsageError` naming
-    ``--device-name``; one not in torch's form (``H200`` for ``NVIDIA H200``) is printed anyway,
-    with a warning on stderr naming the likely form: it names a file SGLang does not look for on
-    that GPU, unless the GPU's vendor is one orch does not know
-    (:data:`remote.engines.sglang.naming.TORCH_NAME_VENDORS`), so it is flagged rather than refused."""
+    """The engine's form of ``--device-name`` (``--engine``'s ``Engine.device_name``; or of the
+    ``--probe`` file's name; exactly one of them is given, else a :class:`UsageError`). A name the
+    engine's rule refuses is a :class:`UsageError` naming ``--device-name``; one not in torch's form
+    (``H200`` for ``NVIDIA H200``) is printed anyway, with a warning on stderr naming the likely form
+    (``Engine.device_name_hint``): it names a file the engine does not look for on that GPU, unless
+    the GPU's vendor is one orch does not know (SGLang's
+    :data:`remote.engines.sglang.naming.TORCH_NAME_VENDORS`), so it is flagged rather than refused."""
     from remote.protocol import PayloadError
-    from remote.engines.sglang.naming import sglang_device_name, torch_form_hint
 
+    engine = engine_named(getattr(args, "engine", None))
     if (args.probe is None) == (args.device_name is None):
         raise UsageError("give the GPU's name with --device-name or a host's probe.json with --probe (one of them)")
     name = probe_device_name(args.probe) if args.probe is not None else args.device_name
     try:
-        dev = sglang_device_name(name)
+        dev = engine.device_name(name)
     except PayloadError as exc:
         raise UsageError(f"--device-name: {exc.msg}") from None
-    hint = torch_form_hint(name)
+    hint = engine.device_name_hint(name)
     if hint is not None:
         print(f"orch config-names: warning: --device-name {name!r} is not in torch's form "
-              f"(torch.cuda.get_device_name() starts with the vendor, e.g. {hint!r}): SGLang on such a GPU "
-              f"looks for device_name={sglang_device_name(hint)}, not device_name={dev}; use --device-name "
+              f"(torch.cuda.get_device_name() starts with the vendor, e.g. {hint!r}): {engine.display_name} on such "
+              f"a GPU looks for device_name={engine.device_name(hint)}, not device_name={dev}; use --device-name "
               f"{hint!r}, or --probe with the host's probe.json", file=sys.stderr)
     return dev
 
@@ -78,7 +79,6 @@ def device_name(args) -> str:
 def cmd_config_names(args) -> int:
     """Print the up and down file names (or ``--json`` with the model's MoE shape). A model config
     that cannot be read or is not an MoE model is a :class:`UsageError` naming why."""
-    from remote.engines.sglang.model_flags import shape_from_args
     from remote.protocol import PayloadError
 
     dev = device_name(args)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..records import default_state_dir
-from ..store import KEY_FIELDS, ConfigStore, StoreError
+from ..store import KEY_FIELDS, KEY_FILE, PROVENANCE_FILE, ConfigStore, StoreError, read_key
 
 
 def add_parser(sub) -> None:
@@ -66,13 +66,13 @@ def _action(args) -> int:
         e = store.find(args.target)
         dest = args.out or Path(f"orch-configs-{e.hash}")
         dest.mkdir(parents=True, exist_ok=True)
-        for p in list(e.files.values()) + [e.dir / "key.json", e.dir / "provenance.json"] + ([e.report] if e.report else []):
+        for p in list(e.files.values()) + [e.dir / KEY_FILE, e.dir / PROVENANCE_FILE] + ([e.report] if e.report else []):
             shutil.copyfile(p, dest / p.name)
         print(dest)
         return 0
     # import
     src = Path(args.target)
-    key_file = args.key or (src / "key.json")
+    key_file = args.key or (src / KEY_FILE)
     if not key_file.exists():
         raise StoreError(f"{key_file}: missing; import needs the tuning key ({', '.join(KEY_FIELDS)})")
     try:
@@ -81,6 +81,7 @@ def _action(args) -> int:
         raise StoreError(f"{key_file}: not JSON: {exc}") from None
     if not isinstance(key, dict):
         raise StoreError(f"{key_file}: a tuning key is a JSON object ({', '.join(KEY_FIELDS)}), got {type(key).__name__}")
+    key = read_key(key)
     missing = [f for f in KEY_FIELDS if f not in key]
     if missing:
         raise StoreError(f"{key_file}: key lacks {missing}")

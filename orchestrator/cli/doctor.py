@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..facts.legacy import DOCTOR_KEYS, LEGACY_ENGINE, renamed
+
 from ..records.layout import DOCTOR
 from ..ui import field_block, fits, print_table_or_blocks
 
@@ -59,8 +61,8 @@ def fix_command(host: str, row: dict, inventory: str, service: str) -> str | Non
 
 def last_start_summary(row: dict) -> str:
     """What the unit logged at its last start about MoE configs, for the table (one line per
-    kind of lookup, files named by role ``up``/``down``; every release's lines, parsed by
-    :mod:`remote.engines.sglang.moe_log`)."""
+    kind of lookup, files named by role ``up``/``down``; every release's lines, parsed by the
+    engine's log model, ``Engine.parse_log``)."""
     lg = row.get("log")
     if lg is None:
         return "no start logged"
@@ -85,7 +87,7 @@ def last_start_summary(row: dict) -> str:
     return "\n".join(parts) or "no Triton MoE lookup"
 
 
-COLUMNS = ("host", "device name", "triton / sglang", "backend", "E / N (TP/EP)", "up file", "down file",
+COLUMNS = ("host", "device name", "triton / engine", "backend", "E / N (TP/EP)", "up file", "down file",
            "last start", "verdict")
 
 
@@ -102,9 +104,9 @@ def _file_cell(info: dict | None, with_error: bool) -> str:
 
 
 def backend_cell(row: dict) -> str:
-    """``--moe-runner-backend``, then the runner SGLang uses (``runner X``, ``runner ?`` when not
-    known) and, for a FlashInfer runner, its autotune state in one line (on/off, this server's
-    cache, a stale cache of another FlashInfer version: :class:`remote.engines.sglang.autotune.AutotuneState`)."""
+    """The runner backend the unit asks for, then the runner the engine uses (``runner X``, ``runner
+    ?`` when not known) and, for a runner that autotunes, its autotune state in one line (on/off,
+    this server's cache, a stale cache of another FlashInfer version: :class:`remote.engines.AutotuneState`)."""
     lines = [str(row.get("backend", "-"))]
     runner = row.get("runner") or {}
     if runner:
@@ -128,7 +130,8 @@ def doctor_fields(row: dict, full: bool = False) -> list[tuple[str, str]]:
         f"\nsm {row['capability']}" if row.get("capability") else "")
     files = row.get("files") or {}
     return [("device name", gpu),
-            ("triton / sglang", f"{row.get('triton_version')} / {row.get('sglang_version')}"),
+            ("triton / engine", f"{row.get('triton_version')} / {row.get('engine') or LEGACY_ENGINE} "
+                                f"{renamed(row, DOCTOR_KEYS).get('engine_version')}"),
             ("backend", backend_cell(row)),
             ("E / N (TP/EP)", f"{row.get('E')} / {row.get('N')} ({row.get('tp')}/{row.get('ep')})"
              + (f"\n{row['dtype_selector'].lstrip(',')}" if row.get("dtype_selector") else "")),

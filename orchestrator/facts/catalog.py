@@ -27,6 +27,8 @@ from .schema import FactError, Record
 from .server_group import ServerGroup
 from .unit import ServerArgs, UnitFacts
 
+from remote.engines import Engine, engine_named
+
 
 @dataclass(slots=True)
 class TuningKey(Record):
@@ -90,6 +92,9 @@ class HostFacts:
 
     #: the unit's state, environment and parsed launch command (unit_facts)
     unit = Fact("orch_unit", UnitFacts)
+    #: the inference engine the unit runs (unit_facts: recognised from its command line, or the
+    #: inventory's ``orch_engine`` override; :attr:`engine` is its rules)
+    engine_name = Fact("orch_engine", str)
     #: the multi-node server this host is a rank of (unit_facts; absent for a single-node unit)
     server_group = Fact("orch_server_group", ServerGroup)
     #: the Python that runs the unit (unit_facts)
@@ -165,9 +170,16 @@ class HostFacts:
         return value
 
     @property
+    def engine(self) -> Engine:
+        """The rules of the engine the unit runs (:data:`remote.engines.ENGINES` by ``orch_engine``;
+        without it, a playbook that does not read the unit, the default engine's): what every task
+        asks instead of importing an engine's modules."""
+        return engine_named(self.engine_name)
+
+    @property
     def server(self) -> ServerArgs:
         """The unit's parsed launch command (``orch_unit.server``, :func:`server_of`)."""
-        return server_of(self.unit)
+        return server_of(self.unit, self.engine)
 
     @property
     def environment(self) -> dict[str, str]:
@@ -177,10 +189,10 @@ class HostFacts:
         return self.unit.environment if self.unit is not None else {}
 
 
-def server_of(unit: UnitFacts | None) -> ServerArgs:
+def server_of(unit: UnitFacts | None, engine: Engine | None = None) -> ServerArgs:
     """The parsed launch command of ``unit``; without one (no unit facts: a playbook that does
-    not read the unit), SGLang's defaults for a server given no flags, the one place they are
-    applied."""
+    not read the unit), the defaults of ``engine`` (None: the unit's, else the default engine) for
+    a server given no flags (``Engine.parse_server_args([])``), the one place they are applied."""
     if unit is not None and unit.server is not None:
         return unit.server
-    return ServerArgs(interpreter="", argv=[])
+    return (engine or engine_named(unit.engine if unit is not None else None)).parse_server_args([])

@@ -27,7 +27,7 @@ def config_problem(connection, path: str) -> str | None:
     large, not JSON, a key or field it refuses), or None when it is valid. Read as the login user,
     through sudo only when that is refused (orch installs configs 0644)."""
     from remote.protocol import PayloadError
-    from remote.engines.triton_moe.configfile import validate_config
+    from remote.engines import validate_config
 
     argv = ["head", "-c", str(MAX_CONFIG_BYTES + 1), "--", path]
     res = connection.run(argv, check=False, timeout=60)

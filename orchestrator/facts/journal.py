@@ -1,6 +1,7 @@
 """The unit's log (``journalctl -u UNIT``) as a fact, and the pure functions that cut it.
 
-SGLang logs its MoE config lookups at start-up (see :mod:`remote.engines.sglang.moe_log`); orch reads
+The server logs its MoE config lookups at start-up (``Engine.parse_log``; SGLang's:
+:mod:`remote.engines.sglang.moe_log`); orch reads
 the lines of one start: those after a mark taken before it started the unit (:func:`text_since`),
 or those of the last start the log holds (:func:`last_start`). Logs accumulate across restarts
 (journald, and docker-systemctl-replacement's per-unit files on the test bed).
@@ -12,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from remote.engines.sglang.moe_log import last_start_at
+from remote.engines import Engine, engine_named
 
 from .unit import systemctl
 
@@ -316,11 +317,11 @@ def text_since(before: str, now: str) -> str:
     return now
 
 
-def last_start(text: str) -> str | None:
-    """The lines of the last server start (from the line SGLang logs its server arguments on:
-    :func:`remote.engines.sglang.moe_log.last_start_at`, every release's wording), or None when the log
-    holds no start."""
-    at = last_start_at(text)
+def last_start(text: str, engine: Engine | None = None) -> str | None:
+    """The lines of the last server start (from the line the engine logs a start on:
+    ``Engine.last_start_at``, every release's wording; ``engine`` None: the default engine), or
+    None when the log holds no start."""
+    at = (engine or engine_named(None)).last_start_at(text)
     return None if at < 0 else text[at:]
 
 

@@ -45,7 +45,7 @@ class Plan(Record):
 class Endpoint(Record):
     """Where the server is asked (readiness, benchmarks): ``url`` (base URL, no trailing
     slash), ``via`` (``host``: asked on the host through the payload; ``controller``: from the
-    controller, ``orch_sglang_url``), ``checked`` (it answered ``/v1/models`` 200 when plan ran)
+    controller, ``orch_server_url``), ``checked`` (it answered ``/v1/models`` 200 when plan ran)
     and ``tried`` (each address asked and what it answered)."""
 
     url: str

@@ -160,8 +160,10 @@ def _join(path: str, name: str) -> str:
 def from_dict(cls: type, data: Any) -> Any:
     """``data`` as a ``cls`` instance, leniently (see the module docstring): for run records of
     earlier releases and partial facts in tests. ``data`` that is not a mapping counts as ``{}``.
-    A :class:`Record` with its own ``from_dict`` is asked for it."""
-    return cls.from_dict(data) if isinstance(cls, type) and issubclass(cls, Record) else fields_from_dict(cls, data)
+    A :class:`Record`, or a dataclass with a ``from_dict`` of its own, is asked for it."""
+    if isinstance(cls, type) and (issubclass(cls, Record) or "from_dict" in vars(cls)):
+        return cls.from_dict(data)
+    return fields_from_dict(cls, data)
 
 
 def fields_from_dict(cls: type, data: Any) -> Any:

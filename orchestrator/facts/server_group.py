@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from remote.engines.sglang.server_args import ServerArgs
+from remote.engines import ServerArgs
 
 from .schema import Record
 
@@ -97,7 +97,7 @@ def group_servers(hosts: Mapping[str, tuple[str, ServerArgs, str | None]]) -> di
         slots = [""] * nnodes
         problems: list[str] = []
         if not first.dist_init_addr:
-            problems.append("--dist-init-addr is not given (SGLang needs rank 0's address to join the nodes)")
+            problems.append("--dist-init-addr is not given (the server needs rank 0's address to join the nodes)")
         if len(sizes) > 1:
             said = ", ".join(f"{n} --nnodes {int(s.nnodes or 1)}" for n, _, s, _ in members)
             problems.append(f"the hosts disagree on --nnodes ({said})")

@@ -39,6 +39,9 @@ class ConfigSource(Record):
 class RunSummary(Record):
     """What this run did on one host (see the module docstring for its JSON form)."""
 
+    #: the inference engine the unit runs (``orch_engine``, unit_facts; None in records written before
+    #: orch named engines: they were SGLang's, :data:`orchestrator.facts.legacy.LEGACY_ENGINE`)
+    engine: str | None = None
     #: the plan task's decision (``orch_plan``)
     plan: Plan | None = None
     #: where the server answered when plan ran (``orch_endpoint``)
@@ -49,7 +52,7 @@ class RunSummary(Record):
     speedup_vs_default: dict[str, float | None] | None = None
     #: the host that measured ``speedup_vs_default`` when the files were tuned elsewhere
     speedup_measured_on: str | None = None
-    #: whose kernel the tuner timed (``sglang``/``builtin``)
+    #: whose kernel the tuner timed (an engine's provider, or ``builtin``)
     provider: str | None = None
     #: the device files the reaper scanned, comma separated (None: the unit's GPUs were not known)
     reap_devices: str | None = None

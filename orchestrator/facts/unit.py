@@ -1,4 +1,5 @@
-"""Read-only facts about a systemd unit that runs ``sglang.launch_server``.
+"""Read-only facts about a systemd unit that runs an inference engine's server (SGLang's
+``sglang.launch_server``, ...).
 
 Gathered with ``systemctl show`` (ActiveState, MainPID, ControlGroup, Environment,
 ExecStart, WorkingDirectory) and ``systemctl cat`` (the unit file text: ``ExecStart=``,
@@ -7,13 +8,15 @@ lacks ExecStart, as docker-systemctl-replacement does).
 
 The unit's environment is the one systemd gives the server (:mod:`.systemd_env`): its
 ``Environment=`` assignments overridden by its ``EnvironmentFile=`` files (read on the host), and
-``ExecStart=`` is expanded with it (``$VAR``, ``${VAR}``). The launch command line is parsed into
-the server arguments orch needs by SGLang's own flag rules (:mod:`remote.engines.sglang.server_args`:
-flag names, aliases, defaults, :class:`ServerArgs`); a ``--config FILE.yaml`` is read on the host
-and merged as SGLang merges it (:mod:`.sglang_config`, rule in :mod:`remote.engines.sglang.server_config`).
+``ExecStart=`` is expanded with it (``$VAR``, ``${VAR}``). Which engine the command line starts is
+recognised once (:func:`remote.engines.engine_for`, or the inventory's ``orch_engine``: the
+engine is then asked alone) and kept as ``launch.engine``; the command line is parsed into the
+server arguments orch needs by that engine's flag rules (``Engine.parse_server_args``, a record
+satisfying :class:`remote.engines.ServerArgs`); a server config file (SGLang's ``--config
+FILE.yaml``) is read on the host and merged as the engine merges it (:mod:`.server_config`).
 When the unit runs, its main process's ``/proc/PID/environ`` is compared with the computed
-environment for the variables orch uses (:data:`ENV_KEYS`); a difference is reported in
-``warnings``. ``ServerArgs`` is :class:`remote.engines.sglang.server_args.ServerArgs`.
+environment for the variables the engine reads (``Engine.env_keys``); a difference is reported in
+``warnings``.
 """
 
 from __future__ import annotations
@@ -21,27 +24,24 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from remote.engines.sglang import server_args
-from remote.engines.sglang.launcher import (ENTRY_SERVE, Launch, LaunchError, is_sglang_script, refusal,
-                                    resolve, shebang_interpreter, split_exec_prefix)
-from remote.engines.sglang.server_args import BOOL_FLAGS, ServerArgs, ServerArgsError
+from remote.engines import (Engine, EngineError, Launch, LaunchError, ServerArgs, engine_for, engine_named,
+                            launch_refusal, servers_phrase, shebang_interpreter, split_exec_prefix)
 
 from ..errors import OrchError
 from .container import ContainerError, ContainerRun, container_environment, detach_reason, parse_container_run
-from .sglang_config import ConfigFileError, config_path, merge_config
+from .schema import fields_from_dict, from_dict
+from .server_config import ConfigFileError, config_path, merge_config
 from .systemd_env import (EnvFileRef, SpecifierError, effective_environment, env_file_refs, expand_exec_argv,
                           expand_specifiers, parse_env_file, parse_environ, parse_show_env_files)
 
-#: the unit's environment variables orch uses (compared with the running server's)
-ENV_KEYS = ("SGLANG_MOE_CONFIG_DIR", "HF_HOME", "CUDA_VISIBLE_DEVICES", "SGLANG_CACHE_DIR", "PYTHONPATH",
-            "HF_HUB_CACHE", "SGLANG_USE_MODELSCOPE", "MODELSCOPE_CACHE")
 #: largest EnvironmentFile / --config file read (bytes)
 MAX_FILE_BYTES = 1024 * 1024
 
 
 class UnitError(OrchError):
-    """The unit is missing or is not an SGLang server; the message names the unit."""
+    """The unit is missing or runs no server of an engine orch knows; the message names the unit."""
 
     exit_status = 1
 
@@ -100,7 +100,7 @@ class UnitShape:
 
 @dataclass
 class UnitFacts:
-    """A unit's state and parsed launch command (``server`` is None for a non-SGLang unit).
+    """A unit's state and parsed launch command (``server`` is None for a unit no engine starts).
 
     ``environment``: what systemd gives the server (Environment= overridden by EnvironmentFile=);
     ``env_files``: ``[{"path", "optional", "read"}]`` of its EnvironmentFile= entries (``read``:
@@ -131,9 +131,30 @@ class UnitFacts:
     unit_environment: dict[str, str] = field(default_factory=dict)
     #: files the server logs to instead of the journal (``StandardOutput=append:FILE``, ...)
     log_files: list[str] = field(default_factory=list)
+    #: ``User=`` (``""``: none, the system manager runs it as root; a user unit runs as its manager's user)
+    user: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def engine(self) -> str | None:
+        """The name of the engine the unit's command line starts (``launch.engine``), None before it
+        was resolved."""
+        return (self.launch.engine or None) if self.launch is not None else None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "UnitFacts":
+        """Leniently, from a run record or a test's partial facts (:func:`orchestrator.facts.schema.from_dict`):
+        ``server`` is read as the unit's engine's own record (``Engine.parse_server_args``'s type;
+        the default engine's for a record that names none)."""
+        data = dict(data) if isinstance(data, dict) else {}
+        server = data.pop("server", None)
+        facts = fields_from_dict(cls, data)
+        if isinstance(server, dict):
+            engine = engine_named(facts.engine)
+            facts.server = from_dict(type(engine.parse_server_args([])), server)
+        return facts
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -278,13 +299,22 @@ def parse_show_exec_start(value: str) -> list[str]:
     return argv
 
 
-def parse_server_args(exec_start: list[str], launch_args: list[str] | None = None) -> ServerArgs | None:
-    """:func:`remote.engines.sglang.server_args.parse_server_args` (SGLang's flag rules), raising
-    :class:`UnitError` for a launch command SGLang would refuse (the message names the flag)."""
+def parse_server_args(exec_start: list[str], launch_args: list[str] | None = None,
+                      engine: str | None = None) -> ServerArgs | None:
+    """The server arguments of the launch command in ``exec_start`` by its engine's flag rules
+    (``engine``: the ``orch_engine`` override; None: recognised, :func:`remote.engines.engine_for`);
+    ``launch_args`` replaces the command's own (its config file merged). None when no engine
+    starts the command; :class:`UnitError` for a flag the engine would refuse (the message names
+    the flag)."""
     try:
-        return server_args.parse_server_args(exec_start, launch_args)
-    except ServerArgsError as exc:
+        found, launch = engine_for(list(exec_start), name=engine)
+    except LaunchError:
+        return None
+    except EngineError as exc:
         raise UnitError(str(exc)) from None
+    return server_args_of(found, launch, list(exec_start),
+                          list(launch_args) if launch_args is not None else launch.server_argv,
+                          interpreter=launch.interpreter or launch.script or "")
 
 
 def read_host_file(connection, path: str, what: str) -> str | None:
@@ -354,13 +384,14 @@ def running_environment(connection, main_pid: int) -> dict[str, str] | None:
 
 
 def environment_differences(computed: dict[str, str], running: dict[str, str] | None,
-                            keys=ENV_KEYS) -> list[str]:
-    """The variables of ``keys`` whose value differs between the unit's computed environment and
-    the running process's (``KEY: unit 'a', running 'b'``); [] when ``running`` is None. Pure."""
+                            keys: tuple[str, ...] | None = None) -> list[str]:
+    """The variables of ``keys`` (None: the default engine's ``Engine.env_keys``) whose value differs
+    between the unit's computed environment and the running process's (``KEY: unit 'a', running
+    'b'``); [] when ``running`` is None. Pure."""
     if running is None:
         return []
     out = []
-    for k in keys:
+    for k in keys if keys is not None else engine_named(None).env_keys:
         if computed.get(k) != running.get(k):
             out.append(f"{k}: unit {computed.get(k)!r}, running {running.get(k)!r}")
     return out
@@ -368,7 +399,7 @@ def environment_differences(computed: dict[str, str], running: dict[str, str] | 
 
 def container_hook():
     """The reader of container runs (``docker run``/``podman run`` in ExecStart) that
-    :func:`remote.engines.sglang.launcher.resolve` hands such a command to: ``parse_container_run(argv)
+    :func:`remote.engines.engine_for` hands such a command to: ``parse_container_run(argv)
     -> (inner argv, container facts) | None`` over :func:`.container.parse_container_run`.
     :func:`gather_unit` unwraps a unit whose ExecStart is the container run itself before it
     resolves the launch; the hook covers a run behind a wrapper (``numactl ... docker run``).
@@ -399,43 +430,51 @@ def _script_path(connection, launch: Launch, environment: dict[str, str]) -> str
 
 
 def resolve_launch(connection, unit: str, exec_start: list[str], prefix: str, workdir: str,
-                   environment: dict[str, str]) -> Launch:
-    """How ``exec_start`` starts SGLang (:func:`remote.engines.sglang.launcher.resolve`), completed on the
-    host: a console script's interpreter from its shebang (the script must be SGLang's own), and
-    ``uv run``'s environment Python must exist. Raises :class:`UnitError` naming the unit, the
-    ExecStart and the forms orch knows when it is no form orch knows."""
+                   environment: dict[str, str], engine: str | None = None) -> tuple[Engine, Launch]:
+    """Which engine ``exec_start`` starts and how (:func:`remote.engines.engine_for`; ``engine``:
+    the ``orch_engine`` override, that engine asked alone), completed on the host: a console
+    script's interpreter from its shebang (the script must be the engine's own,
+    ``Engine.is_console_script``), and ``uv run``'s environment Python must exist. Raises
+    :class:`UnitError` naming the unit, the ExecStart and the forms orch knows when it is no form
+    orch knows."""
     try:
-        launch = resolve(exec_start, prefixes=prefix,
-                         workdir=workdir, environment=environment, container=container_hook())
+        found, launch = engine_for(exec_start, name=engine, prefixes=prefix, workdir=workdir,
+                                   environment=environment, container=container_hook())
     except LaunchError as exc:
-        raise UnitError(f"unit {unit} is not an SGLang server: {refusal(exec_start, str(exc))}") from None
-    if launch.entry == ENTRY_SERVE and launch.interpreter is None:
+        raise UnitError(f"unit {unit} is not {servers_phrase(engine)}: "
+                        f"{launch_refusal(exec_start, str(exc), engine)}") from None
+    except EngineError as exc:
+        raise UnitError(f"unit {unit}: {exc}") from None
+    if launch.needs_shebang:
         path = _script_path(connection, launch, launch.environment(environment))
         text = read_host_file(connection, path, "console script") if path else None
         if text is None:
             raise UnitError(f"unit {unit}: its ExecStart runs {launch.script!r}, which is not on the host "
                             f"(looked in {', '.join(launch.script_dirs) or 'PATH'})")
         interpreter = shebang_interpreter(text)
-        if interpreter is None or not is_sglang_script(text):
-            raise UnitError(f"unit {unit}: {path} is not SGLang's console script (no Python shebang running "
-                            "sglang.cli.main:main)")
+        if interpreter is None or not found.is_console_script(text):
+            raise UnitError(f"unit {unit}: {path} is not {found.display_name}'s console script (no Python shebang "
+                            "running its entry point)")
         launch.script, launch.interpreter = path, interpreter
     if launch.venv_python:
         if not connection.run(["test", "-x", launch.venv_python], check=False, timeout=30).ok:
             raise UnitError(f"unit {unit}: uv run's project environment has no {launch.venv_python} (orch reads "
                             "the environment of --project/--directory, else of WorkingDirectory=)")
-    return launch
+    return found, launch
 
 
-def server_args_of(launch: Launch, exec_start: list[str], args: list[str]) -> ServerArgs:
-    """The :class:`ServerArgs` of ``launch`` with the arguments ``args`` (its ``server_argv`` with
-    the ``--config`` file merged), by SGLang's flag rules; :class:`UnitError` for a flag SGLang
-    would refuse."""
+def server_args_of(engine: Engine, launch: Launch, exec_start: list[str], args: list[str],
+                   interpreter: str | None = None) -> ServerArgs:
+    """The server arguments of ``launch`` with the arguments ``args`` (its ``server_argv`` with the
+    config file merged), by ``engine``'s flag rules (``Engine.parse_server_args``); ``interpreter``
+    (None: ``launch.interpreter``) and ``argv`` (``exec_start``) filled in. :class:`UnitError` for
+    a flag the engine would refuse."""
     try:
-        sa = server_args.parse_launch_args(args)
-    except ServerArgsError as exc:
+        sa = engine.parse_server_args(args)
+    except EngineError as exc:
         raise UnitError(str(exc)) from None
-    sa.interpreter, sa.argv = launch.interpreter or "", list(exec_start)
+    sa.interpreter = interpreter if interpreter is not None else (launch.interpreter or "")
+    sa.argv = list(exec_start)
     return sa
 
 
@@ -451,20 +490,21 @@ def systemctl(scope: str, *args: str) -> list[str]:
     return ["systemctl", "--user", *args] if scope == "user" else ["systemctl", *args]
 
 
-def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
-    """Query ``unit`` on a host through ``connection`` (read-only).
+def gather_unit(connection, unit: str, scope: str = "system", engine: str | None = None) -> UnitFacts:
+    """Query ``unit`` on a host through ``connection`` (read-only); ``engine``: the inventory's
+    ``orch_engine`` (None: recognised from the command line).
 
-    Reads the unit's EnvironmentFile= files and its SGLang ``--config`` file on the host (see the
-    module docstring). Raises :class:`UnitError` when the unit does not exist or is not an SGLang
-    server, when an EnvironmentFile= that is not optional is missing, or when SGLang would refuse
-    its ``--config`` (the message names the file). Every value is passed to the host's commands as
-    its own argument (no shell).
+    Reads the unit's EnvironmentFile= files and its server config file (SGLang's ``--config``) on
+    the host (see the module docstring). Raises :class:`UnitError` when the unit does not exist or
+    runs no engine's server, when an EnvironmentFile= that is not optional is missing, or when the
+    engine would refuse its config file (the message names the file). Every value is passed to the
+    host's commands as its own argument (no shell).
     """
     if not re.fullmatch(r"[A-Za-z0-9:_.@][A-Za-z0-9:_.@\\-]*", unit or ""):
         raise UnitError(f"invalid unit name {unit!r}")
     show = connection.run(systemctl(scope, "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
                           "-p", "MainPID", "-p", "ControlGroup", "-p", "Environment", "-p", "ExecStart",
-                          "-p", "EnvironmentFiles", "-p", "WorkingDirectory"),
+                          "-p", "EnvironmentFiles", "-p", "WorkingDirectory", "-p", "User"),
                          check=False)
     props = parse_show(show.stdout)
     cat = connection.run(systemctl(scope, "cat", unit), check=False)
@@ -507,18 +547,20 @@ def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
     if container is not None:
         command = ([container.entrypoint] if container.entrypoint else []) + container.command
     try:
-        launch = resolve_launch(connection, unit, command, settings.exec_prefix if container is None else "",
-                                workdir, env if container is None else container_env)
+        found, launch = resolve_launch(connection, unit, command, settings.exec_prefix if container is None else "",
+                                       workdir, env if container is None else container_env, engine)
     except UnitError as exc:
         if container is None:
             raise
-        raise UnitError(f"unit {unit} runs the container {container.image}, whose command is not an SGLang "
-                        f"server ({shlex.join(command)[:200] or 'the image default command'}): {exc}") from None
+        raise UnitError(f"unit {unit} runs the container {container.image}, whose command is not "
+                        f"{servers_phrase(engine)} ({shlex.join(command)[:200] or 'the image default command'}): "
+                        f"{exc}") from None
     facts = UnitFacts(unit=unit, load_state=props.get("LoadState", "loaded"),
                       active_state=props.get("ActiveState", "unknown"), sub_state=props.get("SubState", ""),
                       main_pid=main_pid, control_group=props.get("ControlGroup", ""),
                       environment=launch.environment(env), exec_start=exec_start, env_files=env_report,
-                      working_directory=workdir, exec_prefix=settings.exec_prefix, launch=launch,
+                      working_directory=workdir, user=props.get("User", ""), exec_prefix=settings.exec_prefix,
+                      launch=launch,
                       shape=settings.shape,
                       log_files=[*settings.log_files(), *(f for f in launch.log_files if f not in settings.log_files())])
     facts.shape.scope = scope
@@ -528,27 +570,28 @@ def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
         facts.environment = container_env
     args, cfg = launch.server_argv, None
     cwd = launch.cwd or workdir
+    what = f"{found.display_name} {found.config_flag} file"
     try:
-        cfg = config_path(args)
+        cfg = config_path(args, found)
         if cfg is not None:
             if container is not None:
-                cfg = _container_file_on_host(unit, container, cfg, "SGLang --config file")
+                cfg = _container_file_on_host(unit, container, cfg, what)
             elif not cfg.startswith("/"):
                 if not cwd.startswith("/"):
-                    raise UnitError(f"unit {unit}: --config {cfg} is relative and the unit has no "
+                    raise UnitError(f"unit {unit}: {found.config_flag} {cfg} is relative and the unit has no "
                                     "absolute WorkingDirectory= to resolve it against")
                 cfg = cwd.rstrip("/") + "/" + cfg
-            text = read_host_file(connection, cfg, "SGLang --config file")
+            text = read_host_file(connection, cfg, what)
             if text is None:
-                raise UnitError(f"unit {unit}: SGLang --config file {cfg} does not exist (SGLang would "
+                raise UnitError(f"unit {unit}: {what} {cfg} does not exist ({found.display_name} would "
                                 "refuse to start)")
-            args = merge_config(args, text, cfg, store_true=BOOL_FLAGS)
+            args = merge_config(args, text, cfg, found)
     except ConfigFileError as exc:
         raise UnitError(f"unit {unit}: {exc}") from None
-    facts.server = server_args_of(launch, exec_start, args)
+    facts.server = server_args_of(found, launch, exec_start, args)
     facts.server.config_file = cfg
     if facts.active_state == "active" and container is None:  # a container's main PID is the client
-        diff = environment_differences(facts.environment, running_environment(connection, main_pid))
+        diff = environment_differences(facts.environment, running_environment(connection, main_pid), found.env_keys)
         if diff:
             facts.warnings.append("the running server was started with another environment than the unit "
                                   "now gives (a restart applies the unit's): " + "; ".join(diff))

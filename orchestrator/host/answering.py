@@ -35,7 +35,7 @@ def check_answering_process(ctx, unit: str, what: str, not_pid: int | None = Non
     a MainPID the server must no longer have (the one before this run's restart: the process
     answering must be the NEW main process). Returns ``{"checked": bool, "main_pid", "listeners"
     (PIDs), "why"?}``; ``checked`` is False, with ``why``, when it cannot be asked (no payload, no
-    port, the server polled from the controller through ``orch_sglang_url``, the port check
+    port, the server polled from the controller through ``orch_server_url``, the port check
     itself failed). Raises TaskFailed naming the PIDs and command lines of the listeners that are
     not the unit's main server, when the unit has no main process, or when it is still ``not_pid``.
     """
@@ -44,8 +44,8 @@ def check_answering_process(ctx, unit: str, what: str, not_pid: int | None = Non
     endpoint = ctx.facts.endpoint
     if ctx.payload is None or not port:
         return {"checked": False, "why": "no payload or no port"}
-    if ctx.vars.get("orch_sglang_url") or (endpoint is not None and endpoint.via == "controller"):
-        return {"checked": False, "why": "the server is asked through orch_sglang_url"}
+    if ctx.vars.get("orch_server_url") or (endpoint is not None and endpoint.via == "controller"):
+        return {"checked": False, "why": "the server is asked through orch_server_url"}
     if facts is not None and facts.container is not None:
         # a container unit's MainPID is the runtime client; the published port is held by the
         # runtime's own proxy (conmon, rootlessport, docker-proxy), never by the unit's processes

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 
+from remote.engines import Engine, engine_named
+
 from ..engine.results import TaskFailed
 from ..facts.container import ContainerRun
 
@@ -37,9 +39,9 @@ NOT_COPIED = frozenset({
     "health-startup-timeout", "no-healthcheck", "label", "label-file", "annotation", "mac-address", "ip", "ip6",
     "network-alias", "net-alias", "pull", "quiet", "rmi",
 })
-#: folder suggested for the MoE configs when the unit mounts none
-SUGGESTED_HOST_DIR = "/srv/sglang-moe"
-SUGGESTED_CONTAINER_DIR = "/sglang-moe"
+#: folders suggested for the MoE configs when the unit mounts none (``{engine}``: the engine's name)
+SUGGESTED_HOST_DIR = "/srv/{engine}-moe"
+SUGGESTED_CONTAINER_DIR = "/{engine}-moe"
 #: a container name both runtimes accept
 NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 
@@ -78,28 +80,31 @@ def require_name(run: ContainerRun, unit: str) -> str:
     return run.name
 
 
-def install_target(run: ContainerRun, container_dir: str, env: dict[str, str]) -> str:
+def install_target(run: ContainerRun, container_dir: str, env: dict[str, str], engine: Engine | None = None) -> str:
     """The host folder where files for the container folder ``container_dir`` (where the server
     looks for its MoE configs) must be written so that they survive a restart: through a
     writable bind mount. Raises :class:`TaskFailed` naming the exact ``-v``/``-e`` to add when
-    no writable bind mount holds it (``env``: the container's environment)."""
+    no writable bind mount holds it (``env``: the container's environment; ``engine``: whose
+    config-dir variable moves the folder, ``Engine.config_dir_env``; None: the default engine)."""
     found = run.host_path(container_dir)
     if found is not None and not found[1].read_only:
         return found[0]
+    engine = engine or engine_named(None)
+    var = engine.config_dir_env
+    host_dir, in_dir = SUGGESTED_HOST_DIR.format(engine=engine.name), SUGGESTED_CONTAINER_DIR.format(engine=engine.name)
     head = (f"the server reads its MoE configs from {container_dir} inside the {run.runtime} container, ")
     if found is not None:
         raise TaskFailed(head + f"through the read-only bind mount '{found[1].spec}': orch cannot write there. "
                          "Make that mount writable (drop ':ro'/readonly), or mount a writable host folder at "
-                         f"SGLANG_MOE_CONFIG_DIR: -v {SUGGESTED_HOST_DIR}:{SUGGESTED_CONTAINER_DIR} "
-                         f"-e SGLANG_MOE_CONFIG_DIR={SUGGESTED_CONTAINER_DIR}; nothing was stopped")
-    moe_dir = env.get("SGLANG_MOE_CONFIG_DIR")
+                         f"{var}: -v {host_dir}:{in_dir} -e {var}={in_dir}; nothing was stopped")
+    moe_dir = env.get(var) if var else None
     if moe_dir:
-        fix = f"-v {SUGGESTED_HOST_DIR}:{moe_dir} (SGLANG_MOE_CONFIG_DIR is {moe_dir})"
+        fix = f"-v {host_dir}:{moe_dir} ({var} is {moe_dir})"
     else:
-        fix = f"-v {SUGGESTED_HOST_DIR}:{SUGGESTED_CONTAINER_DIR} -e SGLANG_MOE_CONFIG_DIR={SUGGESTED_CONTAINER_DIR}"
+        fix = f"-v {host_dir}:{in_dir} -e {var}={in_dir}"
     raise TaskFailed(head + "which no host folder is bind-mounted to: a file written there lives in the "
                      f"container's own layer{' and vanishes at the next start (--rm)' if run.remove else ''}. "
-                     f"Add {fix} to the unit's '{run.runtime} run' (SGLang 0.5.3+ reads SGLANG_MOE_CONFIG_DIR), "
+                     f"Add {fix} to the unit's '{run.runtime} run' ({engine.config_dir_note()}), "
                      "reload systemd and restart the unit once; nothing was stopped")
 
 

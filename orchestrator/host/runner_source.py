@@ -4,17 +4,16 @@ A runner trial (``orch tune --moe-runners``) starts each candidate through a rev
 unit. Where the unit's own files set the runner, orch changes that one value there instead of
 adding its drop-in (:func:`runner_source` decides, :func:`edited_text` makes the new text):
 
-- ``env_file``: the ExecStart's (last) ``--moe-runner-backend`` takes a variable (``$MOE_RUNNER``,
-  ``${MOE_RUNNER}``, or ``--moe-runner-backend=${MOE_RUNNER}``) and an ``EnvironmentFile=`` sets it
+- ``env_file``: the ExecStart's (last) runner flag (``Engine.runner_flag``: SGLang's
+  ``--moe-runner-backend``) takes a variable (``$MOE_RUNNER``, ``${MOE_RUNNER}``, or
+  ``--moe-runner-backend=${MOE_RUNNER}``) and an ``EnvironmentFile=`` sets it
   (the last file that sets it: systemd reads the files in order, a later one overriding an earlier
   one, and all of them over ``Environment=``, systemd.exec(5)). systemd reads the file at each start,
   so a restart applies it with no ``daemon-reload``.
-- ``config``: the command line has no ``--moe-runner-backend`` and the unit's SGLang ``--config``
-  YAML sets ``moe-runner-backend``. SGLang 0.5.23 turns each YAML key verbatim into ``--KEY``
-  (``srt/utils/server_args_config_parser.py`` ``ConfigArgumentMerger._add_scalar_arg``) and its
-  parser's flag is ``--moe-runner-backend`` (``srt/arg_groups/arg_utils.py``: ``"--" +
-  name.replace("_", "-")``), so that is the spelling the server honours (``moe_runner_backend`` would
-  be an unknown flag). The file is read at each start.
+- ``config``: the command line has no runner flag and the unit's server config file sets the
+  engine's key for it (``Engine.runner_config_key``: for SGLang's ``--config`` YAML
+  ``moe-runner-backend``, the spelling the server honours,
+  :data:`remote.engines.sglang.server_config.RUNNER_CONFIG_KEY`). The file is read at each start.
 - ``dropin``: every other unit (a literal flag, a variable set only by ``Environment=``, no flag and
   no YAML key, or a file orch cannot edit one value of safely).
 
@@ -29,11 +28,10 @@ from typing import Literal
 
 import yaml
 
+from remote.engines import Engine, engine_named
+
 from ..facts.systemd_env import parse_env_file
 
-#: the YAML key SGLang 0.5.23 reads as ``--moe-runner-backend`` (module docstring)
-CONFIG_KEY = "moe-runner-backend"
-FLAG = "--moe-runner-backend"
 _VAR = re.compile(r"^\$(?:(\w+)|\{(\w+)\})$")
 _RUNNER = re.compile(r"^[A-Za-z0-9_]+$")
 
@@ -55,25 +53,28 @@ class RunnerSource:
         return f"{self.key} in {what} {self.path}"
 
 
-def _flag_value(words: list[str]) -> str | None:
-    """The word the last ``--moe-runner-backend`` of ``words`` takes (argparse keeps the last), or None."""
+def _flag_value(words: list[str], flag: str) -> str | None:
+    """The word the last ``flag`` of ``words`` takes (argparse keeps the last), or None."""
     got = None
     for i, w in enumerate(words):
-        if w == FLAG:
+        if w == flag:
             got = words[i + 1] if i + 1 < len(words) else ""
-        elif w.startswith(FLAG + "="):
-            got = w[len(FLAG) + 1:]
+        elif w.startswith(flag + "="):
+            got = w[len(flag) + 1:]
     return got
 
 
 def runner_source(words: list[str], env_files: list[tuple[str, str]], config_file: str | None = None,
-                  config_text: str | None = None) -> RunnerSource:
+                  config_text: str | None = None, engine: Engine | None = None) -> RunnerSource:
     """Where the unit's runner is set (module docstring). ``words``: the ExecStart words as the unit
     files give them (variables not expanded); ``env_files``: ``(path, text)`` of each
     ``EnvironmentFile=`` file systemd reads, in order; ``config_file``/``config_text``: the SGLang
-    ``--config`` file (host path) and its text. A source is chosen only when :func:`edited_text`
-    can change its value alone; otherwise ``dropin``. Never raises."""
-    value = _flag_value(words)
+    ``--config`` file (host path) and its text; ``engine``: whose runner flag and config key (None:
+    the default engine). A source is chosen only when :func:`edited_text` can change its value
+    alone; otherwise ``dropin``. Never raises."""
+    engine = engine or engine_named(None)
+    key = engine.runner_config_key
+    value = _flag_value(words, engine.runner_flag)
     if value is not None:
         m = _VAR.match(value)
         if m:
@@ -81,16 +82,16 @@ def runner_source(words: list[str], env_files: list[tuple[str, str]], config_fil
             for path, text in reversed(env_files):
                 if var in parse_env_file(text):
                     src = RunnerSource("env_file", path, var)
-                    return src if edited_text(src, text, "triton") is not None else RunnerSource("dropin")
+                    return src if edited_text(src, text, engine.triton_runner) is not None else RunnerSource("dropin")
         return RunnerSource("dropin")
     if config_file and config_text is not None:
         try:
             data = yaml.safe_load(config_text)
         except yaml.YAMLError:
             return RunnerSource("dropin")
-        if isinstance(data, dict) and CONFIG_KEY in data:
-            src = RunnerSource("config", config_file, CONFIG_KEY)
-            return src if edited_text(src, config_text, "triton") is not None else RunnerSource("dropin")
+        if key is not None and isinstance(data, dict) and key in data:
+            src = RunnerSource("config", config_file, key)
+            return src if edited_text(src, config_text, engine.triton_runner) is not None else RunnerSource("dropin")
     return RunnerSource("dropin")
 
 
@@ -151,13 +152,16 @@ def edited_text(source: RunnerSource, text: str, runner: str) -> str | None:
 
 
 def configured_runner(words: list[str], env_files: list[tuple[str, str]], config_file: str | None = None,
-                      config_text: str | None = None, environment: dict[str, str] | None = None) -> str:
-    """The ``--moe-runner-backend`` value the unit's files give now (``auto`` when none), as the
-    server will read it at its next start: the command line's last flag, a ``$VAR``/``${VAR}`` value
-    taken from the last ``EnvironmentFile=`` that sets it, else from ``environment`` (the unit's
-    ``Environment=``); without a flag, the ``--config`` YAML's ``moe-runner-backend``. Arguments as
-    :func:`runner_source`. Never raises."""
-    value = _flag_value(words)
+                      config_text: str | None = None, environment: dict[str, str] | None = None,
+                      engine: Engine | None = None) -> str:
+    """The runner backend the unit's files give now (``auto`` when none), as the server will read it
+    at its next start: the command line's last runner flag, a ``$VAR``/``${VAR}`` value taken from
+    the last ``EnvironmentFile=`` that sets it, else from ``environment`` (the unit's
+    ``Environment=``); without a flag, the config file's key (``Engine.runner_config_key``).
+    Arguments as :func:`runner_source`. Never raises."""
+    engine = engine or engine_named(None)
+    key = engine.runner_config_key
+    value = _flag_value(words, engine.runner_flag)
     if value is not None:
         m = _VAR.match(value)
         if not m:
@@ -173,6 +177,6 @@ def configured_runner(words: list[str], env_files: list[tuple[str, str]], config
             data = yaml.safe_load(config_text)
         except yaml.YAMLError:
             data = None
-        if isinstance(data, dict) and data.get(CONFIG_KEY) is not None:
-            return str(data[CONFIG_KEY])
+        if key is not None and isinstance(data, dict) and data.get(key) is not None:
+            return str(data[key])
     return "auto"

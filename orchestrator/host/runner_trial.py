@@ -4,10 +4,9 @@ restart with readiness, the greedy answers of the output check, and FlashInfer's
 
 The drop-in (``/etc/systemd/system/UNIT.service.d/orch-moe-runner.conf``, payload
 ``runner_change``) resets ``ExecStart=`` and repeats the unit's own command line (as its unit file
-and drop-ins give it, variables and specifiers left for systemd) with ``--moe-runner-backend X``
-instead of any such flag it had. SGLang's parser takes the command line over a ``--config`` file
-(SGLang 0.5.23 ``srt/utils/server_args_config_parser.py`` ``ConfigArgumentMerger.merge_config_with_args``
-puts the file's flags before the command line's, and argparse keeps the last), so the flag wins there too.
+and drop-ins give it, variables and specifiers left for systemd) with the engine's runner flag set to
+the candidate (``Engine.with_runner``: SGLang's ``--moe-runner-backend X`` instead of any such flag it
+had; its parser takes the command line over a ``--config`` file, so the flag wins there too).
 """
 
 from __future__ import annotations
@@ -19,9 +18,7 @@ import shlex
 import time
 from pathlib import Path
 
-import httpx
-
-from remote.engines.sglang.moe_log import parse_moe_log
+from remote.engines import Engine, engine_named
 
 from ..engine.results import Cancelled, TaskFailed
 from ..facts.bench import BenchResult
@@ -29,7 +26,8 @@ from ..facts.journal import mark_start, note_invocation, text_since, unit_log
 from ..facts.plan import Endpoint
 from ..facts.unit import is_active, parse_unit_settings
 from ..records.layout import bench_file
-from .endpoint import ask
+from .autotune import autotune_cache_root
+from .endpoint import ask, ask_json
 
 #: the check prompts shipped with orch (one per line; ``#`` lines and blank lines skipped)
 SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "runner_check_prompts.txt"
@@ -67,26 +65,15 @@ def raw_exec_start(connection, unit: str) -> list[str]:
     return words
 
 
-def with_runner(words: list[str], runner: str) -> list[str]:
-    """``words`` without any ``--moe-runner-backend V`` / ``--moe-runner-backend=V`` and with
-    ``--moe-runner-backend runner`` at the end."""
-    out, skip = [], False
-    for w in words:
-        if skip:
-            skip = False
-            continue
-        if w == "--moe-runner-backend":
-            skip = True
-            continue
-        if w.startswith("--moe-runner-backend="):
-            continue
-        out.append(w)
-    return out + ["--moe-runner-backend", runner]
+def with_runner(words: list[str], runner: str, engine: Engine | None = None) -> list[str]:
+    """``words`` with the MoE runner backend set to ``runner`` by ``engine``'s rule
+    (``Engine.with_runner``; None: the default engine)."""
+    return (engine or engine_named(None)).with_runner(words, runner)
 
 
-def dropin_text(words: list[str], runner: str, run_id: str) -> str:
-    """The drop-in that starts the unit with ``--moe-runner-backend runner``."""
-    line = " ".join(_word(w) for w in with_runner(words, runner))
+def dropin_text(words: list[str], runner: str, run_id: str, engine: Engine | None = None) -> str:
+    """The drop-in that starts the unit with the MoE runner backend ``runner`` (:func:`with_runner`)."""
+    line = " ".join(_word(w) for w in with_runner(words, runner, engine))
     return (f"# written by orch (run {run_id}): MoE runner trial; `orch rollback` removes it\n"
             f"[Service]\nExecStart=\nExecStart={line}\n")
 
@@ -147,30 +134,30 @@ def restart_ready(ctx, unit: str, endpoint: Endpoint, start_timeout: float, read
     return round(time.monotonic() - start, 1), text_since(mark, unit_log(ctx.connection, unit))
 
 
-def logged_runner(text: str) -> str | None:
-    """The ``moe_runner_backend`` this start's server-arguments line shows (None when none)."""
-    return parse_moe_log(text).start_runner
+def logged_runner(text: str, engine: Engine | None = None) -> str | None:
+    """The MoE runner backend this start's server-arguments line shows (``MoeLogReport.start_runner``
+    of ``engine``'s log model; None when none)."""
+    return (engine or engine_named(None)).parse_log(text).start_runner
 
 
 def greedy_answers(ctx, endpoint: Endpoint, prompts: list[str], max_new_tokens: int) -> list[dict]:
-    """The server's greedy answers (payload ``answers``, or from the controller when the endpoint
-    is reached there): ``[{"text", "output_ids"}]`` in prompt order. Raises TaskFailed."""
+    """The server's greedy answers to ``prompts`` (the engine's generation request,
+    ``Engine.generate_request``, read by ``Engine.parse_generation``): asked from the controller
+    when the endpoint is reached there (:func:`orchestrator.host.endpoint.ask_json`), else through
+    the payload's ``answers``. ``[{"text", "output_ids"}]`` in prompt order. Raises TaskFailed."""
+    engine = ctx.facts.engine
     if endpoint.via == "controller":
         out = []
-        with httpx.Client(timeout=120) as client:
-            for p in prompts:
-                try:
-                    r = client.post(f"{endpoint.url}/generate", json={"text": p, "sampling_params": {
-                        "temperature": 0, "max_new_tokens": max_new_tokens}})
-                except httpx.HTTPError as exc:
-                    raise TaskFailed(f"/generate at {endpoint.url}: {type(exc).__name__}") from None
-                if r.status_code != 200:
-                    raise TaskFailed(f"/generate at {endpoint.url} answered {r.status_code}")
-                data = r.json()
-                data = data[0] if isinstance(data, list) and data else data
-                out.append({"text": str(data.get("text", "")), "output_ids": data.get("output_ids")})
+        for p in prompts:
+            req = engine.generate_request(p, max_new_tokens)
+            status, data, what = ask_json(ctx, endpoint, req.path, req.method, req.body, timeout=120)
+            if status is None:
+                raise TaskFailed(f"{req.path} at {endpoint.url}: {what}")
+            if status != 200:
+                raise TaskFailed(f"{req.path} at {endpoint.url} answered {status}")
+            out.append(engine.parse_generation(data).to_dict())
         return out
-    data = ctx.payload.call("answers", ["--url", endpoint.url], request={
+    data = ctx.payload.call("answers", ["--url", endpoint.url, "--engine", engine.name], request={
         "prompts": prompts, "max_new_tokens": int(max_new_tokens)}, timeout=120 * len(prompts) + 60)
     return list(data.get("answers") or [])
 
@@ -195,7 +182,8 @@ def bench(ctx, url: str, concurrency: list[int], input_len: int, output_len: int
     answer is written to the host's run folder as ``bench_<label>.json``. Raises TaskFailed."""
     conc = [int(c) for c in concurrency]
     args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
-            "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", "builtin"]
+            "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", "builtin",
+            "--engine", ctx.facts.engine.name]
     data = ctx.payload.call("bench", args, timeout=float(level_timeout) * (len(conc) + 1) + 120, interruptible=True,
                             on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
                                                                total=m.get("total", 0)))
@@ -204,22 +192,13 @@ def bench(ctx, url: str, concurrency: list[int], input_len: int, output_len: int
 
 
 def autotune_cache_dir(ctx, unit: str) -> str:
-    """FlashInfer's autotune cache folder of the unit's server: ``$SGLANG_CACHE_DIR/flashinfer/autotune``,
-    ``SGLANG_CACHE_DIR`` defaulting to ``~/.cache/sglang`` of the unit's user (SGLang 0.5.23
-    ``srt/environ.py`` ``SGLANG_CACHE_DIR``, ``srt/model_executor/runner/flashinfer_autotune.py``
-    ``flashinfer_autotune_cache_path``). ``~`` is the unit's ``HOME``, else its ``User=``'s home
-    (root's ``/root`` without one)."""
-    env = ctx.facts.environment
-    root = env.get("SGLANG_CACHE_DIR") or "~/.cache/sglang"
-    if root.startswith("~"):
-        home = env.get("HOME")
-        if not home:
-            show = ctx.connection.run(["systemctl", "show", unit, "-p", "User"], check=False).stdout
-            user = show.strip().partition("=")[2].strip() or "root"
-            got = ctx.connection.run(["getent", "passwd", user], check=False).stdout.split(":")
-            home = got[5] if len(got) > 5 and got[5] else ("/root" if user == "root" else f"/home/{user}")
-        root = home.rstrip("/") + root[1:]
-    return root.rstrip("/") + "/flashinfer/autotune"
+    """The folder of the unit's server that holds its start-up autotune cache (SGLang: FlashInfer's
+    ``<$SGLANG_CACHE_DIR>/flashinfer/autotune``): ``Engine.autotune_cache_dir`` of the cache root
+    as the server resolves it (:func:`orchestrator.host.autotune.autotune_cache_root`, the root the
+    probe and ``orch doctor`` give too). ``unit``: the unit's name (its ``User=``'s home when the
+    engine's default root needs one)."""
+    engine = ctx.facts.engine
+    return engine.autotune_cache_dir(autotune_cache_root(ctx, engine, unit))
 
 
 def backup_autotune_cache(ctx, unit: str) -> dict:
@@ -232,72 +211,29 @@ def backup_autotune_cache(ctx, unit: str) -> dict:
     return data
 
 
-#: flags (besides those :class:`remote.engines.sglang.server_args.ServerArgs` reads) that change FlashInfer's
-#: autotune of the server, so hosts that differ in them measure apart: ``--flashinfer-autotune-skip-ops``
-#: (SGLang 0.5.23 ``srt/arg_groups/fields/exec_.py``; the ``skip_ops=`` part of the cache hash in
-#: ``srt/model_executor/runner/flashinfer_autotune.py`` ``flashinfer_autotune_cache_path``)
-TRIAL_FLAGS = ("--flashinfer-autotune-skip-ops",)
-#: prefixes of the speculative-decoding flags (``srt/arg_groups/fields/spec.py``): the draft worker
-#: autotunes with ``--speculative-moe-runner-backend`` / ``--speculative-moe-a2a-backend`` (else the
-#: target's), its quantization enters its cache hash (``draft_quant=``), and the draft token count
-#: sets the autotune shapes (``should_run_flashinfer_autotune``, ``max_speculative_num_draft_tokens``);
-#: every one of them is kept, spelled as the unit spells it (``--no-`` forms of the boolean ones too)
-SPECULATIVE_PREFIXES = ("--speculative-", "--no-speculative-")
-
-
-def trial_flags(launch_args: list[str]) -> list[list[str]]:
-    """The flags of ``launch_args`` (the server's arguments, ``--config`` merged: ``ServerArgs.launch_args``)
-    that enter the trial group key besides the parsed sizes: :data:`TRIAL_FLAGS` and every flag
-    starting with one of :data:`SPECULATIVE_PREFIXES`, each as ``[flag, value]`` (``value`` the next
-    word when it is not itself a flag, ``""`` for a switch, the part after ``=`` for ``--flag=value``),
-    sorted. Pure."""
-    out: list[list[str]] = []
-    for i, tok in enumerate(launch_args):
-        name, eq, val = tok.partition("=")
-        if not (name in TRIAL_FLAGS or name.startswith(SPECULATIVE_PREFIXES)):
-            continue
-        if not eq:
-            nxt = launch_args[i + 1] if i + 1 < len(launch_args) else ""
-            val = "" if nxt.startswith("--") else nxt
-        out.append([name, val])
-    return sorted(out)
-
-
-def attention_dp(server) -> tuple[int, int]:
-    """``(attention data-parallel size, data-parallel replicas)`` as SGLang 0.5.23 runs the server:
-    ``--attn-dp-size`` (``attn_dp_size``, a part of FlashInfer's cache hash in
-    ``flashinfer_autotune_cache_path``) and ``--dp-size``; the deprecated ``--dp-size N
-    --enable-dp-attention`` is ``attn_dp_size N`` with one replica
-    (``srt/arg_groups/parallel_hook.py`` ``_handle_deprecated_dp_attention``). Pure."""
-    attn, dp = int(server.attn_dp_size or 1), int(server.dp or 1)
-    if "--enable-dp-attention" in (server.launch_args or []) and attn == 1:
-        return dp, 1
-    return attn, dp
-
-
 def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:
     """The key of the hosts whose runner trials would measure the same thing (``runner:<hash>``), or
     None when the probe does not say enough (then the host measures on its own). Hosts share it when
-    the GPU kind and compute capability, the SGLang and FlashInfer releases, the model's MoE shape,
-    the unit's model path, dtype, quantization, TP/EP/PP, attention DP and DP replicas (:func:`attention_dp`), all-to-all backend and runner flag, whether FlashInfer autotunes (``--disable-flashinfer-autotune``,
-    ``--enable-deterministic-inference``), the speculative-decoding and other flags of
-    :func:`trial_flags`, the candidates and the trial's ``settings`` (benchmark levels and lengths,
-    check prompts, thresholds) are the same: what SGLang's runner rules and FlashInfer's autotune key read
-    (:mod:`remote.engines.sglang.runner`, :mod:`remote.engines.sglang.autotune`), and what the verdict depends on."""
-    probe, server = ctx.facts.probe, ctx.facts.server
+    the GPU kind and compute capability, the engine and its release (``<engine>_version``), the
+    FlashInfer release, the model's MoE shape, the unit's model path, dtype, quantization, TP/EP/PP,
+    what the engine says decides the runners' measurement (``Engine.trial_key``: for SGLang the
+    attention DP and DP replicas, the all-to-all backend and runner flag, whether FlashInfer
+    autotunes, the speculative-decoding and autotune flags,
+    :func:`remote.engines.sglang.autotune.trial_key`), the candidates and the trial's ``settings``
+    (benchmark levels and lengths, check prompts, thresholds) are the same: what the verdict
+    depends on."""
+    probe, server, engine = ctx.facts.probe, ctx.facts.server, ctx.facts.engine
     if probe is None or server is None or not probe.device_name:
         return None
     model = probe.model
     key = {
-        "device_name": probe.device_name, "capability": probe.capability, "sglang_version": probe.sglang.version,
+        "device_name": probe.device_name, "capability": probe.capability, f"{engine.name}_version": probe.engine.version,
         "flashinfer_version": probe.flashinfer_version,
         "shape": {k: getattr(model, k, None) for k in ("E", "N", "hidden", "topk", "dtype_selector", "block_shape",
                                                       "model_type")} if model is not None else None,
         "model_path": server.model_path, "dtype": server.dtype, "quantization": server.quantization,
-        "tp": server.tp, "ep": server.ep, "pp": server.pp, "attn_dp_dp": list(attention_dp(server)),
-        "a2a": server.moe_a2a_backend, "autotune_off": bool(server.disable_flashinfer_autotune),
-        "deterministic": bool(server.enable_deterministic_inference), "flags": trial_flags(server.launch_args),
-        "runner": server.moe_runner_backend or "auto", "candidates": list(candidates), "settings": settings,
+        "tp": server.tp, "ep": server.ep, "pp": server.pp, **engine.trial_key(server),
+        "candidates": list(candidates), "settings": settings,
     }
     return "runner:" + hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -328,7 +264,7 @@ def install_triton_files(ctx, texts: dict[str, str], paths: dict[str, str], inst
     write_dir = install_dir
     unit = ctx.facts.unit
     if unit is not None and unit.container is not None:
-        write_dir = install_target(unit.container, install_dir, unit.environment)
+        write_dir = install_target(unit.container, install_dir, unit.environment, ctx.facts.engine)
     sub = triton_subrun(ctx)
     files = [{"name": paths[r].rsplit("/", 1)[-1], "content": texts[r], "role": r} for r in sorted(paths)]
     if sub not in ctx.run.sub_runs:

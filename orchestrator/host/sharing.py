@@ -13,7 +13,7 @@ from ..store import ConfigStore
 
 def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[str, str]:
     """Write ``configs`` (role -> SGLang config dict) under the host's record as the exact file names."""
-    from remote.engines.triton_moe.configfile import dumps_config
+    from remote.engines import dumps_config
 
     out = {}
     d = ctx.host_dir / CONFIGS

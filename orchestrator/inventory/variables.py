@@ -28,17 +28,18 @@ Rules (decided here, tested in tests/unit/inventory/test_inventory.py):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from remote.protocol import DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, SEARCH_SPACES
-from remote.engines.sglang.defaults import DEFAULT_BATCH_SIZES
-from remote.engines.sglang.naming import torch_form_hint
+from remote.engines import engine_named
+from remote.protocol import DEFAULT_ENGINE, DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, ENGINE_NAMES, PROVIDER_NAMES, SEARCH_SPACES
 
 from ..errors import internal_error
+from ..facts.legacy import VARIABLES as OLD_NAMES
 from ..templating import is_template, referenced_names, render_text
 from .errors import InventoryError
 from .ssh_args import SSHArgsError, parse_proxy_jump, parse_ssh_common_args
@@ -252,7 +253,9 @@ class VarSpec:
     where ``get(var)`` returns another effective variable of the same host) applied by
     :func:`effective_vars`. ``group_only``: consumed by the loader, not a host variable.
     ``warn``: the loader's warning for a value that is accepted but likely wrong: a text, or a
-    function of the (checked) value returning one or None.
+    function of the (checked) value returning one or None. ``alias_of``: the new name of a variable
+    renamed (:data:`orchestrator.facts.legacy.VARIABLES`): the old name is still read (it sets the
+    new one when that is unset) and given the same value.
     """
 
     name: str
@@ -265,6 +268,7 @@ class VarSpec:
     numbers_as_text: bool = False
     group_only: bool = False
     warn: str | Callable[[Any], str | None] | None = None
+    alias_of: str | None = None
 
     def warning(self, value: Any) -> str | None:
         """:attr:`warn` for ``value`` (None: nothing to say; templates are not judged)."""
@@ -296,9 +300,9 @@ def _choice_var(name: str, choices: tuple[str, ...], default: str, meaning: str)
 
 
 def _device_name_warning(value: Any) -> str | None:
-    """A device name not in torch's form (``H200``): orch would install files SGLang does not look
-    for on that GPU (:func:`remote.engines.sglang.naming.torch_form_hint`)."""
-    hint = torch_form_hint(str(value))
+    """A device name not in torch's form (``H200``): orch would install files the engine does not
+    look for on that GPU (``Engine.device_name_hint`` of the default engine)."""
+    hint = engine_named(None).device_name_hint(str(value))
     return None if hint is None else (f"orch_device_name {value!r} is not in torch's form "
                                       f"(torch.cuda.get_device_name() starts with the vendor): "
                                       f"did you mean {hint!r}?")
@@ -320,7 +324,7 @@ _SPECS: list[VarSpec] = [
     VarSpec("ansible_ssh_private_key_file", "path", "a path", None,
             "Private key on the controller (~ expanded).", _local_path),
     VarSpec("ansible_python_interpreter", "str", "an interpreter path", None,
-            "Python that runs the payload (default: the interpreter of the SGLang unit)."),
+            "Python that runs the payload (default: the interpreter of the server's unit)."),
     _choice_var("ansible_connection", ("ssh", "local"), "ssh",
                 "'local' runs on the controller machine itself, without SSH."),
     VarSpec("ansible_become", "bool", "a boolean", False, "Run remote commands with sudo.", _bool),
@@ -334,29 +338,32 @@ _SPECS: list[VarSpec] = [
             "Merge order of groups at the same depth (inventory file group vars only).",
             _int_range(-(2**31), 2**31), group_only=True),
     # --- orch ---
-    VarSpec("orch_service", "str", "a systemd unit name", "sglang.service",
-            "systemd unit of the SGLang server."),
+    VarSpec("orch_service", "str", "a systemd unit name", f"{DEFAULT_ENGINE}.service",
+            "systemd unit of the inference server."),
+    VarSpec("orch_engine", "|".join(ENGINE_NAMES), "one of " + ", ".join(repr(c) for c in ENGINE_NAMES), None,
+            "The inference engine the unit runs (default: recognised from the unit's ExecStart=; set it "
+            "to read the unit by that engine's rules alone).", _choice(*ENGINE_NAMES)),
     _choice_var("orch_systemd_scope", ("system", "user"), "system",
                 "Whose systemd runs the unit: ``system`` (``systemctl``, through sudo) or ``user`` (the "
                 "login user's own manager: ``systemctl --user``, without sudo; keep it running with "
                 "``loginctl enable-linger USER``)."),
-    VarSpec("orch_sglang_url", "url", "an http(s) URL", None,
+    VarSpec("orch_server_url", "url", "an http(s) URL", None,
             "Base URL of the server as the controller reaches it; readiness is then polled from the "
             "controller (default: unset, the server is asked on its host where its --host/--port say).", _url),
     VarSpec("orch_device_name", "str", "a non-empty string", None,
             "torch.cuda.get_device_name() override (default: probed on the host).",
             warn=_device_name_warning),
     VarSpec("orch_gpu_capability", "str", "a compute capability MAJOR.MINOR (e.g. 9.0)", None,
-            "GPU 0's CUDA compute capability override (default: probed on the host); SGLang picks the MoE "
-            "runner by it.", _capability),
+            "GPU 0's CUDA compute capability override (default: probed on the host); the engine picks the "
+            "MoE runner by it.", _capability),
     VarSpec("orch_model_config", "str", "a non-empty string", None,
             "Model config.json (or its folder) on the host (default: from the unit's --model-path)."),
     VarSpec("orch_protected_processes", "list[str]", "a list of process names", [],
             "Process names never killed, added to the built-in set "
             + ", ".join(BUILTIN_PROTECTED_PROCESSES) + ".", _str_list),
     VarSpec("orch_tune_batch_sizes", "list[int]", "a list of positive integers", None,
-            "Batch sizes M to tune (default: SGLang's tuning list, "
-            + ", ".join(map(str, DEFAULT_BATCH_SIZES)) + ", for every space).", _posint_list),
+            f"Batch sizes M to tune (default: the engine's tuning list, {engine_named(None).display_name}'s "
+            + ", ".join(map(str, engine_named(None).default_batch_sizes)) + ", for every space).", _posint_list),
     _choice_var("orch_tune_space", SEARCH_SPACES, DEFAULT_SEARCH_SPACE, "Size of the kernel search space."),
     VarSpec("orch_tune_memory_max", "int", "a positive number of bytes", None,
             "MemoryMax= of the tuner's transient unit, in bytes (default: 80% of the host's MemAvailable "
@@ -395,7 +402,7 @@ _SPECS: list[VarSpec] = [
             "Private key for the hops of orch_jump_host (default: their ~/.ssh/config IdentityFile, "
             "the ssh-agent, ~/.ssh/id_*).", _local_path),
     _choice_var("orch_tune_provider", PROVIDER_NAMES, DEFAULT_PROVIDER,
-                "Tuner: SGLang's own, orch's built-in, or auto."),
+                "Tuner: the engine's own kernel (named after the engine), orch's built-in, or auto."),
     VarSpec("orch_command_timeout", "seconds", "a positive number of seconds", 300,
             "Timeout of one ordinary remote command.", _seconds),
     VarSpec("orch_connect_timeout", "seconds", "a positive number of seconds", 10,
@@ -432,6 +439,12 @@ _SPECS: list[VarSpec] = [
             "Runner trial: run `systemctl daemon-reload` even where GPU containers of the NVIDIA container "
             "toolkit run (they can lose their devices, NVIDIA/nvidia-container-toolkit #48).", _bool),
 ]
+
+# the old names of renamed variables (orchestrator/facts/legacy.py), each right after its new one
+for _old, _new in OLD_NAMES.items():
+    _at = next(i for i, s in enumerate(_SPECS) if s.name == _new)
+    _SPECS.insert(_at + 1, dataclasses.replace(_SPECS[_at], name=_old, default=None, alias_of=_new,
+                                               meaning=f"Old name of {_new}, still read."))
 
 #: name -> VarSpec, in documentation order. The single table of known variables.
 KNOWN_VARS: dict[str, VarSpec] = {s.name: s for s in _SPECS}
@@ -498,7 +511,12 @@ def effective_vars(host: Any) -> dict[str, Any]:
     or a rendered value has the wrong type.
     """
     raw: dict[str, Any] = dict(host.vars)
-    origins: Mapping[str, str] = getattr(host, "origins", {}) or {}
+    origins: dict[str, str] = dict(getattr(host, "origins", {}) or {})
+    for old, new in OLD_NAMES.items():  # an old name sets the new one it was renamed to
+        if old in raw and new not in raw:
+            raw[new] = raw[old]
+            if old in origins:
+                origins[new] = origins[old]
     done: dict[str, Any] = {}
     stack: list[str] = []
     magic = {"inventory_hostname": host.name,
@@ -575,6 +593,9 @@ def effective_vars(host: Any) -> dict[str, Any]:
             out[name] = get(name)
     for name in raw:
         out[name] = get(name)
+    for name, spec in KNOWN_VARS.items():  # an old name reads as the value of its new one
+        if spec.alias_of is not None:
+            out[name] = out[spec.alias_of]
     return out
 
 

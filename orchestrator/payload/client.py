@@ -216,7 +216,7 @@ class PayloadClient:
         ``Result=oom-kill`` (kind ``out of host memory``), or an end without a result line
         (``crash``); :class:`Cancelled` after an interrupt; connection errors past the retries.
         ``ticket``: what the command is for (JSON), written beside its output before the unit starts
-        (:func:`orchestrator.payload.transient.ticket_path`), so ``orch recover`` can collect what a
+        (``ticket`` of :func:`orchestrator.payload.transient.unit_files`), so ``orch recover`` can collect what a
         dead controller's unit finished.
         """
         timeout = clamp(timeout)

@@ -1,39 +1,37 @@
 """What the controller tells a payload command about the unit's model: its model flags and environment.
 
 The tasks ``probe`` and ``tune`` call the payload with the same description of the model (the unit's
-``--model-path``, ``--tp-size``, ``--ep-size``, ``--dtype``, ``--quantization``, ...), written with
-the payload's own flag table (:func:`remote.engines.sglang.model_flags.model_argv`), so the argv always
-parses back to the values it was built from (tests/unit/remote/engines/sglang/test_model_flags.py).
+engine, its model path, TP/EP sizes, dtype, quantization, ...), written with the payload's own flag
+table (``Engine.model_argv``; SGLang's :func:`remote.engines.sglang.model_flags.model_argv`), so the
+argv always parses back to the values it was built from
+(tests/unit/remote/engines/sglang/test_model_flags.py).
 """
 
 from __future__ import annotations
 
-from remote.engines.sglang.model_flags import model_argv
+from remote.engines import activates_environment
 
 from ..engine.results import TaskFailed
-
-#: Variables of the unit's environment that the payload must see: where the model's config is
-#: (Hugging Face or ModelScope cache), the visible GPUs, the config folder SGLang reads.
-PAYLOAD_ENV_KEYS = ("HF_HOME", "HF_HUB_CACHE", "CUDA_VISIBLE_DEVICES", "SGLANG_MOE_CONFIG_DIR", "PYTHONPATH",
-                    "SGLANG_USE_MODELSCOPE", "MODELSCOPE_CACHE")
 
 
 def model_flags(ctx) -> list[str]:
     """Payload flags describing the model as the unit runs it (the ``probe`` and ``tune`` tasks).
 
-    The model is ``orch_model_config`` when set, else (once probed) the config file the probe
-    found (where SGLang finds it: HF or ModelScope cache), else the unit's ``--model-path``; the
-    unit's ``--download-dir`` is passed with the unit's own model. ``orch_device_name`` becomes
-    ``--device-name``. Raises :class:`TaskFailed` when the unit names no model.
+    The engine is the unit's (``--engine``, ``orch_engine``). The model is ``orch_model_config``
+    when set, else (once probed) the config file the probe found (where the engine finds it: HF or
+    ModelScope cache), else the unit's model path; the unit's download folder is passed with the
+    unit's own model. ``orch_device_name`` becomes ``--device-name``. Raises :class:`TaskFailed`
+    when the unit names no model.
     """
-    server = ctx.facts.server
+    server, engine = ctx.facts.server, ctx.facts.engine
     probed = ctx.facts.probe
     model = (ctx.vars.get("orch_model_config") or (probed.model_config_path if probed is not None else None)
              or server.model_path)
     if not model:
         raise TaskFailed("the unit has no --model-path (nor a --config file giving one) and orch_model_config "
                          "is not set")
-    return model_argv({
+    return engine.model_argv({
+        "engine": engine.name,
         "model_config": str(model),
         "download_dir": None if ctx.vars.get("orch_model_config") else server.download_dir,
         "tp": server.tp or 1,
@@ -60,18 +58,19 @@ def unit_path(ctx) -> str:
 
 
 def wrapper_activates(ctx) -> bool:
-    """Whether the unit's launch wrappers activate an environment of their own (``conda run``:
-    it puts the environment's ``bin`` first on ``PATH`` and finds the command there, as it does
-    for the server): the payload then keeps that ``PATH`` and its bare interpreter name."""
+    """Whether the unit's launch wrappers activate an environment of their own
+    (:func:`remote.engines.launch.activates_environment`: ``conda run``): the payload then keeps
+    that ``PATH`` and its bare interpreter name."""
     unit = ctx.facts.unit
-    return unit is not None and unit.launch is not None and "conda run" in unit.launch.forms
+    return unit is not None and unit.launch is not None and activates_environment(unit.launch)
 
 
 def payload_env(ctx) -> dict[str, str]:
-    """Environment of the unit the payload must see (:data:`PAYLOAD_ENV_KEYS` that the unit sets,
-    and ``PATH``: :func:`unit_path`, except where :func:`wrapper_activates`)."""
+    """Environment of the unit the payload must see (``Engine.payload_env_keys`` that the unit sets:
+    where the model's config is, the visible GPUs, the config folder the engine reads; and
+    ``PATH``: :func:`unit_path`, except where :func:`wrapper_activates`)."""
     env = ctx.facts.environment
-    out = {k: env[k] for k in PAYLOAD_ENV_KEYS if k in env}
+    out = {k: env[k] for k in ctx.facts.engine.payload_env_keys if k in env}
     if not wrapper_activates(ctx):
         out["PATH"] = unit_path(ctx)
     return out

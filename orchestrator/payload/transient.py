@@ -12,7 +12,7 @@ killer ends (``Result=oom-kill``), never the server or sshd.
 
 Names: :func:`unit_name` (``orch-tune-<run id>``): `orch recover` finds the unit of a dead
 controller's run by that name (:func:`stop_unit`), its output file (``<state_dir>/units/<unit>.out``)
-and its ticket (``<unit>.ticket.json``, :func:`ticket_path`: what the tune was for, written before
+and its ticket (``<unit>.ticket.json``, :func:`unit_files` ``ticket``: what the tune was for, written before
 the unit starts), so it can collect a finished tune's files (:func:`last_result`).
 """
 
@@ -88,11 +88,6 @@ def unit_files(state_dir: str, unit: str) -> dict[str, str]:
     d = posixpath.join(state_dir, "units")
     return {"out": posixpath.join(d, unit + ".out"), "err": posixpath.join(d, unit + ".err"),
             "ticket": posixpath.join(d, unit + ".ticket.json")}
-
-
-def ticket_path(state_dir: str, unit: str) -> str:
-    """The unit's ticket on the host (:func:`unit_files`)."""
-    return unit_files(state_dir, unit)["ticket"]
 
 
 def last_result(out: str) -> dict | None:

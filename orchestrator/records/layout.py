@@ -10,7 +10,8 @@ Layout (``<state_dir>/runs/<run_id>/``)::
     report.html           the HTML report (`orch report`, or after `orch tune`)
     hosts/<host>/         probe.json, install_manifest.json, configs/*.json (the tuned up and down
                           files), report.json (the tuner's), bench_<label>.json (one per bench
-                          task: bench_before.json, bench_after.json, bench_bench.json), result.json
+                          task: bench_before.json, bench_after.json, bench_bench.json), result.json,
+                          runner_reference_answers.json (a runner trial's reference answers)
 
 The tasks write the per-host files (:func:`host_dir` is where), the commands the run-level ones;
 the report, ``orch bench`` and ``orch runs`` read them by these names.
@@ -39,6 +40,9 @@ CONFIGS = "configs"
 #: The tuner's ``report.json``, fetched from the host (or copied from the store).
 TUNE_REPORT = "report.json"
 RESULT = "result.json"
+#: the runner trial reference's greedy answers to the check prompts (runner_reference writes them,
+#: runner_trial compares each candidate's with them)
+REFERENCE_ANSWERS = "runner_reference_answers.json"
 
 #: The ``label`` of the bench task in playbooks/bench.yaml (``orch bench``): its file is
 #: ``bench_file(BENCH_LABEL)``.

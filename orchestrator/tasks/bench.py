@@ -25,19 +25,20 @@ from ..host.answering import check_answering_process
 from ..host.endpoint import container_of, endpoint_candidates, endpoint_of
 from ..host.sigkill import requests_without_tokens
 from ..records.layout import bench_file
-from remote.engines.sglang.moe_log import parse_moe_log
+from remote.protocol import BENCH_TOOLS
 
 
 def loaded_by_server(ctx, unit: str) -> dict:
-    """What the running server's last start loaded, from the unit's log (the lines since SGLang's
-    server-arguments line, :func:`orchestrator.facts.journal.last_start`; the lines are SGLang
-    0.5.23's own, :mod:`remote.engines.sglang.moe_log`): ``{"loaded": [paths], "fallback": [[wanted, used,
+    """What the running server's last start loaded, from the unit's log (the lines since the
+    engine's start line, :func:`orchestrator.facts.journal.last_start`, read by ``Engine.parse_log``):
+    ``{"loaded": [paths], "fallback": [[wanted, used,
     triton]], "default": [wanted paths], "down_missing": [paths], "text"}``, or ``{"text"}`` saying
     the log shows no start. ``text``: one line for the recap."""
-    start = last_start(unit_log(ctx.connection, unit, files=log_files(ctx)))
+    engine = ctx.facts.engine
+    start = last_start(unit_log(ctx.connection, unit, files=log_files(ctx)), engine)
     if start is None:
         return {"text": "the unit's log shows no server start: what it loaded is unknown"}
-    rep = parse_moe_log(start)
+    rep = engine.parse_log(start)
     out = {"loaded": rep.loaded, "fallback": [list(f) for f in rep.fallback], "default": rep.default,
            "down_missing": rep.down_missing}
     parts = [f"loaded {p.rsplit('/', 1)[-1]}" for p in rep.loaded]
@@ -53,12 +54,13 @@ def loaded_by_server(ctx, unit: str) -> dict:
 
 @task("bench", sets=("orch_bench_*",))
 def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: int, level_timeout: float = 300,
-          tool: Literal["builtin", "sglang"] = "builtin", compare_to: str | None = None,
+          tool: Literal[BENCH_TOOLS] = "builtin", compare_to: str | None = None,
           regression_threshold: float = 3.0) -> TaskResult:
     """Benchmark the unit's server on the host; the result is the fact ``orch_bench_<label>``.
 
     ``concurrency``: levels (parallel requests); ``input_len``/``output_len``: tokens per request;
-    ``level_timeout``: seconds per level; ``tool``: orch's own client or ``sglang.bench_serving``.
+    ``level_timeout``: seconds per level; ``tool``: orch's own client or the engine's own
+    (``Engine.bench_tool``: SGLang's ``sglang.bench_serving``).
     With ``compare_to`` (an earlier label), fails when output tokens/s at the highest concurrency
     valid in both fell by more than ``regression_threshold`` percent (automatic rollback). A level
     with more than 1% failed requests is invalid and fails the task. After this run SIGKILLed a
@@ -83,9 +85,10 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
                                                    or [endpoint.url])[0])
     conc = [int(c) for c in concurrency]
     args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
-            "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool]
-    # sglang.bench_serving needs about a minute of its own start-up per level
-    per_level = float(level_timeout) + (60 if tool == "sglang" else 0)
+            "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool,
+            "--engine", ctx.facts.engine.name]
+    # an engine's own client (sglang.bench_serving) needs about a minute of its own start-up per level
+    per_level = float(level_timeout) + (60 if tool != "builtin" else 0)
     data = ctx.payload.call("bench", args, timeout=per_level * (len(conc) + 1) + 120, interruptible=True,
                             on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
                                                                total=m.get("total", 0)))

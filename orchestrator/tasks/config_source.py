@@ -18,7 +18,6 @@ import json
 from typing import Literal
 
 from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES
-from remote.engines.sglang.defaults import DEFAULT_BATCH_SIZES
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -83,15 +82,16 @@ def config_source(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | N
         return TaskResult.ok("tuning on this host", facts=facts, source="tune", key=kh)
     groups.report_key(ctx.name, kh)
     try:
-        role = groups.assign(ctx.name, list(batch_sizes or DEFAULT_BATCH_SIZES), cancel=ctx.options.cancel)
+        role = groups.assign(ctx.name, list(batch_sizes or ctx.facts.engine.default_batch_sizes),
+                             cancel=ctx.options.cancel)
     except TimeoutError as exc:
         raise TaskFailed(str(exc)) from None
     server = ctx.facts.server_group
     if server is not None:
         others = [h for h in server.members if h not in role.members]
-        if others:  # the ranks probed to other tuning keys: other GPUs, Triton or SGLang
+        if others:  # the ranks probed to other tuning keys: other GPUs, Triton or engine release
             raise TaskFailed(f"multi-node server {server.key}: rank(s) {', '.join(others)} have another tuning key "
-                             "than this host (GPU kind, Triton or SGLang release differ), so one tune cannot fit "
+                             "than this host (GPU kind, Triton or engine release differ), so one tune cannot fit "
                              "every rank; nothing was stopped")
     facts["orch_config_source"] = role.kind
     facts["orch_group_role"] = GroupRole(kind=role.kind, key=kh, members=role.members, tuner=role.tuner,

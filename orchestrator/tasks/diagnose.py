@@ -6,13 +6,14 @@ run that wrote an invalid file) and :func:`classify` decides, as a pure function
 
 Verdicts (one per host):
 
-- ``not-triton``: the server's MoE runner reads no Triton config file (SGLang's answer,
-  :func:`remote.engines.sglang.runner.moe_runner`, the one ``orch tune``'s plan gives: only the
-  ``triton`` runner reads them); ``orch tune`` would change nothing. For a FlashInfer runner the
-  row's ``autotune`` is its start-up autotune state (:mod:`orchestrator.host.autotune`: on or off
-  and why, this server's cache present or missing, caches left by another FlashInfer version).
-- ``broken``: a config file SGLang would read is invalid (the server crashes at start),
-  or an unparsable ``configs/triton_*`` folder breaks SGLang's fallback sort (ValueError).
+- ``not-triton``: the server's MoE runner reads no Triton config file (the engine's answer,
+  ``Engine.moe_runner``, the one ``orch tune``'s plan gives: for SGLang only the ``triton`` runner
+  reads them); ``orch tune`` would change nothing. For a runner that autotunes (``autotunes``:
+  FlashInfer's) the row's ``autotune`` is its start-up autotune state
+  (:mod:`orchestrator.host.autotune`: on or off and why, this server's cache present or missing,
+  caches left by another FlashInfer version).
+- ``broken``: a config file the engine would read is invalid (the server crashes at start),
+  or an unparsable ``configs/triton_*`` folder breaks the engine's fallback sort (ValueError).
 - ``restart-needed``: the files on disk differ from what the server logged at its last
   start, or a file it loaded was modified after the unit's main process started
   (configs are cached in-process: a restart picks them up).
@@ -29,14 +30,13 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.engines.sglang.autotune import AutotuneLog, AutotuneState, autotune_log
-from remote.engines.sglang.moe_log import MoeLogReport, parse_moe_log
-from remote.engines.sglang.runner import MoeRunner, moe_runner, probe_inputs
+from remote.engines import AutotuneState, Engine, MoeLogReport, MoeRunner, engine_named, probe_view
 
 from ..engine.results import TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.catalog import server_of
 from ..facts.files import changed_since_start, config_problem, file_digest
+from ..facts.legacy import DOCTOR_FILE_KEYS, DOCTOR_KEYS, with_old_names
 from ..facts.journal import last_start, log_files, start_failure, unit_log
 from ..facts.probe import ProbeFacts
 from ..facts.processes import unit_pids
@@ -53,14 +53,15 @@ class DoctorFacts:
 
     ``unit``: ``orch_unit`` (the unit's facts, :class:`~orchestrator.facts.unit.UnitFacts`); ``probe``:
     ``orch_probe`` (:class:`~orchestrator.facts.probe.ProbeFacts`); ``log``: the parsed
-    lines of the unit's last start (None when its log holds no start); ``file_errors``: role ->
-    why the file SGLang would load is invalid (None: valid or absent); ``changed_since_start``:
-    paths of files SGLang would load that were replaced after the last start; ``orphans``: GPU
+    lines of the unit's last start (``Engine.parse_log``, its autotune lines included; None when its
+    log holds no start); ``file_errors``: role -> why the file the engine would load is invalid
+    (None: valid or absent); ``changed_since_start``: paths of files the engine would load that
+    were replaced after the last start; ``orphans``: GPU
     holders outside the unit (dicts with ``pid``, ``cmdline``); ``installed_by_run``: the orch run
     that wrote an invalid file (None when none did); ``start_failure``: the line of the last start
-    that says why it failed (None when none does); ``autotune_log``: what the last start logged of
-    FlashInfer's autotune (None: nothing); ``file_digests``: role -> sha256 of the file SGLang
-    would load (None: absent or unreadable), compared across the ranks of a multi-node server.
+    that says why it failed (None when none does); ``file_digests``: role -> sha256 of the file the
+    engine would load (None: absent or unreadable), compared across the ranks of a multi-node
+    server; ``engine``: whose rules classify (None: the unit's, ``UnitFacts.engine``).
     """
 
     unit: UnitFacts
@@ -71,8 +72,8 @@ class DoctorFacts:
     orphans: list[dict] = field(default_factory=list)
     installed_by_run: str | None = None
     start_failure: str | None = None
-    autotune_log: AutotuneLog | None = None
     file_digests: dict[str, str | None] = field(default_factory=dict)
+    engine: Engine | None = None
 
 
 def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
@@ -80,36 +81,37 @@ def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
     names = probe.file_names or {}
     install_dir = probe.install_dir or ""
     ex = probe.existing_file(role)
-    return {"name": names.get(role), "in_installed_folder": ex.in_installed_folder,
+    return with_old_names({"name": names.get(role), "in_installed_folder": ex.in_installed_folder,
             "other_folders": [d for d in ex.folders if d != probe.triton_folder],
-            "sglang_would_load": ex.sglang_would_load, "fallback_error": ex.fallback_error,
+            "would_load": ex.would_load, "fallback_error": ex.fallback_error,
             "error": f.file_errors.get(role), "sha256": f.file_digests.get(role),
-            "path": posixpath.join(install_dir, names[role]) if names.get(role) and install_dir else None}
+            "path": posixpath.join(install_dir, names[role]) if names.get(role) and install_dir else None},
+                          DOCTOR_FILE_KEYS)
 
 
 def _logged(rep: MoeLogReport | None, up: dict, down: dict) -> str | None:
     """What the last start logged: tuned, fallback, default, other, none (None: no start logged)."""
     if rep is None:
         return None
-    if up["sglang_would_load"] and up["sglang_would_load"] in rep.loaded and (
-            not down["sglang_would_load"] or down["sglang_would_load"] in rep.loaded) and not rep.suboptimal:
+    if up["would_load"] and up["would_load"] in rep.loaded and (
+            not down["would_load"] or down["would_load"] in rep.loaded) and not rep.suboptimal:
         return "tuned"
     # moe_log's one model for every release's wording (a missing down file reuses the up table)
     return {"loaded": "fallback" if rep.suboptimal else "other", "fallback": "fallback",
             "default": "default", "none": "none"}[rep.overall]
 
 
-def not_triton_why(runner: MoeRunner, tune: AutotuneState | None) -> str:
+def not_triton_why(runner: MoeRunner, tune: AutotuneState | None, engine: Engine | None = None) -> str:
     """The doctor's ``why`` for a server whose MoE runner reads no Triton config file: the
-    runner's reason (:func:`remote.engines.sglang.runner.moe_runner`), what it means for ``orch tune``,
-    and FlashInfer's autotune state (``tune``, None: not a FlashInfer runner). Pure."""
+    runner's reason (``Engine.moe_runner``), what it means for ``orch tune``, and FlashInfer's
+    autotune state (``tune``, None: a runner that does not autotune). Pure."""
     why = f"{runner.reason}; orch tune would change nothing"
     if tune is not None:
-        why += ". " + autotune_why(tune)
+        why += ". " + autotune_why(tune, engine)
     return why
 
 
-def autotune_why(tune: AutotuneState) -> str:
+def autotune_why(tune: AutotuneState, engine: Engine | None = None) -> str:
     """FlashInfer's autotune state in words: on or off and why, the cache for this server's key
     (present, missing, not reused, unknown) and caches left by another FlashInfer version. Pure."""
     if tune.enabled is False:
@@ -119,8 +121,8 @@ def autotune_why(tune: AutotuneState) -> str:
     text += {"present": f"; its cache for this server is present ({where})",
              "missing": f"; no cache for this server's key at {where}: the next start autotunes again (minutes on "
                         "large models)",
-             "not-reused": "; SGLANG_FLASHINFER_AUTOTUNE_CACHE=0: every start autotunes again and writes a new "
-                           f"file under {where}/runs/",
+             "not-reused": f"; {(engine or engine_named(None)).autotune_reuse_env}=0: every start autotunes again "
+                           f"and writes a new file under {where}/runs/",
              "unknown": f"; whether its cache is present is not known ({tune.key_why or 'key not derived'})",
              }[tune.cache]
     if tune.key_source == "derived" and tune.key_why:
@@ -135,22 +137,23 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     """The doctor's row for one host: the facts shown in the table plus ``verdict``, ``why`` and
     ``notes`` (see the module docstring for the verdicts). Pure: reads only ``f``."""
     unit, probe = f.unit, f.probe
-    server = server_of(unit)
-    backend = server.moe_runner_backend or "auto"
-    sg = probe.sglang
+    engine = f.engine or engine_named(unit.engine)
+    server = server_of(unit, engine)
+    backend = server.moe_backend
+    sg = probe.engine
     model = probe.model
     rep = f.log
-    runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
-                        a2a_backend=server.moe_a2a_backend, log=rep, **probe_inputs(probe.to_dict()))
-    tune = autotune_state(unit, server, probe, runner, f.autotune_log, rep.start_runner if rep else None)
+    runner = engine.moe_runner(server, probe_view(probe), log=rep)
+    tune = autotune_state(engine, unit, server, probe, runner, rep)
     notes: list[str] = list(probe.warnings)
     up, down = _file_info(f, "up"), _file_info(f, "down")
     row = {
         "gpus": [g.name for g in probe.gpus], "device_name": probe.device_name,
         "capability": probe.gpus[0].capability if probe.gpus else None,
-        "triton_version": probe.triton_version, "sglang_version": sg.version,
+        "triton_version": probe.triton_version, "engine": engine.name, "engine_version": sg.version,
         "configs_root": sg.configs_root,
-        "moe_config_dir": unit.environment.get("SGLANG_MOE_CONFIG_DIR"), "backend": backend,
+        "moe_config_dir": unit.environment.get(engine.config_dir_env) if engine.config_dir_env else None,
+        "backend": backend,
         "tp": server.tp, "ep": server.ep, "E": model.E if model else None, "N": model.N if model else None,
         "dtype_selector": model.dtype_selector if model else None, "file_names": probe.file_names or {},
         "files": {"up": up, "down": down},
@@ -160,12 +163,12 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         "runner": runner.to_dict(), "flashinfer_version": probe.flashinfer_version,
         "autotune": tune.to_dict() if tune is not None else None,
     }
-    invalid = [f"{posixpath.basename(posixpath.dirname(i['sglang_would_load']))}/"
-               f"{posixpath.basename(i['sglang_would_load'])} is invalid (a start would crash): {i['error']}"
-               for i in (up, down) if i["error"] and i["sglang_would_load"]]
+    invalid = [f"{posixpath.basename(posixpath.dirname(i['would_load']))}/"
+               f"{posixpath.basename(i['would_load'])} is invalid (a start would crash): {i['error']}"
+               for i in (up, down) if i["error"] and i["would_load"]]
     if runner.reads_triton_configs is False:
         verdict = "not-triton"
-        why = not_triton_why(runner, tune)
+        why = not_triton_why(runner, tune, engine)
     elif invalid or any("unparsable" in str(i.get("fallback_error") or "") for i in (up, down)):
         verdict = "broken"
         why = "; ".join(invalid) or f"{up.get('fallback_error') or down.get('fallback_error')}"
@@ -178,7 +181,7 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     else:
         if up["in_installed_folder"] and down["in_installed_folder"]:
             disk = "tuned"
-        elif up["sglang_would_load"]:
+        elif up["would_load"]:
             disk = "fallback"
         else:
             disk = "default"
@@ -199,7 +202,7 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
             why = {"tuned": "up and down files in the installed Triton folder, valid, loaded at the last start",
                    "fallback": ("only in " + ", ".join(up["other_folders"]) if not up["in_installed_folder"]
                                 else f"down file missing: {down['name']}") + " (sub-optimal)",
-                   "default": "no up file in any Triton folder: SGLang's default config (sub-optimal)"}[disk]
+                   "default": f"no up file in any Triton folder: {engine.display_name}'s default config (sub-optimal)"}[disk]
             if logged is None:
                 notes.append("no server start found in the unit log")
     if not runner.known:
@@ -207,9 +210,10 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     elif verdict != "not-triton":
         notes.append(f"MoE runner {runner.runner}: {runner.reason}")
     if tune is not None and verdict != "not-triton":
-        notes.append(autotune_why(tune))
+        notes.append(autotune_why(tune, engine))
     if runner.disagreement:
-        notes.append(f"the last start's log and orch's SGLang rule disagree ({runner.disagreement}); the log counts")
+        notes.append(f"the last start's log and orch's {engine.display_name} rule disagree ({runner.disagreement}); "
+                     "the log counts")
     if row["unit_state"] and row["unit_state"] != "active":
         notes.append(f"unit is {row['unit_state']}: the verdict reflects the files and its last logged start")
     if verdict == "broken" and "unparsable" in why:  # the probe's warning says it again
@@ -221,9 +225,9 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
                      + ", ".join(f"pid {p.get('pid')} ({str(p.get('cmdline') or '?')})" for p in f.orphans)
                      + " (not killed; orch tune reaps them)")
     if sg.other_layout_configs_root:
-        notes.append(f"stale configs of another SGLang layout at {sg.other_layout_configs_root}")
+        notes.append(f"stale configs of another {engine.display_name} layout at {sg.other_layout_configs_root}")
     row.update(verdict=verdict, why=why, notes=notes)
-    return row
+    return with_old_names(row, DOCTOR_KEYS)
 
 
 def _run_that_wrote(ctx, paths: list[str]) -> str | None:
@@ -267,7 +271,7 @@ def gather(ctx, unit: str) -> DoctorFacts:
     probe = ctx.facts.probe or ProbeFacts.from_dict({})
     main_pid = int(facts.main_pid or 0)
     text = last_start(unit_log(ctx.connection, unit, scope=scope_of(ctx.vars), files=log_files(ctx)))
-    loads = {role: probe.existing_file(role).sglang_would_load for role in ("up", "down")}
+    loads = {role: probe.existing_file(role).would_load for role in ("up", "down")}
     container = facts.container
     if container is not None:
         # the probe ran in the image: its paths are the container's; orch reads them on the host
@@ -276,9 +280,9 @@ def gather(ctx, unit: str) -> DoctorFacts:
     errors = {role: config_problem(ctx.connection, path) if path else None for role, path in loads.items()}
     # a container's processes are outside the unit's cgroup (the runtime's): not "orphans" of it
     orphans = [] if container is not None else _holders(ctx, unit_pids(ctx.connection, main_pid), unit)
-    f = DoctorFacts(unit=facts, probe=probe, log=parse_moe_log(text) if text is not None else None,
-                    autotune_log=autotune_log(text.splitlines()) if text else None,
-                    file_errors=errors, start_failure=start_failure(text) if text else None,
+    engine = ctx.facts.engine
+    f = DoctorFacts(unit=facts, probe=probe, log=engine.parse_log(text) if text is not None else None,
+                    engine=engine, file_errors=errors, start_failure=start_failure(text) if text else None,
                     changed_since_start=changed_since_start(ctx.connection, main_pid, [p for p in loads.values() if p]),
                     orphans=orphans,
                     # only a rank of a multi-node server is compared with other hosts

@@ -1,11 +1,11 @@
 """Tasks ``install`` and ``restore`` (payload commands of the same names): write tuned files into
-SGLang's tree, or undo that.
+the folder the engine reads them from (SGLang's tree), or undo that.
 
 The host side (payload ``install``/``restore``) backs up every file it will replace
 into ``<state_dir>/runs/<run_id>/backup/`` and writes a manifest (paths, sha256 before
 and after) BEFORE the first write; each file is written atomically (temp file in the
 same folder, fsync, rename). The JSON is validated on the controller first
-(SGLang's loader does ``int(key)`` on every top-level key) and again on the host.
+(the engine's loader does ``int(key)`` on every top-level key) and again on the host.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import posixpath
 from pathlib import Path
 
-from remote.engines.sglang.moe_log import parse_moe_log, verify_loaded
+from remote.engines import dumps_config, validate_config
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -26,7 +26,6 @@ from ..store import ConfigStore
 
 
 def _validate(name: str, text: str) -> None:
-    from remote.engines.triton_moe.configfile import validate_config
     from remote.protocol import PayloadError
 
     try:
@@ -38,7 +37,7 @@ def _validate(name: str, text: str) -> None:
 @task("install", sets=("orch_installed",))
 def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = None) -> TaskResult:
     """Install config files into ``dest_dir`` (``orch_plan.install_dir``: ``configs/triton_X_Y_Z``
-    of the loader, or of ``$SGLANG_MOE_CONFIG_DIR``), created when missing, after backing up what
+    of the loader, or of the engine's config-dir variable), created when missing, after backing up what
     they replace; ``files``: role -> local path (default: the files this run tuned or reused);
     ``names``: role -> the path the server reads (``orch_plan.paths``): only those roles are
     installed, under those names (a release that reads no ``_down`` file gets none). Sets
@@ -65,7 +64,7 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     unit = ctx.facts.unit
     if unit is not None and unit.container is not None:
         # the folder the server reads inside the container, written on the host through its bind mount
-        write_dir = install_target(unit.container, dest_dir, unit.environment)
+        write_dir = install_target(unit.container, dest_dir, unit.environment, ctx.facts.engine)
     request = {"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
                "dest_dir": write_dir, "files": payload_files, "create_dest": True}
     ctx.run.install_attempted = True
@@ -85,7 +84,6 @@ def _known_files(ctx) -> dict[str, str]:
     """role -> config text this run would install, when known before anything is stopped: the
     store's files for the host's key (``orch_config_source`` ``store``, also under ``--check``)
     or the files another host of the group tuned (``reuse``); ``{}`` when this host tunes them."""
-    from remote.engines.triton_moe.configfile import dumps_config
 
     if ctx.facts.config_source == "store" and ctx.facts.tuning_key is not None and ctx.options.state_dir:
         entry = ConfigStore(ctx.options.state_dir).get(ctx.facts.tuning_key.key)
@@ -106,9 +104,9 @@ def compare_installed(ctx, name: str) -> TaskResult:
       gave them);
     - each one, named and placed as ``orch_plan.paths``, is byte-identical (sha256) to the file
       installed there (payload ``install --dry-run``, :func:`remote.host.install.compare`);
-    - the unit is active and the log of its last start shows SGLang loaded every one of them
-      (``Using MoE kernel config from <path>.``, no fallback or default line for them:
-      :func:`remote.engines.sglang.moe_log.verify_loaded`).
+    - the unit is active and the log of its last start shows the engine loaded every one of them
+      (``Engine.verify_loaded``: SGLang's ``Using MoE kernel config from <path>.``, no fallback or
+      default line for them).
 
     Otherwise ``orch_unchanged`` is False and the message says why. Reads only; runs under ``--check``,
     where it says ``unchanged`` instead of what the plan would write."""
@@ -136,11 +134,12 @@ def compare_installed(ctx, name: str) -> TaskResult:
     if unit is not None and unit.active_state != "active":
         why.append(f"the unit is {unit.active_state}")
     elif not differ:
-        text = last_start(unit_log(ctx.connection, name))
+        engine = ctx.facts.engine
+        text = last_start(unit_log(ctx.connection, name), engine)
         if text is None:
             why.append("the unit's log holds no start, so nothing shows the files were loaded")
         else:
-            problems = verify_loaded(parse_moe_log(text), list(plan.paths.values()))
+            problems = engine.verify_loaded(engine.parse_log(text), list(plan.paths.values()))
             if problems:
                 why.append("the last start did not load them: " + "; ".join(problems))
     data = {"files": cmp.get("files"), "reasons": why}

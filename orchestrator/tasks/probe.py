@@ -1,8 +1,8 @@
-"""Task ``probe``: ask the payload what the host is (GPUs, Triton, SGLang, model shape, names).
+"""Task ``probe``: ask the payload what the host is (GPUs, Triton, the engine, model shape, names).
 
-Inventory variables override what is probed: ``orch_device_name`` (SGLang device
-name), ``orch_model_config`` (model config path or repo id), ``orch_gpu_capability`` (GPU 0's
-compute capability, which decides the MoE runner SGLang picks). The result is stored as
+Inventory variables override what is probed: ``orch_device_name`` (the device name in the
+engine's file names), ``orch_model_config`` (model config path or repo id), ``orch_gpu_capability``
+(GPU 0's compute capability, which decides the MoE runner the engine picks). The result is stored as
 ``orch_probe`` and written to the run record. Task ``plan`` derives what a tune would
 write and, in check mode, says so.
 """
@@ -13,9 +13,7 @@ import json
 import posixpath
 import shlex
 
-from remote.engines.sglang.moe_log import MoeLogReport, parse_moe_log
-from remote.engines.sglang.naming import parse_config_file_name
-from remote.engines.sglang.runner import MoeRunner, moe_runner, probe_inputs
+from remote.engines import Engine, MoeLogReport, MoeRunner, engine_named, probe_view
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -25,7 +23,7 @@ from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
 from ..facts.server_group import ServerGroup
 from ..facts.unit import ServerArgs, scope_of
-from ..host.autotune import cache_root as autotune_cache_root
+from ..host.autotune import autotune_cache_root
 from ..host.container import install_target, require_name
 from ..host.endpoint import find_endpoint
 from ..payload.model_args import model_flags, payload_env
@@ -34,21 +32,23 @@ from ..records.layout import PROBE
 
 @task("probe", check_mode=READ_ONLY, sets=("orch_probe",))
 def probe(ctx) -> TaskResult:
-    """Ask the host what it is (payload ``probe``, with the unit's model, TP/EP and environment):
-    GPUs, Triton, SGLang and its config folder, the model's E/N/top-k and the exact file names
-    SGLang looks for, FlashInfer's version and the autotune caches under the unit's
-    ``$SGLANG_CACHE_DIR`` (``orch_probe``).
+    """Ask the host what it is (payload ``probe``, with the unit's engine, model, TP/EP and
+    environment): GPUs, Triton, the engine and its config folder, the model's E/N/top-k and the
+    exact file names the engine looks for, FlashInfer's version and the autotune caches under the
+    unit's cache root (``Engine.autotune_cache_root``, as the server resolves it: SGLang's
+    ``$SGLANG_CACHE_DIR``) (``orch_probe``).
 
     Refused when the tuner's work folder (``<orch_state_dir>/work``) is on a ``noexec`` mount
     (Triton could not load the kernels it compiles there). Fails naming the field when the answer lacks one, or carries one this controller does not
     know (:class:`orchestrator.facts.probe.ProbeFacts`: the payload is this controller's own)."""
     env = ctx.facts.environment
+    engine = ctx.facts.engine
     flags = model_flags(ctx)
-    if env.get("SGLANG_MOE_CONFIG_DIR"):
-        flags += ["--moe-config-dir", env["SGLANG_MOE_CONFIG_DIR"]]
+    if engine.config_dir_env and env.get(engine.config_dir_env):
+        flags += ["--moe-config-dir", env[engine.config_dir_env]]
     if ctx.vars.get("orch_gpu_capability"):
         flags += ["--capability", str(ctx.vars["orch_gpu_capability"])]
-    root = autotune_cache_root(ctx.facts.unit) if ctx.facts.unit is not None else None
+    root = autotune_cache_root(ctx) if ctx.facts.unit is not None else None
     if root:
         flags += ["--autotune-cache-root", root]
     # the tuner's work folder holds its Triton cache and temp files: it must allow exec
@@ -64,15 +64,14 @@ def probe(ctx) -> TaskResult:
     gpus, model = found.gpus, found.model
     where = (f"{len(gpus)}x {gpus[0].name}" if gpus else "no CUDA GPU visible") + (
         f" (files named for {found.device_name})" if found.device_name else "")
-    return TaskResult.ok(f"{where}, triton {found.triton_version}, sglang {found.sglang.version}, "
+    return TaskResult.ok(f"{where}, triton {found.triton_version}, {engine.name} {found.engine.version}, "
                          f"E={model.E if model else None} N={model.N if model else None}",
                          facts={"orch_probe": found}, **data)
 
 
 def logged_lookups(rep: MoeLogReport | None) -> dict[str, str]:
-    """role -> the path SGLang looked for first (``wanted``) in the lookup lines of one start's
-    parsed log (:mod:`remote.engines.sglang.moe_log`; None: no start logged); the first line of each role
-    counts. Pure."""
+    """role -> the path the server looked for first (``wanted``) in the lookup lines of one start's
+    parsed log (``Engine.parse_log``; None: no start logged); the first line of each role counts. Pure."""
     out: dict[str, str] = {}
     for ln in rep.lines if rep else []:
         if ln.role and ln.wanted and ln.role not in out:
@@ -80,16 +79,19 @@ def logged_lookups(rep: MoeLogReport | None) -> dict[str, str]:
     return out
 
 
-def reconcile(derived: dict[str, str], logged: dict[str, str]) -> tuple[dict[str, str], str, list[str]]:
+def reconcile(derived: dict[str, str], logged: dict[str, str],
+              engine: Engine | None = None) -> tuple[dict[str, str], str, list[str]]:
     """The paths to write: ``derived`` (role -> path from the unit and the model config) checked
     against ``logged`` (role -> path the server's last start looked for, :func:`logged_lookups`).
 
-    SGLang's own lookup is ground truth: where the server logged one, its path is used. A different
-    folder (an SGLANG_MOE_CONFIG_DIR orch could not see) or a different device name is followed;
+    The engine's own lookup is ground truth: where the server logged one, its path is used. A different
+    folder (a config-dir variable orch could not see) or a different device name is followed;
     a different shape (E, N, dtype, block, per-channel) means the files orch would tune are for
     another GEMM, so it raises :class:`TaskFailed` naming both, before anything is stopped.
-    Returns ``(paths, source, notes)`` with ``source`` ``log`` or ``derived``. Pure.
+    Returns ``(paths, source, notes)`` with ``source`` ``log`` or ``derived``; names are read by
+    ``engine``'s rule (``Engine.parse_config_file_name``; None: the default engine). Pure.
     """
+    parse_name = (engine or engine_named(None)).parse_config_file_name
     if not any(role in logged for role in derived):
         return dict(derived), "derived", []
     paths, notes = dict(derived), []
@@ -97,7 +99,7 @@ def reconcile(derived: dict[str, str], logged: dict[str, str]) -> tuple[dict[str
         want = logged.get(role)
         if want is None or want == path:
             continue
-        mine, theirs = parse_config_file_name(posixpath.basename(path)), parse_config_file_name(posixpath.basename(want))
+        mine, theirs = parse_name(posixpath.basename(path)), parse_name(posixpath.basename(want))
         shape = ("E", "N", "dtype", "block_shape", "per_channel_quant", "down")
         if mine is None or theirs is None or any(mine[k] != theirs[k] for k in shape):
             raise TaskFailed(f"the server's last start looked for {want}, but orch derives {path} from the unit "
@@ -109,15 +111,16 @@ def reconcile(derived: dict[str, str], logged: dict[str, str]) -> tuple[dict[str
     return paths, "log", notes
 
 
-def skip_reason(runner: MoeRunner) -> str:
+def skip_reason(runner: MoeRunner, engine: Engine | None = None) -> str:
     """Why ``plan`` skips a server whose MoE runner reads no Triton config file (``runner``:
-    :func:`remote.engines.sglang.runner.moe_runner`), the same reason ``orch doctor`` gives. Pure."""
+    ``Engine.moe_runner``; ``engine``: whose flag names it, None: the default), the same reason
+    ``orch doctor`` gives. Pure."""
     if runner.source == "flag":
-        why = f"--moe-runner-backend {runner.runner} does not read Triton MoE config files"
+        why = f"{(engine or engine_named(None)).runner_flag} {runner.runner} does not read Triton MoE config files"
     else:
         why = runner.reason
     why += "; installing them would change nothing"
-    if (runner.runner or "").startswith("flashinfer"):
+    if runner.autotunes:
         why += " (FlashInfer autotunes at start-up on SM90+)"
     return why + (f" ({runner.disagreement})" if runner.disagreement else "")
 
@@ -176,32 +179,31 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     why_not = multi_node_reason(server, group, coordinated=ctx.options.barrier is not None)
     if why_not:
         raise TaskFailed(why_not)
-    backend = runner or server.moe_runner_backend or "auto"
+    engine = ctx.facts.engine
+    backend = runner or server.moe_backend
     names = probe_data.file_names or {}
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
     text = last_start(unit_log(ctx.connection, name, scope=scope_of(ctx.vars), files=log_files(ctx)))
-    rep = parse_moe_log(text) if text is not None else None
-    as_unit = runner is None or runner == (server.moe_runner_backend or "auto")
-    runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
-                        a2a_backend=server.moe_a2a_backend, log=rep if as_unit else None,
-                        **probe_inputs(probe_data.to_dict()))
+    rep = engine.parse_log(text) if text is not None else None
+    as_unit = runner is None or runner == server.moe_backend
+    runner = engine.moe_runner(server, probe_view(probe_data), backend=backend, log=rep if as_unit else None)
     if not runner.known:
         raise TaskFailed(f"cannot tell which MoE runner this server uses, so nothing was stopped: {runner.reason}. "
-                         "Name it with --moe-runner-backend in the unit, or start the unit once so its log shows "
+                         f"Name it with {engine.runner_flag} in the unit, or start the unit once so its log shows "
                          "its MoE config lookups")
-    read = {k for k in names if probe_data.existing_file(k).read_by_sglang}
+    read = {k for k in names if probe_data.existing_file(k).read_by_engine}
     skipped_roles = sorted(set(names) - read)
     derived = {k: posixpath.join(install_dir, v) for k, v in names.items() if k in read}
-    paths, source, notes = reconcile(derived, logged_lookups(rep))
+    paths, source, notes = reconcile(derived, logged_lookups(rep), engine)
     existing = {k: probe_data.existing_file(k).in_installed_folder and paths[k] == derived[k] for k in paths}
     dirs = {posixpath.dirname(v) for v in paths.values()}
     if len(dirs) != 1:
         raise TaskFailed(f"the server looks for its up and down files in different folders: {sorted(dirs)}")
     install_dir = dirs.pop()
     action = "tune" if runner.reads_triton_configs else "skip"
-    reason = "" if action == "tune" else skip_reason(runner)
+    reason = "" if action == "tune" else skip_reason(runner, engine)
     same_dir = install_dir == probe_data.install_dir
     p = Plan(action=action, reason=reason, backend=backend, runner=runner.to_dict(), install_dir=install_dir,
              paths=paths, existing=existing, names_source=source, notes=notes,
@@ -209,7 +211,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
              install_dir_exists=bool(probe_data.install_dir_exists) if same_dir else None)
     ctx.run.summary.plan = p
     lines = [f"would write {paths[k]} ({'replace' if existing.get(k) else 'new'})" for k in sorted(paths)]
-    lines += [f"no {r} file: SGLang {probe_data.sglang.version or ''} does not read one".replace(
+    lines += [f"no {r} file: {engine.display_name} {probe_data.engine.version or ''} does not read one".replace(
         "  ", " ") for r in skipped_roles]
     if p.install_dir_exists is False:
         lines.append(f"would create {install_dir} (this Triton's folder is missing)")
@@ -225,7 +227,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
         c = unit.container
         require_name(c, name)
         lines.append(f"{install_dir} in the {c.runtime} container {c.name} is the host folder "
-                     f"{install_target(c, install_dir, unit.environment)}")
+                     f"{install_target(c, install_dir, unit.environment, engine)}")
     # a rank >= 1 of a multi-node server answers only /health (SGLang 0.5.23 srt/utils/common.py
     # launch_dummy_health_check_server)
     endpoint = find_endpoint(ctx, health_only=group is not None and group.rank > 0)

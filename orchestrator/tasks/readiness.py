@@ -1,8 +1,9 @@
-"""Readiness of a restarted SGLang server, and proof from its log that configs were loaded.
+"""Readiness of a restarted server, and proof from its log that configs were loaded.
 
-``/v1/models`` answers before the server can generate (sglang #33719): it is only
-liveness, and ``/health`` 200 is not readiness either (it does not generate in SGLang 0.5.23).
-Ready means a real one-token ``/generate`` returned a token within its deadline
+The liveness request (``Engine.liveness_path``: ``/v1/models``) answers before the server can
+generate (sglang #33719), and the health request (``Engine.health_path``: ``/health``) 200 is not
+readiness either (it does not generate in SGLang 0.5.23). Ready means a real one-token generation
+(``Engine.generate_request``: SGLang's ``/generate``) returned a token within its deadline
 (:func:`wait_ready`).
 Polling stops early when ``systemctl is-active`` says the unit failed.
 
@@ -13,8 +14,6 @@ Where to ask: the address ``plan`` found the server answering at, else the one i
 from __future__ import annotations
 
 import time
-
-from remote.engines.sglang.moe_log import parse_moe_log, role_of, verify_loaded
 
 from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..engine.task import task
@@ -67,30 +66,18 @@ def log_since_mark(ctx, unit: str) -> str:
     return start_log(ctx, unit).text
 
 
-#: SGLang's native generation request (SGLang 0.5.23 srt/entrypoints/http_server.py ``/generate``,
-#: ``GenerateReqInput``): one output token, greedy.
-ONE_TOKEN = {"text": "ping", "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
-
-
-def tokens_of(answer) -> int:
-    """Output tokens in a ``/generate`` answer (a dict; SGLang 0.5.23 puts the count in
-    ``meta_info.completion_tokens`` and the ids in ``output_ids``); 0 for anything else."""
-    if not isinstance(answer, dict):
-        return 0
-    meta = answer.get("meta_info") if isinstance(answer.get("meta_info"), dict) else {}
-    count = meta.get("completion_tokens")
-    if isinstance(count, int) and not isinstance(count, bool):
-        return count
-    ids = answer.get("output_ids")
-    return len(ids) if isinstance(ids, list) else 0
+#: the prompt of readiness's one-token generation
+PING = "ping"
 
 
 @task("wait_ready", aliases={"unit": "name", "service": "name"})
 def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
                generate_check: bool = True) -> TaskResult:
-    """Wait until the unit's server generates, at most ``timeout`` s: ``/v1/models`` (liveness),
-    then ``/health``, then a real one-token ``/generate`` that must return a token within
-    ``generate_timeout`` s. Ready only when that generation returned a token.
+    """Wait until the unit's server generates, at most ``timeout`` s: the engine's liveness request
+    (``/v1/models``), then its health request (``/health``), then a real one-token generation
+    (``Engine.generate_request``, SGLang's ``/generate``, answer read by ``Engine.parse_generation``)
+    that must return a token within ``generate_timeout`` s. Ready only when that generation
+    returned a token.
 
     ``/health`` 200 is not enough: SGLang 0.5.23's ``/health`` answers 200 without generating
     (srt/entrypoints/http_server.py ``health_generate``: only with
@@ -112,6 +99,8 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
     (srt/entrypoints/engine.py).
     """
     unit = name
+    engine = ctx.facts.engine
+    one_token = engine.generate_request(PING, 1)
     endpoint = endpoint_of(ctx)
     url = endpoint.url
     start = time.monotonic()
@@ -128,24 +117,25 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
             raise TaskFailed(f"{unit} became {state} while waiting for readiness; log tail:\n" + "\n".join(tail),
                              {"log_tail": tail})
         if stage == "liveness":
-            status, last = ask(ctx, endpoint, "/v1/models")
+            status, last = ask(ctx, endpoint, engine.liveness_path)
             if status == 200:
                 stage = "health"
                 continue
         else:
-            health, last = ask(ctx, endpoint, "/health")
+            health, last = ask(ctx, endpoint, engine.health_path)
             if health == 200 and (not generate_check or health_only):
                 break
             if health in (200, 404, 503) and not health_only:
                 left = max(1.0, min(float(generate_timeout), deadline - time.monotonic()))
-                g, answer, what = ask_json(ctx, endpoint, "/generate", "POST", ONE_TOKEN, timeout=left)
-                n = tokens_of(answer) if g == 200 else 0
+                g, answer, what = ask_json(ctx, endpoint, one_token.path, one_token.method, one_token.body,
+                                           timeout=left)
+                n = engine.parse_generation(answer).tokens if g == 200 else 0
                 if n >= 1:
                     break
-                last = f"/health {health}, {what}" + (" without a token" if g == 200 else "")
+                last = f"{engine.health_path} {health}, {what}" + (" without a token" if g == 200 else "")
                 if health == 200 and g is None and "timeout" in what.lower():
                     raise TaskFailed(
-                        f"{unit} answers /health 200 but a one-token /generate got no answer within "
+                        f"{unit} answers {engine.health_path} 200 but a one-token {one_token.path} got no answer within "
                         f"{left:.0f} s at {url} (from the {endpoint.via}): the server cannot generate (a hung "
                         "generation is a failed start)", {"health": health, "generate": what})
         if ctx.cancelled():
@@ -163,19 +153,20 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
     before = ctx.facts.unit.main_pid if ctx.facts.unit is not None and ctx.run.started_by_orch else None
     answering = check_answering_process(ctx, unit, "readiness", not_pid=before)
     took = round(time.monotonic() - start, 1)
-    how = "" if health == 200 else f"; /health answered {health}, a one-token generation returned a token"
+    how = "" if health == 200 else f"; {engine.health_path} answered {health}, a one-token generation returned a token"
     return TaskResult.ok(f"ready at {url} (from the {endpoint.via}) after {took} s{how}", seconds=took, url=url,
                          health=health, answering=answering)
 
 
 @task("verify_log", aliases={"unit": "name", "service": "name"})
 def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_default: bool = False) -> TaskResult:
-    """Prove from the log lines of the unit's last start (by this run) which MoE configs SGLang
-    loaded. ``expect_paths``: files that must appear in ``Using MoE kernel config from <path>.``;
+    """Prove from the log lines of the unit's last start (by this run) which MoE configs the engine
+    loaded (``Engine.parse_log``, ``Engine.verify_loaded``). ``expect_paths``: files the start must
+    show loaded (SGLang: ``Using MoE kernel config from <path>.``);
     any sub-optimal line (fallback, default, down missing) for them fails the task.
     ``allow_default`` (rollback to a state with no file): the default line is expected.
-    When the probe could not read the host's loader rules (``orch_probe.sglang.loader_rules_inferred``:
-    a patched or vendored SGLang), a ``_down`` file the server never looked up is reported in
+    When the probe could not read the host's loader rules (``orch_probe.engine.loader_rules_inferred``:
+    a patched or vendored engine), a ``_down`` file the server never looked up is reported in
     ``not_looked_up``, not failed (such a loader may read none); the up file is always proven.
     On a rank of a multi-node server it then waits for every rank's proof, and fails when one
     of them failed (all ranks roll back together).
@@ -186,20 +177,21 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
     gap)", and the benchmark after the start decides. What the log positively shows still fails
     with a gap (a fallback, the default config, a missing down file, another file).
     """
+    engine = ctx.facts.engine
     got = start_log(ctx, name)
     text = got.text
-    rep = parse_moe_log(text)
+    rep = engine.parse_log(text)
     expect = list(expect_paths or [])
-    inferred = ctx.facts.probe.sglang.loader_rules_inferred if ctx.facts.probe is not None else None
+    inferred = ctx.facts.probe.engine.loader_rules_inferred if ctx.facts.probe is not None else None
     seen = {ln.role for ln in rep.lines if ln.role}
-    unseen = [p for p in expect if inferred and role_of(p) == "down" and "down" not in seen]
+    unseen = [p for p in expect if inferred and engine.role_of(p) == "down" and "down" not in seen]
     expect = [p for p in expect if p not in unseen]
-    problems = verify_loaded(rep, expect) if expect else []
+    problems = engine.verify_loaded(rep, expect) if expect else []
     if not expect and not allow_default and rep.suboptimal:
         problems = list(rep.suboptimal)
     # a line not found in a log with a hole may be in the hole: not proven, never read as absent
     absent = [p for p in expect if p not in rep.loaded] if got.gaps else []
-    absent_says = {f"log does not show 'Using MoE kernel config from {p}.'" for p in absent}
+    absent_says = {x for p in absent for x in engine.verify_loaded(engine.parse_log(""), [p])}
     problems = [x for x in problems if x not in absent_says]
     data = {"loaded": rep.loaded, "default": rep.default, "fallback": rep.fallback,
             "down_missing": rep.down_missing, "suboptimal": rep.suboptimal, "not_looked_up": unseen,
@@ -212,7 +204,7 @@ def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_defa
     what = ", ".join(p.rsplit("/", 1)[-1] for p in rep.loaded) or ("no lookup line" if absent else "default config")
     if unseen:
         what += (f"; the server never looked up {', '.join(p.rsplit('/', 1)[-1] for p in unseen)} (not proven: "
-                 f"this SGLang's lookup rules were inferred, {inferred})")
+                 f"this {engine.display_name}'s lookup rules were inferred, {inferred})")
     if absent:
         what += (f"; {', '.join(p.rsplit('/', 1)[-1] for p in absent)}: not proven (log gap: "
                  f"{'; '.join(got.gaps)}), the benchmark after the start decides")

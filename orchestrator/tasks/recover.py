@@ -29,6 +29,8 @@ import json
 import posixpath
 from pathlib import Path
 
+from remote.protocol import CHECKPOINT_FILE
+
 from .. import __version__
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
@@ -175,7 +177,7 @@ def _cat(ctx, path: str) -> str | None:
 def _checkpoint_sizes(ctx, work: str | None) -> list[int]:
     """The batch sizes a tune's checkpoint in its work folder holds (remote/tuning/tuner/checkpoint.py:
     ``results`` keyed by M); [] when there is none or it cannot be read."""
-    text = _cat(ctx, posixpath.join(work, "checkpoint.json")) if work else None
+    text = _cat(ctx, posixpath.join(work, CHECKPOINT_FILE)) if work else None
     try:
         res = json.loads(text or "").get("results")
         return sorted(int(m) for m in res) if isinstance(res, dict) else []

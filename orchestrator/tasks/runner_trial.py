@@ -1,8 +1,8 @@
 """Tasks of the MoE runner trial (``orch tune --moe-runners``, ``playbooks/runner-trial.yaml``) and of
 undoing a runner change (``playbooks/rollback.yaml``):
 
-- ``runner_candidates`` (read-only): the runners to start, checked against the release's
-  ``--moe-runner-backend`` choices and SGLang's rules for these weights on this GPU;
+- ``runner_candidates`` (read-only): the runners to start, checked against the release's runner
+  backend choices and the engine's rules for these weights on this GPU;
 - ``runner_trial``: the unit's runner as the reference (greedy answers, benchmark), then each
   candidate through orch's drop-in (``daemon-reload``), or the one value of the unit's own
   ``EnvironmentFile=`` or ``--config`` file where that sets the runner (restart, readiness, log proof, output check,
@@ -18,10 +18,8 @@ from typing import Literal
 import json
 from pathlib import Path
 
+from remote.engines import dumps_config, probe_view
 from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES, PayloadError
-from remote.engines.sglang.moe_log import parse_moe_log, verify_loaded
-from remote.engines.sglang.runner import moe_runner, probe_inputs
-from remote.engines.sglang.runner_choices import parse_candidates
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -37,37 +35,33 @@ from ..host.runner_trial import (agreement, autotune_cache_dir, backup_autotune_
                                  raw_exec_start, restart_ready, restore_triton_files, trial_group_key)
 from ..host.sharing import write_configs
 from ..payload.client import PayloadFailed
+from ..records.layout import REFERENCE_ANSWERS
 from ..store import ConfigStore, key_hash, tuning_key
-
-#: the reference's greedy answers to the check prompts, in the host's run record (runner_reference
-#: writes them, runner_trial compares each candidate's with them)
-REFERENCE_ANSWERS = "runner_reference_answers.json"
 
 
 def _effective(ctx, backend: str) -> str | None:
-    """The runner the server runs with ``--moe-runner-backend backend`` (SGLang's rules), None
-    when it would refuse to start or orch cannot tell."""
+    """The runner the server runs with the runner backend ``backend`` (the engine's rules,
+    ``Engine.moe_runner``), None when it would refuse to start or orch cannot tell."""
     server, probe = ctx.facts.server, ctx.facts.probe
-    found = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
-                       a2a_backend=server.moe_a2a_backend, **probe_inputs(probe.to_dict() if probe else {}))
+    found = ctx.facts.engine.moe_runner(server, probe_view(probe) if probe else {}, backend=backend)
     return found.runner if found.known else None
 
 
 @task("runner_candidates", check_mode=READ_ONLY, sets=("orch_runner_candidates",))
 def runner_candidates(ctx, runners: str) -> TaskResult:
     """The runners the trial starts (``orch_runner_candidates``, ``list[str]``) from ``runners``
-    (``--moe-runners``: names separated by commas, or ``auto``), checked against the host's SGLang
-    release (:func:`remote.engines.sglang.runner_choices.parse_candidates`). Fails naming the bad name."""
-    probe = ctx.facts.probe
-    version = probe.sglang.version if probe is not None else None
+    (``--moe-runners``: names separated by commas, or ``auto``), checked against the host's engine
+    release (``Engine.runner_candidates``). Fails naming the bad name."""
+    probe, engine = ctx.facts.probe, ctx.facts.engine
+    version = probe.engine.version if probe is not None else None
     try:
-        names = parse_candidates(runners, version, lambda b: _effective(ctx, b))
+        names = engine.runner_candidates(runners, version, lambda b: _effective(ctx, b))
     except PayloadError as exc:
         raise TaskFailed(exc.msg) from None
     server = ctx.facts.server
-    ref = server.moe_runner_backend or "auto"
+    ref = server.moe_backend
     ref_runner = _effective(ctx, ref) or ref
-    msg = (f"unit runs --moe-runner-backend {ref} ({ref_runner}); candidates: {', '.join(names)}")
+    msg = (f"unit runs {engine.runner_flag} {ref} ({ref_runner}); candidates: {', '.join(names)}")
     return TaskResult.ok(msg, facts={"orch_runner_candidates": names}, candidates=names, reference=ref)
 
 
@@ -86,13 +80,13 @@ def _unit_source(ctx, words: list[str]) -> tuple[RunnerSource, str | None]:
     from its ``EnvironmentFile=`` files and ``--config`` YAML on the host now, and that file's text
     (None for the drop-in)."""
     env_files, cfg, cfg_text = _unit_files(ctx)
-    src = runner_source(words, env_files, cfg, cfg_text)
+    src = runner_source(words, env_files, cfg, cfg_text, ctx.facts.engine)
     return src, (cfg_text if src.kind == "config" else dict(env_files).get(src.path))
 
 
 def _unit_files(ctx) -> tuple[list[tuple[str, str]], str | None, str | None]:
-    """The unit's ``EnvironmentFile=`` files (``(path, text)``, in order) and its SGLang ``--config``
-    file and text, read on the host now (the paths from the unit's facts)."""
+    """The unit's ``EnvironmentFile=`` files (``(path, text)``, in order) and its server config file
+    (SGLang's ``--config``) and text, read on the host now (the paths from the unit's facts)."""
     unit = ctx.facts.unit
     env_files = []
     for f in (unit.env_files if unit is not None else []):
@@ -101,7 +95,8 @@ def _unit_files(ctx) -> tuple[list[tuple[str, str]], str | None, str | None]:
             if text is not None:
                 env_files.append((f["path"], text))
     cfg = getattr(ctx.facts.server, "config_file", None) if ctx.facts.server is not None else None
-    cfg_text = read_host_file(ctx.connection, cfg, "SGLang --config file") if cfg else None
+    engine = ctx.facts.engine
+    cfg_text = read_host_file(ctx.connection, cfg, f"{engine.display_name} {engine.config_flag} file") if cfg else None
     return env_files, cfg, cfg_text
 
 
@@ -109,10 +104,10 @@ def _set_runner(ctx, unit: str, src: RunnerSource, words: list[str], text: str |
                 reload: bool = True) -> dict:
     """Start ``unit`` on ``runner`` from its next start: orch's drop-in (then ``daemon-reload`` when
     ``reload``), or the one value in the unit's own file ``src.path`` (payload ``set-file``, backed
-    up with the run's manifest; systemd and SGLang read it at each start, so no reload). Returns the
-    manifest."""
+    up with the run's manifest; systemd and the engine read it at each start, so no reload). Returns
+    the manifest."""
     if src.kind == "dropin":
-        manifest = _set_dropin(ctx, unit, dropin_text(words, runner, ctx.options.run_id))
+        manifest = _set_dropin(ctx, unit, dropin_text(words, runner, ctx.options.run_id, ctx.facts.engine))
         if reload:
             daemon_reload(ctx)
         return manifest
@@ -151,9 +146,7 @@ def runner_triton_files(ctx, name: str, space: Literal[SEARCH_SPACES], batch_siz
     loaded it: ``current`` (no tune, no install); a stored result that differs: ``install``; no
     stored result: ``tune``. Needs ``orch_plan`` of the Triton runner (``plan`` with ``runner:
     triton``). Sets ``orch_tuning_key``, so a tune here is stored as ``orch tune`` stores it."""
-    from remote.engines.triton_moe.configfile import dumps_config
-
-    probe, plan = ctx.facts.probe, ctx.facts.plan
+    probe, plan, engine = ctx.facts.probe, ctx.facts.plan, ctx.facts.engine
     if probe is None or plan is None or not plan.paths:
         raise TaskFailed("no plan of the Triton files (orch_plan): run plan with runner: triton first")
     why = probe.untunable_reason(provider)
@@ -183,9 +176,10 @@ def runner_triton_files(ctx, name: str, space: Literal[SEARCH_SPACES], batch_siz
     why_not: list[str] = []
     if differ:
         why_not.append("the stored result differs from " + ", ".join(differ))
-    elif _effective(ctx, ctx.facts.server.moe_runner_backend or "auto") == "triton":
-        text = last_start(unit_log(ctx.connection, name))
-        problems = verify_loaded(parse_moe_log(text), list(plan.paths.values())) if text else ["no start in the log"]
+    elif _effective(ctx, ctx.facts.server.moe_backend) == engine.triton_runner:
+        text = last_start(unit_log(ctx.connection, name), engine)
+        problems = (engine.verify_loaded(engine.parse_log(text), list(plan.paths.values())) if text
+                    else ["no start in the log"])
         if problems:
             why_not.append("the last start did not load them: " + "; ".join(problems))
     if why_not:
@@ -228,18 +222,18 @@ def runner_reference(ctx, name: str, candidates: list[str], concurrency: list[in
         raise TaskFailed(f"{name} is not running: the runner trial compares against the answers and speed of the "
                          "unit's own runner, so start it first")
     prompts = load_prompts(prompts_file)
-    server = ctx.facts.server
-    ref_flag = server.moe_runner_backend or "auto"
+    server, engine = ctx.facts.server, ctx.facts.engine
+    ref_flag = server.moe_backend
     ref_runner = _effective(ctx, ref_flag) or ref_flag
     endpoint = find_endpoint(ctx)
     words = raw_exec_start(ctx.connection, name)
     trial = RunnerTrial(reference=ref_flag, min_agreement=float(min_agreement), min_gain_pct=float(min_gain),
                         prompts=len(prompts), max_new_tokens=int(check_tokens))
-    last = last_start(unit_log(ctx.connection, name)) or ""
+    last = last_start(unit_log(ctx.connection, name), engine) or ""
     backup_autotune_cache(ctx, name)
     groups = ctx.options.fleet
     settings = _settings(concurrency, input_len, output_len, check_tokens, prompts, min_agreement, min_gain)
-    if "triton" in candidates and ctx.facts.tuning_key is not None:
+    if engine.triton_runner in candidates and ctx.facts.tuning_key is not None:
         settings["triton_files"] = ctx.facts.tuning_key.hash  # hosts that share it can share tuned files
     gkey = trial_group_key(ctx, list(candidates), settings) if groups is not None else None
     if gkey:
@@ -257,8 +251,8 @@ def runner_reference(ctx, name: str, candidates: list[str], concurrency: list[in
         else:
             trial.group_key = gkey  # the verdict for the other hosts of the group, published by runner_trial
     ref_row = RunnerCandidate(runner=ref_flag, reference=True, agreement=1.0, passed=True,
-                              log_runner=logged_runner(last) if last else None)
-    ctx.say(f"reference: --moe-runner-backend {ref_flag} ({ref_runner})")
+                              log_runner=logged_runner(last, engine) if last else None)
+    ctx.say(f"reference: {engine.runner_flag} {ref_flag} ({ref_runner})")
     answers = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
     (ctx.host_dir / REFERENCE_ANSWERS).write_text(json.dumps(answers, indent=2))
     ref_row.tokens_per_s = _levels(bench(ctx, endpoint.url, concurrency, input_len, output_len, "runner_reference"))
@@ -290,7 +284,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     if trial is None or not trial.candidates or not trial.candidates[0].reference:
         raise TaskFailed("no reference measured (orch_runner_trial): run runner_reference before runner_trial")
     prompts = load_prompts(prompts_file)
-    server = ctx.facts.server
+    engine = ctx.facts.engine
     ref_flag = trial.reference
     ref_runner = _effective(ctx, ref_flag) or ref_flag
     # where the reference answered (the plan's answer, or asked now): the unit may be stopped for the tune
@@ -313,7 +307,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
 
     for cand in candidates:
         own = cand == ref_flag or (cand == ref_runner and ref_flag == "auto")
-        on_fresh = fresh and cand == "triton"
+        on_fresh = fresh and cand == engine.triton_runner
         if own and not on_fresh:
             continue  # the reference row measures the unit's own runner
         row = RunnerCandidate(runner=cand)
@@ -336,12 +330,12 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
                 dropin_written = True  # before the write: a failed write may still have changed it
                 _set_runner(ctx, name, src, words, src_text, cand)
             row.ready_s, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
-            row.log_runner = logged_runner(text)
+            row.log_runner = logged_runner(text, engine)
             if row.log_runner not in (cand, None) and not (own and ref_flag == "auto"):
-                row.why = f"the start's log shows moe_runner_backend={row.log_runner}, not {cand}"
+                row.why = f"the start's log shows {engine.runner_field}={row.log_runner}, not {cand}"
                 continue
             if on_fresh:
-                problems = verify_loaded(parse_moe_log(text), list(tf.paths.values()))
+                problems = engine.verify_loaded(engine.parse_log(text), list(tf.paths.values()))
                 if problems:
                     row.why = "the start did not load the installed Triton files: " + "; ".join(problems)[:200]
                     continue
@@ -393,15 +387,15 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
         if src.kind == "dropin":
             daemon_reload(ctx)
         _ready, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
-        shown = logged_runner(text)
+        shown = logged_runner(text, engine)
         want = trial.kept if trial.changed and not kept_own else ref_row.log_runner
         if want and want != "auto" and shown != want:
-            raise TaskFailed(f"after the trial {name} started with moe_runner_backend={shown}, not {want}")
+            raise TaskFailed(f"after the trial {name} started with {engine.runner_field}={shown}, not {want}")
         if kept_fresh:
-            problems = verify_loaded(parse_moe_log(text), list(tf.paths.values()))
+            problems = engine.verify_loaded(engine.parse_log(text), list(tf.paths.values()))
             if problems:
                 raise TaskFailed(f"after the trial {name} did not load the tuned Triton files: " + "; ".join(problems))
-        ctx.say(f"{name} runs --moe-runner-backend {trial.kept} (log: moe_runner_backend={shown})"
+        ctx.say(f"{name} runs {engine.runner_flag} {trial.kept} (log: {engine.runner_field}={shown})"
                 + (" on the tuned Triton files" if kept_fresh else ""))
     if trial.group_key and ctx.options.fleet is not None:  # the verdict for the other hosts of the group
         verdict = {"trial": trial.to_dict(), "host": ctx.name}
@@ -455,7 +449,8 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
         return TaskResult.ok(f"kept {trial.kept}: the verdict of {trial.measured_on}'s trial (same tuning group), "
                              "nothing changed here", facts={"orch_runner_trial": trial}, **trial.to_dict())
     before = greedy_answers(ctx, endpoint, prompts, check_tokens)
-    ref_flag = ctx.facts.server.moe_runner_backend or "auto"
+    engine = ctx.facts.engine
+    ref_flag = ctx.facts.server.moe_backend
     own = trial.kept == ref_flag or (ref_flag == "auto" and trial.kept == _effective(ctx, ref_flag))
     files = got.get("triton_files")  # the measuring host kept Triton on files it tuned: the same bytes here
     tf = ctx.facts.runner_triton
@@ -471,12 +466,12 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
         trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
     ctx.run.summary.installed = [p for p in [trial.dropin, *installed] if p] or None
     _ready, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
-    shown = logged_runner(text)
+    shown = logged_runner(text, engine)
     if not own and shown != trial.kept:
-        raise TaskFailed(f"{name} started with moe_runner_backend={shown}, not {trial.kept} "
+        raise TaskFailed(f"{name} started with {engine.runner_field}={shown}, not {trial.kept} "
                          f"(the verdict of {trial.measured_on}'s trial)")
     if files:
-        problems = verify_loaded(parse_moe_log(text), installed)
+        problems = engine.verify_loaded(engine.parse_log(text), installed)
         if problems:
             raise TaskFailed(f"{name} did not load the Triton files of {trial.measured_on}'s verdict: "
                              + "; ".join(problems))
@@ -484,7 +479,7 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
     if share * 100.0 < min_agreement:
         raise TaskFailed(f"{name} on {trial.kept}: {share:.0%} of {len(prompts)} check prompts agree with its "
                          f"answers before (needs {min_agreement:.0f}%); not kept here")
-    ctx.say(f"{name} runs --moe-runner-backend {trial.kept} (log: moe_runner_backend={shown}; verdict of "
+    ctx.say(f"{name} runs {engine.runner_flag} {trial.kept} (log: {engine.runner_field}={shown}; verdict of "
             f"{trial.measured_on}, answers {share:.0%} agree)")
     return TaskResult.changed(f"kept {trial.kept}: the verdict of {trial.measured_on}'s trial (same tuning group), "
                               f"started and verified here", facts={"orch_runner_trial": trial}, **trial.to_dict())
@@ -515,25 +510,28 @@ def daemon_reload_task(ctx, only_if_changed: bool = False, when_dir: str | None 
 @task("verify_runner", check_mode=READ_ONLY, aliases={"unit": "name", "service": "name"})
 def verify_runner(ctx, name: str) -> TaskResult:
     """Prove from the log of the unit's last start (by this run) which MoE runner came up: the
-    ``moe_runner_backend`` of the start's server-arguments line must be the one the unit's files
-    now give (``--moe-runner-backend``, ``auto`` when absent: then any resolved runner is shown)."""
+    runner backend of the start's server-arguments line (``MoeLogReport.start_runner``) must be the
+    one the unit's files now give (the engine's runner flag, ``auto`` when absent: then any resolved
+    runner is shown)."""
+    engine = ctx.facts.engine
     text = text_since(ctx.run.log_mark, unit_log(ctx.connection, name))
-    shown = logged_runner(text)
+    shown = logged_runner(text, engine)
     words = raw_exec_start(ctx.connection, name)
     env_files, cfg, cfg_text = _unit_files(ctx)
     unit = ctx.facts.unit
     want = configured_runner(words, env_files, cfg, cfg_text, unit.unit_environment or unit.environment
-                             if unit is not None else None)
+                             if unit is not None else None, engine=engine)
     if shown is None:
         raise TaskFailed(f"{name}: the start's log shows no server arguments line, so which runner came up is not proven")
     if want != "auto" and shown != want:
-        raise TaskFailed(f"{name} came up with moe_runner_backend={shown}, but its unit says {want}")
-    return TaskResult.ok(f"log shows moe_runner_backend={shown} (unit: {want})", runner=shown, expected=want)
+        raise TaskFailed(f"{name} came up with {engine.runner_field}={shown}, but its unit says {want}")
+    return TaskResult.ok(f"log shows {engine.runner_field}={shown} (unit: {want})", runner=shown, expected=want)
 
 
 @task("autotune_cache", aliases={"unit": "name", "service": "name"})
 def autotune_cache(ctx, name: str, action: Literal["backup", "restore"], run_id: str | None = None) -> TaskResult:
-    """FlashInfer's autotune cache (``$SGLANG_CACHE_DIR/flashinfer/autotune``) as host state:
+    """The engine's start-up autotune cache (``Engine.autotune_cache_dir``: SGLang's
+    ``$SGLANG_CACHE_DIR/flashinfer/autotune``) as host state:
     ``backup`` copies it into this run's folder on the host before a restart; ``restore`` puts the
     files run ``run_id`` backed up back to their bytes (files made since are kept: never deleted)."""
     if action == "backup":

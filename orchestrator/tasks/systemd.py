@@ -10,7 +10,7 @@ import json
 import time
 from typing import Literal
 
-from remote.engines.sglang.server_args import split_launch
+from remote.engines import LaunchError, engine_for, engine_named
 
 from ..connection import CommandTimeout
 from ..engine.results import TaskFailed, TaskResult
@@ -25,17 +25,19 @@ from ..payload.client import PayloadFailed
 POLL_S = 0.5
 
 
-@task("unit_facts", check_mode=READ_ONLY, sets=("orch_unit", "orch_interpreter", "orch_server_group"),
+@task("unit_facts", check_mode=READ_ONLY, sets=("orch_unit", "orch_engine", "orch_interpreter", "orch_server_group"),
       aliases={"unit": "name", "service": "name"})
 def unit_facts(ctx, name: str) -> TaskResult:
     """Read the unit: its state, main PID, environment (``Environment=`` overridden by its
-    ``EnvironmentFile=`` files, as systemd does) and the parsed ``sglang.launch_server`` command
-    line (variables expanded, a ``--config`` YAML merged as SGLang merges it) (``orch_unit``), and
-    the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter`` overrides it),
-    with how ExecStart starts it (``python -m sglang.launch_server``, ``sglang serve``, wrappers:
-    :mod:`remote.engines.sglang.launcher`; an unknown form fails naming the forms orch knows).
-    Fails naming the unit (and the file) when it is missing, not an SGLang server, or its start
-    depends on a file systemd or SGLang would refuse. A container unit (``docker run``/``podman
+    ``EnvironmentFile=`` files, as systemd does) and the parsed server command line (variables
+    expanded, a server config file merged as the engine merges it) (``orch_unit``), which engine it
+    runs (``orch_engine``: recognised from the command line, :func:`remote.engines.engine_for`, or
+    the inventory's ``orch_engine``, which then asks that engine alone), and the Python that runs it
+    (``orch_interpreter``; ``ansible_python_interpreter`` overrides it), with how ExecStart starts it
+    (the engine's entry point, e.g. ``python -m sglang.launch_server``, behind wrappers:
+    :mod:`remote.engines.launch`; an unknown form fails naming the forms orch knows).
+    Fails naming the unit (and the file) when it is missing, runs no engine's server, or its start
+    depends on a file systemd or the engine would refuse. A container unit (``docker run``/``podman
     run``, :mod:`orchestrator.facts.container`) is read from its run command line; the payload's
     host commands then run with the host's ``/usr/bin/python3`` (``orch_interpreter``), the
     probe and the tuner with the image's (``orch_unit.server.interpreter``); ``-d`` is refused.
@@ -44,24 +46,27 @@ def unit_facts(ctx, name: str) -> TaskResult:
     ranks among the run's hosts as found before the play (``RunOptions.servers``,
     :func:`orchestrator.facts.server_group.group_servers`)."""
     try:
-        facts = gather_unit(ctx.connection, name, scope=scope_of(ctx.vars))
+        facts = gather_unit(ctx.connection, name, scope=scope_of(ctx.vars), engine=ctx.vars.get("orch_engine") or None)
     except UnitError as exc:
         raise TaskFailed(str(exc)) from None
     ctx.run.unit = name
     ctx.run.was_active = facts.active_state == "active"
+    ctx.run.summary.engine = facts.engine
     s = facts.server
     # a container unit's server runs the image's Python; the payload's host commands need the host's
     interpreter = ctx.vars.get("ansible_python_interpreter") or ("/usr/bin/python3" if facts.container else
                                                                   s.interpreter)
     msg = (f"{name}: {facts.active_state}, model {s.model_path}, tp {s.tp}, ep {s.ep}, "
-           f"host {s.host}, port {s.port}, moe backend {s.moe_runner_backend}")
-    if facts.launch is not None and facts.launch.forms != ["python -m sglang.launch_server"]:
+           f"host {s.host}, port {s.port}, moe backend {s.moe_backend}")
+    plain = facts.launch is not None and len(facts.launch.forms) == 1 and facts.launch.forms[0].startswith("python -m ")
+    if facts.launch is not None and not plain:
         msg += f"; started by {' > '.join(facts.launch.forms)} (Python {interpreter})"
     read = [f["path"] for f in facts.env_files if f["read"]]
     if read:
         msg += f"; environment files {', '.join(read)}"
+    engine_name = facts.engine or ctx.facts.engine.name
     if s.config_file:
-        msg += f"; flags from --config {s.config_file}"
+        msg += f"; flags from {engine_named(engine_name).config_flag} {s.config_file}"
     if facts.shape.describe():
         msg += f"; {facts.shape.describe()}"
     if facts.container is not None:
@@ -72,7 +77,7 @@ def unit_facts(ctx, name: str) -> TaskResult:
     for w in facts.warnings:
         ctx.emit("unit_warning", warning=w)
         msg += f"; WARNING: {w}"
-    out = {"orch_unit": facts, "orch_interpreter": interpreter}
+    out = {"orch_unit": facts, "orch_engine": engine_name, "orch_interpreter": interpreter}
     group = (ctx.options.servers or {}).get(ctx.name)
     if group is not None and group.unit == name:
         out["orch_server_group"] = group
@@ -119,8 +124,11 @@ def free_port(ctx, unit: str) -> list[dict]:
         args = ["--port", str(int(port)), "--free", "--unit", unit if "." in unit else f"{unit}.service"]
         if facts.launch is not None:
             args += ["--owner-args", json.dumps(facts.launch.entry_args)]
-        elif split_launch(facts.exec_start) is not None:  # facts made without the launch (tests, records)
-            args += ["--owner-args", json.dumps(split_launch(facts.exec_start)[1])]
+        else:  # facts made without the launch (tests, records): the ExecStart resolved here
+            try:
+                args += ["--owner-args", json.dumps(engine_for(list(facts.exec_start))[1].entry_args)]
+            except LaunchError:
+                pass
     try:
         data = ctx.payload.call("port", args, timeout=120)
     except PayloadFailed as exc:

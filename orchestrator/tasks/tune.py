@@ -33,7 +33,8 @@ def tune(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | None,
          provider: Literal[PROVIDER_NAMES], timeout: float = 172800) -> TaskResult:
     """Tune the fused-MoE kernel on the host (payload ``tune``, with a progress bar) and fetch the
     up and down files it wrote. ``space``: search space size; ``batch_sizes``: the M to tune
-    (None: SGLang's list); ``provider``: whose kernel is timed; ``timeout`` in seconds (48 h).
+    (None: the engine's list, ``Engine.default_batch_sizes``); ``provider``: whose kernel is timed;
+    ``timeout`` in seconds (48 h).
 
     With a group role (``config_source``): a ``shard`` host tunes only its slice of the
     batch sizes; the result is published to the group and stored on the controller.

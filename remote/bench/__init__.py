@@ -3,5 +3,5 @@
 - :mod:`remote.bench.command`: the command (flags, result ``data``), picks the client;
 - :mod:`remote.bench.common`: what both clients share (metric names, validity rule, ``--url``);
 - :mod:`remote.bench.builtin`: orch's own HTTP client;
-- :mod:`remote.bench.sglang_tool`: SGLang's ``python -m sglang.bench_serving``, once per level.
+- :mod:`remote.engines.sglang.bench_tool`: SGLang's ``python -m sglang.bench_serving``, once per level.
 """

@@ -1,10 +1,10 @@
 """Greedy answers of the server to a fixed prompt set (``answers``), for the runner trial's output check.
 
 ``python -m remote answers --url URL --request FILE``; the request: ``{"prompts": [str, ...],
-"max_new_tokens": int}``. Each prompt is sent alone to SGLang's native ``POST /generate``
-(``srt/entrypoints/http_server.py``) with ``sampling_params`` ``{"temperature": 0,
-"max_new_tokens": N}`` (greedy: SGLang samples the top token at temperature 0), one at a time, so
-batching does not enter. Result: ``{"answers": [{"text", "output_ids": [int] | null}], "url"}``.
+"max_new_tokens": int}``. Each prompt is sent alone as the engine's greedy generation request
+(``--engine``; ``Engine.generate_request``: SGLang's native ``POST /generate`` with
+``sampling_params`` ``{"temperature": 0, "max_new_tokens": N}``, :mod:`remote.engines.sglang.http`),
+one at a time, so batching does not enter; the answer is read by ``Engine.parse_generation``. Result: ``{"answers": [{"text", "output_ids": [int] | null}], "url"}``.
 Raises ``PayloadError`` ``bad_input`` (request) or ``runtime`` (a prompt not answered with 200).
 """
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 import http.client
 import json
 
-from ..protocol import PayloadError
+from ..engines import engine_named
+from ..protocol import DEFAULT_ENGINE, ENGINE_NAMES, PayloadError
 from .common import parse_url
 
 MAX_PROMPTS = 256
@@ -24,6 +25,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--url", required=True, help="the unit's base URL, e.g. http://127.0.0.1:30000")
     parser.add_argument("--request", required=True, help="JSON request file, - for stdin")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per prompt")
+    parser.add_argument("--engine", choices=ENGINE_NAMES, default=DEFAULT_ENGINE, help="the engine serving --url")
 
 
 def run(args) -> dict:
@@ -38,29 +40,30 @@ def run(args) -> dict:
     if not isinstance(n, int) or not 1 <= n <= 4096:
         raise PayloadError("bad_input", f"max_new_tokens must be an integer 1..4096, got {n!r}")
     target = parse_url(args.url)
-    return {"url": args.url, "answers": [answer(target, p, n, args.timeout) for p in prompts]}
+    engine = engine_named(getattr(args, "engine", None))
+    return {"url": args.url, "answers": [answer(target, p, n, args.timeout, engine) for p in prompts]}
 
 
-def answer(target, prompt: str, max_new_tokens: int, timeout: float) -> dict:
+def answer(target, prompt: str, max_new_tokens: int, timeout: float, engine=None) -> dict:
     """One greedy answer: ``{"text", "output_ids"}`` (``output_ids`` None when the server sends
-    none). Raises ``PayloadError('runtime')`` when the server does not answer 200."""
-    body = json.dumps({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}})
+    none); ``engine``: the :class:`~remote.engines.interface.Engine` (None: the default). Raises
+    ``PayloadError('runtime')`` when the server does not answer 200."""
+    engine = engine or engine_named(None)
+    req = engine.generate_request(prompt, max_new_tokens)
+    body = json.dumps(req.body)
     conn = target.connection(timeout=timeout)
     try:
-        conn.request("POST", target.prefix + "/generate", body=body, headers={"Content-Type": "application/json"})
+        conn.request(req.method, target.prefix + req.path, body=body, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         raw = resp.read(1 << 22)
     except (OSError, http.client.HTTPException) as exc:
-        raise PayloadError("runtime", f"/generate at {target.host}:{target.port}: {exc}") from None
+        raise PayloadError("runtime", f"{req.path} at {target.host}:{target.port}: {exc}") from None
     finally:
         conn.close()
     if resp.status != 200:
-        raise PayloadError("runtime", f"/generate answered {resp.status}: {raw[:200]!r}")
+        raise PayloadError("runtime", f"{req.path} answered {resp.status}: {raw[:200]!r}")
     try:
         data = json.loads(raw)
     except ValueError:
-        raise PayloadError("runtime", f"/generate answered no JSON: {raw[:200]!r}") from None
-    if isinstance(data, list):
-        data = data[0] if data else {}
-    ids = data.get("output_ids")
-    return {"text": str(data.get("text", "")), "output_ids": ids if isinstance(ids, list) else None}
+        raise PayloadError("runtime", f"{req.path} answered no JSON: {raw[:200]!r}") from None
+    return engine.parse_generation(data).to_dict()

@@ -5,13 +5,14 @@ one thread per in-flight request, ``http.client`` streaming, Server-Sent-Events 
 ``data: {json}`` ending with ``data: [DONE]``. It talks to ``--url`` and nothing else,
 never retries, and bounds every loop by a count and a deadline.
 
-Request bodies (what SGLang's own ``python -m sglang.bench_serving --backend sglang``
-sends, SGLang 0.5.x ``async_request_sglang_generate``):
+Request bodies:
 
-- ``--api generate``: ``POST /generate`` with ``{"input_ids": [...], "sampling_params":
-  {"temperature": 0.0, "max_new_tokens": O, "ignore_eos": true}, "stream": true}``.
-  Each chunk carries ``text`` (cumulative) and ``meta_info.completion_tokens``
-  (cumulative count of generated tokens) and ``meta_info.prompt_tokens``.
+- ``--api generate``: the engine's native streamed request (``--engine``; ``Engine.bench_request``
+  and ``Engine.bench_chunk``): for SGLang what ``python -m sglang.bench_serving --backend sglang``
+  sends, ``POST /generate`` with ``{"input_ids": [...], "sampling_params": {"temperature": 0.0,
+  "max_new_tokens": O, "ignore_eos": true}, "stream": true}``, each chunk carrying ``text``
+  (cumulative) and ``meta_info.completion_tokens`` (cumulative count of generated tokens) and
+  ``meta_info.prompt_tokens`` (:mod:`remote.engines.sglang.http`).
 - ``--api openai``: ``POST /v1/completions`` with ``{"model", "prompt": [ids...],
   "max_tokens": O, "temperature": 0.0, "ignore_eos": true, "stream": true,
   "stream_options": {"include_usage": true}}``; chunks carry ``choices[0].text`` and the
@@ -54,8 +55,9 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
+from ..engines import engine_named
 from ..protocol import PayloadError, internal_error, log, progress
 from .common import MAX_FAILURE_FRACTION, Target, default_num_prompts, get_json, parse_url
 
@@ -77,14 +79,13 @@ def make_prompts(count: int, input_len: int, seed: int, vocab_hi: int = DEFAULT_
     return [[rng.randrange(VOCAB_LO, vocab_hi) for _ in range(input_len)] for _ in range(count)]
 
 
-def request_body(api: str, ids: list[int], output_len: int, model: str | None) -> tuple[str, dict]:
-    """(path, JSON body) of one streaming request; see the module docstring for the shapes."""
+def request_body(api: str, ids: list[int], output_len: int, model: str | None,
+                 engine: str | None = None) -> tuple[str, dict]:
+    """(path, JSON body) of one streaming request; see the module docstring for the shapes
+    (``generate``: the native request of ``engine``, ``Engine.bench_request``; None: the default engine)."""
     if api == "generate":
-        return "/generate", {
-            "input_ids": ids,
-            "sampling_params": {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True},
-            "stream": True,
-        }
+        req = engine_named(engine).bench_request(ids, output_len)
+        return req.path, dict(req.body or {})
     if api == "openai":
         return "/v1/completions", {
             "model": model,
@@ -108,8 +109,9 @@ class ChunkInfo:
     error: str | None = None
 
 
-def parse_chunk(api: str, data: Any) -> ChunkInfo:
-    """Interpret one decoded JSON chunk of a ``/generate`` or ``/v1/completions`` stream."""
+def parse_chunk(api: str, data: Any, engine: str | None = None) -> ChunkInfo:
+    """Interpret one decoded JSON chunk of a native (``generate``: ``Engine.bench_chunk`` of
+    ``engine``) or ``/v1/completions`` stream."""
     info = ChunkInfo()
     if not isinstance(data, dict):
         info.error = f"unexpected chunk {str(data)[:100]!r}"
@@ -119,13 +121,12 @@ def parse_chunk(api: str, data: Any) -> ChunkInfo:
         info.error = str(err.get("message", err) if isinstance(err, dict) else err)[:300]
         return info
     if api == "generate":
-        info.has_text = bool(data.get("text"))
-        usage = data.get("meta_info") or {}
+        info.has_text, usage = engine_named(engine).bench_chunk(data)
     else:
         choices = data.get("choices") or []
         info.has_text = bool(choices and isinstance(choices[0], dict) and choices[0].get("text"))
         usage = data.get("usage") or {}
-    if isinstance(usage, dict):
+    if isinstance(usage, Mapping):
         ct, pt = usage.get("completion_tokens"), usage.get("prompt_tokens")
         info.completion_tokens = ct if isinstance(ct, int) and not isinstance(ct, bool) else None
         info.prompt_tokens = pt if isinstance(pt, int) and not isinstance(pt, bool) else None
@@ -166,6 +167,7 @@ def stream_request(
     model: str | None,
     request_timeout: float,
     deadline: float,
+    engine: str | None = None,
 ) -> RequestRecord:
     """Send one streaming request and time it; never raises for server or network faults.
 
@@ -174,7 +176,7 @@ def stream_request(
     The number of lines read is bounded by 8 * output_len + 64.
     """
     rec = RequestRecord(prompt_tokens=len(ids))
-    path, body = request_body(api, ids, output_len, model)
+    path, body = request_body(api, ids, output_len, model, engine)
     payload = json.dumps(body).encode()
     rec.start = time.perf_counter()
     stop_at = min(rec.start + request_timeout, deadline)
@@ -226,7 +228,7 @@ def stream_request(
                 rec.error = f"malformed stream line {line[:100]!r}"
                 rec.end = now
                 return rec
-            info = parse_chunk(api, data)
+            info = parse_chunk(api, data, engine)
             if info.error is not None:
                 rec.error = f"server error in stream: {info.error}"
                 rec.end = now
@@ -371,6 +373,7 @@ def run_requests(
     concurrency: int,
     request_timeout: float,
     deadline: float,
+    engine: str | None = None,
 ) -> tuple[list[RequestRecord | None], float]:
     """Run ``len(prompts)`` requests with at most ``concurrency`` in flight.
 
@@ -392,7 +395,8 @@ def run_requests(
                     return
                 next_index[0] = i + 1
                 started[i] = True
-            records[i] = stream_request(target, api, prompts[i], output_len, model, request_timeout, deadline)
+            records[i] = stream_request(target, api, prompts[i], output_len, model, request_timeout, deadline,
+                                        engine)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker, daemon=True, name=f"bench-{k}") for k in range(min(concurrency, n))]
@@ -439,8 +443,10 @@ def run_builtin(
     seed: int = 1,
     model: str | None = None,
     vocab_hi: int = DEFAULT_VOCAB_HI,
+    engine: str | None = None,
 ) -> dict[str, Any]:
     """Run the built-in benchmark over ``levels`` (concurrency values); returns result data.
+    ``engine``: whose native API ``api`` ``generate`` is (None: the default engine).
 
     Token lengths are counts of tokens; timeouts are seconds. Emits one ``progress``
     line per finished level. Raises PayloadError for bad input (see module docstring).
@@ -469,11 +475,12 @@ def run_builtin(
         warmup_failed = 0
         if warmup:
             wrecs, _ = run_requests(target, api, prompts[n:], min(output_len, 32), model,
-                                    min(conc, warmup), request_timeout, deadline)
+                                    min(conc, warmup), request_timeout, deadline, engine)
             warmup_failed = sum(1 for r in wrecs if r is None or r.status != "completed")
             if warmup_failed:
                 log(f"bench C={conc}: {warmup_failed}/{warmup} warm-up request(s) failed", "warning")
-        recs, wall = run_requests(target, api, prompts[:n], output_len, model, conc, request_timeout, deadline)
+        recs, wall = run_requests(target, api, prompts[:n], output_len, model, conc, request_timeout, deadline,
+                                  engine)
         m = compute_level_metrics(recs, wall, conc, n)
         m["warmup_failed"] = warmup_failed
         results.append(m)

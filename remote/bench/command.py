@@ -1,12 +1,13 @@
 """Throughput benchmark against the unit's own URL (sglang.bench_serving metric names).
 
 ``python -m remote bench --url http://127.0.0.1:30000 --concurrency 1,16,64
---input-len 1024 --output-len 256 [--api generate|openai] [--tool builtin|sglang]``
+--input-len 1024 --output-len 256 [--api generate|openai] [--tool builtin|sglang] [--engine sglang]``
 
 ``--tool builtin`` (default) runs orch's own client (:mod:`remote.bench.builtin`: request
-bodies, measurement, counting); ``--tool sglang`` runs SGLang's ``python -m
-sglang.bench_serving`` once per level (:mod:`remote.bench.sglang_tool`). Both report the
-metric names of :mod:`remote.bench.common` and judge a level by the same rule.
+bodies, measurement, counting; ``--api generate`` is ``--engine``'s native API); ``--tool NAME``
+runs the engine's own client whose ``Engine.bench_tool`` is NAME (``sglang``: SGLang's
+``python -m sglang.bench_serving`` once per level, :mod:`remote.engines.sglang.bench_tool`). Both
+report the metric names of :mod:`remote.bench.common` and judge a level by the same rule.
 
 Result ``data``::
 
@@ -34,8 +35,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..protocol import PayloadError
-from . import sglang_tool
+from ..protocol import BENCH_TOOLS, DEFAULT_ENGINE, ENGINE_NAMES, PayloadError
+from ..engines import ENGINES, engine_named
 from .builtin import DEFAULT_VOCAB_HI, run_builtin
 from .common import parse_url, server_version
 
@@ -65,7 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
     p.add_argument("--seed", type=int, default=1, help="seed of the random prompt token ids")
     p.add_argument("--vocab-max", type=int, default=DEFAULT_VOCAB_HI, help="token ids drawn below this")
-    p.add_argument("--tool", choices=("builtin", "sglang"), default="builtin")
+    p.add_argument("--tool", choices=BENCH_TOOLS, default="builtin",
+                   help="orch's own client, or an engine's own benchmark client (Engine.bench_tool)")
+    p.add_argument("--engine", choices=ENGINE_NAMES, default=DEFAULT_ENGINE,
+                   help="the engine serving --url (its native API is --api generate)")
     p.add_argument("--model", default=None, help="model name for --api openai; else from /v1/models")
 
 
@@ -73,8 +77,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Entry point of the ``bench`` command; returns the result ``data`` (with ``server_version``:
     what the server reports at ``/get_server_info``, None when it does not say)."""
     levels = parse_concurrency(args.concurrency)
-    if args.tool == "sglang":
-        data = sglang_tool.run_sglang(
+    tool_owner = next((e for e in ENGINES.values() if e.bench_tool == args.tool), None)
+    if tool_owner is not None:
+        data = tool_owner.run_bench_tool(
             url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
             num_prompts=args.num_prompts, level_timeout=args.level_timeout, seed=args.seed,
             model=args.model, api=args.api,
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,
             num_prompts=args.num_prompts, api=args.api, warmup=args.warmup,
             level_timeout=args.level_timeout, request_timeout=args.request_timeout,
-            seed=args.seed, model=args.model, vocab_hi=args.vocab_max,
+            seed=args.seed, model=args.model, vocab_hi=args.vocab_max, engine=engine_named(args.engine).name,
         )
     data["server_version"] = server_version(parse_url(args.url))
     return data

@@ -1,6 +1,6 @@
 """What both benchmark clients share: metric names, the validity rule, ``--url`` and prompt counts.
 
-:mod:`remote.bench.builtin` (orch's client) and :mod:`remote.bench.sglang_tool` (SGLang's
+:mod:`remote.bench.builtin` (orch's client) and :mod:`remote.engines.sglang.bench_tool` (SGLang's
 ``bench_serving``) report levels under these names and judge them by one rule
 (:data:`MAX_FAILURE_FRACTION`); both import this module and neither imports the other.
 Standard library only.

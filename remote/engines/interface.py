@@ -21,11 +21,13 @@ Sections (docs/architecture.md lists which module implements each method, per en
 1. identity: :attr:`Engine.name`, :attr:`Engine.display_name`;
 2. the unit's command line: :attr:`Engine.entry_points`, :meth:`Engine.resolve_launch`,
    :meth:`Engine.launch_refusal`, :meth:`Engine.is_console_script`, :meth:`Engine.is_server_process`,
-   :meth:`Engine.parse_server_args`, :meth:`Engine.config_file`, :meth:`Engine.merge_config`;
+   :meth:`Engine.is_own_process`,
+   :meth:`Engine.parse_server_args`, :attr:`Engine.config_flag`, :meth:`Engine.config_file`,
+   :meth:`Engine.merge_config`;
 3. the environment the server reads: :attr:`Engine.env_keys`, :attr:`Engine.payload_env_keys`,
    :attr:`Engine.config_dir_env`, :meth:`Engine.config_dir_note`;
 4. the model's MoE shape and the config file names: :meth:`Engine.add_model_flags`,
-   :meth:`Engine.model_argv`, :meth:`Engine.shape_from_args`, :meth:`Engine.device_name`,
+   :meth:`Engine.model_argv`, :meth:`Engine.shape_from_args`, :meth:`Engine.model_facts`, :meth:`Engine.device_name`,
    :meth:`Engine.device_name_hint`, :meth:`Engine.parse_config_file_name`,
    :attr:`Engine.default_batch_sizes`;
 5. where the server looks for config files: :meth:`Engine.lookup` (package tree, layouts, the
@@ -33,20 +35,23 @@ Sections (docs/architecture.md lists which module implements each method, per en
 6. the log model: :meth:`Engine.last_start_at`, :meth:`Engine.parse_log`,
    :meth:`Engine.verify_loaded`, :meth:`Engine.role_of`;
 7. the MoE runner: :meth:`Engine.moe_runner`, :meth:`Engine.runner_candidates`,
-   :attr:`Engine.runner_flag`, :attr:`Engine.runner_config_key`, :attr:`Engine.triton_runner`,
+   :attr:`Engine.runner_flag`, :attr:`Engine.runner_config_key`, :attr:`Engine.runner_field`,
+   :attr:`Engine.triton_runner`,
    :meth:`Engine.with_runner`;
 8. requests: :attr:`Engine.liveness_path`, :attr:`Engine.health_path`,
    :meth:`Engine.generate_request`, :meth:`Engine.parse_generation`, :meth:`Engine.bench_request`,
-   :meth:`Engine.bench_chunk`;
-9. caches that are host state: :meth:`Engine.autotune_cache_root`, :meth:`Engine.autotune_cache_dir`,
+   :meth:`Engine.bench_chunk`, :attr:`Engine.bench_tool`, :meth:`Engine.run_bench_tool`;
+9. caches that are host state: :meth:`Engine.autotune_cache_root`, :attr:`Engine.autotune_reuse_env`,
+   :meth:`Engine.autotune_cache_dir`,
    :meth:`Engine.autotune_state`, :meth:`Engine.trial_key`;
-10. the kernel the tuner times: :attr:`Engine.provider_name` (the tuner's registry,
-    ``remote.tuning.providers``, loads the provider lazily from :attr:`Engine.provider_target`).
+10. the kernel the tuner times: :attr:`Engine.provider_name`, :meth:`Engine.provider_missing` (the
+    tuner's registry, ``remote.tuning.providers``, loads the provider lazily from :attr:`Engine.provider_target`).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 from .errors import EngineError
@@ -104,7 +109,7 @@ class Engine(Protocol):
     #: the engine's name: ``orch_engine``'s value, the payload's ``--engine``, the tuning key's
     #: ``engine`` (one of :data:`remote.protocol.ENGINE_NAMES`)
     name: str
-    #: how messages name the engine (``"SGLang"``)
+    #: how messages name the engine (its own spelling of its name)
     display_name: str
 
     # --------------------------------------------------------------------------- 2. the unit's command line
@@ -130,19 +135,28 @@ class Engine(Protocol):
         """Whether a process command line ``argv`` is this engine's server started with the words
         ``entry_args`` (:attr:`Launch.entry_args`): a server's process or its fork."""
 
+    def is_own_process(self, cmd: str) -> bool:
+        """Whether a process command line (``/proc/PID/cmdline`` joined by spaces, as nvidia-smi's
+        compute apps show it) is one of the engine's own processes: its server or a worker it starts."""
+
     def parse_server_args(self, args: list[str]) -> ServerArgs:
         """The :class:`ServerArgs` of ``args`` (what the engine's parser receives:
         :attr:`Launch.server_argv` with the config file merged), by the engine's flag rules;
         ``interpreter`` and ``argv`` left empty for the caller. Raises :class:`EngineError` for a
         flag the engine would refuse."""
 
+    #: the flag that names a server config file (``--config``; None: the engine reads none)
+    config_flag: str | None
+
     def config_file(self, server_argv: list[str]) -> str | None:
         """The server config file ``server_argv`` names (None: none). Raises :class:`EngineError`
         where the engine refuses the command line's use of it."""
 
-    def merge_config(self, server_argv: list[str], data: object, path: str) -> list[str]:
-        """``server_argv`` with the config file ``path`` (its parsed content ``data``) merged as
-        the engine merges it. Raises :class:`EngineError` for a file the engine refuses."""
+    def merge_config(self, server_argv: list[str], path: str, load: Callable[[], object]) -> list[str]:
+        """``server_argv`` with the config file ``path`` merged as the engine merges it; ``load()``
+        reads and parses the file (YAML: the caller's, the payload being standard library only),
+        called once the engine accepts the file's name. Raises :class:`EngineError` for a file
+        the engine refuses."""
 
     # --------------------------------------------------------------------------- 3. the environment
 
@@ -170,8 +184,13 @@ class Engine(Protocol):
         (a record with ``E``, ``N``, ``hidden``, ``topk``, the name selectors, ``to_dict()`` and
         ``file_names(device_name, ...)``). Raises ``PayloadError('bad_input')``."""
 
+    def model_facts(self, config_path: str) -> dict[str, Any]:
+        """What the probe reports of a model config besides its shape, as the engine reads it:
+        ``checkpoint_quant_method``, ``config_dtype``, ``model_type``."""
+
     def device_name(self, torch_name: str) -> str:
-        """The GPU name as the engine writes it in config file names. Raises ``BadInput``."""
+        """The GPU name as the engine writes it in config file names. Raises ``BadInput`` (a
+        ``PayloadError`` and a ``ValueError``) for a name it refuses."""
 
     def device_name_hint(self, name: str) -> str | None:
         """The torch form a device name the operator typed probably meant (None: it is one)."""
@@ -213,6 +232,8 @@ class Engine(Protocol):
     runner_flag: str
     #: the server config file's key for it (None: the engine's config file has none)
     runner_config_key: str | None
+    #: the server argument's name of the MoE runner backend, as a start's log shows it
+    runner_field: str
     #: the runner backend whose start reads the Triton config files (a runner trial's Triton candidate)
     triton_runner: str
 
@@ -244,28 +265,43 @@ class Engine(Protocol):
     def parse_generation(self, answer: object) -> Generation:
         """The text, output token ids and token count of an answer to :meth:`generate_request`."""
 
-    def bench_request(self, api: str, input_ids: list[int], output_len: int, model: str | None) -> HttpRequest:
-        """One streamed benchmark request of ``api`` (``generate``: the engine's native API;
-        ``openai``: ``/v1/completions``)."""
+    def bench_request(self, input_ids: list[int], output_len: int) -> HttpRequest:
+        """One streamed benchmark request in the engine's native API (``bench --api generate``): the
+        prompt ``input_ids``, exactly ``output_len`` output tokens, greedy. (``--api openai`` is the
+        OpenAI ``/v1/completions`` every engine serves, built by the benchmark itself.)"""
 
-    def bench_chunk(self, api: str, chunk: Mapping[str, Any]) -> tuple[str, int | None, bool]:
-        """One decoded stream chunk of :meth:`bench_request`: ``(text added, cumulative completion
-        tokens or None, finished)``."""
+    def bench_chunk(self, chunk: Mapping[str, Any]) -> tuple[bool, Mapping[str, Any]]:
+        """One decoded stream chunk of :meth:`bench_request`: ``(it carries text, its usage)``, the
+        usage holding the cumulative ``completion_tokens`` and ``prompt_tokens`` when reported."""
+
+    #: ``bench --tool NAME`` that runs the engine's own benchmark client (None: it has none)
+    bench_tool: str | None
+
+    def run_bench_tool(self, **kwargs: Any) -> dict[str, Any]:
+        """Run the engine's own benchmark client once per level (the keywords of the payload's
+        ``bench`` command: ``url``, ``levels``, ``input_len``, ``output_len``, ``num_prompts``,
+        ``level_timeout``, ``seed``, ``model``, ``api``); the answer has the benchmark's metric names."""
 
     # --------------------------------------------------------------------------- 9. caches that are host state
 
-    def autotune_cache_root(self, environment: Mapping[str, str], workdir: str, home: str | None) -> str | None:
+    def autotune_cache_root(self, environment: Mapping[str, str], workdir: str | None,
+                            home: str | None) -> str | None:
         """The root the server's start-up autotune cache lives under, as the server expands it:
-        ``environment`` the server's, ``workdir`` its working directory, ``home`` its user's home
-        (None: unknown). None when it cannot be told."""
+        ``environment`` the server's, ``workdir`` its working directory (None: a relative value is
+        left as written), ``home`` its user's home (None: unknown). None when it needs ``home``
+        and ``home`` is None."""
+
+    #: the variable that turns reuse of the autotune cache off (None: the engine has none)
+    autotune_reuse_env: str | None
 
     def autotune_cache_dir(self, root: str) -> str:
         """The folder under ``root`` that holds every autotune cache file (what a runner trial backs up)."""
 
     def autotune_state(self, server: ServerArgs, probe: Mapping[str, Any], runner: MoeRunner,
-                       environment: Mapping[str, str], log_text: str | None) -> AutotuneState | None:
+                       environment: Mapping[str, str], log: MoeLogReport | None) -> AutotuneState | None:
         """The start-up autotune of ``server`` (None: its runner does not autotune), from the
-        ``probe`` answer, the server's ``environment`` and its last start's ``log_text``."""
+        ``probe`` answer, the server's ``environment`` and its last start's ``log``
+        (:meth:`parse_log`; its ``autotune`` lines)."""
 
     def trial_key(self, server: ServerArgs) -> dict[str, Any]:
         """What, beyond the model, the GPU and the releases, decides a runner trial's measurement
@@ -278,10 +314,25 @@ class Engine(Protocol):
     #: ``module:Class`` of that provider (torch and triton: loaded only by the tuner's registry)
     provider_target: str | None
 
+    def provider_missing(self) -> str | None:
+        """Why the provider cannot run on this host (read from disk, nothing imported: the probe runs
+        beside a serving unit), None when it can."""
+
 
 def satisfies(engine: object) -> list[str]:
-    """The members of :class:`Engine` that ``engine`` lacks ([] when it implements the interface).
+    """What ``engine`` lacks of :class:`Engine` ([] when it implements the interface): each member
+    it does not have, and each method whose parameters are not the interface's (names, in order).
     Used by the tests of every engine; pure."""
-    names: Iterable[str] = [n for n in dir(Engine) if not n.startswith("_")]
-    names = sorted(set(names) | set(getattr(Engine, "__annotations__", {})))
-    return [n for n in names if not hasattr(engine, n)]
+    members = sorted({n for n in vars(Engine) if not n.startswith("_")} | set(Engine.__annotations__))
+    out = []
+    for name in members:
+        if not hasattr(engine, name):
+            out.append(f"{name}: missing")
+            continue
+        want = vars(Engine).get(name)
+        if callable(want) and not isinstance(want, property):
+            mine = [p for p in inspect.signature(getattr(engine, name)).parameters]
+            theirs = [p for p in inspect.signature(want).parameters if p != "self"]
+            if mine != theirs:
+                out.append(f"{name}: parameters {mine}, the interface's {theirs}")
+    return out

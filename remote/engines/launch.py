@@ -4,8 +4,8 @@ Every form resolves (:func:`resolve`) to a :class:`Launch`: the Python that runs
 wrapper prefix the payload (tuner, probe) reuses so that it runs as the server runs (NUMA and CPU
 binding, priority, the conda environment), the engine's entry point, the arguments the engine's
 own argument parser receives for that entry point, and the environment changes the wrappers make.
-The entry points are each engine's (:class:`EntryPoints`, e.g. ``remote.engines.sglang.launcher``):
-this module reads the wrappers around them.
+The entry points are each engine's (:class:`EntryPoints`, in its own ``launcher`` module): this
+module reads the wrappers around them.
 
 Wrappers, outermost first, in any order and nesting:
 

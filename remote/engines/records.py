@@ -101,7 +101,8 @@ class MoeLogReport:
     the engine marks as sub-optimal; ``ready``: the ready line was seen; ``runner_lines``: every
     runner choice (:class:`RunnerLine`); ``start_runner``: the MoE runner backend of the last
     start line (as argument resolution left it: ``auto`` is decided later, by the layer's
-    quantization method), None when no start line shows one. The list views ``loaded``,
+    quantization method), None when no start line shows one; ``autotune``: what the start logged
+    of its start-up autotune (:class:`AutotuneLog`, None: nothing). The list views ``loaded``,
     ``fallback``, ``default``, ``down_missing`` are derived from ``lines``.
     """
 
@@ -110,6 +111,7 @@ class MoeLogReport:
     ready: bool = False
     runner_lines: list[RunnerLine] = field(default_factory=list)
     start_runner: str | None = None
+    autotune: "AutotuneLog | None" = None
 
     @property
     def loaded(self) -> list[str]:

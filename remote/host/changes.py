@@ -169,7 +169,7 @@ def apply_changes(state_dir: str, run_id: str, action: str, dest_dir: str,
         if not create_dest:
             raise PayloadError("not_found", f"{dest_dir} does not exist and create_dest is false")
         if not _dir_state(parent):
-            raise PayloadError("not_found", f"{parent} does not exist: wrong SGLang configs root?")
+            raise PayloadError("not_found", f"{parent} does not exist: wrong configs root?")
 
     # Inspect every target before touching anything.
     entries: list[dict] = []

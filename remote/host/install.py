@@ -91,7 +91,7 @@ def check_dest_dir(dest: Any, any_name: bool = False) -> str:
         raise PayloadError("bad_input", "dest_dir must not be /")
     if not any_name and not TRITON_DIR_RE.match(os.path.basename(norm)):
         raise PayloadError("bad_input",
-                           f"dest_dir {dest!r} must end in triton_<int>_<int>_<int> (SGLang folder rule)")
+                           f"dest_dir {dest!r} must end in triton_<int>_<int>_<int> (the engine's folder rule)")
     return norm
 
 

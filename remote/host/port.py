@@ -44,7 +44,7 @@ import os
 import signal
 
 from ..protocol import PayloadError, log
-from ..engines.sglang.launcher import ENTRY_MODULE, ENTRY_SERVE, is_entry_process
+from ..engines import ENGINES
 from .procs import _wait_gone, ancestors, cmdline, proc_stat, signal_if_same
 
 LISTEN = "0A"
@@ -55,7 +55,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--unit", default=None, help="the unit's name (NAME.service): its cgroup")
     parser.add_argument("--owner-args", default=None,
-                        help="JSON list: the unit's arguments after -m sglang.launch_server or sglang serve")
+                        help="JSON list: the unit's arguments after its entry point (Launch.entry_args)")
     parser.add_argument("--main-pid", type=int, default=None, help="the unit's MainPID: mark its holders")
     parser.add_argument("--free", action="store_true", help="end the unit's own holders")
     parser.add_argument("--term-timeout", type=float, default=10.0)
@@ -83,15 +83,14 @@ def is_unit_process(argv: list[str], cgroup_text: str, unit: str | None, owner_a
     """Why a process belongs to the unit (``"cgroup"``, ``"command line"``), or None. Pure.
 
     ``cgroup_text``: its ``/proc/PID/cgroup``; ``unit``: ``NAME.service``; ``owner_args``: the
-    unit's arguments after its entry point (``-m sglang.launch_server`` or the console script's
-    ``sglang serve``: :func:`remote.engines.sglang.launcher.is_entry_process`)."""
+    unit's arguments after its entry point (``Launch.entry_args``; whose process it is, the
+    engines say: ``Engine.is_server_process``, e.g. ``-m sglang.launch_server ARGS``)."""
     if unit:
         for line in cgroup_text.splitlines():
             path = line.split(":", 2)[-1].strip()
             if path.rstrip("/").rsplit("/", 1)[-1] == unit:
                 return "cgroup"
-    if owner_args is not None and any(is_entry_process(argv, entry, owner_args)
-                                      for entry in (ENTRY_MODULE, ENTRY_SERVE)):
+    if owner_args is not None and any(e.is_server_process(argv, owner_args) for e in ENGINES.values()):
         return "command line"
     return None
 

@@ -31,7 +31,7 @@ How:
    the kernel has them, so a PID reused in between is never hit: :func:`signal_if_same`).
    When nvidia-smi answered and every PID it lists is one this namespace sees (no ghost), busy
    means a compute process: an unprotected holder that nvidia-smi does not list as a compute
-   app and that is not SGLang's (:func:`is_sglang`) is *non-compute* (an NVML monitor such as
+   app and that is not an engine's (:func:`is_server`) is *non-compute* (an NVML monitor such as
    gpud or ``nvidia-smi -l``): never signalled, listed under ``non_compute``, and it does not keep
    the GPU busy (kubernetes-sigs/dra-driver-nvidia-gpu #1076, NVIDIA/gpu-operator #118: a wait for
    "no process holds /dev/nvidia*" never ends). Without that view every unprotected holder is a
@@ -77,6 +77,7 @@ import signal
 import stat
 from typing import Iterable
 
+from ..engines import ENGINES
 from ..protocol import PayloadError, internal_error, log
 from .bounded import GPU_QUERY_TIMEOUT_S, run_bounded
 from .smi import smi_state
@@ -123,11 +124,11 @@ def run(args) -> dict:
         mig=args.mig)
 
 
-def is_sglang(cmd: str) -> bool:
-    """True for a command line of SGLang's own processes: ``-m sglang.launch_server`` or a worker
-    it names ``sglang::...`` (SGLang 0.5.23 srt/managers/scheduler.py, detokenizer_manager.py ``setproctitle``), whatever
-    nvidia-smi shows (a container's PIDs are not the host's). Pure."""
-    return cmd.startswith("sglang::") or "sglang.launch_server" in cmd
+def is_server(cmd: str) -> bool:
+    """True for a command line of an engine's own processes (``Engine.is_own_process``: SGLang's
+    ``-m sglang.launch_server`` or a worker it names ``sglang::...``), whatever nvidia-smi shows (a
+    container's PIDs are not the host's). Pure."""
+    return any(e.is_own_process(cmd) for e in ENGINES.values())
 
 
 def is_protected(pid: int, protected: set[str]) -> bool:
@@ -365,7 +366,7 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
         elif mig_on and not in_unit_cgroup(cgroup, unit):
             slices.append(dict(brief, why=f"MIG: not in {unit or 'the unit'}'s cgroup (another slice's process "
                                           "may share the GPU's device file)"))
-        elif compute_view and pid not in compute_pids and not is_sglang(h["cmdline"]):
+        elif compute_view and pid not in compute_pids and not is_server(h["cmdline"]):
             non_compute.append(dict(brief, why="holds the device file but is no compute process (nvidia-smi)"))
         elif pid in never:
             skipped.append(dict(brief, why="PID 1 or the payload / its ancestor"))

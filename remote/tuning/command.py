@@ -10,7 +10,8 @@ Usage (payload command, see docs/protocol.md)::
 
 The model flags (``--model-config``, ``--hf-home``, ``--download-dir``, ``--tp``, ``--ep``,
 ``--dtype``, ``--quantization``, ``--disable-shared-experts-fusion``, ``--device-name``, ``--shape``,
-``--block-shape``) are :data:`remote.engines.sglang.model_flags.MODEL_FLAGS`, shared with ``names``,
+``--block-shape``, with ``--engine``: :func:`remote.engines.add_model_flags`) are
+:data:`remote.engines.sglang.model_flags.MODEL_FLAGS`, shared with ``names``,
 ``probe`` and ``orch config-names``; the shape they name comes from
 :func:`remote.engines.sglang.model_flags.shape_from_args`. ``--space`` and ``--provider`` take
 :data:`remote.protocol.SEARCH_SPACES` and :data:`remote.protocol.PROVIDER_NAMES`.
@@ -40,15 +41,16 @@ screening"): ``adaptive`` (default) shortens the graph of a candidate slower tha
 replay lasts about 1 ms; ``fixed`` always captures 10 calls. Each batch size's ``screen`` in the
 report counts the shortened measurements and the graph calls saved.
 
-``--provider``: ``auto`` times SGLang's own fused-MoE entry when it is installed, else orch's
+``--provider``: ``auto`` times the engine's own fused-MoE entry (``--engine``; SGLang's) when it is installed, else orch's
 builtin kernel (:func:`remote.tuning.support.resolve_provider_name`, the answer the probe
 reports as ``tuner_provider``).
 
 Result ``data``::
 
-    {"files": {"up": path, "down": path}, "report": path, "provider": "builtin"|"sglang",
+    {"files": {"up": path, "down": path}, "report": path, "provider": "builtin"|<engine's provider>,
      "provider_fallback_reason": str|null (why ``auto`` tuned the builtin kernel),
-     "sglang_version": str|null, "batch_sizes": [...], "speedup_vs_default": {"M": x, ...},
+     "engine": "sglang", "engine_version": str|null (the release whose kernel was timed),
+     "batch_sizes": [...], "speedup_vs_default": {"M": x, ...},
      "speedup_vs_shipped": {"M": x, ...} | null, "device_name": str, "triton_version": str,
      "resumed": [M, ...], "space": str}
 
@@ -71,22 +73,25 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from .. import PAYLOAD_VERSION
 from ..host.fs import atomic_write
 from ..protocol import (DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, SEARCH_SPACES, PayloadError, log,
                         progress)
-from ..engines.sglang.defaults import DEFAULT_BATCH_SIZES
-from ..engines.sglang.model_flags import add_model_flags, shape_from_args
+from ..engines import add_model_flags, engine_named, shape_from_args
 from .support import quant_entry, unsupported_reason
+from .tuner.driver import COMPILE_MODES, DEFAULT_COMPILE_MODE
+from .tuner.search import DEFAULT_SCREEN, SCREEN_PROTOCOLS
 from .tuner.events import Done, Error, Event, Fatal, Log, Progress
 
 
 def add_arguments(p) -> None:
     """Register the ``tune`` flags on an argparse parser: the model flags
-    (:func:`remote.engines.sglang.model_flags.add_model_flags`) and the tuner's own."""
+    (:func:`remote.engines.add_model_flags`) and the tuner's own."""
     add_model_flags(p, "tune")
-    p.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)))
+    p.add_argument("--batch-sizes", default=None, help="batch sizes M, comma-separated (default: the engine's "
+                                                       "tuning list, Engine.default_batch_sizes)")
     p.add_argument("--space", choices=SEARCH_SPACES, default=DEFAULT_SEARCH_SPACE)
     p.add_argument("--out", default="tune-out")
     p.add_argument("--provider", choices=PROVIDER_NAMES, default=DEFAULT_PROVIDER)
@@ -96,11 +101,11 @@ def add_arguments(p) -> None:
     p.add_argument("--no-check", action="store_true", help="skip the float64 check of tuned configs")
     p.add_argument("--shipped-config", default=None,
                    help="shipped up config file to compare with (its _down twin is used if present)")
-    p.add_argument("--compile-mode", choices=("auto", "target", "context"), default="auto",
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, default=DEFAULT_COMPILE_MODE,
                    help="auto/target: compile candidates for the GPU's target in CPU processes without CUDA "
                         "(fallback: context, the reason in the report); context: worker processes with a CUDA "
                         "context (their number capped by GPU memory)")
-    p.add_argument("--screen", choices=("adaptive", "fixed"), default="adaptive",
+    p.add_argument("--screen", choices=tuple(SCREEN_PROTOCOLS), default=DEFAULT_SCREEN,
                    help="fast search's screening: adaptive (a graph of fewer calls for candidates slower than "
                         "100 us, each replay about 1 ms) or fixed (a graph of 10 calls, 3 replays)")
 
@@ -116,8 +121,8 @@ def parse_batch_sizes(text: str) -> list[int]:
     return vals
 
 
-def _resolve_shape(args) -> tuple[dict, dict]:
-    """``(shape, naming)`` of the model flags (:func:`remote.engines.sglang.model_flags.shape_from_args`):
+def _resolve_shape(args) -> tuple[dict, dict, Any]:
+    """``(shape, naming, the engine's shape record)`` of the model flags (:func:`remote.engines.shape_from_args`):
     shape {E,N,hidden,topk}; naming {dtype_selector, block_shape, per_channel_quant, weight_dtype,
     act_dtype, shape_source, notes}."""
     ms, source = shape_from_args(args)
@@ -127,7 +132,7 @@ def _resolve_shape(args) -> tuple[dict, dict]:
     return shape, dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape,
                        per_channel_quant=ms.per_channel_quant, weight_dtype=ms.weight_dtype,
                        act_dtype=ms.act_dtype, shape_source=source, notes=list(ms.notes),
-                       group_size=ms.group_size, has_zp=ms.has_zp, gated=ms.gated)
+                       group_size=ms.group_size, has_zp=ms.has_zp, gated=ms.gated), ms
 
 
 def _devices(gpus: str) -> list[str]:
@@ -196,10 +201,11 @@ def _compile_info(per_m: dict, resumed: list) -> dict | None:
 
 def run(args) -> dict:
     """Run the ``tune`` command (see the module docstring for flags, outputs and errors)."""
-    batch_sizes = parse_batch_sizes(args.batch_sizes)
-    shape, naming = _resolve_shape(args)
+    engine = engine_named(args.engine)
+    batch_sizes = parse_batch_sizes(args.batch_sizes or ",".join(map(str, engine.default_batch_sizes)))
+    shape, naming, ms = _resolve_shape(args)
     from .support import resolve_provider_name
-    quant = _quant_of(naming, resolve_provider_name(args.provider)[0])
+    quant = _quant_of(naming, resolve_provider_name(args.provider, engine.name)[0])
     dtype = naming["act_dtype"] if quant is not None else naming["weight_dtype"]
     import torch
     devices = _devices(args.gpus)
@@ -218,36 +224,21 @@ def run(args) -> dict:
             dtype = "float16"
     import triton
 
-    from ..engines.sglang.naming import config_file_name, sglang_device_name
     torch_name = args.device_name or (None if cpu else torch.cuda.get_device_name(torch.device(devices[0])))
     if not torch_name:
         raise PayloadError("bad_input", "no GPU: --device-name is required to name the files")
-    device_name = sglang_device_name(torch_name)
+    device_name = engine.device_name(torch_name)
     sel = dict(dtype=naming["dtype_selector"], block_shape=naming["block_shape"],
                per_channel_quant=naming["per_channel_quant"])
-    names = {"up": config_file_name(shape["E"], shape["N"], device_name, **sel),
-             "down": config_file_name(shape["E"], shape["N"], device_name, down=True, **sel)}
+    names = ms.file_names(device_name)
 
     from .providers import get_provider
-    provider = get_provider(args.provider)
+    provider = get_provider(args.provider, engine.name)
     shipped = _load_shipped(args.shipped_config)
-    sglang_info = None
-    if provider.name == "sglang":
-        sglang_info = provider.describe()
-        block = naming["block_shape"]
-        kblock = [0, naming["group_size"]] if naming.get("group_size") else block  # as the server passes it
-        sglang_info["file_names"] = provider.k.file_names(shape["E"], shape["N"], naming["dtype_selector"], kblock,
-                                                          bool(naming["per_channel_quant"]))
-        if not cpu and sglang_info["file_names"]["up"] != names["up"]:
-            log(f"SGLang {provider.k.version} names the up file {sglang_info['file_names']['up']!r}, orch "
-                f"{names['up']!r}: the server would not read orch's file", "warning")
-        if shipped is None:
-            # the configs the server would load now: the baseline to beat and the tie preference
-            inst = provider.k.installed_configs(shape["E"], shape["N"], naming["dtype_selector"], kblock,
-                                                bool(naming["per_channel_quant"]))
-            if inst:
-                shipped = dict(inst, path="SGLang get_moe_configs (installed tree or SGLANG_MOE_CONFIG_DIR)",
-                               down_path=None)
+    engine_info = None
+    if hasattr(provider, "host_configs"):  # an engine's own kernel: what the host's engine reads
+        engine_info, installed = provider.host_configs(shape, naming, names, cpu)
+        shipped = shipped if shipped is not None else installed
         provider.close()
 
     out = Path(args.out)
@@ -255,7 +246,7 @@ def run(args) -> dict:
     from .tuner import checkpoint
     key, key_id = checkpoint.run_key(shape=shape, dtype=dtype, naming=sel, space=args.space, device=device_name,
                                      triton=triton.__version__, provider=provider.name, seed=args.seed,
-                                     sglang=sglang_info["version"] if sglang_info else None,
+                                     engine_version=engine_info["version"] if engine_info else None,
                                      payload=PAYLOAD_VERSION, interpret=cpu)
     done: dict = {}
     if not args.no_resume:
@@ -271,8 +262,8 @@ def run(args) -> dict:
     spec = dict(shape=shape, dtype=dtype, space=args.space, provider=provider.name, seed=args.seed,
                 dtype_selector=naming["dtype_selector"], block_shape=naming["block_shape"], quant=quant,
                 shipped=({"up": shipped["up"], "down": shipped["down"]} if shipped else None),
-                check=not args.no_check, compile_mode=getattr(args, "compile_mode", "auto"),
-                screen=getattr(args, "screen", "adaptive"))
+                check=not args.no_check, compile_mode=getattr(args, "compile_mode", DEFAULT_COMPILE_MODE),
+                screen=getattr(args, "screen", DEFAULT_SCREEN))
     errors: dict = {}
     t0 = time.time()
     n_new = [0]
@@ -343,14 +334,14 @@ def run(args) -> dict:
         "devices": devices, "interpret": cpu,
         "timing": ("wall-clock medians under TRITON_INTERPRET=1: meaningless for performance" if cpu else
                    "CUDA graph of 10 calls, L2 flushed, median of 10 replays; " +
-                   ("whole fused MoE = SGLang's fused_experts reading the candidate files (alignment, up GEMM, "
-                    "activation, down GEMM, top-k sum)" if provider.name == "sglang" else
-                    "whole fused MoE with alignment precomputed (up GEMM + SiLU-mul + down GEMM + top-k sum)")),
+                   getattr(provider, "whole_timed", None) or
+                   "whole fused MoE with alignment precomputed (up GEMM + SiLU-mul + down GEMM + top-k sum)"),
         "shape": shape, "dtype": dtype, "quant": quant, "naming": naming, "space": args.space, "seed": args.seed,
         "files": {k: str(v) for k, v in paths.items()},
         "shipped": ({"path": shipped["path"], "down_path": shipped["down_path"]} if shipped else None),
         "checkpoint_key": key_id, "resumed": resumed, "batch_sizes": per_m,
-        "sglang": sglang_info, "provider_fallback_reason": getattr(provider, "fallback_reason", None),
+        "engine": engine.name, "engine_info": engine_info,
+        "provider_fallback_reason": getattr(provider, "fallback_reason", None),
         "wall_s": round(time.time() - t0, 3), "time_split": total_split(per_m, resumed),
         "compile": _compile_info(per_m, resumed),
         "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},
@@ -360,7 +351,7 @@ def run(args) -> dict:
     return {
         "files": {k: str(v) for k, v in paths.items()}, "report": str(rpath), "provider": provider.name,
         "provider_fallback_reason": getattr(provider, "fallback_reason", None),
-        "sglang_version": sglang_info["version"] if sglang_info else None,
+        "engine": engine.name, "engine_version": engine_info["version"] if engine_info else None,
         "batch_sizes": batch_sizes, "space": args.space, "device_name": device_name,
         "triton_version": triton.__version__, "resumed": resumed,
         "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},

@@ -11,8 +11,6 @@ wheels (docs/sglang-releases.md):
 - :mod:`remote.engines.sglang.shape`: the MoE shape (E, N, top-k) and the selectors (``MoeShape``, ``moe_shape``);
 - :mod:`remote.engines.sglang.model_flags`: the model flags of ``tune``, ``names``, ``probe`` and
   ``orch config-names``, declared once, and the shape they name;
-- :mod:`remote.engines.sglang.docs`: markdown tables rendered from these rules for docs/;
-- :mod:`remote.engines.triton_moe.configfile`: config JSON validation, reading and writing;
 - :mod:`remote.engines.sglang.lookup`: where the loader looks and what it would load, read from disk, and
   each covered release's rules (for a loader that cannot be read);
 - :mod:`remote.engines.sglang.moe_log`: the start-up log of every release: where a start begins, the MoE
@@ -25,9 +23,19 @@ wheels (docs/sglang-releases.md):
 - :mod:`remote.engines.sglang.server_config`: the ``--config FILE.yaml`` merge rule (on parsed data);
 - :mod:`remote.engines.sglang.runner`: which MoE runner a server uses and whether it reads the Triton
   config files, with SGLang's reason (``orch tune``'s plan and ``orch doctor`` both ask it);
-- :mod:`remote.engines.sglang.autotune`: FlashInfer's start-up autotune: when it runs, its cache path and key;
-- :mod:`remote.engines.sglang.defaults`: default tuning batch sizes.
+- :mod:`remote.engines.sglang.runner_choices`: the ``--moe-runner-backend`` choices of each release (runner trial);
+- :mod:`remote.engines.sglang.autotune`: FlashInfer's start-up autotune: when it runs, its cache root, path
+  and key (``$SGLANG_CACHE_DIR`` as the server expands it), the flags that change it;
+- :mod:`remote.engines.sglang.env`: the environment variables SGLang reads that orch uses;
+- :mod:`remote.engines.sglang.http`: the ``/generate``, ``/health`` and ``/v1/models`` requests and answers;
+- :mod:`remote.engines.sglang.defaults`: default tuning batch sizes;
+- :mod:`remote.engines.sglang.kernel_roles`: the kernel entry points the ``sglang`` tuner provider drives;
+- :mod:`remote.engines.sglang.provider`: SGLang's own kernel as the tuner times it (torch and triton:
+  loaded only by the tuner's registry);
+- :mod:`remote.engines.sglang.bench_tool`: ``bench --tool sglang`` (SGLang's ``bench_serving``);
+- :mod:`remote.engines.sglang.engine`: :data:`~remote.engines.sglang.engine.ENGINE`, these rules bound to
+  :class:`remote.engines.interface.Engine` (docs/architecture.md lists which module implements each method).
 
-With :mod:`remote.protocol`, the only part of ``remote`` that ``orchestrator`` may import.
-Nothing here imports torch, triton or sglang.
+The controller reaches them only through the facade (``remote.engines``: ``ENGINES``, ``engine_for``).
+Nothing here imports torch, triton or sglang (but ``provider``).
 """

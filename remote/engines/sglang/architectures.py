@@ -4,7 +4,7 @@ What SGLang 0.5.23 builds for each architecture. Each :class:`ArchRule` names th
 the model code reads (first present wins), where the MoE's config sits, whether the shared expert
 runs as extra slots of the routed GEMM (:class:`Fusion`) and the SGLang file:line it comes from
 (paths relative to ``sglang/srt/``). :func:`remote.engines.sglang.shape.moe_shape` interprets the table;
-:func:`remote.engines.sglang.docs.architecture_table_markdown` renders it for docs/sglang-models.md. Read
+:func:`scripts.sglang_docs.architecture_table_markdown` renders it for docs/sglang-models.md. Read
 it beside those files, not as a copy of them; the oracle tests
 (``tests/unit/remote/engines/sglang/test_model.py``) hold it against the real 0.5.23 source.
 """

@@ -18,8 +18,19 @@ under ``sglang/srt/``):
   speculative draft worker).
 * :func:`cache_root`: ``srt/environ.py`` ``SGLANG_CACHE_DIR = EnvStr(os.path.expanduser(
   "~/.cache/sglang"))``: the default is the service user's ``~/.cache/sglang``; a value that is
-  set is used as written (no ``~`` expansion; a relative path is relative to the server's working
-  directory).
+  set is used as written (``EnvStr.parse`` returns it, ``flashinfer_autotune_cache_path`` takes
+  ``Path(value)``: no ``~`` expansion, so ``~/c`` is a folder named ``~`` in the working
+  directory; a relative path is relative to the server's working directory). The one answer for
+  every caller (``orch doctor``'s probe and the runner trial's backup):
+  ``test_autotune_oracle.py`` runs the wheel's ``flashinfer_autotune_cache_path`` in a working
+  directory for ``~/c``, ``rel/dir`` and an absolute value.
+* :func:`server_key`, :func:`server_state`: a unit's key and state from its server arguments
+  (the deprecated DP-attention form counted as ``attn_dp``:
+  :func:`remote.engines.sglang.server_args.attention_dp`), the probe and the last start's log;
+  :data:`UNMODELLED_KEY_FLAGS`: the launch flags that change the key in ways orch does not model
+  (``--flashinfer-autotune-skip-ops``, ``srt/arg_groups/fields/exec_.py``: the ``skip_ops=`` part;
+  ``--speculative-moe-runner-backend``, ``srt/arg_groups/fields/spec.py``: the draft worker's
+  backend); :func:`trial_flags`: the flags a runner trial's group key keeps.
 * :func:`reuses_cache`: ``SGLANG_FLASHINFER_AUTOTUNE_CACHE = EnvBool(True)``: ``0`` (``false``,
   ``no``, ``n``) turns reuse off, and each start writes a fresh file under ``<key>/runs/``
   (``flashinfer_autotune_context``); a value ``EnvBool`` cannot parse keeps the default.
@@ -38,9 +49,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Iterable
+import posixpath
+from typing import Any, Iterable, Mapping
 
-from ..records import AutotuneLog, AutotuneState
+from ..records import AutotuneLog, AutotuneState, MoeRunner
+from .env import AUTOTUNE_CACHE_ENV, CACHE_DIR_ENV
+from .server_args import attention_dp
 
 _FILE = "srt/model_executor/runner/flashinfer_autotune.py"
 
@@ -76,17 +90,27 @@ def _bool_env(value: str | None, default: bool) -> bool:
     return True if value.lower() in _TRUE else False if value.lower() in _FALSE else default
 
 
-def cache_root(env: dict[str, str], home: str | None) -> str | None:
-    """``$SGLANG_CACHE_DIR`` as the server sees it (``env``: the unit's environment), else
-    ``home`` + ``/.cache/sglang`` (``home``: the service user's home; None: unknown, then None)."""
-    if "SGLANG_CACHE_DIR" in env:
-        return env["SGLANG_CACHE_DIR"]
+def cache_root(env: Mapping[str, str], home: str | None, workdir: str | None = None) -> str | None:
+    """The root of SGLang's caches as the server uses it (module docstring): ``$SGLANG_CACHE_DIR``
+    of ``env`` (the server's environment) as written, joined to ``workdir`` (the server's working
+    directory; None: left as written) when it is not absolute (``~/c`` included: SGLang does not
+    expand it); else ``home`` + ``/.cache/sglang`` (``home``: the server user's home; None:
+    unknown, then None). Pure."""
+    if CACHE_DIR_ENV in env:
+        value = env[CACHE_DIR_ENV]
+        return value if workdir is None or value.startswith("/") else posixpath.join(workdir or "/", value)
     return f"{home.rstrip('/')}/.cache/sglang" if home else None
 
 
-def reuses_cache(env: dict[str, str]) -> bool:
+def autotune_root(root: str) -> str:
+    """``<root>/flashinfer/autotune``: the folder under the cache root that holds every FlashInfer
+    autotune cache file (``flashinfer_autotune_cache_path``). Pure."""
+    return root.rstrip("/") + "/flashinfer/autotune"
+
+
+def reuses_cache(env: Mapping[str, str]) -> bool:
     """False when ``SGLANG_FLASHINFER_AUTOTUNE_CACHE`` in ``env`` turns reuse off (``0``, ``false``, ...)."""
-    return _bool_env(env.get("SGLANG_FLASHINFER_AUTOTUNE_CACHE"), True)
+    return _bool_env(env.get(AUTOTUNE_CACHE_ENV), True)
 
 
 def autotune_runs(*, backend: str | None, capability: str | None, quantization: str | None = None,
@@ -204,7 +228,7 @@ def key_of_path(path: str) -> tuple[str, str, str] | None:
     return (m.group("v"), m.group("sm"), m.group("key")) if m else None
 
 
-def autotune_state(*, enabled: tuple[bool | None, str], env: dict[str, str], root: str | None,
+def autotune_state(*, enabled: tuple[bool | None, str], env: Mapping[str, str], root: str | None,
                    flashinfer_version: str | None, capability: str | None, key: str | None, key_why: str | None,
                    caches: list[dict], log: AutotuneLog | None = None) -> AutotuneState:
     """The :class:`AutotuneState` from :func:`autotune_runs`'s answer ``enabled``, the unit's
@@ -238,3 +262,101 @@ def autotune_state(*, enabled: tuple[bool | None, str], env: dict[str, str], roo
         cache = "present" if hit else "missing"
     return AutotuneState(enabled[0], enabled[1], reuse, root, flashinfer_version, key, source, key_why, path, cache,
                          other)
+
+
+#: the ``--flashinfer-autotune-skip-ops`` flag (``srt/arg_groups/fields/exec_.py``): the ``skip_ops=``
+#: part of the cache key
+SKIP_OPS_FLAG = "--flashinfer-autotune-skip-ops"
+#: launch flags that change the cache key in ways orch does not model (module docstring)
+UNMODELLED_KEY_FLAGS = (SKIP_OPS_FLAG, "--speculative-moe-runner-backend")
+#: flags (besides those :class:`remote.engines.sglang.server_args.ServerArgs` reads) that change
+#: FlashInfer's autotune of the server, so hosts that differ in them measure a runner trial apart
+TRIAL_FLAGS = (SKIP_OPS_FLAG,)
+#: prefixes of the speculative-decoding flags (``srt/arg_groups/fields/spec.py``): the draft worker
+#: autotunes with ``--speculative-moe-runner-backend`` / ``--speculative-moe-a2a-backend`` (else the
+#: target's), its quantization enters its cache hash (``draft_quant=``), and the draft token count
+#: sets the autotune shapes (``should_run_flashinfer_autotune``, ``max_speculative_num_draft_tokens``);
+#: every one of them is kept, spelled as the unit spells it (``--no-`` forms of the boolean ones too)
+SPECULATIVE_PREFIXES = ("--speculative-", "--no-speculative-")
+
+
+def trial_flags(launch_args: list[str]) -> list[list[str]]:
+    """The flags of ``launch_args`` (the server's arguments, ``--config`` merged: ``ServerArgs.launch_args``)
+    that enter a runner trial's group key besides the parsed sizes: :data:`TRIAL_FLAGS` and every
+    flag starting with one of :data:`SPECULATIVE_PREFIXES`, each as ``[flag, value]`` (``value``
+    the next word when it is not itself a flag, ``""`` for a switch, the part after ``=`` for
+    ``--flag=value``), sorted. Pure."""
+    out: list[list[str]] = []
+    for i, tok in enumerate(launch_args):
+        name, eq, val = tok.partition("=")
+        if not (name in TRIAL_FLAGS or name.startswith(SPECULATIVE_PREFIXES)):
+            continue
+        if not eq:
+            nxt = launch_args[i + 1] if i + 1 < len(launch_args) else ""
+            val = "" if nxt.startswith("--") else nxt
+        out.append([name, val])
+    return sorted(out)
+
+
+def server_key(server: Any, model: Mapping[str, Any] | None,
+               resolved: tuple[str, str | None] | None) -> tuple[str | None, str | None]:
+    """``(key, why not)``: the cache key (:func:`cache_key`) of the server ``server`` (a
+    :class:`~remote.engines.sglang.server_args.ServerArgs`) from its flags, the probed ``model``
+    (``model_type``, ``config_dtype``) and the resolved ``(moe_runner_backend, quantization)``;
+    None with the reason when an input is not known. Pure."""
+    flag = next((f for f in UNMODELLED_KEY_FLAGS if any(a.split("=", 1)[0] == f for a in server.launch_args)), None)
+    if flag:
+        return None, f"{flag} changes the cache key in a way orch does not model"
+    if resolved is None:
+        return None, "the resolved moe_runner_backend is not known"
+    if not model or not server.model_path:
+        return None, "no model config read"
+    model_type = model.get("model_type")
+    config_class = CONFIG_CLASSES.get(model_type or "")
+    if config_class is None:
+        return None, f"the config class of model_type {model_type!r} is not known to orch"
+    dtype = torch_dtype(server.dtype, model.get("config_dtype"), model_type)
+    if dtype is None:
+        return None, f"--dtype {server.dtype} is not one SGLang accepts"
+    return cache_key(model_path=server.model_path, dtype=dtype, quantization=resolved[1], backend=resolved[0],
+                     tp=server.tp, pp=server.pp, attn_dp=attention_dp(server)[0], ep=server.ep,
+                     config_class=config_class), None
+
+
+def server_state(server: Any, probe: Mapping[str, Any], runner: MoeRunner, env: Mapping[str, str],
+                 log: AutotuneLog | None, resolved: tuple[str, str | None] | None,
+                 start_backend: str | None = None) -> AutotuneState | None:
+    """The :class:`AutotuneState` of ``server`` (its ``ServerArgs``), or None when its MoE runner
+    ``runner`` does not autotune and resolution does not leave it an autotuning backend. ``probe``:
+    the payload's probe answer (``capability``, ``model``, ``flashinfer_version``,
+    ``autotune_cache_root``, ``autotune_caches``); ``env``: the server's environment; ``log``: the
+    last start's :func:`autotune_log`; ``resolved``: ``(moe_runner_backend, quantization)`` as
+    argument resolution leaves them (:func:`remote.engines.sglang.runner.resolved_server_args`);
+    ``start_backend``: the ``moe_runner_backend`` its last start logged (wins over the derived
+    one). Pure."""
+    if start_backend and resolved is not None:
+        resolved = (start_backend, resolved[1])
+    backend = resolved[0] if resolved else None
+    if not (runner.autotunes or backend in AUTOTUNE_BACKENDS):
+        return None
+    capability = probe.get("capability")
+    enabled = autotune_runs(backend=backend, capability=capability, quantization=server.quantization,
+                            a2a_backend=server.moe_a2a_backend, disabled=server.disable_flashinfer_autotune,
+                            deterministic=server.enable_deterministic_inference,
+                            kv_cache_sharding="--enable-kv-cache-sharding" in server.launch_args)
+    key, why = server_key(server, probe.get("model"), resolved)
+    return autotune_state(enabled=enabled, env=env, root=probe.get("autotune_cache_root"),
+                          flashinfer_version=probe.get("flashinfer_version"), capability=capability, key=key,
+                          key_why=why, caches=list(probe.get("autotune_caches") or []), log=log)
+
+
+def trial_key(server: Any) -> dict[str, Any]:
+    """What of ``server`` (its ``ServerArgs``), besides the model, the GPU and the releases, decides
+    a runner trial's measurement: the attention DP and DP replicas (:func:`attention_dp`), the
+    all-to-all backend and the runner flag (SGLang's runner rules, :mod:`remote.engines.sglang.runner`),
+    whether FlashInfer autotunes (``--disable-flashinfer-autotune``,
+    ``--enable-deterministic-inference``) and the flags of :func:`trial_flags` (its key). Pure."""
+    return {"attn_dp_dp": list(attention_dp(server)), "a2a": server.moe_a2a_backend,
+            "autotune_off": bool(server.disable_flashinfer_autotune),
+            "deterministic": bool(server.enable_deterministic_inference), "flags": trial_flags(server.launch_args),
+            "runner": server.moe_runner_backend or "auto"}

@@ -150,6 +150,13 @@ def is_sglang_script(text: str) -> bool:
     return re.search(r"^\s*from sglang\.cli\.main import main\b", text, re.M) is not None
 
 
+def is_sglang_process(cmd: str) -> bool:
+    """True for a command line (``/proc/PID/cmdline`` joined by spaces) of SGLang's own processes:
+    ``-m sglang.launch_server`` or a worker it names ``sglang::...`` (SGLang 0.5.23
+    srt/managers/scheduler.py, detokenizer_manager.py ``setproctitle``). Pure."""
+    return cmd.startswith("sglang::") or ENTRY_MODULE in cmd
+
+
 def is_entry_process(argv: list[str], entry: str, entry_args: list[str]) -> bool:
     """Whether a process's command line ``argv`` runs the entry point ``entry`` with the words
     ``entry_args`` (a server's process, or its fork: ``python -m sglang.launch_server ARGS``;

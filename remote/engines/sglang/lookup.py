@@ -32,7 +32,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .naming import sort_triton_folders, unparsable_triton_folders
+from .env import CONFIG_DIR_ENV
+from .naming import sglang_version_dir, sort_triton_folders, triton_folder, unparsable_triton_folders
 
 #: Loader module locations inside the ``sglang`` package, newest first: (layout, path parts).
 #: ``fused_moe.py`` (SGLang <= 0.5.1) counts only when it defines ``get_moe_configs`` (later
@@ -182,7 +183,7 @@ def loader_rules(source: str) -> dict[str, Any] | None:
     fixed: list[str] | None = None
     scans = env = False
     for node in ast.walk(lookup_fn):
-        if isinstance(node, ast.Constant) and node.value == "SGLANG_MOE_CONFIG_DIR":
+        if isinstance(node, ast.Constant) and node.value == CONFIG_DIR_ENV:
             env = True
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.List) and any(
                 isinstance(t, ast.Name) and t.id == "supported_triton_versions" for t in node.targets):
@@ -269,7 +270,7 @@ def simulate_lookup(configs_root: str, exact_folder: str, file_name: str, rules:
     FileNotFoundError (both reported in ``fallback_error``). With ``fallback == "list"`` only
     the release's fixed versions, in its order (no listing, so no such errors).
 
-    Returns ``{folders, sglang_would_load, fallback_error}``; ``folders`` lists every parsable
+    Returns ``{folders, would_load, fallback_error}``; ``folders`` lists every parsable
     ``triton_*`` folder holding the file, newest first (whether SGLang tries it or not).
     """
     try:
@@ -277,23 +278,95 @@ def simulate_lookup(configs_root: str, exact_folder: str, file_name: str, rules:
     except FileNotFoundError:
         entries = None
     except OSError as exc:
-        return {"folders": [], "sglang_would_load": None, "fallback_error": f"cannot list {configs_root}: {exc}"}
+        return {"folders": [], "would_load": None, "fallback_error": f"cannot list {configs_root}: {exc}"}
     tri = [e for e in entries or [] if e.startswith("triton_")]
     folders = [f for f in sort_triton_folders(tri) if os.path.isfile(os.path.join(configs_root, f, file_name))]
     exact = os.path.join(configs_root, exact_folder, file_name)
     if os.path.isfile(exact):
-        return {"folders": folders, "sglang_would_load": exact, "fallback_error": None}
+        return {"folders": folders, "would_load": exact, "fallback_error": None}
     if rules["fallback"] == "list":
         tries = ["triton_" + v.replace(".", "_") for v in rules["fallback_versions"] or []]
     elif entries is None:
-        return {"folders": [], "sglang_would_load": None,
+        return {"folders": [], "would_load": None,
                 "fallback_error": f"{configs_root} does not exist: SGLang's fallback scan raises FileNotFoundError"}
     else:
         bad = unparsable_triton_folders(tri)
         if bad:
-            return {"folders": folders, "sglang_would_load": None,
+            return {"folders": folders, "would_load": None,
                     "fallback_error": f"unparsable folder(s) {bad}: SGLang's fallback sort raises ValueError"}
         tries = ["triton_" + f[len("triton_"):].replace(".", "_") for f in sort_triton_folders(tri)]
     hit = next((os.path.join(configs_root, f, file_name) for f in tries
                 if os.path.isfile(os.path.join(configs_root, f, file_name))), None)
-    return {"folders": folders, "sglang_would_load": hit, "fallback_error": None}
+    return {"folders": folders, "would_load": hit, "fallback_error": None}
+
+
+def config_dir_since() -> str:
+    """The oldest covered release whose loader reads ``SGLANG_MOE_CONFIG_DIR`` (its
+    :data:`RELEASE_RULES` row says ``config_dir_env``)."""
+    return next(release for release, _module, rules in RELEASE_RULES if rules["config_dir_env"])
+
+
+def config_dir_note() -> str:
+    """``SGLang 0.5.3+ reads SGLANG_MOE_CONFIG_DIR``: for a message that asks to set it."""
+    return f"SGLang {config_dir_since()}+ reads {CONFIG_DIR_ENV}"
+
+
+def lookup_facts(*, config_dir: str | None, triton_version: str | None, device_name: str | None, shape: Any | None,
+                 warnings: list[str]) -> dict[str, Any]:
+    """What the SGLang on this host reads, for the payload's ``probe`` (``remote.probe``).
+
+    ``config_dir``: the unit's ``SGLANG_MOE_CONFIG_DIR``; ``triton_version``: the host's
+    ``triton.__version__`` (None: no Triton); ``device_name``: SGLang's form of the GPU's name;
+    ``shape``: the model's :class:`~remote.engines.sglang.shape.MoeShape` (None: no model).
+    Returns ``triton_folder`` (where orch installs, :func:`remote.engines.sglang.naming.triton_folder`),
+    ``exact_folder`` (the folder SGLang tries first), ``engine`` (:func:`find_sglang`), ``file_names``
+    (named as this release names them), ``install_dir`` and ``install_dir_exists``, ``existing``
+    (role -> :func:`simulate_lookup` with ``in_installed_folder`` and ``read_by_engine``: False for
+    a ``_down`` file of a release that reads none) and ``unparsable_folders``; appends to
+    ``warnings`` what the operator should read."""
+    tfolder = triton_folder(triton_version) if triton_version else None
+    exact_folder = sglang_version_dir(triton_version) if triton_version else None
+    if triton_version and tfolder != exact_folder:
+        warnings.append(
+            f"Triton {triton_version}: SGLang looks first in {exact_folder}; orch installs into {tfolder}, which SGLang "
+            f"reaches only through its fallback (log line 'Fallback to triton version ...')")
+    sg = find_sglang(config_dir)
+    if not sg["installed"]:
+        warnings.append("sglang is not installed for this interpreter")
+    elif not sg["loader_module"]:
+        warnings.append(f"no SGLang MoE config loader (fused_moe_triton_config.py) found under {sg['package_dir']}")
+    if sg["other_layout_configs_root"]:
+        warnings.append(f"configs of another SGLang layout exist at {sg['other_layout_configs_root']} "
+                        "(not read by this SGLang)")
+    rules = sg["loader_rules"]
+    if sg["loader_rules_inferred"] and sg["installed"]:
+        warnings.append(f"cannot read SGLang's lookup rules from {sg['loader_module'] or 'any loader module'}; "
+                        f"{sg['loader_rules_inferred']}: orch proves only the lookups the server's log shows")
+    if config_dir and not rules["config_dir_env"]:
+        warnings.append(f"{CONFIG_DIR_ENV} is set, but SGLang {sg['version'] or '?'} does not read it: "
+                        f"it loads configs from {sg['configs_root']}")
+    file_names = None
+    if shape is not None and device_name is not None:
+        file_names = shape.file_names(device_name, per_channel_selector="per_channel_quant" in rules["name_selectors"])
+    install_dir = os.path.join(sg["configs_root"], tfolder) if (sg["configs_root"] and tfolder) else None
+    existing: dict[str, Any] | None = None
+    unparsable: list[str] = []
+    if sg["configs_root"] and sg["configs_root_exists"]:
+        try:
+            unparsable = unparsable_triton_folders(sorted(os.listdir(sg["configs_root"])))
+        except OSError as exc:
+            warnings.append(f"cannot list {sg['configs_root']}: {exc}")
+        if unparsable and rules["fallback"] == "scan":
+            warnings.append(f"unparsable folder(s) {unparsable} in {sg['configs_root']} break SGLang's fallback")
+    if file_names and sg["configs_root"] and tfolder:
+        existing = {}
+        for kind, fname in file_names.items():
+            sim = simulate_lookup(sg["configs_root"], exact_folder, fname, rules)
+            sim["in_installed_folder"] = tfolder in sim["folders"]
+            sim["read_by_engine"] = kind == "up" or rules["reads_down"]
+            if not sim["read_by_engine"]:  # this release never looks for _down files
+                sim["would_load"] = sim["fallback_error"] = None
+            existing[kind] = sim
+    return {"triton_folder": tfolder, "exact_folder": exact_folder, "engine": sg, "file_names": file_names,
+            "install_dir": install_dir, "install_dir_exists": bool(install_dir and os.path.isdir(install_dir)),
+            "existing": existing, "unparsable_folders": unparsable}

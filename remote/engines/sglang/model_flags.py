@@ -16,13 +16,16 @@ without them).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ...protocol import PayloadError
+from ...protocol import DEFAULT_ENGINE, PayloadError
 from .model_config import load_model_config, resolve_model_config_path
 from .naming import sglang_device_name
 from .quantization import activation_dtype
+from .runner import checkpoint_quant_method
 from .shape import MoeShape, moe_shape
 
 #: Commands that take model flags: the payload's ``tune``, ``names``, ``probe`` and the
@@ -55,6 +58,8 @@ class ModelFlag:
 
 #: The model flags, in the order :func:`model_argv` writes them.
 MODEL_FLAGS: tuple[ModelFlag, ...] = (
+    ModelFlag("--engine", "the inference engine that serves the model, whose rules name its files "
+                          "(remote.protocol.ENGINE_NAMES)", str, DEFAULT_ENGINE),
     ModelFlag("--model-config", "model folder, config.json path, or Hugging Face repo id (offline cache lookup)",
               required_in=("names",)),
     ModelFlag("--hf-home", "HF_HOME of the cache (default $HF_HOME or ~/.cache/huggingface)"),
@@ -194,3 +199,36 @@ def checked_device_name(name: str) -> str:
         return sglang_device_name(name)
     except ValueError as exc:
         raise PayloadError("bad_input", f"--device-name: {exc}") from None
+
+
+def _checkpoint_quant(config_path: str) -> str | None:
+    """The checkpoint's quantization method as SGLang names it (``remote.engines.sglang.runner.checkpoint_quant_method``),
+    from the model config and, beside it, ModelOpt's ``hf_quant_config.json`` when present."""
+    side = os.path.join(os.path.dirname(config_path), "hf_quant_config.json")
+    try:
+        with open(side, encoding="utf-8") as f:
+            hf_quant = json.load(f)
+    except (OSError, ValueError):
+        hf_quant = None
+    return checkpoint_quant_method(load_model_config(config_path), hf_quant)
+
+
+def _dtype_inputs(config_path: str) -> dict:
+    """``config_dtype`` (the text config's ``dtype``/``torch_dtype``, else the top level's) and
+    ``model_type`` (the text config's), which SGLang's ``_get_and_verify_dtype`` reads
+    (``configs/model_config.py``; :func:`remote.engines.sglang.autotune.torch_dtype`)."""
+    cfg = load_model_config(config_path)
+    tc = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    raw = None
+    for src in (tc, cfg):
+        raw = src.get("dtype") or src.get("torch_dtype")
+        if raw:
+            break
+    return {"config_dtype": str(raw) if raw else None, "model_type": tc.get("model_type") or cfg.get("model_type")}
+
+
+def model_facts(config_path: str) -> dict[str, Any]:
+    """What the probe reports of the model config at ``config_path`` besides its shape:
+    ``checkpoint_quant_method`` (:func:`_checkpoint_quant`), ``config_dtype`` and ``model_type``
+    (:func:`_dtype_inputs`). Raises PayloadError as :func:`load_model_config`."""
+    return {"checkpoint_quant_method": _checkpoint_quant(config_path), **_dtype_inputs(config_path)}

@@ -72,6 +72,7 @@ from __future__ import annotations
 import re
 
 from ..records import ACTIONS, MoeLogLine, MoeLogReport, RunnerLine
+from .autotune import autotune_log
 
 _HINT = r"(?:, you can create them with .*|\s*)$"
 _WORDINGS = (
@@ -88,6 +89,8 @@ _WORDINGS = (
     ("deterministic", re.compile(r"Deterministic inference is enabled, using default MoE kernel config\.")),
 )
 READY_LINE = "The server is fired up and ready to roll!"
+#: the server argument the start line shows the runner backend as (``ServerArgs.moe_runner_backend``)
+RUNNER_FIELD = "moe_runner_backend"
 #: the text of the line that opens each start (module docstring), oldest form first
 START_MARKERS = ("server_args=ServerArgs(", "server_args={")
 _START_RUNNER = re.compile(r"""server_args=.*?\bmoe_runner_backend['"]?(?:=|: )['"](?P<runner>[^'"]+)['"]""")
@@ -160,7 +163,8 @@ def parse_line(line: str) -> MoeLogLine | None:
 
 
 def parse_moe_log(text: str) -> MoeLogReport:
-    """Scan log ``text`` (one server start) and return a :class:`MoeLogReport`. Pure."""
+    """Scan log ``text`` (one server start) and return a :class:`MoeLogReport` (its ``autotune``:
+    :func:`remote.engines.sglang.autotune.autotune_log`). Pure."""
     rep = MoeLogReport()
     for line in text.splitlines():
         if READY_LINE in line:
@@ -176,6 +180,7 @@ def parse_moe_log(text: str) -> MoeLogReport:
         parsed = parse_line(line)
         if parsed is not None:
             rep.lines.append(parsed)
+    rep.autotune = autotune_log(text.splitlines())
     return rep
 
 

@@ -25,7 +25,7 @@ Launch options are the ones of a one-GPU server: no expert filtering (``filter_e
 False when ``num_experts == num_local_experts``), no fused all-reduce, out-of-place output;
 programmatic dependent launch, ``swap_ab`` and TMA support are decided by SGLang's own launch
 code. Entry points are found by what imports
-(:data:`remote.tuning.support.SGLANG_KERNEL_ROLES`, :func:`load_kernel`), never by version
+(:data:`remote.engines.sglang.kernel_roles.SGLANG_KERNEL_ROLES`, :func:`load_kernel`), never by version
 strings: SGLang 0.5.16+ (``sglang.kernels.ops.moe`` + ``moe_runner/triton_utils``), 0.5.12
 (``moe_runner/triton_utils``), 0.5.2-0.5.10 (``fused_moe_triton/`` split into modules), 0.4.x
 (``fused_moe_triton/fused_moe.py``). Releases before 0.5.3 (no ``SGLANG_MOE_CONFIG_DIR``, no
@@ -46,7 +46,7 @@ import tempfile
 import torch
 
 from ...protocol import internal_error
-from ...tuning.support import SGLANG_KERNEL_ROLES, SGLANG_OPTIONAL_ROLES
+from .kernel_roles import SGLANG_KERNEL_ROLES, SGLANG_OPTIONAL_ROLES
 from ...tuning.kernel import formats
 from ...tuning.providers.builtin import DTYPES
 
@@ -468,6 +468,32 @@ class SglangProvider:
                         "joint": "up GEMM + activation + down GEMM with one config",
                         "whole": "fused_experts with the candidate files in SGLANG_MOE_CONFIG_DIR"})
         return d
+
+    def host_configs(self, shape: dict, naming: dict, names: dict[str, str], cpu: bool) -> tuple[dict, dict | None]:
+        """``(report entry, the configs the server would load now)`` for the tune command: what
+        :meth:`describe` says plus the file names this release gives ``shape``/``naming`` (a warning
+        is logged when they are not ``names``, orch's; not on CPU), and the installed configs the
+        server would load (``get_moe_configs``: the baseline to beat and the tie preference; None
+        when it loads none)."""
+        from ...protocol import log
+
+        info = self.describe()
+        block = naming["block_shape"]
+        kblock = [0, naming["group_size"]] if naming.get("group_size") else block  # as the server passes it
+        info["file_names"] = self.k.file_names(shape["E"], shape["N"], naming["dtype_selector"], kblock,
+                                               bool(naming["per_channel_quant"]))
+        if not cpu and info["file_names"]["up"] != names["up"]:
+            log(f"SGLang {self.k.version} names the up file {info['file_names']['up']!r}, orch "
+                f"{names['up']!r}: the server would not read orch's file", "warning")
+        inst = self.k.installed_configs(shape["E"], shape["N"], naming["dtype_selector"], kblock,
+                                        bool(naming["per_channel_quant"]))
+        shipped = dict(inst, path="SGLang get_moe_configs (installed tree or SGLANG_MOE_CONFIG_DIR)",
+                       down_path=None) if inst else None
+        return info, shipped
+
+    #: what the report says the whole fused MoE timing is
+    whole_timed = ("whole fused MoE = SGLang's fused_experts reading the candidate files (alignment, up GEMM, "
+                   "activation, down GEMM, top-k sum)")
 
     # ------------------------------------------------------------------ problems
 

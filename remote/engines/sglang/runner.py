@@ -88,8 +88,10 @@ UNMODELLED_OVERRIDES: dict[str, tuple[str, bool]] = {
 #: ``models/llama4.py:128``): ``ModelOptFp8MoEMethod`` runs ``flashinfer_trtllm`` only for them.
 ROUTING_DECLARED_ARCHS = frozenset({"DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM", "Glm4MoeForCausalLM",
                                     "Llama4ForConditionalGeneration", "Llama4ForCausalLM"})
-#: Runners that read the Triton config files (``layers/moe/moe_runner/triton.py``).
-TRITON_CONFIG_RUNNERS = frozenset({"triton"})
+#: The runner backend that reads the Triton config files (``layers/moe/moe_runner/triton.py``).
+TRITON_RUNNER = "triton"
+#: Runners that read the Triton config files.
+TRITON_CONFIG_RUNNERS = frozenset({TRITON_RUNNER})
 #: Runners known to run their own kernels (``layers/moe/utils.py`` ``MoeRunnerBackend``).
 OTHER_RUNNERS = frozenset({"deep_gemm", "triton_kernel", "flashinfer_trtllm", "flashinfer_trtllm_routed",
                            "flashinfer_cutlass", "flashinfer_mxfp4", "flashinfer_cutedsl", "flashinfer_megamoe",

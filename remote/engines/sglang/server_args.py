@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...protocol import internal_error
+from ..errors import EngineError
 from .launcher import LaunchError, resolve
 
 
 @internal_error("caught by orchestrator.facts.unit, which raises UnitError naming the unit")
-class ServerArgsError(ValueError):
+class ServerArgsError(EngineError):
     """A launch command SGLang would refuse (a flag with no value, a bad integer, an option
     spelled with underscores); the message names the flag."""
 
@@ -129,6 +130,53 @@ class ServerArgs:
     download_dir: str | None = _DEFAULT["download_dir"]
     config_file: str | None = None
     launch_args: list[str] = field(default_factory=list)
+
+    @property
+    def moe_backend(self) -> str:
+        """The MoE runner backend the command asks for: ``--moe-runner-backend`` (``auto`` when
+        not given), as :class:`remote.engines.interface.ServerArgs` names it for every engine."""
+        return self.moe_runner_backend or "auto"
+
+
+#: the flag that names the MoE runner backend (the :data:`FLAGS` entry of ``moe_runner_backend``)
+RUNNER_FLAG = "--moe-runner-backend"
+
+
+def with_runner(words: list[str], runner: str) -> list[str]:
+    """``words`` (command-line words) without any ``--moe-runner-backend V`` /
+    ``--moe-runner-backend=V`` and with ``--moe-runner-backend runner`` at the end (argparse keeps
+    the last value, and SGLang's parser takes the command line over a ``--config`` file: SGLang
+    0.5.23 ``srt/utils/server_args_config_parser.py`` ``ConfigArgumentMerger.merge_config_with_args``
+    puts the file's flags first). Pure."""
+    out, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w == RUNNER_FLAG:
+            skip = True
+            continue
+        if w.startswith(RUNNER_FLAG + "="):
+            continue
+        out.append(w)
+    return out + [RUNNER_FLAG, runner]
+
+
+#: the flag of SGLang's deprecated data-parallel attention (``srt/arg_groups/parallel_hook.py``)
+DP_ATTENTION_FLAG = "--enable-dp-attention"
+
+
+def attention_dp(server: ServerArgs) -> tuple[int, int]:
+    """``(attention data-parallel size, data-parallel replicas)`` as SGLang 0.5.23 runs ``server``:
+    ``--attn-dp-size`` (``attn_dp_size``, a part of FlashInfer's cache hash in
+    ``flashinfer_autotune_cache_path``) and ``--dp-size``; the deprecated ``--dp-size N
+    --enable-dp-attention`` is ``attn_dp_size N`` with one replica
+    (``srt/arg_groups/parallel_hook.py`` ``_handle_deprecated_dp_attention``, held against the
+    wheel by ``test_server_args_oracle.py``). Pure."""
+    attn, dp = int(server.attn_dp_size or 1), int(server.dp or 1)
+    if DP_ATTENTION_FLAG in (server.launch_args or []) and attn == 1:
+        return dp, 1
+    return attn, dp
 
 
 def split_launch(exec_start: list[str]) -> tuple[str, list[str]] | None:

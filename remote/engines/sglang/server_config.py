@@ -17,7 +17,7 @@ The rule is SGLang's own (0.5.8 ... 0.5.23: ``prepare_server_args`` in ``srt/ser
 
 :func:`config_path` finds the file, :func:`check_config_name` checks its name, :func:`merged_args`
 builds the merged argument list from the file's already-parsed content (reading and parsing the
-YAML is the caller's: ``orchestrator.facts.sglang_config``). ``tests/unit/facts/test_unit_sources.py``
+YAML is the caller's: ``orchestrator.facts.server_config``). ``tests/unit/facts/test_unit_sources.py``
 checks the merge against the real release's merger. Standard library only.
 """
 
@@ -28,10 +28,20 @@ import posixpath
 from typing import Iterable
 
 from ...protocol import internal_error
+from ..errors import EngineError
 
 
-@internal_error("caught by orchestrator.facts.sglang_config, which raises ConfigFileError naming the file")
-class ServerConfigError(ValueError):
+#: the flag that names the config file (SGLang 0.5.23 ``srt/server_args.py``: ``parser.add_argument("--config")``)
+CONFIG_FLAG = "--config"
+#: the YAML key SGLang 0.5.23 reads as ``--moe-runner-backend``: each key becomes ``--KEY`` verbatim
+#: (``srt/utils/server_args_config_parser.py`` ``ConfigArgumentMerger._add_scalar_arg``) and the
+#: parser's flag is ``--moe-runner-backend`` (``srt/arg_groups/arg_utils.py``: ``"--" +
+#: name.replace("_", "-")``), so ``moe_runner_backend`` would be an unknown flag
+RUNNER_CONFIG_KEY = "moe-runner-backend"
+
+
+@internal_error("caught by orchestrator.facts.server_config, which raises ConfigFileError naming the file")
+class ServerConfigError(EngineError):
     """SGLang would refuse the ``--config`` file (or its use on the command line); the message
     names the file when there is one."""
 

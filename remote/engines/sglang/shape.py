@@ -17,67 +17,20 @@ without them).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...protocol import PayloadError
+from ..triton_moe.shape import MoeShape as TritonMoeShape
 from .architectures import RULES_BY_ARCH, ArchRule, Fusion
 from .naming import config_file_name, sglang_device_name
 from .quantization import activation_dtype, moe_layer_excluded, quant_rule, wna16_group_size
 
 
-@dataclass
-class MoeShape:
-    """The fused-MoE GEMM shape of one rank and the selectors of its config file name.
-
-    ``E``: experts on one rank incl. a fused shared expert (``w2.shape[0]``).
-    ``N``: per-rank intermediate size used in the file name (``w2.shape[2]``; for
-    int4_w4a16 the packed size, i.e. half the logical one, as SGLang 0.5.23 does).
-    ``hidden``: model hidden size K (``w1.shape[2]``), elements.
-    ``topk``: routed experts per token (``num_experts_per_tok``);
-    ``runtime_topk``: top-k the kernel runs with (``topk + 1`` with a fused shared expert).
-    ``num_experts``: global routed experts in the checkpoint.
-    ``shared_fused``: a shared expert is fused into the routed GEMM (adds 1 to E).
-    ``dtype_selector``: ``fp8_w8a8``/``int8_w8a8``/``int4_w4a16``/``int8_w8a16``/``float32``/None.
-    ``block_shape``: ``[block_n, block_k]`` of block quantization, else None.
-    ``per_channel_quant``: channel-wise weight scales.
-    ``weight_dtype``: ``bfloat16``, ``float16``, ``float32``, ``fp8_e4m3``, ``int8``,
-    ``int4``, ``mxfp4``.
-    ``act_dtype``: activation dtype of the MoE input (``bfloat16``/``float16``/``float32``).
-    ``moe_layers``: MoE layers in the model (MTP/NextN not counted), None if unknown.
-    ``architecture``: ``architectures[0]``.
-    ``notes``: human-readable caveats (e.g. the layer may not use Triton configs).
-    ``family``: the :class:`~remote.engines.sglang.architectures.ArchRule` family; ``sglang_source``: the SGLang 0.5.23 file:line that
-    builds these experts. ``gated``: w1 is ``[E, 2N, K]`` (gate and up); False: ``[E, N, K]``.
-    ``group_size``: weight-only int4/int8 (``int4_w4a16``/``int8_w8a16``): K columns per scale
-    the layer runs (SGLang's kernel gets ``block_shape=[0, group_size]``, which names no block);
-    0 otherwise. ``has_zp``: those weights store zero points.
-    """
-
-    E: int
-    N: int
-    hidden: int
-    topk: int
-    runtime_topk: int
-    num_experts: int
-    shared_fused: bool
-    dtype_selector: str | None
-    block_shape: list[int] | None
-    per_channel_quant: bool
-    weight_dtype: str
-    moe_layers: int | None
-    architecture: str
-    act_dtype: str = "bfloat16"
-    intermediate_size: int = 0
-    tp: int = 1
-    ep: int = 1
-    quant_method: str | None = None
-    notes: list[str] = field(default_factory=list)
-    family: str = ""
-    sglang_source: str = ""
-    gated: bool = True
-    group_size: int = 0
-    has_zp: bool = False
+class MoeShape(TritonMoeShape):
+    """The shared fused-MoE shape record (:class:`remote.engines.triton_moe.shape.MoeShape`) with
+    SGLang's file names. ``family`` is the :class:`~remote.engines.sglang.architectures.ArchRule`
+    family and ``source`` the SGLang 0.5.23 file:line that builds these experts."""
 
     def file_names(self, device_name: str, per_channel_selector: bool = True) -> dict[str, str]:
         """``{"up": ..., "down": ...}`` file names (SGLang 0.5.23 get_config_file_name).
@@ -94,10 +47,6 @@ class MoeShape:
             "up": config_file_name(self.E, self.N, dev, **kw),
             "down": config_file_name(self.E, self.N, dev, down=True, **kw),
         }
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return asdict(self)
 
 
 def _pos_int(v: Any, what: str) -> int:
@@ -365,6 +314,70 @@ def moe_shape(
     tp = _pos_int(tp, "--tp")
     ep = _pos_int(ep, "--ep")
     notes: list[str] = []
+    arch, rule, mc, where = _model_rule(cfg, notes)
+    d = _expert_dims(rule, mc, cfg, where, arch)
+    moe_tp, local = _rank_split(rule, d, tp, ep, arch, notes)
+    q = _layer_quant(rule, mc, cfg, quantization, arch, notes)
+    act = activation_dtype(mc, cfg, dtype, notes)
+    selector = q["selector"]
+    if selector is None and act == "float32":
+        selector = "float32"
+    n_rank = d.inter // moe_tp
+    if q["group_size"] and q["method"] == "moe_wna16":
+        q = dict(q, group_size=wna16_group_size(q["group_size"], n_rank, d.hidden))
+    _check_block(q, n_rank, d, tp, ep)
+    fused = _fused_shared(rule, mc, cfg, d, n_rank, ep, deepep, capability, q, disable_shared_experts_fusion, notes)
+    _rule_notes(rule, mc, cfg, ep, moe_tp, notes)
+
+    return MoeShape(
+        E=local + fused,
+        N=n_rank // 2 if q["packed"] else n_rank,
+        hidden=d.hidden,
+        topk=d.topk,
+        runtime_topk=d.topk + fused,
+        num_experts=d.experts,
+        shared_fused=fused > 0,
+        dtype_selector=selector,
+        block_shape=q["block"],
+        per_channel_quant=bool(q["per_channel"]),
+        weight_dtype=q["weight_dtype"] or act,
+        moe_layers=_moe_layer_count(rule.layers, mc, cfg),
+        architecture=arch,
+        act_dtype=act,
+        intermediate_size=d.inter,
+        tp=tp,
+        ep=ep,
+        quant_method=q["method"],
+        notes=notes,
+        family=rule.family,
+        source=rule.source,
+        gated=rule.gated,
+        group_size=int(q["group_size"]),
+        has_zp=bool(q["has_zp"]),
+    )
+
+
+# --------------------------------------------------------------------------- the steps of moe_shape
+
+@dataclass(frozen=True)
+class _Dims:
+    """The expert dimensions a rule reads: ``experts`` (routed, global) and ``inter`` (the expert
+    intermediate size, gate+up halved where the field holds both) with the config fields they came
+    from (``efield``, ``ifield``), ``hidden`` and ``topk``."""
+
+    experts: int
+    efield: str
+    inter: int
+    ifield: str
+    hidden: int
+    topk: int
+
+
+def _model_rule(cfg: dict, notes: list[str]) -> tuple[str, ArchRule, dict, str]:
+    """``(architecture, rule, the config holding the MoE fields, where it sits)``: the rule of
+    ``architectures[0]`` (:func:`_select_rule`; a multimodal model's language model named in
+    ``notes``). Raises PayloadError for an architecture the table refuses and for one whose rule is
+    off in this config (dense MLPs) or that names no routed experts."""
     arch = _architecture(cfg)
     rule, mc, where, label = _select_rule(arch, cfg)
     if label != arch:
@@ -380,6 +393,12 @@ def moe_shape(
         raise PayloadError(
             "bad_input", f"model config ({arch}) is not an MoE model: none of "
                          f"{', '.join(_qualified(s, where) for s in rule.experts)} is set")
+    return arch, rule, mc, where
+
+
+def _expert_dims(rule: ArchRule, mc: dict, cfg: dict, where: str, arch: str) -> _Dims:
+    """The routed-expert count, expert intermediate size, hidden size and top-k the rule reads
+    (:func:`_field`). Raises PayloadError naming a missing or bad field, or an odd gate+up size."""
     efield, experts = _field(rule.experts, mc, cfg, where, arch, "routed-expert count")
     ifield, inter = _field(rule.intermediate, mc, cfg, where, arch, "expert intermediate size")
     if inter % rule.intermediate_div:
@@ -387,24 +406,40 @@ def moe_shape(
     inter //= rule.intermediate_div
     _, hidden = _field(rule.hidden, mc, cfg, where, arch, "hidden size")
     _, topk = _field(rule.topk, mc, cfg, where, arch, "top-k", default=rule.topk_default)
+    return _Dims(experts, efield, inter, ifield, hidden, topk)
 
+
+def _rank_split(rule: ArchRule, d: _Dims, tp: int, ep: int, arch: str, notes: list[str]) -> tuple[int, int]:
+    """``(moe_tp, experts on one rank)``: moe_tp = tp / ep and experts // ep where the rule splits
+    experts by EP, else TP over every expert (``notes`` says --ep does nothing). Raises
+    PayloadError for an EP that does not divide TP or the experts, a rule that runs only at MoE-TP
+    1, or an intermediate size moe_tp does not divide."""
     if tp % ep:
         raise PayloadError("bad_input", f"--ep {ep} does not divide --tp {tp} (SGLang needs moe_tp = tp / ep)")
     if rule.expert_parallel:
-        moe_tp, local = tp // ep, experts // ep
-        if experts % ep:
-            raise PayloadError("bad_input", f"{efield} {experts} is not divisible by --ep {ep}")
+        moe_tp, local = tp // ep, d.experts // ep
+        if d.experts % ep:
+            raise PayloadError("bad_input", f"{d.efield} {d.experts} is not divisible by --ep {ep}")
     else:
-        moe_tp, local = tp, experts
+        moe_tp, local = tp, d.experts
         if ep > 1:
             notes.append(f"--ep {ep} does not split this architecture's experts: N = size / TP {tp}")
     if rule.moe_tp1 and moe_tp != 1:
         raise PayloadError(
             "bad_input", f"model config ({arch}): SGLang runs these experts only with MoE-TP 1 ({rule.source}); "
                          f"serve with --ep-size equal to --tp-size (tp/ep is {moe_tp})")
-    if inter % moe_tp:
-        raise PayloadError("bad_input", f"{ifield} {inter} is not divisible by tp/ep = {moe_tp} (TP {tp}, EP {ep})")
+    if d.inter % moe_tp:
+        raise PayloadError("bad_input",
+                           f"{d.ifield} {d.inter} is not divisible by tp/ep = {moe_tp} (TP {tp}, EP {ep})")
+    return moe_tp, local
 
+
+def _layer_quant(rule: ArchRule, mc: dict, cfg: dict, quantization: str | None, arch: str,
+                 notes: list[str]) -> dict:
+    """The MoE layers' quantization (:func:`remote.engines.sglang.quantization.quant_rule` of the
+    checkpoint's ``quantization_config`` and ``--quantization``), unquantized where the checkpoint
+    excludes every layer's experts (the partly excluded layers named in ``notes``). Raises
+    PayloadError for a quantized checkpoint of a rule that runs its experts unquantized."""
     qc = cfg.get("quantization_config")
     if not isinstance(qc, dict):
         qc = mc.get("quantization_config") if isinstance(mc.get("quantization_config"), dict) else None
@@ -427,32 +462,41 @@ def moe_shape(
         raise PayloadError(
             "bad_input", f"model config ({arch}): SGLang runs these experts through fused_moe without quantization "
                          f"({rule.source}); a {q['method']} checkpoint is not something orch can name")
-    act = activation_dtype(mc, cfg, dtype, notes)
-    selector = q["selector"]
-    if selector is None and act == "float32":
-        selector = "float32"
+    return q
 
-    n_rank = inter // moe_tp
-    if q["group_size"] and q["method"] == "moe_wna16":
-        q = dict(q, group_size=wna16_group_size(q["group_size"], n_rank, hidden))
+
+def _check_block(q: dict, n_rank: int, d: _Dims, tp: int, ep: int) -> None:
+    """Block-FP8 weights need the per-rank intermediate size ``n_rank`` to be a multiple of the
+    block's N (SGLang fp8.py refuses to load otherwise): PayloadError naming both."""
     if q["block"]:
         bn = q["block"][0]
         if n_rank % bn:
             raise PayloadError(
                 "bad_input",
                 f"block-FP8 weights need the per-rank intermediate size to be a multiple of {bn}: "
-                f"{ifield} {inter} / (TP {tp} / EP {ep}) = {n_rank} is not (SGLang fp8.py refuses to load; use a "
+                f"{d.ifield} {d.inter} / (TP {tp} / EP {ep}) = {n_rank} is not (SGLang fp8.py refuses to load; use a "
                 f"smaller TP or EP)")
 
-    fused = 0
-    if rule.fusion is not None:
-        count, size = _shared_count(rule.fusion, mc, cfg, inter)
-        moe_archs = mc.get("architectures") if mc is not cfg else cfg.get("architectures")
-        moe_arch = moe_archs[0] if isinstance(moe_archs, list) and moe_archs else None
-        fused, why = _fusion(rule.fusion, count=count, size=size, routed=experts, inter=inter, n_rank=n_rank,
-                             moe_arch=moe_arch, ep=ep, deepep=deepep, capability=capability, quant=q,
-                             disabled=disable_shared_experts_fusion)
-        notes.append(why)
+
+def _fused_shared(rule: ArchRule, mc: dict, cfg: dict, d: _Dims, n_rank: int, ep: int, deepep: bool,
+                  capability: tuple[int, int] | None, q: dict, disabled: bool, notes: list[str]) -> int:
+    """How many shared experts run inside the routed GEMM (added to E and to the runtime top-k):
+    the rule's :class:`~remote.engines.sglang.architectures.Fusion` decided by :func:`_fusion`,
+    its reason in ``notes``; 0 for a rule without one."""
+    if rule.fusion is None:
+        return 0
+    count, size = _shared_count(rule.fusion, mc, cfg, d.inter)
+    moe_archs = mc.get("architectures") if mc is not cfg else cfg.get("architectures")
+    moe_arch = moe_archs[0] if isinstance(moe_archs, list) and moe_archs else None
+    fused, why = _fusion(rule.fusion, count=count, size=size, routed=d.experts, inter=d.inter, n_rank=n_rank,
+                         moe_arch=moe_arch, ep=ep, deepep=deepep, capability=capability, quant=q, disabled=disabled)
+    notes.append(why)
+    return fused
+
+
+def _rule_notes(rule: ArchRule, mc: dict, cfg: dict, ep: int, moe_tp: int, notes: list[str]) -> None:
+    """The rule's own caveats in ``notes``: a second expert group (files of its own), non-gated
+    experts, and the notes the table keeps for it."""
     if rule.second is not None:
         e2 = _lookup(rule.second[0], mc, cfg)
         i2 = _lookup(rule.second[1], mc, cfg)
@@ -462,30 +506,3 @@ def moe_shape(
     if not rule.gated:
         notes.append("non-gated experts: w1 is [E, N, K], not [E, 2N, K]")
     notes.extend(rule.notes)
-
-    return MoeShape(
-        E=local + fused,
-        N=n_rank // 2 if q["packed"] else n_rank,
-        hidden=hidden,
-        topk=topk,
-        runtime_topk=topk + fused,
-        num_experts=experts,
-        shared_fused=fused > 0,
-        dtype_selector=selector,
-        block_shape=q["block"],
-        per_channel_quant=bool(q["per_channel"]),
-        weight_dtype=q["weight_dtype"] or act,
-        moe_layers=_moe_layer_count(rule.layers, mc, cfg),
-        architecture=arch,
-        act_dtype=act,
-        intermediate_size=inter,
-        tp=tp,
-        ep=ep,
-        quant_method=q["method"],
-        notes=notes,
-        family=rule.family,
-        sglang_source=rule.source,
-        gated=rule.gated,
-        group_size=int(q["group_size"]),
-        has_zp=bool(q["has_zp"]),
-    )

@@ -73,7 +73,7 @@ def validate_config(obj: Any, source: str, complete: bool = False) -> dict[str, 
     out: dict[int, dict] = {}
     for key, val in obj.items():
         if not isinstance(key, str) or not key.isascii() or not key.isdigit() or key.startswith("0"):
-            raise _bad(source, f"key {key!r} is not a positive integer batch size (SGLang does int(key) on every key)")
+            raise _bad(source, f"key {key!r} is not a positive integer batch size (the engines' loaders do int(key) on every key)")
         m = int(key)
         if m > MAX_BATCH_KEY:
             raise _bad(source, f"key {key!r} is larger than {MAX_BATCH_KEY}")

@@ -63,7 +63,7 @@ class WeightFormat:
         elif self.has_zp or self.group_size:
             raise ValueError(f"{self.dtype} has no zero points or group size")
         if self.dtype == "int8_w8a8" and not (self.per_channel or self.block_shape):
-            raise ValueError("int8_w8a8 runs per-channel or block scales only (SGLang asserts per_channel_quant)")
+            raise ValueError("int8_w8a8 runs per-channel or block scales only (the engine's kernel asserts per_channel_quant)")
         if self.block_shape and self.per_channel:
             raise ValueError("block and per-channel scales exclude each other")
 

@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 
 from ...host.fs import atomic_write
+from ...protocol import CHECKPOINT_FILE
 
-NAME = "checkpoint.json"
+NAME = CHECKPOINT_FILE
 
 
 def run_key(**fields) -> tuple[dict, str]:

@@ -24,6 +24,7 @@ import statistics
 import time
 
 from .events import Done, Error, Fatal, Log, Progress, WorkerExit
+from .search import DEFAULT_SCREEN
 
 REL_ERR_BAR = 1e-2  # relative error bound against the float64 reference (bf16 kernel's accumulation)
 KERNEL_FLOOR_FACTOR = 2.0  # a provider's own kernel: a tuned config may err up to this times its no-file error
@@ -135,7 +136,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 p = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + M, weights, quant=quant)
                 weights = p.weights
                 ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(Log(m, lvl)), cpu=cpu,
-                               screen=spec.get("screen") or "adaptive")
+                               screen=spec.get("screen") or DEFAULT_SCREEN)
                 short0 = (timer.stats.shortened, timer.stats.calls_saved)
                 own_default = getattr(provider, "default_config", None)
                 default = (own_default(p) if own_default else
@@ -181,7 +182,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                                       f"(bar {verdict['rel_err_bar']:.3g}{base})"))
                         continue
                 res["compile_s"] = round(compiler.seconds, 3) if compiler else 0.0
-                res["screen"] = {"mode": spec.get("screen") or "adaptive",
+                res["screen"] = {"mode": spec.get("screen") or DEFAULT_SCREEN,
                                  "shortened": timer.stats.shortened - short0[0],
                                  "graph_calls_saved": timer.stats.calls_saved - short0[1]}
                 res["time_split"] = time_split(split0, split1, t_m, t_search, t_compare, time.perf_counter(),
@@ -210,6 +211,8 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
 #: ``compile_mode`` values of a spec: ``auto`` (target compile where possible, else context), ``target``
 #: (the same, the fallback reason is reported), ``context`` (force today's path: workers with a CUDA context).
 COMPILE_MODES = ("auto", "target", "context")
+#: the ``compile_mode`` when a spec names none
+DEFAULT_COMPILE_MODE = COMPILE_MODES[0]
 
 
 def make_compiler(provider, spec: dict, device: str):
@@ -222,7 +225,7 @@ def make_compiler(provider, spec: dict, device: str):
     the target path was not taken (None when it was). Raises ValueError for an unknown mode."""
     from . import aot
     from .compile import Compiler, TargetCompiler
-    mode = spec.get("compile_mode") or "auto"
+    mode = spec.get("compile_mode") or DEFAULT_COMPILE_MODE
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {mode!r}")
     idx = int(device.split(":")[1]) if ":" in device else 0

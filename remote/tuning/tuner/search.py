@@ -51,6 +51,8 @@ SCREEN_PROTOCOL = dict(n_calls=10, reps=3)
 ADAPTIVE_SCREEN_PROTOCOL = dict(n_calls=10, reps=3, replay_us=1000.0)
 #: ``--screen`` values: the screening protocol each names.
 SCREEN_PROTOCOLS = {"adaptive": ADAPTIVE_SCREEN_PROTOCOL, "fixed": SCREEN_PROTOCOL}
+#: the ``--screen`` value when none is given
+DEFAULT_SCREEN = "adaptive"
 CPU_PROTOCOL = dict(n_calls=1, reps=1)
 
 
@@ -66,7 +68,7 @@ class Evaluator:
     ValueError for another name.
     """
 
-    def __init__(self, provider, problem, timer, compiler=None, log=None, cpu=False, screen: str = "adaptive"):
+    def __init__(self, provider, problem, timer, compiler=None, log=None, cpu=False, screen: str = DEFAULT_SCREEN):
         self.provider, self.p, self.timer, self.compiler = provider, problem, timer, compiler
         if screen not in SCREEN_PROTOCOLS:
             raise ValueError(f"screen must be one of {sorted(SCREEN_PROTOCOLS)}, got {screen!r}")

@@ -19,7 +19,8 @@ from orchestrator.facts.plan import Endpoint, Plan
 from orchestrator.facts.probe import ProbeFacts
 from orchestrator.facts.schema import FactError, from_dict, to_dict
 from orchestrator.facts.summary import BenchSummary, RunSummary
-from orchestrator.facts.unit import ServerArgs, UnitFacts
+from orchestrator.facts.unit import UnitFacts
+from remote.engines.sglang.server_args import ServerArgs
 from orchestrator.tasks import TASKS
 from tests.fakes import FakePayload, make_ctx
 
@@ -49,7 +50,7 @@ def test_the_payloads_probe_answer_parses_and_round_trips(probe_answer):
 
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.pop("install_dir"), "probe: missing field 'install_dir'"),
-    (lambda d: d["sglang"].pop("configs_root"), "probe: missing field 'sglang.configs_root'"),
+    (lambda d: d["engine"].pop("configs_root"), "probe: missing field 'engine.configs_root'"),
     (lambda d: d["model"].pop("tuner_unsupported"), "probe: missing field 'model.tuner_unsupported'"),
     (lambda d: d.update(loader_fallback=True), "probe: unknown field 'loader_fallback'"),
     (lambda d: d["model"].update(E="128"), "probe: 'model.E' must be int, got str '128'"),

@@ -87,8 +87,8 @@ def test_current_layout_fallback_folder_and_install_dir(tmp_path):
     d = last["data"]
     tf = installed_triton_folder()
     assert d["gpus"] == [] and d["device_name"] == "NVIDIA_H200"
-    assert d["triton_folder"] == tf and d["sglang_exact_folder"] == tf
-    sg = d["sglang"]
+    assert d["triton_folder"] == tf and d["exact_folder"] == tf
+    sg = d["engine"]
     assert sg["installed"] and sg["version"] == "0.5.23" and sg["layout"] == "current"
     assert sg["package_dir"] == str(site / "sglang")
     assert sg["loader_module"] == os.path.realpath(site.joinpath("sglang", *CURRENT, "fused_moe_triton_config.py"))
@@ -99,7 +99,7 @@ def test_current_layout_fallback_folder_and_install_dir(tmp_path):
     assert d["model"]["E"] == 128 and d["model"]["N"] == 768
     up, down = d["existing"]["up"], d["existing"]["down"]
     assert up["folders"] == ["triton_3_2_0", "triton_3_1_0"] and up["in_installed_folder"] is False
-    assert up["sglang_would_load"] == os.path.join(os.path.realpath(root), "triton_3_2_0", UP)
+    assert up["would_load"] == os.path.join(os.path.realpath(root), "triton_3_2_0", UP)
     assert down["folders"] == ["triton_3_2_0"]
     assert d["unparsable_folders"] == []
 
@@ -115,9 +115,9 @@ def test_file_in_installed_folder_is_exact_hit(tmp_path):
     assert d["install_dir_exists"] is True
     assert d["existing"]["up"]["in_installed_folder"] is True
     assert d["existing"]["up"]["folders"] == ["triton_99_0_0", tf]
-    assert d["existing"]["up"]["sglang_would_load"] == os.path.join(os.path.realpath(root), tf, UP)
+    assert d["existing"]["up"]["would_load"] == os.path.join(os.path.realpath(root), tf, UP)
     assert d["existing"]["down"]["in_installed_folder"] is False
-    assert d["existing"]["down"]["sglang_would_load"] is None
+    assert d["existing"]["down"]["would_load"] is None
 
 
 def test_both_layouts_reports_the_stale_one(tmp_path):
@@ -125,7 +125,7 @@ def test_both_layouts_reports_the_stale_one(tmp_path):
     cfgs = make_sglang(site, (CURRENT, OLD))
     put(cfgs[OLD] / "triton_3_1_0", UP)
     rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
-    sg = last["data"]["sglang"]
+    sg = last["data"]["engine"]
     assert sg["layout"] == "current"
     assert sg["configs_root"] == os.path.realpath(cfgs[CURRENT])
     assert sg["other_layout_configs_root"] == os.path.realpath(cfgs[OLD])
@@ -138,7 +138,7 @@ def test_old_layout_only(tmp_path):
     site = tmp_path / "site"
     cfgs = make_sglang(site, (OLD,), version="0.4.6")
     rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
-    sg = last["data"]["sglang"]
+    sg = last["data"]["engine"]
     assert (sg["layout"], sg["version"]) == ("old", "0.4.6")
     assert sg["configs_root"] == os.path.realpath(cfgs[OLD])
     assert sg["loader_module"].endswith(os.path.join("fused_moe_triton", "fused_moe_triton_config.py"))
@@ -153,8 +153,8 @@ def test_moe_config_dir_replaces_the_base(tmp_path):
     rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200",
                      "--moe-config-dir", str(custom))
     d = last["data"]
-    assert d["sglang"]["configs_root"] == str(custom / "configs")
-    assert d["sglang"]["shipped_configs_root"] == os.path.realpath(cfgs[CURRENT])
+    assert d["engine"]["configs_root"] == str(custom / "configs")
+    assert d["engine"]["shipped_configs_root"] == os.path.realpath(cfgs[CURRENT])
     assert d["install_dir"] == str(custom / "configs" / installed_triton_folder())
     assert d["existing"]["up"]["folders"] == [] and d["existing"]["down"]["folders"] == ["triton_3_3_0"]
 
@@ -163,8 +163,8 @@ def test_missing_moe_config_dir_reports_sglang_crash(tmp_path):
     rc, last = probe(tmp_path, None, "--model-config", str(QWEN), "--device-name", "NVIDIA H200",
                      "--moe-config-dir", str(tmp_path / "nowhere"))
     d = last["data"]
-    assert rc == 0 and d["sglang"]["installed"] is False
-    assert d["sglang"]["configs_root_exists"] is False
+    assert rc == 0 and d["engine"]["installed"] is False
+    assert d["engine"]["configs_root_exists"] is False
     assert "FileNotFoundError" in d["existing"]["up"]["fallback_error"]
 
 
@@ -176,7 +176,7 @@ def test_unparsable_folder_reported(tmp_path):
     rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
     d = last["data"]
     assert d["unparsable_folders"] == ["triton_3_4_0+git"]
-    assert d["existing"]["up"]["sglang_would_load"] is None
+    assert d["existing"]["up"]["would_load"] is None
     assert "ValueError" in d["existing"]["up"]["fallback_error"]
 
 
@@ -206,7 +206,7 @@ def test_tuner_provider_auto_is_builtin_without_sglangs_entry(tmp_path):
     make_sglang(site, (CURRENT,))
     rc, last = probe(tmp_path, site, "--device-name", "NVIDIA H200")
     tp = last["data"]["tuner_provider"]
-    assert last["data"]["sglang"]["installed"] and tp["auto"] == "builtin"
+    assert last["data"]["engine"]["installed"] and tp["auto"] == "builtin"
     assert "sglang.srt.layers.moe.fused_moe_triton" in tp["reason"]
 
 
@@ -231,7 +231,7 @@ def test_tuner_provider_auto_on_real_sglang_releases(tmp_path, version):
     ``fused_moe_triton/fused_moe.py``; 0.5.2-0.5.10: ``fused_moe_triton/`` split into modules;
     0.5.16+: ``sglang.kernels.ops.moe`` + ``moe_runner/triton_utils``): ``auto`` is sglang, and
     for every role the first candidate module on disk is one that holds the attribute."""
-    from remote.tuning.support import SGLANG_KERNEL_ROLES, SGLANG_OPTIONAL_ROLES
+    from remote.engines.sglang.kernel_roles import SGLANG_KERNEL_ROLES, SGLANG_OPTIONAL_ROLES
     from tests.sglang_releases import source_tree
 
     tree = source_tree(version)
@@ -264,7 +264,7 @@ def test_release_rules_come_from_its_own_loader(tmp_path):
     rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200",
                      "--moe-config-dir", str(custom))
     d = last["data"]
-    sg = d["sglang"]
+    sg = d["engine"]
     assert rc == 0 and (sg["version"], sg["layout"]) == ("0.5.0rc2", "old")
     assert sg["loader_module"] == str(ldir / "fused_moe.py")
     assert sg["loader_rules"] == {"name_selectors": ["dtype", "block_shape"], "reads_down": False,
@@ -274,9 +274,9 @@ def test_release_rules_come_from_its_own_loader(tmp_path):
     assert any("does not read it" in w for w in d["warnings"])
     assert not any("break SGLang's fallback" in w for w in d["warnings"])
     up, down = d["existing"]["up"], d["existing"]["down"]
-    assert up["folders"] == ["triton_3_5_1"] and up["sglang_would_load"] is None and up["fallback_error"] is None
-    assert down["in_installed_folder"] is True and down["read_by_sglang"] is False
-    assert down["sglang_would_load"] is None and up["read_by_sglang"] is True
+    assert up["folders"] == ["triton_3_5_1"] and up["would_load"] is None and up["fallback_error"] is None
+    assert down["in_installed_folder"] is True and down["read_by_engine"] is False
+    assert down["would_load"] is None and up["read_by_engine"] is True
 
 
 def test_fixed_list_release_falls_back_only_to_listed_folders(tmp_path):
@@ -289,9 +289,9 @@ def test_fixed_list_release_falls_back_only_to_listed_folders(tmp_path):
     put(ldir / "configs" / "triton_3_1_0", DOWN)
     rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200")
     d = last["data"]
-    assert d["sglang"]["version"] == "0.5.8" and d["sglang"]["loader_rules"]["reads_down"] is True
-    assert d["existing"]["up"]["sglang_would_load"] is None
-    assert d["existing"]["down"]["sglang_would_load"] == str(ldir / "configs" / "triton_3_1_0" / DOWN)
+    assert d["engine"]["version"] == "0.5.8" and d["engine"]["loader_rules"]["reads_down"] is True
+    assert d["existing"]["up"]["would_load"] is None
+    assert d["existing"]["down"]["would_load"] == str(ldir / "configs" / "triton_3_1_0" / DOWN)
     assert d["existing"]["down"]["folders"] == ["triton_3_5_1", "triton_3_1_0"]
 
 
@@ -345,9 +345,9 @@ def test_unreadable_loader_takes_the_rules_of_what_the_tree_shows(tmp_path, layo
                      "--moe-config-dir", str(custom))
     assert rc == 0, last
     d = last["data"]
-    sg = d["sglang"]
+    sg = d["engine"]
     assert f"using the rules of SGLang {release}," in sg["loader_rules_inferred"]
     assert sg["loader_rules"]["reads_down"] is reads_down and sg["loader_rules"]["config_dir_env"] is env
     assert sg["configs_root"] == (str(custom / "configs") if env else os.path.realpath(cfgs[layout]))
-    assert d["existing"]["down"]["read_by_sglang"] is reads_down
+    assert d["existing"]["down"]["read_by_engine"] is reads_down
     assert any("orch proves only the lookups the server's log shows" in w for w in d["warnings"])

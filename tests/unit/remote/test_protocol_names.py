@@ -42,8 +42,8 @@ def test_every_check_uses_the_one_tuple(var, arg, flag, names, default):
 
 
 def test_provider_names_resolve_to_the_resolved_names(monkeypatch):
-    import remote.tuning.support as support
-    monkeypatch.setattr(support, "sglang_entry_missing", lambda: "sglang is not installed for this interpreter")
+    from remote.engines.sglang import kernel_roles
+    monkeypatch.setattr(kernel_roles, "sglang_entry_missing", lambda: "sglang is not installed for this interpreter")
     assert resolve_provider_name("auto") == ("builtin", "sglang is not installed for this interpreter")
     assert resolve_provider_name("builtin")[0] in RESOLVED_PROVIDERS
     assert set(RESOLVED_PROVIDERS) == set(PROVIDER_NAMES) - {"auto"}

@@ -1,16 +1,20 @@
 """FlashInfer's autotune state as ``orch doctor`` reports it (``orchestrator.host.autotune``,
-``remote.engines.sglang.autotune.autotune_state``), and the probe's listing of cache folders."""
+``Engine.autotune_state``: ``remote.engines.sglang.autotune.server_state``), the cache root the
+probe and the runner trial share, and the probe's listing of cache folders."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
+import pytest
+
 from orchestrator.cli.doctor import backend_cell
 from orchestrator.facts.probe import ProbeFacts
 from orchestrator.facts.schema import from_dict
 from orchestrator.facts.unit import UnitFacts
-from orchestrator.host.autotune import autotune_state, cache_root, derived_key
+from orchestrator.host.autotune import autotune_state, workdir_of
+from remote.engines import MoeLogReport, engine_named
 from orchestrator.tasks.diagnose import autotune_why
 from remote import probe as payload_probe
 from remote.engines.sglang import autotune
@@ -43,9 +47,20 @@ def key_for(sv):
                               config_class="DeepseekV3Config")
 
 
+def derived_key(sv, pr, resolved):
+    """``(key, why not)``: :func:`remote.engines.sglang.autotune.server_key` of the probe's model."""
+    return autotune.server_key(sv, pr.to_dict()["model"], resolved)
+
+
+def cache_root(u):
+    """The unit's cache root when the engine's rule needs no home lookup (its ``HOME`` or its
+    ``$SGLANG_CACHE_DIR``): ``Engine.autotune_cache_root``, relative to :func:`workdir_of`."""
+    return engine_named(None).autotune_cache_root(u.environment, workdir_of(u), u.environment.get("HOME"))
+
+
 def state(sv, pr, env=None, log=None):
     runner = moe_runner(backend=sv.moe_runner_backend, quantization=sv.quantization, **probe_inputs(pr.to_dict()))
-    return autotune_state(unit(env), sv, pr, runner, log)
+    return autotune_state(engine_named(None), unit(env), sv, pr, runner, MoeLogReport(autotune=log))
 
 
 def cache(key, version="0.6.9", sm="sm100", files=("rank_tp0_pp0_dp0.json",)):
@@ -139,3 +154,37 @@ def test_doctor_cell_shows_runner_and_autotune():
            "autotune": {"enabled": True, "cache": "missing", "other_versions": ["/x"]}}
     assert backend_cell(row) == "auto\nrunner flashinfer_trtllm\nautotune on, cache missing, stale cache"
     assert backend_cell({"backend": "triton", "runner": {"runner": "triton"}, "autotune": None}) == "triton\nrunner triton"
+
+
+# --- one cache folder: the probe (orch doctor) and the runner trial's backup give SGLang's answer ---
+
+def _unit_ctx(tmp_path, env, probe_answer=None):
+    from tests.fakes import FakePayload, ScriptedConnection, make_ctx
+
+    unit = from_dict(UnitFacts, {"unit": "sglang-qwen", "environment": env, "user": "svc", "working_directory": "/srv",
+                                 "server": {"model_path": "/models/q"}})
+    conn = ScriptedConnection([(r"^getent passwd svc$", "svc:x:998:998::/home/svc:/usr/sbin/nologin\n")])
+    payload = FakePayload({"probe": probe_answer or {}})
+    return make_ctx(tmp_path, {"orch_unit": unit, "orch_engine": "sglang"}, connection=conn, payload=payload), payload
+
+
+@pytest.mark.parametrize("env, root", [
+    # issue 28: SGLANG_CACHE_DIR=~/c on a unit with User=svc and WorkingDirectory=/srv. SGLang reads the
+    # value as written (srt/environ.py EnvStr) and flashinfer_autotune_cache_path takes Path(value):
+    # a folder named "~" in the working directory, not svc's home
+    ({"SGLANG_CACHE_DIR": "~/c"}, "/srv/~/c"),
+    ({"SGLANG_CACHE_DIR": "cache"}, "/srv/cache"),
+    ({}, "/home/svc/.cache/sglang"),  # unset: ~/.cache/sglang of User=, expanded in the server
+])
+def test_doctor_and_the_runner_trial_find_one_cache_folder(tmp_path, env, root):
+    from orchestrator.host.autotune import autotune_cache_root
+    from orchestrator.host.runner_trial import autotune_cache_dir
+    from orchestrator.tasks import TASKS
+
+    ctx, payload = _unit_ctx(tmp_path, env)
+    assert autotune_cache_root(ctx) == root
+    assert autotune_cache_dir(ctx, "sglang-qwen") == root + "/flashinfer/autotune"
+    with pytest.raises(Exception):  # the scripted probe answer is empty: what matters is what was asked
+        TASKS["probe"].fn(ctx)
+    (command, args, _request), = payload.calls
+    assert command == "probe" and args[args.index("--autotune-cache-root") + 1] == root

@@ -1,7 +1,12 @@
 """Pure rules behind the fleet faults of issue 21 (docs/reliability.md, "Faults real fleets report")."""
 
 from orchestrator.host.sigkill import requests_without_tokens
-from orchestrator.tasks.readiness import tokens_of
+from remote.engines import engine_named
+
+
+def tokens_of(answer) -> int:
+    """Output tokens of a generation answer as readiness reads them (``Engine.parse_generation``)."""
+    return engine_named(None).parse_generation(answer).tokens
 
 
 def test_tokens_of_a_generate_answer():

@@ -27,7 +27,7 @@ def probed(tmp_path, layout, version) -> dict:
     rc, last = probe(tmp_path, site, "--model-config", str(QWEN), "--device-name", "NVIDIA H200",
                      "--capability", "9.0")
     assert rc == 0, last
-    assert last["data"]["sglang"]["loader_rules_inferred"], last["data"]["sglang"]
+    assert last["data"]["engine"]["loader_rules_inferred"], last["data"]["engine"]
     return last["data"]
 
 
@@ -65,7 +65,7 @@ def test_verify_log_reports_a_down_file_the_server_never_looked_up(tmp_path):
 def test_verify_log_still_fails_without_inferred_rules_or_without_the_up_file(tmp_path):
     data = probed(tmp_path, CURRENT, "0.5.23+vendor.1")
     up = f"{data['install_dir']}/{data['file_names']['up']}"
-    read = dict(data, sglang=dict(data["sglang"], loader_rules_inferred=None))
+    read = dict(data, engine=dict(data["engine"], loader_rules_inferred=None))
     with pytest.raises(TaskFailed, match="_down.json"):
         verify(tmp_path, read, f"x: Using MoE kernel config from {up}.\n")
     with pytest.raises(TaskFailed, match="log does not show 'Using MoE kernel config from"):

@@ -57,12 +57,17 @@ class _Conn:
 
 
 def _ctx(env, user="", passwd=""):
-    return SimpleNamespace(facts=SimpleNamespace(environment=env), connection=_Conn(user, passwd))
+    from remote.engines import engine_named
+
+    return SimpleNamespace(facts=SimpleNamespace(environment=env, unit=None, engine=engine_named(None)), vars={},
+                           connection=_Conn(user, passwd))
 
 
 @pytest.mark.parametrize("env,user,passwd,want", [
     ({"SGLANG_CACHE_DIR": "/data/sg/"}, "", "", "/data/sg/flashinfer/autotune"),
-    ({"SGLANG_CACHE_DIR": "~/c", "HOME": "/home/svc"}, "", "", "/home/svc/c/flashinfer/autotune"),
+    # SGLang does not expand a "~" it is given (srt/environ.py EnvStr, flashinfer_autotune_cache_path
+    # Path(value)): a folder named "~" in its working directory ("/" without one), not $HOME/c (issue 28)
+    ({"SGLANG_CACHE_DIR": "~/c", "HOME": "/home/svc"}, "", "", "/~/c/flashinfer/autotune"),
     ({}, "", "", "/root/.cache/sglang/flashinfer/autotune"),
     ({}, "sglang", "sglang:x:998:998::/var/lib/sglang:/usr/sbin/nologin\n",
      "/var/lib/sglang/.cache/sglang/flashinfer/autotune"),
@@ -111,9 +116,11 @@ def _key_ctx(*flags: str):
                                 "--tp", "2", *flags])
     model = SimpleNamespace(E=128, N=768, hidden=2048, topk=8, dtype_selector=None, block_shape=None,
                             model_type="qwen3_moe")
-    probe = SimpleNamespace(device_name="NVIDIA_H200", capability="9.0", sglang=SimpleNamespace(version="0.5.23"),
+    from remote.engines import engine_named
+
+    probe = SimpleNamespace(device_name="NVIDIA_H200", capability="9.0", engine=SimpleNamespace(version="0.5.23"),
                             flashinfer_version="0.6.0", model=model)
-    ctx = SimpleNamespace(facts=SimpleNamespace(probe=probe, server=server))
+    ctx = SimpleNamespace(facts=SimpleNamespace(probe=probe, server=server, engine=engine_named(None)))
     return trial_group_key(ctx, ["triton", "flashinfer_cutlass"], {"concurrency": [1, 8]})
 
 
@@ -142,7 +149,7 @@ def test_group_key_same_for_spellings_of_one_layout_and_for_flags_outside_it():
 
 
 def test_trial_flags_reads_values_and_switches():
-    from orchestrator.host.runner_trial import trial_flags
+    from remote.engines.sglang.autotune import trial_flags
 
     got = trial_flags(["--tp", "2", "--speculative-algorithm", "EAGLE", "--no-speculative-enable-w4a4-mxfp4-megamoe",
                        "--speculative-moe-runner-backend=triton", "--flashinfer-autotune-skip-ops", "moe"])

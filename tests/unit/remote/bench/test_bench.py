@@ -1,4 +1,4 @@
-"""Tests of the payload's ``bench`` command (remote/bench/: command.py, common.py, builtin.py, sglang_tool.py).
+"""Tests of the payload's ``bench`` command (remote/bench/: command.py, common.py, builtin.py; remote/engines/sglang/bench_tool.py).
 
 A tiny in-test stdlib HTTP server (loopback only) plays SGLang's streaming ``/generate``
 and ``/v1/completions`` and can answer 500s, stall, or send errors, so failure counting,
@@ -24,7 +24,7 @@ import pytest
 
 from remote.bench import builtin as bench
 from remote.bench import command, common
-from remote.bench import sglang_tool as bench_sglang
+from remote.engines.sglang import bench_tool as bench_sglang
 from remote.protocol import PayloadError
 from tests.paths import REPO as _REPO
 

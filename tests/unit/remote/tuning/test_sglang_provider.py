@@ -309,9 +309,9 @@ def test_tune_command_with_the_sglang_provider(tmp_path):
                        timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rep = json.loads((out / "report.json").read_text())
-    assert rep["provider"] == "sglang" and rep["sglang"]["version"] == "0.5.23"
-    assert rep["sglang"]["entry_points"]["invoke"] == EXPECTED["0.5.23"][0]
-    assert rep["sglang"]["file_names"]["up"] == "E=8,N=64,device_name=NVIDIA_H200.json"
+    assert rep["provider"] == "sglang" and rep["engine_info"]["version"] == "0.5.23"
+    assert rep["engine_info"]["entry_points"]["invoke"] == EXPECTED["0.5.23"][0]
+    assert rep["engine_info"]["file_names"]["up"] == "E=8,N=64,device_name=NVIDIA_H200.json"
     up = json.loads((out / "E=8,N=64,device_name=NVIDIA_H200.json").read_text())
     down = json.loads((out / "E=8,N=64,device_name=NVIDIA_H200_down.json").read_text())
     assert list(up) == ["2", "40"] == list(down)

@@ -232,3 +232,29 @@ def test_config_classes_agree_with_sglangs_own_registry():
     for model_type, name in autotune.CONFIG_CLASSES.items():
         if model_type in by_type:
             assert by_type[model_type] == name, model_type
+
+
+@pytest.mark.parametrize("value", ["~/c", "rel/dir", "/abs/cache", ""])
+def test_cache_root_as_the_server_expands_it(wheel, tmp_path, monkeypatch, value):
+    """A ``$SGLANG_CACHE_DIR`` that is set is used as written, relative to the server's working
+    directory (no ``~`` expansion): the wheel's ``flashinfer_autotune_cache_path`` run in a working
+    directory lands where ``cache_dir(cache_root(env, home, workdir))`` says (issue 28: one answer
+    for ``orch doctor``'s probe and the runner trial's backup)."""
+    ns, state, flashinfer = wheel
+    flashinfer.__version__ = "0.6.9"
+    workdir = tmp_path / "srv"
+    workdir.mkdir()
+    if value.startswith("/"):
+        value = str(tmp_path / value.lstrip("/"))
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("HOME", str(tmp_path / "home" / "svc"))
+    monkeypatch.setenv("SGLANG_CACHE_DIR", value)
+    mr = runner_of(state, model_path="/m", dtype=torch.bfloat16, quantization=None, backend="flashinfer_trtllm",
+                   tp=1, pp=1, attn_dp=1, ep=1, config_class="Qwen3MoeConfig", skip_ops=())
+    theirs = os.path.abspath(ns["flashinfer_autotune_cache_path"](mr))
+    key = autotune.cache_key(model_path="/m", dtype=str(torch.bfloat16), quantization=None, backend="flashinfer_trtllm",
+                             config_class="Qwen3MoeConfig")
+    root = autotune.cache_root({"SGLANG_CACHE_DIR": value}, str(tmp_path / "home" / "svc"), str(workdir))
+    ours = os.path.join(autotune.cache_dir(root, "0.6.9", "10.0", key), autotune.rank_file())
+    assert theirs == os.path.normpath(ours), (value, theirs, ours)
+    assert theirs.startswith(str(workdir)) or value.startswith("/")

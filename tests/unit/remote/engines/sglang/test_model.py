@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from remote.engines.sglang.architectures import ARCHITECTURES, RULES_BY_ARCH
-from remote.engines.sglang.docs import architecture_table_markdown
+from scripts.sglang_docs import architecture_table_markdown
 from remote.engines.sglang.model_config import hf_hub_dir, load_model_config, resolve_model_config_path
 from remote.engines.sglang.shape import moe_shape
 from remote.protocol import PayloadError
@@ -579,7 +579,7 @@ def test_docs_table_is_generated_from_the_rules():
     table = doc.split(begin, 1)[1].split(end, 1)[0]
     assert table == architecture_table_markdown(), (
         "docs/sglang-models.md is stale: paste the output of "
-        "python -c 'from remote.engines.sglang.docs import architecture_table_markdown as t; print(t(), end=\"\")'")
+        "python -c 'from scripts.sglang_docs import architecture_table_markdown as t; print(t(), end=\"\")'")
 
 
 # --------------------------------------------------------------------------- against SGLang 0.5.23
@@ -726,7 +726,7 @@ def test_hf_cache_miss_is_not_found(tmp_path):
 
 def test_models_and_naming_do_not_import_torch():
     code = ("import sys; import remote.engines.sglang.model_config, remote.engines.sglang.shape, remote.engines.sglang.architectures, "
-            "remote.engines.sglang.model_flags, remote.engines.sglang.docs, remote.engines.sglang.naming, remote.names, remote.engines.triton_moe.configfile; "
+            "remote.engines.sglang.model_flags, remote.engines.sglang.naming, remote.names, remote.engines.triton_moe.configfile; "
             "bad = [m for m in ('torch', 'triton', 'numpy') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)

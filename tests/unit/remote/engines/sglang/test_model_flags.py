@@ -110,7 +110,7 @@ def test_controller_argv_parses_back_through_the_payload(tmp_path, server, varia
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_model_argv_round_trips_every_flag(command):
-    values = {"model_config": "/m/config.json", "hf_home": "/hf", "download_dir": "/dl", "tp": 8, "ep": 4,
+    values = {"engine": "sglang", "model_config": "/m/config.json", "hf_home": "/hf", "download_dir": "/dl", "tp": 8, "ep": 4,
               "dtype": "float16", "quantization": "fp8", "disable_shared_experts_fusion": True,
               "device_name": "NVIDIA H200", "shape": "E=8,N=64,hidden=128,topk=2", "block_shape": "128,128"}
     mine = {f.dest: values[f.dest] for f in flags_of(command)}

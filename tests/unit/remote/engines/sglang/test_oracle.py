@@ -199,12 +199,12 @@ def test_up_lookup_and_its_log_line(rel, scenario):
     try:
         got = rel.module.get_moe_configs(E, N, None)
     except (ValueError, FileNotFoundError) as exc:
-        assert sim["sglang_would_load"] is None and sim["fallback_error"], (scenario, exc, sim)
+        assert sim["would_load"] is None and sim["fallback_error"], (scenario, exc, sim)
         assert type(exc).__name__ in sim["fallback_error"], (exc, sim)
         return
     assert sim["fallback_error"] is None, (scenario, sim)
     loaded = written.get(marker_of(got))
-    assert sim["sglang_would_load"] == loaded, (scenario, sim, loaded)
+    assert sim["would_load"] == loaded, (scenario, sim, loaded)
     # the one line this lookup logged, parsed
     lines = rel.lines()
     assert len(lines) == 1, lines
@@ -230,7 +230,7 @@ def test_moe_config_dir_where_the_release_reads_it(rel, tmp_path, monkeypatch):
     sg = rprobe.find_sglang(str(override))
     sim = rprobe.simulate_lookup(sg["configs_root"], naming.sglang_version_dir(TRITON), name, sg["loader_rules"])
     loaded = {**shipped, **mine}[marker_of(rel.module.get_moe_configs(E, N, None))]
-    assert sim["sglang_would_load"] == loaded
+    assert sim["would_load"] == loaded
     assert (loaded in mine.values()) == sg["loader_rules"]["config_dir_env"]
 
 
@@ -260,7 +260,7 @@ def test_down_lookup_and_its_log_lines(rel, scenario):
     if not rules["reads_down"]:  # such a release never looks for a _down file, even one that is there
         put_files(root, down_folders, naming.config_file_name(E, N, "NVIDIA_H200", down=True), 300)
         config = m.try_get_optimal_moe_config(*args)
-        assert up.get(config["GROUP_SIZE_M"]) == sim_up["sglang_would_load"]
+        assert up.get(config["GROUP_SIZE_M"]) == sim_up["would_load"]
         assert [parse_line(x).role for x in rel.lines()] == ["up"], rel.lines()
         return
     down_name = m.get_config_file_name(E, N, None, down_moe=True)
@@ -273,15 +273,15 @@ def test_down_lookup_and_its_log_lines(rel, scenario):
     def source(cfg) -> str | None:
         return files.get(cfg["GROUP_SIZE_M"])
 
-    assert source(config) == sim_up["sglang_would_load"]
-    assert source(down_config or config) == (sim_down["sglang_would_load"] or sim_up["sglang_would_load"])
+    assert source(config) == sim_up["would_load"]
+    assert source(down_config or config) == (sim_down["would_load"] or sim_up["would_load"])
     rep = parse_moe_log("\n".join(rel.lines()))
     assert len(rep.lines) == len(rel.lines()) == 2, rel.lines()
     up_line, down_line = rep.lines
     assert (up_line.role, down_line.role) == ("up", "down")
     assert down_line.wanted == os.path.join(str(root), exact, down_name)
-    if sim_down["sglang_would_load"]:
-        assert down_line.used == sim_down["sglang_would_load"]
+    if sim_down["would_load"]:
+        assert down_line.used == sim_down["would_load"]
         assert down_line.action == ("loaded" if down_line.used == down_line.wanted else "fallback")
     else:
         assert down_line.action == "reuse_up" and down_line.used is None

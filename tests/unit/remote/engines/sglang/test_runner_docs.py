@@ -1,4 +1,4 @@
-"""docs/runners.md's runner table is orch's answer (``remote.engines.sglang.docs.runner_table_markdown``), and
+"""docs/runners.md's runner table is orch's answer (``scripts.sglang_docs.runner_table_markdown``), and
 every SGLang 0.5.23 line it cites is where the wheel defines that function."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from remote.engines.sglang.docs import SOURCE_LINES, runner_table_markdown
+from scripts.sglang_docs import SOURCE_LINES, runner_table_markdown
 from tests.paths import REPO
 from tests.sglang_releases import source_tree
 
@@ -18,7 +18,7 @@ def test_page_holds_the_rendered_table():
     table = page.split(START, 1)[1].split(END, 1)[0]
     assert table == runner_table_markdown(), (
         "docs/runners.md's runner table differs from orch's rules; regenerate it with "
-        "python -c 'from remote.engines.sglang.docs import runner_table_markdown as t; print(t(), end=\"\")'")
+        "python -c 'from scripts.sglang_docs import runner_table_markdown as t; print(t(), end=\"\")'")
 
 
 def test_cited_lines_are_the_wheels():

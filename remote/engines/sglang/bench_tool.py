@@ -34,8 +34,8 @@ import sys
 import tempfile
 from typing import Any
 
-from ..protocol import PayloadError, log, progress
-from .common import MAX_FAILURE_FRACTION, default_num_prompts, parse_url
+from ...protocol import PayloadError, log, progress
+from ...bench.common import MAX_FAILURE_FRACTION, default_num_prompts, parse_url
 
 #: Names orch reports (remote.bench.common.METRIC_NAMES) <- alternative names seen in
 #: bench_serving outputs (older SGLang builds, vLLM). The first present wins.

@@ -1,16 +1,22 @@
-"""Markdown renderings of SGLang's rules for the documentation (stdlib only).
+"""Markdown renderings of SGLang's rules for the documentation (stdlib only): a maintainer's tool,
+not shipped to hosts (it lived in ``remote/engines/sglang/`` until issue 28, part of the payload).
 
 :func:`architecture_table_markdown` is the table of docs/sglang-models.md, rendered from
 :data:`remote.engines.sglang.architectures.ARCHITECTURES`; a test fails when the page and the data differ.
 :func:`runner_table_markdown` is the table of docs/runners.md, rendered from
 :func:`remote.engines.sglang.runner.moe_runner` (the same check).
+
+    python -m scripts.sglang_docs architectures   # the table of docs/sglang-models.md
+    python -m scripts.sglang_docs runners         # the table of docs/runners.md
 """
 
 from __future__ import annotations
 
 import json
 
-from .architectures import ARCHITECTURES, Fusion
+import sys
+
+from remote.engines.sglang.architectures import ARCHITECTURES, Fusion
 
 
 def _md(text: str) -> str:
@@ -136,7 +142,7 @@ def runner_table_markdown() -> str:
     :data:`RUNNER_WEIGHTS` and :data:`RUNNER_GPUS`, according to orch
     (:func:`remote.engines.sglang.runner.moe_runner`), and the SGLang source it follows (file and function;
     their lines in the wheel are checked by ``tests/unit/remote/engines/sglang/test_runner_docs.py``)."""
-    from .runner import moe_runner  # noqa: PLC0415 (the table's one user)
+    from remote.engines.sglang.runner import moe_runner  # noqa: PLC0415 (the table's one user)
 
     rows = ["| model family | weights | GPU | runner | reads Triton files | SGLang 0.5.23 source |",
             "|---|---|---|---|---|---|"]
@@ -168,3 +174,10 @@ def source_of(reason: str) -> str:
         if item not in seen:
             seen.append(item)
     return "; ".join(seen) or reason
+
+
+if __name__ == "__main__":
+    tables = {"architectures": architecture_table_markdown, "runners": runner_table_markdown}
+    if len(sys.argv) != 2 or sys.argv[1] not in tables:
+        sys.exit(f"usage: python -m scripts.sglang_docs {'|'.join(tables)}")
+    print(tables[sys.argv[1]](), end="")
