@@ -110,15 +110,22 @@ def compare(shape, quant, dtype, Ms, sets: dict, device: str, rounds: int) -> li
         for M in Ms:
             p = prov.make_problem(shape, M, dtype, device, 1000 + M, weights, quant=quant)
             weights = p.weights
-            fns = {name: prov.dir_fn(p, folder) for name, folder in sets.items()}
-            for fn in fns.values():
-                fn()  # compile what this set launches at M (outside the timed rounds)
+            fns, failed = {}, {}
+            for name, folder in sets.items():
+                fn = prov.dir_fn(p, folder)
+                try:
+                    fn()  # compile what this set launches at M (outside the timed rounds)
+                    fns[name] = fn
+                except Exception as exc:  # a config Triton cannot compile here: a row with its reason
+                    failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"
             samples = {name: [] for name in fns}
             for _ in range(rounds):
                 for name, fn in fns.items():
                     samples[name].append(timer.time(fn, **proto))
-            rows.append({"M": M, **{n: round(statistics.median(v), 3) for n, v in samples.items()}})
-            say("  " + "  ".join([f"M={M:<5}"] + [f"{n} {rows[-1][n]:9.2f}" for n in fns]))
+            rows.append({"M": M, **{n: round(statistics.median(v), 3) for n, v in samples.items()},
+                         **({"failed": failed} if failed else {})})
+            say("  " + "  ".join([f"M={M:<5}"] + [f"{n} {rows[-1][n]:9.2f}" for n in fns])
+                + (f"  FAILED {failed}" if failed else ""))
     finally:
         prov.close()
     return rows
@@ -177,6 +184,8 @@ def run_shape(name, args, ctx, res):
     for r in rows:
         o = r.get("orch")
         if o is None:
+            if "orch" in r.get("failed", {}):
+                verdict.append(f"M={r['M']}: orch's config did not compile: {r['failed']['orch']}")
             continue
         for base in ("shipped", "default"):
             if base in r and o > r[base] * 1.005:
@@ -206,7 +215,7 @@ def main() -> int:
                    "vllm": ctx["standins"]["release"], "standins": ctx["standins"]}}
     say("ENV", json.dumps(res["env"]))
     for name in args.shapes.split(","):
-        if time.time() - T0 > args.budget_s * 0.55 and not args.smoke:
+        if time.time() - T0 > args.budget_s * 0.5 and not args.smoke:
             say(f"skip {name}: budget")
             continue
         run_shape(name, args, ctx, res)
