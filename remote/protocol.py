@@ -33,10 +33,10 @@ DEFAULT_SEARCH_SPACE = "fast"
 
 #: ``tune --provider``: whose kernel the tuner times; ``auto`` resolves to one of
 #: :data:`RESOLVED_PROVIDERS` on the host (``remote.tuning.support.resolve_provider_name``).
-PROVIDER_NAMES: tuple[str, ...] = ("auto", "sglang", "builtin", "vllm")
+PROVIDER_NAMES: tuple[str, ...] = ("auto", "sglang", "builtin")
 DEFAULT_PROVIDER = "auto"
 #: What a provider name resolves to: SGLang's own fused-MoE kernel or orch's builtin one.
-RESOLVED_PROVIDERS: tuple[str, ...] = ("sglang", "builtin", "vllm")
+RESOLVED_PROVIDERS: tuple[str, ...] = ("sglang", "builtin")
 
 #: A run id as both sides use it (``<UTC time>-<action>-<hex>``, e.g. ``20260101T000000Z-tune-abcdef``):
 #: the name of the host's run record folder and the ``ORCH_TAG`` of a run's long commands.

@@ -20,7 +20,9 @@ for real from the release's own files. :func:`install` adds a meta-path finder t
 - ``vllm.model_executor.layers.fused_moe`` (hollow): the package's ``override_config`` /
   ``get_config`` pair, which ``try_get_optimal_moe_config`` imports from it (the release's own
   two functions are copied from its ``__init__.py`` by name with ``ast``, not rewritten);
-- every other ``vllm.*`` module: a placeholder module whose attributes are inert placeholders;
+- every other ``vllm.*`` module: a placeholder module whose attributes are inert placeholders
+  (``vllm.distributed.parallel_state``'s ``is_global_first_rank``/``is_local_first_rank`` answer
+  True, as on a one-GPU server, so vLLM's ``info_once``/``warning_once`` lines are emitted);
 - third-party packages absent here (:data:`THIRD_PARTY`): placeholders (``regex``: the standard
   library's ``re``, which the MoE path's patterns need nothing more than).
 
@@ -361,6 +363,28 @@ def _override_pair(init_file: Path) -> dict:
     return {k: ns[k] for k in ("override_config", "get_config", "_config") if k in ns}
 
 
+class _TorchUtilsLoader(importlib.machinery.SourceFileLoader):
+    """Runs the release's ``vllm/utils/torch_utils.py`` unchanged, then lets
+    ``direct_register_custom_op`` skip an op torch already holds: torch's op registry is
+    process-wide, so a second release loaded in one test process would register ``vllm::fused_experts``
+    twice (the tests and the provider call ``fused_experts_impl`` directly, never the op)."""
+
+    def exec_module(self, module):
+        super().exec_module(module)
+        register = getattr(module, "direct_register_custom_op", None)
+        if register is None:
+            return
+
+        def once(op_name, *a, target_lib=None, **k):
+            import torch
+            lib = target_lib or getattr(module, "vllm_lib", None)
+            ns = getattr(lib, "ns", "vllm")
+            if hasattr(getattr(torch.ops, ns), op_name):
+                return None
+            return register(op_name, *a, target_lib=target_lib, **k)
+        module.direct_register_custom_op = once
+
+
 class _VllmFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves ``vllm.*`` as described in the module docstring."""
 
@@ -378,7 +402,8 @@ class _VllmFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         file, pkg = self.root / rel.with_suffix(".py"), self.root / rel / "__init__.py"
         if self._real(name):
             if file.is_file():
-                return importlib.util.spec_from_file_location(name, file)
+                loader = _TorchUtilsLoader(name, str(file)) if name == "vllm.utils.torch_utils" else None
+                return importlib.util.spec_from_file_location(name, file, loader=loader)
             if pkg.is_file() and name in RUN_INIT:
                 return importlib.util.spec_from_file_location(name, pkg,
                                                               submodule_search_locations=[str(pkg.parent)])
@@ -402,7 +427,11 @@ class _VllmFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 m.__version__ = _version(self.root)
             return m
         self.placeholders.add(name)
-        return _placeholder_module(name)
+        m = _placeholder_module(name)
+        if name == "vllm.distributed.parallel_state":
+            # vLLM's *_once log calls ask whether this process is the first rank: a one-GPU server's is
+            m.is_global_first_rank = m.is_local_first_rank = lambda: True
+        return m
 
     def exec_module(self, module):
         return None

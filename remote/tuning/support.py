@@ -163,8 +163,8 @@ def resolve_provider_name(name: str) -> tuple[str, str | None]:
     finds nothing missing. Raises PayloadError ``bad_input`` for a name not in
     :data:`remote.protocol.PROVIDER_NAMES`, ``not_found`` for ``sglang`` when its entry is missing.
     """
-    if name in ("builtin", "vllm"):  # vllm: the provider's own import is the check (issue 29)
-        return name, None
+    if name == "builtin":
+        return "builtin", None
     if name not in PROVIDER_NAMES:
         raise PayloadError("bad_input", f"unknown provider {name!r} ({'|'.join(PROVIDER_NAMES)})")
     why = sglang_entry_missing()

@@ -33,13 +33,17 @@ def resolve_provider(name: str = "auto"):
     the probe said so) but it does not import: falling back would tune another kernel than the
     one the controller's store key names.
     """
-    resolved, why = resolve_provider_name(name)
-    if resolved == "vllm":
+    if name == "vllm":
+        # vLLM's kernel (issue 29): reachable below the tune command (bench/vllm_kernel_h200.py,
+        # the tuner's driver); not yet a name of remote.protocol.PROVIDER_NAMES, which the
+        # controller's inventory variable and store key use (the controller wiring comes with the
+        # Engine seam)
         from ...engines.vllm.provider import VllmProvider, VllmUnavailable
         try:
             return VllmProvider(), None
         except VllmUnavailable as exc:
             raise PayloadError("not_found", f"provider vllm unavailable: {exc}") from None
+    resolved, why = resolve_provider_name(name)
     if resolved == "builtin":
         from .builtin import BuiltinProvider
 
