@@ -64,6 +64,9 @@ BENCH_MAY_IMPORT = {
     "remote.tuning.tuner.timing": "the GPU timer",
     "remote.tuning.tuner.compile": "ahead-of-time compilation",
     "remote.tuning.tuner.driver": "the per-device steps (comparison, the device's shared memory)",
+    "remote.tuning.tuner.events": "the events the per-device steps emit (bench/vllm_kernel_h200.py)",
+    "remote.engines.vllm.provider": "vLLM's kernel, as the vllm provider drives it",
+    "remote.engines.vllm.lookup": "writing config files as vLLM reads them",
 }
 BENCH = REPO / "bench"
 
@@ -279,7 +282,8 @@ def _sglang_log_lines() -> tuple[str, ...]:
     one of them outside the home is SGLang's rule written again."""
     from remote.engines.sglang import autotune, moe_log
 
-    return (*moe_log.START_MARKERS, moe_log.READY_LINE, "Using MoE kernel config", "Config file not found at",
+    # (their own words only: "Config file not found at ..." is vLLM's wording too)
+    return (*moe_log.START_MARKERS, moe_log.READY_LINE, "Using MoE kernel config", "Fallback to triton version",
             "Using default MoE kernel config", "Down MoE config file not found", autotune.LOG_WITH_CACHE.strip(),
             autotune.LOG_DONE)
 
@@ -396,7 +400,7 @@ def f(sglang_url, **kw):                            # 6: an argument
 
 
 #: The engines' kernel providers: torch and triton, loaded only by the tuner's registry.
-ENGINE_PROVIDERS = ("remote.engines.sglang.provider",)
+ENGINE_PROVIDERS = ("remote.engines.sglang.provider", "remote.engines.vllm.provider")
 
 
 def _torch_free_modules() -> list[str]:
