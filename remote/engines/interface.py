@@ -208,8 +208,12 @@ class Engine(Protocol):
                shape: Any | None, warnings: list[str]) -> dict[str, Any]:
         """What the server on this host reads (run by the payload's ``probe``, without importing
         the engine): ``engine`` (installed, version, package dir, loader rules, configs root...),
-        ``exact_folder``, ``install_dir``, ``file_names``, ``existing`` (role -> what the loader
-        would load) and ``unparsable_folders``; ``warnings`` gets what the operator should read."""
+        ``triton_folder`` (the folder orch installs into, None where the engine keeps none per
+        Triton release), ``exact_folder`` (the one the loader tries first), ``install_dir`` and
+        ``install_dir_exists``, ``file_names`` (role -> name, as this release names them),
+        ``existing`` (role -> ``folders``, ``in_installed_folder``, ``would_load``,
+        ``fallback_error``, ``read_by_engine``) and ``unparsable_folders``; ``warnings`` gets what
+        the operator should read."""
 
     # --------------------------------------------------------------------------- 6. the log model
 

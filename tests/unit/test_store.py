@@ -125,3 +125,33 @@ def test_configs_list_at_80_columns_keeps_the_hash_and_device_whole(tmp_path):
     assert _column(proc.stdout, "hash") == [e.hash]
     assert any(e.hash in ln for ln in proc.stdout.splitlines())
     assert _column(proc.stdout, "device") == [rtx]
+
+
+def test_an_entry_of_a_store_before_engines_were_named_is_found(tmp_path, capsys):
+    """A store written before orch named engines keyed its entries by ``sglang_version`` and no
+    ``engine`` (issue 28): today's key of the same host finds that entry, read in today's names,
+    and an export of it imports under today's key."""
+    import hashlib
+
+    src = tmp_path / "tuned"
+    src.mkdir()
+    up = src / "E=128,N=768,device_name=NVIDIA_H200.json"
+    up.write_text(json.dumps(CFG))
+    key = tuning_key(PROBE, "fast", [1], "builtin")
+    assert key["engine"] == "sglang" and key["engine_version"] == "0.5.23"
+    old = {("sglang_version" if k == "engine_version" else k): v for k, v in key.items() if k != "engine"}
+    folder = tmp_path / "state" / "store" / hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    folder.mkdir(parents=True)
+    (folder / up.name).write_text(up.read_text())
+    (folder / "key.json").write_text(json.dumps(old))
+    (folder / "provenance.json").write_text(json.dumps({"files": {"up": up.name}, "host": "gpu-old"}))
+    store = ConfigStore(tmp_path / "state")
+    found = store.get(key)
+    assert found is not None and found.dir == folder and found.key == key
+    assert store.get(dict(key, engine="vllm")) is None  # another engine's key is not an old SGLang one
+    out = tmp_path / "exported"
+    assert main(["configs", "export", found.hash[:6], "--out", str(out), "--state-dir", str(tmp_path / "state")]) == 0
+    (out / "key.json").write_text(json.dumps(old))  # an export written by the older store
+    other = tmp_path / "state2"
+    assert main(["configs", "import", str(out), "--state-dir", str(other)]) == 0
+    assert ConfigStore(other).get(key) is not None

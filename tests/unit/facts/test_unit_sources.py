@@ -171,3 +171,18 @@ def test_unknown_specifier_is_refused():
     text = unit_text("EnvironmentFile=%h/sglang.env")
     with pytest.raises(UnitError, match="specifier %h"):
         gather_unit(host(text), "sglang-qwen")
+
+
+def test_the_engine_is_recognised_or_named_by_orch_engine():
+    """The unit's command line names its engine (``launch.engine``); ``orch_engine`` reads it by that
+    engine's rules alone, and an engine orch does not know is refused naming the unit."""
+    text = unit_text(exec_start=f"/usr/bin/numactl -N 0 {PY} -m sglang.launch_server --model-path /m --tp 2")
+    facts = gather_unit(host(text), "sglang-qwen")
+    assert facts.engine == "sglang" and facts.launch.forms == ["numactl", "python -m sglang.launch_server"]
+    named = gather_unit(host(text), "sglang-qwen", engine="sglang")
+    assert named.server == facts.server and named.engine == "sglang"
+    with pytest.raises(UnitError, match="unit sglang-qwen: engine 'tgi' is not one orch knows"):
+        gather_unit(host(text), "sglang-qwen", engine="tgi")
+    # a stored unit fact reads its server back as its engine's record
+    again = type(facts).from_dict(facts.to_dict())
+    assert again.server == facts.server and again.engine == "sglang"

@@ -506,3 +506,23 @@ def test_limit_from_file(fleet, tmp_path):
 def test_get_host_suggests(fleet):
     with pytest.raises(InventoryError, match="did you mean 'rtx-01'"):
         fleet.get_host("rtx-1")
+
+
+def test_old_variable_names_are_aliases_of_the_new(tmp_path):
+    """``orch_sglang_url`` is the old name of ``orch_server_url`` (issue 28): it sets the new one
+    when that is unset, and both read the same value; ``orch_engine`` takes an engine orch knows."""
+    inv = load(tmp_path, """
+        all:
+          hosts:
+            a: {ansible_host: 10.1.0.5, orch_sglang_url: "http://10.1.0.5:31000"}
+            b: {orch_server_url: "http://b:1", orch_engine: sglang}
+    """)
+    a, b = inv.host_vars("a"), inv.host_vars("b")
+    assert a["orch_server_url"] == a["orch_sglang_url"] == "http://10.1.0.5:31000" and a["orch_engine"] is None
+    assert b["orch_server_url"] == b["orch_sglang_url"] == "http://b:1" and b["orch_engine"] == "sglang"
+    with pytest.raises(InventoryError, match="orch_engine must be one of 'sglang'"):
+        load(tmp_path, """
+            all:
+              hosts:
+                c: {orch_engine: tgi}
+        """)
