@@ -25,6 +25,7 @@ from .probe import ProbeFacts
 from .runner_trial import RunnerTrial, RunnerTritonFiles
 from .schema import FactError, Record
 from .server_group import ServerGroup
+from .systemd_unit import Unit, scope_of
 from .unit import ServerArgs, UnitFacts
 
 
@@ -90,6 +91,8 @@ class HostFacts:
 
     #: the unit's state, environment and parsed launch command (unit_facts)
     unit = Fact("orch_unit", UnitFacts)
+    #: the unit's handle: name, manager and log targets; every systemctl/journalctl goes through it (unit_facts)
+    systemd_unit = Fact("orch_systemd_unit", Unit)
     #: the multi-node server this host is a rank of (unit_facts; absent for a single-node unit)
     server_group = Fact("orch_server_group", ServerGroup)
     #: the Python that runs the unit (unit_facts)
@@ -168,6 +171,21 @@ class HostFacts:
     def server(self) -> ServerArgs:
         """The unit's parsed launch command (``orch_unit.server``, :func:`server_of`)."""
         return server_of(self.unit)
+
+    def unit_handle(self, name: str | None = None) -> Unit:
+        """The handle of the unit ``name`` (:class:`orchestrator.facts.systemd_unit.Unit`; None:
+        the unit this play read): the one ``unit_facts`` set (``orch_systemd_unit``) when it names
+        that unit; else (a playbook or a test that did not read it) one with the host's
+        ``orch_systemd_scope`` and the unit facts' log files. The one way tasks and host helpers
+        get at a unit, so none can leave out its manager or its log files."""
+        handle = self.systemd_unit
+        if handle is not None and (name is None or handle.name == name):
+            return handle
+        unit = self.unit
+        if name is None:
+            name = unit.unit if unit is not None else ""
+        files = list(unit.log_files) if unit is not None and unit.unit == name else []
+        return Unit(name, scope_of(self._vars), files)
 
     @property
     def environment(self) -> dict[str, str]:

@@ -19,12 +19,12 @@ from remote.engines.sglang.runner import MoeRunner, moe_runner, probe_inputs
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import last_start, log_files, unit_log
+from ..facts.journal import last_start_log
 from ..facts.plan import Plan
 from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
 from ..facts.server_group import ServerGroup
-from ..facts.unit import ServerArgs, scope_of
+from ..facts.unit import ServerArgs
 from ..host.autotune import cache_root as autotune_cache_root
 from ..host.container import install_target, require_name
 from ..host.endpoint import find_endpoint
@@ -181,7 +181,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
-    text = last_start(unit_log(ctx.connection, name, scope=scope_of(ctx.vars), files=log_files(ctx)))
+    text = last_start_log(ctx.connection, ctx.facts.unit_handle(name))
     rep = parse_moe_log(text) if text is not None else None
     as_unit = runner is None or runner == (server.moe_runner_backend or "auto")
     runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
-from ..facts.unit import is_active, scope_of
 from ..host.container import end_leftover_container
 from ..host.devices import ALL_GPUS, unit_gpu_devices
 from ..host.sigkill import note_sigkills
@@ -109,7 +108,7 @@ def held_stopped(ctx, unit: str) -> None:
     leftovers only once the unit is inactive, so no exit it causes counts as a crash of the unit.
     Something else can start it (a unit that ``Requires=`` it, a timer, the operator): then the
     tuner would share the GPUs with the server. Raises :class:`TaskFailed` naming the state."""
-    state = is_active(ctx.connection, unit, scope_of(ctx.vars))
+    state = ctx.facts.unit_handle(unit).is_active(ctx.connection)
     if state in ("active", "activating", "reloading"):
         raise TaskFailed(f"{unit} is {state} again while orch holds it stopped for the tune (it was started by "
                          "something other than orch: a unit that Requires= or Wants= it, a timer, the operator; "
