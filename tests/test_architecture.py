@@ -1,7 +1,8 @@
 """The import rules between the payload (``remote/``) and the controller (``orchestrator/``).
 
 - (a) nothing under ``remote/`` imports ``orchestrator`` (the payload runs alone on a host);
-- (b) ``orchestrator/`` imports from ``remote`` only ``remote.engines...`` and ``remote.protocol``;
+- (b) ``orchestrator/`` imports from ``remote`` only ``remote.engines...``, ``remote.protocol`` and
+  the GPU vendors' facade ``remote.gpus`` (never a vendor's own module: :data:`FACADES_ONLY`);
 - (c) the stdlib-only parts of ``remote`` import with torch and triton blocked;
 - (d) at most 6 modules at the top of ``remote/`` (the rest lives in role folders);
 - (e) no import cycle inside ``remote/`` (:func:`import_cycles`, reusable for any package);
@@ -35,7 +36,10 @@ REMOTE = REPO / "remote"
 ORCH = REPO / "orchestrator"
 
 #: Where the controller may import the payload's code (docs/protocol.md).
-ALLOWED_FROM_CONTROLLER = ("remote.engines", "remote.protocol")
+ALLOWED_FROM_CONTROLLER = ("remote.engines", "remote.protocol", "remote.gpus")
+#: Of those, the packages the controller imports only as a whole (their facade), never a module below:
+#: the GPU vendors (``remote.gpus``: ``remote/gpus/nvidia.py`` is reached through it)
+FACADES_ONLY = ("remote.gpus",)
 
 #: What the GPU measurement scripts of ``bench/`` may import from the payload, and why: they time
 #: and check the kernels, the search and its parts on a real GPU, below the ``tune`` command.
@@ -241,6 +245,8 @@ def test_payload_never_imports_the_controller():
 
 
 def _allowed(module: str) -> bool:
+    if any(module.startswith(f + ".") for f in FACADES_ONLY):
+        return False
     return any(module == a or module.startswith(a + ".") for a in ALLOWED_FROM_CONTROLLER)
 
 
@@ -255,7 +261,8 @@ def test_controller_imports_only_the_shared_rules_of_the_payload():
     assert not bad, f"orchestrator/ may import only {ALLOWED_FROM_CONTROLLER} from remote:\n" + "\n".join(bad)
     # and it does use them (the rule is about something real)
     used = {t for _, _, t, _ in imports_of_tree(ORCH) if t.startswith("remote.")}
-    assert {"remote.protocol", "remote.engines.triton_moe.configfile", "remote.engines.sglang.defaults"} <= used, used
+    assert {"remote.protocol", "remote.engines.triton_moe.configfile", "remote.engines.sglang.defaults",
+            "remote.gpus"} <= used, used
 
 
 #: The engines' kernel providers: torch and triton, loaded only by the tuner's registry.
@@ -525,3 +532,67 @@ def test_no_import_cycle_in_the_controller():
     """Issue 10: no cycle in orchestrator/ either (function-level imports count)."""
     cycles = import_cycles(ORCH)
     assert cycles == [], "import cycles in orchestrator/:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+#: NVIDIA's names in code: its tool, its device files, its kernel log errors, the processes that hold
+#: its device files, its visible-devices variable and its partitions. Outside ``remote/gpus/`` a GPU
+#: vendor's knowledge is reached through :class:`remote.gpus.GpuVendor` (``ctx.facts.vendor``).
+VENDOR_NAMES = ("nvidia-smi", "/dev/nvidia", "Xid", "nvidia-persistenced", "nv-hostengine", "CUDA_VISIBLE_DEVICES",
+                "MIG-")
+#: where a vendor's name may stay in code outside ``remote/gpus/``, and why
+VENDOR_NAME_ALLOWED = {
+    ("orchestrator/facts/unit.py", "CUDA_VISIBLE_DEVICES"):
+        "ENV_KEYS: the variables SGLang's server reads, compared with the running server's (the engine's list)",
+    ("orchestrator/payload/model_args.py", "CUDA_VISIBLE_DEVICES"):
+        "PAYLOAD_ENV_KEYS: the unit's variables the payload's tuner gets (the engine's list)",
+    ("remote/tuning/tuner/aot.py", "CUDA_VISIBLE_DEVICES"):
+        "the tuner's compile workers hide every GPU from torch (CUDA's variable; ROCm's HIP honours it too)",
+}
+
+
+def _code_strings(path: Path):
+    """``(line, text)`` of every string constant of a module that is not a docstring (prose may
+    name a vendor's tools; code may not)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            docs.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+
+
+def vendor_name_uses(roots=(ORCH, REMOTE)) -> list[tuple[str, int, str]]:
+    """``(file, line, name)`` of each of :data:`VENDOR_NAMES` in a string of code outside
+    ``remote/gpus/`` (docstrings left out)."""
+    out = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel.startswith("remote/gpus/"):
+                continue
+            for line, text in _code_strings(path):
+                out += [(rel, line, n) for n in VENDOR_NAMES if n in text]
+    return out
+
+
+def test_nvidia_names_live_in_the_gpu_vendor_module():
+    uses = vendor_name_uses()
+    bad = [f"{f}:{line}: {n!r}" for f, line, n in uses if (f, n) not in VENDOR_NAME_ALLOWED]
+    assert not bad, ("NVIDIA's names belong in remote/gpus/nvidia.py; reach them through remote.gpus.GpuVendor "
+                     "(ctx.facts.vendor):\n" + "\n".join(bad))
+    stale = sorted(set(VENDOR_NAME_ALLOWED) - {(f, n) for f, _, n in uses})
+    assert not stale, f"allowed uses that are gone (drop them from VENDOR_NAME_ALLOWED): {stale}"
+    # the scan finds what it looks for: NVIDIA's own module is full of them
+    nvidia = {n for _, text in _code_strings(REMOTE / "gpus" / "nvidia.py") for n in VENDOR_NAMES if n in text}
+    assert {"nvidia-smi", "/dev/nvidia", "Xid"} <= nvidia, nvidia
+
+
+def test_vendor_name_scan_skips_docstrings_and_finds_code(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('"""nvidia-smi in the module docstring"""\n\ndef g():\n    """/dev/nvidia0 in prose"""\n'
+                 '    return ["nvidia-smi", "-L"]\n')
+    assert list(_code_strings(f)) == [(5, "nvidia-smi"), (5, "-L")]

@@ -18,6 +18,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from remote.gpus import GpuVendor, vendor_for
+
 from .bench import BenchResult
 from .gpu_health import GpuHealth
 from .plan import Endpoint, Plan
@@ -99,7 +101,9 @@ class HostFacts:
     interpreter = Fact("orch_interpreter", str)
     #: the payload's probe of the host (probe)
     probe = Fact("orch_probe", ProbeFacts)
-    #: the kernel log's Xid lines and nvidia-smi's state before anything stopped (gpu_health)
+    #: the host's GPU vendor, chosen once from the device name the probe found (probe)
+    gpu_vendor = Fact("orch_gpu_vendor", GpuVendor)
+    #: the kernel log's GPU error lines and the management tool's state before anything stopped (gpu_health)
     gpu_health = Fact("orch_gpu_health", GpuHealth)
     #: what a tune would do (plan)
     plan = Fact("orch_plan", Plan)
@@ -186,6 +190,14 @@ class HostFacts:
             name = unit.unit if unit is not None else ""
         files = list(unit.log_files) if unit is not None and unit.unit == name else []
         return Unit(name, scope_of(self._vars), files)
+
+    @property
+    def vendor(self) -> GpuVendor:
+        """The host's GPU vendor (:class:`remote.gpus.GpuVendor`): ``orch_gpu_vendor`` once the probe
+        set it; before (or without) the probe, the vendor of the inventory's ``orch_device_name``,
+        else :data:`remote.gpus.DEFAULT` (NVIDIA)."""
+        found = self.gpu_vendor
+        return found if found is not None else vendor_for(self._vars.get("orch_device_name"))
 
     @property
     def environment(self) -> dict[str, str]:

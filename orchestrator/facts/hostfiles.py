@@ -79,6 +79,16 @@ def is_executable(connection, path: str, timeout: float = 30) -> bool:
     return connection.run(["test", "-x", path], check=False, timeout=timeout).ok
 
 
+def command_path(connection, name: str, search_path: str, timeout: float = 60) -> str | None:
+    """Where the command ``name`` is on the host when ``search_path`` (a ``PATH`` value) is the
+    search path, as a shell finds it (``command -v``, run with that ``PATH``); None when it is not
+    found there (its exit status says so) or the answer is not an absolute path."""
+    res = connection.run(["env", f"PATH={search_path}", "sh", "-c", 'command -v -- "$1"', "sh", name],
+                         check=False, timeout=timeout)
+    found = res.stdout.strip().splitlines()[-1:] if res.ok else []
+    return found[0] if found and found[0].startswith("/") else None
+
+
 def names_in_folder(connection, folder: str, pattern: str, timeout: float = 60) -> list[str]:
     """The paths of the entries of ``folder`` whose name matches the shell pattern ``pattern``
     (``find FOLDER -mindepth 1 -maxdepth 1 -name PATTERN``; through sudo only when refused),

@@ -16,6 +16,7 @@ import shlex
 from remote.engines.sglang.moe_log import MoeLogReport, parse_moe_log
 from remote.engines.sglang.naming import parse_config_file_name
 from remote.engines.sglang.runner import MoeRunner, moe_runner, probe_inputs
+from remote.gpus import vendor_for
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -32,12 +33,13 @@ from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
 
 
-@task("probe", check_mode=READ_ONLY, sets=("orch_probe",))
+@task("probe", check_mode=READ_ONLY, sets=("orch_probe", "orch_gpu_vendor"))
 def probe(ctx) -> TaskResult:
     """Ask the host what it is (payload ``probe``, with the unit's model, TP/EP and environment):
     GPUs, Triton, SGLang and its config folder, the model's E/N/top-k and the exact file names
     SGLang looks for, FlashInfer's version and the autotune caches under the unit's
-    ``$SGLANG_CACHE_DIR`` (``orch_probe``).
+    ``$SGLANG_CACHE_DIR`` (``orch_probe``), and the host's GPU vendor chosen from the device name
+    its GPUs go by (``orch_gpu_vendor``, :func:`remote.gpus.vendor_for`).
 
     Refused when the tuner's work folder (``<orch_state_dir>/work``) is on a ``noexec`` mount
     (Triton could not load the kernels it compiles there). Fails naming the field when the answer lacks one, or carries one this controller does not
@@ -66,7 +68,9 @@ def probe(ctx) -> TaskResult:
         f" (files named for {found.device_name})" if found.device_name else "")
     return TaskResult.ok(f"{where}, triton {found.triton_version}, sglang {found.sglang.version}, "
                          f"E={model.E if model else None} N={model.N if model else None}",
-                         facts={"orch_probe": found}, **data)
+                         facts={"orch_probe": found,
+                                "orch_gpu_vendor": vendor_for(found.device_name or (gpus[0].name if gpus else None))},
+                         **data)
 
 
 def logged_lookups(rep: MoeLogReport | None) -> dict[str, str]:

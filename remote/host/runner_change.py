@@ -48,6 +48,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from ..gpus import DEFAULT, local_vendor
 from ..protocol import PayloadError
 from .changes import RUNNER_DROPIN_NAME, apply_changes, check_name, held_by_other
 from .fs import (AUTOTUNE_BACKUP, DEFAULT_STATE_DIR, atomic_write, atomic_write_json, check_run_id, fsync_dir, load_request,
@@ -57,8 +58,8 @@ from .fs import (AUTOTUNE_BACKUP, DEFAULT_STATE_DIR, atomic_write, atomic_write_
 DROPIN_NAME = RUNNER_DROPIN_NAME
 #: the system manager's folder for the administrator's units and their drop-ins (systemd.unit(5))
 SYSTEM_UNIT_DIR = "/etc/systemd/system"
-TOOLKIT_PATHS = ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime-hook",
-                 "/usr/bin/nvidia-ctk", "/etc/nvidia-container-runtime/config.toml")
+#: the GPU vendor's container toolkit files (remote.gpus.GpuVendor.container_toolkit_paths)
+TOOLKIT_PATHS = DEFAULT.container_toolkit_paths
 CONTAINER_CGROUP_MARKS = ("docker", "containerd", "libpod", "kubepods", "crio")
 CACHE_BACKUP = AUTOTUNE_BACKUP
 MAX_CACHE_BYTES = 256 * 1024 * 1024
@@ -210,9 +211,13 @@ def set_dropin_as_before(state_dir: str, run_id: str, folder: str, name: str = D
     return got
 
 
-def reload_check(toolkit_paths: tuple[str, ...] = TOOLKIT_PATHS, proc: str = "/proc") -> dict:
-    """See the module docstring (``--op reload-check``); ``toolkit_paths`` and ``proc`` for tests."""
-    toolkit = [p for p in toolkit_paths if os.path.exists(p)]
+def reload_check(toolkit_paths: tuple[str, ...] | None = None, proc: str = "/proc") -> dict:
+    """See the module docstring (``--op reload-check``); the host's GPU vendor
+    (:func:`remote.gpus.local_vendor`) gives the toolkit's files and its device files;
+    ``toolkit_paths`` and ``proc`` for tests."""
+    vendor = local_vendor()
+    toolkit = [p for p in (vendor.container_toolkit_paths if toolkit_paths is None else toolkit_paths)
+               if os.path.exists(p)]
     found = []
     for entry in os.listdir(proc):
         if not entry.isdigit():
@@ -220,7 +225,7 @@ def reload_check(toolkit_paths: tuple[str, ...] = TOOLKIT_PATHS, proc: str = "/p
         try:
             fds = os.path.join(proc, entry, "fd")
             links = [os.readlink(os.path.join(fds, fd)) for fd in os.listdir(fds)]
-            if not any(link.startswith("/dev/nvidia") for link in links):
+            if not any(vendor.is_device_file(link) for link in links):
                 continue
             with open(os.path.join(proc, entry, "cgroup")) as f:
                 cgroup = f.read()

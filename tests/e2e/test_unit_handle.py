@@ -48,6 +48,13 @@ def _about_the_unit(cmds: list[str], unit: str) -> list[str]:
     return [c for c in cmds if unit in c and ("systemctl" in c or "journalctl" in c)]
 
 
+def _changed(state, run_id: str) -> list[str]:
+    """``task: message`` of every task of the run that reported a change (its events)."""
+    events = [json.loads(x) for x in (state / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+    return [f"{e.get('task')}: {e.get('msg')}" for e in events if e.get("event") == "task"
+            and e.get("status") == "changed"]
+
+
 def _runner(h) -> str:
     """The runner the stand-in server runs (``standin_moe.runner`` of ``/get_server_info``)."""
     out = h.py("import sys,urllib.request;print(urllib.request.urlopen(sys.argv[1]).read().decode())",
@@ -84,7 +91,7 @@ def test_rerun_changes_nothing_on_a_user_unit_and_on_a_unit_logging_to_a_file(te
     again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-6000:]
     r = recap(again)["hosts"][h.name]
-    assert r["outcome"] == "completed" and r["changed"] == 0, (r, again.stderr[-4000:])
+    assert r["outcome"] == "completed" and r["changed"] == 0, _changed(state, recap(again)["run_id"])
     assert sorted(r["summary"]["unchanged"]), r["summary"]
     # not stopped, not restarted: the same main process of the same invocation
     assert _started(h) == before and h.unit_state() == "active"
