@@ -423,8 +423,10 @@ def server_args_of(launch: Launch, exec_start: list[str], args: list[str]) -> Se
     return sa
 
 
-def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
-    """Query ``unit`` on a host through ``connection`` (read-only).
+def gather_unit(connection, handle: Unit) -> UnitFacts:
+    """Query the unit ``handle`` names on a host through ``connection`` (read-only), on its manager
+    (:class:`orchestrator.facts.systemd_unit.Unit`: ``systemctl --user`` for a user unit); the
+    facts' own handle (:attr:`UnitFacts.handle`) adds the log files the unit file names.
 
     Reads the unit's EnvironmentFile= files and its SGLang ``--config`` file on the host (see the
     module docstring). Raises :class:`UnitError` when the unit does not exist or is not an SGLang
@@ -432,7 +434,7 @@ def gather_unit(connection, unit: str, scope: str = "system") -> UnitFacts:
     its ``--config`` (the message names the file). Every value is passed to the host's commands as
     its own argument (no shell).
     """
-    handle = Unit(unit or "", scope)
+    unit, scope = handle.name, handle.scope
     if not handle.valid_name():
         raise UnitError(f"invalid unit name {unit!r}")
     show_text = handle.show_text(connection, "LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup",

@@ -48,7 +48,7 @@ def unit_facts(ctx, name: str) -> TaskResult:
     ranks among the run's hosts as found before the play (``RunOptions.servers``,
     :func:`orchestrator.facts.server_group.group_servers`)."""
     try:
-        facts = gather_unit(ctx.connection, name, scope=scope_of(ctx.vars))
+        facts = gather_unit(ctx.connection, Unit(name, scope_of(ctx.vars)))
     except UnitError as exc:
         raise TaskFailed(str(exc)) from None
     ctx.run.unit = name

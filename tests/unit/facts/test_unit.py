@@ -2,6 +2,7 @@
 
 import pytest
 
+from orchestrator.facts.systemd_unit import Unit
 from orchestrator.facts.unit import (UnitError, gather_unit, parse_server_args, parse_show_exec_start,
                                      parse_unit_settings)
 from tests.fakes import unit_host
@@ -66,15 +67,15 @@ def test_real_systemd_show_exec_start():
 def test_gather_unit_errors_name_the_unit():
     t = unit_host("LoadState=not-found\nActiveState=inactive\n", "", cat_ok=False)
     with pytest.raises(UnitError, match="unit nope not found"):
-        gather_unit(t, "nope")
+        gather_unit(t, Unit("nope"))
     t = unit_host("LoadState=loaded\nActiveState=active\nMainPID=42\n",
                   "[Service]\nExecStart=/usr/bin/python3 -m http.server 8000\n")
     with pytest.raises(UnitError, match="sglang-x is not an SGLang server"):
-        gather_unit(t, "sglang-x")
+        gather_unit(t, Unit("sglang-x"))
     with pytest.raises(UnitError, match="invalid unit name"):
-        gather_unit(t, "a; rm -rf /")
+        gather_unit(t, Unit("a; rm -rf /"))
     t = unit_host("LoadState=loaded\nActiveState=active\nMainPID=42\n", UNIT)
-    f = gather_unit(t, "sglang-qwen")
+    f = gather_unit(t, Unit("sglang-qwen"))
     assert f.main_pid == 42 and f.active_state == "active" and f.server.tp == 2
     # every call is an argument list, never a shell string
     assert all(isinstance(c, list) for c in t.raw_calls)
@@ -88,32 +89,32 @@ def test_gather_unit_console_script_reads_the_shebang_on_the_host():
     t = unit_host(SHOW, "[Service]\nEnvironment=PATH=/opt/sg/bin:/usr/bin\n"
                             "ExecStart=numactl --cpunodebind=0 --membind=0 sglang serve /m --tp 2\n",
                       {"/opt/sg/bin/sglang": SCRIPT})
-    f = gather_unit(t, "sglang-serve")
+    f = gather_unit(t, Unit("sglang-serve"))
     assert f.launch.script == "/opt/sg/bin/sglang" and f.server.interpreter == "/opt/sg/bin/python3"
     assert f.launch.wrapper == ["numactl", "--cpunodebind=0", "--membind=0"]
     assert (f.server.model_path, f.server.tp) == ("/m", 2)
     t = unit_host(SHOW, "[Service]\nExecStart=/opt/sg/bin/sglang serve /m\n",
                       {"/opt/sg/bin/sglang": "#!/opt/sg/bin/python3\nfrom vllm.cli import main\n"})
     with pytest.raises(UnitError, match="is not SGLang's console script"):
-        gather_unit(t, "sglang-serve")
+        gather_unit(t, Unit("sglang-serve"))
     t = unit_host(SHOW, "[Service]\nExecStart=/opt/sg/bin/sglang serve /m\n", {})
     with pytest.raises(UnitError, match="which is not on the host"):
-        gather_unit(t, "sglang-serve")
+        gather_unit(t, Unit("sglang-serve"))
 
 
 def test_gather_unit_uv_run_and_prefixes():
     t = unit_host(SHOW, "[Service]\nEnvironment=SGLANG_MOE_CONFIG_DIR=/moe\n"
                             "ExecStart=-:/usr/bin/uv run --no-sync python -m sglang.launch_server --model-path $M\n",
                       {"/srv/app/.venv/bin/python": ""})
-    f = gather_unit(t, "sglang-uv")
+    f = gather_unit(t, Unit("sglang-uv"))
     assert f.exec_prefix == "-:" and f.server.model_path == "$M", "':' turns variable expansion off"
     assert f.server.interpreter == "/srv/app/.venv/bin/python" and f.environment["VIRTUAL_ENV"] == "/srv/app/.venv"
     assert f.environment["SGLANG_MOE_CONFIG_DIR"] == "/moe"
     t = unit_host(SHOW, "[Service]\nExecStart=/usr/bin/uv run python -m sglang.launch_server --model-path /m\n", {})
     with pytest.raises(UnitError, match="has no /srv/app/.venv/bin/python"):
-        gather_unit(t, "sglang-uv")
+        gather_unit(t, Unit("sglang-uv"))
     t = unit_host(SHOW, "[Service]\nExecStart=@/usr/bin/python3 sglang-main -m sglang.launch_server --tp 4\n", {})
-    f = gather_unit(t, "sglang-at")
+    f = gather_unit(t, Unit("sglang-at"))
     assert f.server.interpreter == "/usr/bin/python3" and f.server.tp == 4
 
 
@@ -121,7 +122,7 @@ def test_gather_unit_refuses_an_unknown_form_naming_the_forms():
     t = unit_host(SHOW, "[Service]\nExecStart=/usr/bin/nohup /usr/bin/python3 -m sglang.launch_server --tp 2\n",
                       {})
     with pytest.raises(UnitError) as exc:
-        gather_unit(t, "sglang-nohup")
+        gather_unit(t, Unit("sglang-nohup"))
     msg = str(exc.value)
     assert "unit sglang-nohup is not an SGLang server" in msg and "/usr/bin/nohup /usr/bin/python3" in msg
     assert "orch knows: <python> -m sglang.launch_server; sglang serve" in msg
