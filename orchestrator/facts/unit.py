@@ -31,7 +31,7 @@ from ..errors import OrchError
 from .container import ContainerError, ContainerRun, container_environment, detach_reason, parse_container_run
 from .hostfiles import HostFileError, is_executable, names_in_folder, process_environ, read_file
 from .sglang_config import ConfigFileError, config_path, merge_config
-from .systemd_unit import Unit, parse_show, scope_of  # noqa: F401  (parse_show, scope_of: read here by others)
+from .systemd_unit import Unit, parse_show  # noqa: F401  (parse_show: read here by the recorded-output tests)
 from .systemd_env import (EnvFileRef, SpecifierError, effective_environment, env_file_refs, expand_exec_argv,
                           expand_specifiers, parse_env_file, parse_environ, parse_show_env_files)
 
