@@ -4,7 +4,8 @@ Like Invoke's ``MockContext(run={command: Result})``: every command a task runs 
 and an unscripted one fails the test loudly, so a test says exactly what a task does on a host.
 
 - :class:`ScriptedConnection`: ``run(argv)`` answers from a script of (pattern -> result);
-  records every call (argv, become).
+  records every call (argv, become); :func:`unit_host` scripts one with a systemd unit and files.
+- :class:`FakeSSHTransport`: a Paramiko transport whose peer answers keepalive requests, or never does.
 - :class:`FakePayload`: ``call(command, args)`` answers from a dict of command -> data (or an
   exception, or a function of the args); records every call.
 - :func:`make_ctx`: a real :class:`orchestrator.engine.context.HostContext` around them; facts
@@ -42,6 +43,8 @@ class ScriptedConnection:
         self.become = become
         self.script: list[tuple[str, Any]] = list(script or [])
         self.calls: list[tuple[list[str], bool]] = []
+        #: each command as it was passed (a task must pass an argument list, never a shell string)
+        self.raw_calls: list[Any] = []
         self.files: dict[str, bytes] = {}
         self.put_files: dict[str, bytes] = {}
         self.closed = False
@@ -53,6 +56,7 @@ class ScriptedConnection:
 
     def run(self, argv, *, check: bool = True, timeout: float | None = None, become: bool = False,
             on_stdout_line: Callable[[str], None] | None = None, **_kw) -> CommandResult:
+        self.raw_calls.append(argv)
         argv = [str(a) for a in argv] if not isinstance(argv, str) else [argv]
         self.calls.append((argv, become))
         line = " ".join(argv)
@@ -89,6 +93,55 @@ class ScriptedConnection:
 
     def close(self) -> None:
         self.closed = True
+
+
+def unit_host(show: str, cat: str, files: dict[str, str] | None = None, cat_ok: bool = True) -> ScriptedConnection:
+    """A host with one systemd unit, for reading it (``gather_unit``): ``systemctl show`` answers
+    ``show``, ``systemctl cat`` answers ``cat`` (``cat_ok`` False: the manager has no file for it,
+    "No files found"); ``head -c N -- PATH`` reads ``files`` (another path: "No such file") and
+    ``test -x PATH`` finds them; the main process's environment (``/proc/PID/environ``) is gone."""
+    files = dict(files or {})
+
+    def head(argv):
+        path = argv[-1]
+        if path in files:
+            return 0, files[path], ""
+        return 1, "", f"head: cannot open '{path}': No such file or directory"
+
+    return ScriptedConnection([
+        (r"^systemctl (--user )?show", show),
+        (r"^systemctl (--user )?cat", cat if cat_ok else (1, "", "No files found")),
+        (r"^head -c", head),
+        (r"^test -x", lambda argv: (0 if argv[-1] in files else 1, "", "")),
+        (r"^cat /proc/\d+/environ$", (1, "", "No such file or directory")),
+    ])
+
+
+class FakeSSHTransport:
+    """A Paramiko transport whose peer answers global requests (``answers``) or never does (a frozen
+    sshd: no reply until the transport closes). ``requests`` lists ``(kind, wait)`` of each."""
+
+    def __init__(self, answers: bool):
+        self.answers = answers
+        self.active = True
+        self.closed = threading.Event()
+        self.requests: list[tuple[str, bool]] = []
+        self.released = threading.Event()
+
+    def is_active(self) -> bool:
+        return self.active
+
+    def global_request(self, kind, data=None, wait=True):
+        self.requests.append((kind, wait))
+        if not self.answers:  # a frozen sshd: no reply until the transport closes
+            self.released.wait()
+            return None
+        return None  # OpenSSH answers keepalive@openssh.com with a failure: a reply all the same
+
+    def close(self) -> None:
+        self.active = False
+        self.released.set()
+        self.closed.set()
 
 
 class FakePayload:

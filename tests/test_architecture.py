@@ -2,7 +2,8 @@
 
 - (a) nothing under ``remote/`` imports ``orchestrator`` (the payload runs alone on a host);
 - (b) ``orchestrator/`` imports from ``remote`` only the engines' facade (the ``remote.engines``
-  package itself, never a module below it) and ``remote.protocol``;
+  package itself, never a module below it), the GPU vendors' facade (``remote.gpus``, never a
+  vendor's own module) and ``remote.protocol``;
 - (b') no SGLang name or rule outside ``remote/engines/sglang/`` in ``orchestrator/`` and ``remote/``
   (:func:`engine_name_findings`: identifiers and string literals naming it, its flags, its log
   lines), but for :data:`ENGINE_NAME_ALLOWED`; the engine interface (``remote/engines/interface.py``,
@@ -41,9 +42,10 @@ REMOTE = REPO / "remote"
 ORCH = REPO / "orchestrator"
 
 #: Where the controller may import the payload's code (docs/protocol.md, docs/architecture.md): the
-#: engines' facade (the package, whose ``ENGINES``/``engine_for`` hand out an ``Engine``) and the
+#: engines' facade (the package, whose ``ENGINES``/``engine_for`` hand out an ``Engine``), the GPU
+#: vendors' facade (``remote.gpus``: ``remote/gpus/nvidia.py`` is reached through it) and the
 #: protocol's names, nothing below them.
-ALLOWED_FROM_CONTROLLER = ("remote.engines", "remote.protocol")
+ALLOWED_FROM_CONTROLLER = ("remote.engines", "remote.protocol", "remote.gpus")
 
 #: What the GPU measurement scripts of ``bench/`` may import from the payload, and why: they time
 #: and check the kernels, the search and its parts on a real GPU, below the ``tune`` command.
@@ -266,7 +268,7 @@ def test_controller_imports_only_the_shared_rules_of_the_payload():
     assert not bad, f"orchestrator/ may import only {ALLOWED_FROM_CONTROLLER} from remote:\n" + "\n".join(bad)
     # and it does use them (the rule is about something real)
     used = {t for _, _, t, _ in imports_of_tree(ORCH) if t.startswith("remote.")}
-    assert {"remote.protocol", "remote.engines"} <= used, used
+    assert {"remote.protocol", "remote.engines", "remote.gpus"} <= used, used
 
 
 # ----------------------------------------------------------------------------- SGLang stays in its home
@@ -666,3 +668,116 @@ def test_no_import_cycle_in_the_controller():
     """Issue 10: no cycle in orchestrator/ either (function-level imports count)."""
     cycles = import_cycles(ORCH)
     assert cycles == [], "import cycles in orchestrator/:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+#: NVIDIA's names in code: its tool, its device files, its kernel log errors, the processes that hold
+#: its device files, its visible-devices variable and its partitions. Outside ``remote/gpus/`` a GPU
+#: vendor's knowledge is reached through :class:`remote.gpus.GpuVendor` (``ctx.facts.vendor``).
+VENDOR_NAMES = ("nvidia-smi", "/dev/nvidia", "Xid", "nvidia-persistenced", "nv-hostengine", "CUDA_VISIBLE_DEVICES",
+                "MIG-")
+#: where a vendor's name may stay in code outside ``remote/gpus/``, and why
+VENDOR_NAME_ALLOWED = {
+    ("orchestrator/facts/unit.py", "CUDA_VISIBLE_DEVICES"):
+        "ENV_KEYS: the variables SGLang's server reads, compared with the running server's (the engine's list)",
+    ("orchestrator/payload/model_args.py", "CUDA_VISIBLE_DEVICES"):
+        "PAYLOAD_ENV_KEYS: the unit's variables the payload's tuner gets (the engine's list)",
+    ("remote/tuning/tuner/aot.py", "CUDA_VISIBLE_DEVICES"):
+        "the tuner's compile workers hide every GPU from torch (CUDA's variable; ROCm's HIP honours it too)",
+}
+
+
+def _code_strings(path: Path):
+    """``(line, text)`` of every string constant of a module that is not a docstring (prose may
+    name a vendor's tools; code may not)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            docs.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+
+
+def vendor_name_uses(roots=(ORCH, REMOTE)) -> list[tuple[str, int, str]]:
+    """``(file, line, name)`` of each of :data:`VENDOR_NAMES` in a string of code outside
+    ``remote/gpus/`` (docstrings left out)."""
+    out = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel.startswith("remote/gpus/"):
+                continue
+            for line, text in _code_strings(path):
+                out += [(rel, line, n) for n in VENDOR_NAMES if n in text]
+    return out
+
+
+def test_nvidia_names_live_in_the_gpu_vendor_module():
+    uses = vendor_name_uses()
+    bad = [f"{f}:{line}: {n!r}" for f, line, n in uses if (f, n) not in VENDOR_NAME_ALLOWED]
+    assert not bad, ("NVIDIA's names belong in remote/gpus/nvidia.py; reach them through remote.gpus.GpuVendor "
+                     "(ctx.facts.vendor):\n" + "\n".join(bad))
+    stale = sorted(set(VENDOR_NAME_ALLOWED) - {(f, n) for f, _, n in uses})
+    assert not stale, f"allowed uses that are gone (drop them from VENDOR_NAME_ALLOWED): {stale}"
+    # the scan finds what it looks for: NVIDIA's own module is full of them
+    nvidia = {n for _, text in _code_strings(REMOTE / "gpus" / "nvidia.py") for n in VENDOR_NAMES if n in text}
+    assert {"nvidia-smi", "/dev/nvidia", "Xid"} <= nvidia, nvidia
+
+
+def test_vendor_name_scan_skips_docstrings_and_finds_code(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('"""nvidia-smi in the module docstring"""\n\ndef g():\n    """/dev/nvidia0 in prose"""\n'
+                 '    return ["nvidia-smi", "-L"]\n')
+    assert list(_code_strings(f)) == [(5, "nvidia-smi"), (5, "-L")]
+
+
+#: Modules of the controller whose ``run(..., check=False)`` calls are all of one kind, and why; every
+#: other ``check=False`` outside ``orchestrator/facts/`` (the fact helpers: a read's failure is an
+#: answer they turn into a value) carries its reason in a comment on its line or the two above.
+CHECK_FALSE_MODULES = {
+    "orchestrator/payload/client.py": "the payload's own processes: a command's exit is its answer, read "
+                                      "from its JSON lines; cleanup (pkill, reset-failed) is best effort",
+    "orchestrator/payload/deploy.py": "staging the payload's folder: each step's result is checked by the next "
+                                      "(test -f, tree_mismatch); cleanup is best effort",
+    "orchestrator/payload/transient.py": "orch's own transient unit: its state is read, stop and reset-failed "
+                                         "of a unit that may have ended are best effort",
+    "orchestrator/connection/base.py": "removing the login user's staging folder is best effort",
+    "orchestrator/connection/ssh.py": "a checksum the copy's check reads: its failure is a failed copy",
+}
+
+
+def check_false_sites(root: Path = ORCH, base: Path = REPO) -> list[tuple[str, int, bool]]:
+    """``(file, line, has_reason)`` of every call with ``check=False`` under ``root`` (``file``
+    relative to ``base``): ``has_reason`` when a comment is on one of the call's lines or the two
+    lines above it."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, ast.Call) and any(k.arg == "check" and isinstance(k.value, ast.Constant)
+                                                  and k.value.value is False for k in node.keywords):
+                near = lines[max(0, node.lineno - 3):node.end_lineno]
+                out.append((path.relative_to(base).as_posix(), node.lineno, any("#" in x for x in near)))
+    return out
+
+
+def test_a_plain_run_raises_and_check_false_is_an_exception_with_a_reason():
+    sites = check_false_sites()
+    bad = [f"{f}:{line}" for f, line, why in sites
+           if not f.startswith("orchestrator/facts/") and f not in CHECK_FALSE_MODULES and not why]
+    assert not bad, ("a failed command raises (check=True); a read whose failure is an answer belongs in a "
+                     "fact helper (orchestrator/facts/), else say why in a comment:\n" + "\n".join(bad))
+    assert all(any(f == m for f, _, _ in sites) for m in CHECK_FALSE_MODULES), "an allowed module has none left"
+    helpers = [s for s in sites if s[0].startswith("orchestrator/facts/")]
+    assert len(helpers) >= 5 and len(sites) - len(helpers) < 45, (len(helpers), len(sites))
+
+
+def test_check_false_scan_sees_comments_above_and_on_the_line(tmp_path):
+    pkg = tmp_path / "p"
+    pkg.mkdir()
+    (pkg / "m.py").write_text("def f(c):\n    c.run(['y'],\n          check=False)\n    c.run(['z'])\n"
+                              "    # the exit is the answer\n    c.run(['x'], check=False)\n")
+    assert check_false_sites(pkg, tmp_path) == [("p/m.py", 2, False), ("p/m.py", 6, True)]

@@ -18,6 +18,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from remote.gpus import GpuVendor, vendor_for
+
 from .bench import BenchResult
 from .gpu_health import GpuHealth
 from .plan import Endpoint, Plan
@@ -25,6 +27,7 @@ from .probe import ProbeFacts
 from .runner_trial import RunnerTrial, RunnerTritonFiles
 from .schema import FactError, Record
 from .server_group import ServerGroup
+from .systemd_unit import Unit, scope_of
 from .unit import ServerArgs, UnitFacts
 
 from remote.engines import Engine, engine_named
@@ -95,13 +98,17 @@ class HostFacts:
     #: the inference engine the unit runs (unit_facts: recognised from its command line, or the
     #: inventory's ``orch_engine`` override; :attr:`engine` is its rules)
     engine_name = Fact("orch_engine", str)
+    #: the unit's handle: name, manager and log targets; every systemctl/journalctl goes through it (unit_facts)
+    systemd_unit = Fact("orch_systemd_unit", Unit)
     #: the multi-node server this host is a rank of (unit_facts; absent for a single-node unit)
     server_group = Fact("orch_server_group", ServerGroup)
     #: the Python that runs the unit (unit_facts)
     interpreter = Fact("orch_interpreter", str)
     #: the payload's probe of the host (probe)
     probe = Fact("orch_probe", ProbeFacts)
-    #: the kernel log's Xid lines and nvidia-smi's state before anything stopped (gpu_health)
+    #: the host's GPU vendor, chosen once from the device name the probe found (probe)
+    gpu_vendor = Fact("orch_gpu_vendor", GpuVendor)
+    #: the kernel log's GPU error lines and the management tool's state before anything stopped (gpu_health)
     gpu_health = Fact("orch_gpu_health", GpuHealth)
     #: what a tune would do (plan)
     plan = Fact("orch_plan", Plan)
@@ -180,6 +187,29 @@ class HostFacts:
     def server(self) -> ServerArgs:
         """The unit's parsed launch command (``orch_unit.server``, :func:`server_of`)."""
         return server_of(self.unit, self.engine)
+
+    def unit_handle(self, name: str | None = None) -> Unit:
+        """The handle of the unit ``name`` (:class:`orchestrator.facts.systemd_unit.Unit`; None:
+        the unit this play read): the one ``unit_facts`` set (``orch_systemd_unit``) when it names
+        that unit; else (a playbook or a test that did not read it) one with the host's
+        ``orch_systemd_scope`` and the unit facts' log files. The one way tasks and host helpers
+        get at a unit, so none can leave out its manager or its log files."""
+        handle = self.systemd_unit
+        if handle is not None and (name is None or handle.name == name):
+            return handle
+        unit = self.unit
+        if name is None:
+            name = unit.unit if unit is not None else ""
+        files = list(unit.log_files) if unit is not None and unit.unit == name else []
+        return Unit(name, scope_of(self._vars), files)
+
+    @property
+    def vendor(self) -> GpuVendor:
+        """The host's GPU vendor (:class:`remote.gpus.GpuVendor`): ``orch_gpu_vendor`` once the probe
+        set it; before (or without) the probe, the vendor of the inventory's ``orch_device_name``,
+        else :data:`remote.gpus.DEFAULT` (NVIDIA)."""
+        found = self.gpu_vendor
+        return found if found is not None else vendor_for(self._vars.get("orch_device_name"))
 
     @property
     def environment(self) -> dict[str, str]:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import csv
 import posixpath
-import re
 from dataclasses import asdict, dataclass, field
+
+from remote.gpus import VENDORS as GPU_VENDORS
 
 from ..errors import OrchError
 
@@ -432,21 +433,26 @@ def parse_gpu_request(value: str) -> GpuSelection:
 
 
 def _add_device(sel: GpuSelection, value: str) -> None:
+    """One ``--device`` of the run command: a GPU vendor's CDI device (``KIND=ID``, podman and
+    docker 25+) or device file (:mod:`remote.gpus`: every known vendor's, the unit being read before
+    any host is asked which it has), or an AMD GPU's ``/dev/dri``/``/dev/kfd``."""
     host = value.split(":", 1)[0]
-    if host.startswith("nvidia.com/gpu="):  # CDI (podman, docker 25+)
-        which = host.split("=", 1)[1]
+    kind, _, which = host.partition("=")
+    file_vendor = next((v for v in GPU_VENDORS if v.is_device_file(host)), None)
+    index = file_vendor.device_index(host) if file_vendor is not None else None
+    if which and any(kind == v.cdi_kind for v in GPU_VENDORS):  # CDI
         sel.options += ["--device", value]
         if which == "all":
             sel.how, sel.devices = "all", []
         elif sel.how != "all":
             sel.how = "devices"
             sel.devices.append(which)
-    elif re.fullmatch(r"/dev/nvidia\d+", host):
+    elif index is not None:
         sel.options += ["--device", value]
         if sel.how != "all":
             sel.how = "devices"
-            sel.devices.append(host[len("/dev/nvidia"):])
-    elif host.startswith("/dev/nvidia") or host.startswith("/dev/dri") or host == "/dev/kfd":
+            sel.devices.append(str(index))
+    elif file_vendor is not None or host.startswith("/dev/dri") or host == "/dev/kfd":
         sel.options += ["--device", value]
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import posixpath
 
+from .hostfiles import HostFileError, file_sha256, read_file
+
 #: larger config files are refused unread (SGLang's own are a few KiB)
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -14,12 +16,7 @@ def file_digest(connection, path: str) -> str | None:
     """The sha256 (hex) of the file ``path`` on the host, or None when it cannot be read
     (``sha256sum``, read-only; through sudo only when the login user is refused). ``orch doctor``
     compares the ranks of a multi-node server with it: every rank must load the same files."""
-    argv = ["sha256sum", "--", path]
-    res = connection.run(argv, check=False, timeout=60)
-    if not res.ok and "Permission denied" in res.stderr:
-        res = connection.run(argv, check=False, become=True, timeout=60)
-    words = res.stdout.split()
-    return words[0] if res.ok and words and len(words[0]) == 64 else None
+    return file_sha256(connection, path)
 
 
 def config_problem(connection, path: str) -> str | None:
@@ -29,16 +26,12 @@ def config_problem(connection, path: str) -> str | None:
     from remote.protocol import PayloadError
     from remote.engines import validate_config
 
-    argv = ["head", "-c", str(MAX_CONFIG_BYTES + 1), "--", path]
-    res = connection.run(argv, check=False, timeout=60)
-    if not res.ok and "Permission denied" in res.stderr:
-        res = connection.run(argv, check=False, become=True, timeout=60)
-    if not res.ok:
-        return f"cannot read: {res.stderr.strip()[:100]}"
-    if len(res.stdout.encode()) > MAX_CONFIG_BYTES:
-        return "larger than 4 MiB"
     try:
-        validate_config(json.loads(res.stdout), posixpath.basename(path))
+        text = read_file(connection, path, limit=MAX_CONFIG_BYTES, missing_ok=False)
+    except HostFileError as exc:
+        return "larger than 4 MiB" if exc.too_large else f"cannot read: {exc.reason[:100]}"
+    try:
+        validate_config(json.loads(text), posixpath.basename(path))
     except ValueError as exc:
         return f"not JSON: {exc}"
     except PayloadError as exc:
@@ -62,6 +55,7 @@ def changed_since_start(connection, main_pid: int, paths: list[str]) -> list[str
     cannot be told (no main PID, a command failed)."""
     if not main_pid or not paths:
         return []
+    # a process gone or a path missing makes it fail: then it cannot be told, which is the answer []
     res = connection.run(["sh", "-c", 'date +%s; ps -o etimes= -p "$1"; shift; stat -c %Y -- "$@"', "sh",
                           str(main_pid), *paths], check=False, timeout=30)
     return parse_changed_since_start(res.stdout, paths) if res.ok else []

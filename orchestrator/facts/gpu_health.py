@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from remote.gpus import GpuVendor
+
 from .schema import Record
 
 
@@ -16,7 +18,7 @@ from .schema import Record
 class Xid(Record):
     """One ``NVRM: Xid`` kernel log line: ``pci`` (``0000:18:00``), ``code`` (the Xid number),
     ``text`` (the rest of the line), ``time_s`` (seconds since boot; None: no stamp), ``fatal``
-    (the GPU is lost until a reset, ``remote.host.xid.FATAL_XIDS``)."""
+    (the GPU is lost until a reset, ``remote.gpus.nvidia.FATAL_XIDS``)."""
 
     pci: str
     code: int
@@ -28,10 +30,10 @@ class Xid(Record):
         """What tells two log lines apart (the same line read twice is one Xid)."""
         return (self.pci, self.code, self.text, self.time_s)
 
-    def describe(self) -> str:
-        """``Xid 79 on 0000:18:00 (at 1234.5 s): GPU has fallen off the bus.``"""
-        at = f" (at {self.time_s:g} s since boot)" if self.time_s is not None else ""
-        return f"Xid {self.code} on {self.pci}{at}: {self.text}"
+    def describe(self, vendor: GpuVendor) -> str:
+        """The line in the words of the host's GPU vendor (``Xid 79 on 0000:18:00 (at 1234.5 s):
+        GPU has fallen off the bus.``: :meth:`remote.gpus.GpuVendor.describe_error`)."""
+        return vendor.describe_error(self.code, self.pci, self.time_s, self.text)
 
 
 @dataclass(slots=True)

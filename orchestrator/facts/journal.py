@@ -1,4 +1,7 @@
-"""The unit's log (``journalctl -u UNIT``) as a fact, and the pure functions that cut it.
+"""The unit's log (``journalctl -u UNIT``, or ``--user-unit``, and its log files) as a fact, and
+the pure functions that cut it. Each read takes the unit's handle
+(:class:`orchestrator.facts.systemd_unit.Unit`), which says which manager's journal holds it and
+which files it writes to, so no read can miss either.
 
 The server logs its MoE config lookups at start-up (``Engine.parse_log``; SGLang's:
 :mod:`remote.engines.sglang.moe_log`); orch reads
@@ -15,37 +18,28 @@ from dataclasses import dataclass, field
 
 from remote.engines import Engine, engine_named
 
-from .unit import systemctl
+from .hostfiles import file_identity, tail
+from .systemd_unit import Unit
 
 #: lines read from the end of the unit's journal
 LOG_LINES = 20000
 
 
-def unit_log(connection, unit: str, lines: int = LOG_LINES, scope: str = "system",
-             files: list[str] | None = None) -> str:
-    """The last ``lines`` lines of ``unit``'s journal (root: ``become``); ``""`` when none.
+def unit_log(connection, unit: Unit, lines: int = LOG_LINES) -> str:
+    """The last ``lines`` lines of the unit's journal and of each of its log files
+    (:meth:`orchestrator.facts.systemd_unit.Unit.log`); ``""`` when none.
 
-    ``scope`` ``user``: a unit of a user's own manager (``journalctl --user-unit``).
-    ``files``: where the unit really writes when its ``StandardOutput=``/``StandardError=`` is a
-    ``file:``/``append:``/``truncate:`` target (``orch_unit.log_files``; such output bypasses the
-    journal, which then holds only systemd's own lines): the last ``lines`` lines of each are read
-    too (``tail``, through sudo) and put after the journal's, so a start's SGLang lines are found
-    where they are."""
-    which = ["--user-unit", unit] if scope == "user" else ["-u", unit]
-    text = connection.run(["journalctl", *which, "--no-pager", "-n", str(int(lines))],
-                          check=False, become=True, timeout=60).stdout
-    return text + _file_tails(connection, files, lines)
+    Its files are where the unit really writes when its ``StandardOutput=``/``StandardError=`` is
+    a ``file:``/``append:``/``truncate:`` target (``orch_unit.log_files``; such output bypasses
+    the journal, which then holds only systemd's own lines): their last lines are put after the
+    journal's, so a start's SGLang lines are found where they are."""
+    return unit.log(connection, lines)
 
 
-def _file_tails(connection, files: list[str] | None, lines: int = LOG_LINES) -> str:
-    """The last ``lines`` lines of each of ``files`` (``tail``, through sudo), each ending in a
-    newline; a file that cannot be read adds nothing."""
-    text = ""
-    for path in files or []:
-        res = connection.run(["tail", "-n", str(int(lines)), "--", path], check=False, become=True, timeout=60)
-        if res.ok:
-            text += res.stdout if res.stdout.endswith("\n") or not res.stdout else res.stdout + "\n"
-    return text
+def last_start_log(connection, unit: Unit, engine: Engine | None = None, lines: int = LOG_LINES) -> str | None:
+    """The lines of the unit's last server start in its log (:func:`unit_log`, :func:`last_start`
+    by ``engine``'s start line; None: the default engine), None when the log holds no start."""
+    return last_start(unit_log(connection, unit, lines), engine)
 
 
 @dataclass
@@ -89,48 +83,34 @@ _CURSOR = re.compile(r"^-- cursor: (\S+)\s*$", re.M)
 SUPPRESSED = re.compile(r"Suppressed (\d+) messages from (\S+)")
 
 
-def _which(unit: str, scope: str) -> list[str]:
-    return ["--user-unit", unit] if scope == "user" else ["-u", unit]
-
-
-def _stat(connection, path: str) -> tuple[int, int] | None:
-    res = connection.run(["stat", "-L", "-c", "%i %s", "--", path], check=False, become=True, timeout=60)
-    try:
-        inode, size = res.stdout.split()
-        return int(inode), int(size)
-    except ValueError:
-        return None
-
-
-def mark_start(connection, unit: str, scope: str = "system", files: list[str] | None = None) -> LogMark:
+def mark_start(connection, unit: Unit) -> LogMark:
     """Mark the unit's log before a (re)start: the journal cursor of its last entry
     (``journalctl -u UNIT -n 0 --show-cursor``: journalctl(1) prints ``-- cursor: C``), each file
     target's inode and size (``stat``), and a copy of the log for the fallback. The cursor is a
     position in the journal, not a time: a backward clock step (systemd #43805) cannot hide the
     start's entries from ``--after-cursor`` as it can from ``--since``."""
-    res = connection.run(["journalctl", *_which(unit, scope), "--no-pager", "-n", "0", "--show-cursor"],
-                         check=False, become=True, timeout=60)
+    res = unit.journal(connection, "-n", "0", "--show-cursor")
     m = _CURSOR.search(res.stdout or "") if res.ok else None
-    journal = unit_log(connection, unit, scope=scope)
+    journal = unit.journal(connection, "-n", str(LOG_LINES)).stdout
     return LogMark(cursor=m.group(1) if m else None,
-                   files={p: _stat(connection, p) for p in files or []},
-                   text=journal + _file_tails(connection, files), journal=journal)
+                   files={p: file_identity(connection, p) for p in unit.log_files},
+                   text=journal + unit.file_tails(connection, LOG_LINES), journal=journal)
 
 
 #: a 128-bit ID as systemd formats it (systemd.exec(5) ``$INVOCATION_ID``: 32 hexadecimal characters)
 _ID128 = re.compile(r"^[0-9a-f]{32}$")
 
 
-def invocation_id(connection, unit: str, scope: str = "system") -> str | None:
+def invocation_id(connection, unit: Unit) -> str | None:
     """The unit's ``InvocationID`` now (``systemctl show -p InvocationID``, systemd 232+: a new
     random 128-bit ID each time the unit goes from inactive to activating or active, passed to
     its processes as ``$INVOCATION_ID``, systemd.exec(5), and stamped by journald on each entry of
     theirs as ``_SYSTEMD_INVOCATION_ID``, systemd.journal-fields(7)). None when the manager gives
     none (an older systemd, a unit never started) or the answer is not such an ID."""
     # reading a unit's properties needs no root (systemd grants D-Bus property reads to every
-    # user), so it runs as the login user, as every other read of the server's unit does
-    res = connection.run(systemctl(scope, "show", "-p", "InvocationID", unit), check=False,
-                         become=False, timeout=60)
+    # user), so it runs as the login user, as every other read of the server's unit does; an
+    # older manager without the property, or a failed read, is "none known"
+    res = unit.systemctl(connection, "show", "-p", "InvocationID", check=False)
     for line in (res.stdout or "").splitlines() if res.ok else []:
         key, _, value = line.partition("=")
         if key.strip() == "InvocationID":
@@ -139,13 +119,13 @@ def invocation_id(connection, unit: str, scope: str = "system") -> str | None:
     return None
 
 
-def note_invocation(connection, mark: LogMark | None, unit: str, scope: str = "system") -> str | None:
+def note_invocation(connection, mark: LogMark | None, unit: Unit) -> str | None:
     """After the start that followed ``mark``: record the unit's invocation ID on the mark
     (:func:`invocation_id`), so the start's journal entries are told from an earlier invocation's.
     Returns it (None: none known; then nothing is filtered)."""
     if mark is None:
         return None
-    mark.invocation = invocation_id(connection, unit, scope)
+    mark.invocation = invocation_id(connection, unit)
     return mark.invocation
 
 
@@ -242,8 +222,7 @@ def journal_gaps(text: str, unit: str) -> list[str]:
     return out
 
 
-def read_start(connection, unit: str, mark: LogMark | None, scope: str = "system",
-               files: list[str] | None = None, lines: int = LOG_LINES) -> StartLog:
+def read_start(connection, unit: Unit, mark: LogMark | None, lines: int = LOG_LINES) -> StartLog:
     """The log of the start after ``mark`` (:func:`mark_start`), with its gaps.
 
     With a cursor: the journal's entries after it (``journalctl --after-cursor -o json``), kept to
@@ -258,49 +237,40 @@ def read_start(connection, unit: str, mark: LogMark | None, scope: str = "system
     (:func:`text_since`), the files still by offset. Without a mark (or one of only a copy, ``text``):
     the old way, the whole log now cut after the copy. journald's rate-limit lines are gaps in
     every case."""
+    name = unit.name
     if mark is None or (mark.cursor is None and not mark.files and not mark.journal):
-        text = text_since(mark.text if mark else "", unit_log(connection, unit, lines, scope, files))
-        return StartLog(text, journal_gaps(text, unit))
+        text = text_since(mark.text if mark else "", unit_log(connection, unit, lines))
+        return StartLog(text, journal_gaps(text, name))
     gaps: list[str] = []
     res = None
     dropped: list[dict] = []
     keep: list[str] = []
     if mark.cursor is not None:
         # -o json: each entry with its fields (_SYSTEMD_INVOCATION_ID); --all: no field is cut to null
-        res = connection.run(["journalctl", *_which(unit, scope), "--no-pager", "-n", str(int(lines)),
-                              "--after-cursor", mark.cursor, "-o", "json", "--all"],
-                             check=False, become=True, timeout=60)
+        res = unit.journal(connection, "-n", str(int(lines)), "--after-cursor", mark.cursor, "-o", "json", "--all")
         if not res.ok:  # a cursor the journal no longer has (vacuumed): cut after the copy
             gaps.append("the journal no longer has the start's cursor")
     if res is not None and res.ok:
-        now = invocation_id(connection, unit, scope) if mark.invocation else None
+        now = invocation_id(connection, unit) if mark.invocation else None
         keep = [i for i in dict.fromkeys([mark.invocation, now]) if i]
-        text, dropped = split_invocations(res.stdout, unit, keep)
+        text, dropped = split_invocations(res.stdout, name, keep)
     else:
-        text = text_since(mark.journal, unit_log(connection, unit, lines, scope))
-    gaps = journal_gaps(text, unit) + gaps
-    for path in files or []:
+        text = text_since(mark.journal, unit.journal(connection, "-n", str(int(lines))).stdout)
+    gaps = journal_gaps(text, name) + gaps
+    for path in unit.log_files:
         before = mark.files.get(path)
-        now = _stat(connection, path)
+        now = file_identity(connection, path)
         if now is None:
             continue
         if before is not None and now[0] == before[0] and now[1] >= before[1]:
-            cmd = ["tail", "-c", f"+{before[1] + 1}", "--", path]
+            got = tail(connection, path, from_byte=before[1])
         else:
-            cmd = ["tail", "-n", str(int(lines)), "--", path]
+            got = tail(connection, path, lines=lines)
             if before is not None:
                 how = "replaced (rotated)" if now[0] != before[0] else "truncated"
                 gaps.append(f"{path} was {how} during the start: lines written before that are not read")
-        got = connection.run(cmd, check=False, become=True, timeout=60)
-        if got.ok and got.stdout:
-            text += got.stdout if got.stdout.endswith("\n") else got.stdout + "\n"
+        text += got or ""
     return StartLog(text, gaps, by_cursor=res is not None and res.ok, other_invocations=dropped, invocations=keep)
-
-
-def log_files(ctx) -> list[str]:
-    """The unit's log files besides the journal (``orch_unit.log_files``); [] without unit facts."""
-    unit = ctx.facts.unit
-    return list(unit.log_files) if unit is not None else []
 
 
 def text_since(before: str, now: str) -> str:

@@ -31,8 +31,10 @@ from remote.engines import (Engine, EngineError, Launch, LaunchError, ServerArgs
 
 from ..errors import OrchError
 from .container import ContainerError, ContainerRun, container_environment, detach_reason, parse_container_run
+from .hostfiles import HostFileError, is_executable, names_in_folder, process_environ, read_file
 from .schema import fields_from_dict, from_dict
 from .server_config import ConfigFileError, config_path, merge_config
+from .systemd_unit import Unit, parse_show  # noqa: F401  (parse_show: read here by the recorded-output tests)
 from .systemd_env import (EnvFileRef, SpecifierError, effective_environment, env_file_refs, expand_exec_argv,
                           expand_specifiers, parse_env_file, parse_environ, parse_show_env_files)
 
@@ -143,6 +145,12 @@ class UnitFacts:
         was resolved."""
         return (self.launch.engine or None) if self.launch is not None else None
 
+    @property
+    def handle(self) -> Unit:
+        """The unit as a :class:`orchestrator.facts.systemd_unit.Unit`: its name, its manager
+        (``shape.scope``) and its log files."""
+        return Unit(self.unit, self.shape.scope, list(self.log_files))
+
     @classmethod
     def from_dict(cls, data: Any) -> "UnitFacts":
         """Leniently, from a run record or a test's partial facts (:func:`orchestrator.facts.schema.from_dict`):
@@ -155,16 +163,6 @@ class UnitFacts:
             engine = engine_named(facts.engine)
             facts.server = from_dict(type(engine.parse_server_args([])), server)
         return facts
-
-
-def parse_show(text: str) -> dict[str, str]:
-    """Parse ``systemctl show`` output (``Key=Value`` lines) into a dict."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        if "=" in line:
-            k, v = line.split("=", 1)
-            out[k.strip()] = v
-    return out
 
 
 def _unit_file_lines(text: str) -> list[str]:
@@ -321,17 +319,12 @@ def read_host_file(connection, path: str, what: str) -> str | None:
     """Text of the file ``path`` on the host (at most :data:`MAX_FILE_BYTES`), read as the login
     user and through sudo only when that is refused; None when it does not exist. Raises
     :class:`UnitError` naming ``what`` and the path when it cannot be read or is too large."""
-    argv = ["head", "-c", str(MAX_FILE_BYTES + 1), "--", path]
-    res = connection.run(argv, check=False, timeout=60)
-    if not res.ok and "Permission denied" in res.stderr:
-        res = connection.run(argv, check=False, become=True, timeout=60)
-    if not res.ok:
-        if "No such file" in res.stderr:
-            return None
-        raise UnitError(f"cannot read {what} {path}: {res.stderr.strip()[:200]}")
-    if len(res.stdout.encode()) > MAX_FILE_BYTES:
-        raise UnitError(f"{what} {path} is larger than {MAX_FILE_BYTES} bytes")
-    return res.stdout
+    try:
+        return read_file(connection, path, limit=MAX_FILE_BYTES)
+    except HostFileError as exc:
+        if exc.too_large:
+            raise UnitError(f"{what} {path} is larger than {MAX_FILE_BYTES} bytes") from None
+        raise UnitError(f"cannot read {what} {path}: {exc.reason}") from None
 
 
 def _glob_files(connection, ref: EnvFileRef) -> list[str]:
@@ -340,12 +333,7 @@ def _glob_files(connection, ref: EnvFileRef) -> list[str]:
     folder, _, pattern = ref.path.rpartition("/")
     if any(c in folder for c in "*?["):
         raise UnitError(f"EnvironmentFile={ref.path}: orch reads wildcards only in the file name, not in folders")
-    res = connection.run(["find", folder or "/", "-mindepth", "1", "-maxdepth", "1", "-name", pattern, "-print"],
-                         check=False, timeout=60)
-    if not res.ok and "Permission denied" in res.stderr:
-        res = connection.run(["find", folder or "/", "-mindepth", "1", "-maxdepth", "1", "-name", pattern, "-print"],
-                             check=False, become=True, timeout=60)
-    return sorted(line for line in res.stdout.splitlines() if line)
+    return names_in_folder(connection, folder, pattern)
 
 
 def read_env_files(connection, refs: list[EnvFileRef]) -> tuple[list[dict[str, str]], list[dict]]:
@@ -376,11 +364,8 @@ def running_environment(connection, main_pid: int) -> dict[str, str] | None:
     not read it), or None when it cannot be read."""
     if not main_pid:
         return None
-    argv = ["cat", f"/proc/{int(main_pid)}/environ"]
-    res = connection.run(argv, check=False, timeout=30)
-    if not res.ok:
-        res = connection.run(argv, check=False, become=True, timeout=30)
-    return parse_environ(res.stdout) if res.ok and res.stdout else None
+    raw = process_environ(connection, main_pid)
+    return parse_environ(raw) if raw else None
 
 
 def environment_differences(computed: dict[str, str], running: dict[str, str] | None,
@@ -423,8 +408,7 @@ def _script_path(connection, launch: Launch, environment: dict[str, str]) -> str
     for folder in [*launch.script_dirs, *path.split(":")]:
         if folder.startswith("/"):
             candidate = folder.rstrip("/") + "/" + name
-            res = connection.run(["test", "-x", candidate], check=False, timeout=30)
-            if res.ok:
+            if is_executable(connection, candidate):
                 return candidate
     return None
 
@@ -457,7 +441,7 @@ def resolve_launch(connection, unit: str, exec_start: list[str], prefix: str, wo
                             "running its entry point)")
         launch.script, launch.interpreter = path, interpreter
     if launch.venv_python:
-        if not connection.run(["test", "-x", launch.venv_python], check=False, timeout=30).ok:
+        if not is_executable(connection, launch.venv_python):
             raise UnitError(f"unit {unit}: uv run's project environment has no {launch.venv_python} (orch reads "
                             "the environment of --project/--directory, else of WorkingDirectory=)")
     return found, launch
@@ -478,21 +462,11 @@ def server_args_of(engine: Engine, launch: Launch, exec_start: list[str], args: 
     return sa
 
 
-def scope_of(variables) -> str:
-    """``system`` or ``user``: whose systemd runs the unit, from the host's variables
-    (``orch_systemd_scope``)."""
-    return "user" if variables.get("orch_systemd_scope") == "user" else "system"
-
-
-def systemctl(scope: str, *args: str) -> list[str]:
-    """``systemctl ARGS`` for the unit's manager: ``scope`` ``system`` (the system manager) or
-    ``user`` (the login user's own: ``systemctl --user``, run without sudo)."""
-    return ["systemctl", "--user", *args] if scope == "user" else ["systemctl", *args]
-
-
-def gather_unit(connection, unit: str, scope: str = "system", engine: str | None = None) -> UnitFacts:
-    """Query ``unit`` on a host through ``connection`` (read-only); ``engine``: the inventory's
-    ``orch_engine`` (None: recognised from the command line).
+def gather_unit(connection, handle: Unit, engine: str | None = None) -> UnitFacts:
+    """Query the unit ``handle`` names on a host through ``connection`` (read-only), on its manager
+    (:class:`orchestrator.facts.systemd_unit.Unit`: ``systemctl --user`` for a user unit); the
+    facts' own handle (:attr:`UnitFacts.handle`) adds the log files the unit file names.
+    ``engine``: the inventory's ``orch_engine`` (None: recognised from the command line).
 
     Reads the unit's EnvironmentFile= files and its server config file (SGLang's ``--config``) on
     the host (see the module docstring). Raises :class:`UnitError` when the unit does not exist or
@@ -500,14 +474,13 @@ def gather_unit(connection, unit: str, scope: str = "system", engine: str | None
     engine would refuse its config file (the message names the file). Every value is passed to the
     host's commands as its own argument (no shell).
     """
-    if not re.fullmatch(r"[A-Za-z0-9:_.@][A-Za-z0-9:_.@\\-]*", unit or ""):
+    unit, scope = handle.name, handle.scope
+    if not handle.valid_name():
         raise UnitError(f"invalid unit name {unit!r}")
-    show = connection.run(systemctl(scope, "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState",
-                          "-p", "MainPID", "-p", "ControlGroup", "-p", "Environment", "-p", "ExecStart",
-                          "-p", "EnvironmentFiles", "-p", "WorkingDirectory", "-p", "User"),
-                         check=False)
-    props = parse_show(show.stdout)
-    cat = connection.run(systemctl(scope, "cat", unit), check=False)
+    show_text = handle.show_text(connection, "LoadState", "ActiveState", "SubState", "MainPID", "ControlGroup",
+                                 "Environment", "ExecStart", "EnvironmentFiles", "WorkingDirectory", "User")
+    props = parse_show(show_text)
+    cat = handle.cat(connection)
     if props.get("LoadState") in ("not-found", "") and not cat.ok:
         raise UnitError(f"unit {unit} not found")
     if not cat.ok and not props.get("ExecStart"):
@@ -530,7 +503,7 @@ def gather_unit(connection, unit: str, scope: str = "system", engine: str | None
         except ValueError:
             pass
     if not cat.ok:
-        refs = parse_show_env_files(show.stdout)
+        refs = parse_show_env_files(show_text)
     file_envs, env_report = read_env_files(connection, refs)
     env = effective_environment(env, file_envs, settings.unset)
     if ":" not in settings.exec_prefix:  # ':' turns off systemd's variable expansion
@@ -635,7 +608,3 @@ def _container_of(connection, unit: str, exec_start: list[str],
         texts.append(text)
     return container, container_environment(container, env, texts)
 
-
-def is_active(connection, unit: str, scope: str = "system") -> str:
-    """``systemctl is-active UNIT`` output (``active``, ``inactive``, ``failed``, ...)."""
-    return connection.run(systemctl(scope, "is-active", unit), check=False).stdout.strip() or "unknown"

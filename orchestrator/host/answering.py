@@ -15,17 +15,7 @@ server holds (a re-parented fork of it: it cannot answer as another server).
 from __future__ import annotations
 
 from ..engine.results import TaskFailed
-from ..facts.unit import parse_show
 from ..payload.client import PayloadFailed
-
-
-def main_pid(connection, unit: str) -> int:
-    """The unit's ``MainPID`` now (``systemctl show -p MainPID``); 0 when it has none."""
-    out = connection.run(["systemctl", "show", unit, "-p", "MainPID"], check=False).stdout
-    try:
-        return int(parse_show(out).get("MainPID") or 0)
-    except ValueError:
-        return 0
 
 
 def check_answering_process(ctx, unit: str, what: str, not_pid: int | None = None) -> dict:
@@ -50,7 +40,7 @@ def check_answering_process(ctx, unit: str, what: str, not_pid: int | None = Non
         # a container unit's MainPID is the runtime client; the published port is held by the
         # runtime's own proxy (conmon, rootlessport, docker-proxy), never by the unit's processes
         return {"checked": False, "why": f"a {facts.container.runtime} container unit: the runtime holds the port"}
-    pid = main_pid(ctx.connection, unit)
+    pid = ctx.facts.unit_handle(unit).main_pid(ctx.connection)  # its manager's, as the unit's scope says
     if pid <= 0:
         raise TaskFailed(f"{unit} has no main process, yet something answers on port {port} ({what})")
     if not_pid and pid == not_pid:

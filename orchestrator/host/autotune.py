@@ -11,7 +11,7 @@ from __future__ import annotations
 from remote.engines import AutotuneState, Engine, MoeLogReport, MoeRunner, probe_view
 
 from ..facts.probe import ProbeFacts
-from ..facts.unit import ServerArgs, UnitFacts, scope_of, systemctl
+from ..facts.unit import ServerArgs, UnitFacts
 
 
 def workdir_of(unit: UnitFacts | None) -> str:
@@ -35,18 +35,16 @@ def service_home(ctx, unit: str | None = None) -> str:
     if env.get("HOME"):
         return env["HOME"]
     facts = getattr(ctx.facts, "unit", None)
-    name = unit or (facts.unit if facts is not None else str(ctx.vars.get("orch_service") or ""))
-    scope = scope_of(ctx.vars)
-    if scope == "user":
-        out = ctx.connection.run(systemctl(scope, "show-environment"), check=False).stdout
+    handle = ctx.facts.unit_handle(unit)
+    if handle.user_scope:
+        out = ctx.connection.run(handle.systemctl_argv("show-environment"), check=False).stdout
         home = next((ln.partition("=")[2] for ln in out.splitlines() if ln.startswith("HOME=")), "")
         if home:
             return home
-    if facts is not None:
+    if facts is not None and facts.unit == handle.name:
         user = facts.user or "root"
     else:
-        show = ctx.connection.run(systemctl(scope, "show", name, "-p", "User"), check=False).stdout
-        user = show.strip().partition("=")[2].strip() or "root"
+        user = handle.show(ctx.connection, "User").get("User", "").strip() or "root"
     if user == "root":
         return "/root"
     got = ctx.connection.run(["getent", "passwd", user], check=False).stdout.split(":")

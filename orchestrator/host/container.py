@@ -114,7 +114,7 @@ def container_states(connection, run: ContainerRun, name: str) -> list[str]:
     (both runtimes filter names by regular expression). Raises :class:`TaskFailed` when the
     runtime does not answer."""
     # docker before 18.09 matched "^" against its names' leading "/" (docker/cli#1201, moby/moby#37728):
-    # "^/?" fits every docker and podman
+    # "^/?" fits every docker and podman; its failure is raised below with the runtime's words
     res = connection.run(runtime_argv(run, "ps", "-a", "--filter", f"name=^/?{re.escape(name)}$",
                                       "--format", "{{.Names}} {{.State}}"), check=False, become=True, timeout=60)
     if not res.ok:
@@ -145,10 +145,11 @@ def end_container(connection, run: ContainerRun, name: str, timeout: float) -> l
         return []
     done = []
     if any(s in ("running", "paused", "restarting", "stopping") for s in states):
+        # a container that ended meanwhile makes stop or rm fail: what is left is read after each
         connection.run(runtime_argv(run, "stop", "-t", str(int(timeout)), name), check=False, become=True,
                        timeout=timeout + 60)
         done.append("stopped")
-    if container_states(connection, run, name):
+    if container_states(connection, run, name):  # rm of one gone meanwhile fails: read again below
         connection.run(runtime_argv(run, "rm", "-f", name), check=False, become=True, timeout=120)
         done.append("removed")
     left = container_states(connection, run, name)
@@ -170,6 +171,7 @@ def end_payload_containers(connection, run: ContainerRun, run_id: str, wait: flo
     runtime client leaves a ``--rm`` container running) through the runtime: ``stop -t WAIT``,
     then ``rm -f``. Returns their names ([] when none)."""
     prefix = payload_container_prefix(run_id)
+    # best effort (a rescue's cleanup): a runtime that does not answer leaves nothing to end here
     res = connection.run(runtime_argv(run, "ps", "-a", "--filter", f"name=^/?{re.escape(prefix)}",
                                       "--format", "{{.Names}}"), check=False, become=True, timeout=60)
     names = [n.lstrip("/") for n in res.stdout.split() if n.lstrip("/").startswith(prefix)] if res.ok else []

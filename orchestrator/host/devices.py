@@ -1,38 +1,44 @@
 """The GPU device files of the unit's own GPUs (reap ends leftovers on them; doctor lists their
-holders)."""
+holders), through the host's GPU vendor (``ctx.facts.vendor``, :class:`remote.gpus.GpuVendor`)."""
 
 from __future__ import annotations
 
 from ..facts.gpus import UnresolvedDevices, gather_gpus, resolve_visible_devices
 
-ALL_GPUS = "/dev/nvidia[0-9]*"
+
+def all_gpus(ctx) -> str:
+    """Every GPU device file of the host (the vendor's glob of the GPUs' own files)."""
+    return ctx.facts.vendor.gpu_device_glob
 
 
 def unit_gpu_devices(ctx) -> tuple[str | None, str]:
     """Device files of the GPUs the unit uses, comma separated, for the reaper, and how they were
     found: ``(devices or None, why)``.
 
-    ``CUDA_VISIBLE_DEVICES`` of the unit (its effective environment, EnvironmentFile= included)
-    unset -> every GPU node (``/dev/nvidia[0-9]*``); indices -> ``/dev/nvidiaN`` for those; GPU or
-    MIG UUIDs -> the device files nvidia-smi maps them to (:mod:`orchestrator.facts.gpus`; a MIG
-    device is on its parent GPU's file). When they cannot be mapped (no nvidia-smi, an entry that
-    names no GPU) the devices are None: reap nothing rather than every GPU (another unit's
-    processes would be hit). Never ``nvidiactl``/``nvidia-uvm``: every CUDA process on the host
-    holds those, so they say nothing about who uses these GPUs.
+    The vendor's visible-devices variable of the unit (``CUDA_VISIBLE_DEVICES`` for NVIDIA; its
+    effective environment, EnvironmentFile= included) unset -> every GPU node (:func:`all_gpus`);
+    indices -> those GPUs' device files; GPU or partition UUIDs -> the device files the vendor's
+    GPU table maps them to (:mod:`orchestrator.facts.gpus`; a partition is on its parent GPU's
+    file). When they cannot be mapped (no management tool, an entry that names no GPU) the devices
+    are None: reap nothing rather than every GPU (another unit's processes would be hit). Never the
+    vendor's shared control files: every process of its runtime holds those, so they say nothing
+    about who uses these GPUs.
     """
+    vendor = ctx.facts.vendor
+    name = vendor.visible_devices_env
     env = ctx.facts.environment
-    if "CUDA_VISIBLE_DEVICES" not in env:
-        return ALL_GPUS, "CUDA_VISIBLE_DEVICES unset: every GPU of the host"
-    cvd = str(env["CUDA_VISIBLE_DEVICES"]).strip()
+    if name not in env:
+        return all_gpus(ctx), f"{name} unset: every GPU of the host"
+    cvd = str(env[name]).strip()
     entries = [p.strip() for p in cvd.split(",")]
     gpus, problem = [], None
     if not all(e.isdigit() for e in entries):
-        gpus, problem = gather_gpus(ctx.connection)
+        gpus, problem = gather_gpus(ctx.connection, vendor)
         if not gpus:
-            return None, f"CUDA_VISIBLE_DEVICES={cvd} names GPUs by UUID and {problem or 'nvidia-smi lists no GPU'}"
+            return None, f"{name}={cvd} names GPUs by UUID and {problem or vendor.smi + ' lists no GPU'}"
     try:
-        devices = resolve_visible_devices(cvd, gpus)
+        devices = resolve_visible_devices(cvd, gpus, vendor)
     except UnresolvedDevices as exc:
         return None, str(exc)
-    why = f"CUDA_VISIBLE_DEVICES={cvd}" + (f" ({problem})" if problem else "")
+    why = f"{name}={cvd}" + (f" ({problem})" if problem else "")
     return ",".join(devices), why

@@ -24,7 +24,8 @@ from ..engine.results import Cancelled, TaskFailed
 from ..facts.bench import BenchResult
 from ..facts.journal import mark_start, note_invocation, text_since, unit_log
 from ..facts.plan import Endpoint
-from ..facts.unit import is_active, parse_unit_settings
+from ..facts.systemd_unit import Unit
+from ..facts.unit import parse_unit_settings
 from ..records.layout import bench_file
 from .autotune import autotune_cache_root
 from .endpoint import ask, ask_json
@@ -55,13 +56,12 @@ def _word(w: str) -> str:
     return w if _VAR_WORD.match(w) else shlex.quote(w)
 
 
-def raw_exec_start(connection, unit: str) -> list[str]:
+def raw_exec_start(connection, unit: Unit) -> list[str]:
     """The unit's ExecStart words as its files give them (``systemctl cat``: unit file and drop-ins,
     the last non-empty ``ExecStart=`` winning), variables not expanded. Raises TaskFailed when none."""
-    cat = connection.run(["systemctl", "cat", unit], check=False)
-    words = parse_unit_settings(cat.stdout).exec_start
+    words = parse_unit_settings(unit.cat(connection).stdout).exec_start
     if not words:
-        raise TaskFailed(f"{unit}: `systemctl cat` shows no ExecStart=; orch cannot write a drop-in for it")
+        raise TaskFailed(f"{unit.name}: `systemctl cat` shows no ExecStart=; orch cannot write a drop-in for it")
     return words
 
 
@@ -78,8 +78,10 @@ def dropin_text(words: list[str], runner: str, run_id: str, engine: Engine | Non
             f"[Service]\nExecStart=\nExecStart={line}\n")
 
 
-def daemon_reload(ctx) -> dict:
-    """``systemctl daemon-reload`` (root), after the payload's ``reload-check``: where the NVIDIA
+def daemon_reload(ctx, unit: Unit) -> dict:
+    """``systemctl daemon-reload`` of the manager of ``unit`` (the system's through sudo; a user
+    unit's ``systemctl --user daemon-reload`` as the login user), after the payload's
+    ``reload-check``: where the NVIDIA
     container toolkit is installed and a container process holds a GPU, a reload can cut that
     container off its devices (NVIDIA/nvidia-container-toolkit #48), so it is refused (TaskFailed,
     nothing reloaded) unless ``orch_allow_daemon_reload``. Returns the check's answer."""
@@ -93,32 +95,37 @@ def daemon_reload(ctx) -> dict:
                              "orch_allow_daemon_reload: true once they use CDI devices or can restart")
         ctx.emit("daemon_reload_risky", containers=check.get("gpu_containers"))
         ctx.say(f"WARNING: daemon-reload with GPU containers running ({pids}), allowed by orch_allow_daemon_reload")
-    res = ctx.connection.run(["systemctl", "daemon-reload"], become=True, timeout=120, check=False)
+    res = unit.daemon_reload(ctx.connection)
     if not res.ok:
-        raise TaskFailed(f"systemctl daemon-reload failed: {(res.stderr or res.stdout).strip()[-300:]}")
-    ctx.emit("daemon_reload", toolkit=check.get("toolkit"))
+        raise TaskFailed(f"{' '.join(unit.systemctl_argv('daemon-reload'))} failed: "
+                         f"{(res.stderr or res.stdout).strip()[-300:]}")
+    ctx.emit("daemon_reload", toolkit=check.get("toolkit"), scope=unit.scope)
     return check
 
 
-def restart_ready(ctx, unit: str, endpoint: Endpoint, start_timeout: float, ready_timeout: float) -> tuple[float, str]:
-    """Restart ``unit`` and wait until its server answers ``/health`` 200 (readiness allows for
-    FlashInfer's autotune pass: ``ready_timeout`` s). Returns ``(seconds to ready, the log lines of
-    this start)``. Raises TaskFailed with the log tail when the unit fails or is not ready in time."""
+def restart_ready(ctx, unit: Unit, endpoint: Endpoint, start_timeout: float,
+                  ready_timeout: float) -> tuple[float, str]:
+    """Restart ``unit`` on its own manager and wait until its server answers ``/health`` 200
+    (readiness allows for FlashInfer's autotune pass: ``ready_timeout`` s). Returns ``(seconds to
+    ready, the log lines of this start: its journal and its log files)``. Raises TaskFailed with
+    the log tail when the unit fails or is not ready in time."""
     ctx.run.start_mark = mark_start(ctx.connection, unit)  # what verify-log reads after this start
     mark = ctx.run.log_mark = ctx.run.start_mark.text
     # this run's restart from here on, even if a command after it fails (a timeout, a lost link):
     # the rescue (only_if_stopped_by_orch) then starts the unit again
     ctx.run.stopped_by_orch = ctx.run.started_by_orch = True
-    res = ctx.connection.run(["systemctl", "restart", unit], become=True, timeout=start_timeout + 30, check=False)
+    # a failed restart is told from the unit's state below, with its log tail
+    res = unit.systemctl(ctx.connection, "restart", timeout=start_timeout + 30, check=False)
     note_invocation(ctx.connection, ctx.run.start_mark, unit)  # verify-log keeps to this start's entries
     start = time.monotonic()
     deadline = ctx.deadline(ready_timeout)
     stage = "/v1/models"
+    name = unit.name
     while True:
-        state = is_active(ctx.connection, unit)
+        state = unit.is_active(ctx.connection)
         if state in ("failed", "inactive") or (not res.ok and state != "active"):
             tail = text_since(mark, unit_log(ctx.connection, unit)).strip().splitlines()[-8:]
-            raise TaskFailed(f"{unit} became {state} after the restart; log tail:\n" + "\n".join(tail))
+            raise TaskFailed(f"{name} became {state} after the restart; log tail:\n" + "\n".join(tail))
         status, last = ask(ctx, endpoint, stage)
         if status == 200:
             if stage == "/health":
@@ -128,7 +135,7 @@ def restart_ready(ctx, unit: str, endpoint: Endpoint, start_timeout: float, read
         if ctx.cancelled():
             raise Cancelled()
         if time.monotonic() > deadline:
-            raise TaskFailed(f"{unit} not ready after {ready_timeout:.0f} s at {endpoint.url} (last: {last})")
+            raise TaskFailed(f"{name} not ready after {ready_timeout:.0f} s at {endpoint.url} (last: {last})")
         ctx.progress(stage=f"waiting for {stage}", done=0, total=0)
         time.sleep(POLL_S)
     return round(time.monotonic() - start, 1), text_since(mark, unit_log(ctx.connection, unit))
@@ -191,17 +198,17 @@ def bench(ctx, url: str, concurrency: list[int], input_len: int, output_len: int
     return BenchResult.parse(data, "bench")
 
 
-def autotune_cache_dir(ctx, unit: str) -> str:
+def autotune_cache_dir(ctx, unit: Unit) -> str:
     """The folder of the unit's server that holds its start-up autotune cache (SGLang: FlashInfer's
     ``<$SGLANG_CACHE_DIR>/flashinfer/autotune``): ``Engine.autotune_cache_dir`` of the cache root
     as the server resolves it (:func:`orchestrator.host.autotune.autotune_cache_root`, the root the
-    probe and ``orch doctor`` give too). ``unit``: the unit's name (its ``User=``'s home when the
+    probe and ``orch doctor`` give too). ``unit``: the unit's handle (its ``User=``'s home when the
     engine's default root needs one)."""
     engine = ctx.facts.engine
-    return engine.autotune_cache_dir(autotune_cache_root(ctx, engine, unit))
+    return engine.autotune_cache_dir(autotune_cache_root(ctx, engine, unit.name))
 
 
-def backup_autotune_cache(ctx, unit: str) -> dict:
+def backup_autotune_cache(ctx, unit: Unit) -> dict:
     """Back FlashInfer's autotune cache up into this run's folder on the host (payload
     ``runner_change --op cache-backup``), before a restart orch makes; kept in the summary."""
     data = ctx.payload.call("runner_change", ["--op", "cache-backup", "--run-id", ctx.options.run_id,

@@ -38,25 +38,22 @@ from typing import Any, Callable, Mapping
 from remote.engines import engine_named
 from remote.protocol import DEFAULT_ENGINE, DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, ENGINE_NAMES, PROVIDER_NAMES, SEARCH_SPACES
 
+from remote.gpus import VENDORS as GPU_VENDORS
+
 from ..errors import internal_error
 from ..facts.legacy import VARIABLES as OLD_NAMES
 from ..templating import is_template, referenced_names, render_text
 from .errors import InventoryError
 from .ssh_args import SSHArgsError, parse_proxy_jump, parse_ssh_common_args
 
-#: Processes never signalled by the reaper, whatever the inventory says (nvidia-persistenced, DCGM,
-#: exporters and Xorg hold ``/dev/nvidia*`` without being leftovers; a SIGKILLed dcgm-exporter froze
-#: GPUs until reboot: dcgm-exporter #84, as :mod:`remote.host.reap` says). ``orch_protected_processes``
-#: adds to this list.
-BUILTIN_PROTECTED_PROCESSES: tuple[str, ...] = (
-    "nvidia-persistenced",
-    "nv-hostengine",
-    "dcgm-exporter",
-    "dcgmi",
-    "nvidia-dcgm",
-    "Xorg",
-    "Xwayland",
-)
+#: Processes never signalled by the reaper, whatever the inventory says: each known GPU vendor's
+#: (:attr:`remote.gpus.GpuVendor.protected_processes`: a persistence daemon, monitoring and
+#: exporters, X hold the GPUs' device files without being leftovers; a SIGKILLed dcgm-exporter froze
+#: GPUs until reboot: dcgm-exporter #84, as :mod:`remote.host.reap` says), and the display servers.
+#: The inventory is read before any host is asked which vendor it has, so every vendor's are in it.
+#: ``orch_protected_processes`` adds to this list.
+BUILTIN_PROTECTED_PROCESSES: tuple[str, ...] = tuple(dict.fromkeys(
+    [*(p for v in GPU_VENDORS for p in v.protected_processes), "Xorg", "Xwayland"]))
 
 #: Ansible "magic" variables: they cannot be set in an inventory.
 RESERVED_NAMES = frozenset({

@@ -23,7 +23,7 @@ from ..connection.base import ConnectError
 from ..connection.deadline import clamp
 from ..host.container import payload_container
 from ..engine.results import Cancelled, TaskFailed
-from .transient import RUNNING_STATES, UnitUnavailable, stop_unit, unit_files, unit_state
+from .transient import RUNNING_STATES, UnitUnavailable, stop_unit, transient, unit_files, unit_state
 
 PROTO = 1
 #: seconds between two polls of a payload command run in a transient unit
@@ -296,7 +296,7 @@ class PayloadClient:
         feed("\n")
         tail = "\n".join(t.run(["tail", "-n", "20", err], check=False, become=True, timeout=60).stdout
                          .strip().splitlines()[-20:])
-        t.run(["systemctl", "reset-failed", unit], check=False, become=True, timeout=60)
+        transient(unit).systemctl(t, "reset-failed", check=False)  # unloads it; one already unloaded is fine
         if final.get("type") == "result":
             return final.get("data") or {}
         if final.get("type") == "error":

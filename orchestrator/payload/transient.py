@@ -24,6 +24,7 @@ import posixpath
 from remote.protocol import PROTO, is_run_id
 
 from ..errors import internal_error
+from ..facts.systemd_unit import Unit
 
 #: what `MemoryMax=` is, by default, as a share of the host's MemAvailable at the tune's launch
 MEMORY_SHARE = 0.8
@@ -65,7 +66,7 @@ def parse_show(text: str) -> dict[str, str]:
 def unit_state(t, unit: str) -> dict[str, str]:
     """The :data:`STATE_PROPS` of ``unit`` on the host of connection ``t`` (a unit that is not
     loaded, e.g. one that ended with success and was unloaded, shows ``LoadState=not-found``)."""
-    res = t.run(["systemctl", "show", "-p", ",".join(STATE_PROPS), unit], check=False, become=True, timeout=60)
+    res = transient(unit).systemctl(t, "show", "-p", ",".join(STATE_PROPS), check=False)
     return parse_show(res.stdout)
 
 
@@ -76,10 +77,18 @@ def stop_unit(t, unit: str) -> dict[str, str] | None:
     st = unit_state(t, unit)
     if st.get("LoadState") in (None, "", "not-found"):
         return None
+    # best effort: a unit that ended meanwhile makes stop or reset-failed fail, and either way
+    # the caller reads what is left from its state
     if st.get("ActiveState") in RUNNING_STATES:
-        t.run(["systemctl", "stop", unit], check=False, become=True, timeout=120)
-    t.run(["systemctl", "reset-failed", unit], check=False, become=True, timeout=60)
+        transient(unit).systemctl(t, "stop", timeout=120, check=False)
+    transient(unit).systemctl(t, "reset-failed", check=False)
     return st
+
+
+def transient(unit: str) -> Unit:
+    """The handle of orch's transient unit ``unit`` (made through sudo by ``systemd-run``: the
+    system manager's, every call through sudo)."""
+    return Unit(unit, "system", root_reads=True)
 
 
 def unit_files(state_dir: str, unit: str) -> dict[str, str]:

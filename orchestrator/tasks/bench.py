@@ -19,7 +19,7 @@ from typing import Literal
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
 from ..facts.bench import BenchResult
-from ..facts.journal import last_start, log_files, unit_log
+from ..facts.journal import last_start_log
 from ..facts.schema import FactError
 from ..host.answering import check_answering_process
 from ..host.endpoint import container_of, endpoint_candidates, endpoint_of
@@ -35,7 +35,7 @@ def loaded_by_server(ctx, unit: str) -> dict:
     triton]], "default": [wanted paths], "down_missing": [paths], "text"}``, or ``{"text"}`` saying
     the log shows no start. ``text``: one line for the recap."""
     engine = ctx.facts.engine
-    start = last_start(unit_log(ctx.connection, unit, files=log_files(ctx)), engine)
+    start = last_start_log(ctx.connection, ctx.facts.unit_handle(unit), engine)
     if start is None:
         return {"text": "the unit's log shows no server start: what it loaded is unknown"}
     rep = engine.parse_log(start)

@@ -4,7 +4,7 @@
 Why: after an Xid error a GPU can be lost until a reset and ``nvidia-smi`` can hang in D state
 forever (leptonai/gpud #117, dcgm-exporter #84); tuning on such a GPU, or installing what a tune
 on it measured, is worthless, and the server may not start again. At ``stage: probe`` a fatal Xid
-already in the log (``remote.host.xid.FATAL_XIDS``, from NVIDIA's Xid catalog,
+already in the log (``remote.gpus.nvidia.FATAL_XIDS``, from NVIDIA's Xid catalog,
 docs.nvidia.com/deploy/xid-errors) or an nvidia-smi that does not answer in time refuses the
 host before anything is stopped; the reading is kept as ``orch_gpu_health``. At
 ``stage: after_tune`` a fatal Xid that was not in that reading (or nvidia-smi no longer
@@ -42,6 +42,8 @@ def gpu_health(ctx, stage: Literal["probe", "after_tune"] = "probe") -> TaskResu
     ``/dev/kmsg``) is said in the message, never a failure."""
     health = _read(ctx)
     smi = health.nvidia_smi
+    vendor = ctx.facts.vendor
+    err, tool, catalog = vendor.error_name, vendor.smi, vendor.error_catalog
     ctx.emit("gpu_health", stage=stage, source=health.source, xids=[x.to_dict() for x in health.xids],
              nvidia_smi=smi.state, mig=smi.mig)
     where = (f"kernel log from {health.source}" if health.source
@@ -49,21 +51,21 @@ def gpu_health(ctx, stage: Literal["probe", "after_tune"] = "probe") -> TaskResu
     if stage == "probe":
         fatal = health.fatal()
         if fatal:
-            raise TaskFailed("the kernel log has " + "; ".join(x.describe() for x in fatal) +
-                             ": a GPU lost until it is reset (NVIDIA Xid catalog). Nothing was stopped; reset the "
+            raise TaskFailed("the kernel log has " + "; ".join(x.describe(vendor) for x in fatal) +
+                             f": a GPU lost until it is reset ({catalog}). Nothing was stopped; reset the "
                              "GPU or reboot the host, then run again", data=health.to_dict())
         if smi.not_answering:
-            raise TaskFailed(f"{smi.reason}. Nothing was stopped: a GPU whose nvidia-smi hangs is in no state to "
-                             "tune (check the kernel log for NVRM: Xid lines)", data=health.to_dict())
-        msg = f"no fatal Xid ({len(health.xids)} Xid line(s), {where}); nvidia-smi: {smi.state}" + (
+            raise TaskFailed(f"{smi.reason}. Nothing was stopped: a GPU whose {tool} hangs is in no state to "
+                             f"tune (check the kernel log for its {err} lines)", data=health.to_dict())
+        msg = f"no fatal {err} ({len(health.xids)} {err} line(s), {where}); {tool}: {smi.state}" + (
             ", MIG mode" if smi.mig else "")
         return TaskResult.ok(msg, facts={"orch_gpu_health": health}, **health.to_dict())
     new = health.new_fatal(ctx.facts.gpu_health)
     if new:
         ctx.run.summary.gpu_lost = [x.to_dict() for x in new]
-        raise TaskFailed("a GPU was lost during the tune: " + "; ".join(x.describe() for x in new) +
-                         " (NVIDIA Xid catalog). The rollout stops on this host: the earlier configs are put back "
+        raise TaskFailed("a GPU was lost during the tune: " + "; ".join(x.describe(vendor) for x in new) +
+                         f" ({catalog}). The rollout stops on this host: the earlier configs are put back "
                          "and the unit started as systemd can", data=health.to_dict())
     if smi.not_answering:
         raise TaskFailed(f"after the tune: {smi.reason}. The rollout stops on this host", data=health.to_dict())
-    return TaskResult.ok(f"no new fatal Xid after the tune ({where}); nvidia-smi: {smi.state}", **health.to_dict())
+    return TaskResult.ok(f"no new fatal {err} after the tune ({where}); {tool}: {smi.state}", **health.to_dict())

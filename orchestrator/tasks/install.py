@@ -18,7 +18,7 @@ from remote.engines import dumps_config, validate_config
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import last_start, unit_log
+from ..facts.journal import last_start_log
 from ..host.container import install_target
 from ..payload.client import PayloadFailed
 from ..records.layout import INSTALL_MANIFEST
@@ -135,7 +135,7 @@ def compare_installed(ctx, name: str) -> TaskResult:
         why.append(f"the unit is {unit.active_state}")
     elif not differ:
         engine = ctx.facts.engine
-        text = last_start(unit_log(ctx.connection, name), engine)
+        text = last_start_log(ctx.connection, ctx.facts.unit_handle(name), engine)
         if text is None:
             why.append("the unit's log holds no start, so nothing shows the files were loaded")
         else:

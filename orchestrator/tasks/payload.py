@@ -11,6 +11,7 @@ import posixpath
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
+from ..facts.hostfiles import command_path
 from ..host.container import end_payload_containers
 from ..inventory.variables import var
 from ..payload.bundle import build_bundle
@@ -33,13 +34,11 @@ def absolute_interpreter(ctx, interpreter: str) -> str:
     Raises TaskFailed when it is not found there."""
     if interpreter.startswith("/"):
         return interpreter
-    res = ctx.connection.run(["env", f"PATH={unit_path(ctx)}", "sh", "-c", 'command -v -- "$1"', "sh", interpreter],
-                             check=False)
-    found = res.stdout.strip().splitlines()[-1:] if res.ok else []
-    if not found or not found[0].startswith("/"):
+    found = command_path(ctx.connection, interpreter, unit_path(ctx))
+    if found is None:
         raise TaskFailed(f"the interpreter {interpreter!r} is not on the unit's PATH ({unit_path(ctx)}); set "
                          "ansible_python_interpreter to its absolute path")
-    return found[0]
+    return found
 
 
 @task("payload", check_mode=AWARE)

@@ -14,15 +14,16 @@ import posixpath
 import shlex
 
 from remote.engines import Engine, MoeLogReport, MoeRunner, engine_named, probe_view
+from remote.gpus import vendor_for
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import last_start, log_files, unit_log
+from ..facts.journal import last_start_log
 from ..facts.plan import Plan
 from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
 from ..facts.server_group import ServerGroup
-from ..facts.unit import ServerArgs, scope_of
+from ..facts.unit import ServerArgs
 from ..host.autotune import autotune_cache_root
 from ..host.container import install_target, require_name
 from ..host.endpoint import find_endpoint
@@ -30,13 +31,14 @@ from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
 
 
-@task("probe", check_mode=READ_ONLY, sets=("orch_probe",))
+@task("probe", check_mode=READ_ONLY, sets=("orch_probe", "orch_gpu_vendor"))
 def probe(ctx) -> TaskResult:
     """Ask the host what it is (payload ``probe``, with the unit's engine, model, TP/EP and
     environment): GPUs, Triton, the engine and its config folder, the model's E/N/top-k and the
     exact file names the engine looks for, FlashInfer's version and the autotune caches under the
     unit's cache root (``Engine.autotune_cache_root``, as the server resolves it: SGLang's
-    ``$SGLANG_CACHE_DIR``) (``orch_probe``).
+    ``$SGLANG_CACHE_DIR``) (``orch_probe``), and the host's GPU vendor chosen from the device name
+    its GPUs go by (``orch_gpu_vendor``, :func:`remote.gpus.vendor_for`).
 
     Refused when the tuner's work folder (``<orch_state_dir>/work``) is on a ``noexec`` mount
     (Triton could not load the kernels it compiles there). Fails naming the field when the answer lacks one, or carries one this controller does not
@@ -66,7 +68,9 @@ def probe(ctx) -> TaskResult:
         f" (files named for {found.device_name})" if found.device_name else "")
     return TaskResult.ok(f"{where}, triton {found.triton_version}, {engine.name} {found.engine.version}, "
                          f"E={model.E if model else None} N={model.N if model else None}",
-                         facts={"orch_probe": found}, **data)
+                         facts={"orch_probe": found,
+                                "orch_gpu_vendor": vendor_for(found.device_name or (gpus[0].name if gpus else None))},
+                         **data)
 
 
 def logged_lookups(rep: MoeLogReport | None) -> dict[str, str]:
@@ -185,7 +189,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
-    text = last_start(unit_log(ctx.connection, name, scope=scope_of(ctx.vars), files=log_files(ctx)))
+    text = last_start_log(ctx.connection, ctx.facts.unit_handle(name), engine)
     rep = engine.parse_log(text) if text is not None else None
     as_unit = runner is None or runner == server.moe_backend
     runner = engine.moe_runner(server, probe_view(probe_data), backend=backend, log=rep if as_unit else None)

@@ -17,8 +17,7 @@ import time
 
 from ..engine.results import Cancelled, TaskFailed, TaskResult
 from ..engine.task import task
-from ..facts.journal import LogMark, StartLog, log_files, read_start
-from ..facts.unit import is_active, scope_of
+from ..facts.journal import LogMark, StartLog, read_start
 from ..host.answering import check_answering_process
 from ..host.endpoint import ask, ask_json, endpoint_of
 from ..host.servers import meet, peer_failure
@@ -37,7 +36,7 @@ def start_log(ctx, unit: str) -> StartLog:
     mark = ctx.run.start_mark
     if mark is None and ctx.run.log_mark:
         mark = LogMark(text=ctx.run.log_mark)
-    got = read_start(ctx.connection, unit, mark, scope=scope_of(ctx.vars), files=log_files(ctx))
+    got = read_start(ctx.connection, ctx.facts.unit_handle(unit), mark)
     known = ctx.run.summary.log_gaps or []
     for gap in got.gaps:
         if gap not in known:
@@ -111,7 +110,7 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
     last = ""
     health = None
     while True:
-        state = is_active(ctx.connection, unit, scope_of(ctx.vars))
+        state = ctx.facts.unit_handle(unit).is_active(ctx.connection)
         if state in ("failed", "inactive"):
             tail = log_since_mark(ctx, unit).strip().splitlines()[-8:]
             raise TaskFailed(f"{unit} became {state} while waiting for readiness; log tail:\n" + "\n".join(tail),

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
-from ..facts.unit import is_active, scope_of
 from ..host.container import end_leftover_container
-from ..host.devices import ALL_GPUS, unit_gpu_devices
+from ..host.devices import all_gpus, unit_gpu_devices
 from ..host.sigkill import note_sigkills
 from ..inventory import BUILTIN_PROTECTED_PROCESSES
 
@@ -73,7 +72,7 @@ def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: fl
     msg = reap_message(killed, data.get("protected") or [])
     idle = data.get("non_compute") or []
     if idle:  # the GPU is free of compute processes: these only opened the device (NVML monitors)
-        msg += "\nleft alone, no compute process (nvidia-smi): " + ", ".join(
+        msg += f"\nleft alone, no compute process ({ctx.facts.vendor.smi}): " + ", ".join(
             f"{p.get('pid')} ({str(p.get('cmdline'))[:80]})" for p in idle)
     spared = [f"{p.get('pid')} ({p.get('unit')})" for p in data.get("other_units") or []]
     if spared:
@@ -94,13 +93,14 @@ def mig_mode(ctx) -> tuple[str, str]:
     in MIG mode or the unit's ``CUDA_VISIBLE_DEVICES`` names ``MIG-`` devices (every slice shares
     the GPU's ``/dev/nvidiaN``: sglang #2933; only the unit's own cgroup is then reaped), else
     ``auto`` (the payload asks nvidia-smi itself)."""
-    cvd = str(ctx.facts.environment.get("CUDA_VISIBLE_DEVICES", ""))
-    if any(p.strip().startswith("MIG-") for p in cvd.split(",")):
-        return "on", "CUDA_VISIBLE_DEVICES names MIG devices"
+    vendor = ctx.facts.vendor
+    cvd = str(ctx.facts.environment.get(vendor.visible_devices_env, ""))
+    if any(vendor.names_partition(p) for p in cvd.split(",")):
+        return "on", f"{vendor.visible_devices_env} names MIG devices"
     health = ctx.facts.gpu_health
     if health is not None and health.nvidia_smi.mig:
-        return "on", "nvidia-smi: MIG mode"
-    return "auto", "nvidia-smi asked on the host"
+        return "on", f"{vendor.smi}: MIG mode"
+    return "auto", f"{vendor.smi} asked on the host"
 
 
 def held_stopped(ctx, unit: str) -> None:
@@ -109,7 +109,7 @@ def held_stopped(ctx, unit: str) -> None:
     leftovers only once the unit is inactive, so no exit it causes counts as a crash of the unit.
     Something else can start it (a unit that ``Requires=`` it, a timer, the operator): then the
     tuner would share the GPUs with the server. Raises :class:`TaskFailed` naming the state."""
-    state = is_active(ctx.connection, unit, scope_of(ctx.vars))
+    state = ctx.facts.unit_handle(unit).is_active(ctx.connection)
     if state in ("active", "activating", "reloading"):
         raise TaskFailed(f"{unit} is {state} again while orch holds it stopped for the tune (it was started by "
                          "something other than orch: a unit that Requires= or Wants= it, a timer, the operator; "
@@ -138,9 +138,11 @@ def container_gpu_devices(ctx) -> tuple[str, str]:
     them, :class:`orchestrator.facts.container.GpuSelection`) and how they were found: GPU
     indexes -> ``/dev/nvidiaN``; ``all``, a count or UUIDs -> every GPU node."""
     sel = ctx.facts.unit.container.gpus
+    vendor = ctx.facts.vendor
     if sel.how == "devices" and all(d.isdigit() for d in sel.devices):
-        return ",".join(f"/dev/nvidia{int(d)}" for d in sel.devices), f"the container's GPUs {','.join(sel.devices)}"
-    return ALL_GPUS, f"the container's GPUs ({sel.how}): every GPU of the host"
+        return (",".join(vendor.device_file(int(d)) for d in sel.devices),
+                f"the container's GPUs {','.join(sel.devices)}")
+    return all_gpus(ctx), f"the container's GPUs ({sel.how}): every GPU of the host"
 
 
 def _reap_container(ctx, protected: list[str], devices: str | None, term_timeout: float) -> TaskResult:

@@ -34,6 +34,7 @@ from remote.protocol import CHECKPOINT_FILE
 from .. import __version__
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import AWARE, task
+from ..facts.hostfiles import HostFileError, read_file
 from ..host.container import end_payload_containers
 from ..host.records import records, start_heartbeat
 from ..host.servers import RankRecovery, meet, server_refusal, server_restart
@@ -170,8 +171,12 @@ def single_restart(unit, left: list[dict]) -> str | None:
 
 
 def _cat(ctx, path: str) -> str | None:
-    res = ctx.connection.run(["cat", "--", path], check=False, become=True, timeout=60)
-    return res.stdout if res.ok else None
+    """The text of orch's own file ``path`` on the host (root's: read through sudo), None when it
+    is missing or cannot be read."""
+    try:
+        return read_file(ctx.connection, path, become="root")
+    except HostFileError:
+        return None
 
 
 def _checkpoint_sizes(ctx, work: str | None) -> list[int]:

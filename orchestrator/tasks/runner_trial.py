@@ -23,7 +23,7 @@ from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES, PayloadError
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import last_start, text_since, unit_log
+from ..facts.journal import last_start_log, text_since, unit_log
 from ..facts.catalog import TuningKey
 from ..facts.runner_trial import RunnerCandidate, RunnerTrial, RunnerTritonFiles
 from ..facts.schema import FactError
@@ -65,9 +65,17 @@ def runner_candidates(ctx, runners: str) -> TaskResult:
     return TaskResult.ok(msg, facts={"orch_runner_candidates": names}, candidates=names, reference=ref)
 
 
+def _dropin_args(ctx, unit: str) -> list[str]:
+    """``--unit NAME --systemd-dir DIR`` of payload ``runner_change --op set-dropin``: the folder
+    of the unit's own manager (:meth:`orchestrator.facts.systemd_unit.Unit.unit_dir`: the
+    system's, or the login user's ``~/.config/systemd/user`` for a user unit)."""
+    handle = ctx.facts.unit_handle(unit)
+    return ["--unit", handle.name, "--systemd-dir", handle.unit_dir(ctx.connection)]
+
+
 def _set_dropin(ctx, unit: str, text: str | None) -> dict:
     args = ["--op", "set-dropin", "--run-id", ctx.options.run_id, "--state-dir", ctx.payload.state_dir,
-            "--unit", unit]
+            *_dropin_args(ctx, unit)]
     ctx.run.install_attempted = True  # the rescue's restore puts the drop-in back
     ctx.run.dropin_written = True  # and reloads systemd
     if text is None:
@@ -109,7 +117,7 @@ def _set_runner(ctx, unit: str, src: RunnerSource, words: list[str], text: str |
     if src.kind == "dropin":
         manifest = _set_dropin(ctx, unit, dropin_text(words, runner, ctx.options.run_id, ctx.facts.engine))
         if reload:
-            daemon_reload(ctx)
+            daemon_reload(ctx, ctx.facts.unit_handle(unit))
         return manifest
     new = edited_text(src, text or "", runner)
     if new is None:
@@ -177,7 +185,7 @@ def runner_triton_files(ctx, name: str, space: Literal[SEARCH_SPACES], batch_siz
     if differ:
         why_not.append("the stored result differs from " + ", ".join(differ))
     elif _effective(ctx, ctx.facts.server.moe_backend) == engine.triton_runner:
-        text = last_start(unit_log(ctx.connection, name), engine)
+        text = last_start_log(ctx.connection, ctx.facts.unit_handle(name), engine)
         problems = (engine.verify_loaded(engine.parse_log(text), list(plan.paths.values())) if text
                     else ["no start in the log"])
         if problems:
@@ -226,11 +234,11 @@ def runner_reference(ctx, name: str, candidates: list[str], concurrency: list[in
     ref_flag = server.moe_backend
     ref_runner = _effective(ctx, ref_flag) or ref_flag
     endpoint = find_endpoint(ctx)
-    words = raw_exec_start(ctx.connection, name)
+    words = raw_exec_start(ctx.connection, ctx.facts.unit_handle(name))
     trial = RunnerTrial(reference=ref_flag, min_agreement=float(min_agreement), min_gain_pct=float(min_gain),
                         prompts=len(prompts), max_new_tokens=int(check_tokens))
-    last = last_start(unit_log(ctx.connection, name), engine) or ""
-    backup_autotune_cache(ctx, name)
+    last = last_start_log(ctx.connection, ctx.facts.unit_handle(name), engine) or ""
+    backup_autotune_cache(ctx, ctx.facts.unit_handle(name))
     groups = ctx.options.fleet
     settings = _settings(concurrency, input_len, output_len, check_tokens, prompts, min_agreement, min_gain)
     if engine.triton_runner in candidates and ctx.facts.tuning_key is not None:
@@ -289,7 +297,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     ref_runner = _effective(ctx, ref_flag) or ref_flag
     # where the reference answered (the plan's answer, or asked now): the unit may be stopped for the tune
     endpoint = ctx.facts.endpoint or find_endpoint(ctx)
-    words = raw_exec_start(ctx.connection, name)
+    words = raw_exec_start(ctx.connection, ctx.facts.unit_handle(name))
     src, src_text = _unit_source(ctx, words)
     if src.kind != "dropin":
         ctx.say(f"the unit sets its runner through {src.describe()}: orch changes that value there")
@@ -323,13 +331,13 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
                     _runner_as_before(ctx, name, src)
                     dropin_written = False
                     if src.kind == "dropin":
-                        daemon_reload(ctx)
+                        daemon_reload(ctx, ctx.facts.unit_handle(name))
             else:
                 ctx.say(f"candidate {cand}: " + ("drop-in, daemon-reload, restart" if src.kind == "dropin"
                                                  else f"{src.describe()}, restart"))
                 dropin_written = True  # before the write: a failed write may still have changed it
                 _set_runner(ctx, name, src, words, src_text, cand)
-            row.ready_s, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
+            row.ready_s, text = restart_ready(ctx, ctx.facts.unit_handle(name), endpoint, start_timeout, ready_timeout)
             row.log_runner = logged_runner(text, engine)
             if row.log_runner not in (cand, None) and not (own and ref_flag == "auto"):
                 row.why = f"the start's log shows {engine.runner_field}={row.log_runner}, not {cand}"
@@ -385,8 +393,8 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     ctx.run.summary.runner_trial = trial
     if ctx.run.install_attempted:
         if src.kind == "dropin":
-            daemon_reload(ctx)
-        _ready, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
+            daemon_reload(ctx, ctx.facts.unit_handle(name))
+        _ready, text = restart_ready(ctx, ctx.facts.unit_handle(name), endpoint, start_timeout, ready_timeout)
         shown = logged_runner(text, engine)
         want = trial.kept if trial.changed and not kept_own else ref_row.log_runner
         if want and want != "auto" and shown != want:
@@ -412,7 +420,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
 def _dropin_as_before(ctx, name: str) -> dict:
     """The drop-in back to its bytes before this run (payload ``set-dropin --as-before``)."""
     return ctx.payload.call("runner_change", ["--op", "set-dropin", "--run-id", ctx.options.run_id,
-                                              "--state-dir", ctx.payload.state_dir, "--unit", name,
+                                              "--state-dir", ctx.payload.state_dir, *_dropin_args(ctx, name),
                                               "--as-before"], timeout=120)
 
 
@@ -465,7 +473,7 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
         manifest = _set_runner(ctx, name, src, words, src_text, trial.kept)
         trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
     ctx.run.summary.installed = [p for p in [trial.dropin, *installed] if p] or None
-    _ready, text = restart_ready(ctx, name, endpoint, start_timeout, ready_timeout)
+    _ready, text = restart_ready(ctx, ctx.facts.unit_handle(name), endpoint, start_timeout, ready_timeout)
     shown = logged_runner(text, engine)
     if not own and shown != trial.kept:
         raise TaskFailed(f"{name} started with {engine.runner_field}={shown}, not {trial.kept} "
@@ -503,7 +511,7 @@ def daemon_reload_task(ctx, only_if_changed: bool = False, when_dir: str | None 
         return TaskResult.skipped(f"{when_dir} is not a unit's drop-in folder")
     if when_any_dir is not None and not any(str(d or "").endswith(".service.d") for d in when_any_dir):
         return TaskResult.skipped("no unit drop-in was restored")
-    check = daemon_reload(ctx)
+    check = daemon_reload(ctx, ctx.facts.unit_handle())
     return TaskResult.changed("systemctl daemon-reload", **check)
 
 
@@ -514,9 +522,9 @@ def verify_runner(ctx, name: str) -> TaskResult:
     one the unit's files now give (the engine's runner flag, ``auto`` when absent: then any resolved
     runner is shown)."""
     engine = ctx.facts.engine
-    text = text_since(ctx.run.log_mark, unit_log(ctx.connection, name))
+    text = text_since(ctx.run.log_mark, unit_log(ctx.connection, ctx.facts.unit_handle(name)))
     shown = logged_runner(text, engine)
-    words = raw_exec_start(ctx.connection, name)
+    words = raw_exec_start(ctx.connection, ctx.facts.unit_handle(name))
     env_files, cfg, cfg_text = _unit_files(ctx)
     unit = ctx.facts.unit
     want = configured_runner(words, env_files, cfg, cfg_text, unit.unit_environment or unit.environment
@@ -535,12 +543,12 @@ def autotune_cache(ctx, name: str, action: Literal["backup", "restore"], run_id:
     ``backup`` copies it into this run's folder on the host before a restart; ``restore`` puts the
     files run ``run_id`` backed up back to their bytes (files made since are kept: never deleted)."""
     if action == "backup":
-        data = backup_autotune_cache(ctx, name)
+        data = backup_autotune_cache(ctx, ctx.facts.unit_handle(name))
         return TaskResult.ok(f"backed up {len(data.get('files') or [])} file(s) of {data.get('dir')}", **data)
     if not run_id:
         raise TaskFailed("autotune_cache restore needs run_id")
     data = ctx.payload.call("runner_change", ["--op", "cache-restore", "--run-id", str(run_id), "--state-dir",
-                                              ctx.payload.state_dir, "--cache-dir", autotune_cache_dir(ctx, name)],
+                                              ctx.payload.state_dir, "--cache-dir", autotune_cache_dir(ctx, ctx.facts.unit_handle(name))],
                             timeout=300)
     put = [f["path"] for f in data.get("files") or [] if f.get("action") == "restored"]
     ctx.run.summary.autotune_cache = {"dir": data.get("dir"), "restored": len(put),

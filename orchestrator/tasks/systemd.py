@@ -15,8 +15,9 @@ from remote.engines import LaunchError, engine_for, engine_named
 from ..connection import CommandTimeout
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import log_files, mark_start, note_invocation
-from ..facts.unit import UnitError, gather_unit, is_active, scope_of, systemctl
+from ..facts.journal import mark_start, note_invocation
+from ..facts.systemd_unit import Unit, scope_of
+from ..facts.unit import UnitError, gather_unit
 from ..host.container import end_leftover_container
 from ..host.servers import meet
 from ..host.sigkill import note_sigkills
@@ -25,17 +26,21 @@ from ..payload.client import PayloadFailed
 POLL_S = 0.5
 
 
-@task("unit_facts", check_mode=READ_ONLY, sets=("orch_unit", "orch_engine", "orch_interpreter", "orch_server_group"),
+@task("unit_facts", check_mode=READ_ONLY,
+      sets=("orch_unit", "orch_engine", "orch_systemd_unit", "orch_interpreter", "orch_server_group"),
       aliases={"unit": "name", "service": "name"})
 def unit_facts(ctx, name: str) -> TaskResult:
     """Read the unit: its state, main PID, environment (``Environment=`` overridden by its
     ``EnvironmentFile=`` files, as systemd does) and the parsed server command line (variables
     expanded, a server config file merged as the engine merges it) (``orch_unit``), which engine it
     runs (``orch_engine``: recognised from the command line, :func:`remote.engines.engine_for`, or
-    the inventory's ``orch_engine``, which then asks that engine alone), and the Python that runs it
-    (``orch_interpreter``; ``ansible_python_interpreter`` overrides it), with how ExecStart starts it
-    (the engine's entry point, e.g. ``python -m sglang.launch_server``, behind wrappers:
-    :mod:`remote.engines.launch`; an unknown form fails naming the forms orch knows).
+    the inventory's ``orch_engine``, which then asks that engine alone), the unit's handle
+    (``orch_systemd_unit``, :class:`orchestrator.facts.systemd_unit.Unit`: its manager,
+    ``orch_systemd_scope``, and its log files; every later ``systemctl``/``journalctl`` of the run
+    goes through it), and the Python that runs it (``orch_interpreter``; ``ansible_python_interpreter``
+    overrides it), with how ExecStart starts it (the engine's entry point, e.g. ``python -m
+    sglang.launch_server``, behind wrappers: :mod:`remote.engines.launch`; an unknown form fails
+    naming the forms orch knows).
     Fails naming the unit (and the file) when it is missing, runs no engine's server, or its start
     depends on a file systemd or the engine would refuse. A container unit (``docker run``/``podman
     run``, :mod:`orchestrator.facts.container`) is read from its run command line; the payload's
@@ -46,7 +51,7 @@ def unit_facts(ctx, name: str) -> TaskResult:
     ranks among the run's hosts as found before the play (``RunOptions.servers``,
     :func:`orchestrator.facts.server_group.group_servers`)."""
     try:
-        facts = gather_unit(ctx.connection, name, scope=scope_of(ctx.vars), engine=ctx.vars.get("orch_engine") or None)
+        facts = gather_unit(ctx.connection, Unit(name, scope_of(ctx.vars)), engine=ctx.vars.get("orch_engine") or None)
     except UnitError as exc:
         raise TaskFailed(str(exc)) from None
     ctx.run.unit = name
@@ -77,7 +82,8 @@ def unit_facts(ctx, name: str) -> TaskResult:
     for w in facts.warnings:
         ctx.emit("unit_warning", warning=w)
         msg += f"; WARNING: {w}"
-    out = {"orch_unit": facts, "orch_engine": engine_name, "orch_interpreter": interpreter}
+    out = {"orch_unit": facts, "orch_engine": engine_name, "orch_systemd_unit": facts.handle,
+           "orch_interpreter": interpreter}
     group = (ctx.options.servers or {}).get(ctx.name)
     if group is not None and group.unit == name:
         out["orch_server_group"] = group
@@ -85,17 +91,16 @@ def unit_facts(ctx, name: str) -> TaskResult:
     return TaskResult.ok(msg, facts=out, **facts.to_dict())
 
 
-def _wait_state(ctx, unit: str, wanted: set[str], timeout: float, fail_on: set[str]) -> str:
+def _wait_state(ctx, unit: Unit, wanted: set[str], timeout: float, fail_on: set[str]) -> str:
     deadline = ctx.deadline(timeout)
-    scope = scope_of(ctx.vars)
-    state = is_active(ctx.connection, unit, scope)
+    state = unit.is_active(ctx.connection)
     while state not in wanted:
         if state in fail_on:
             return state
         if time.monotonic() > deadline:
-            raise TaskFailed(f"{unit} still {state} after {timeout:.0f} s (wanted {'/'.join(sorted(wanted))})")
+            raise TaskFailed(f"{unit.name} still {state} after {timeout:.0f} s (wanted {'/'.join(sorted(wanted))})")
         time.sleep(POLL_S)
-        state = is_active(ctx.connection, unit, scope)
+        state = unit.is_active(ctx.connection)
     return state
 
 
@@ -150,11 +155,11 @@ def free_port(ctx, unit: str) -> list[dict]:
     return killed
 
 
-def mark_log(ctx, unit: str) -> None:
+def mark_log(ctx, unit: Unit) -> None:
     """Mark the unit log as it is now (``ctx.run.start_mark``: its journal cursor, its log files'
     inodes and sizes, and a copy in ``ctx.run.log_mark``), so that only the lines of the next
     start are read afterwards (:func:`orchestrator.facts.journal.read_start`)."""
-    ctx.run.start_mark = mark_start(ctx.connection, unit, scope=scope_of(ctx.vars), files=log_files(ctx))
+    ctx.run.start_mark = mark_start(ctx.connection, unit)
     ctx.run.log_mark = ctx.run.start_mark.text
 
 
@@ -162,15 +167,14 @@ def mark_log(ctx, unit: str) -> None:
 KILL_WAIT_S = 30
 
 
-def _stop_with_own_deadline(ctx, unit: str, timeout: float, scope: str) -> None:
+def _stop_with_own_deadline(ctx, unit: Unit, timeout: float) -> None:
     """Stop a unit whose ``TimeoutStopSec=infinity`` makes systemd wait for ever: ask for the stop
     without waiting on it (``--no-block``), wait ``timeout`` s (``orch_stop_timeout``), then end
     the unit's own processes through systemd (``systemctl kill --signal=SIGKILL``: its cgroup,
     never a host PID of orch's choosing) and wait :data:`KILL_WAIT_S` s more. Raises
     :class:`TaskFailed` when it is still not down."""
-    root = scope != "user"
     try:
-        ctx.connection.run(systemctl(scope, "stop", "--no-block", unit), become=root, timeout=60)
+        unit.systemctl(ctx.connection, "stop", "--no-block")
     except CommandTimeout:  # a manager that waits despite --no-block: the stop is asked for all the same
         pass
     try:
@@ -178,10 +182,11 @@ def _stop_with_own_deadline(ctx, unit: str, timeout: float, scope: str) -> None:
         return
     except TaskFailed:
         pass
-    ctx.emit("service_stop_killed", unit=unit, after_s=timeout)
-    ctx.say(f"{unit} did not stop within {timeout:.0f} s (TimeoutStopSec=infinity): ending its processes "
+    ctx.emit("service_stop_killed", unit=unit.name, after_s=timeout)
+    ctx.say(f"{unit.name} did not stop within {timeout:.0f} s (TimeoutStopSec=infinity): ending its processes "
             "with systemctl kill --signal=SIGKILL")
-    ctx.connection.run(systemctl(scope, "kill", "--signal=SIGKILL", unit), become=root, timeout=60, check=False)
+    # a unit already gone by now makes kill fail: the wait below says whether it is down
+    unit.systemctl(ctx.connection, "kill", "--signal=SIGKILL", check=False)
     _wait_state(ctx, unit, {"inactive", "failed"}, KILL_WAIT_S, set())
 
 
@@ -210,14 +215,13 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     ranks whose play still runs: a rank with nothing to recover does not keep the others stopped.
     """
     conn = ctx.connection
+    handle = ctx.facts.unit_handle(name)  # its manager: a user's own is asked as that user, never through sudo
     unit = name
-    scope = scope_of(ctx.vars)
-    root = scope != "user"  # a user's own manager is asked as that user, never through sudo
     group = ctx.facts.server_group
     if state == "stopped":
         if group is not None and group.rank > 0:
             meet(ctx, "rank 0 stopped", among=[group.rank0])
-        current = is_active(conn, unit, scope)
+        current = handle.is_active(conn)
         if current in ("inactive", "failed", "unknown"):
             if group is not None and group.rank == 0:
                 meet(ctx, "rank 0 stopped", among=[])
@@ -230,10 +234,10 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
         ctx.run.stopped_by_orch = True
         shape = ctx.facts.unit.shape if ctx.facts.unit is not None else None
         if shape is not None and shape.stop_waits_forever:
-            _stop_with_own_deadline(ctx, unit, timeout, scope)
+            _stop_with_own_deadline(ctx, handle, timeout)
         else:
-            conn.run(systemctl(scope, "stop", unit), become=root, timeout=timeout + 30)
-            _wait_state(ctx, unit, {"inactive", "failed"}, timeout, set())
+            handle.systemctl(conn, "stop", timeout=timeout + 30)
+            _wait_state(ctx, handle, {"inactive", "failed"}, timeout, set())
         ended = end_leftover_container(ctx, unit, timeout)
         ctx.emit("service_stopped", unit=unit)
         if group is not None and group.rank == 0:
@@ -249,18 +253,19 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     if only_if_stopped_by_orch and (not touched or ctx.options.leave_stopped):
         return TaskResult.skipped("unit was not stopped by this run" if not ctx.options.leave_stopped
                                   else "--leave-stopped")
-    current = is_active(conn, unit, scope)
+    current = handle.is_active(conn)
     if state == "started" and current == "active":
         return TaskResult.ok(f"{unit} already active")
     if current != "active":
         end_leftover_container(ctx, unit, timeout)  # a leftover of the name makes `run --name` fail
         free_port(ctx, unit)
-    mark_log(ctx, unit)
+    mark_log(ctx, handle)
     verb = "restart" if state == "restarted" else "start"
-    res = conn.run(systemctl(scope, verb, unit), become=root, timeout=timeout + 30, check=False)
+    # a start that fails is reported below with the unit's state and systemctl's words
+    res = handle.systemctl(conn, verb, timeout=timeout + 30, check=False)
     # the invocation this start made: the start's journal entries are kept to it (read_start)
-    note_invocation(conn, ctx.run.start_mark, unit, scope)
-    got = _wait_state(ctx, unit, {"active"}, timeout, {"failed"})
+    note_invocation(conn, ctx.run.start_mark, handle)
+    got = _wait_state(ctx, handle, {"active"}, timeout, {"failed"})
     if not res.ok or got != "active":
         raise TaskFailed(f"{unit} did not start ({got}): {(res.stderr or res.stdout).strip()[-300:]}")
     ctx.run.started_by_orch = True

@@ -22,6 +22,7 @@ from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES
 from .. import __version__
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
+from ..facts.hostfiles import meminfo
 from ..host.sharing import publish_failure, publish_result
 from ..payload.model_args import model_flags
 from ..payload.transient import MEMORY_SHARE, UnitUnavailable, memory_max, unit_name
@@ -128,7 +129,7 @@ def _run_tuner(ctx, args, timeout, on_progress, ticket: dict | None = None) -> t
         unit = unit_name(ctx.options.run_id)
         limit = ctx.vars.get("orch_tune_memory_max")
         if not limit:
-            limit = memory_max(ctx.connection.run(["cat", "/proc/meminfo"], check=False, timeout=60).stdout)
+            limit = memory_max(meminfo(ctx.connection))
         try:
             ctx.emit("tune_launch", unit=unit, memory_max=limit)
             data = pl.call_in_unit("tune", args, unit, memory_max=limit, timeout=timeout, on_progress=on_progress,

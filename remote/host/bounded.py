@@ -91,7 +91,7 @@ def run_bounded(argv: list[str], timeout_s: float = GPU_QUERY_TIMEOUT_S, grace_s
                 pass
         return Bounded("hung", None, "", "", time.monotonic() - start,
                        f"{name} did not answer within {timeout_s:g} s and could not be ended "
-                       f"(SIGKILL; still there after {grace_s:g} s: a process stuck in the kernel, as "
-                       "nvidia-smi is after an Xid error, leptonai/gpud #117)")
+                       f"(SIGKILL; still there after {grace_s:g} s: a process stuck in the kernel, as a "
+                       "GPU query is after a GPU error the driver reported, leptonai/gpud #117)")
     return Bounded("timeout", proc.returncode, out or "", err or "", time.monotonic() - start,
                    f"{name} did not answer within {timeout_s:g} s (killed)")

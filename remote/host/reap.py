@@ -1,7 +1,12 @@
 """Find processes holding the GPU device files and stop the unprotected ones (``reap``).
 
 ``python -m remote reap [--devices GLOB[,GLOB]] [--protected a,b] [--term-timeout S]
-[--kill-timeout S] [--check] [--only-pids 1,2] [--use-nvidia-smi auto|yes|no] [--nvidia-smi PATH]``
+[--kill-timeout S] [--check] [--only-pids 1,2] [--use-smi auto|yes|no] [--smi PATH]``
+
+The GPU vendor's knowledge (its device files, its protected processes, its management tool and
+its partitions) is the host's :class:`remote.gpus.GpuVendor` (:func:`remote.gpus.local_vendor`;
+NVIDIA's below, ``remote/gpus/nvidia.py``); ``--use-nvidia-smi``/``--nvidia-smi`` are NVIDIA's
+spellings of ``--use-smi``/``--smi``.
 
 Why: after ``systemctl stop`` SGLang/vLLM workers can survive re-parented to PID 1 and keep
 ~100 GB per GPU, and the next start fails (sglang #23627, #1533; vllm #55510). But
@@ -78,19 +83,20 @@ import stat
 from typing import Iterable
 
 from ..engines import ENGINES
-from ..protocol import PayloadError, internal_error, log
-from .bounded import GPU_QUERY_TIMEOUT_S, run_bounded
-from .smi import smi_state
+from ..gpus import DEFAULT, GpuVendor, ToolFailed, local_vendor
+from ..protocol import PayloadError, log
+from .bounded import GPU_QUERY_TIMEOUT_S
 from .procs import (_pids, _read, _wait_gone, alive, ancestors, cmdline, exe_name, proc_stat,  # noqa: F401
                     signal_if_same)
 
-#: Default protected executables (hosts-and-services facts: persistence daemon, DCGM, exporters, X).
-DEFAULT_PROTECTED = "nvidia-persistenced,nv-hostengine,dcgm-exporter,dcgmi,Xorg"
+#: Default protected executables: the GPU vendor's (persistence daemon, monitoring, exporters, X).
+DEFAULT_PROTECTED = ",".join(DEFAULT.protected_processes)
+
 
 def add_arguments(parser) -> None:
     """Flags of ``reap``."""
-    parser.add_argument("--devices", default="/dev/nvidia*",
-                        help="glob(s) of device files, comma separated (default /dev/nvidia*)")
+    parser.add_argument("--devices", default=None,
+                        help=f"glob(s) of device files, comma separated (default: the GPU vendor's, {DEFAULT.device_glob})")
     parser.add_argument("--protected", default=DEFAULT_PROTECTED,
                         help="comma list of executable basenames never to kill")
     parser.add_argument("--term-timeout", type=float, default=15.0, help="seconds after SIGTERM")
@@ -98,12 +104,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--check", action="store_true", help="report only, kill nothing")
     parser.add_argument("--only-pids", default=None,
                         help="comma list: restrict the targets to these PIDs")
-    parser.add_argument("--use-nvidia-smi", choices=("auto", "yes", "no"), default="auto")
-    parser.add_argument("--nvidia-smi", default=None, help="path of nvidia-smi (default: from PATH)")
+    parser.add_argument("--use-smi", f"--use-{DEFAULT.smi}", dest="use_smi", choices=("auto", "yes", "no"),
+                        default="auto", help=f"ask the GPU vendor's management tool ({DEFAULT.smi})")
+    parser.add_argument("--smi", f"--{DEFAULT.smi}", dest="smi", default=None,
+                        help="path of the management tool (default: from PATH)")
     parser.add_argument("--unit", default=None,
                         help="the unit being serviced (NAME.service): processes of OTHER units' cgroups are spared")
     parser.add_argument("--mig", choices=("auto", "on", "off"), default="auto",
-                        help="MIG mode: only processes of --unit's own cgroup are ended (auto: ask nvidia-smi)")
+                        help="MIG mode: only processes of --unit's own cgroup are ended (auto: ask the management tool)")
 
 
 def run(args) -> dict:
@@ -116,12 +124,13 @@ def run(args) -> dict:
             raise PayloadError("bad_input", f"--only-pids must be integers: {exc}") from exc
     if not (0 <= args.term_timeout < float("inf") and 0 <= args.kill_timeout < float("inf")):
         raise PayloadError("bad_input", "--term-timeout and --kill-timeout must be 0 or more seconds")
+    vendor = local_vendor()
     return reap(
-        device_globs=[g for g in args.devices.split(",") if g],
+        device_globs=[g for g in (args.devices or vendor.device_glob).split(",") if g],
         protected={p.strip() for p in args.protected.split(",") if p.strip()},
         term_timeout=args.term_timeout, kill_timeout=args.kill_timeout, check=args.check,
-        only_pids=only, use_nvidia_smi=args.use_nvidia_smi, nvidia_smi=args.nvidia_smi, unit=args.unit,
-        mig=args.mig)
+        only_pids=only, use_nvidia_smi=args.use_smi, nvidia_smi=args.smi, unit=args.unit,
+        mig=args.mig, vendor=vendor)
 
 
 def is_server(cmd: str) -> bool:
@@ -257,41 +266,6 @@ def scan(devices: Devices) -> dict[int, dict]:
     return found
 
 
-@internal_error("reap catches it: nvidia-smi's view is then not used (nvidia_smi: failed)")
-class SmiFailed(RuntimeError):
-    """nvidia-smi could not run, failed, or did not answer within its deadline (the message says which)."""
-
-
-def nvidia_smi_apps(path: str, timeout: float = GPU_QUERY_TIMEOUT_S) -> list[dict]:
-    """Rows of ``nvidia-smi --query-compute-apps=pid,process_name,used_memory`` (CSV, no header/units).
-
-    Returns ``[{"pid": int, "process_name": str, "used_memory_mib": int|None}]``; a memory value
-    that is no integer (``[N/A]``, ``[Insufficient Permissions]`` on MIG hosts, vllm #7211) is None,
-    a line whose first field is no PID is skipped. Runs under ``timeout`` seconds
-    (:func:`remote.host.bounded.run_bounded`); raises :class:`SmiFailed` when it cannot run,
-    exits non-zero or does not answer in time.
-    """
-    cp = run_bounded([path, "--query-compute-apps=pid,process_name,used_memory",
-                      "--format=csv,noheader,nounits"], timeout)
-    if not cp.ok:
-        raise SmiFailed(cp.reason)
-    return parse_compute_apps(cp.stdout)
-
-
-def parse_compute_apps(text: str) -> list[dict]:
-    """The rows of :func:`nvidia_smi_apps` from its output ``text``. Pure."""
-    rows = []
-    for line in text.splitlines():  # "No running processes found" and the like: no row
-        parts = [p.strip() for p in line.split(",")]
-        if not parts or not parts[0].isdigit():
-            continue
-        mem = parts[-1] if len(parts) >= 3 else ""
-        rows.append({"pid": int(parts[0]),
-                     "process_name": ",".join(parts[1:-1]) if len(parts) >= 3 else (parts[1] if len(parts) > 1 else ""),
-                     "used_memory_mib": int(mem) if mem.isdigit() else None})
-    return rows
-
-
 # ---------------------------------------------------------------- the command
 
 
@@ -306,16 +280,19 @@ def _signal(p: dict, sig: signal.Signals) -> None:
 def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.0,
          kill_timeout: float = 10.0, check: bool = False, only_pids: set[int] | None = None,
          use_nvidia_smi: str = "auto", nvidia_smi: str | None = None, unit: str | None = None,
-         mig: str = "auto") -> dict:
+         mig: str = "auto", vendor: GpuVendor | None = None) -> dict:
     """Scan, SIGTERM/SIGKILL and verify; see the module docstring for rules and result.
 
     ``device_globs``: glob patterns of device files; ``protected``: executable basenames;
     ``unit``: the unit serviced (``NAME.service``): processes in another service's cgroup are
     never signalled (:func:`other_unit`); ``mig`` (``auto``/``on``/``off``): with MIG on only
     processes in ``unit``'s own cgroup are signalled (:func:`in_unit_cgroup`);
-    timeouts in seconds. Raises ``PayloadError('runtime')`` when unprotected holders remain,
+    timeouts in seconds; ``use_nvidia_smi``/``nvidia_smi``: whether to ask the GPU vendor's
+    management tool and where it is (``vendor``: :class:`remote.gpus.GpuVendor`, default the
+    host's). Raises ``PayloadError('runtime')`` when unprotected holders remain,
     ``PayloadError('not_found')`` when ``use_nvidia_smi == "yes"`` and it is missing.
     """
+    vendor = vendor or local_vendor()
     devices = Devices(device_globs)
     if not devices.paths:
         log(f"no device files match {device_globs}", "warning")
@@ -326,33 +303,34 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
     rows: list[dict] = []
     smi_state = "disabled"
     if use_nvidia_smi != "no":
-        smi = nvidia_smi or shutil.which("nvidia-smi")
+        smi = nvidia_smi or shutil.which(vendor.smi)
         if not smi or not os.path.exists(smi):
             if use_nvidia_smi == "yes":
-                raise PayloadError("not_found", "nvidia-smi not found")
+                raise PayloadError("not_found", f"{vendor.smi} not found")
             smi_state = "absent"
         else:
             try:
-                rows = nvidia_smi_apps(smi)
+                rows = vendor.compute_apps(smi, GPU_QUERY_TIMEOUT_S)
                 smi_state = "used"
-            except SmiFailed as exc:
-                log(f"nvidia-smi failed: {exc}", "warning")
+            except ToolFailed as exc:
+                log(f"{vendor.smi} failed: {exc}", "warning")
                 rows, smi_state = [], "failed"
             for r in rows:
                 if r["pid"] in holders:
                     h = holders[r["pid"]]
-                    h["via"].append("nvidia-smi")
+                    h["via"].append(vendor.smi)
                     h["used_memory_mib"] = r["used_memory_mib"]
                 elif alive(r["pid"], None):
                     ghosts.append(dict(r, why="alive but holds no device file per /proc "
                                                 "(other PID namespace?); not killed"))
                 else:
-                    ghosts.append(dict(r, why="no such process (stale nvidia-smi entry)"))
+                    ghosts.append(dict(r, why=f"no such process (stale {vendor.smi} entry)"))
 
     # nvidia-smi answered with PIDs this namespace sees: busy means a compute process (a CUDA
     # context), not an open device file (NVML monitors open them too: gpud, nvidia-smi -l)
     compute_view = smi_state == "used" and not ghosts
-    mig_on = mig == "on" or (mig == "auto" and smi_state == "used" and _mig_enabled(smi))
+    mig_on = mig == "on" or (mig == "auto" and smi_state == "used"
+                              and bool(vendor.health(smi, GPU_QUERY_TIMEOUT_S)["mig"]))
     compute_pids = {r["pid"] for r in rows} if compute_view else set()
     protected_l, skipped, targets, others, other_units, non_compute, slices = [], [], [], [], [], [], []
     for pid, h in sorted(holders.items()):
@@ -367,7 +345,7 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
             slices.append(dict(brief, why=f"MIG: not in {unit or 'the unit'}'s cgroup (another slice's process "
                                           "may share the GPU's device file)"))
         elif compute_view and pid not in compute_pids and not is_server(h["cmdline"]):
-            non_compute.append(dict(brief, why="holds the device file but is no compute process (nvidia-smi)"))
+            non_compute.append(dict(brief, why=f"holds the device file but is no compute process ({vendor.smi})"))
         elif pid in never:
             skipped.append(dict(brief, why="PID 1 or the payload / its ancestor"))
         elif only_pids is not None and pid not in only_pids:
@@ -413,7 +391,3 @@ def reap(device_globs: list[str], protected: set[str], term_timeout: float = 15.
                            detail=result)
     return result
 
-
-def _mig_enabled(smi: str) -> bool:
-    """True when nvidia-smi (answering under its deadline) says a GPU is in MIG mode."""
-    return bool(smi_state(smi, GPU_QUERY_TIMEOUT_S)["mig"])

@@ -3,8 +3,12 @@ check, and FlashInfer's autotune cache kept as host state.
 
 ``python -m remote runner_change --op OP --run-id ID [--state-dir D] ...``
 
-``--op set-dropin --unit U.service [--request F | --remove]``: write (request ``{"content": text}``) (or remove) the drop-in
-``/etc/systemd/system/U.service.d/orch-moe-runner.conf`` (:data:`DROPIN_NAME`). The first change of
+``--op set-dropin --unit U.service --systemd-dir DIR [--request F | --remove]``: write (request
+``{"content": text}``) (or remove) the drop-in ``DIR/U.service.d/orch-moe-runner.conf``
+(:data:`DROPIN_NAME`). ``DIR`` is the folder of the unit's own manager, which the controller's unit
+handle gives (``orchestrator.facts.systemd_unit.Unit.unit_dir``): ``/etc/systemd/system``
+(:data:`SYSTEM_UNIT_DIR`) for the system manager, the login user's ``~/.config/systemd/user`` for
+a user unit (systemd.unit(5)); it must be absolute. The first change of
 a run goes through :func:`remote.host.changes.apply_changes` (backup of the file as it was, manifest
 ``action`` ``runner`` before the write), so ``restore --run-id ID`` (and ``orch rollback``) puts the
 drop-in back to its bytes, or removes it and the folder when the run created them. A later change of
@@ -41,10 +45,10 @@ created since are removed too (``removed``), with the folders that removal leave
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 
+from ..gpus import DEFAULT, local_vendor
 from ..protocol import PayloadError
 from .changes import RUNNER_DROPIN_NAME, apply_changes, check_name, held_by_other
 from .fs import (AUTOTUNE_BACKUP, DEFAULT_STATE_DIR, atomic_write, atomic_write_json, check_run_id, fsync_dir, load_request,
@@ -52,9 +56,10 @@ from .fs import (AUTOTUNE_BACKUP, DEFAULT_STATE_DIR, atomic_write, atomic_write_
 
 #: the drop-in orch writes for a runner trial (one per unit)
 DROPIN_NAME = RUNNER_DROPIN_NAME
-SYSTEMD_DIR = "/etc/systemd/system"
-TOOLKIT_PATHS = ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime-hook",
-                 "/usr/bin/nvidia-ctk", "/etc/nvidia-container-runtime/config.toml")
+#: the system manager's folder for the administrator's units and their drop-ins (systemd.unit(5))
+SYSTEM_UNIT_DIR = "/etc/systemd/system"
+#: the GPU vendor's container toolkit files (remote.gpus.GpuVendor.container_toolkit_paths)
+TOOLKIT_PATHS = DEFAULT.container_toolkit_paths
 CONTAINER_CGROUP_MARKS = ("docker", "containerd", "libpod", "kubepods", "crio")
 CACHE_BACKUP = AUTOTUNE_BACKUP
 MAX_CACHE_BYTES = 256 * 1024 * 1024
@@ -74,7 +79,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--exact", action="store_true",
                         help="cache-restore: also remove the files created since the backup")
-    parser.add_argument("--systemd-dir", default=SYSTEMD_DIR, help=argparse.SUPPRESS)
+    parser.add_argument("--systemd-dir", default=None,
+                        help="set-dropin: the unit manager's folder the drop-in folder goes in (absolute: "
+                             f"{SYSTEM_UNIT_DIR}, or a user manager's ~/.config/systemd/user)")
 
 
 def run(args) -> dict:
@@ -85,9 +92,13 @@ def run(args) -> dict:
     if args.op == "set-dropin":
         if not args.unit or "/" in args.unit or args.unit.startswith("."):
             raise PayloadError("bad_input", f"--unit must be a unit name, got {args.unit!r}")
+        systemd_dir = args.systemd_dir or ""
+        if not os.path.isabs(systemd_dir) or os.path.normpath(systemd_dir) != systemd_dir:
+            raise PayloadError("bad_input", f"set-dropin: --systemd-dir must be the unit manager's folder (absolute), "
+                                            f"got {args.systemd_dir!r}")
         content = None
         if args.as_before:
-            return set_dropin_as_before(args.state_dir, run_id, dropin_dir(args.unit, args.systemd_dir))
+            return set_dropin_as_before(args.state_dir, run_id, dropin_dir(args.unit, systemd_dir))
         if not args.remove:
             if not args.request:
                 raise PayloadError("bad_input", "set-dropin needs --request or --remove")
@@ -96,7 +107,7 @@ def run(args) -> dict:
                 raise PayloadError("bad_input", "set-dropin: content must be a drop-in's text with a [Service] "
                                                 "section (at most 64 KiB)")
             content = text.encode("utf-8")
-        return set_dropin(args.state_dir, run_id, dropin_dir(args.unit, args.systemd_dir), content)
+        return set_dropin(args.state_dir, run_id, dropin_dir(args.unit, systemd_dir), content)
     if args.op == "set-file":
         path = args.path or ""
         if not os.path.isabs(path) or os.path.normpath(path) != path or not os.path.isfile(path) or os.path.islink(path):
@@ -119,8 +130,9 @@ def run(args) -> dict:
     return cache_restore(args.state_dir, run_id, args.cache_dir, exact=args.exact)
 
 
-def dropin_dir(unit: str, systemd_dir: str = SYSTEMD_DIR) -> str:
-    """``/etc/systemd/system/<unit>.service.d`` (``.service`` added to a bare name)."""
+def dropin_dir(unit: str, systemd_dir: str) -> str:
+    """``<systemd_dir>/<unit>.service.d`` (``.service`` added to a bare name): the drop-in folder of
+    ``unit`` under its manager's folder ``systemd_dir``."""
     name = unit if "." in unit else f"{unit}.service"
     return os.path.join(systemd_dir, name + ".d")
 
@@ -199,9 +211,13 @@ def set_dropin_as_before(state_dir: str, run_id: str, folder: str, name: str = D
     return got
 
 
-def reload_check(toolkit_paths: tuple[str, ...] = TOOLKIT_PATHS, proc: str = "/proc") -> dict:
-    """See the module docstring (``--op reload-check``); ``toolkit_paths`` and ``proc`` for tests."""
-    toolkit = [p for p in toolkit_paths if os.path.exists(p)]
+def reload_check(toolkit_paths: tuple[str, ...] | None = None, proc: str = "/proc") -> dict:
+    """See the module docstring (``--op reload-check``); the host's GPU vendor
+    (:func:`remote.gpus.local_vendor`) gives the toolkit's files and its device files;
+    ``toolkit_paths`` and ``proc`` for tests."""
+    vendor = local_vendor()
+    toolkit = [p for p in (vendor.container_toolkit_paths if toolkit_paths is None else toolkit_paths)
+               if os.path.exists(p)]
     found = []
     for entry in os.listdir(proc):
         if not entry.isdigit():
@@ -209,7 +225,7 @@ def reload_check(toolkit_paths: tuple[str, ...] = TOOLKIT_PATHS, proc: str = "/p
         try:
             fds = os.path.join(proc, entry, "fd")
             links = [os.readlink(os.path.join(fds, fd)) for fd in os.listdir(fds)]
-            if not any(link.startswith("/dev/nvidia") for link in links):
+            if not any(vendor.is_device_file(link) for link in links):
                 continue
             with open(os.path.join(proc, entry, "cgroup")) as f:
                 cgroup = f.read()

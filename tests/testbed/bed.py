@@ -209,6 +209,10 @@ LAUNCH_OPTION_DEFAULTS: Dict[str, Any] = {
                              #   (the launch flags, quoted), e.g. "-numactl -N 0 {sglang} serve {args}"
     "unit_lines": [],        # more [Service] lines (Type=, Restart=, KillMode=, ExecStartPre=, ...); a key
                              #   given here replaces the bed's own line for it (Type=, Restart=, ...)
+    "user_unit": False,      # the unit is LOGIN_USER's own (systemctl --user): its file in
+                             #   ~/.config/systemd/user, run as that user by the replacement's --user
+                             #   mode; the inventory logs in as that user (become with its password)
+                             #   with orch_systemd_scope: user (see user_unit_binds for /root)
 }
 HOST_OPTION_DEFAULTS.update(LAUNCH_OPTION_DEFAULTS)
 #: the console script of each host's stand-in tree (as pip writes one: shebang, then SGLang's main)
@@ -680,12 +684,34 @@ class Host:
             "print(json.dumps(out))\n")
         return json.loads(self.py(code, path).stdout)
 
+    def _user_unit(self, unit: Optional[str]) -> bool:
+        """Whether ``unit`` (None: the host's SGLang unit) is LOGIN_USER's own (host option ``user_unit``)."""
+        return bool(self.options.get("user_unit")) and (unit is None or unit == self.unit)
+
+    def as_login_user(self, cmd: str) -> str:
+        """``cmd`` run as LOGIN_USER with its home and the host's PATH (``runuser``), as its SSH
+        logins run: what its own systemd manager (``systemctl --user``) and journal need."""
+        return (f"runuser -u {LOGIN_USER} -- env HOME={LOGIN_HOME} USER={LOGIN_USER} LOGNAME={LOGIN_USER} "
+                f"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {cmd}")
+
+    def systemctl(self, args: str, unit: Optional[str] = None, check: bool = False) -> subprocess.CompletedProcess:
+        """``systemctl ARGS`` inside the host on the manager of ``unit`` (None: the host's SGLang
+        unit): the system's, or LOGIN_USER's own (``systemctl --user``, as that user) for a user unit."""
+        if self._user_unit(unit):
+            return self.sh(self.as_login_user(f"systemctl --user {args}"), check=check)
+        return self.sh(f"systemctl {args}", check=check)
+
     def unit_state(self, unit: Optional[str] = None) -> str:
-        """``systemctl is-active UNIT`` inside the host (``active``, ``inactive``, ``failed``, ...)."""
-        return self.sh(f"systemctl is-active {shlex.quote(unit or self.unit)}", check=False).stdout.strip()
+        """``systemctl is-active UNIT`` inside the host (``active``, ``inactive``, ``failed``, ...);
+        ``--user`` as LOGIN_USER for a user unit."""
+        return self.systemctl(f"is-active {shlex.quote(unit or self.unit)}", unit).stdout.strip()
 
     def unit_log(self, unit: Optional[str] = None) -> str:
-        """Whole log of the unit (``journalctl -u UNIT``; accumulates across restarts)."""
+        """Whole log of the unit (``journalctl -u UNIT``, ``--user-unit`` as LOGIN_USER for a user
+        unit; accumulates across restarts)."""
+        if self._user_unit(unit):
+            return self.sh(self.as_login_user(f"journalctl --user-unit {shlex.quote(unit or self.unit)} --no-pager"),
+                           check=False).stdout
         return self.sh(f"journalctl -u {shlex.quote(unit or self.unit)} --no-pager", check=False).stdout
 
     def pids_holding(self, path: str = "/dev/nvidia0") -> List[Tuple[int, str]]:
@@ -773,14 +799,15 @@ def _clean_shell_binds(hostdir: Path, candidates=ROOT_STARTUP_FILES) -> List[Lis
     return out
 
 
-def _hidden_code_binds(hostdir: Path, paths: Optional[List[str]] = None) -> List[List[str]]:
+def _hidden_code_binds(hostdir: Path, paths: Optional[List[str]] = None,
+                       more_mounts: Tuple[str, ...] = ()) -> List[List[str]]:
     """Binds ``[source, same path]`` that keep the bed's own code visible inside a host: the
     repo (holder.py, the journalctl shim) and the venv (the units' interpreter, systemctl3) when
     they sit under a per-host mount such as ``/tmp`` (a clone in /tmp would otherwise vanish
     behind the host's own /tmp). ``paths`` defaults to the repo and the venv's root."""
     if paths is None:
         paths = [str(REPO), str(Path(VENV_PYTHON).parent.parent)]
-    insides = [inside for inside, _ in _host_mounts(hostdir)]
+    insides = [inside for inside, _ in _host_mounts(hostdir)] + list(more_mounts)
     out: List[List[str]] = []
     for p in dict.fromkeys(os.path.abspath(x) for x in paths):
         hidden = any(p == i or p.startswith(i.rstrip("/") + "/") for i in insides)
@@ -923,13 +950,38 @@ def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
     return binds, cmds
 
 
+#: where a user unit's file goes in its user's home (systemd.unit(5): ``~/.config/systemd/user``)
+USER_UNIT_DIR = ".config/systemd/user"
+
+
+def user_unit_binds(hostdir: Path) -> List[List[str]]:
+    """Binds that let LOGIN_USER run the bed's Python inside a user-unit host: a per-host ``/root``
+    (``hostdir/root-home``, mode 0755, so the user may pass through it), first, then the venv
+    interpreter's own installation bound back at its path when it lives under ``/root`` (a pyenv
+    Python: this machine's ``/root`` is 0700, so the user could not run the units' interpreter or
+    the host's journalctl). hostinit opens every source before it binds anything, so the
+    installation is found although ``/root`` is covered by then."""
+    home = hostdir / "root-home"
+    home.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(home, 0o755)
+    binds = [[str(home), "/root"]]
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(VENV_PYTHON)))
+    if prefix == "/root" or prefix.startswith("/root/"):
+        binds.append([prefix, prefix])
+    return binds
+
+
 def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     """The unit file of the host's SGLang unit, or (``extra``: an entry of ``more_units``) of a
-    further unit on the same host."""
+    further unit on the same host. A user unit (``user_unit``) runs as LOGIN_USER in its home."""
     o = host.options
+    user = bool(o["user_unit"]) and not extra
     env = {"PYTHONPATH": "/opt/sglang", "ORCH_STANDIN_GPU_NAME": o["gpu_name"],
-           "ORCH_STANDIN_WARMUP_S": str(o["warmup_s"]), "PYTHONUNBUFFERED": "1", "HOME": "/root",
+           "ORCH_STANDIN_WARMUP_S": str(o["warmup_s"]), "PYTHONUNBUFFERED": "1",
+           "HOME": LOGIN_HOME if user else "/root",
            "ORCH_STANDIN_GPU_CAPABILITY": str(o["gpu_capability"])}
+    if user:  # the stand-in's own state (leak markers) where its user may write
+        env["ORCH_STANDIN_STATE_DIR"] = f"{LOGIN_HOME}/.local/state/sglang-standin"
     if o["moe_config_dir"]:
         env["SGLANG_MOE_CONFIG_DIR"] = o["moe_config_dir"]
     if o["gpu_exclusive"]:
@@ -979,11 +1031,12 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     lines += [f"EnvironmentFile={f}" for f in ((extra or {}).get("env_files", []) if extra else o["env_files"])]
     service = [
         "ExecStart=" + exec_start,
-        "WorkingDirectory=/root",
+        f"WorkingDirectory={LOGIN_HOME if user else '/root'}",
         "KillMode=control-group",
         # docker-systemctl-replacement keeps its state beside /run only when the caller may write
         # /run (root); fix the path so a non-root `systemctl show` (LOGIN_USER) reads the same state
-        f"StatusFile=/run/{unit}.service.status",
+        # (a user unit's every caller is its user: the replacement's --user state folder serves)
+        *([] if user else [f"StatusFile=/run/{unit}.service.status"]),
         f"TimeoutStopSec={o['timeout_stop_s']}",
         "Restart=no",
     ]
@@ -996,7 +1049,7 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     lines += [
         "",
         "[Install]",
-        "WantedBy=multi-user.target",
+        "WantedBy=default.target" if user else "WantedBy=multi-user.target",
         "",
     ]
     return "\n".join(lines)
@@ -1300,8 +1353,17 @@ class TestBed:
         (hd / "etc" / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
         (hd / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n"
                                           + "".join(f"{p.address} {p.name}\n" for p in host.cluster_peers))
-        # the unit
-        (hd / "etc-systemd-system" / f"{o['unit']}.service").write_text(_unit_text(host))
+        # the unit: the system manager's, or (user_unit) LOGIN_USER's own in its home
+        if o["user_unit"]:
+            folder = home
+            for part in USER_UNIT_DIR.split("/"):
+                folder = folder / part
+                folder.mkdir(exist_ok=True)
+                os.chown(folder, pw.pw_uid, pw.pw_gid)
+            (folder / f"{o['unit']}.service").write_text(_unit_text(host))
+            os.chown(folder / f"{o['unit']}.service", pw.pw_uid, pw.pw_gid)
+        else:
+            (hd / "etc-systemd-system" / f"{o['unit']}.service").write_text(_unit_text(host))
         fleet_binds = self._make_fleet_files(host)
         # MoE config folder override and pre-installed config files
         setup_cmds = []
@@ -1318,18 +1380,24 @@ class TestBed:
                               f"printf '%s' {shlex.quote(text)} > {shlex.quote(target)}")
         spec = {
             "name": host.name, "hostdir": str(hd), "init_log": str(hd / "init.log"),
-            "binds": [[local, inside] for inside, local in _host_mounts(hd)] + [
+            "binds": (user_unit_binds(hd) if o["user_unit"] else [])
+                + [[local, inside] for inside, local in _host_mounts(hd)] + [
                 [str(hd / "bin" / "systemctl"), "/usr/bin/systemctl"],
                 [str(hd / "bin" / "journalctl"), "/usr/bin/journalctl"],
                 [str(hd / "etc" / "resolv.conf"), "/etc/resolv.conf"],
-                [str(hd / "etc" / "hosts"), "/etc/hosts"]] + fleet_binds + _hidden_code_binds(hd)
-                + _clean_shell_binds(hd)
+                [str(hd / "etc" / "hosts"), "/etc/hosts"]] + fleet_binds
+                + _hidden_code_binds(hd, more_mounts=("/root",) if o["user_unit"] else ())
+                + ([] if o["user_unit"] else _clean_shell_binds(hd))  # a per-host /root has no start-up files
                 + ([[str(hd / "usr-local-sbin"), "/usr/local/sbin"]] if (hd / "usr-local-sbin").is_dir() else []),
             "nvidia": nvidia, "sshd_config": "/run/orchtb/sshd_config", "python": VENV_PYTHON,
             "setup_cmds": setup_cmds, "strays": bool(o["strays"]),
             "usr_bin_overlay": ([str(hd / "usr-bin-upper"), str(hd / "usr-bin-work")]
                                 if (hd / "usr-bin-upper").is_dir() else None),
-            "start_units": ([o["unit"]] + [u["unit"] for u in o["more_units"]]) if o["start_unit"] else [],
+            "start_units": (([] if o["user_unit"] else [o["unit"]]) + [u["unit"] for u in o["more_units"]])
+                           if o["start_unit"] else [],
+            # a user unit is started by its user's own manager (systemctl --user, as that user)
+            "user_units": [o["unit"]] if o["start_unit"] and o["user_unit"] else [],
+            "login_user": LOGIN_USER, "login_home": LOGIN_HOME,
             "unit_ports": {o["unit"]: int(o["port"]), **{u["unit"]: int(u["port"]) for u in o["more_units"]}},
             "unit_addresses": {o["unit"]: host.url.split("//", 1)[1].rsplit(":", 1)[0]},
         }
@@ -1510,6 +1578,9 @@ class TestBed:
                              "ansible_ssh_private_key_file": str(self.key_path),
                              "orch_service": f"{h.unit}.service", "orch_device_name": h.options["gpu_name"],
                              "orch_gpu_capability": h.options["gpu_capability"]}
+            if h.options.get("user_unit"):  # the unit's user logs in; root's work goes through sudo
+                hosts[h.name].update(ansible_user=self.login_user, ansible_become=True,
+                                     ansible_become_password=self.become_password, orch_systemd_scope="user")
         group_vars = {
             "ansible_python_interpreter": VENV_PYTHON,
             "orch_known_hosts": str(self.known_hosts_path),

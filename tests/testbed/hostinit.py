@@ -15,7 +15,8 @@ so it runs in the host's own network, mount, UTS and PID namespaces. It then
    the host's fake GPU files ``/dev/nvidia0..``, ``/dev/nvidiactl`` (plain files), so they exist
    only inside this host;
 3. starts sshd (foreground child) with the host's own config and key, the units in
-   ``spec["start_units"]`` via ``systemctl start``, and, when ``spec["strays"]``, two
+   ``spec["start_units"]`` via ``systemctl start`` and those of ``spec["user_units"]`` via
+   ``systemctl --user start`` as ``spec["login_user"]`` (its own manager), and, when ``spec["strays"]``, two
    processes re-parented to this PID 1 that hold ``/dev/nvidia0``: a leftover SGLang scheduler
    (cmdline ``sglang::scheduler_TP0 ...``) and ``nvidia-persistenced ...``;
 4. writes ``READY\\n`` (or ``FAILED <reason>\\n``) to READY_FD and reaps children until killed.
@@ -87,6 +88,16 @@ def _spawn_holder(python: str, argv0: str, extra_args: list[str], paths: list[st
     proc.wait()
 
 
+def _systemctl(spec: dict, env: dict, unit: str, *args: str) -> list[str]:
+    """``systemctl ARGS`` for ``unit``: the system manager's, or for a unit of ``spec["user_units"]``
+    the login user's own (``systemctl --user``, run as that user with its home)."""
+    if unit not in spec.get("user_units", []):
+        return ["/usr/bin/systemctl", *args]
+    user, home = spec["login_user"], spec["login_home"]
+    return ["runuser", "-u", user, "--", "env", f"HOME={home}", f"USER={user}", f"LOGNAME={user}",
+            f"PATH={env['PATH']}", "/usr/bin/systemctl", "--user", *args]
+
+
 def _wait_port(port: int, timeout: float, address: str = "127.0.0.1") -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -134,17 +145,18 @@ def main(argv: list[str]) -> int:
             raise RuntimeError("sshd did not listen on port 22 within 20 s (see /var/log/sshd.log)")
         for cmd in spec.get("setup_cmds", []):
             subprocess.run(cmd, shell=True, check=True, env=env, stdout=sys.stderr, stderr=sys.stderr)
-        for unit in spec.get("start_units", []):
-            subprocess.run(["/usr/bin/systemctl", "start", unit], check=False, env=env, timeout=120,
+        units = spec.get("start_units", []) + spec.get("user_units", [])
+        for unit in units:
+            subprocess.run(_systemctl(spec, env, unit, "start", unit), check=False, env=env, timeout=120,
                            stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr)
         # strays come after the unit has opened its GPU (bound its port) or died, so that a
         # unit with ORCH_STANDIN_GPU_EXCLUSIVE starts cleanly at bed creation
-        for unit in spec.get("start_units", []):
+        for unit in units:
             deadline = time.monotonic() + 60
             port = (spec.get("unit_ports") or {}).get(unit, spec.get("unit_port", 30000))
             address = (spec.get("unit_addresses") or {}).get(unit, "127.0.0.1")
             while time.monotonic() < deadline and not _wait_port(port, 0.5, address):
-                state = subprocess.run(["/usr/bin/systemctl", "is-active", unit], env=env, text=True,
+                state = subprocess.run(_systemctl(spec, env, unit, "is-active", unit), env=env, text=True,
                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.strip()
                 if state not in ("active", "activating"):
                     break

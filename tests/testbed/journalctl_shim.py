@@ -26,6 +26,14 @@ place N with each TEXT then carries that ID (the stand-in server's straggler,
 (``_SYSTEMD_UNIT=systemd-journald.service``, its own invocation ID) and the unit's as
 ``OBJECT_SYSTEMD_UNIT``/``OBJECT_SYSTEMD_INVOCATION_ID``.
 
+User units (``--user-unit UNIT``): the entries of a unit of the caller's own user manager, as
+systemd 252's journalctl matches them: ``_SYSTEMD_USER_UNIT=UNIT`` together with ``_UID=`` of the
+caller (``src/journal/journalctl.c``: ``add_matches_for_user_unit(j, u, getuid())``). The stand-in
+reads the caller's own ``systemctl3 --user log UNIT`` and its invocation IDs
+(``~/.config/orchtb/invocations``, written by the bed's ``systemctl --user``); root's
+``--user-unit`` reads root's own user units, so a user's unit read through sudo shows nothing, as
+on such a systemd.
+
 Faults of journald (``/run/orchtb/journald.json``, written by a test): ``{"suppress": {"from":
 K, "match": REGEX}}`` drops the lines at place >= K that match (journald's rate limiting,
 systemd #2913) and puts ``systemd-journald[N]: Suppressed C messages from UNIT`` where the first
@@ -74,9 +82,15 @@ def _read_json(path: str, default):
         return default
 
 
-def _entries(lines: list[str], unit: str) -> list[dict]:
+def _invocations(user: bool) -> str:
+    """Where the bed's ``systemctl`` records invocation IDs: the system's, or the caller's user manager's
+    (``~/.config/orchtb/invocations``, tests/testbed/systemctl_shim.py ``invocation_dir``)."""
+    return os.path.join(os.path.expanduser("~"), ".config", "orchtb", "invocations") if user else INVOCATIONS
+
+
+def _entries(lines: list[str], unit: str, user: bool = False) -> list[dict]:
     """The unit's log lines as journal entries with their unit and invocation fields."""
-    starts = [i for i in _read_json(os.path.join(INVOCATIONS, unit + ".json"), []) if isinstance(i, dict)]
+    starts = [i for i in _read_json(os.path.join(_invocations(user), unit + ".json"), []) if isinstance(i, dict)]
     out = []
     for place, line in enumerate(lines, 1):
         e = {"MESSAGE": line, "_SYSTEMD_UNIT": unit}
@@ -174,7 +188,9 @@ def _parse_time(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Run ``systemctl3 log`` for the unit and print (filtered) lines; returns its exit status."""
     p = argparse.ArgumentParser(prog="journalctl", add_help=True)
-    p.add_argument("-u", "--unit", required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("-u", "--unit")
+    which.add_argument("--user-unit")
     p.add_argument("-n", "--lines", type=int)
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument("--no-pager", action="store_true")
@@ -190,14 +206,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-c", "--cursor")
     p.add_argument("-a", "--all", action="store_true")
     args = p.parse_args(argv)
-    unit = args.unit if "." in args.unit else args.unit + ".service"
+    user = args.user_unit is not None
+    name = args.user_unit if user else args.unit
+    unit = name if "." in name else name + ".service"
+    mode = ["--user"] if user else []
     if args.follow:
-        cmd = [SYSTEMCTL3, "log", unit, "--no-pager", "-f"]
+        cmd = [SYSTEMCTL3, *mode, "log", unit, "--no-pager", "-f"]
         if args.lines is not None:
             cmd += ["-n", str(args.lines)]
         return subprocess.call(cmd)
-    out = subprocess.run([SYSTEMCTL3, "log", unit, "--no-pager"], stdout=subprocess.PIPE, text=True,
-                         errors="replace")
+    out = subprocess.run([SYSTEMCTL3, *mode, "log", unit, "--no-pager"], stdout=subprocess.PIPE, text=True,
+                         errors="replace", stderr=subprocess.DEVNULL if user else None)
+    if user and out.returncode != 0:  # no such unit of the caller's manager: no entries, as journalctl
+        out = subprocess.CompletedProcess(out.args, 0, "", None)
     # -n is applied here: systemctl3's own -n pipes through tail and logs noise on stderr
     since = _parse_time(args.since) if args.since else None
     until = _parse_time(args.until) if args.until else None
@@ -206,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         since = float(int(since))
     kept: list[tuple[int, dict, float | None]] = []
     current: float | None = None
-    entries = _view(_entries(out.stdout.splitlines(), unit), unit)
+    entries = _view(_entries(out.stdout.splitlines(), unit, user), unit)
     first = 1
     if args.after_cursor:
         first = _place(unit, args.after_cursor) + 1

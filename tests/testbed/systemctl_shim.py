@@ -21,6 +21,11 @@ unit's log had then, so the journalctl stand-in stamps the lines written from th
 ``_SYSTEMD_INVOCATION_ID`` (systemd.journal-fields(7)); ``show -p InvocationID UNIT`` answers the
 last one (empty for a unit never started), as systemd keeps it after the unit stopped.
 
+User units (``systemctl --user``, systemd.unit(5)): the replacement's own ``--user`` mode runs the
+caller's units from ``~/.config/systemd/user`` as the caller; their invocation IDs are recorded
+per user, in ``~/.config/orchtb/invocations`` (:func:`invocation_dir`), where the journalctl
+stand-in reads them for ``--user-unit``.
+
 Every other call, and every other unit, goes to the replacement unchanged (``REAL`` is its command).
 """
 
@@ -91,40 +96,49 @@ def _show(name: str, args: list[str]) -> int:
     return 0
 
 
-def invocations(name: str) -> list[dict]:
+def invocation_dir(user: bool) -> str:
+    """Where the invocation IDs of the caller's units are recorded: :data:`INVOCATIONS` for the
+    system manager's, ``~/.config/orchtb/invocations`` for the caller's own user manager's."""
+    return os.path.join(os.path.expanduser("~"), ".config", "orchtb", "invocations") if user else INVOCATIONS
+
+
+def invocations(name: str, user: bool = False) -> list[dict]:
     """The unit's invocations so far: ``[{"id", "from"}]`` (``from``: lines of its log before it)."""
     try:
-        with open(os.path.join(INVOCATIONS, name + ".json")) as f:
+        with open(os.path.join(invocation_dir(user), name + ".json")) as f:
             got = json.load(f)
         return got if isinstance(got, list) else []
     except (OSError, ValueError):
         return []
 
 
-def _new_invocation(name: str) -> str:
+def _new_invocation(name: str, user: bool = False) -> str:
     """A new invocation of ``name``: a random ID recorded with the unit's log length now."""
-    log = subprocess.run(REAL + ["log", name, "--no-pager"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         text=True, errors="replace").stdout
+    mode = ["--user"] if user else []
+    log = subprocess.run(REAL + mode + ["log", name, "--no-pager"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, errors="replace").stdout
     inv = uuid.uuid4().hex
-    os.makedirs(INVOCATIONS, exist_ok=True)
-    path = os.path.join(INVOCATIONS, name + ".json")
+    folder = invocation_dir(user)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name + ".json")
     tmp = path + f".{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(invocations(name) + [{"id": inv, "from": len(log.splitlines())}], f)
+        json.dump(invocations(name, user) + [{"id": inv, "from": len(log.splitlines())}], f)
     os.replace(tmp, path)
     return inv
 
 
-def _show_invocation(name: str, argv: list[str]) -> int:
+def _show_invocation(name: str, argv: list[str], user: bool = False) -> int:
     """``show`` with ``InvocationID`` among the properties: the replacement's answer for the others
     (through this shim for a transient unit), then ``InvocationID=`` the unit's last."""
     want = _props(argv)
     others = [k for k in want if k != "InvocationID"]
     if others:
-        cmd = [sys.executable, os.path.abspath(__file__), "show", name, "-p", ",".join(others)]
+        cmd = [sys.executable, os.path.abspath(__file__), *(["--user"] if user else []), "show", name,
+               "-p", ",".join(others)]
         out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
         sys.stdout.write(out.stdout)
-    got = invocations(name)
+    got = invocations(name, user)
     print(f"InvocationID={got[-1]['id'] if got else ''}")
     return 0
 
@@ -139,14 +153,17 @@ def main(argv: list[str]) -> int:
             skip = True  # its value is no verb
         elif not a.startswith("-"):
             verbs.append(a)
+    user = "--user" in argv
+    mode = ["--user"] if user else []
     if len(verbs) >= 2 and verbs[0] == "show" and "InvocationID" in _props(argv):
-        return _show_invocation(_unit(verbs[1]), argv)
+        return _show_invocation(_unit(verbs[1]), argv, user)
     if len(verbs) == 2 and verbs[0] in ("start", "restart"):
         name = _unit(verbs[1])
-        active = subprocess.run(REAL + ["is-active", name], stdout=subprocess.PIPE, text=True).stdout.strip()
+        active = subprocess.run(REAL + mode + ["is-active", name], stdout=subprocess.PIPE, text=True).stdout.strip()
         if verbs[0] == "restart" or active != "active":
-            os.environ["INVOCATION_ID"] = _new_invocation(name)
-    if len(verbs) >= 2 and verbs[0] in ("show", "is-active", "reset-failed") and _transient(_unit(verbs[1])):
+            os.environ["INVOCATION_ID"] = _new_invocation(name, user)
+    if not user and len(verbs) >= 2 and verbs[0] in ("show", "is-active", "reset-failed") \
+            and _transient(_unit(verbs[1])):
         name = _unit(verbs[1])
         loaded = os.path.exists(os.path.join(UNIT_DIR, name))
         if verbs[0] == "show":

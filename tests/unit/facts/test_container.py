@@ -15,6 +15,7 @@ from orchestrator.connection import CommandResult
 from orchestrator.facts.container import (ContainerError, container_environment, detach_reason, parse_container_run,
                                           parse_container_env_file, parse_gpu_request, parse_mount, parse_publish,
                                           parse_volume, split_run_options)
+from orchestrator.facts.systemd_unit import Unit
 from orchestrator.facts.unit import UnitError, gather_unit, parse_server_args
 from remote.engines.sglang.server_args import split_launch
 
@@ -238,7 +239,7 @@ def unit_file(line: str, extra: str = "") -> str:
 
 def test_gather_unit_reads_a_container_unit():
     host = Host(unit_file(PODMAN), {"/etc/sglang/env": "SGLANG_MOE_CONFIG_DIR=/ignored\nTOKEN=t\n"})
-    f = gather_unit(host, "sglang")
+    f = gather_unit(host, Unit("sglang"))
     assert f.container is not None and f.container.image == "docker.io/lmsysorg/sglang:v0.5.23"
     assert f.environment == {"SGLANG_MOE_CONFIG_DIR": "/moe", "TOKEN": "t", "HF_HOME": "/host/hf"}
     assert f.unit_environment == {"HF_HOME": "/host/hf"}
@@ -251,24 +252,24 @@ def test_gather_unit_reads_a_container_unit():
 
 def test_gather_unit_container_refusals():
     with pytest.raises(UnitError, match="--env-file /etc/sglang/env does not exist"):
-        gather_unit(Host(unit_file(PODMAN), {}), "sglang")
+        gather_unit(Host(unit_file(PODMAN), {}), Unit("sglang"))
     with pytest.raises(UnitError, match="unit sglang: the unit's 'docker run' has -d"):
         gather_unit(Host(unit_file("/usr/bin/docker run -d --name s img python3 -m sglang.launch_server"), {}),
-                    "sglang")
+                    Unit("sglang"))
     with pytest.raises(UnitError, match="runs the container img, whose command is not an SGLang server"):
-        gather_unit(Host(unit_file("/usr/bin/docker run --rm img"), {}), "sglang")
+        gather_unit(Host(unit_file("/usr/bin/docker run --rm img"), {}), Unit("sglang"))
     with pytest.raises(UnitError, match="unit sglang: unknown option '--bogus'"):
-        gather_unit(Host(unit_file("/usr/bin/docker run --bogus img"), {}), "sglang")
+        gather_unit(Host(unit_file("/usr/bin/docker run --bogus img"), {}), Unit("sglang"))
 
 
 def test_gather_unit_container_config_file_read_through_the_mount():
     line = ("/usr/bin/docker run --rm -v /etc/sglang:/cfg:ro img python3 -m sglang.launch_server "
             "--config /cfg/server.yaml")
-    f = gather_unit(Host(unit_file(line), {"/etc/sglang/server.yaml": "model-path: /m\ntp-size: 4\n"}), "s")
+    f = gather_unit(Host(unit_file(line), {"/etc/sglang/server.yaml": "model-path: /m\ntp-size: 4\n"}), Unit("s"))
     assert f.server.config_file == "/etc/sglang/server.yaml" and f.server.tp == 4
     line = "/usr/bin/docker run --rm img python3 -m sglang.launch_server --config /inside/server.yaml"
     with pytest.raises(UnitError, match="in no folder bind-mounted from the host"):
-        gather_unit(Host(unit_file(line), {}), "s")
+        gather_unit(Host(unit_file(line), {}), Unit("s"))
 
 
 def test_inner_command_resolved_as_a_host_launch():

@@ -2,8 +2,10 @@
 
 import pytest
 
+from orchestrator.facts.systemd_unit import Unit
 from orchestrator.facts.unit import (UnitError, gather_unit, parse_server_args, parse_show_exec_start,
                                      parse_unit_settings)
+from tests.fakes import unit_host
 
 UNIT = r"""# /etc/systemd/system/sglang-qwen.service
 [Unit]
@@ -62,55 +64,21 @@ def test_real_systemd_show_exec_start():
     assert parse_server_args(parse_show_exec_start(v)).tp == 8
 
 
-class FakeTransport:
-    """Answers systemctl with canned text: the parsing is under test, not a host."""
-
-    def __init__(self, show, cat, cat_ok=True):
-        self.show, self.cat, self.cat_ok, self.calls = show, cat, cat_ok, []
-
-    def run(self, argv, check=True, **kw):
-        from orchestrator.connection import CommandResult
-
-        self.calls.append(argv)
-        if argv[1] == "show":
-            return CommandResult(" ".join(argv), 0, self.show, "")
-        return CommandResult(" ".join(argv), 0 if self.cat_ok else 1, self.cat if self.cat_ok else "", "No files found")
-
-
 def test_gather_unit_errors_name_the_unit():
-    t = FakeTransport("LoadState=not-found\nActiveState=inactive\n", "", cat_ok=False)
+    t = unit_host("LoadState=not-found\nActiveState=inactive\n", "", cat_ok=False)
     with pytest.raises(UnitError, match="unit nope not found"):
-        gather_unit(t, "nope")
-    t = FakeTransport("LoadState=loaded\nActiveState=active\nMainPID=42\n",
-                      "[Service]\nExecStart=/usr/bin/python3 -m http.server 8000\n")
+        gather_unit(t, Unit("nope"))
+    t = unit_host("LoadState=loaded\nActiveState=active\nMainPID=42\n",
+                  "[Service]\nExecStart=/usr/bin/python3 -m http.server 8000\n")
     with pytest.raises(UnitError, match="sglang-x is not an SGLang server"):
-        gather_unit(t, "sglang-x")
+        gather_unit(t, Unit("sglang-x"))
     with pytest.raises(UnitError, match="invalid unit name"):
-        gather_unit(t, "a; rm -rf /")
-    t = FakeTransport("LoadState=loaded\nActiveState=active\nMainPID=42\n", UNIT)
-    f = gather_unit(t, "sglang-qwen")
+        gather_unit(t, Unit("a; rm -rf /"))
+    t = unit_host("LoadState=loaded\nActiveState=active\nMainPID=42\n", UNIT)
+    f = gather_unit(t, Unit("sglang-qwen"))
     assert f.main_pid == 42 and f.active_state == "active" and f.server.tp == 2
     # every call is an argument list, never a shell string
-    assert all(isinstance(c, list) for c in t.calls)
-
-
-class HostTransport(FakeTransport):
-    """FakeTransport with files on the host (``head`` reads them, ``test -x`` finds them)."""
-
-    def __init__(self, show, cat, files):
-        super().__init__(show, cat)
-        self.files = files
-
-    def run(self, argv, check=True, **kw):
-        from orchestrator.connection import CommandResult
-
-        if argv[0] in ("head", "test"):
-            self.calls.append(argv)
-            path = argv[-1]
-            if path in self.files:
-                return CommandResult(" ".join(argv), 0, self.files[path] if argv[0] == "head" else "", "")
-            return CommandResult(" ".join(argv), 1, "", f"head: cannot open '{path}': No such file or directory")
-        return super().run(argv, check, **kw)
+    assert all(isinstance(c, list) for c in t.raw_calls)
 
 
 SCRIPT = "#!/opt/sg/bin/python3\nimport sys\nfrom sglang.cli.main import main\nsys.exit(main())\n"
@@ -118,43 +86,43 @@ SHOW = "LoadState=loaded\nActiveState=inactive\nMainPID=0\nWorkingDirectory=/srv
 
 
 def test_gather_unit_console_script_reads_the_shebang_on_the_host():
-    t = HostTransport(SHOW, "[Service]\nEnvironment=PATH=/opt/sg/bin:/usr/bin\n"
+    t = unit_host(SHOW, "[Service]\nEnvironment=PATH=/opt/sg/bin:/usr/bin\n"
                             "ExecStart=numactl --cpunodebind=0 --membind=0 sglang serve /m --tp 2\n",
                       {"/opt/sg/bin/sglang": SCRIPT})
-    f = gather_unit(t, "sglang-serve")
+    f = gather_unit(t, Unit("sglang-serve"))
     assert f.launch.script == "/opt/sg/bin/sglang" and f.server.interpreter == "/opt/sg/bin/python3"
     assert f.launch.wrapper == ["numactl", "--cpunodebind=0", "--membind=0"]
     assert (f.server.model_path, f.server.tp) == ("/m", 2)
-    t = HostTransport(SHOW, "[Service]\nExecStart=/opt/sg/bin/sglang serve /m\n",
+    t = unit_host(SHOW, "[Service]\nExecStart=/opt/sg/bin/sglang serve /m\n",
                       {"/opt/sg/bin/sglang": "#!/opt/sg/bin/python3\nfrom vllm.cli import main\n"})
     with pytest.raises(UnitError, match="is not SGLang's console script"):
-        gather_unit(t, "sglang-serve")
-    t = HostTransport(SHOW, "[Service]\nExecStart=/opt/sg/bin/sglang serve /m\n", {})
+        gather_unit(t, Unit("sglang-serve"))
+    t = unit_host(SHOW, "[Service]\nExecStart=/opt/sg/bin/sglang serve /m\n", {})
     with pytest.raises(UnitError, match="which is not on the host"):
-        gather_unit(t, "sglang-serve")
+        gather_unit(t, Unit("sglang-serve"))
 
 
 def test_gather_unit_uv_run_and_prefixes():
-    t = HostTransport(SHOW, "[Service]\nEnvironment=SGLANG_MOE_CONFIG_DIR=/moe\n"
+    t = unit_host(SHOW, "[Service]\nEnvironment=SGLANG_MOE_CONFIG_DIR=/moe\n"
                             "ExecStart=-:/usr/bin/uv run --no-sync python -m sglang.launch_server --model-path $M\n",
                       {"/srv/app/.venv/bin/python": ""})
-    f = gather_unit(t, "sglang-uv")
+    f = gather_unit(t, Unit("sglang-uv"))
     assert f.exec_prefix == "-:" and f.server.model_path == "$M", "':' turns variable expansion off"
     assert f.server.interpreter == "/srv/app/.venv/bin/python" and f.environment["VIRTUAL_ENV"] == "/srv/app/.venv"
     assert f.environment["SGLANG_MOE_CONFIG_DIR"] == "/moe"
-    t = HostTransport(SHOW, "[Service]\nExecStart=/usr/bin/uv run python -m sglang.launch_server --model-path /m\n", {})
+    t = unit_host(SHOW, "[Service]\nExecStart=/usr/bin/uv run python -m sglang.launch_server --model-path /m\n", {})
     with pytest.raises(UnitError, match="has no /srv/app/.venv/bin/python"):
-        gather_unit(t, "sglang-uv")
-    t = HostTransport(SHOW, "[Service]\nExecStart=@/usr/bin/python3 sglang-main -m sglang.launch_server --tp 4\n", {})
-    f = gather_unit(t, "sglang-at")
+        gather_unit(t, Unit("sglang-uv"))
+    t = unit_host(SHOW, "[Service]\nExecStart=@/usr/bin/python3 sglang-main -m sglang.launch_server --tp 4\n", {})
+    f = gather_unit(t, Unit("sglang-at"))
     assert f.server.interpreter == "/usr/bin/python3" and f.server.tp == 4
 
 
 def test_gather_unit_refuses_an_unknown_form_naming_the_forms():
-    t = HostTransport(SHOW, "[Service]\nExecStart=/usr/bin/nohup /usr/bin/python3 -m sglang.launch_server --tp 2\n",
+    t = unit_host(SHOW, "[Service]\nExecStart=/usr/bin/nohup /usr/bin/python3 -m sglang.launch_server --tp 2\n",
                       {})
     with pytest.raises(UnitError) as exc:
-        gather_unit(t, "sglang-nohup")
+        gather_unit(t, Unit("sglang-nohup"))
     msg = str(exc.value)
     assert "unit sglang-nohup is not an SGLang server" in msg and "/usr/bin/nohup /usr/bin/python3" in msg
     assert "orch knows: <python> -m sglang.launch_server; sglang serve" in msg

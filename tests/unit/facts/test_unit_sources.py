@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.facts.server_config import ConfigFileError, config_path, merge_config
 from orchestrator.facts.systemd_env import EnvFileRef, effective_environment, env_file_refs, parse_show_env_files
+from orchestrator.facts.systemd_unit import Unit
 from orchestrator.facts.unit import (UnitError, environment_differences, gather_unit, parse_server_args,
                                      parse_unit_settings)
 from tests.fakes import ScriptedConnection
@@ -49,7 +50,7 @@ def test_environment_file_overrides_environment_and_optional_missing_file_is_ski
                      "EnvironmentFile=-/etc/default/sglang-qwen", "EnvironmentFile=-/etc/default/absent")
     conn = host(text, {"/etc/default/sglang-qwen": "SGLANG_MOE_CONFIG_DIR=/srv/moe\nCUDA_VISIBLE_DEVICES=0,1,2,3\n"},
                 environ={"SGLANG_MOE_CONFIG_DIR": "/srv/moe", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "HF_HOME": "/data/hf"})
-    f = gather_unit(conn, "sglang-qwen")
+    f = gather_unit(conn, Unit("sglang-qwen"))
     assert f.environment["SGLANG_MOE_CONFIG_DIR"] == "/srv/moe"  # the file wins over Environment=
     assert f.environment["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and f.environment["HF_HOME"] == "/data/hf"
     assert f.env_files == [{"path": "/etc/default/sglang-qwen", "optional": True, "read": True},
@@ -75,7 +76,7 @@ def test_real_systemd_show_lists_environment_files():
 def test_missing_environment_file_without_dash_is_refused():
     conn = host(unit_text("EnvironmentFile=/etc/default/sglang-qwen"))
     with pytest.raises(UnitError, match="EnvironmentFile=/etc/default/sglang-qwen does not exist and is not optional"):
-        gather_unit(conn, "sglang-qwen")
+        gather_unit(conn, Unit("sglang-qwen"))
 
 
 def test_root_only_environment_file_is_read_through_sudo():
@@ -88,7 +89,7 @@ def test_root_only_environment_file_is_read_through_sudo():
     conn = ScriptedConnection([(r"^systemctl show", SHOW), (r"^systemctl cat", unit_text("EnvironmentFile=/etc/x")),
                                (r"^head -c", head), (r"^cat /proc", "")])
     with pytest.raises(UnitError, match="cannot read EnvironmentFile /etc/x"):
-        gather_unit(conn, "sglang-qwen")
+        gather_unit(conn, Unit("sglang-qwen"))
     assert [b for a, b in conn.calls if a[0] == "head"] == [False, True]
 
 
@@ -96,14 +97,14 @@ def test_exec_start_variables_come_from_the_environment_file():
     text = unit_text("EnvironmentFile=/etc/default/sglang-qwen",
                      exec_start=f"{PY} -m sglang.launch_server $SGLANG_ARGS --port ${{PORT}}")
     conn = host(text, {"/etc/default/sglang-qwen": "SGLANG_ARGS=--model-path /models/q --tp 4\nPORT=30001\n"})
-    s = gather_unit(conn, "sglang-qwen").server
+    s = gather_unit(conn, Unit("sglang-qwen")).server
     assert (s.model_path, s.tp, s.port) == ("/models/q", 4, 30001)
 
 
 def test_running_process_with_another_environment_is_reported():
     conn = host(unit_text("EnvironmentFile=/etc/default/q"), {"/etc/default/q": "SGLANG_MOE_CONFIG_DIR=/srv/new\n"},
                 environ={"SGLANG_MOE_CONFIG_DIR": "/srv/old"})
-    f = gather_unit(conn, "sglang-qwen")
+    f = gather_unit(conn, Unit("sglang-qwen"))
     assert len(f.warnings) == 1 and "SGLANG_MOE_CONFIG_DIR: unit '/srv/new', running '/srv/old'" in f.warnings[0]
     assert environment_differences({"A": "1"}, None) == []
 
@@ -116,14 +117,14 @@ YAML = "model-path: /models/qwen3\ntp-size: 4\nport: 30001\ndisable-shared-exper
 
 def test_config_file_supplies_model_tp_and_port_and_the_command_line_wins():
     text = unit_text(exec_start=f"{PY} -m sglang.launch_server --config /etc/sglang/qwen3.yaml --port 30002")
-    s = gather_unit(host(text, {"/etc/sglang/qwen3.yaml": YAML}), "sglang-qwen").server
+    s = gather_unit(host(text, {"/etc/sglang/qwen3.yaml": YAML}), Unit("sglang-qwen")).server
     assert (s.model_path, s.tp, s.port, s.disable_shared_experts_fusion) == ("/models/qwen3", 4, 30002, True)
     assert s.config_file == "/etc/sglang/qwen3.yaml"
 
 
 def test_relative_config_path_is_read_from_the_working_directory():
     text = unit_text(exec_start=f"{PY} -m sglang.launch_server --config qwen3.yml")
-    s = gather_unit(host(text, {"/srv/sglang/qwen3.yml": YAML}), "sglang-qwen").server
+    s = gather_unit(host(text, {"/srv/sglang/qwen3.yml": YAML}), Unit("sglang-qwen")).server
     assert s.config_file == "/srv/sglang/qwen3.yml" and s.tp == 4
 
 
@@ -139,7 +140,7 @@ def test_relative_config_path_is_read_from_the_working_directory():
 def test_config_file_sglang_would_refuse_is_refused_naming_it(files, exec_args, message):
     text = unit_text(exec_start=f"{PY} -m sglang.launch_server {exec_args}")
     with pytest.raises(UnitError, match=message):
-        gather_unit(host(text, files), "sglang-qwen")
+        gather_unit(host(text, files), Unit("sglang-qwen"))
 
 
 def test_config_equals_spelling_is_not_merged_as_in_sglang():
@@ -162,7 +163,7 @@ def test_template_unit_specifiers_in_environment_file_and_exec_start():
     conn = ScriptedConnection([(r"^systemctl show", SHOW), (r"^systemctl cat", text),
                                (r"^head -c .* -- /etc/sglang/b\.env$", "PORT=30001\nCUDA_VISIBLE_DEVICES=4,5,6,7\n"),
                                (r"^cat /proc", "")])
-    f = gather_unit(conn, "sglang@b.service")
+    f = gather_unit(conn, Unit("sglang@b.service"))
     assert f.server.port == 30001 and f.server.served_model_name == "sglang-b"
     assert f.environment["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
 
@@ -170,19 +171,19 @@ def test_template_unit_specifiers_in_environment_file_and_exec_start():
 def test_unknown_specifier_is_refused():
     text = unit_text("EnvironmentFile=%h/sglang.env")
     with pytest.raises(UnitError, match="specifier %h"):
-        gather_unit(host(text), "sglang-qwen")
+        gather_unit(host(text), Unit("sglang-qwen"))
 
 
 def test_the_engine_is_recognised_or_named_by_orch_engine():
     """The unit's command line names its engine (``launch.engine``); ``orch_engine`` reads it by that
     engine's rules alone, and an engine orch does not know is refused naming the unit."""
     text = unit_text(exec_start=f"/usr/bin/numactl -N 0 {PY} -m sglang.launch_server --model-path /m --tp 2")
-    facts = gather_unit(host(text), "sglang-qwen")
+    facts = gather_unit(host(text), Unit("sglang-qwen"))
     assert facts.engine == "sglang" and facts.launch.forms == ["numactl", "python -m sglang.launch_server"]
-    named = gather_unit(host(text), "sglang-qwen", engine="sglang")
+    named = gather_unit(host(text), Unit("sglang-qwen"), engine="sglang")
     assert named.server == facts.server and named.engine == "sglang"
     with pytest.raises(UnitError, match="unit sglang-qwen: engine 'tgi' is not one orch knows"):
-        gather_unit(host(text), "sglang-qwen", engine="tgi")
+        gather_unit(host(text), Unit("sglang-qwen"), engine="tgi")
     # a stored unit fact reads its server back as its engine's record
     again = type(facts).from_dict(facts.to_dict())
     assert again.server == facts.server and again.engine == "sglang"

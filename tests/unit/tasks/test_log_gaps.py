@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.engine.results import TaskFailed
+from orchestrator.facts.systemd_unit import Unit
 from orchestrator.facts.journal import LogMark, journal_gaps, mark_start, read_start
 from orchestrator.tasks import TASKS
 from tests.fakes import ScriptedConnection, make_ctx
@@ -18,28 +19,28 @@ CURSOR = "s=ab;i=2a;b=01;m=2a;t=2a;x=ff"
 def test_mark_takes_the_cursor_and_the_files_inode_and_size():
     conn = ScriptedConnection([(r"--show-cursor", f"-- cursor: {CURSOR}\n"), (r"^stat", "77 1200\n"),
                                (r"^journalctl", "old\n"), (r"^tail", "file old\n")])
-    mark = mark_start(conn, "sglang-qwen", files=["/var/log/sglang.log"])
+    mark = mark_start(conn, Unit("sglang-qwen", log_files=["/var/log/sglang.log"]))
     assert mark.cursor == CURSOR and mark.files == {"/var/log/sglang.log": (77, 1200)}
 
 
 def test_read_after_the_cursor_and_from_the_recorded_size():
     conn = ScriptedConnection([(r"--after-cursor " + CURSOR.replace(";", ";"), "new journal\n"),
                                (r"^stat", "77 1500\n"), (r"^tail -c \+1201 ", "new file\n")])
-    got = read_start(conn, "sglang-qwen", LogMark(CURSOR, {"/f": (77, 1200)}, "old"), files=["/f"])
+    got = read_start(conn, Unit("sglang-qwen", log_files=["/f"]), LogMark(CURSOR, {"/f": (77, 1200)}, "old"))
     assert got.text == "new journal\nnew file\n" and got.gaps == [] and got.by_cursor
 
 
 @pytest.mark.parametrize("now, how", [("78 100\n", "replaced (rotated)"), ("77 100\n", "truncated")])
 def test_a_rotated_or_truncated_file_is_read_from_its_start_and_is_a_gap(now, how):
     conn = ScriptedConnection([(r"--after-cursor", ""), (r"^stat", now), (r"^tail -n ", "after rotation\n")])
-    got = read_start(conn, "sglang-qwen", LogMark(CURSOR, {"/f": (77, 1200)}, "old"), files=["/f"])
+    got = read_start(conn, Unit("sglang-qwen", log_files=["/f"]), LogMark(CURSOR, {"/f": (77, 1200)}, "old"))
     assert got.text == "after rotation\n" and got.gaps == [f"/f was {how} during the start: lines written "
                                                            "before that are not read"]
 
 
 def test_without_a_cursor_the_copy_is_the_fallback():
     conn = ScriptedConnection([(r"^journalctl", "a\nb\n")])
-    got = read_start(conn, "sglang-qwen", LogMark(None, {}, "a\n"))
+    got = read_start(conn, Unit("sglang-qwen"), LogMark(None, {}, "a\n"))
     assert got.text == "b\n" and not got.by_cursor
 
 
@@ -79,7 +80,7 @@ def test_the_default_config_shown_fails_even_with_a_gap(tmp_path):
 def test_without_a_cursor_the_files_are_still_read_by_offset_and_a_truncation_is_a_gap():
     # a unit whose output all goes to a file: the journal may hold no entry of it, so no cursor
     conn = ScriptedConnection([(r"^journalctl", ""), (r"^stat", "77 10\n"), (r"^tail -n ", "after\n")])
-    got = read_start(conn, "sglang-qwen", LogMark(None, {"/f": (77, 1200)}, "old file\n", ""), files=["/f"])
+    got = read_start(conn, Unit("sglang-qwen", log_files=["/f"]), LogMark(None, {"/f": (77, 1200)}, "old file\n", ""))
     assert got.text == "after\n" and not got.by_cursor and "/f was truncated" in got.gaps[0]
 
 
@@ -121,7 +122,7 @@ def test_read_start_keeps_the_starts_invocation_and_the_current_one():
                                 + _entry("old", OLD)),
                                (r"show -p InvocationID", f"InvocationID={'c' * 32}\n")])
     mark = LogMark(CURSOR, {}, "old", invocation=NEW)
-    got = read_start(conn, "sglang-qwen", mark)
+    got = read_start(conn, Unit("sglang-qwen"), mark)
     assert got.text == "mine\nrestarted\n" and got.invocations == [NEW, "c" * 32]
     assert [o["invocation"] for o in got.other_invocations] == [OLD]
     after = [c for c, _ in conn.calls if "--after-cursor" in c][0]
@@ -149,5 +150,5 @@ def test_the_invocation_id_is_read_as_systemd_formats_it():
     from orchestrator.facts.journal import invocation_id
 
     conn = ScriptedConnection([(r"show -p InvocationID", "InvocationID=" + "AB" * 16 + "\n")])
-    assert invocation_id(conn, "u") == "ab" * 16
-    assert invocation_id(ScriptedConnection([(r"show", "InvocationID=\n")]), "u") is None
+    assert invocation_id(conn, Unit("u")) == "ab" * 16
+    assert invocation_id(ScriptedConnection([(r"show", "InvocationID=\n")]), Unit("u")) is None

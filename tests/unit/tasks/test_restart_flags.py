@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.connection import CommandTimeout
 from orchestrator.facts.plan import Endpoint
+from orchestrator.facts.systemd_unit import Unit
 from orchestrator.host.runner_trial import restart_ready
 from tests.fakes import ScriptedConnection, make_ctx
 
@@ -21,6 +22,6 @@ def test_a_runner_trial_restart_counts_as_this_runs_when_the_command_after_it_fa
                                (r"-p InvocationID", _hung), (r"^systemctl restart", "")])
     ctx = make_ctx(tmp_path, connection=conn)
     with pytest.raises(CommandTimeout):
-        restart_ready(ctx, "sglang.service", Endpoint(url="http://127.0.0.1:30000", via="host"), 60, 60)
+        restart_ready(ctx, Unit("sglang.service"), Endpoint(url="http://127.0.0.1:30000", via="host"), 60, 60)
     assert "systemctl restart sglang.service" in conn.commands()
     assert ctx.run.stopped_by_orch and ctx.run.started_by_orch

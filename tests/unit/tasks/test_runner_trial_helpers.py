@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.engine.results import TaskFailed
+from orchestrator.facts.systemd_unit import Unit
 from orchestrator.facts.unit import parse_unit_settings
 from orchestrator.host.runner_trial import (SHIPPED_PROMPTS, autotune_cache_dir, dropin_text, load_prompts,
                                             with_runner)
@@ -73,7 +74,7 @@ def _ctx(env, user="", passwd=""):
      "/var/lib/sglang/.cache/sglang/flashinfer/autotune"),
 ])
 def test_autotune_cache_dir(env, user, passwd, want):
-    assert autotune_cache_dir(_ctx(env, user, passwd), "sglang-qwen") == want
+    assert autotune_cache_dir(_ctx(env, user, passwd), Unit("sglang-qwen")) == want
 
 
 class _Reload:
@@ -96,13 +97,13 @@ def test_daemon_reload_refused_next_to_gpu_containers_of_the_toolkit():
 
     ctx = _Reload(risky=True)
     with pytest.raises(TaskFailed, match="nvidia-container-toolkit #48") as exc:
-        daemon_reload(ctx)
+        daemon_reload(ctx, Unit("sglang-qwen"))
     assert "7 (python train.py)" in str(exc.value) and ctx.ran == []
     allowed = _Reload(risky=True, allow=True)
-    daemon_reload(allowed)
+    daemon_reload(allowed, Unit("sglang-qwen"))
     assert allowed.ran == [["systemctl", "daemon-reload"]] and "daemon_reload_risky" in allowed.events
     safe = _Reload(risky=False)
-    daemon_reload(safe)
+    daemon_reload(safe, Unit("sglang-qwen"))
     assert safe.ran == [["systemctl", "daemon-reload"]] and "daemon_reload_risky" not in safe.events
 
 

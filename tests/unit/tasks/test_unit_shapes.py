@@ -4,6 +4,7 @@ ExecStopPost=, user units; what orch reads from the unit file and how its stop, 
 import pytest
 
 from orchestrator.engine.results import TaskFailed
+from orchestrator.facts.systemd_unit import Unit
 from orchestrator.facts.unit import UnitShape, gather_unit, parse_unit_settings
 from orchestrator.tasks import TASKS
 from tests.fakes import FakePayload, ScriptedConnection, make_ctx
@@ -94,7 +95,7 @@ def test_user_units_use_the_users_own_manager_without_sudo(tmp_path):
 def test_gather_unit_of_a_user_unit_asks_systemctl_user(tmp_path):
     conn = ScriptedConnection([(r"^systemctl --user show", "LoadState=loaded\nActiveState=inactive\nMainPID=0\n"),
                                (r"^systemctl --user cat", SHAPED)])
-    facts = gather_unit(conn, "sglang-qwen", scope="user")
+    facts = gather_unit(conn, Unit("sglang-qwen", "user"))
     assert facts.shape.scope == "user" and facts.shape.type == "notify"
     assert all(argv[:2] == ["systemctl", "--user"] for argv, _ in conn.calls)
 

@@ -7,9 +7,8 @@ import sys
 import time
 
 from remote.host.bounded import run_bounded
-from remote.host.reap import in_unit_cgroup, parse_compute_apps
-from remote.host.smi import parse_mig_query
-from remote.host.xid import FATAL_XIDS, parse_xid_line, parse_xids
+from remote.gpus.nvidia import FATAL_XIDS, parse_compute_apps, parse_mig_query, parse_xid_line, parse_xids
+from remote.host.reap import in_unit_cgroup
 
 
 def test_xid_lines_of_dmesg_kmsg_and_older_drivers():

@@ -200,3 +200,22 @@ def test_cli_check(bed, protected_pair):
     assert cp.returncode == 0 and last["type"] == "result"
     assert [w["pid"] for w in last["data"]["would_kill"]] == [h.pid]
     assert len(last["data"]["protected"]) == 3 and alive(h)
+
+
+def test_reaper_never_signals_a_process_whose_pid_was_reused():
+    from remote.host.reap import proc_stat, signal_if_same
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = proc_stat(child.pid)[2]
+        # the start time recorded at the scan differs: the PID now names another process
+        assert signal_if_same(child.pid, start + 1, signal.SIGKILL) is False
+        assert child.poll() is None, "a reused PID must never be signalled"
+        assert signal_if_same(child.pid, start, signal.SIGTERM) is True
+        assert child.wait(timeout=10) == -signal.SIGTERM
+        # gone (reaped): nothing is sent
+        assert signal_if_same(child.pid, start, signal.SIGTERM) is False
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
