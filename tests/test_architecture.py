@@ -677,10 +677,6 @@ VENDOR_NAMES = ("nvidia-smi", "/dev/nvidia", "Xid", "nvidia-persistenced", "nv-h
                 "MIG-")
 #: where a vendor's name may stay in code outside ``remote/gpus/``, and why
 VENDOR_NAME_ALLOWED = {
-    ("orchestrator/facts/unit.py", "CUDA_VISIBLE_DEVICES"):
-        "ENV_KEYS: the variables SGLang's server reads, compared with the running server's (the engine's list)",
-    ("orchestrator/payload/model_args.py", "CUDA_VISIBLE_DEVICES"):
-        "PAYLOAD_ENV_KEYS: the unit's variables the payload's tuner gets (the engine's list)",
     ("remote/tuning/tuner/aot.py", "CUDA_VISIBLE_DEVICES"):
         "the tuner's compile workers hide every GPU from torch (CUDA's variable; ROCm's HIP honours it too)",
 }

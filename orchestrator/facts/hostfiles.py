@@ -140,3 +140,13 @@ def meminfo(connection, timeout: float = 60) -> str:
         return read_file(connection, "/proc/meminfo", become="never", timeout=timeout) or ""
     except HostFileError:
         return ""
+
+
+def user_home(connection, user: str, timeout: float = 60) -> str:
+    """The home folder of ``user`` on the host (``getent passwd``'s sixth field): what systemd gives a
+    ``User=`` service as ``HOME``; ``/root`` for root, ``/home/USER`` when the passwd database has no
+    entry (an unknown user: the usual home is then the best guess)."""
+    if user == "root":
+        return "/root"
+    got = connection.run(["getent", "passwd", user], check=False, timeout=timeout).stdout.split(":")
+    return got[5] if len(got) > 5 and got[5] else f"/home/{user}"

@@ -120,6 +120,12 @@ class Unit(Record):
         return connection.run(self.systemctl_argv("show", self.name, *argv), check=False,
                               become=self.root and self.root_reads, timeout=timeout).stdout
 
+    def manager_environment(self, connection, timeout: float = 60) -> dict[str, str]:
+        """The environment of this unit's manager (``systemctl show-environment``: for a user unit the
+        user manager's, whose ``HOME`` its services get); ``{}`` when the manager does not answer."""
+        res = connection.run(self.systemctl_argv("show-environment"), check=False, become=False, timeout=timeout)
+        return dict(ln.split("=", 1) for ln in res.stdout.splitlines() if "=" in ln) if res.ok else {}
+
     def cat(self, connection, timeout: float = 60):
         """``systemctl cat NAME`` (the unit file and its drop-ins): the command's result, whose
         failure says the manager has no file for it (a transient or generated unit, or none)."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from remote.engines import AutotuneState, Engine, MoeLogReport, MoeRunner, probe_view
 
+from ..facts.hostfiles import user_home
 from ..facts.probe import ProbeFacts
+from ..facts.systemd_unit import Unit, scope_of
 from ..facts.unit import ServerArgs, UnitFacts
 
 
@@ -24,7 +26,7 @@ def workdir_of(unit: UnitFacts | None) -> str:
     return cwd if cwd and cwd.startswith("/") else "/"
 
 
-def service_home(ctx, unit: str | None = None) -> str:
+def service_home(ctx, unit: Unit | str | None = None) -> str:
     """The home of the user the unit's server runs as: ``HOME`` of the server's environment, else
     (a user unit) the user manager's ``HOME`` (``systemctl --user show-environment``), else the home
     of the unit's ``User=`` (``orch_unit.user``, else ``systemctl show -p User``; ``getent passwd``;
@@ -35,23 +37,23 @@ def service_home(ctx, unit: str | None = None) -> str:
     if env.get("HOME"):
         return env["HOME"]
     facts = getattr(ctx.facts, "unit", None)
-    handle = ctx.facts.unit_handle(unit)
+    if isinstance(unit, Unit):
+        handle = unit
+    else:
+        name = unit or (facts.unit if facts is not None else str(ctx.vars.get("orch_service") or ""))
+        handle = Unit(name, scope_of(ctx.vars))
     if handle.user_scope:
-        out = ctx.connection.run(handle.systemctl_argv("show-environment"), check=False).stdout
-        home = next((ln.partition("=")[2] for ln in out.splitlines() if ln.startswith("HOME=")), "")
+        home = handle.manager_environment(ctx.connection).get("HOME", "")
         if home:
             return home
     if facts is not None and facts.unit == handle.name:
         user = facts.user or "root"
     else:
         user = handle.show(ctx.connection, "User").get("User", "").strip() or "root"
-    if user == "root":
-        return "/root"
-    got = ctx.connection.run(["getent", "passwd", user], check=False).stdout.split(":")
-    return got[5] if len(got) > 5 and got[5] else ("/root" if user == "root" else f"/home/{user}")
+    return user_home(ctx.connection, user)
 
 
-def autotune_cache_root(ctx, engine: Engine | None = None, unit: str | None = None) -> str | None:
+def autotune_cache_root(ctx, engine: Engine | None = None, unit: Unit | str | None = None) -> str | None:
     """The root of the server's caches as the server resolves it (``Engine.autotune_cache_root``:
     SGLang's ``$SGLANG_CACHE_DIR`` as written, relative to the server's working directory
     :func:`workdir_of`, else ``~/.cache/sglang`` of :func:`service_home`): the one answer of the

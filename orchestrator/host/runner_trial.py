@@ -198,14 +198,14 @@ def bench(ctx, url: str, concurrency: list[int], input_len: int, output_len: int
     return BenchResult.parse(data, "bench")
 
 
-def autotune_cache_dir(ctx, unit: Unit) -> str:
+def autotune_cache_dir(ctx, unit: Unit | str) -> str:
     """The folder of the unit's server that holds its start-up autotune cache (SGLang: FlashInfer's
     ``<$SGLANG_CACHE_DIR>/flashinfer/autotune``): ``Engine.autotune_cache_dir`` of the cache root
     as the server resolves it (:func:`orchestrator.host.autotune.autotune_cache_root`, the root the
-    probe and ``orch doctor`` give too). ``unit``: the unit's handle (its ``User=``'s home when the
-    engine's default root needs one)."""
+    probe and ``orch doctor`` give too). ``unit``: the unit's handle or name (its ``User=``'s home
+    when the engine's default root needs one)."""
     engine = ctx.facts.engine
-    return engine.autotune_cache_dir(autotune_cache_root(ctx, engine, unit.name))
+    return engine.autotune_cache_dir(autotune_cache_root(ctx, engine, unit))
 
 
 def backup_autotune_cache(ctx, unit: Unit) -> dict:

@@ -21,14 +21,18 @@ own imports of SGLang (the ``sglang`` tuner provider) must not write into the se
 
 from __future__ import annotations
 
+from ...gpus import VENDORS
+
 CONFIG_DIR_ENV = "SGLANG_MOE_CONFIG_DIR"
 CACHE_DIR_ENV = "SGLANG_CACHE_DIR"
 AUTOTUNE_CACHE_ENV = "SGLANG_FLASHINFER_AUTOTUNE_CACHE"
 USE_MODELSCOPE_ENV = "SGLANG_USE_MODELSCOPE"
 
 #: variables of the unit's environment the server reads that orch uses: the model's config (Hugging
-#: Face or ModelScope cache), the visible GPUs, the config folder, the cache root, the Python path
-SERVER_ENV_KEYS: tuple[str, ...] = ("HF_HOME", "HF_HUB_CACHE", "CUDA_VISIBLE_DEVICES", CONFIG_DIR_ENV,
-                                    CACHE_DIR_ENV, "PYTHONPATH", USE_MODELSCOPE_ENV, "MODELSCOPE_CACHE")
+#: Face or ModelScope cache), the visible GPUs (each GPU vendor's variable, :mod:`remote.gpus`), the
+#: config folder, the cache root, the Python path
+SERVER_ENV_KEYS: tuple[str, ...] = ("HF_HOME", "HF_HUB_CACHE", *(v.visible_devices_env for v in VENDORS),
+                                    CONFIG_DIR_ENV, CACHE_DIR_ENV, "PYTHONPATH", USE_MODELSCOPE_ENV,
+                                    "MODELSCOPE_CACHE")
 #: those the payload must see (module docstring: all but :data:`CACHE_DIR_ENV`)
 PAYLOAD_ENV_KEYS: tuple[str, ...] = tuple(k for k in SERVER_ENV_KEYS if k != CACHE_DIR_ENV)
