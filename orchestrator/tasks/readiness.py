@@ -85,7 +85,7 @@ def tokens_of(answer) -> int:
     return len(ids) if isinstance(ids, list) else 0
 
 
-@task("wait_ready", aliases={"unit": "name", "service": "name"})
+@task("wait_ready", rerun=True, aliases={"unit": "name", "service": "name"})
 def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
                generate_check: bool = True) -> TaskResult:
     """Wait until the unit's server generates, at most ``timeout`` s: ``/v1/models`` (liveness),
@@ -168,7 +168,7 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
                          health=health, answering=answering)
 
 
-@task("verify_log", aliases={"unit": "name", "service": "name"})
+@task("verify_log", rerun=True, aliases={"unit": "name", "service": "name"})
 def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_default: bool = False) -> TaskResult:
     """Prove from the log lines of the unit's last start (by this run) which MoE configs SGLang
     loaded. ``expect_paths``: files that must appear in ``Using MoE kernel config from <path>.``;
