@@ -159,6 +159,8 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "service_lines": [],            # more [Service] lines, e.g. StandardOutput=append:/var/log/sglang.log
     "systemd_run": True,            # /usr/local/sbin/systemd-run: the stand-in (tests/testbed/systemd_run.py);
                                     # False: none (the machine's own, if any, finds no systemd as PID 1)
+    "journalctl_version": 252,      # the systemd version the journalctl shim stands for: --invocation=ID
+                                    # only from 257 (journalctl_shim.py); Debian 12 / RHEL 9 have 252
     # --- SSH variants (fleet SSH: bastions, host keys, hardened sshd) ---
     "sftp": True,                   # False: sshd_config without `Subsystem sftp` (hardened sshd)
     "sshd_extra_ports": [],         # more `Port`s sshd listens on besides 22
@@ -1292,7 +1294,8 @@ class TestBed:
                 f"#!/bin/sh\nexec {shlex.quote(_shim_python())} /run/orchtb/systemd_run.py \"$@\"\n")
             os.chmod(hd / "usr-local-sbin" / "systemd-run", 0o755)
         (hd / "bin" / "journalctl").write_text(
-            f"#!/bin/sh\nexec {shlex.quote(VENV_PYTHON)} {shlex.quote(JOURNAL_SHIM)} \"$@\"\n")
+            f"#!/bin/sh\nORCHTB_JOURNALCTL_VERSION={int(o['journalctl_version'])} "
+            f"exec {shlex.quote(VENV_PYTHON)} {shlex.quote(JOURNAL_SHIM)} \"$@\"\n")
         for n in ("systemctl", "journalctl"):
             os.chmod(hd / "bin" / n, 0o755)
         # name resolution stays inside the host: no DNS server is ever asked
