@@ -29,6 +29,7 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from tests.waiting import run_watched
 
 
 def cache_root() -> Path:
@@ -69,9 +70,8 @@ def wheel(version: str) -> Path:
             return found[0]
         wheels.mkdir(parents=True, exist_ok=True)
         try:
-            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                                   "-q", "-d", str(wheels), f"sglang=={version}"],
-                                  capture_output=True, text=True, timeout=600)
+            proc = run_watched([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                                   "-q", "-d", str(wheels), f"sglang=={version}"])
             why = (proc.stderr.strip().splitlines() or ["no wheel saved"])[-1] if proc.returncode else "no wheel saved"
         except subprocess.TimeoutExpired:
             proc, why = None, "no answer from the package registry in 600 s"

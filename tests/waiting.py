@@ -120,12 +120,16 @@ def wait_process(proc: subprocess.Popen, what: str, *, progress: Iterable[Callab
 
 
 def run_watched(cmd: list[str], *, progress: Iterable[Callable[[], Any]] = (), stall: float | None = None,
-                what: str | None = None, **popen: Any) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd, capture_output=True, text=True)`` without a wall-time limit: it waits
-    while the command's own output or ``progress`` moves, and kills it after ``stall`` s of silence
-    (:class:`Stalled`)."""
+                what: str | None = None, input: str | None = None, **popen: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, input=input)`` without a wall-time
+    limit: it waits while the command's own output or ``progress`` moves, and kills it after
+    ``stall`` s of silence (:class:`Stalled`)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, **popen)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True,
+                                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL, **popen)
+        if input is not None:
+            proc.stdin.write(input)
+            proc.stdin.close()
         sizes = [lambda: os.fstat(out.fileno()).st_size, lambda: os.fstat(err.fileno()).st_size]
         wait_process(proc, what or f"`{' '.join(map(str, cmd))[:200]}`", progress=[*sizes, *progress], stall=stall)
         out.seek(0)

@@ -421,7 +421,8 @@ _SPECS: list[VarSpec] = [
             "configs back and starts the unit by itself.", _bool),
     VarSpec("orch_host_deadline", "seconds", "a positive number of seconds", 900,
             "The dead-man's deadline; it must exceed `orch_reconnect_timeout` + `orch_lock_heartbeat_interval` "
-            "+ 60 s, so a controller that is still reconnecting has given up first.", _seconds),
+            "+ `orch_connect_timeout` + 40 s, so a controller that is still reconnecting has given up first.",
+            _seconds),
     VarSpec("orch_regression_threshold", "percent", "a percentage 0-100", 3.0,
             "Roll back when throughput drops by more than this percentage.", _percent),
     VarSpec("orch_moe_runners", "str", "runner names separated by commas, or auto", None,

@@ -315,15 +315,24 @@ class PayloadClient:
         paths = unit_files(self.state_dir, unit)
         out, err = paths["out"], paths["err"]
         started = self._units.get(unit)
+        if started is not None and unit_state(t, unit).get("ActiveState") not in RUNNING_STATES \
+                and not t.run(["test", "-e", out], check=False, become=True, timeout=60).ok:
+            started = None  # the link was lost before its launch reached the host: nothing of it ran
         if started is None:
             props = []
             if memory_max:
                 props.append(f"MemoryMax={int(memory_max)}")
             if timeout:
                 props.append(f"RuntimeMaxSec={int(timeout)}")
-            self.start_unit(command, args, unit, props=props, tag=f"{self.run_tag}.{secrets.token_hex(4)}",
-                            environment=environment, ticket=ticket)
+            # noted before the launch: a link lost while it is under way must lead to a reattach,
+            # never to a second launch that would remove the running unit's output
             started = self._units[unit] = time.monotonic()
+            try:
+                self.start_unit(command, args, unit, props=props, tag=f"{self.run_tag}.{secrets.token_hex(4)}",
+                                environment=environment, ticket=ticket)
+            except UnitUnavailable:
+                self._units.pop(unit, None)
+                raise
         # else: reattach to the unit this client started (the step runs again after a lost link)
         final: dict = {}
         offset, partial = 0, ""
@@ -387,7 +396,7 @@ class PayloadClient:
                                 "the batch sizes it finished are kept in its checkpoint", tail)
         why = "killed by timeout" if result == "timeout" else \
             f"unit {unit} ended: Result={result or '?'}, {st.get('ExecMainCode', '?')} {st.get('ExecMainStatus', '?')}"
-        raise PayloadFailed(command, "crash", f"no result line ({why})", tail)
+        raise PayloadFailed(command, "crash", f"no result line in {offset} bytes of output ({why})", tail)
 
     def _stop_on_cancel(self, tag: str, done: threading.Event) -> None:
         """On operator interrupt, SIGTERM the tagged payload (``timeout`` forwards it to Python)."""

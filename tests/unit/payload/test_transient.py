@@ -194,3 +194,50 @@ def test_the_tune_unit_reads_the_servers_environment_from_an_environment_file():
     assert f"--property=EnvironmentFile=/var/lib/orch/units/{UNIT}.env" in launch
     assert parse_env_file(conn.put_files[f"/var/lib/orch/units/{UNIT}.env"].decode()) == env
     assert any(a[:2] == ["rm", "-f"] and f"/var/lib/orch/units/{UNIT}.env" in a for a, _ in conn.calls[-4:])
+
+
+def test_a_link_lost_during_the_launch_reattaches_and_never_removes_the_running_units_output():
+    """The launch reached the host (its unit runs) but its answer was lost with the link: the step
+    run again polls that unit; a second launch would first remove the running tuner's output."""
+    launches = {"n": 0}
+
+    def launch(argv):
+        launches["n"] += 1
+        raise LinkLost("gpu-a: connection lost while running systemd-run")
+
+    client, conn = _client([
+        (r"^systemd-run --version", (0, "systemd 252\n", "")),
+        (r"^systemd-run ", launch),
+        (r"^test -e ", (0, "", "")),
+        (SHOW, {"seq": [(0, _state("active"), ""), (0, _state("active"), ""),
+                        (0, _state("inactive", loaded="not-found"), "")]}),
+        (r"^tail -c ", (0, RESULT + "\n", "")),
+        (r"", (0, "", "")),
+    ])
+    with pytest.raises(LinkLost):
+        client.call_in_unit("tune", [], UNIT, poll_s=0)
+    removes = sum(1 for a, _ in conn.calls if a[:2] == ["rm", "-f"])
+    assert client.call_in_unit("tune", [], UNIT, poll_s=0)["files"]
+    assert launches["n"] == 1 and sum(1 for a, _ in conn.calls if a[:2] == ["rm", "-f"]) == removes + 1  # .env only
+
+
+def test_a_link_lost_before_the_launch_reached_the_host_launches_on_the_next_call():
+    answers = {"n": 0}
+
+    def launch(argv):
+        answers["n"] += 1
+        if answers["n"] == 1:
+            raise LinkLost("gpu-a: connection lost while running systemd-run")
+        return (0, "", "")
+
+    client, conn = _client([
+        (r"^systemd-run --version", (0, "systemd 252\n", "")),
+        (r"^systemd-run ", launch),
+        (r"^test -e ", (1, "", "")),  # no output: nothing of the first launch ran
+        (SHOW, (0, _state("inactive", loaded="not-found"), "")),
+        (r"^tail -c ", (0, RESULT + "\n", "")),
+        (r"", (0, "", "")),
+    ])
+    with pytest.raises(LinkLost):
+        client.call_in_unit("tune", [], UNIT, poll_s=0)
+    assert client.call_in_unit("tune", [], UNIT, poll_s=0)["files"] and answers["n"] == 2
