@@ -31,8 +31,9 @@ def deadman(ctx, name: str, enabled: bool = True, deadline: float = 900) -> Task
     tune, puts the earlier configs back and starts the unit ``name`` by itself. ``enabled``:
     ``orch_host_deadman``. Fails, before anything is stopped, when ``deadline`` is not past the
     controller's own reconnect window (:func:`orchestrator.host.deadman.shortest_deadline`). Not
-    armed (and said) for a unit of a user's own manager, or where ``systemd-run`` cannot start a
-    unit: then only ``orch recover`` restores a host this run leaves."""
+    armed (and said) for a unit of a user's own manager, a rank of a multi-node server (its ranks
+    start together), or where ``systemd-run`` cannot start a unit: then only ``orch recover``
+    restores a host this run leaves."""
     if not enabled:
         return TaskResult.skipped("orch_host_deadman is off")
     if ctx.payload is None:
@@ -46,6 +47,11 @@ def deadman(ctx, name: str, enabled: bool = True, deadline: float = 900) -> Task
         ctx.emit("deadman_unavailable", why="a unit of a user's manager")
         return TaskResult.ok("no dead-man: the unit belongs to a user's own manager (`orch recover` restores a "
                              "host this run leaves)")
+    if ctx.facts.server_group is not None:
+        # its ranks start together, rank 0 first (docs/multi-node.md): one rank's host cannot do that alone
+        ctx.emit("deadman_unavailable", why="a rank of a multi-node server")
+        return TaskResult.ok("no dead-man: a rank of a multi-node server starts with its other ranks (`orch recover` "
+                             "restores them together)")
     if ctx.run.deadman:
         return TaskResult.ok(f"{ctx.run.deadman['unit']} armed already")
     rid = ctx.options.run_id
