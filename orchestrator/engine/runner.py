@@ -260,8 +260,12 @@ class Engine:
                 clock.clear()
                 ctx.attempt += 1
                 continue
-            if ctx.run.link_lost_at is not None:  # the host answered again: the loss is over
-                ctx.run.link_lost_at = None
+            except BaseException:
+                ctx.run.link_lost_at = None  # the step ended otherwise: the host had answered again
+                raise
+            # the step ended: the loss is over (one loss lasts until then, so a link that keeps
+            # dropping under the same step gives it orch_reconnect_timeout in all, not each time)
+            ctx.run.link_lost_at = None
             return result
 
     def _reconnect(self, task: Task, ctx: HostContext, exc: HostUnreachable) -> None:
