@@ -95,7 +95,7 @@ class PayloadClient:
         #: a container unit's image runs these commands (:meth:`in_container`); None: all on the host
         self.container: ContainerPayload | None = None
         #: transient units this client started and has not seen end: unit -> ``time.monotonic()``
-        #: of the start (:meth:`call_in_unit` reattaches to one of them)
+        #: of the start (:meth:`call_in_unit` reattaches to one of them; :meth:`started` asks)
         self._units: dict[str, float] = {}
 
     def in_container(self, run, interpreter: str, commands=("probe", "tune")) -> None:
@@ -215,6 +215,11 @@ class PayloadClient:
         raise PayloadFailed(command, "crash", f"no result line ({why})", tail)
 
 
+    def started(self, unit: str) -> bool:
+        """True when this client started the transient unit ``unit`` and has not seen it end (a
+        :meth:`call_in_unit` for it reattaches)."""
+        return unit in self._units
+
     def systemd_version(self) -> int | None:
         """The host's systemd version (``systemd-run --version``, asked once per client); None
         when ``systemd-run`` does not answer with one."""
@@ -265,10 +270,11 @@ class PayloadClient:
                   *self.argv(command, args, tag=tag)]
         res = t.run(launch, check=False, become=True, timeout=120)
         st = unit_state(t, unit) if not res.ok else {}
-        if not res.ok and st.get("LoadState") not in (None, "", "not-found") \
+        if not res.ok and "already" in res.stderr and st.get("LoadState") not in (None, "", "not-found") \
                 and st.get("ActiveState") not in RUNNING_STATES:
             # an earlier unit of this name that ended failed (no --collect then, or before this
-            # systemd): systemd-run refuses the name until it is unloaded (systemd PR #31990)
+            # systemd): systemd-run refuses the name ("Unit NAME was already loaded or has a fragment
+            # file", "already exists") until it is unloaded (systemd PR #31990)
             t.run(["systemctl", "reset-failed", unit], check=False, become=True, timeout=60)
             res = t.run(launch, check=False, become=True, timeout=120)
             st = unit_state(t, unit) if not res.ok else {}

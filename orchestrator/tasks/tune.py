@@ -130,10 +130,10 @@ def _run_tuner(ctx, args, timeout, on_progress, ticket: dict | None = None) -> t
         if not limit:
             limit = memory_max(ctx.connection.run(["cat", "/proc/meminfo"], check=False, timeout=60).stdout)
         try:
-            if ctx.attempt == 1:
-                ctx.emit("tune_launch", unit=unit, memory_max=limit)
-            else:  # run again after a lost link: the unit this run started is polled, not started again
+            if pl.started(unit):  # run again after a lost link: the unit this run started is polled again
                 ctx.emit("tune_reattach", unit=unit, attempt=ctx.attempt)
+            else:
+                ctx.emit("tune_launch", unit=unit, memory_max=limit)
             # the server's whole environment (EnvironmentFile=, drop-ins: TRITON_PTXAS_PATH, CUDA_HOME, ...)
             data = pl.call_in_unit("tune", args, unit, memory_max=limit, timeout=timeout, on_progress=on_progress,
                                    ticket=ticket, environment=dict(ctx.facts.environment))

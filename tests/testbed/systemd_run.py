@@ -150,13 +150,36 @@ def launch(argv: list[str]) -> int:
         if os.path.exists(p):
             os.unlink(p)
     rc = subprocess.run([SYSTEMCTL, "start", name], stdin=subprocess.DEVNULL).returncode
-    if rc != 0 and os.path.exists(result_file[:-len(".result")] + ".started"):
-        # the replacement says "not active" of a unit whose command already ended; systemd-run
-        # returns 0 once the unit started, whatever its command then does
-        rc = 0
+    started = result_file[:-len(".result")] + ".started"
+    if rc != 0:
+        # the replacement says "not active" of a unit whose command already ended, or of one whose
+        # supervisor has not yet run its first line (a busy machine): systemd-run returns 0 once the
+        # unit's process started, whatever it then does. Wait while that process lives for its sign.
+        pid = _main_pid(name)
+        while pid and not os.path.exists(started) and _alive(pid):
+            time.sleep(0.05)
+        if os.path.exists(started):
+            rc = 0
     if rc == 0 and not spec["quiet"]:
         print(f"Running as unit: {name}", file=sys.stderr)
     return rc
+
+
+def _main_pid(name: str) -> int:
+    """The unit's main process as the service manager knows it (0: none)."""
+    out = subprocess.run([SYSTEMCTL, "show", "-p", "MainPID", name], stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True).stdout
+    value = out.strip().partition("=")[2]
+    return int(value) if value.isdigit() else 0
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _descendants(root: int) -> list[int]:

@@ -144,7 +144,7 @@ def test_a_failed_earlier_unit_of_the_name_is_unloaded_and_the_launch_tried_agai
         launches["n"] += 1
         if launches["n"] == 1:
             return (1, "", f"Failed to start transient service unit: Unit {UNIT} was already loaded or has a "
-                           "fragment file.")
+                           "fragment file.")  # systemd 252's words (src/run/run.c via the bus error)
         return (0, "", "")
 
     client, conn = _client([
