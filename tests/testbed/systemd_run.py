@@ -7,7 +7,8 @@ script gives orch's use of ``systemd-run`` (systemd-run(1), systemd 252) the sam
   [--working-directory=DIR] [--description=TEXT] [--collect] [-q|--quiet] [--] COMMAND [ARG...]``
   writes the unit ``NAME.service`` (``run-u<N>`` without ``--unit``) and starts it with the
   host's ``systemctl start``, then returns (no ``--wait``: systemd-run returns once the unit has
-  started). It prints ``Running as unit: NAME.service`` on stderr (unless ``--quiet``), as
+  started; the replacement's "not active" of a supervisor that has not yet run its first line, on
+  a busy machine, is waited out until that line writes ``NAME.launched``). It prints ``Running as unit: NAME.service`` on stderr (unless ``--quiet``), as
   systemd-run does. A unit of that name that is still loaded is refused (exit 1, ``Unit NAME.service
   was already loaded or has a fragment file.``), like systemd's.
   ``--version`` prints ``systemd 252 (orch test-bed stand-in)``.
@@ -58,6 +59,8 @@ UNIT_DIR = "/run/systemd/system"
 TRANSIENT_DIR = "/run/systemd/transient"
 SYSTEMCTL = "/usr/bin/systemctl"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: seconds without a sign of a forked supervisor after which its start counts as failed (a hang guard)
+STALL_S = float(os.environ.get("ORCH_TEST_STALL_S") or 600)
 _SUFFIX = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
 
 
@@ -146,40 +149,29 @@ def launch(argv: list[str]) -> int:
     with open(unit_file, "w") as f:
         f.write("[Unit]\nDescription=%s\n\n[Service]\nType=simple\nTimeoutStopSec=30\nExecStart=%s %s --supervise %s\n"
                 % (" ".join((spec["description"] or " ".join(spec["command"])).split()), sys.executable, os.path.abspath(__file__), name))
-    for p in (result_file, result_file[:-len(".result")] + ".started"):
+    for p in (result_file, result_file[:-len(".result")] + ".started", result_file[:-len(".result")] + ".launched"):
         if os.path.exists(p):
             os.unlink(p)
-    rc = subprocess.run([SYSTEMCTL, "start", name], stdin=subprocess.DEVNULL).returncode
-    started = result_file[:-len(".result")] + ".started"
-    if rc != 0:
-        # the replacement says "not active" of a unit whose command already ended, or of one whose
-        # supervisor has not yet run its first line (a busy machine): systemd-run returns 0 once the
-        # unit's process started, whatever it then does. Wait while that process lives for its sign.
-        pid = _main_pid(name)
-        while pid and not os.path.exists(started) and _alive(pid):
+    res = subprocess.run([SYSTEMCTL, "start", name], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    rc = res.returncode
+    launched = result_file[:-len(".result")] + ".launched"  # the supervisor's first line; this removes it
+    if rc != 0 and "not active" in res.stderr:
+        # the replacement forked the supervisor, then judged it at once: "not active" of a unit whose
+        # command already ended, or of one whose supervisor has not yet run its first line (a busy
+        # machine). systemd-run returns 0 once the unit's process started, whatever it then does:
+        # wait for the supervisor's first sign (a hang guard of STALL_S, as tests/waiting.py's).
+        end = time.monotonic() + STALL_S
+        while not os.path.exists(launched) and time.monotonic() < end:
             time.sleep(0.05)
-        if os.path.exists(started):
+        if os.path.exists(launched):
             rc = 0
+    if os.path.exists(launched):
+        os.unlink(launched)
+    if rc != 0:
+        sys.stderr.write(res.stderr)
     if rc == 0 and not spec["quiet"]:
         print(f"Running as unit: {name}", file=sys.stderr)
     return rc
-
-
-def _main_pid(name: str) -> int:
-    """The unit's main process as the service manager knows it (0: none)."""
-    out = subprocess.run([SYSTEMCTL, "show", "-p", "MainPID", name], stdin=subprocess.DEVNULL,
-                         capture_output=True, text=True).stdout
-    value = out.strip().partition("=")[2]
-    return int(value) if value.isdigit() else 0
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _descendants(root: int) -> list[int]:
@@ -328,6 +320,7 @@ def supervise(name: str) -> int:
     unit_file, spec_file, result_file = paths(name)
     started_file = result_file[:-len(".result")] + ".started"
     open(started_file, "w").close()
+    open(result_file[:-len(".result")] + ".launched", "w").close()  # for the launch waiting on it
     with open(spec_file) as f:
         spec = json.load(f)
     props = spec["props"]
