@@ -31,6 +31,7 @@ COMMANDS = {
     "answers": ".bench.answers",
     "runs": ".host.runs",
     "lock": ".host.lock",
+    "deadman": ".host.deadman",
     "bench": ".bench.command",
     "reach": ".bench.reach",
 }

@@ -23,12 +23,13 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import subprocess
 import sys
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from tests.waiting import STALL_S, Stalled, files_state, run_watched
 
 
 def cache_root() -> Path:
@@ -68,13 +69,16 @@ def wheel(version: str) -> Path:
         if found:
             return found[0]
         wheels.mkdir(parents=True, exist_ok=True)
+        tmp = root / "tmp"
+        tmp.mkdir(exist_ok=True)
         try:
-            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                                   "-q", "-d", str(wheels), f"sglang=={version}"],
-                                  capture_output=True, text=True, timeout=600)
+            # no wall time: pip's download grows its temp files; a stall of STALL_S is no answer
+            proc = run_watched([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                                "-q", "-d", str(wheels), f"sglang=={version}"], env=dict(os.environ, TMPDIR=str(tmp)),
+                               progress=[lambda: files_state(tmp), lambda: files_state(wheels)])
             why = (proc.stderr.strip().splitlines() or ["no wheel saved"])[-1] if proc.returncode else "no wheel saved"
-        except subprocess.TimeoutExpired:
-            proc, why = None, "no answer from the package registry in 600 s"
+        except Stalled:
+            proc, why = None, f"no answer from the package registry for {STALL_S:g} s"
         found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
         if proc is None or proc.returncode != 0 or not found:
             raise ReleaseUnavailable(unavailable_message(version, wheels, why))

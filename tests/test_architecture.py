@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.waiting import run_watched
 
 REPO = Path(__file__).resolve().parents[1]
 REMOTE = REPO / "remote"
@@ -421,7 +422,7 @@ def test_stdlib_parts_of_the_payload_import_without_torch_or_triton():
         "    importlib.import_module(m)\n"
         "print(json.dumps(sorted(m for m in ('torch', 'triton', 'numpy') if sys.modules.get(m) is not None)))\n")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    r = run_watched([sys.executable, "-c", code], cwd=REPO, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "[]", r.stdout
 
@@ -647,8 +648,7 @@ def test_bundle_carries_every_payload_module_and_runs_alone(tmp_path):
 
     def run(*argv):
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path / "payload")}
-        r = subprocess.run([sys.executable, "-S", "-m", "remote", *argv], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=120)
+        r = run_watched([sys.executable, "-S", "-m", "remote", *argv], cwd=tmp_path, env=env)
         lines = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
         assert r.returncode == 0 and lines[-1]["type"] == "result", r.stdout + r.stderr
         return lines[-1]["data"]

@@ -4,10 +4,10 @@ so each is built once."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 from tests.conftest import BED_FIXTURES, REPO
+from tests.waiting import run_watched
 
 
 def test_tests_sharing_a_module_bed_run_on_one_worker(tmp_path):
@@ -24,9 +24,9 @@ def test_tests_sharing_a_module_bed_run_on_one_worker(tmp_path):
                   f"    with open({str(log)!r}, 'a') as f:\n"
                   f"        f.write('used ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n" for i in range(6))
         + "".join(f"def test_alone_{i}():\n    pass\n" for i in range(6)))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+    r = run_watched([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
                         "-n", "3", "--dist", "loadgroup", "--rootdir", str(tmp_path), "-c", "/dev/null",
-                        str(tmp_path / "test_beds.py")], cwd=REPO, capture_output=True, text=True, timeout=300)
+                        str(tmp_path / "test_beds.py")], cwd=REPO)
     assert r.returncode == 0 and "12 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
     lines = log.read_text().split()
     built = [w for k, w in zip(lines[::2], lines[1::2]) if k == "built"]
@@ -37,8 +37,8 @@ def test_tests_sharing_a_module_bed_run_on_one_worker(tmp_path):
 def test_every_test_that_builds_a_bed_is_left_out_of_the_quick_tier():
     """``-m "not testbed"`` (the README's quick tier) selects no test that asks for a bed fixture,
     marked by hand or not."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-                        "-m", "not testbed", "tests/e2e"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    r = run_watched([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+                        "-m", "not testbed", "tests/e2e"], cwd=REPO)
     assert r.returncode in (0, 5), r.stdout[-3000:] + r.stderr[-3000:]
     selected = [ln for ln in r.stdout.splitlines() if "::" in ln]
     import ast

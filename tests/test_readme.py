@@ -3,12 +3,12 @@
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from orchestrator.cli import build_parser
 from orchestrator.inventory import known_vars_markdown
+from tests.waiting import run_watched
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -64,7 +64,7 @@ def test_console_examples_print_what_the_readme_says():
         argv = shlex.split(command)
         if argv[0] == ".venv/bin/orch" and not os.access(root / argv[0], os.X_OK):
             argv = [sys.executable, "-m", "orchestrator", *argv[1:]]
-        r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=120)
+        r = run_watched(argv, cwd=root)
         assert r.returncode == 0, (command, r.stderr[-2000:])
         assert r.stdout == expected, (command, r.stdout, expected)
 

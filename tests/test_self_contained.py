@@ -10,13 +10,13 @@ beside it.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import READ_GUARD, REPO, ReadGuard, allowed_read_roots
 from tests.sglang_releases import cache_root
+from tests.waiting import run_watched
 
 TEXT_SUFFIXES = {".py", ".md", ".sh", ".txt", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".j2"}
 # an absolute /work/ path (not ".../orch/work/", a host path); a shared/ folder next to a checkout
@@ -100,9 +100,8 @@ def test_a_test_that_reads_outside_errors(tmp_path):
         "    os.listdir('/')\n"
         "def test_reads_the_readme():\n"
         f"    open({str(REPO / 'README.md')!r}).read()\n")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
-                        "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path / "test_reads.py")],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = run_watched([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                        "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path / "test_reads.py")], cwd=REPO)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     assert "2 passed, 1 error" in r.stdout, r.stdout[-3000:]
     assert "ERROR" in r.stdout and "test_lists_the_root_folder" in r.stdout.split("short test summary")[-1]
@@ -120,9 +119,8 @@ def test_a_read_outside_any_test_fails_the_run(tmp_path, workers):
         "    pass\n"
         "def test_two():\n"
         "    pass\n")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
-                        *workers, "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path / "test_import_reads.py")],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = run_watched([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                        *workers, "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path / "test_import_reads.py")], cwd=REPO)
     assert "2 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
     assert r.returncode == 1 and "reads outside the repo (outside any test): os.listdir /" in r.stdout, \
         r.stdout[-3000:] + r.stderr[-3000:]

@@ -35,13 +35,14 @@ import fcntl
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from tests.waiting import STALL_S, Stalled, files_state, run_watched
 
 #: Releases the oracle tests read: the newest and the two minors before it (the releases
 #: operators run at the time of writing, 2026-12). docs/vllm.md lists the same (a test checks).
@@ -100,11 +101,12 @@ def _pip_download(version: str, work: Path) -> tuple[Path, str]:
            "--check-build-dependencies", "--no-clean", "--disable-pip-version-check", "-v", "-d", str(dl),
            f"vllm=={version}"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        # no wall time: pip's download and build grow its temp files; a stall of STALL_S is no answer
+        proc = run_watched(cmd, env=env, progress=[lambda: files_state(tmp), lambda: files_state(dl)])
         out = proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired:
+    except Stalled:
         raise ReleaseUnavailable(unavailable_message(version, cache_root(), "no answer from the package "
-                                                     "registry in 900 s")) from None
+                                                     f"registry for {STALL_S:g} s")) from None
     size = re.search(rf"Downloading\s+\S*vllm-{re.escape(version)}\.tar\.gz\s+\(([^)]+)\)", out)
     saved = sorted(dl.glob(f"vllm-{version}.tar.gz"))
     if saved:  # pip's metadata step succeeded on this machine: the archive was saved

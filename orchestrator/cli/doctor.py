@@ -2,8 +2,9 @@
 
 Runs ``playbooks/doctor.yaml`` in check mode (nothing changes on any host) and prints
 one row per host with a verdict: ``tuned``, ``fallback``, ``default``, ``not-triton``,
-``restart-needed`` or ``broken`` (see :mod:`orchestrator.tasks.diagnose`). A rank of a
-multi-node server also shows its rank and server, and the server's problems (:func:`add_servers`).
+``restart-needed``, ``broken`` or ``unfinished-run`` (see :mod:`orchestrator.tasks.diagnose`). A
+rank of a multi-node server also shows its rank and server, and the server's problems
+(:func:`add_servers`).
 Exit status 0 only when every host is ``tuned`` or ``not-triton`` and no multi-node server has a
 problem, so it can run from cron or CI.
 """
@@ -27,15 +28,16 @@ from .run import run_playbook
 
 GOOD = {"tuned", "not-triton"}
 STYLE = {"tuned": "green", "not-triton": "cyan", "fallback": "yellow", "default": "yellow",
-         "restart-needed": "magenta", "broken": "bold red", "unreachable": "bold red", "failed": "bold red"}
+         "restart-needed": "magenta", "broken": "bold red", "unreachable": "bold red", "failed": "bold red",
+         "unfinished-run": "bold red"}
 
 
 def fix_command(host: str, row: dict, inventory: str, service: str) -> str | None:
     """The command that would fix a host, or None for ``tuned``/``not-triton`` (printed by
     ``--fix``; doctor never runs it).
 
-    ``fallback``/``default``: ``orch tune``. ``restart-needed``: restart the unit (SGLang caches
-    configs in-process). ``broken``: ``orch rollback`` when an orch run wrote the invalid file
+    ``fallback``/``default``: ``orch tune``. ``unfinished-run``: ``orch recover``.
+    ``restart-needed``: restart the unit (SGLang caches configs in-process). ``broken``: ``orch rollback`` when an orch run wrote the invalid file
     (``row["installed_by_run"]``), else ``orch tune`` (it writes valid files over the invalid
     one, keeping a backup; with the exact file in the installed folder SGLang never reaches the
     fallback sort that an unparsable ``triton_*`` folder breaks).
@@ -54,6 +56,9 @@ def fix_command(host: str, row: dict, inventory: str, service: str) -> str | Non
         bad = [f for f in (row.get("files") or {}).values() if f.get("fallback_error")]
         return tune + ("   # then remove the unparsable configs/triton_* folder" if bad else
                        "   # replaces the invalid file (a backup is kept)")
+    if v == "unfinished-run":
+        return (f"orch recover {q(inventory)} --service {q(service)} --limit {q(host)}   # restores and records the "
+                "run an orch controller left unfinished")
     if v in ("unreachable", "failed"):
         return f"orch doctor {q(inventory)} --service {q(service)} --limit {q(host)} -v   # host not diagnosed"
     return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..inventory.variables import var
 from .base import (BecomeFailed, CommandFailed, CommandResult, CommandTimeout, ConnectError, Connection,
-                   HostUnreachable, PrefixPrinter, TransferFailed, quote_argv)
+                   HostUnreachable, LinkLost, PrefixPrinter, TransferFailed, quote_argv)
 
 
 def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
@@ -50,4 +50,4 @@ def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
 
 
 __all__ = ["connect", "Connection", "CommandResult", "CommandFailed", "BecomeFailed", "CommandTimeout",
-           "ConnectError", "HostUnreachable", "TransferFailed", "quote_argv"]
+           "ConnectError", "HostUnreachable", "LinkLost", "TransferFailed", "quote_argv"]

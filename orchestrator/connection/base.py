@@ -40,7 +40,24 @@ class ConnectError(OrchError):
 
 
 class HostUnreachable(ConnectError):
-    """The host could not be reached or authenticated (host key, auth, timeout, dropped)."""
+    """The host could not be reached or authenticated (host key, auth, timeout, dropped).
+
+    ``transient`` is True when asking again may succeed: the link was lost under a command, or a
+    login attempt timed out or found no route (:mod:`orchestrator.connection.reconnect` retries
+    those); False for an answer that a retry does not change (a refused host key or login)."""
+
+    def __init__(self, msg: str, transient: bool = False):
+        super().__init__(msg)
+        self.transient = bool(transient)
+
+
+class LinkLost(HostUnreachable):
+    """The connection to a host that was reached in this run was lost under a command (the
+    keep-alives or TCP gave up on the peer, the transport closed): the command's outcome on the
+    host is unknown. Always transient."""
+
+    def __init__(self, msg: str):
+        super().__init__(msg, transient=True)
 
 
 class TransferFailed(ConnectError):
@@ -258,7 +275,7 @@ class Connection:
         except invoke.exceptions.CommandTimedOut as exc:
             raise CommandTimeout(f"{self.host}: command timed out after {exc.timeout} s: {command}") from None
         except (OSError, EOFError) as exc:
-            raise HostUnreachable(f"{self.host}: connection lost: {exc}") from exc
+            raise LinkLost(f"{self.host}: connection lost: {exc}") from exc
         except invoke.exceptions.Failure as exc:
             if isinstance(exc.reason, invoke.watchers.ResponseNotAccepted):  # sudo asked again: wrong password
                 raise BecomeFailed(self._become_refused("password"), CommandResult(command, -1, "", ""),
@@ -368,6 +385,12 @@ class Connection:
     def _get_file(self, remote_path: str, local_path: str) -> None:  # pragma: no cover - abstract
         """Copy ``remote_path`` (readable by the login user) to a local file."""
         raise NotImplementedError
+
+    def reconnect(self, within: float, *, cancel=None, on_retry=None) -> int:
+        """Open the connection again after a lost link, retrying for at most ``within`` seconds
+        (:func:`orchestrator.connection.reconnect.reconnect`); returns the attempts made. A
+        connection that cannot lose its link (local) has nothing to do: 0."""
+        return 0
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""

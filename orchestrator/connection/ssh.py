@@ -32,7 +32,7 @@ from contextlib import contextmanager
 import paramiko
 
 from ..errors import internal_error
-from .base import CommandResult, CommandTimeout, ConnectError, Connection, HostUnreachable, TransferFailed
+from .base import CommandResult, CommandTimeout, ConnectError, Connection, HostUnreachable, LinkLost, TransferFailed
 from .deadline import clamp
 from .handshake import (HandshakeGate, SessionSlots, handshake_retrying, is_handshake_drop, is_session_refused,
                         session_retrying)
@@ -411,18 +411,20 @@ class SSHConnection(Connection):
         except paramiko.AuthenticationException as exc:
             raise HostUnreachable(self._auth_failed(ep, conn, exc)) from None
         except paramiko.ChannelException as exc:
-            raise HostUnreachable(f"{who}: the jump host could not open a connection to it: {exc}") from None
+            raise HostUnreachable(f"{who}: the jump host could not open a connection to it: {exc}",
+                                  transient=True) from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
             if is_handshake_drop(exc):
                 raise HostUnreachable(
                     f"{who}: the SSH server closed the connection before login "
                     f"{retrying.statistics.get('attempt_number', 1)} times "
                     f"({_why(exc)}): too many connections at once for its sshd MaxStartups? lower "
-                    f"orch_ssh_max_handshakes (now {self.max_handshakes}) or --forks") from None
+                    f"orch_ssh_max_handshakes (now {self.max_handshakes}) or --forks", transient=True) from None
             if isinstance(exc, (socket.timeout, TimeoutError)):
-                raise HostUnreachable(f"{who}: connect timed out after {self.connect_timeout} s") from exc
+                raise HostUnreachable(f"{who}: connect timed out after {self.connect_timeout} s",
+                                      transient=True) from exc
             if isinstance(exc, OSError):
-                raise HostUnreachable(f"{who}: cannot reach it: {exc}") from exc
+                raise HostUnreachable(f"{who}: cannot reach it: {exc}", transient=True) from exc
             msg = str(exc)
             if "no acceptable host key" in msg:
                 lines, absent = read_known_hosts(ep.known_hosts_files)
@@ -433,7 +435,7 @@ class SSHConnection(Connection):
                     f"{describe_files(ep.known_hosts_files, absent)})") from None
             if "No authentication methods available" in msg:  # Paramiko found no key to offer at all
                 raise HostUnreachable(self._auth_failed(ep, conn, exc)) from None
-            raise HostUnreachable(f"{who}: SSH failed: {msg or type(exc).__name__}") from None
+            raise HostUnreachable(f"{who}: SSH failed: {msg or type(exc).__name__}", transient=True) from None
 
     def _handshake(self, ep: Endpoint, conn, via: _SharedHop | None) -> None:
         """One attempt: a channel from ``via`` as the socket (else Paramiko's TCP connect), then
@@ -459,6 +461,14 @@ class SSHConnection(Connection):
         return (f"{self.host}: {ep.label}: authentication failed as {conn.user} (tried {how}"
                 + (f"; not found: {', '.join(missing)}" if missing else "") + f"): {exc}")
 
+    def reconnect(self, within: float, *, cancel=None, on_retry=None) -> int:
+        """Log in again after a lost link (every jump host first, as :meth:`open` does), with
+        :func:`orchestrator.connection.reconnect.reconnect`'s bounded backoff for at most
+        ``within`` s; returns the attempts made. Raises the last :class:`HostUnreachable`."""
+        from .reconnect import reconnect
+
+        return reconnect(self.open, within, cancel=cancel, on_retry=on_retry)
+
     def _ensure_open(self):
         if not self._conn.is_connected:
             self.open()  # re-checks under the lock
@@ -483,10 +493,16 @@ class SSHConnection(Connection):
             try:
                 for attempt in session_retrying(alive=lambda: not self._lost()):
                     with attempt:
-                        return self._conn.run(command, **kwargs)
+                        res = self._conn.run(command, **kwargs)
+                        if res.exited in (None, -1) and self._lost():
+                            # the channel ended with the transport, before any exit status: what
+                            # the command did on the host is unknown; it is not a crash of it
+                            raise LinkLost(f"{self.host}: connection lost while running "
+                                           f"{command[:120]}{'...' if len(command) > 120 else ''}")
+                        return res
             except paramiko.SSHException as exc:
                 if self._lost():
-                    raise HostUnreachable(f"{self.host}: connection lost: {exc}") from exc
+                    raise LinkLost(f"{self.host}: connection lost: {exc}") from exc
                 if not is_session_refused(exc):
                     raise
                 raise ConnectError(
@@ -523,7 +539,7 @@ class SSHConnection(Connection):
                 except (OSError, EOFError, paramiko.SSHException) as exc:
                     self.sessions.give()
                     if self._lost():
-                        raise HostUnreachable(f"{self.host}: connection lost opening SFTP: {exc}") from exc
+                        raise LinkLost(f"{self.host}: connection lost opening SFTP: {exc}") from exc
                     self._no_sftp = str(exc) or type(exc).__name__
                     self.echo(f"no SFTP on this host ({self._no_sftp}): copying files over the exec channel")
                     return None
@@ -557,7 +573,7 @@ class SSHConnection(Connection):
             self._conn.put(local_path, remote=remote_path)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             if self._lost():
-                raise HostUnreachable(f"{self.host}: connection lost uploading to {remote_path}: {exc}") from exc
+                raise LinkLost(f"{self.host}: connection lost uploading to {remote_path}: {exc}") from exc
             raise TransferFailed(f"{self.host}: upload to {remote_path} failed: {exc}") from exc
 
     def _get_file(self, remote_path: str, local_path: str) -> None:
@@ -572,7 +588,7 @@ class SSHConnection(Connection):
             self._conn.get(remote_path, local=local_path)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             if self._lost():
-                raise HostUnreachable(f"{self.host}: connection lost downloading {remote_path}: {exc}") from exc
+                raise LinkLost(f"{self.host}: connection lost downloading {remote_path}: {exc}") from exc
             raise TransferFailed(f"{self.host}: download of {remote_path} failed: {exc}") from exc
 
     def _exec(self, command: str, timeout: float):
@@ -581,7 +597,7 @@ class SSHConnection(Connection):
             chan.settimeout(timeout)
             chan.exec_command(command)
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise HostUnreachable(f"{self.host}: connection lost: {exc}") from exc
+            raise LinkLost(f"{self.host}: connection lost: {exc}") from exc
         return chan
 
     def _finish(self, chan, command: str, timeout: float, what: str) -> None:
@@ -596,7 +612,7 @@ class SSHConnection(Connection):
         status = chan.recv_exit_status()
         chan.close()
         if status == -1 and self._lost():
-            raise HostUnreachable(f"{self.host}: connection lost during {what}")
+            raise LinkLost(f"{self.host}: connection lost during {what}")
         if status != 0:
             tail = err.decode("utf-8", "replace").strip()
             raise TransferFailed(f"{self.host}: {what} failed (exit {status}): {command}"
@@ -634,7 +650,7 @@ class SSHConnection(Connection):
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 chan.close()
                 if self._lost():
-                    raise HostUnreachable(f"{self.host}: connection lost downloading {remote_path}: {exc}") \
+                    raise LinkLost(f"{self.host}: connection lost downloading {remote_path}: {exc}") \
                         from exc
                 raise TransferFailed(f"{self.host}: download of {remote_path} over the exec channel failed: "
                                      f"{exc}") from exc

@@ -99,6 +99,14 @@ class HostRun:
     heartbeat: Any = None
     record_state: str | None = None
     record_action: str = "tune"
+    #: the host-side dead-man of this run (:mod:`orchestrator.tasks.deadman`): its unit and
+    #: deadline, None when it was not armed
+    deadman: Any = None
+    #: ``time.monotonic()`` when the link was lost and not yet back (None: it is up), and whether
+    #: the controller gave up on the host (``orch_reconnect_timeout`` passed): later steps then
+    #: try it once each, without waiting for it again
+    link_lost_at: float | None = None
+    link_given_up: bool = False
     summary: RunSummary = field(default_factory=RunSummary)
     on_done: list[Callable[[Any], None]] = field(default_factory=list)
 
@@ -140,6 +148,8 @@ class HostContext:
         self.protected = False
         #: the running task's check mode when its ``check_mode:`` keyword sets one (else --check)
         self.task_check: bool | None = None
+        #: which run of the running task this is: 2 and more after a lost link (a ``rerun`` task)
+        self.attempt = 1
 
     @property
     def check(self) -> bool:

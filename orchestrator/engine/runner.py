@@ -26,9 +26,11 @@ from typing import Any, Callable, Mapping
 from .. import templating
 from ..connection import CommandTimeout, ConnectError, HostUnreachable
 from ..connection.deadline import task_deadline
+from ..connection.reconnect import is_transient
 from ..errors import internal_error
 from ..facts.catalog import HostFacts
 from ..facts.schema import FactError
+from ..inventory.variables import var
 from .batching import batch_failed, order_hosts, server_batches, servers_in
 from .context import HostContext, RunOptions
 from .playbook import Block, Play, Step, Task
@@ -211,7 +213,7 @@ class Engine:
         spec = self.tasks[task.module]
         clock: list[float] = []  # when the task's function began (empty: it did not run)
         try:
-            result = self._call(task, spec, ctx, clock)
+            result = self._call_again_after_lost_link(task, spec, ctx, clock)
         except TaskArgError as exc:
             result = TaskResult(FAILED, f"{task.module}: {exc}")
         except TaskFailed as exc:
@@ -236,6 +238,68 @@ class Engine:
             ctx.vars[task.register] = result.registered()
         if result.status in (FAILED, UNREACHABLE) and not task.ignore_errors:
             raise _HostDone(result.status, f"{task.name}: {result.msg}")
+
+    def _call_again_after_lost_link(self, task: Task, spec: TaskSpec, ctx: HostContext,
+                                    clock: list[float]) -> TaskResult:
+        """:meth:`_call`, run again after a lost link when the task is declared ``rerun``: the
+        engine logs in again (:meth:`orchestrator.connection.base.Connection.reconnect`, bounded
+        backoff) until ``orch_reconnect_timeout`` s after the link was lost, then runs the task
+        again (``ctx.attempt`` counts). Past that time the host is given up (``ctx.run.link_given_up``):
+        the :class:`HostUnreachable` raised says so, and later steps try the host once each."""
+        ctx.attempt = 1
+        while True:
+            try:
+                result = self._call(task, spec, ctx, clock)
+            except HostUnreachable as exc:
+                if not (spec.rerun and is_transient(exc) and ctx.connection is not None
+                        and not ctx.run.link_given_up and not ctx.cancelled()):
+                    raise
+                if ctx.run.link_lost_at is None:
+                    ctx.run.link_lost_at = time.monotonic()
+                self._reconnect(task, ctx, exc)
+                clock.clear()
+                ctx.attempt += 1
+                continue
+            except BaseException:
+                ctx.run.link_lost_at = None  # the step ended otherwise: the host had answered again
+                raise
+            # the step ended: the loss is over (one loss lasts until then, so a link that keeps
+            # dropping under the same step gives it orch_reconnect_timeout in all, not each time)
+            ctx.run.link_lost_at = None
+            return result
+
+    def _reconnect(self, task: Task, ctx: HostContext, exc: HostUnreachable) -> None:
+        """Log in to the host again for what is left of ``orch_reconnect_timeout`` since the link was
+        lost; raises :class:`HostUnreachable` naming the deadline once it has passed."""
+        limit = float(var(ctx.vars, "orch_reconnect_timeout"))
+        lost_for = time.monotonic() - ctx.run.link_lost_at
+        first = str(exc).splitlines()[0]
+        ctx.emit("link_lost", error=first, attempt=ctx.attempt, reconnect_within_s=round(limit - lost_for, 1))
+        ctx.say(f"connection lost in '{task.name}' ({first}); reconnecting for up to {max(0, limit - lost_for):.0f} s "
+                "(orch_reconnect_timeout), then the step runs again")
+
+        def note(n: int, err: BaseException, wait_s: float) -> None:
+            ctx.emit("reconnect_retry", attempt=n, error=str(err).splitlines()[0][:300], wait_s=round(wait_s, 1))
+
+        try:
+            tries = ctx.connection.reconnect(max(0.0, limit - lost_for),
+                                             cancel=None if ctx.protected else self.options.cancel, on_retry=note)
+        except HostUnreachable as last:
+            if self.options.cancel.is_set() and not ctx.protected:
+                raise Cancelled("interrupted by the operator while reconnecting") from None
+            ctx.run.link_given_up = True
+            dm = ctx.run.deadman
+            after = (f"; the host's dead-man ({dm.get('unit')}) restores the earlier configs and starts the unit "
+                     f"once no controller has checked in for {dm.get('deadline_s'):g} s" if dm else "")
+            ctx.emit("link_given_up", error=str(last).splitlines()[0][:300], after_s=limit)
+            raise HostUnreachable(f"{ctx.name}: unreachable for {limit:g} s (orch_reconnect_timeout) after the "
+                                  f"connection was lost in '{task.name}' ({first}); last attempt: "
+                                  f"{str(last).splitlines()[0]}{after}") from None
+        back = time.monotonic() - ctx.run.link_lost_at
+        ctx.emit("reconnected", attempts=tries, after_s=round(back, 1))
+        ctx.run.summary.reconnects = [*(ctx.run.summary.reconnects or []),
+                                      {"task": task.name, "attempts": tries, "after_s": round(back, 1)}]
+        ctx.say(f"reconnected after {back:.0f} s ({tries} attempt(s)); running '{task.name}' again")
 
     def _call(self, task: Task, spec: TaskSpec, ctx: HostContext, clock: list[float]) -> TaskResult:
         """Evaluate ``when``, apply check mode, render and check the arguments, run the task under

@@ -17,6 +17,11 @@ over ``argument_spec``, ``supports_check_mode`` and ``RETURN``::
   skipped, "check mode: would run"), :data:`READ_ONLY` (it changes nothing and runs as usual)
   or :data:`AWARE` (it runs under ``--check`` and changes nothing there itself, reading
   ``ctx.check``).
+- **rerun**: the task may run again after a lost link (:class:`~orchestrator.connection.LinkLost`):
+  it is idempotent, or reattaches to what its first run started (the tune in its transient unit).
+  The engine then logs in again with a bounded backoff for at most ``orch_reconnect_timeout``
+  seconds and runs it again (``ctx.attempt`` counts the runs); a task without it fails the host
+  unreachable at once, as before (docs/reliability.md, "Lost link").
 - **sets**: the facts (host variables) it returns in ``TaskResult.facts``; the engine merges
   them into the host's variables and refuses undeclared ones, and ones of another type than
   :class:`orchestrator.facts.catalog.HostFacts` declares (where later tasks read them, typed, as
@@ -83,6 +88,7 @@ class TaskSpec:
     summary: str = ""
     module: str = ""
     aliases: dict[str, str] = field(default_factory=dict)
+    rerun: bool = False
 
     def accepted(self) -> str:
         """``a, b (alias c), d?`` — the accepted arguments as one line (``?`` marks optional)."""
@@ -136,7 +142,7 @@ REGISTRY: dict[str, TaskSpec] = {}
 
 
 def task(name: str, *, check_mode: str = SKIP, sets: tuple[str, ...] = (), aliases: dict[str, str] | None = None,
-         registry: dict[str, TaskSpec] | None = None) -> Callable[[Callable], Callable]:
+         rerun: bool = False, registry: dict[str, TaskSpec] | None = None) -> Callable[[Callable], Callable]:
     """Declare a task module (see the module docstring). ``registry`` (default :data:`REGISTRY`)
     receives the :class:`TaskSpec`, which is also set as ``fn.spec``. Raises ``ValueError`` for
     a declaration that contradicts its function (an alias of no parameter, a name taken)."""
@@ -163,7 +169,8 @@ def task(name: str, *, check_mode: str = SKIP, sets: tuple[str, ...] = (), alias
             raise ValueError(f"task {name!r} is declared twice ({target[name].module} and {fn.__module__})")
         doc = inspect.getdoc(fn) or ""
         spec = TaskSpec(name=name, fn=fn, params=params, check_mode=check_mode, sets=tuple(sets),
-                        summary=doc.split("\n\n")[0].replace("\n", " "), module=fn.__module__, aliases=al)
+                        summary=doc.split("\n\n")[0].replace("\n", " "), module=fn.__module__, aliases=al,
+                        rerun=bool(rerun))
         target[name] = spec
         fn.spec = spec
         return fn

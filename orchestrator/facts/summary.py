@@ -108,6 +108,11 @@ class RunSummary(Record):
     log_other_invocations: list[dict[str, Any]] | None = None
     #: FlashInfer's autotune cache: the backup (``{"dir", "files"}``) or a rollback's restore of it
     autotune_cache: dict[str, Any] | None = None
+    #: links lost and found again during the run (``{"task", "attempts", "after_s"}``): the step ran again
+    reconnects: list[dict[str, Any]] | None = None
+    #: what the host's dead-man did for unfinished runs (remote/host/deadman.py's report with
+    #: ``run_id``), as ``orch recover`` found it
+    deadman: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_given", {f.name for f in dataclasses.fields(self)

@@ -416,6 +416,17 @@ _SPECS: list[VarSpec] = [
     VarSpec("orch_lock_heartbeat_interval", "seconds", "a positive number of seconds", 60,
             "Renew the host lock's heartbeat this often while the run holds it (a lock is stale after 600 s).",
             _seconds),
+    VarSpec("orch_reconnect_timeout", "seconds", "a positive number of seconds", 300,
+            "When the link to a host drops mid-run, log in again (bounded backoff) for this long, then run the "
+            "step again or reattach to the running tune; past it the host is failed unreachable.", _seconds),
+    VarSpec("orch_host_deadman", "bool", "a boolean", True,
+            "Arm a dead-man on the host before its unit is stopped: when no controller has checked in (the "
+            "lock's heartbeat) for `orch_host_deadline` seconds, the host stops the tune, puts the earlier "
+            "configs back and starts the unit by itself.", _bool),
+    VarSpec("orch_host_deadline", "seconds", "a positive number of seconds", 900,
+            "The dead-man's deadline; it must exceed `orch_reconnect_timeout` + `orch_lock_heartbeat_interval` "
+            "+ `orch_connect_timeout` + 40 s, so a controller that is still reconnecting has given up first.",
+            _seconds),
     VarSpec("orch_regression_threshold", "percent", "a percentage 0-100", 3.0,
             "Roll back when throughput drops by more than this percentage.", _percent),
     VarSpec("orch_moe_runners", "str", "runner names separated by commas, or auto", None,

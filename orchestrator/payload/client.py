@@ -17,20 +17,33 @@ import threading
 import time
 from typing import Any, Callable
 
+import tenacity
+
 from remote.protocol import is_run_id
 
-from ..connection.base import ConnectError
+from ..connection.base import ConnectError, HostUnreachable
 from ..connection.deadline import clamp
 from ..host.container import payload_container
 from ..engine.results import Cancelled, TaskFailed
-from .transient import RUNNING_STATES, UnitUnavailable, stop_unit, transient, unit_files, unit_state
+from .transient import (COLLECT_SINCE, RUNNING_STATES, STOP_POST_RESULT_SINCE, UnitUnavailable, env_file_text,
+                        parse_stop_post_result, stop_post_result, stop_unit, systemd_version, transient, unit_files,
+                        unit_state)
 
 PROTO = 1
 #: seconds between two polls of a payload command run in a transient unit
 POLL_S = 2.0
-#: polls in a row that may fail on the connection (a dropped SSH session, reconnected by the next
-#: command) before the unit's command counts as lost to the controller
+#: polls in a row that may fail without losing the link (no state read, a command's timeout) before
+#: the failure is raised; a lost link is raised at once (the engine logs in again and reattaches)
 POLL_RETRIES = 10
+
+
+def _poll_retrying(poll_s: float) -> tenacity.Retrying:
+    """Tries of one poll of a transient unit: a :class:`ConnectError` that is not a lost link is
+    tried again ``poll_s`` s later, :data:`POLL_RETRIES` tries in all; the last one is re-raised."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda e: isinstance(e, ConnectError)
+                                          and not isinstance(e, HostUnreachable)),
+        stop=tenacity.stop_after_attempt(POLL_RETRIES), wait=tenacity.wait_fixed(poll_s), reraise=True)
 
 
 class ContainerPayload:
@@ -81,6 +94,9 @@ class PayloadClient:
         self.env = dict(env or {})
         #: a container unit's image runs these commands (:meth:`in_container`); None: all on the host
         self.container: ContainerPayload | None = None
+        #: transient units this client started and has not seen end: unit -> ``time.monotonic()``
+        #: of the start (:meth:`call_in_unit` reattaches to one of them; :meth:`started` asks)
+        self._units: dict[str, float] = {}
 
     def in_container(self, run, interpreter: str, commands=("probe", "tune")) -> None:
         """Run ``commands`` inside a fresh ``--rm`` container of the container unit ``run``
@@ -199,58 +215,133 @@ class PayloadClient:
         raise PayloadFailed(command, "crash", f"no result line ({why})", tail)
 
 
+    def started(self, unit: str) -> bool:
+        """True when this client started the transient unit ``unit`` and has not seen it end (a
+        :meth:`call_in_unit` for it reattaches)."""
+        return unit in self._units
+
+    def systemd_version(self) -> int | None:
+        """The host's systemd version (``systemd-run --version``, asked once per client); None
+        when ``systemd-run`` does not answer with one."""
+        if not hasattr(self, "_systemd_version"):
+            res = self.connection.run(["systemd-run", "--version"], check=False, become=True, timeout=60)
+            self._systemd_version = systemd_version(res.stdout) if res.ok else None
+        return self._systemd_version
+
+    def start_unit(self, command: str, args: list[str], unit: str, *, props: list[str] | None = None,
+                   tag: str | None = None, environment: dict[str, str] | None = None,
+                   ticket: dict | None = None) -> dict:
+        """Start ``python -m remote COMMAND ARGS`` as the transient unit ``unit`` (``systemd-run``,
+        :mod:`orchestrator.payload.transient`), returning at once; returns how (``unit``,
+        ``systemd``: the host's version, ``collect``).
+
+        The unit writes its JSON lines to ``<state_dir>/units/<unit>.out`` (stderr to ``.err``).
+        ``props``: more ``--property=`` values. ``environment``: the unit's effective environment
+        (the server's, :attr:`orchestrator.facts.unit.UnitFacts.environment`), written to a
+        root-only ``.env`` file the unit reads with ``EnvironmentFile=``: systemd gives a
+        transient unit only its manager's environment, never the caller's shell's, and the
+        server's (``TRITON_PTXAS_PATH``, ``CUDA_HOME``, ``LD_LIBRARY_PATH``: triton #10331)
+        would be missing; the command line's own ``env`` assignments still come last. ``ticket``:
+        what the command is for (JSON), written beside its output first. ``--collect`` where
+        systemd has it (>= 236): a unit of the name that ended failed would otherwise stay loaded
+        and refuse the name until ``reset-failed`` (systemd PR #31990); how it ended then comes
+        from the ``.result`` file its ``ExecStopPost=`` writes (:func:`stop_post_result`). A unit
+        of the name that is loaded but not running (an earlier one that failed) is unloaded first.
+        Raises :class:`UnitUnavailable` when the unit could not be started (nothing of it runs)."""
+        t = self.connection
+        paths = unit_files(self.state_dir, unit)
+        version = self.systemd_version()
+        collect = version is not None and version >= COLLECT_SINCE
+        out_dir = posixpath.dirname(paths["out"])
+        t.run(["mkdir", "-p", out_dir], become=True)
+        t.run(["chmod", "700", out_dir], become=True)
+        t.run(["rm", "-f", paths["out"], paths["err"], paths["ticket"], paths["env"], paths["result"]], become=True)
+        if ticket is not None:
+            self._put_text(json.dumps(ticket), paths["ticket"])
+        all_props = [f"StandardOutput=file:{paths['out']}", f"StandardError=file:{paths['err']}", *(props or [])]
+        if environment:
+            self._put_text(env_file_text(environment), paths["env"])
+            all_props.append(f"EnvironmentFile={paths['env']}")
+        post = stop_post_result(paths["result"])
+        if post and (version is None or version >= STOP_POST_RESULT_SINCE):
+            all_props.append(f"ExecStopPost={post}")
+        launch = ["systemd-run", f"--unit={unit}", f"--description=orch payload {command}", "--quiet",
+                  *(["--collect"] if collect else []), *[f"--property={p}" for p in all_props], "--",
+                  *self.argv(command, args, tag=tag)]
+        res = t.run(launch, check=False, become=True, timeout=120)
+        st = unit_state(t, unit) if not res.ok else {}
+        if not res.ok and "already" in res.stderr and st.get("LoadState") not in (None, "", "not-found") \
+                and st.get("ActiveState") not in RUNNING_STATES:
+            # an earlier unit of this name that ended failed (no --collect then, or before this
+            # systemd): systemd-run refuses the name ("Unit NAME was already loaded or has a fragment
+            # file", "already exists") until it is unloaded (systemd PR #31990)
+            transient(unit).systemctl(t, "reset-failed", check=False)
+            res = t.run(launch, check=False, become=True, timeout=120)
+            st = unit_state(t, unit) if not res.ok else {}
+        if not res.ok and st.get("ActiveState") not in RUNNING_STATES:
+            # nothing of it runs (a unit that does is polled as started: never a second tuner)
+            why = (res.stderr.strip().splitlines() or [f"exit {res.exited}"])[-1]
+            t.run(["rm", "-f", paths["env"]], check=False, become=True, timeout=60)
+            raise UnitUnavailable(f"systemd-run could not start {unit}: {why}")
+        return {"unit": unit, "systemd": version, "collect": collect}
+
+    def _put_text(self, text: str, remote: str) -> None:
+        """Upload ``text`` to the root-only path ``remote`` (through a private local temp file)."""
+        with tempfile.NamedTemporaryFile("w", suffix=".tmp", delete=False) as fh:
+            fh.write(text)
+            local = fh.name
+        try:
+            self.connection.put(local, remote, become=True)
+        finally:
+            os.unlink(local)
+
     def call_in_unit(self, command: str, args: list[str], unit: str, *, memory_max: int | None = None,
                      timeout: float | None = None, on_progress: Callable[[dict], None] | None = None,
-                     poll_s: float = POLL_S, ticket: dict | None = None) -> dict:
-        """Run one payload command as the transient systemd unit ``unit`` (``systemd-run``,
-        :mod:`orchestrator.payload.transient`) and return the ``data`` of its ``result`` line.
+                     poll_s: float = POLL_S, ticket: dict | None = None,
+                     environment: dict[str, str] | None = None) -> dict:
+        """Run one payload command as the transient systemd unit ``unit`` (:meth:`start_unit`) and
+        return the ``data`` of its ``result`` line.
 
-        The unit writes its JSON lines to ``<state_dir>/units/<unit>.out`` (stderr to ``.err``);
-        every ``poll_s`` s the controller reads the unit's state and the new output (two short
+        Every ``poll_s`` s the controller reads the unit's state and the new output (two short
         commands: no channel stays open for the whole command). ``memory_max`` (bytes) becomes
         ``MemoryMax=``, ``timeout`` (s) ``RuntimeMaxSec=`` and the controller's own bound. An
-        operator interrupt stops the unit (``systemctl stop``). Up to :data:`POLL_RETRIES` polls in
-        a row may fail on the connection (the SSH session dropped; the next command reconnects).
-        Raises :class:`UnitUnavailable` when the unit could not be started (nothing ran: the
-        caller may fall back to :meth:`call`); :class:`PayloadFailed` on an ``error`` line, on
-        ``Result=oom-kill`` (kind ``out of host memory``), or an end without a result line
-        (``crash``); :class:`Cancelled` after an interrupt; connection errors past the retries.
-        ``ticket``: what the command is for (JSON), written beside its output before the unit starts
-        (``ticket`` of :func:`orchestrator.payload.transient.unit_files`), so ``orch recover`` can collect what a
-        dead controller's unit finished.
+        operator interrupt stops the unit (``systemctl stop``). A poll that fails without losing
+        the link (no state read, a command timeout) is tried again, up to :data:`POLL_RETRIES` in
+        a row (tenacity); a lost link (:class:`LinkLost`) is raised, and the engine runs the step
+        again once it has logged in again: called again for a unit this client started, it
+        **reattaches** (reads its output from the start, polls it to its end) instead of starting
+        a second one. Raises :class:`UnitUnavailable` when the unit could not be started (nothing
+        ran: the caller may fall back to :meth:`call`); :class:`PayloadFailed` on an ``error``
+        line, on ``Result=oom-kill`` (kind ``out of host memory``), or an end without a result
+        line (``crash``); :class:`Cancelled` after an interrupt; connection errors past the retries.
+        ``ticket`` and ``environment``: as :meth:`start_unit`.
         """
         timeout = clamp(timeout)
         t = self.connection
         paths = unit_files(self.state_dir, unit)
-        out_dir = posixpath.dirname(paths["out"])
         out, err = paths["out"], paths["err"]
-        t.run(["mkdir", "-p", out_dir], become=True)
-        t.run(["chmod", "700", out_dir], become=True)
-        t.run(["rm", "-f", out, err, paths["ticket"]], become=True)
-        if ticket is not None:
-            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-                json.dump(ticket, fh)
-                local = fh.name
+        started = self._units.get(unit)
+        if started is not None and unit_state(t, unit).get("ActiveState") not in RUNNING_STATES \
+                and not t.run(["test", "-e", out], check=False, become=True, timeout=60).ok:
+            started = None  # the link was lost before its launch reached the host: nothing of it ran
+        if started is None:
+            props = []
+            if memory_max:
+                props.append(f"MemoryMax={int(memory_max)}")
+            if timeout:
+                props.append(f"RuntimeMaxSec={int(timeout)}")
+            # noted before the launch: a link lost while it is under way must lead to a reattach,
+            # never to a second launch that would remove the running unit's output
+            started = self._units[unit] = time.monotonic()
             try:
-                t.put(local, paths["ticket"], become=True)
-            finally:
-                os.unlink(local)
-        props = [f"StandardOutput=file:{out}", f"StandardError=file:{err}"]
-        if memory_max:
-            props.append(f"MemoryMax={int(memory_max)}")
-        if timeout:
-            props.append(f"RuntimeMaxSec={int(timeout)}")
-        launch = ["systemd-run", f"--unit={unit}", f"--description=orch payload {command}", "--quiet",
-                  *[f"--property={p}" for p in props], "--",
-                  *self.argv(command, args, tag=f"{self.run_tag}.{secrets.token_hex(4)}")]
-        res = t.run(launch, check=False, become=True, timeout=120)
-        if not res.ok and unit_state(t, unit).get("ActiveState") not in RUNNING_STATES:
-            # nothing of it runs (a unit that does is polled as started: never a second tuner)
-            why = (res.stderr.strip().splitlines() or [f"exit {res.exited}"])[-1]
-            raise UnitUnavailable(f"systemd-run could not start {unit}: {why}")
+                self.start_unit(command, args, unit, props=props, tag=f"{self.run_tag}.{secrets.token_hex(4)}",
+                                environment=environment, ticket=ticket)
+            except UnitUnavailable:
+                self._units.pop(unit, None)
+                raise
+        # else: reattach to the unit this client started (the step runs again after a lost link)
         final: dict = {}
-        offset, partial, failures = 0, "", 0
-        started = time.monotonic()
+        offset, partial = 0, ""
 
         def feed(chunk: str) -> None:
             nonlocal partial
@@ -264,6 +355,14 @@ class PayloadClient:
                 elif msg.get("type") in ("result", "error"):
                     final.update(msg)
 
+        def poll() -> tuple[dict, str]:
+            st = unit_state(t, unit)  # first the state, then the output: an ended unit's is whole
+            if not st.get("LoadState"):
+                # no answer at all (a command cut by a dropped session, sudo refused): a failed
+                # poll, not an ended unit, which still shows its LoadState and Result
+                raise ConnectError(f"{getattr(t, 'host', 'host')}: no state of unit {unit}")
+            return st, t.run(["tail", "-c", f"+{offset + 1}", out], check=False, become=True, timeout=60).stdout
+
         while True:
             if self.cancel is not None and self.cancel.is_set():
                 stop_unit(t, unit)
@@ -271,20 +370,9 @@ class PayloadClient:
             if timeout and time.monotonic() - started > timeout + 60:
                 stop_unit(t, unit)
                 raise PayloadFailed(command, "crash", f"no result line (killed by timeout, unit {unit})")
-            try:
-                st = unit_state(t, unit)  # first the state, then the output: an ended unit's is whole
-                if not st.get("LoadState"):
-                    # no answer at all (a command cut by a dropped session, sudo refused): a failed
-                    # poll, not an ended unit, which still shows its LoadState and Result
-                    raise ConnectError(f"{getattr(t, 'host', 'host')}: no state of unit {unit}")
-                chunk = t.run(["tail", "-c", f"+{offset + 1}", out], check=False, become=True, timeout=60).stdout
-            except ConnectError:
-                failures += 1
-                if failures > POLL_RETRIES:
-                    raise
-                time.sleep(poll_s)
-                continue
-            failures = 0
+            for attempt in _poll_retrying(poll_s):
+                with attempt:
+                    st, chunk = poll()
             offset += len(chunk.encode())
             feed(chunk)
             if st.get("ActiveState") not in RUNNING_STATES:
@@ -296,7 +384,13 @@ class PayloadClient:
         feed("\n")
         tail = "\n".join(t.run(["tail", "-n", "20", err], check=False, become=True, timeout=60).stdout
                          .strip().splitlines()[-20:])
+        if st.get("LoadState") == "not-found" or not st.get("Result"):
+            # unloaded at once (--collect, or a success): how it ended is in its ExecStopPost= file
+            st = {**st, **parse_stop_post_result(t.run(["cat", "--", paths["result"]], check=False, become=True,
+                                                       timeout=60).stdout)}
         transient(unit).systemctl(t, "reset-failed", check=False)  # unloads it; one already unloaded is fine
+        t.run(["rm", "-f", paths["env"]], check=False, become=True, timeout=60)  # the server's secrets, if any
+        self._units.pop(unit, None)
         if final.get("type") == "result":
             return final.get("data") or {}
         if final.get("type") == "error":
@@ -308,7 +402,7 @@ class PayloadClient:
                                 "the batch sizes it finished are kept in its checkpoint", tail)
         why = "killed by timeout" if result == "timeout" else \
             f"unit {unit} ended: Result={result or '?'}, {st.get('ExecMainCode', '?')} {st.get('ExecMainStatus', '?')}"
-        raise PayloadFailed(command, "crash", f"no result line ({why})", tail)
+        raise PayloadFailed(command, "crash", f"no result line in {offset} bytes of output ({why})", tail)
 
     def _stop_on_cancel(self, tag: str, done: threading.Event) -> None:
         """On operator interrupt, SIGTERM the tagged payload (``timeout`` forwards it to Python)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 
 from remote.protocol import PROTO, is_run_id
 
@@ -32,6 +33,13 @@ MEMORY_SHARE = 0.8
 STATE_PROPS = ("LoadState", "ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus")
 #: ActiveState values of a unit that has not ended (systemctl(1))
 RUNNING_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
+#: the first systemd whose ``systemd-run`` has ``--collect`` (CollectMode=, systemd NEWS "CHANGES WITH 236")
+COLLECT_SINCE = 236
+#: the first systemd that gives ExecStopPost= ``$SERVICE_RESULT``, ``$EXIT_CODE``, ``$EXIT_STATUS``
+#: (systemd NEWS "CHANGES WITH 232"; systemd.exec(5))
+STOP_POST_RESULT_SINCE = 232
+#: characters of a path that may go into the unit's ExecStopPost= shell line unquoted
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./@:+-]*")
 
 
 @internal_error("orchestrator.tasks.tune catches it and runs the tune in the SSH session, saying why")
@@ -93,10 +101,53 @@ def transient(unit: str) -> Unit:
 
 def unit_files(state_dir: str, unit: str) -> dict[str, str]:
     """Where the unit's files are on the host: ``out`` (its stdout, the payload's JSON lines),
-    ``err`` (stderr) and ``ticket`` (what the command was for), under ``<state_dir>/units``."""
+    ``err`` (stderr), ``ticket`` (what the command was for), ``env`` (the environment it runs
+    with, :func:`env_file_text`) and ``result`` (how it ended, :func:`stop_post_result`), under
+    ``<state_dir>/units``."""
     d = posixpath.join(state_dir, "units")
     return {"out": posixpath.join(d, unit + ".out"), "err": posixpath.join(d, unit + ".err"),
-            "ticket": posixpath.join(d, unit + ".ticket.json")}
+            "ticket": posixpath.join(d, unit + ".ticket.json"), "env": posixpath.join(d, unit + ".env"),
+            "result": posixpath.join(d, unit + ".result")}
+
+
+def systemd_version(text: str) -> int | None:
+    """systemd's version from ``systemd-run --version`` (first line ``systemd 252 (252.38-1~deb12u1)``);
+    None when the text has none."""
+    m = re.match(r"\s*systemd (\d+)", text or "")
+    return int(m.group(1)) if m else None
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    """``env`` as an ``EnvironmentFile=`` text (systemd.exec(5)): one ``KEY="VALUE"`` a line, the
+    value double-quoted with ``\\``, ``"``, `` ` `` and ``$`` escaped by a backslash, the only
+    escapes systemd reads there (a newline stays as it is inside the quotes). Keys that are not
+    variable names are left out (systemd ignores them too). Pure;
+    :func:`orchestrator.facts.systemd_env.parse_env_file` reads it back to ``env``."""
+    lines = []
+    for key, value in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            continue
+        quoted = re.sub(r'([\\"`$])', r"\\\1", str(value))
+        lines.append(f'{key}="{quoted}"')
+    return "".join(line + "\n" for line in lines)
+
+
+def stop_post_result(path: str) -> str | None:
+    """The ``ExecStopPost=`` value that writes how the unit's main process ended to ``path``:
+    ``$SERVICE_RESULT $EXIT_CODE $EXIT_STATUS`` (systemd.exec(5); ``$$`` is a literal ``$`` in
+    a command line, systemd.service(5)), so a unit unloaded at once (``--collect``) still says
+    whether the kernel ended it at its ``MemoryMax=`` (``oom-kill``) or its time ran out. None for a
+    path that cannot go into the shell line as it is."""
+    if not _PLAIN_PATH.fullmatch(path):
+        return None
+    return f"/bin/sh -c 'echo \"$$SERVICE_RESULT $$EXIT_CODE $$EXIT_STATUS\" > {path}'"
+
+
+def parse_stop_post_result(text: str) -> dict[str, str]:
+    """:func:`stop_post_result`'s file as the :data:`STATE_PROPS` it stands for (``Result``,
+    ``ExecMainCode``, ``ExecMainStatus``; ``{}`` when empty)."""
+    parts = (text or "").split()
+    return dict(zip(("Result", "ExecMainCode", "ExecMainStatus"), parts)) if parts else {}
 
 
 def last_result(out: str) -> dict | None:

@@ -55,6 +55,23 @@ def record_state(run: dict) -> str | None:
     return st.get("state") if isinstance(st, dict) else None
 
 
+def deadman_report(run: dict) -> dict | None:
+    """What the host's dead-man did for a run (``state.json`` ``deadman``, remote/host/deadman.py),
+    None when it never fired. Pure: ``run`` as :meth:`HostRecords.runs` gives it."""
+    st = run.get("state")
+    dm = st.get("deadman") if isinstance(st, dict) else None
+    return dm if isinstance(dm, dict) else None
+
+
+def deadman_text(dm: dict) -> str:
+    """One line on what the host's dead-man did (:func:`deadman_report`). Pure."""
+    files = [f for f in dm.get("files") or [] if f.get("action") != "unchanged"]
+    return (f"the host's dead-man fired at {dm.get('fired_at')} (no controller for {dm.get('heartbeat_age_s')} s, "
+            f"deadline {dm.get('deadline_s')} s): {dm.get('tune')}; put back {len(files)} file(s)"
+            + (f" (restore failed: {dm['restore_error']})" if dm.get("restore_error") else "")
+            + f"; the unit {dm.get('unit')}, then {dm.get('unit_state')}")
+
+
 def unfinished(runs: list[dict], this_run: str, holder: str | None) -> list[dict]:
     """Records of runs other than ``this_run`` that did not finish.
 
@@ -63,7 +80,8 @@ def unfinished(runs: list[dict], this_run: str, holder: str | None) -> list[dict
     and released its lock changed nothing (since the release records such a run ``failed``, only
     records of older controllers stay ``started``). Each keeps the folder its files went to
     (``dest_dir``) and the FlashInfer autotune folder it backed up (``autotune_cache``, or None),
-    which ``orch recover`` puts back. Pure: ``runs`` as :meth:`HostRecords.runs`.
+    which ``orch recover`` puts back, and what the host's dead-man did for it (``deadman``, only
+    when it fired: :func:`deadman_report`). Pure: ``runs`` as :meth:`HostRecords.runs`.
     """
     out = []
     for r in runs:
@@ -72,6 +90,8 @@ def unfinished(runs: list[dict], this_run: str, holder: str | None) -> list[dict
                 and (st != "started" or r.get("run_id") == holder)):
             out.append({"run_id": r["run_id"], "state": st, "action": r.get("action"), "created": r.get("created"),
                         "dest_dir": r.get("dest_dir"), "autotune_cache": r.get("autotune_cache")})
+            if deadman_report(r):
+                out[-1]["deadman"] = deadman_report(r)
     return out
 
 

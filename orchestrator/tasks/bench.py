@@ -24,6 +24,7 @@ from ..facts.schema import FactError
 from ..host.answering import check_answering_process
 from ..host.endpoint import container_of, endpoint_candidates, endpoint_of
 from ..host.sigkill import requests_without_tokens
+from ..payload.client import stop_tagged
 from ..records.layout import bench_file
 from remote.protocol import BENCH_TOOLS
 
@@ -52,7 +53,7 @@ def loaded_by_server(ctx, unit: str) -> dict:
     return out
 
 
-@task("bench", sets=("orch_bench_*",))
+@task("bench", rerun=True, sets=("orch_bench_*",))
 def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: int, level_timeout: float = 300,
           tool: Literal[BENCH_TOOLS] = "builtin", compare_to: str | None = None,
           regression_threshold: float = 3.0) -> TaskResult:
@@ -89,6 +90,10 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
             "--engine", ctx.facts.engine.name]
     # an engine's own client (sglang.bench_serving) needs about a minute of its own start-up per level
     per_level = float(level_timeout) + (60 if tool != "builtin" else 0)
+    if ctx.attempt > 1:
+        # run again after a lost link: the first run's client may still load the server (its SSH
+        # channel is gone, not the process): end it, so the levels measure one client alone
+        stop_tagged(ctx.connection, ctx.options.run_id)
     data = ctx.payload.call("bench", args, timeout=per_level * (len(conc) + 1) + 120, interruptible=True,
                             on_progress=lambda m: ctx.progress(stage=f"bench {label}", done=m.get("done", 0),
                                                                total=m.get("total", 0)))

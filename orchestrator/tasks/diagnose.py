@@ -22,6 +22,11 @@ Verdicts (one per host):
 - ``fallback``: found only in another Triton's folder, or the down file is missing
   (sub-optimal line at start).
 - ``default``: no file anywhere: the built-in default config runs.
+- ``unfinished-run``: an orch run left the host unfinished (its controller was killed or lost the
+  link after stopping the unit, :func:`orchestrator.records.host.unfinished`): the unit is down and
+  held by that run (its lock, its record), or the host's dead-man restored it by itself
+  (remote/host/deadman.py); ``orch recover`` brings it back and records it. It comes before the
+  file verdicts: the files are half a run's.
 """
 
 from __future__ import annotations
@@ -59,9 +64,10 @@ class DoctorFacts:
     were replaced after the last start; ``orphans``: GPU
     holders outside the unit (dicts with ``pid``, ``cmdline``); ``installed_by_run``: the orch run
     that wrote an invalid file (None when none did); ``start_failure``: the line of the last start
-    that says why it failed (None when none does); ``file_digests``: role -> sha256 of the file the
-    engine would load (None: absent or unreadable), compared across the ranks of a multi-node
-    server; ``engine``: whose rules classify (None: the unit's, ``UnitFacts.engine``).
+    that says why it failed (None when none does); ``file_digests``: role -> sha256 of the file the engine
+    would load (None: absent or unreadable), compared across the ranks of a multi-node server;
+    ``engine``: whose rules classify (None: the unit's, ``UnitFacts.engine``);
+    ``unfinished``/``lock``: runs an orch controller left unfinished, and the host lock.
     """
 
     unit: UnitFacts
@@ -74,6 +80,10 @@ class DoctorFacts:
     start_failure: str | None = None
     file_digests: dict[str, str | None] = field(default_factory=dict)
     engine: Engine | None = None
+    #: runs an orch controller left unfinished on the host (:func:`orchestrator.records.host.unfinished`),
+    #: and the host lock then (None: free or unread)
+    unfinished: list[dict] = field(default_factory=list)
+    lock: dict | None = None
 
 
 def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
@@ -166,7 +176,10 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     invalid = [f"{posixpath.basename(posixpath.dirname(i['would_load']))}/"
                f"{posixpath.basename(i['would_load'])} is invalid (a start would crash): {i['error']}"
                for i in (up, down) if i["error"] and i["would_load"]]
-    if runner.reads_triton_configs is False:
+    if f.unfinished:
+        verdict = "unfinished-run"
+        why = unfinished_why(unit, f.unfinished, f.lock)
+    elif runner.reads_triton_configs is False:
         verdict = "not-triton"
         why = not_triton_why(runner, tune, engine)
     elif invalid or any("unparsable" in str(i.get("fallback_error") or "") for i in (up, down)):
@@ -230,6 +243,37 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     return with_old_names(row, DOCTOR_KEYS)
 
 
+def unfinished_why(unit: UnitFacts, runs: list[dict], lock: dict | None) -> str:
+    """The doctor's ``why`` for a host an orch run left unfinished (``runs``: ``orch_unfinished``-like
+    dicts, ``lock``: the host lock or None): the unit's state, who holds it, what the host's
+    dead-man did, and ``orch recover``. Pure."""
+    from ..records.host import deadman_text
+
+    desc = ", ".join(f"{r['run_id']} (state {r['state']})" for r in runs)
+    holder = (lock or {}).get("run_id")
+    held = f"; the host lock is held by {holder}" if holder else ""
+    fired = [r for r in runs if r.get("deadman")]
+    if unit.active_state != "active":
+        text = f"{unit.unit} is {unit.active_state}, held down by unfinished orch run {desc}{held}"
+    else:
+        text = f"{unit.unit} is {unit.active_state}, but orch run {desc} left the host unfinished{held}"
+    text += "".join(f"; run {r['run_id']}: {deadman_text(r['deadman'])}" for r in fired)
+    return text + ("; its controller stopped before restoring the host: `orch recover` restores the earlier configs, "
+                   "proves them from a start's log and records the run")
+
+
+def _unfinished(ctx) -> tuple[list[dict], dict | None]:
+    """Runs an orch controller left unfinished on the host and the host lock (read-only, payload
+    ``runs``/``lock status``); ([], None) when the records cannot be read (advisory)."""
+    try:
+        rec = records(ctx)
+        st = rec.lock_status()
+        lock = st.get("lock") if st.get("held") else None
+        return rec.unfinished(ctx.options.run_id, (lock or {}).get("run_id")), lock
+    except Exception:  # noqa: BLE001 - the verdict on the files stands without it
+        return [], None
+
+
 def _run_that_wrote(ctx, paths: list[str]) -> str | None:
     """Id of the newest orch run on the host (not yet restored) that wrote one of ``paths``
     (from the host's run records), else None. ``orch rollback`` can undo only such a run; any
@@ -290,10 +334,11 @@ def gather(ctx, unit: str) -> DoctorFacts:
                                   for role, path in loads.items()} if ctx.facts.server_group is not None else {})
     if any(errors.values()):
         f.installed_by_run = _run_that_wrote(ctx, [loads[r] for r, e in errors.items() if e])
+    f.unfinished, f.lock = _unfinished(ctx)
     return f
 
 
-@task("diagnose", check_mode=READ_ONLY, aliases={"unit": "name", "service": "name"})
+@task("diagnose", rerun=True, check_mode=READ_ONLY, aliases={"unit": "name", "service": "name"})
 def diagnose(ctx, name: str) -> TaskResult:
     """Classify the host (see the module docstring); its row goes into the host summary as ``doctor``."""
     row = classify(gather(ctx, name))

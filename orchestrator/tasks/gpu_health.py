@@ -32,7 +32,7 @@ def _read(ctx) -> GpuHealth:
         raise TaskFailed(f"{exc}: the payload's xid answer does not fit this controller") from None
 
 
-@task("gpu_health", check_mode=READ_ONLY, sets=("orch_gpu_health",))
+@task("gpu_health", rerun=True, check_mode=READ_ONLY, sets=("orch_gpu_health",))
 def gpu_health(ctx, stage: Literal["probe", "after_tune"] = "probe") -> TaskResult:
     """Read the kernel log's ``NVRM: Xid`` lines and ask ``nvidia-smi`` under a deadline (payload
     ``xid``). ``stage: probe``: refuse the host (:class:`TaskFailed`, nothing stopped) when a

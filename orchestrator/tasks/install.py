@@ -34,7 +34,7 @@ def _validate(name: str, text: str) -> None:
         raise TaskFailed(f"refusing to install {name}: {getattr(exc, 'msg', exc)}") from None
 
 
-@task("install", sets=("orch_installed",))
+@task("install", rerun=True, sets=("orch_installed",))
 def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = None) -> TaskResult:
     """Install config files into ``dest_dir`` (``orch_plan.install_dir``: ``configs/triton_X_Y_Z``
     of the loader, or of the engine's config-dir variable), created when missing, after backing up what
@@ -94,7 +94,7 @@ def _known_files(ctx) -> dict[str, str]:
     return {}
 
 
-@task("compare_installed", check_mode=READ_ONLY, sets=("orch_unchanged",), aliases={"unit": "name", "service": "name"})
+@task("compare_installed", rerun=True, check_mode=READ_ONLY, sets=("orch_unchanged",), aliases={"unit": "name", "service": "name"})
 def compare_installed(ctx, name: str) -> TaskResult:
     """Would this run change the host? ``orch_unchanged`` is True (the play then stops, tunes,
     installs and restarts nothing) when all of these hold:
@@ -153,7 +153,7 @@ def compare_installed(ctx, name: str) -> TaskResult:
                          facts={"orch_unchanged": True}, **data)
 
 
-@task("restore")
+@task("restore", rerun=True)
 def restore(ctx, run_id: str | None = None) -> TaskResult:
     """Put back every file a run changed (``run_id``, default: this run and its sub-runs,
     ``HostRun.sub_runs``; rescue steps) from the host's own backups and manifest. Skipped when

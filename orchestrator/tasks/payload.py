@@ -41,7 +41,7 @@ def absolute_interpreter(ctx, interpreter: str) -> str:
     return found
 
 
-@task("payload", check_mode=AWARE)
+@task("payload", rerun=True, check_mode=AWARE)
 def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -> TaskResult:
     """Upload, verify and unpack the payload; later tasks call it through ``ctx.payload``.
 
@@ -104,7 +104,7 @@ def payload(ctx, interpreter: str | None = None, state_dir: str | None = None) -
     return TaskResult.changed(msg, **data) if pushed and not ctx.check else TaskResult.ok(msg, **data)
 
 
-@task("stop_payload", check_mode=AWARE)
+@task("stop_payload", rerun=True, check_mode=AWARE)
 def stop_payload(ctx, wait: float = 30) -> TaskResult:
     """End this run's tune/bench payload commands still running on the host (rescue).
 

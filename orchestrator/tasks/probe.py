@@ -31,7 +31,7 @@ from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
 
 
-@task("probe", check_mode=READ_ONLY, sets=("orch_probe", "orch_gpu_vendor"))
+@task("probe", rerun=True, check_mode=READ_ONLY, sets=("orch_probe", "orch_gpu_vendor"))
 def probe(ctx) -> TaskResult:
     """Ask the host what it is (payload ``probe``, with the unit's engine, model, TP/EP and
     environment): GPUs, Triton, the engine and its config folder, the model's E/N/top-k and the
@@ -154,7 +154,7 @@ def multi_node_reason(server: ServerArgs, group: ServerGroup | None = None, coor
             "same model, GPU and TP), `orch configs export`, install the files on every node, restart all ranks")
 
 
-@task("plan", check_mode=READ_ONLY, sets=("orch_plan", "orch_endpoint"), aliases={"unit": "name", "service": "name"})
+@task("plan", rerun=True, check_mode=READ_ONLY, sets=("orch_plan", "orch_endpoint"), aliases={"unit": "name", "service": "name"})
 def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     """Decide what a tune does on this host (``orch_plan``): tune, or skip for a MoE runner that
     does not read Triton config files; which exact files it would write, and which exist.

@@ -69,7 +69,7 @@ def log_since_mark(ctx, unit: str) -> str:
 PING = "ping"
 
 
-@task("wait_ready", aliases={"unit": "name", "service": "name"})
+@task("wait_ready", rerun=True, aliases={"unit": "name", "service": "name"})
 def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
                generate_check: bool = True) -> TaskResult:
     """Wait until the unit's server generates, at most ``timeout`` s: the engine's liveness request
@@ -157,7 +157,7 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
                          health=health, answering=answering)
 
 
-@task("verify_log", aliases={"unit": "name", "service": "name"})
+@task("verify_log", rerun=True, aliases={"unit": "name", "service": "name"})
 def verify_log(ctx, name: str, expect_paths: list[str] | None = None, allow_default: bool = False) -> TaskResult:
     """Prove from the log lines of the unit's last start (by this run) which MoE configs the engine
     loaded (``Engine.parse_log``, ``Engine.verify_loaded``). ``expect_paths``: files the start must

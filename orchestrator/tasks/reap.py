@@ -24,7 +24,7 @@ from ..host.sigkill import note_sigkills
 from ..inventory import BUILTIN_PROTECTED_PROCESSES
 
 
-@task("reap", check_mode=AWARE)
+@task("reap", rerun=True, check_mode=AWARE)
 def reap(ctx, protected: list[str], devices: str | None = None, term_timeout: float = 15) -> TaskResult:
     """End the processes left holding the unit's GPUs; record each PID killed with its command line.
 

@@ -20,6 +20,7 @@ from typing import Literal
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
+from ..host.deadman import disarm
 from ..host.records import records, start_heartbeat, stop_heartbeat
 from ..records.host import holder_gone
 
@@ -29,7 +30,7 @@ def recover_hint(ctx) -> str:
     return f"run `orch recover INVENTORY --limit {ctx.name} --service {ctx.vars.get('service') or 'UNIT'}`"
 
 
-@task("lock")
+@task("lock", rerun=True)
 def lock(ctx, action: Literal["acquire", "heartbeat", "release"], stale_after: float = 600,
          heartbeat_interval: float | None = None) -> TaskResult:
     """Acquire, renew or release this run's lock on the host.
@@ -55,6 +56,7 @@ def lock(ctx, action: Literal["acquire", "heartbeat", "release"], stale_after: f
             # folder of another host): nothing of ours to release, and nobody else's to touch
             return TaskResult.ok(f"no lock of this run to release ({exc.msg[:200]})")
         ctx.run.locked = False
+        disarm(ctx)  # the run is done with the host: its dead-man has nothing to guard
         return TaskResult.ok("lock release", **data)
     if action == "heartbeat":
         return TaskResult.ok("lock heartbeat", **rec.heartbeat(rid))
@@ -97,7 +99,7 @@ def _set_state(ctx, state: str, action: str, note: str | None) -> None:
     ctx.run.record_action = action
 
 
-@task("run_state")
+@task("run_state", rerun=True)
 def run_state(ctx, state: Literal["started", "stopped", "installed", "completed", "restored", "failed"],
               action: Literal["tune", "rollback", "recover", "runner"] = "tune", note: str | None = None) -> TaskResult:
     """Record ``state`` for this run in the host's run record (with the summary so far and ``note``)."""
@@ -107,7 +109,7 @@ def run_state(ctx, state: Literal["started", "stopped", "installed", "completed"
     return TaskResult.ok(f"host record: {state}")
 
 
-@task("runs", check_mode=READ_ONLY)
+@task("runs", rerun=True, check_mode=READ_ONLY)
 def runs(ctx, limit: int = 0) -> TaskResult:
     """Read the host's run records (newest first; ``limit`` 0: all) into the host summary as ``runs``."""
     found = records(ctx).runs(limit)
@@ -115,7 +117,7 @@ def runs(ctx, limit: int = 0) -> TaskResult:
     return TaskResult.ok(f"{len(found)} run(s) recorded on the host", runs=found)
 
 
-@task("check_unfinished", check_mode=READ_ONLY)
+@task("check_unfinished", rerun=True, check_mode=READ_ONLY)
 def check_unfinished(ctx) -> TaskResult:
     """Fail when the host has a run left unfinished by a controller that is gone (it stopped the
     unit or still holds the lock), naming it and offering ``orch recover``."""

@@ -40,7 +40,7 @@ from ..host.records import records, start_heartbeat
 from ..host.servers import RankRecovery, meet, server_refusal, server_restart
 from ..payload.client import PayloadFailed, stop_tagged
 from ..payload.transient import RUNNING_STATES, last_result, stop_unit, unit_files, unit_name
-from ..records.host import holder_gone
+from ..records.host import deadman_text, holder_gone
 from ..records.layout import CONFIGS, TUNE_REPORT
 from ..store import ConfigStore, key_hash
 
@@ -50,12 +50,14 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
                    heartbeat_interval: float | None = None) -> TaskResult:
     """Find unfinished runs (``orch_unfinished``) and take the host lock for this run.
 
-    A lock held by another run is broken when its holder is gone (:func:`holder_gone`) or with
-    ``break_lock`` (``--break-lock``); else the task fails naming the holder (and its heartbeat
+    A lock held by another run is broken when its holder is gone (:func:`holder_gone`), when the
+    host's dead-man took it over (remote/host/deadman.py: it says what it did, event
+    ``deadman_fired``, summary ``deadman``), or with ``break_lock`` (``--break-lock``); else the task fails naming the holder (and its heartbeat
     age when older than ``stale_after`` s). Then the leftover ``tune``/``bench`` payload processes
     of the unfinished runs are stopped: the transient unit ``orch-tune-<run_id>.service`` by name
     (stopped if it runs, unloaded if it ended: ``tune_unit_stopped``/``tune_unit_collected``), and
-    the commands tagged ``ORCH_TAG=<run_id>.`` (a tune run in the SSH session); other processes, such as
+    the commands tagged ``ORCH_TAG=<run_id>.`` (a tune run in the SSH session), and its dead-man
+    ``orch-deadman-<run_id>.service``, so it cannot fire under this recover; other processes, such as
     a payload started by hand or by another run, are left alone; a container unit's payload
     containers of those runs are ended through the runtime. The lock's heartbeat is renewed
     every ``heartbeat_interval`` s while this run holds it
@@ -81,7 +83,8 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
     taken = st.get("held") and lk.get("run_id") != ctx.options.run_id
     gone = False
     if taken:
-        gone = holder_gone(lk.get("controller"))
+        # a lock the host's dead-man marked: it ended its run (remote/host/deadman.py), nobody runs it
+        gone = holder_gone(lk.get("controller")) or bool(lk.get("deadman"))
         if not (gone or break_lock):
             # stale is only a hint: a controller on another machine does not heartbeat during a long tune
             stale = f", no heartbeat for {st.get('heartbeat_age_s') or 0:.0f} s" if st.get("stale") else ""
@@ -107,7 +110,8 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
             rec.break_lock(ctx.options.run_id, lk.get("run_id"), stale_after)
             broken = lk.get("run_id") or "corrupt lock"
             ctx.emit("lock_broken", holder=lk.get("run_id"), controller=lk.get("controller"),
-                     why="holder gone" if gone else "--break-lock")
+                     why=("the host's dead-man took it over" if lk.get("deadman") else "holder gone") if gone
+                     else "--break-lock")
     if not ctx.check:
         rec.acquire(ctx.options.run_id, stale_after)
         ctx.run.locked = True
@@ -132,14 +136,28 @@ def recover_select(ctx, break_lock: bool = False, stale_after: float = 600,
                 ctx.emit("tune_unit_stopped" if running else "tune_unit_collected", run_id=r["run_id"], unit=unit,
                          active_state=st.get("ActiveState"), result=st.get("Result"))
                 units.append(f"{'stopped' if running else 'collected'} {unit} ({st.get('Result') or '?'})")
+            # its dead-man (it ends by itself now that the lock changed hands; stopped so it cannot fire now)
+            guard = unit_name(r["run_id"], "deadman")
+            st = stop_unit(ctx.connection, guard)
+            if st is not None and st.get("ActiveState") in RUNNING_STATES:
+                ctx.emit("deadman_stopped", run_id=r["run_id"], unit=guard)
+                units.append(f"stopped {guard}")
             unit = ctx.facts.unit
             if unit is not None and unit.container is not None:
                 # its tuner in the unit's image: ended through the runtime, never by host PID
                 ended = end_payload_containers(ctx.connection, unit.container, r["run_id"], 30)
                 if ended:
                     ctx.emit("payload_containers_ended", run_id=r["run_id"], containers=ended)
+    fired = [dict(r["deadman"], run_id=r["run_id"]) for r in left if r.get("deadman")]
+    for dm in fired:  # what the host did by itself before this recover (it is verified below)
+        ctx.emit("deadman_fired", **{k: dm.get(k) for k in ("run_id", "fired_at", "heartbeat_age_s", "deadline_s",
+                                                             "tune", "unit", "unit_state")},
+                 files=[f.get("path") for f in dm.get("files") or [] if f.get("action") != "unchanged"])
+    if fired:
+        ctx.run.summary.deadman = fired
     desc = ", ".join(f"{r['run_id']} ({r['state']})" for r in left) or "none"
     msg = f"unfinished runs: {desc}" + (f"; broke the lock of {broken}" if broken else "") \
+        + "".join(f"; run {dm['run_id']}: {deadman_text(dm)}" for dm in fired) \
         + "".join(f"; {u}" for u in units) + ((f"; every rank is restarted: {restart}" if ctx.facts.server_group is not None else f"; {restart}")
            if restart else "")
     return TaskResult.ok(msg, facts={"orch_unfinished": left, "orch_recover_restart": bool(restart)},

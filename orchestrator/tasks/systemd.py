@@ -26,7 +26,7 @@ from ..payload.client import PayloadFailed
 POLL_S = 0.5
 
 
-@task("unit_facts", check_mode=READ_ONLY,
+@task("unit_facts", rerun=True, check_mode=READ_ONLY,
       sets=("orch_unit", "orch_engine", "orch_systemd_unit", "orch_interpreter", "orch_server_group"),
       aliases={"unit": "name", "service": "name"})
 def unit_facts(ctx, name: str) -> TaskResult:
@@ -190,7 +190,7 @@ def _stop_with_own_deadline(ctx, unit: Unit, timeout: float) -> None:
     _wait_state(ctx, unit, {"inactive", "failed"}, KILL_WAIT_S, set())
 
 
-@task("service", aliases={"unit": "name", "service": "name"})
+@task("service", rerun=True, aliases={"unit": "name", "service": "name"})
 def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], timeout: float,
             only_if_stopped_by_orch: bool = False, ranks: Literal["all", "running"] = "all") -> TaskResult:
     """Bring the unit ``name`` to ``state`` and wait at most ``timeout`` s for it.
@@ -218,6 +218,10 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     handle = ctx.facts.unit_handle(name)  # its manager: a user's own is asked as that user, never through sudo
     unit = name
     group = ctx.facts.server_group
+    if group is not None and ctx.attempt > 1:
+        # the ranks meet at fixed points (meet): a rank's second run would count twice there
+        raise TaskFailed(f"the link to this rank was lost during the {state} of {unit}; a rank of a multi-node "
+                         "server does not run it again alone (the other ranks' rescue restarts them together)")
     if state == "stopped":
         if group is not None and group.rank > 0:
             meet(ctx, "rank 0 stopped", among=[group.rank0])

@@ -24,12 +24,13 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import task
 from ..facts.hostfiles import meminfo
 from ..host.sharing import publish_failure, publish_result
+from ..payload.client import stop_tagged
 from ..payload.model_args import model_flags
 from ..payload.transient import MEMORY_SHARE, UnitUnavailable, memory_max, unit_name
 from ..records.layout import CONFIGS, TUNE_REPORT
 
 
-@task("tune")
+@task("tune", rerun=True)
 def tune(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | None,
          provider: Literal[PROVIDER_NAMES], timeout: float = 172800) -> TaskResult:
     """Tune the fused-MoE kernel on the host (payload ``tune``, with a progress bar) and fetch the
@@ -131,11 +132,19 @@ def _run_tuner(ctx, args, timeout, on_progress, ticket: dict | None = None) -> t
         if not limit:
             limit = memory_max(meminfo(ctx.connection))
         try:
-            ctx.emit("tune_launch", unit=unit, memory_max=limit)
+            if pl.started(unit):  # run again after a lost link: the unit this run started is polled again
+                ctx.emit("tune_reattach", unit=unit, attempt=ctx.attempt)
+            else:
+                ctx.emit("tune_launch", unit=unit, memory_max=limit)
+            # the server's whole environment (EnvironmentFile=, drop-ins: TRITON_PTXAS_PATH, CUDA_HOME, ...)
             data = pl.call_in_unit("tune", args, unit, memory_max=limit, timeout=timeout, on_progress=on_progress,
-                                   ticket=ticket)
+                                   ticket=ticket, environment=dict(ctx.facts.environment))
             return data, {"unit": unit, "memory_max": limit}
         except UnitUnavailable as exc:
             how = {"fallback": str(exc)}
+    if ctx.attempt > 1:
+        # run again after a lost link: the first tuner (in the dropped session) may still run; it is
+        # ended first and the new one resumes from its checkpoint
+        stop_tagged(ctx.connection, ctx.options.run_id)
     ctx.emit("tune_launch", unit=None, fallback=how["fallback"])
     return pl.call("tune", args, timeout=timeout, on_progress=on_progress, interruptible=True), how

@@ -71,11 +71,22 @@ def check_name(name: Any, unit_file: bool = False) -> str:
 
 def held_by_other(state_dir: str, run_ids: set[str]) -> dict | None:
     """The host lock (``lock.json``) when it is held by a run not in ``run_ids`` (a sub-run,
-    :func:`parent_run`, counts as its run), else ``None``."""
+    :func:`parent_run`, counts as its run) or the host's dead-man took it over (``"deadman"``,
+    remote/host/deadman.py: a controller that comes back late changes nothing), else ``None``."""
     lk = read_json(os.path.join(state_dir, "lock.json"), default=None)
-    if isinstance(lk, dict) and lk.get("run_id") not in run_ids | {parent_run(r) for r in run_ids}:
+    if isinstance(lk, dict) and (lk.get("deadman") or lk.get("run_id") not in run_ids | {parent_run(r) for r in run_ids}):
         return lk
     return None
+
+
+def holder_text(lock: dict) -> str:
+    """Who holds ``lock`` (from :func:`held_by_other`), for a refusal: the run and its controller,
+    or the host's dead-man that took the run over. Pure."""
+    if lock.get("deadman"):
+        fired = lock["deadman"]
+        return (f"the host's dead-man, which took run {lock.get('run_id')} over at {fired.get('fired_at')} "
+                "and restored the host (`orch recover` records it)")
+    return f"run {lock.get('run_id')} ({lock.get('controller')})"
 
 
 @internal_error("apply_changes catches it (except BaseException), puts back what it wrote and ends "

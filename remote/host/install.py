@@ -46,7 +46,7 @@ import re
 from typing import Any
 
 from ..protocol import PayloadError
-from .changes import apply_changes, check_name, held_by_other
+from .changes import apply_changes, check_name, held_by_other, holder_text
 from .fs import DEFAULT_STATE_DIR, check_run_id, load_request, sha256_bytes, sha256_file
 
 #: Largest config content accepted, in bytes (UTF-8).
@@ -148,8 +148,7 @@ def install(req: dict, ignore_lock: bool = False) -> dict:
     if not ignore_lock:
         other = held_by_other(state_dir, {run_id})
         if other:
-            raise PayloadError("locked", f"host lock held by run {other.get('run_id')} "
-                                         f"({other.get('controller')}); not installing for {run_id}")
+            raise PayloadError("locked", f"host lock held by {holder_text(other)}; not installing for {run_id}")
     return apply_changes(state_dir, run_id, action, dest_dir, changes, create_dest=create_dest)
 
 

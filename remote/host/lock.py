@@ -29,7 +29,8 @@ interleave their read-modify-write of the lock):
   renewed, ``"reentrant": true``. Held by another run (stale or not):
   ``PayloadError('locked')`` naming its run id, controller, age and heartbeat age.
 - ``heartbeat --run-id ID``: renew our heartbeat; ``not_found`` when there is no lock,
-  ``locked`` when another run holds it.
+  ``locked`` when another run holds it or the host's dead-man marked it (``"deadman"``:
+  remote/host/deadman.py took the run over).
 - ``release --run-id ID``: remove our own lock; ``locked`` when another run holds it;
   ``"released": false`` when there was none.
 - ``status``: report (never fails for a missing lock).
@@ -46,17 +47,15 @@ Result ``data`` of every operation: :func:`describe` of the lock after the opera
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import socket
 import tempfile
 import time
-from typing import Iterator
 
 from .fs import (DEFAULT_STATE_DIR, PRIVATE_FILE_MODE, atomic_write_json, check_run_id,
-                     ensure_private_dir, fsync_dir, write_all)
+                     fsync_dir, write_all)
+from .lockfile import Corrupt as _Corrupt, lock_path, mutex as _mutex, read_lock as _read
 from ..protocol import PayloadError
 
 #: Default seconds after the last heartbeat when a lock counts as stale.
@@ -164,43 +163,6 @@ def check_owner(state_dir: str, claim: bool) -> dict:
     return me
 
 
-def lock_path(state_dir: str) -> str:
-    """``<state_dir>/lock.json``."""
-    return os.path.join(state_dir, "lock.json")
-
-
-@contextlib.contextmanager
-def _mutex(state_dir: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``<state_dir>/lock.mutex`` (created 0600) for a block."""
-    ensure_private_dir(state_dir)
-    fd = os.open(os.path.join(state_dir, "lock.mutex"), os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-class _Corrupt(dict):
-    """Marker for a lock.json that exists but does not parse."""
-
-
-def _read(state_dir: str) -> dict | None:
-    """The lock as a dict, ``None`` when absent, a :class:`_Corrupt` dict when unreadable."""
-    try:
-        with open(lock_path(state_dir), "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        return None
-    try:
-        obj = json.loads(raw.decode("utf-8"))
-        if not isinstance(obj, dict):
-            raise ValueError("not an object")
-        return obj
-    except ValueError as exc:
-        return _Corrupt(error=f"corrupt lock.json: {exc}")
-
-
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int((ts % 1) * 1e6):06d}Z"
 
@@ -305,7 +267,16 @@ def heartbeat(state_dir: str, run_id: str, stale_after: float = DEFAULT_STALE_AF
         cur = _own(state_dir, run_id, stale_after)
         if cur is None:
             raise PayloadError("not_found", f"no host lock to renew for run {run_id} (was it broken?)")
+        if cur.get("deadman"):
+            raise PayloadError("locked", deadman_text(run_id, cur["deadman"]), detail=describe(cur, stale_after))
         return dict(describe(_renew(state_dir, cur), stale_after), op="heartbeat")
+
+
+def deadman_text(run_id: str, fired: dict) -> str:
+    """Why a lock the host's dead-man marked (remote/host/deadman.py) refuses its run. Pure."""
+    return (f"the host's dead-man took run {run_id} over at {fired.get('fired_at')} (no controller had checked "
+            f"in for {fired.get('heartbeat_age_s')} s, deadline {fired.get('deadline_s')} s): it stopped the tune, "
+            "put the earlier files back and started the unit; `orch recover` records it")
 
 
 def release(state_dir: str, run_id: str, stale_after: float = DEFAULT_STALE_AFTER) -> dict:

@@ -50,7 +50,7 @@ import shutil
 
 from ..gpus import DEFAULT, local_vendor
 from ..protocol import PayloadError
-from .changes import RUNNER_DROPIN_NAME, apply_changes, check_name, held_by_other
+from .changes import RUNNER_DROPIN_NAME, apply_changes, check_name, held_by_other, holder_text
 from .fs import (AUTOTUNE_BACKUP, DEFAULT_STATE_DIR, atomic_write, atomic_write_json, check_run_id, fsync_dir, load_request,
                  read_bytes, read_json, run_dir, sha256_bytes, sha256_file)
 
@@ -145,7 +145,7 @@ def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None, 
     own = name != DROPIN_NAME
     other = held_by_other(state_dir, {run_id})
     if other:
-        raise PayloadError("locked", f"host lock held by run {other.get('run_id')}; not changing {folder}")
+        raise PayloadError("locked", f"host lock held by {holder_text(other)}; not changing {folder}")
     mpath = os.path.join(run_dir(state_dir, run_id), "manifest.json")
     manifest = read_json(mpath, default=None)
     if not isinstance(manifest, dict) or manifest.get("status") == "failed":

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from tests.paths import REPO  # noqa: E402  (re-exported for the e2e tests)
+from tests.waiting import files_state, run_watched
 
 #: small benchmark so e2e runs stay short (the stand-in simulates token timing). 32 output tokens a
 #: request: the stand-in keeps its token schedule under load, but each request's own cost (the
@@ -41,16 +42,19 @@ def inventory(bed, path: Path, host_vars: dict | None = None, **group_vars) -> P
     return Path(path)
 
 
-def orch(*args: str, state_dir: Path, timeout: float = 600, env: dict | None = None,
-         prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+def orch(*args: str, state_dir: Path, env: dict | None = None, prefix: list[str] | None = None,
+         progress: tuple = (), stall: float | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m orchestrator ARGS --state-dir STATE --json``; returns the completed process.
-    ``prefix``: argv put before the interpreter (e.g. ``unshare ...`` for a private /etc/ssh)."""
+    ``prefix``: argv put before the interpreter (e.g. ``unshare ...`` for a private /etc/ssh).
+    No wall-time limit: it runs while its output or its run records under ``state_dir`` (or
+    ``progress``, :mod:`tests.waiting`) move, and is killed as hung after ``stall`` s without."""
     cmd = [*(prefix or []), sys.executable, "-m", "orchestrator", *args]
     if args and args[0] in ("tune", "rollback", "doctor"):
         cmd += ["--state-dir", str(state_dir)]
     full_env = dict(os.environ, XDG_STATE_HOME=str(state_dir), COLUMNS="200")
     full_env.update(env or {})
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=full_env)
+    return run_watched(cmd, progress=(lambda: files_state(state_dir), *progress), stall=stall,
+                       what=f"orch {' '.join(args[:1])}", cwd=REPO, env=full_env)
 
 
 def recap(proc: subprocess.CompletedProcess) -> dict:

@@ -44,14 +44,13 @@ def etc_ssh(tmp: Path, name: str, known_hosts: str | None = None) -> Path:
     return d
 
 
-def run_orch(*args: str, state: Path, home_dir: Path, etc: Path, agent_sock: str | None = None,
-             timeout: float = 600):
+def run_orch(*args: str, state: Path, home_dir: Path, etc: Path, agent_sock: str | None = None):
     """``orch ARGS --json`` with ``HOME=home_dir``, ``/etc/ssh`` = ``etc`` (private mount), the
     ssh-agent at ``agent_sock`` or none. Returns (completed process, recap dict or None)."""
     prefix = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
               'mount --bind "$0" /etc/ssh && exec "$@"', str(etc)]
     env = {"HOME": str(home_dir), "SSH_AUTH_SOCK": agent_sock or ""}
-    proc = orch(*args, "--json", state_dir=state, env=env, prefix=prefix, timeout=timeout)
+    proc = orch(*args, "--json", state_dir=state, env=env, prefix=prefix)
     try:
         res = json.loads(proc.stdout)
     except ValueError:

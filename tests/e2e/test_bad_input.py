@@ -23,6 +23,7 @@ from orchestrator.tasks.install import install
 from remote.engines.sglang.naming import sglang_device_name
 from tests.fakes import FakePayload, make_ctx
 from tests.e2e.helpers import REPO, inventory, orch, recap
+from tests.waiting import run_watched
 
 UP = "E=8,N=64,device_name=NVIDIA_H200.json"
 GOOD_ENTRY = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
@@ -36,7 +37,7 @@ def _cli(*args: str, cwd: Path, state_dir: Path | None = None) -> subprocess.Com
     if state_dir is not None:
         cmd += ["--state-dir", str(state_dir)]
     env = dict(os.environ, COLUMNS="400", PYTHONPATH=str(REPO), XDG_STATE_HOME=str(cwd / "xdg"))
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+    return run_watched(cmd, cwd=cwd, env=env)
 
 
 def _one_line(text: str) -> str:

@@ -15,7 +15,6 @@ docs/containers.md says what orch does with a container unit.
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -109,7 +108,8 @@ def test_recover_after_the_controller_died_with_the_container_stopped(testbed_fa
     starts the unit; only the server's container is left (with docker: the run's ``orch-*`` container
     found with ``docker ps --filter name=...`` and ended with ``docker stop``/``rm -f``)."""
     from orchestrator.records.controller import new_run_id
-    from tests.e2e.test_faults import LONG_TUNE, _popen, _task_done, _wait_event
+    from tests.e2e.test_faults import LONG_TUNE, _popen, _progress, _task_done, _wait_event
+    from tests.waiting import process_ended, wait_until
 
     bed = testbed_factory(1, {0: _bed_options(runtime, True)})
     h = bed.hosts[0]
@@ -120,10 +120,9 @@ def test_recover_after_the_controller_died_with_the_container_stopped(testbed_fa
     tuner = []
     try:
         _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
-        deadline = time.monotonic() + 120
-        while not tuner and time.monotonic() < deadline and proc.poll() is None:
-            tuner = [n for n in _containers(h, runtime) if n.startswith("orch-")]
-            time.sleep(0.5)
+        tuner = wait_until(lambda: [n for n in _containers(h, runtime) if n.startswith("orch-")],
+                           "the tuner's container", progress=_progress(state, log, h), alive=process_ended(proc),
+                           poll=0.5)
     finally:
         proc.kill()
         proc.wait()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,8 @@ import yaml
 
 from orchestrator.records import new_run_id
 from tests.e2e.helpers import inventory, orch, ready_bed, recap
-from tests.e2e.test_faults import LONG_TUNE, _events, _popen
+from tests.e2e.test_faults import LONG_TUNE, _events, _popen, _task_done, _wait_event
+from tests.waiting import wait_process
 
 pytestmark = pytest.mark.testbed
 
@@ -120,14 +120,9 @@ def test_recover_after_a_controller_killed_mid_tune(bed):
         proc = _popen(["tune", str(inv), "--service", "sglang-qwen", "--limit", h.name], state, rid, log,
                       new_session=True)
         try:
-            deadline = time.monotonic() + 300
-            while not any(e.get("event") == "task" and e.get("task") == "Reap leftover GPU processes"
-                          and e.get("status") in ("ok", "changed") for e in _events(state, rid)):
-                assert proc.poll() is None, log.read_text()[-4000:]
-                assert time.monotonic() < deadline, "the tune did not reach the reap"
-                time.sleep(0.3)
+            _wait_event(state, rid, proc, _task_done("Reap leftover GPU processes"), "the reap before tuning")
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+            wait_process(proc, "orch's end after SIGKILL")
         finally:
             if proc.poll() is None:
                 proc.kill()

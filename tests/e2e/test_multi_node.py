@@ -9,13 +9,13 @@ order on one worker: the tune (``tuned``), then the rollbacks that undo it."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from orchestrator.records import new_run_id
 from tests.e2e.helpers import inventory, orch, ready_bed, recap
 from tests.e2e.test_faults import LONG_TUNE, _host_run_state, _lock, _popen, _wait_event, _wait_payload_tune
+from tests.waiting import files_state, wait_process, wait_until
 
 pytestmark = pytest.mark.testbed
 
@@ -267,11 +267,9 @@ def test_a_recover_leaving_out_rank_1_is_refused_with_nothing_changed(bed, tmp_p
     assert _state(bed) == before
 
 
-def _until(pred, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.2)
+def _until(pred, what: str, progress=()) -> None:
+    """Wait for ``pred()`` while ``progress`` moves (tests/waiting.py)."""
+    wait_until(pred, what, progress=progress)
 
 
 @pytest.mark.parametrize("rank1_started_again", [False, True], ids=["rank1-down", "rank1-waiting"])
@@ -303,7 +301,7 @@ def test_recover_after_a_controller_killed_mid_tune_restarts_every_rank(testbed_
                     "the reap on rank 0")
         _wait_payload_tune(rank0)
         proc.kill()  # SIGKILL: no rescue, no always
-        proc.wait(timeout=30)
+        wait_process(proc, "orch's end after SIGKILL")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -319,7 +317,7 @@ def test_recover_after_a_controller_killed_mid_tune_restarts_every_rank(testbed_
         joining, joined = seen.count("joining the other ranks at gpu-a:5000"), seen.count("all 2 ranks joined")
         rank1.sh(f"systemctl start {rank1.unit}")
         _until(lambda: rank1.unit_log().count("joining the other ranks at gpu-a:5000") > joining,
-               "rank 1 waiting for rank 0")
+               "rank 1 waiting for rank 0", progress=[lambda: files_state(rank1.local_path("/var/log"))])
         assert rank1.unit_state() == "active" and rank1.unit_log().count("all 2 ranks joined") == joined
         assert rank1.sh(f"curl -s -o /dev/null -w %{{http_code}} {rank1.url}/health", check=False).stdout \
             in ("000", ""), "rank 1 serves /health without rank 0"

@@ -12,6 +12,7 @@ import pytest
 from orchestrator.records import new_run_id
 from tests.e2e.helpers import inventory, orch, recap
 from tests.e2e.test_faults import FAULTS_DIR, SITECUSTOMIZE, _popen, _wait_file
+from tests.waiting import wait_process
 
 pytestmark = pytest.mark.testbed
 
@@ -159,7 +160,7 @@ def test_recover_after_a_controller_killed_mid_trial(testbed_factory, tmp_path):
         # a start that re-tunes rewrites the rank file (under EP > 1 every boot does, sglang #40320)
         h.sh(f"printf '{{\"tactics\": 2}}' > {CACHE}/rank_tp0_pp0_dp0.json")
         proc.kill()  # SIGKILL: no rescue
-        proc.wait(timeout=30)
+        wait_process(proc, "orch's end after SIGKILL")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -24,6 +24,7 @@ from orchestrator.payload.bundle import build_bundle
 from tests.e2e.helpers import inventory, orch, recap
 from tests.testbed.bed import SUDO_LOG
 from tests.paths import REPO
+from tests.waiting import CEILING_S, process_ended, wait_until
 
 pytestmark = pytest.mark.testbed
 
@@ -226,9 +227,10 @@ def test_tune_as_non_root_user_uses_sudo_only_for_root_steps(testbed_factory, tm
     for step in ("version", "probe", "lock acquire", "reap", "tune", "install --request", "lock release"):
         assert ran(lambda c: f" -m remote {step}" in c), step
     # reading the server's unit needs no root: it ran as orchop, never through sudo (the state of
-    # the tuner's own transient unit, orch-tune-RUN, which root started, is polled through sudo)
+    # the transient units root started, the tuner's orch-tune-RUN and the host's dead-man
+    # orch-deadman-RUN, is read through sudo)
     assert not ran(lambda c: c.startswith("/usr/bin/systemctl ") and c.split()[1] in ("show", "cat", "is-active")
-                   and "orch-tune-" not in c), \
+                   and "orch-tune-" not in c and "orch-deadman-" not in c), \
         commands
     assert any(e["event"] == "task" and e["module"] == "unit_facts" and e["status"] == "ok" for e in events)
     # no staged copy left behind; the password appears nowhere
@@ -316,12 +318,12 @@ def test_become_answers_only_sudos_own_prompt_and_quotes_the_become_user(testbed
     for user in (bed.login_user, "root"):
         t = _transport(bed, h, user, ansible_become=True, ansible_become_password=password)
         try:
-            res = t.run(_IMITATOR, become=True, timeout=60)
+            res = t.run(_IMITATOR, become=True, timeout=CEILING_S)
             assert res.stdout.splitlines() == ["[sudo] password: ", "Sorry, try again.", "stdin:[]", "end"], \
                 (user, res.stdout)
             assert password not in res.stdout + res.stderr
             assert "password:" not in res.stderr, res.stderr  # sudo's own prompt is not output
-            assert t.run(["id", "-un"], become=True, timeout=60).stdout.strip() == "root"
+            assert t.run(["id", "-un"], become=True, timeout=CEILING_S).stdout.strip() == "root"
         finally:
             t.close()
     added = _sudo_commands(h)[0][lines_before:]
@@ -333,7 +335,7 @@ def test_become_answers_only_sudos_own_prompt_and_quotes_the_become_user(testbed
                    ansible_become_user="root; touch /tmp/orch-injected; echo INJECTED")
     try:
         with pytest.raises(CommandFailed) as err:
-            t.run(["id", "-un"], become=True, timeout=60)
+            t.run(["id", "-un"], become=True, timeout=CEILING_S)
     finally:
         t.close()
     assert "unknown user" in err.value.result.stderr and "INJECTED" not in err.value.result.stdout, err.value
@@ -352,13 +354,13 @@ def test_local_transport_become_answers_only_sudos_own_prompt(tmp_path):
         pytest.skip("needs root and sudo on this machine")
     secret = "S3cr3t-" + secrets.token_hex(8)
     t = connect("local", {"ansible_connection": "local", "ansible_become": True, "ansible_become_password": secret})
-    res = t.run(_IMITATOR, become=True, timeout=60)
+    res = t.run(_IMITATOR, become=True, timeout=CEILING_S)
     assert res.stdout.splitlines() == ["[sudo] password: ", "Sorry, try again.", "stdin:[]", "end"], res.stdout
     mark = tmp_path / "injected"
     t = connect("local", {"ansible_connection": "local", "ansible_become": True,
                           "ansible_become_user": f"root; touch {mark}"})
     with pytest.raises(CommandFailed):
-        t.run(["id", "-un"], become=True, timeout=60)
+        t.run(["id", "-un"], become=True, timeout=CEILING_S)
     assert not mark.exists()
 
 
@@ -372,25 +374,29 @@ def test_local_transport_command_survives_the_terminals_ctrl_c(tmp_path):
 
     script = tmp_path / "ctl.py"
     started = tmp_path / "started"
+    go = tmp_path / "go"
+    # the command runs until the test lets it go, after the Ctrl-C: it is running when the signal comes
     child = [sys.executable, "-c",
-             f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(2); print('finished')"]
+             f"import pathlib, time; pathlib.Path({str(started)!r}).touch()\n"
+             f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.02)\nprint('finished')"]
     script.write_text(
         "import signal, sys\n"
         f"sys.path.insert(0, {str(REPO)!r})\n"
-        "signal.signal(signal.SIGINT, lambda *a: print('controller got SIGINT', flush=True))\n"
+        "import pathlib\n"
+        f"signal.signal(signal.SIGINT, lambda *a: (print('controller got SIGINT', flush=True), "
+        f"pathlib.Path({str(tmp_path / 'got')!r}).touch()))\n"
         "from orchestrator.connection import connect\n"
         "t = connect('local', {'ansible_connection': 'local'})\n"
-        f"r = t.run({child!r}, check=False, timeout=60)\n"
+        f"r = t.run({child!r}, check=False, timeout={CEILING_S!r})\n"
         "print('exit', r.exited, r.stdout.strip(), flush=True)\n")
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)  # its own group, like orch in a terminal
     try:
-        deadline = time.monotonic() + 30
-        while not started.exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "command did not start"
-            time.sleep(0.02)
+        wait_until(started.exists, "the command's start", alive=process_ended(proc), poll=0.02)
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
-        out, _ = proc.communicate(timeout=60)
+        wait_until((tmp_path / "got").exists, "the controller's SIGINT handler", alive=process_ended(proc), poll=0.02)
+        go.touch()
+        out, _ = proc.communicate(timeout=CEILING_S)  # a hang guard only
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -20,6 +20,7 @@ from orchestrator.connection import ConnectError, HostUnreachable, handshake
 from orchestrator.connection.route import resolve_route
 from orchestrator.connection.ssh import SSHConnection
 from tests.e2e.ssh_fleet import sshd_log
+from tests.waiting import CEILING_S
 
 pytestmark = pytest.mark.testbed
 
@@ -98,7 +99,7 @@ def test_many_commands_at_once_past_max_sessions(testbed_factory, monkeypatch):
     # more sessions at once than sshd's MaxSessions 3, no second try: the extra ones are refused
     monkeypatch.setattr(handshake, "SESSION_ATTEMPTS", 1)
     loose = _conn(bed, h, max_sessions=CROWD)
-    out = _at_once([lambda: loose.run(sleep, timeout=30)] * CROWD)
+    out = _at_once([lambda: loose.run(sleep, timeout=CEILING_S)] * CROWD)
     refused = [e for e in out if isinstance(e, Exception)]
     assert refused and all(isinstance(e, ConnectError) and "the SSH server refused a session" in str(e)
                            and "MaxSessions? lower orch_ssh_max_sessions (now 8)" in str(e) for e in refused), out
@@ -109,7 +110,7 @@ def test_many_commands_at_once_past_max_sessions(testbed_factory, monkeypatch):
     # right behind a closed one can still be refused, before sshd has counted the close: opened again)
     monkeypatch.undo()
     bounded = _conn(bed, h, max_sessions=3)
-    out = _at_once([lambda: bounded.run(sleep, timeout=30)] * CROWD)
+    out = _at_once([lambda: bounded.run(sleep, timeout=CEILING_S)] * CROWD)
     assert [r.stdout.strip() for r in out] == ["done"] * CROWD, out
     assert bounded.sessions.peak == 3 and bounded.sessions.held == 0
     bounded.close()

@@ -18,6 +18,7 @@ import pytest
 
 from tests.e2e.helpers import inventory, orch, recap
 from tests.testbed.bed import SUDO_LOG
+from tests.waiting import CEILING_S
 
 pytestmark = pytest.mark.testbed
 
@@ -35,7 +36,7 @@ def _no_sftp_proven(bed, h):
     proc = subprocess.run(["sftp", "-b", "-", "-i", str(bed.key_path), "-o", f"UserKnownHostsFile={bed.known_hosts_path}",
                            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes",
                            "-o", "BatchMode=yes", f"root@{h.address}"], input="pwd\n", capture_output=True, text=True,
-                          timeout=60)
+                          timeout=CEILING_S)  # a hang guard only
     assert proc.returncode != 0 and "subsystem request failed" in proc.stderr, (proc.returncode, proc.stderr)
     assert "Subsystem" not in h.sh("cat /run/orchtb/sshd_config").stdout
 

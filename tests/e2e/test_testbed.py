@@ -29,13 +29,14 @@ from tests.sglang_loader import release_loader
 from tests.sglang_releases import source_tree
 from tests.testbed import standin_tree
 from tests.paths import DATA, REPO as _REPO
+from tests.waiting import CEILING_S, Stalled, files_state, run_watched, wait_process, wait_until
 
 REPO = _REPO
 PY = sys.executable
-#: How long a wait lasts before the test calls it a hang: a guard, not a speed bound (every wait
-#: ends as soon as its condition holds, and none asserts a duration). Fixed 10-30 s waits here
-#: timed out on a loaded 2-core machine (issue 17), where a start's imports alone take seconds.
-HANG_S = 300
+#: Every wait here ends as soon as its condition holds and none asserts a duration; what ends a
+#: wait that never comes true is a stall of what it watches (the stand-in's log, the unit's log:
+#: tests/waiting.py), not a wall time. Fixed 10-30 s waits here timed out on a loaded 2-core
+#: machine (issue 17), where a start's imports alone take seconds, and a fixed 300 s one (issue 32).
 DEFAULT_LINE = ("Using default MoE kernel config. Performance might be sub-optimal! Config file not found at {path}, "
                 "you can create them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/fused_moe_triton")
 FOUND_LINE = "Using MoE kernel config from {path}."
@@ -141,7 +142,7 @@ def _get(url: str) -> int:
 
 def _post(url: str, obj) -> dict:
     req = urllib.request.Request(url, data=json.dumps(obj).encode(), headers={"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(req, timeout=60).read())
+    return json.loads(urllib.request.urlopen(req, timeout=CEILING_S).read())  # a hang guard only
 
 
 @pytest.fixture
@@ -166,11 +167,8 @@ def local_server(tmp_path):
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
         if wait_bound:
-            deadline = time.monotonic() + HANG_S
-            while _get(url + "/v1/models") != 200:
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, "stand-in did not bind its port"
-                time.sleep(0.02)
+            wait_until(lambda: _get(url + "/v1/models") == 200, "the stand-in's port", progress=_grows(log),
+                       alive=lambda: log.read_text() if proc.poll() is not None else None, poll=0.02)
         return url, proc, log
 
     start.tree = tree
@@ -188,21 +186,18 @@ def test_standin_readiness_sequence(local_server):
     assert _get(url + "/health") == 503
     assert _get(url + "/health_generate") == 503
     assert "fired up" not in log.read_text()
-    deadline = time.monotonic() + HANG_S
-    while _get(url + "/health") != 200:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: _get(url + "/health") == 200, "/health 200", progress=_grows(log), poll=0.05)
     assert "The server is fired up and ready to roll!" in log.read_text()
     info = json.loads(urllib.request.urlopen(url + "/get_server_info").read())
     # the release it runs, and that it is a stand-in (orch prints this beside the throughput it measured)
     assert info["version"].startswith("0.5.23 ") and "stand-in" in info["version"]
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=HANG_S) == 0
+    assert wait_process(proc, "the stand-in's exit", progress=_grows(log)) == 0
 
 
 def test_standin_fault_knobs(local_server, tmp_path):
     url, proc, log = local_server(env={"ORCH_STANDIN_FAIL_START": "1"}, wait_bound=False)
-    assert proc.wait(timeout=HANG_S) != 0
+    assert wait_process(proc, "the stand-in's failed start", progress=_grows(log)) != 0
     assert "Traceback" in log.read_text()
     url, proc, log = local_server(env={"ORCH_STANDIN_NEVER_READY": "1", "ORCH_STANDIN_WARMUP_S": "0"})
     _wait_for_line(log, NEVER_READY_LINE)  # its warm-up is over, and it decided not to be ready
@@ -221,7 +216,7 @@ def test_standin_crashes_on_invalid_config(local_server, content, error):
               / f"triton_{triton.__version__.replace('.', '_')}" / "E=8,N=64,device_name=NVIDIA_H200.json")
     _put(target, content)
     url, proc, log = local_server(wait_bound=False)
-    assert proc.wait(timeout=HANG_S) != 0
+    assert wait_process(proc, "the stand-in's crash", progress=_grows(log)) != 0
     text = log.read_text()
     assert FOUND_LINE.format(path=target) in text
     assert "Traceback" in text and error in text
@@ -237,7 +232,7 @@ def test_standin_api_shapes(local_server):
     assert c["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
     req = urllib.request.Request(url + "/generate", data=json.dumps(
         {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 4}, "stream": True}).encode())
-    body = urllib.request.urlopen(req, timeout=30).read().decode()
+    body = urllib.request.urlopen(req, timeout=CEILING_S).read().decode()  # a hang guard only
     events = [e[len("data: "):] for e in body.split("\n\n") if e.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
@@ -248,12 +243,17 @@ def test_standin_api_shapes(local_server):
 NEVER_READY_LINE = "(stand-in) never ready: /health answers 503 until the server stops"
 
 
+def _grows(log: Path) -> list:
+    """The progress of a stand-in server: its log grows (tests/waiting.py)."""
+    return [lambda: files_state(log)]
+
+
 def _wait_for_line(log: Path, line: str) -> None:
-    """Wait (at most :data:`HANG_S`) until the stand-in's ``log`` holds ``line``."""
-    deadline = time.monotonic() + HANG_S
-    while line not in log.read_text():
-        assert time.monotonic() < deadline, f"no {line!r} in the stand-in's log:\n{log.read_text()}"
-        time.sleep(0.05)
+    """Wait until the stand-in's ``log`` holds ``line``, while the log grows."""
+    try:
+        wait_until(lambda: line in log.read_text(), f"{line!r} in the stand-in's log", progress=_grows(log), poll=0.05)
+    except Stalled as exc:
+        raise AssertionError(f"{exc}:\n{log.read_text()}") from None
 
 
 def _throughput(url: str, concurrency: int, tokens: int = 15) -> float:
@@ -354,8 +354,8 @@ def test_bind_uses_the_open_folder_after_its_path_is_hidden(tmp_path):
             "_bind(fc, True, os.path.dirname(src))\n"  # hides src's path, like the host's own /tmp
             "_bind(fs, True, src)\n"
             "print(open(os.path.join(src, 'marker')).read())\n")
-    r = subprocess.run(["unshare", "--mount", "--propagation", "private", PY, "-c", code, str(cover), str(src)],
-                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = run_watched(["unshare", "--mount", "--propagation", "private", PY, "-c", code, str(cover), str(src)],
+                    cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "repo files"
 
@@ -382,7 +382,7 @@ def bed(tmp_path_factory):
     }
     with TestBed(n_hosts=3, host_options=options, workdir=tmp_path_factory.mktemp("bed")) as b:
         for h in b.hosts:
-            h.wait_http("/health", 200, timeout=60)
+            h.wait_http("/health", 200)
         yield b
 
 
@@ -397,19 +397,21 @@ def _log_since(host, before: int) -> str:
     return "\n".join(host.unit_log().splitlines()[before:])
 
 
-def _wait_log(host, before: int, needle: str, timeout: float = HANG_S) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        text = _log_since(host, before)
-        if needle in text or time.monotonic() > deadline:
-            return text
-        time.sleep(0.1)
+def _wait_log(host, before: int, needle: str) -> str:
+    """The unit's log since line ``before`` once it holds ``needle`` (or once it stopped growing:
+    the caller's assertion then says what is missing)."""
+    try:
+        wait_until(lambda: needle in _log_since(host, before), repr(needle),
+                   progress=[lambda: files_state(host.local_path("/var/log"))], poll=0.1)
+    except Stalled:
+        pass
+    return _log_since(host, before)
 
 
 @pytest.mark.testbed
 def test_ssh_checks_host_keys(bed, tmp_path):
     a = bed.host("gpu-a")
-    r = subprocess.run(bed.ssh_command(a, "hostname; whoami"), capture_output=True, text=True, timeout=30)
+    r = run_watched(bed.ssh_command(a, "hostname; whoami"))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["gpu-a", "root"]
     # a known_hosts without this host's key is refused (strict checking)
@@ -417,7 +419,7 @@ def test_ssh_checks_host_keys(bed, tmp_path):
     empty.write_text("")
     cmd = [c if c != f"UserKnownHostsFile={bed.known_hosts_path}" else f"UserKnownHostsFile={empty}"
            for c in bed.ssh_command(a, "true")]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    r = run_watched(cmd)
     assert r.returncode != 0 and "Host key verification failed" in r.stderr
     # a wrong key for the address is refused too
     wrong = tmp_path / "wrong_known_hosts"
@@ -425,7 +427,7 @@ def test_ssh_checks_host_keys(bed, tmp_path):
     wrong.write_text(f"{a.address} {b_key[0]} {b_key[1]}\n")
     cmd = [c if c != f"UserKnownHostsFile={bed.known_hosts_path}" else f"UserKnownHostsFile={wrong}"
            for c in bed.ssh_command(a, "true")]
-    assert subprocess.run(cmd, capture_output=True, text=True, timeout=30).returncode != 0
+    assert run_watched(cmd).returncode != 0
     # Paramiko with the known_hosts loaded and the reject policy (what the controller does)
     import paramiko
 
@@ -433,9 +435,9 @@ def test_ssh_checks_host_keys(bed, tmp_path):
     client.load_host_keys(str(bed.known_hosts_path))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     client.connect(a.address, port=a.port, username="root", key_filename=str(bed.key_path),
-                   look_for_keys=False, allow_agent=False, timeout=10)
+                   look_for_keys=False, allow_agent=False, timeout=CEILING_S)  # a hang guard only
     try:
-        _, out, _ = client.exec_command("hostname", timeout=10)
+        _, out, _ = client.exec_command("hostname", timeout=CEILING_S)
         assert out.read().decode().strip() == "gpu-a"
         sftp = client.open_sftp()  # Fabric's put uses SFTP
         with sftp.file("/var/lib/orch/sftp-probe", "w") as f:
@@ -466,7 +468,7 @@ def test_gpu_files_only_inside_hosts(bed):
 
 
 def bed_ssh(bed, host, command: str) -> str:
-    r = subprocess.run(bed.ssh_command(host, command), capture_output=True, text=True, timeout=60)
+    r = run_watched(bed.ssh_command(host, command))
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -492,7 +494,7 @@ def test_unit_active_then_http_answers(bed):
     a = bed.host("gpu-a")
     assert a.unit_state() == "active"
     assert _get(f"http://{a.address}:30000/v1/models") == 200
-    a.wait_http("/health", 200, timeout=30)
+    a.wait_http("/health", 200)
     assert _get(f"http://{a.address}:30000/health") == 200
 
 
@@ -534,9 +536,8 @@ def test_invalid_config_crashes_unit(bed):
     up = f"{a.triton_dir}/E=8,N=64,device_name=NVIDIA_H200.json"
     a.sh(f"mkdir -p '{a.triton_dir}' && printf '%s' '{{\"1\": {{\"BLOCK_SIZE_M\": 16}}}}' > '{up}'")
     before = _restart(a)
-    deadline = time.monotonic() + HANG_S
-    while a.unit_state() == "active" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: a.unit_state() != "active", "the unit's crash at start",
+               progress=[lambda: files_state(a.local_path("/var/log"))], poll=0.1)
     assert a.unit_state() == "failed"
     text = _log_since(a, before)
     assert "Traceback" in text and "KeyError" in text
@@ -625,7 +626,7 @@ def test_teardown_and_stale_cleanup(testbed_factory, tmp_path):
 
 def _testbed_cli(*args: str) -> subprocess.CompletedProcess:
     """``python -m tests.testbed ARGS`` from the repo root (what scripts/demo.sh runs)."""
-    return subprocess.run([PY, "-m", "tests.testbed", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+    return run_watched([PY, "-m", "tests.testbed", *args], cwd=REPO)
 
 
 def _persistent_bed_of(inventory: Path):
@@ -645,10 +646,10 @@ def _assert_bed_up(state: dict, inventory: Path) -> None:
     for h in state["hosts"]:
         assert not bedmod.process_gone(h["init_pid"]), h
         assert h["ns"] in bedmod.list_namespaces()
-        with socket.create_connection((h["address"], 22), timeout=10) as s:
+        with socket.create_connection((h["address"], 22), timeout=CEILING_S) as s:  # a hang guard only
             assert s.recv(64).startswith(b"SSH-2.0-")
         unit = subprocess.run(["nsenter", "-t", str(h["init_pid"]), "-m", "-u", "-n", "-p", "--", "systemctl",
-                               "is-active", h["options"]["unit"]], capture_output=True, text=True, timeout=60)
+                               "is-active", h["options"]["unit"]], capture_output=True, text=True, timeout=CEILING_S)
         assert unit.stdout.strip() == "active", unit
 
 
@@ -741,16 +742,13 @@ def test_gpu_exclusive_needs_reap_and_leak_leaves_orphan(testbed_factory):
     assert len(leftovers) == 2  # both outlive the unit
     before = len(h.unit_log().splitlines())
     h.sh(f"systemctl start {h.unit}", check=False)
-    deadline = time.monotonic() + HANG_S
-    while h.unit_state() == "active" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: h.unit_state() != "active", "the unit's failed start",
+               progress=[lambda: files_state(h.local_path("/var/log"))], poll=0.1)
     assert h.unit_state() == "failed"
     assert "The memory capacity is unbalanced" in _log_since(h, before)
     # reap the leftovers (not nvidia-persistenced) and the unit starts
     h.sh("kill -9 " + " ".join(str(p) for p in leftovers))
-    deadline = time.monotonic() + HANG_S
-    while schedulers() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not schedulers(), "the leftovers' end", progress=[lambda: len(schedulers())], poll=0.05)
     assert any(cmd.startswith("nvidia-persistenced") for _, cmd in h.pids_holding("/dev/nvidia0"))
     h.sh(f"systemctl start {h.unit}")
     h.wait_http("/health", 200)
@@ -762,21 +760,18 @@ def test_standin_fault_on_change(local_server, tmp_path):
     d = local_server.tree / standin_tree.CURRENT_LOADER_DIR / "configs" / f"triton_{triton.__version__.replace('.', '_')}"
     env = {"ORCH_STANDIN_STATE_DIR": str(tmp_path / "state"), "ORCH_STANDIN_FAULT_ON_CHANGE": "crash"}
     old = _put(d / "E=8,N=64,device_name=NVIDIA_H200.json", {"1": TILE})
-    url, proc, _ = local_server(env=env)  # first start: the baseline
+    url, proc, log = local_server(env=env)  # first start: the baseline
     proc.terminate()
-    proc.wait(timeout=HANG_S)
+    wait_process(proc, "the stand-in's exit", progress=_grows(log))
     _put(old, {"1": dict(TILE, num_stages=5)})  # other bytes: crash at start
     url, proc, log = local_server(env=env, wait_bound=False)
-    assert proc.wait(timeout=HANG_S) != 0
+    assert wait_process(proc, "the stand-in's crash", progress=_grows(log)) != 0
     assert "OutOfResources" in log.read_text()
     _put(old, {"1": TILE})  # the first start's bytes again: fine
-    url, proc, _ = local_server(env=env)
-    deadline = time.monotonic() + HANG_S
-    while _get(url + "/health") != 200:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    url, proc, log = local_server(env=env)
+    wait_until(lambda: _get(url + "/health") == 200, "/health 200", progress=_grows(log), poll=0.05)
     proc.terminate()
-    proc.wait(timeout=HANG_S)
+    wait_process(proc, "the stand-in's exit", progress=_grows(log))
     old.unlink()  # default config differs from the baseline too: never_ready keeps /health at 503
     url, proc, log = local_server(env={**env, "ORCH_STANDIN_FAULT_ON_CHANGE": "never_ready"})
     _wait_for_line(log, NEVER_READY_LINE)  # past the warm-up (0.2 s) a healthy start would end with

@@ -121,16 +121,15 @@ def test_new_config_crashes_server_old_files_restored(testbed_factory, tmp_path)
 
 def test_readme_demo_path_persistent_hosts(tmp_path):
     """The README's main job: `python -m tests.testbed up` then `orch tune` on the inventory it wrote."""
-    import subprocess
     import sys
 
     from tests.conftest import _require_testbed
     from tests.e2e.helpers import REPO
+    from tests.waiting import run_watched
 
     _require_testbed()
     inv = tmp_path / "testbed.yaml"
-    up = subprocess.run([sys.executable, "-m", "tests.testbed", "up", "--hosts", "2", "--inventory", str(inv)],
-                        cwd=REPO, capture_output=True, text=True, timeout=600)
+    up = run_watched([sys.executable, "-m", "tests.testbed", "up", "--hosts", "2", "--inventory", str(inv)], cwd=REPO)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
@@ -139,8 +138,8 @@ def test_readme_demo_path_persistent_hosts(tmp_path):
         assert len(hosts) == 2 and all(h["outcome"] == "completed" for h in hosts.values())
         assert "report: " in proc.stderr
     finally:
-        down = subprocess.run([sys.executable, "-m", "tests.testbed", "down", "--inventory", str(inv)], cwd=REPO,
-                              capture_output=True, text=True, timeout=300)  # this bed only: a demo's stays up
+        # this bed only: a demo's stays up
+        down = run_watched([sys.executable, "-m", "tests.testbed", "down", "--inventory", str(inv)], cwd=REPO)
         assert down.returncode == 0, down.stderr[-2000:]
 
 

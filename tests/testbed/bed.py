@@ -54,6 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from tests.waiting import CEILING_S, Stalled, Watch, files_state, wait_until
+
 from . import standin_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,6 +161,8 @@ HOST_OPTION_DEFAULTS: Dict[str, Any] = {
     "service_lines": [],            # more [Service] lines, e.g. StandardOutput=append:/var/log/sglang.log
     "systemd_run": True,            # /usr/local/sbin/systemd-run: the stand-in (tests/testbed/systemd_run.py);
                                     # False: none (the machine's own, if any, finds no systemd as PID 1)
+    "journalctl_version": 252,      # the systemd version the journalctl shim stands for: --invocation=ID
+                                    # only from 257 (journalctl_shim.py); Debian 12 / RHEL 9 have 252
     # --- SSH variants (fleet SSH: bastions, host keys, hardened sshd) ---
     "sftp": True,                   # False: sshd_config without `Subsystem sftp` (hardened sshd)
     "sshd_extra_ports": [],         # more `Port`s sshd listens on besides 22
@@ -328,11 +332,14 @@ def process_gone(pid: int) -> bool:
         return True
 
 
-def _wait_gone(pids: List[int], timeout: float = 10.0) -> None:
-    """Poll until every PID in ``pids`` is gone (or a zombie), at most ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while any(not process_gone(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
+def _wait_gone(pids: List[int]) -> None:
+    """Poll until every PID in ``pids`` is gone (or a zombie); while fewer are left each time, the
+    wait goes on (tests/waiting.py); a stall gives up, as the clean-up is best effort."""
+    left = lambda: [p for p in pids if not process_gone(p)]  # noqa: E731
+    try:
+        wait_until(lambda: not left(), "the processes' end", progress=[lambda: len(left())], poll=0.02)
+    except Stalled:
+        pass
 
 
 @contextmanager
@@ -363,9 +370,11 @@ def _kill_ns_processes(ns: str) -> None:
 
 def _delete_ns(ns: str, veth: Optional[str] = None) -> None:
     _kill_ns_processes(ns)
-    deadline = time.monotonic() + 5
-    while _run(["ip", "netns", "pids", ns], check=False).stdout.split() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    left = lambda: _run(["ip", "netns", "pids", ns], check=False).stdout.split()  # noqa: E731
+    try:  # SIGKILLed: they go as fast as the kernel reaps them; a stall gives up (best effort)
+        wait_until(lambda: not left(), f"the end of {ns}'s processes", progress=[lambda: len(left())], poll=0.05)
+    except Stalled:
+        pass
     _run(["ip", "netns", "del", ns], check=False)
     if veth:
         _run(["ip", "link", "del", veth], check=False)
@@ -647,11 +656,12 @@ class Host:
         raise ValueError(f"{path} is not on a per-host mount of {self.name}")
 
     # --- commands -----------------------------------------------------------------------
-    def sh(self, cmd: str, check: bool = True, timeout: float = 120,
+    def sh(self, cmd: str, check: bool = True, timeout: float = CEILING_S,
            input: Optional[str] = None) -> subprocess.CompletedProcess:
         """Run ``cmd`` with /bin/sh inside the host's network, mount, UTS and PID namespaces
         (nsenter into its PID 1; not through SSH). Returns the CompletedProcess (text
-        stdout/stderr). Raises TestBedError if ``check`` and the status is not 0."""
+        stdout/stderr). Raises TestBedError if ``check`` and the status is not 0. ``timeout`` is a
+        hang guard only (tests/waiting.py's ceiling), never a wait on something."""
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
                "LANG": "C.UTF-8"}
         proc = subprocess.run(
@@ -731,9 +741,11 @@ class Host:
             "print(json.dumps(sorted(out)))\n")
         return [(pid, cmd) for pid, cmd in json.loads(self.py(code, path).stdout)]
 
-    def wait_http(self, path: str = "/health", status: int = 200, timeout: float = 60) -> float:
+    def wait_http(self, path: str = "/health", status: int = 200) -> float:
         """Poll ``GET url+path`` inside the host until it answers ``status``; returns seconds
-        waited. Raises TestBedError on timeout or when the unit is no longer active."""
+        waited. Raises TestBedError when the unit is no longer active, or when it hangs: its
+        logs under ``/var/log`` (journal, ``StandardOutput=`` files) did not grow for
+        tests/waiting.py's stall while it was not answering."""
         code = (
             "import sys,time,urllib.request,urllib.error\n"
             "url,want,deadline=sys.argv[1],int(sys.argv[2]),time.time()+float(sys.argv[3]);t0=time.time()\n"
@@ -746,16 +758,18 @@ class Host:
             "    time.sleep(0.1)\n"
             "sys.exit(3)\n")
         t0 = time.monotonic()
+        watch = Watch([lambda: files_state(self.local_path("/var/log"))], what=f"{path} of {self.name}")
         # poll in short slices so a dead unit ends the wait early
         while True:
-            left = timeout - (time.monotonic() - t0)
-            if left <= 0:
-                raise TestBedError(f"[{self.name}] {path} did not answer {status} within {timeout} s")
-            r = self.py(code, self.url + path, str(status), str(min(2.0, left)), check=False)
+            r = self.py(code, self.url + path, str(status), "2", check=False)
             if r.returncode == 0:
                 return time.monotonic() - t0
             if self.unit_state() not in ("active", "activating"):
                 raise TestBedError(f"[{self.name}] unit {self.unit} is {self.unit_state()} while waiting for {path}")
+            try:
+                watch.check()
+            except Stalled as exc:
+                raise TestBedError(f"[{self.name}] {path} did not answer {status}: {exc}") from None
 
 
 def _host_mounts(hostdir: Path) -> List[Tuple[str, str]]:
@@ -1345,7 +1359,8 @@ class TestBed:
                 f"#!/bin/sh\nexec {shlex.quote(_shim_python())} /run/orchtb/systemd_run.py \"$@\"\n")
             os.chmod(hd / "usr-local-sbin" / "systemd-run", 0o755)
         (hd / "bin" / "journalctl").write_text(
-            f"#!/bin/sh\nexec {shlex.quote(VENV_PYTHON)} {shlex.quote(JOURNAL_SHIM)} \"$@\"\n")
+            f"#!/bin/sh\nORCHTB_JOURNALCTL_VERSION={int(o['journalctl_version'])} "
+            f"exec {shlex.quote(VENV_PYTHON)} {shlex.quote(JOURNAL_SHIM)} \"$@\"\n")
         for n in ("systemctl", "journalctl"):
             os.chmod(hd / "bin" / n, 0o755)
         # name resolution stays inside the host: no DNS server is ever asked
@@ -1480,37 +1495,41 @@ class TestBed:
                                          stdout=subprocess.DEVNULL, stderr=open(host.hostdir / "unshare.log", "w"),
                                          start_new_session=True)
         os.close(wfd)
-        # the init's pid (child of unshare) in our PID namespace
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not host.init_pid:
+        # the init's pid (child of unshare) in our PID namespace, once unshare has forked it
+        def init_pid() -> int | None:
             try:
                 kids = Path(f"/proc/{host._unshare.pid}/task/{host._unshare.pid}/children").read_text().split()
             except OSError:
                 kids = []
-            if kids:
-                host.init_pid = int(kids[0])
-                host.init_start = _proc_start_time(host.init_pid)
-            else:
-                time.sleep(0.02)
+            return int(kids[0]) if kids else None
+
+        try:
+            host.init_pid = wait_until(init_pid, f"{host.name}'s init", poll=0.02,
+                                       alive=lambda: "unshare ended" if host._unshare.poll() is not None else None)
+            host.init_start = _proc_start_time(host.init_pid)
+        except AssertionError:
+            host.init_pid = None
         host._ready_fd = rfd  # type: ignore[attr-defined]
         if not host.init_pid:
             raise TestBedError(f"[{host.name}] host init did not start (see {host.hostdir}/unshare.log)")
 
-    def _wait_ssh(self, host: Host, timeout: float = 120) -> None:
+    def _wait_ssh(self, host: Host) -> None:
         rfd = host._ready_fd  # type: ignore[attr-defined]
         with os.fdopen(rfd) as f:
             line = f.readline().strip()
         if line != "READY":
             log = (host.hostdir / "init.log").read_text() if (host.hostdir / "init.log").exists() else ""
             raise TestBedError(f"[{host.name}] host init failed: {line or 'no answer'}\n{log[-3000:]}")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def listening() -> bool:
             with socket.socket() as s:
                 s.settimeout(1)
-                if s.connect_ex((host.address, 22)) == 0:
-                    return
-            time.sleep(0.05)
-        raise TestBedError(f"[{host.name}] sshd at {host.address}:22 unreachable")
+                return s.connect_ex((host.address, 22)) == 0
+
+        try:  # the init said READY once its sshd listened inside: only the route is left to come up
+            wait_until(listening, f"sshd at {host.address}:22", poll=0.05)
+        except Stalled:
+            raise TestBedError(f"[{host.name}] sshd at {host.address}:22 unreachable") from None
 
     def destroy(self) -> None:
         """Kill every host's processes, delete namespaces and veths, remove state (and the work
@@ -1522,8 +1541,8 @@ class TestBed:
                 except ProcessLookupError:
                     pass
             if host._unshare is not None:
-                try:
-                    host._unshare.wait(timeout=10)
+                try:  # its init was SIGKILLed: unshare ends with it (a hang guard only)
+                    host._unshare.wait(timeout=CEILING_S)
                 except subprocess.TimeoutExpired:
                     host._unshare.kill()
                     host._unshare.wait()

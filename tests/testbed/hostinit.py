@@ -96,6 +96,21 @@ def _systemctl(spec: dict, env: dict, unit: str, *args: str) -> list[str]:
     user, home = spec["login_user"], spec["login_home"]
     return ["runuser", "-u", user, "--", "env", f"HOME={home}", f"USER={user}", f"LOGNAME={user}",
             f"PATH={env['PATH']}", "/usr/bin/systemctl", "--user", *args]
+#: seconds without any log growth after which a unit's start counts as hung (tests/waiting.py's stall)
+STALL_S = float(os.environ.get("ORCH_TEST_STALL_S") or 600)
+
+
+def _logs_state() -> tuple:
+    """Sizes of the host's logs (the units' journal, their StandardOutput= files): they grow while
+    a unit starts."""
+    out = []
+    for d, _, files in os.walk("/var/log"):
+        for n in files:
+            try:
+                out.append((n, os.stat(os.path.join(d, n)).st_size))
+            except OSError:
+                pass
+    return tuple(sorted(out))
 
 
 def _wait_port(port: int, timeout: float, address: str = "127.0.0.1") -> bool:
@@ -141,24 +156,30 @@ def main(argv: list[str]) -> int:
         sshd_log = open("/var/log/sshd.log", "a")
         subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", spec["sshd_config"]], stdin=subprocess.DEVNULL,
                          stdout=sshd_log, stderr=sshd_log, env=env, close_fds=True)
-        if not _wait_port(22, 20):
-            raise RuntimeError("sshd did not listen on port 22 within 20 s (see /var/log/sshd.log)")
+        if not _wait_port(22, STALL_S):  # a hang guard: it listens as soon as it is scheduled
+            raise RuntimeError(f"sshd did not listen on port 22 within {STALL_S:g} s (see /var/log/sshd.log)")
         for cmd in spec.get("setup_cmds", []):
             subprocess.run(cmd, shell=True, check=True, env=env, stdout=sys.stderr, stderr=sys.stderr)
         units = spec.get("start_units", []) + spec.get("user_units", [])
         for unit in units:
-            subprocess.run(_systemctl(spec, env, unit, "start", unit), check=False, env=env, timeout=120,
+            subprocess.run(_systemctl(spec, env, unit, "start", unit), check=False, env=env, timeout=max(STALL_S, 900),
                            stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr)
         # strays come after the unit has opened its GPU (bound its port) or died, so that a
         # unit with ORCH_STANDIN_GPU_EXCLUSIVE starts cleanly at bed creation
         for unit in units:
-            deadline = time.monotonic() + 60
             port = (spec.get("unit_ports") or {}).get(unit, spec.get("unit_port", 30000))
             address = (spec.get("unit_addresses") or {}).get(unit, "127.0.0.1")
-            while time.monotonic() < deadline and not _wait_port(port, 0.5, address):
+            # no wall time: while the unit starts its logs grow; STALL_S of silence is a hang
+            seen, moved = _logs_state(), time.monotonic()
+            while not _wait_port(port, 0.5, address):
                 state = subprocess.run(_systemctl(spec, env, unit, "is-active", unit), env=env, text=True,
                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.strip()
                 if state not in ("active", "activating"):
+                    break
+                now = _logs_state()
+                if now != seen:
+                    seen, moved = now, time.monotonic()
+                elif time.monotonic() - moved > STALL_S:
                     break
         if spec.get("strays"):
             gpus = [os.path.join("/dev", n) for n in spec["nvidia"]]

@@ -33,6 +33,13 @@ reads the caller's own ``systemctl3 --user log UNIT`` and its invocation IDs
 (``~/.config/orchtb/invocations``, written by the bed's ``systemctl --user``); root's
 ``--user-unit`` reads root's own user units, so a user's unit read through sudo shows nothing, as
 on such a systemd.
+Version (host option ``journalctl_version``, passed as ``ORCHTB_JOURNALCTL_VERSION``; 252 by default,
+Debian 12's, as the bed's ``systemd-run`` stand-in): ``--version`` prints it; ``--invocation=ID``
+(journalctl(1): the entries of one invocation, by its 32-hex-digit ID) exists from 257 on (systemd
+#33794): before that it is refused as journalctl's option parser refuses an unknown option,
+``journalctl: unrecognized option '--invocation=...'`` on stderr, exit status 1. Every call's
+arguments are appended to ``/run/orchtb/journalctl.calls`` (one JSON list a line), so a test can
+say which options were asked for.
 
 Faults of journald (``/run/orchtb/journald.json``, written by a test): ``{"suppress": {"from":
 K, "match": REGEX}}`` drops the lines at place >= K that match (journald's rate limiting,
@@ -185,8 +192,33 @@ def _parse_time(text: str) -> float:
     raise SystemExit(f"Failed to parse timestamp: {text}")
 
 
+#: the journalctl this shim stands for (host option ``journalctl_version``)
+VERSION = int(os.environ.get("ORCHTB_JOURNALCTL_VERSION") or 252)
+#: the first journalctl with ``--invocation`` (systemd #33794)
+INVOCATION_SINCE = 257
+CALLS = "/run/orchtb/journalctl.calls"
+
+
+def _log_call(argv: list[str]) -> None:
+    try:
+        with open(CALLS, "a") as f:
+            f.write(json.dumps(argv) + "\n")
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``systemctl3 log`` for the unit and print (filtered) lines; returns its exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _log_call(argv)
+    if argv[:1] == ["--version"]:
+        print(f"systemd {VERSION} (orch test-bed stand-in)")
+        return 0
+    if VERSION < INVOCATION_SINCE:
+        for a in argv:
+            if a == "--invocation" or a.startswith("--invocation="):
+                sys.stderr.write(f"journalctl: unrecognized option '{a}'\n")
+                return 1
     p = argparse.ArgumentParser(prog="journalctl", add_help=True)
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("-u", "--unit")
@@ -205,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after-cursor")
     p.add_argument("-c", "--cursor")
     p.add_argument("-a", "--all", action="store_true")
+    p.add_argument("--invocation", default=None)
     args = p.parse_args(argv)
     user = args.user_unit is not None
     name = args.user_unit if user else args.unit
@@ -234,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cursor:
         first = _place(unit, args.cursor)
     for place, entry in enumerate(entries, 1):
+        if args.invocation is not None and entry.get("_SYSTEMD_INVOCATION_ID") != args.invocation:
+            continue  # journalctl 257+: only that invocation's entries (an ID; offsets are not stood in for)
         m = STAMP.match(entry["MESSAGE"])
         if m:
             current = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp()

@@ -7,7 +7,8 @@ script gives orch's use of ``systemd-run`` (systemd-run(1), systemd 252) the sam
   [--working-directory=DIR] [--description=TEXT] [--collect] [-q|--quiet] [--] COMMAND [ARG...]``
   writes the unit ``NAME.service`` (``run-u<N>`` without ``--unit``) and starts it with the
   host's ``systemctl start``, then returns (no ``--wait``: systemd-run returns once the unit has
-  started). It prints ``Running as unit: NAME.service`` on stderr (unless ``--quiet``), as
+  started; the replacement's "not active" of a supervisor that has not yet run its first line, on
+  a busy machine, is waited out until that line writes ``NAME.launched``). It prints ``Running as unit: NAME.service`` on stderr (unless ``--quiet``), as
   systemd-run does. A unit of that name that is still loaded is refused (exit 1, ``Unit NAME.service
   was already loaded or has a fragment file.``), like systemd's.
   ``--version`` prints ``systemd 252 (orch test-bed stand-in)``.
@@ -22,6 +23,16 @@ script gives orch's use of ``systemd-run`` (systemd-run(1), systemd 252) the sam
   and, above the limit, SIGKILLs them all, as the kernel's cgroup OOM killer does, with the
   unit's ``Result=oom-kill``. A burst shorter than a poll can pass; the real limit has no such gap.
 - ``RuntimeMaxSec=S``: after S seconds SIGTERM, then SIGKILL after 10 s; ``Result=timeout``.
+- ``Environment=`` (assignments separated by spaces, quotes as in a unit file) and
+  ``EnvironmentFile=[-]PATH`` (read when the command starts; systemd.exec(5)'s syntax:
+  ``KEY=VALUE`` lines, ``#``/``;`` comments, a double-quoted value unescapes ``\\"``, ``\\\\``,
+  `` \\` `` and ``\\$`` and may span lines, a single-quoted one is verbatim, an unquoted one keeps
+  the character after a backslash; a missing file fails the start unless ``-``). Files override
+  ``Environment=``, as in systemd (a **stand-in** parser, written from systemd.exec(5), not orch's).
+- ``ExecStopPost=COMMAND``: run after the command ended, with ``$SERVICE_RESULT``, ``$EXIT_CODE``
+  (``exited``/``killed``) and ``$EXIT_STATUS`` (the status, or the signal's name) in its
+  environment (systemd.exec(5)); the line is split into words with shell quoting and ``$$`` becomes
+  ``$`` (systemd.service(5)); other ``$VAR`` substitution of systemd is not stood in for.
 - What docker-systemctl-replacement cannot keep (``Result``, ``ExecMainCode``, ``ExecMainStatus``)
   the supervisor writes to ``/run/systemd/transient/NAME.service.result`` (JSON), and the bed's
   ``systemctl`` shim (``tests/testbed/systemctl_shim.py``) answers ``show``/``is-active``/
@@ -38,6 +49,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -47,6 +59,8 @@ UNIT_DIR = "/run/systemd/system"
 TRANSIENT_DIR = "/run/systemd/transient"
 SYSTEMCTL = "/usr/bin/systemctl"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: seconds without a sign of a forked supervisor after which its start counts as failed (a hang guard)
+STALL_S = float(os.environ.get("ORCH_TEST_STALL_S") or 600)
 _SUFFIX = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
 
 
@@ -135,14 +149,26 @@ def launch(argv: list[str]) -> int:
     with open(unit_file, "w") as f:
         f.write("[Unit]\nDescription=%s\n\n[Service]\nType=simple\nTimeoutStopSec=30\nExecStart=%s %s --supervise %s\n"
                 % (" ".join((spec["description"] or " ".join(spec["command"])).split()), sys.executable, os.path.abspath(__file__), name))
-    for p in (result_file, result_file[:-len(".result")] + ".started"):
+    for p in (result_file, result_file[:-len(".result")] + ".started", result_file[:-len(".result")] + ".launched"):
         if os.path.exists(p):
             os.unlink(p)
-    rc = subprocess.run([SYSTEMCTL, "start", name], stdin=subprocess.DEVNULL).returncode
-    if rc != 0 and os.path.exists(result_file[:-len(".result")] + ".started"):
-        # the replacement says "not active" of a unit whose command already ended; systemd-run
-        # returns 0 once the unit started, whatever its command then does
-        rc = 0
+    res = subprocess.run([SYSTEMCTL, "start", name], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    rc = res.returncode
+    launched = result_file[:-len(".result")] + ".launched"  # the supervisor's first line; this removes it
+    if rc != 0 and "not active" in res.stderr:
+        # the replacement forked the supervisor, then judged it at once: "not active" of a unit whose
+        # command already ended, or of one whose supervisor has not yet run its first line (a busy
+        # machine). systemd-run returns 0 once the unit's process started, whatever it then does:
+        # wait for the supervisor's first sign (a hang guard of STALL_S, as tests/waiting.py's).
+        end = time.monotonic() + STALL_S
+        while not os.path.exists(launched) and time.monotonic() < end:
+            time.sleep(0.05)
+        if os.path.exists(launched):
+            rc = 0
+    if os.path.exists(launched):
+        os.unlink(launched)
+    if rc != 0:
+        sys.stderr.write(res.stderr)
     if rc == 0 and not spec["quiet"]:
         print(f"Running as unit: {name}", file=sys.stderr)
     return rc
@@ -203,18 +229,105 @@ def _open_output(value: str | None):
     raise SystemExit(f"systemd-run (test-bed stand-in): unsupported output {value!r}")
 
 
+def _env_file(path: str) -> dict[str, str]:
+    """An ``EnvironmentFile=`` as systemd.exec(5) describes it (see the module docstring)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    out, i, n = {}, 0, len(text)
+    while i < n:
+        # a line: skip blank space, comments
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i >= n:
+            break
+        if text[i] in "#;":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        eq = text.find("=", i)
+        nl = text.find("\n", i)
+        if eq < 0 or (0 <= nl < eq):
+            i = n if nl < 0 else nl + 1
+            continue
+        key = text[i:eq].strip()
+        i = eq + 1
+        while i < n and text[i] in " \t":
+            i += 1
+        value = []
+        if i < n and text[i] == "'":
+            end = text.index("'", i + 1)
+            value.append(text[i + 1:end])
+            i = end + 1
+        elif i < n and text[i] == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] == "\\" and i + 1 < n:
+                    if text[i + 1] in '"\\`$':
+                        value.append(text[i + 1])
+                    elif text[i + 1] != "\n":
+                        value.append(text[i:i + 2])
+                    i += 2
+                    continue
+                value.append(text[i])
+                i += 1
+            i += 1
+        else:
+            while i < n and text[i] != "\n":
+                if text[i] == "\\" and i + 1 < n:
+                    if text[i + 1] != "\n":
+                        value.append(text[i + 1])
+                    i += 2
+                    continue
+                value.append(text[i])
+                i += 1
+            value = ["".join(value).rstrip(" \t\r")]
+        while i < n and text[i] != "\n":
+            i += 1
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            out[key] = "".join(value)
+    return out
+
+
+def _unit_environment(props: dict) -> dict[str, str]:
+    """``Environment=`` then ``EnvironmentFile=`` (which override it), as systemd builds them."""
+    env: dict[str, str] = {}
+    for value in props.get("Environment", []):
+        for word in shlex.split(value):
+            k, eq, v = word.partition("=")
+            if eq:
+                env[k] = v
+    for ref in props.get("EnvironmentFile", []):
+        optional = ref.startswith("-")
+        path = ref[1:] if optional else ref
+        try:
+            env.update(_env_file(path))
+        except FileNotFoundError:
+            if not optional:
+                raise
+    return env
+
+
+def _stop_post(props: dict, env: dict[str, str], result: str, code: str, status: str) -> None:
+    """Run the unit's ``ExecStopPost=`` commands (see the module docstring)."""
+    for line in props.get("ExecStopPost", []):
+        argv = [w.replace("$$", "$") for w in shlex.split(line)]
+        subprocess.run(argv, env={**env, "SERVICE_RESULT": result, "EXIT_CODE": code, "EXIT_STATUS": status},
+                       stdin=subprocess.DEVNULL, check=False)
+
+
 def supervise(name: str) -> int:
     """The unit's main process: run the command under the unit's limits; write its result."""
     unit_file, spec_file, result_file = paths(name)
     started_file = result_file[:-len(".result")] + ".started"
     open(started_file, "w").close()
+    open(result_file[:-len(".result")] + ".launched", "w").close()  # for the launch waiting on it
     with open(spec_file) as f:
         spec = json.load(f)
     props = spec["props"]
     last = {k: v[-1] for k, v in props.items() if v}
     limit = parse_bytes(last["MemoryMax"]) if "MemoryMax" in last else None
     runtime_max = float(last["RuntimeMaxSec"]) if "RuntimeMaxSec" in last else None
-    env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", **spec["setenv"]}
+    env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", **spec["setenv"], **_unit_environment(props)}
     out = _open_output(last.get("StandardOutput"))
     err = _open_output(last.get("StandardError"))
     child = subprocess.Popen(spec["command"], env=env, cwd=spec["cwd"], stdin=subprocess.DEVNULL,
@@ -243,6 +356,7 @@ def supervise(name: str) -> int:
     if result == "success" and stopping["sig"] is None and rc != 0:
         result = "signal" if rc < 0 else "exit-code"
     code, status = ("killed", -rc) if rc < 0 else ("exited", rc)
+    _stop_post(props, env, result, code, signal.Signals(-rc).name[3:] if rc < 0 else str(rc))
     if result == "success" or spec["collect"]:
         # systemd unloads an inactive unit at once, a failed one too with --collect
         for p in (unit_file, spec_file, result_file, started_file):

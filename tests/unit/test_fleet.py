@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from orchestrator.fleet import GroupCoordinator
+from tests.waiting import CEILING_S  # a hang guard only: the waits end on their condition
 
 
 def _in_threads(fns):
@@ -20,7 +21,7 @@ def _in_threads(fns):
     for t in ts:
         t.start()
     for t in ts:
-        t.join(timeout=30)
+        t.join(timeout=CEILING_S)
     assert not any(t.is_alive() for t in ts), "a host is still waiting"
     return out, errs
 
@@ -34,16 +35,16 @@ def test_first_host_tunes_others_reuse_and_late_starter_reuses():
     def host(h, key):
         def fn():
             g.report_key(h, key)
-            return g.assign(h, [1, 4], timeout=10)
+            return g.assign(h, [1, 4], timeout=CEILING_S)
         return fn
 
     out, errs = _in_threads({"a": host("a", "K"), "b": host("b", "K")})
     assert not errs and out["a"].kind == "tune" and out["b"].kind == "reuse" and out["b"].tuner == "a"
     g.host_started("c")
     g.report_key("c", "K")
-    assert g.assign("c", [1, 4], timeout=10).kind == "reuse"
+    assert g.assign("c", [1, 4], timeout=CEILING_S).kind == "reuse"
     g.publish("K", {"configs": {"up": {"1": {}}}})
-    assert g.wait_result("K", timeout=5)["configs"]["up"] == {"1": {}}
+    assert g.wait_result("K", timeout=CEILING_S)["configs"]["up"] == {"1": {}}
 
 
 def test_tuner_that_ends_early_fails_its_waiters():
@@ -69,7 +70,7 @@ def test_shards_merge_and_a_lost_shard_fails_the_rest():
     assert (ra.batch_sizes, rb.batch_sizes) == ([1, 4], [2, 8])
     g.publish("K", {"configs": {"up": {"4": 1, "1": 0}}}, shard=0, merge=g.merged)
     g.publish("K", {"configs": {"up": {"8": 3, "2": 2}}}, shard=1, merge=g.merged)
-    assert list(g.wait_result("K", timeout=5)["configs"]["up"]) == ["1", "2", "4", "8"]
+    assert list(g.wait_result("K", timeout=CEILING_S)["configs"]["up"]) == ["1", "2", "4", "8"]
     g.start_batch(["a", "b"])  # a new batch forgets the old result
     for h in ("a", "b"):
         g.host_started(h)

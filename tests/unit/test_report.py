@@ -12,7 +12,6 @@ import html as htmlmod
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from orchestrator import report as rep
 from orchestrator.cli import main
 from tests.paths import DATA, REPO
+from tests.waiting import run_watched
 
 FIXTURE = DATA / "report_run"
 RUN_ID = "20261129T092040Z-tune-6c2b53"
@@ -245,7 +245,7 @@ def test_opens_in_headless_chromium(tmp_path):
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
            f"--screenshot={shot}", "--window-size=1280,2000", page.resolve().as_uri()]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    r = run_watched(cmd)
     assert r.returncode == 0, r.stderr[-3000:]
     # console messages (CSP violations, blocked loads, script errors) would be logged as CONSOLE
     assert not [ln for ln in r.stderr.splitlines() if ":CONSOLE" in ln], r.stderr[-3000:]

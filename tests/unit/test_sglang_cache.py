@@ -5,7 +5,6 @@ no index, so a download fails at once the way an offline machine's does."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import zipfile
 
@@ -13,6 +12,7 @@ import pytest
 
 from tests import sglang_releases as sr
 from tests.paths import REPO
+from tests.waiting import run_watched
 
 
 @pytest.fixture
@@ -44,15 +44,13 @@ def test_failed_download_names_the_release_and_the_cache(cache):
 def test_prefill_command_uses_the_cache_and_reports_failures(cache):
     _fake_wheel(cache, "9.9.9")
     env = {"ORCH_SGLANG_CACHE": str(cache), "PIP_NO_INDEX": "1", "PATH": "/usr/bin:/bin"}
-    ok = subprocess.run([sys.executable, "-m", "tests.sglang_releases", "9.9.9"], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=120)
+    ok = run_watched([sys.executable, "-m", "tests.sglang_releases", "9.9.9"], cwd=REPO, env=env)
     assert ok.returncode == 0, ok.stderr
     assert "ok  9.9.9" in ok.stdout and f"cache: {cache}" in ok.stdout
     # unpacked: the .py files only
     assert (cache / "src" / "9.9.9" / "sglang" / "version.py").is_file()
     assert not (cache / "src" / "9.9.9" / "sglang" / "lib.so").exists()
-    bad = subprocess.run([sys.executable, "-m", "tests.sglang_releases", "9.9.9", "0.0.1"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=120)
+    bad = run_watched([sys.executable, "-m", "tests.sglang_releases", "9.9.9", "0.0.1"], cwd=REPO, env=env)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert "error: SGLang 0.0.1" in bad.stderr and "ok  9.9.9" in bad.stdout
 

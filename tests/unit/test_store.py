@@ -8,6 +8,7 @@ from orchestrator.cli import main
 from orchestrator.facts.probe import ProbeFacts
 from orchestrator.store import KEY_FIELDS, ConfigStore, StoreError, key_hash
 from orchestrator.store import tuning_key as _tuning_key
+from tests.waiting import run_watched
 
 CFG = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
              "num_stages": 3}}
@@ -116,9 +117,8 @@ def test_configs_list_at_80_columns_keeps_the_hash_and_device_whole(tmp_path):
     up.write_text(json.dumps(CFG))
     e = ConfigStore(tmp_path / "state").put(tuning_key(dict(PROBE, device_name=rtx), "fast", [1], "builtin"),
                                             {"up": up}, None, {"host": "gpu-with-a-long-name-07", "run_id": "r1"})
-    proc = subprocess.run([sys.executable, "-m", "orchestrator", "configs", "list", "--state-dir",
-                           str(tmp_path / "state")], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, COLUMNS="80"))
+    proc = run_watched([sys.executable, "-m", "orchestrator", "configs", "list", "--state-dir",
+                           str(tmp_path / "state")], cwd=REPO, env=dict(os.environ, COLUMNS="80"))
     assert proc.returncode == 0, proc.stderr
     assert all(len(ln) <= 80 for ln in proc.stdout.splitlines()), proc.stdout
     assert "…" not in proc.stdout

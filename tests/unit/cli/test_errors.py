@@ -9,7 +9,6 @@ import inspect
 import json
 import os
 import pkgutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from orchestrator.errors import OrchError
 from remote.__main__ import main as payload_main
 from remote.protocol import PayloadError
 from tests.paths import REPO
+from tests.waiting import run_watched
 
 MODEL = str(REPO / "tests" / "data" / "models" / "Qwen3-30B-A3B.json")
 
@@ -200,8 +200,8 @@ def test_orch_bad_input_is_one_line_naming_the_field(env, capsys, cmd, field):
 
 def test_config_names_device_name_rejected_by_sglang_rule_is_one_line_from_the_console():
     """Issue 17: ``--device-name ''`` ended in ``ValueError: device name is empty`` and a traceback."""
-    p = subprocess.run([sys.executable, "-m", "orchestrator", "config-names", "--model-config", MODEL, "--tp", "1",
-                        "--device-name", ""], capture_output=True, text=True, cwd=REPO, timeout=120)
+    p = run_watched([sys.executable, "-m", "orchestrator", "config-names", "--model-config", MODEL, "--tp", "1",
+                        "--device-name", ""], cwd=REPO)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr == "orch: error: --device-name: device name is empty\n"
 

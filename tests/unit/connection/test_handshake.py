@@ -19,6 +19,7 @@ from orchestrator.connection.handshake import (BANNER_ERROR, HANDSHAKE_ATTEMPTS,
 from orchestrator.connection.route import resolve_route
 from orchestrator.connection.ssh import HostKeyRefused, SSHConnection
 from orchestrator.inventory import InventoryError, load_inventory
+from tests.waiting import CEILING_S  # a hang guard only: the waits end on their condition
 
 
 def _raised_like_paramiko(inner: BaseException) -> paramiko.SSHException:
@@ -98,7 +99,7 @@ def test_handshake_gate_holds_at_most_its_limit_per_server():
     threads = [threading.Thread(target=one) for _ in range(5)]
     for t in threads:
         t.start()
-    assert inside.acquire(timeout=5) and inside.acquire(timeout=5)
+    assert inside.acquire(timeout=CEILING_S) and inside.acquire(timeout=CEILING_S)
     assert not inside.acquire(timeout=0.2)  # the third waits while two are in flight
     assert gate.in_flight == 2
     with other.slot(1):  # another server's handshakes are not held up

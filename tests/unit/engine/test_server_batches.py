@@ -9,6 +9,7 @@ from orchestrator.engine.batching import server_batches, servers_in
 from orchestrator.fleet import BarrierBroken, ServerBarrier
 
 from .test_runner import PB, H, make
+from tests.waiting import CEILING_S  # a hang guard only: the waits end on their condition
 
 SERVERS = {"a0": "ds@10.0.0.1:5000", "a1": "ds@10.0.0.1:5000", "b0": "ds@10.0.0.2:5000", "b1": "ds@10.0.0.2:5000"}
 
@@ -55,11 +56,11 @@ def test_barrier_waits_for_every_rank():
     b = ServerBarrier()
     b.set_servers({"a0": ["a0", "a1"], "a1": ["a0", "a1"]})
     b.start_batch(["a0", "a1"])
-    t, out = _run(b.wait, "a0", "stopped", timeout=30)
+    t, out = _run(b.wait, "a0", "stopped", timeout=CEILING_S)
     t.join(0.2)
     assert t.is_alive()  # a1 has not stopped yet
-    assert b.wait("a1", "stopped", timeout=30) == ["a0"]
-    t.join(30)
+    assert b.wait("a1", "stopped", timeout=CEILING_S) == ["a0"]
+    t.join(CEILING_S)
     assert out == {"ok": ["a1"]}
     assert b.wait("solo", "stopped") == []  # a single-node host meets no one
 
@@ -68,16 +69,16 @@ def test_strict_barrier_breaks_when_a_rank_fails_and_loose_one_waits_for_the_liv
     b = ServerBarrier()
     b.set_servers({h: ["a0", "a1"] for h in ("a0", "a1")})
     b.start_batch(["a0", "a1"])
-    t, out = _run(b.wait, "a0", "started", timeout=30)
+    t, out = _run(b.wait, "a0", "started", timeout=CEILING_S)
     b.fail("a1", "start: exit 1")
-    t.join(30)
+    t.join(CEILING_S)
     assert "a1 failed: start: exit 1" in out["err"]
     # the rollback meeting: a1 still runs its rescue, so a0 waits for it
-    t, out = _run(b.wait, "a0", "restored", strict=False, timeout=30)
+    t, out = _run(b.wait, "a0", "restored", strict=False, timeout=CEILING_S)
     t.join(0.2)
     assert t.is_alive()
-    b.wait("a1", "restored", strict=False, timeout=30)
-    t.join(30)
+    b.wait("a1", "restored", strict=False, timeout=CEILING_S)
+    t.join(CEILING_S)
     assert out == {"ok": ["a1"]}
 
 
@@ -87,8 +88,8 @@ def test_barrier_breaks_when_a_rank_ends_before_the_phase():
     b.start_batch(["a0", "a1"])
     b.host_done("a1")
     with pytest.raises(BarrierBroken, match="a1 ended before 'stopped'"):
-        b.wait("a0", "stopped", timeout=30)
-    assert b.wait("a0", "restored", strict=False, timeout=30) == ["a1"]
+        b.wait("a0", "stopped", timeout=CEILING_S)
+    assert b.wait("a0", "restored", strict=False, timeout=CEILING_S) == ["a1"]
 
 
 def test_engine_tells_the_barrier_of_a_failure_before_the_rescue(tmp_path):
@@ -110,11 +111,11 @@ def test_engine_tells_the_barrier_of_a_failure_before_the_rescue(tmp_path):
             raise TaskFailed("stop broke")
         if what == "install":  # a0 waits for a1 to have stopped: a1 failed instead
             try:
-                barrier.wait(ctx.name, "stopped", timeout=60)
+                barrier.wait(ctx.name, "stopped", timeout=CEILING_S)
             except BarrierBroken as exc:
                 raise TaskFailed(str(exc)) from None
         if what == "restore":
-            barrier.wait(ctx.name, "restored", strict=False, timeout=60)
+            barrier.wait(ctx.name, "restored", strict=False, timeout=CEILING_S)
         return TaskResult.changed(what)
 
     replace_task(eng, "step", step)

@@ -25,13 +25,15 @@ TRANSIENT_SETTINGS = Path("/usr/share/doc/systemd/TRANSIENT-SETTINGS.md.gz")
 def _launch() -> list[str]:
     """The ``systemd-run`` command line orch runs for a tune (memory limit and timeout set)."""
     client, conn = _client([
+        (r"^systemd-run --version", (0, "systemd 252 (252.38-1~deb12u1)\n", "")),  # has --collect
         (r"^systemd-run ", (0, "", "")),
         (SHOW, (0, _state("inactive", loaded="not-found"), "")),
         (r"^tail -c ", (0, RESULT + "\n", "")),
         (r"", (0, "", "")),
     ])
-    client.call_in_unit("tune", ["--space", "smoke"], UNIT, memory_max=123, timeout=600, poll_s=0)
-    launch = next(a for a, _ in conn.calls if a[0] == "systemd-run")
+    client.call_in_unit("tune", ["--space", "smoke"], UNIT, memory_max=123, timeout=600, poll_s=0,
+                        environment={"CUDA_HOME": "/usr/local/cuda"})
+    launch = next(a for a, _ in conn.calls if a[0] == "systemd-run" and "--version" not in a)
     return launch[1:launch.index("--")]
 
 
@@ -48,11 +50,13 @@ def _split(opts: list[str]) -> tuple[set[str], dict[str, str]]:
 
 def test_every_option_and_property_orch_passes_is_a_verified_systemd_name():
     names, props = _split(_launch())
+    assert "--collect" in names and {"EnvironmentFile", "ExecStopPost"} <= set(props)  # issue 32 rows 10, 15
     assert names <= set(VERIFIED["options"]), names - set(VERIFIED["options"])
     assert set(props) <= set(VERIFIED["properties"]), set(props) - set(VERIFIED["properties"])
     for key, value in props.items():  # the value's form is the documented one
         forms = VERIFIED["properties"][key]["values"]
-        ok = {"file:": value.startswith("file:/"), "bytes": value.isdigit(), "seconds": value.isdigit()}
+        ok = {"file:": value.startswith("file:/"), "bytes": value.isdigit(), "seconds": value.isdigit(),
+              "path": value.startswith("/"), "command": value.startswith("/bin/sh -c '") and value.endswith("'")}
         assert any(ok[f] for f in forms), (key, value)
 
 

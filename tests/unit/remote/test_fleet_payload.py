@@ -19,6 +19,7 @@ import pytest
 from remote.host import lock, port, reap
 from remote.protocol import PayloadError
 from remote.engines.sglang.model_config import modelscope_candidates, resolve_model_config_path, use_modelscope
+from tests.waiting import CEILING_S
 
 LISTEN = """
 import socket, sys, time
@@ -89,7 +90,7 @@ def test_leftover_of_the_unit_is_ended(listener):
     assert [h["pid"] for h in before["holders"]] == [proc.pid] and before["holders"][0]["owner"]
     res = port.free_port(p_no, "sglang-qwen.service", args, free=True, term_timeout=5)
     assert res["free"] and res["killed"][0]["pid"] == proc.pid and res["killed"][0]["signal"] == "SIGTERM"
-    assert proc.wait(timeout=10) is not None
+    assert proc.wait(timeout=CEILING_S) is not None
 
 
 def test_foreign_holder_fails_naming_it_and_nothing_is_signalled(listener):

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from tests.paths import DATA, REPO as _REPO
+from tests.waiting import run_watched
 
 REPO = _REPO
 MODELS = DATA / "models"
@@ -67,8 +67,7 @@ def probe(tmp_path: Path, site: Path | None, *flags: str) -> tuple[int, dict]:
     pp = os.pathsep.join(([str(site)] if site else []) + [str(REPO)])
     env = {**os.environ, "PYTHONPATH": pp, "SGLANG_IMPORT_MARKER": str(marker), "CUDA_VISIBLE_DEVICES": ""}
     env.pop("SGLANG_MOE_CONFIG_DIR", None)
-    r = subprocess.run([sys.executable, "-m", "remote", "probe", *flags], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = run_watched([sys.executable, "-m", "remote", "probe", *flags], cwd=tmp_path, env=env)
     assert not marker.exists(), "probe imported sglang"
     lines = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
     assert lines and all(x["proto"] == 1 for x in lines), r.stdout + r.stderr

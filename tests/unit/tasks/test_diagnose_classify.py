@@ -23,7 +23,8 @@ def test_verdict(case):
                         log=parse_moe_log(case["log"]) if case["log"] is not None else None,
                         file_errors=case.get("file_errors", {}), changed_since_start=case.get("changed_since_start", []),
                         orphans=case.get("orphans", []), installed_by_run=case.get("installed_by_run"),
-                        start_failure=case.get("start_failure"))
+                        start_failure=case.get("start_failure"), unfinished=case.get("unfinished", []),
+                        lock=case.get("lock"))
     row = classify(facts)
     want = case["expect"]
     assert row["verdict"] == want["verdict"], row["why"]
@@ -36,4 +37,12 @@ def test_verdict(case):
 
 def test_every_verdict_has_a_case():
     assert {c["expect"]["verdict"] for c in CASES} == {"tuned", "fallback", "default", "not-triton", "restart-needed",
-                                                       "broken"}
+                                                       "broken", "unfinished-run"}
+
+
+def test_an_unfinished_runs_fix_is_orch_recover_and_doctor_fails():
+    from orchestrator.cli.doctor import GOOD, fix_command
+
+    fix = fix_command("gpu-a", {"verdict": "unfinished-run"}, "hosts.yaml", "sglang-qwen")
+    assert fix.startswith("orch recover hosts.yaml --service sglang-qwen --limit gpu-a")
+    assert "unfinished-run" not in GOOD  # exit status 1

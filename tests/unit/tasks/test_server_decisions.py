@@ -9,6 +9,7 @@ import threading
 from orchestrator.facts.server_group import ServerGroup
 from orchestrator.fleet import ServerBarrier
 from orchestrator.host.servers import RankRecovery, rollback_disagreement, server_restart
+from tests.waiting import CEILING_S  # a hang guard only: the waits end on their condition
 
 GROUP = ServerGroup(key="sglang-ds@gpu-a:5000", unit="sglang-ds", dist_init_addr="gpu-a:5000", nnodes=2,
                     hosts=["gpu-a", "gpu-b"], rank=0)
@@ -46,7 +47,7 @@ def test_each_rank_reads_what_every_rank_brought_to_a_meeting():
     got = {}
 
     def rank(host, value):
-        barrier.wait(host, "chosen", timeout=30, value=value)
+        barrier.wait(host, "chosen", timeout=CEILING_S, value=value)
         got[host] = barrier.shared(host, "chosen")
 
     threads = [threading.Thread(target=rank, args=(h, v)) for h, v in (("gpu-a", "r1"), ("gpu-b", None))]

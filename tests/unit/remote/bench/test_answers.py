@@ -14,6 +14,7 @@ from orchestrator.host.runner_trial import agreement
 from remote.bench import answers
 from remote.protocol import PayloadError
 from tests.unit.remote.bench.test_bench import standin_factory  # noqa: F401  (the fixture)
+from tests.waiting import CEILING_S  # a hang guard only: the waits end on their condition
 
 PROMPTS = ["The capital of France is", "one two three four five six", "def f(x):"]
 
@@ -21,11 +22,11 @@ PROMPTS = ["The capital of France is", "one two three four five six", "def f(x):
 def _ask(url, tmp_path, prompts=PROMPTS, n=8):
     req = tmp_path / "req.json"
     req.write_text(json.dumps({"prompts": prompts, "max_new_tokens": n}))
-    return answers.run(SimpleNamespace(url=url, request=str(req), timeout=30.0))["answers"]
+    return answers.run(SimpleNamespace(url=url, request=str(req), timeout=CEILING_S))["answers"]
 
 
 def _info(url):
-    return json.loads(urllib.request.urlopen(url + "/get_server_info", timeout=10).read())["standin_moe"]
+    return json.loads(urllib.request.urlopen(url + "/get_server_info", timeout=CEILING_S).read())["standin_moe"]
 
 
 def test_greedy_answers_repeat_and_a_wrong_runner_differs(standin_factory, tmp_path):  # noqa: F811

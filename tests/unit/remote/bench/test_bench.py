@@ -27,6 +27,7 @@ from remote.bench import command, common
 from remote.engines.sglang import bench_tool as bench_sglang
 from remote.protocol import PayloadError
 from tests.paths import REPO as _REPO
+from tests.waiting import run_watched
 
 REPO = _REPO
 PY = sys.executable
@@ -458,10 +459,9 @@ def test_openai_without_models_is_runtime_error(fake):
     assert ei.value.kind == "runtime"
 
 
-def _cli(args, timeout=60):
+def _cli(args):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    p = subprocess.run([PY, "-m", "remote", "bench", *args], capture_output=True, text=True,
-                       timeout=timeout, cwd=REPO, env=env)
+    p = run_watched([PY, "-m", "remote", "bench", *args], cwd=REPO, env=env)
     return p.returncode, [json.loads(x) for x in p.stdout.splitlines() if x.strip()], p.stderr
 
 
@@ -735,22 +735,41 @@ def _agrees(ours: float, oracle: float, server_max: float) -> None:
     assert oracle <= server_max * 1.01, (oracle, server_max)
 
 
+def _agreement_until_settled(capsys, url: str, server_max: float, **kw) -> tuple[float, float]:
+    """:func:`_agreement` round after round until orch's best agrees with the oracle's (:func:`_agrees`),
+    or a round improves neither best (issue 32 row 17: load from other work only ever slows a client,
+    so while a best still improves the machine's load, not the client, is what is measured; the
+    result then is what the least-loaded rounds saw, and a client that inflates or loses time fails)."""
+    ours, theirs = _agreement(capsys, url, rounds=3, **kw)
+    while True:
+        try:
+            _agrees(ours, theirs, server_max)
+            return ours, theirs
+        except AssertionError:
+            if ours > server_max * 1.01 or theirs > server_max * 1.01:
+                raise  # above the server's limit: no load explains that
+        a, b = _agreement(capsys, url, rounds=1, **kw)
+        if a <= ours and b <= theirs:  # no better round: what is left is the clients' own
+            _agrees(ours, theirs, server_max)
+        ours, theirs = max(ours, a), max(theirs, b)
+
+
 def test_agreement_with_independent_oracle(standin_factory, capsys):
     # 15 ms per token (about a decode step of a large MoE at this batch) so that client-side
     # overhead on this shared CPU is small next to what is measured: the server's rate
     url = standin_factory(ORCH_STANDIN_TOKEN_DELAY_MS_DEFAULT="15", ORCH_STANDIN_TOKEN_DELAY_MS_TUNED="15")
     # 16 prompts of 32 tokens (about 2 s a run, best of 3 runs each): long enough that a scheduling
     # hiccup of the shared CPU (the suite runs in parallel) is small next to the run
-    a, b = _agreement(capsys, url, concurrency=4, input_len=32, output_len=32, num_prompts=16, rounds=3)
-    assert a > 0 and b > 0
     # 4 waves of 4 requests, each at least 31 gaps of 15 ms after its first token
-    _agrees(a, b, 16 * 32 / (4 * 31 * 0.015))
+    a, b = _agreement_until_settled(capsys, url, 16 * 32 / (4 * 31 * 0.015), concurrency=4, input_len=32,
+                                    output_len=32, num_prompts=16)
+    assert a > 0 and b > 0
 
 
 def test_agreement_with_oracle_on_fake_server(fake, capsys):
     """Same check as above, against the in-test server (runs without the stand-in)."""
     srv = fake(first_s=0.02, gap_s=0.025)
     # about 2.4 s a run, best of 3 each (as above: a hiccup of the shared CPU is small next to it)
-    a, b = _agreement(capsys, srv.url, concurrency=4, input_len=16, output_len=24, num_prompts=16, rounds=3)
     # the server needs 20 + 23 * 25 ms per request: four waves of 4 requests at best
-    _agrees(a, b, 16 * 24 / (4 * 0.595))
+    _agreement_until_settled(capsys, srv.url, 16 * 24 / (4 * 0.595), concurrency=4, input_len=16, output_len=24,
+                             num_prompts=16)

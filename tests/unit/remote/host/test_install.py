@@ -24,6 +24,7 @@ from remote.host import runs as runs_mod
 from remote.host.fs import TMP_MARK
 from remote.protocol import PayloadError
 from tests.paths import REPO
+from tests.waiting import run_watched
 
 ROOT = str(REPO)
 UP = "E=128,N=768,device_name=NVIDIA_H200.json"
@@ -370,8 +371,7 @@ def test_runs_set_state_and_listing(env):
 
 
 def _cli(*args, stdin=None):
-    cp = subprocess.run([sys.executable, "-m", "remote", *args], cwd=ROOT, input=stdin,
-                        capture_output=True, text=True, timeout=60)
+    cp = run_watched([sys.executable, "-m", "remote", *args], cwd=ROOT, input=stdin)
     lines = [json.loads(x) for x in cp.stdout.splitlines()]
     return cp.returncode, lines[-1]
 

@@ -12,6 +12,7 @@ import pytest
 from remote.host import lock
 from remote.protocol import PayloadError
 from tests.paths import REPO
+from tests.waiting import run_watched
 
 ROOT = str(REPO)
 
@@ -127,13 +128,11 @@ def test_concurrent_acquire_exactly_one_wins(sd):
 
 
 def test_cli_status_and_bad_input(sd):
-    cp = subprocess.run([sys.executable, "-m", "remote", "lock", "status", "--state-dir", sd],
-                        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    cp = run_watched([sys.executable, "-m", "remote", "lock", "status", "--state-dir", sd], cwd=ROOT)
     last = json.loads(cp.stdout.splitlines()[-1])
     assert cp.returncode == 0 and last["data"]["held"] is False
-    cp = subprocess.run([sys.executable, "-m", "remote", "lock", "acquire", "--state-dir", sd,
-                         "--run-id", "../x", "--controller", "c"], cwd=ROOT, capture_output=True,
-                        text=True, timeout=60)
+    cp = run_watched([sys.executable, "-m", "remote", "lock", "acquire", "--state-dir", sd,
+                         "--run-id", "../x", "--controller", "c"], cwd=ROOT)
     assert cp.returncode == 2 and json.loads(cp.stdout.splitlines()[-1])["kind"] == "bad_input"
     assert not os.path.exists(os.path.join(sd, "lock.json"))
 
@@ -141,11 +140,11 @@ def test_cli_status_and_bad_input(sd):
 def test_cli_break_run_id_is_the_breaker(sd):
     """``lock break --run-id ME --force`` (as the controller calls it) breaks another run's lock."""
     lock.acquire(sd, "run-a", "ctl-a")
-    cp = subprocess.run([sys.executable, "-m", "remote", "lock", "break", "--state-dir", sd,
-                         "--run-id", "run-b", "--force"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    cp = run_watched([sys.executable, "-m", "remote", "lock", "break", "--state-dir", sd,
+                         "--run-id", "run-b", "--force"], cwd=ROOT)
     last = json.loads(cp.stdout.splitlines()[-1])
     assert cp.returncode == 0 and last["data"]["broken"] and last["data"]["previous"]["run_id"] == "run-a"
     lock.acquire(sd, "run-a", "ctl-a")
-    cp = subprocess.run([sys.executable, "-m", "remote", "lock", "break", "--state-dir", sd,
-                         "--holder", "run-x", "--force"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    cp = run_watched([sys.executable, "-m", "remote", "lock", "break", "--state-dir", sd,
+                         "--holder", "run-x", "--force"], cwd=ROOT)
     assert cp.returncode == 2 and lock.status(sd)["held"]

@@ -19,6 +19,7 @@ import pytest
 from remote.host import reap as rp
 from remote.protocol import PayloadError
 from tests.paths import REPO
+from tests.waiting import CEILING_S, run_watched
 
 ROOT = str(REPO)
 PY = os.path.realpath(sys.executable)  # the base interpreter (helpers use only the stdlib)
@@ -79,7 +80,7 @@ def bed(tmp_path):
     for p in procs:
         if p.poll() is None:
             p.kill()
-        p.wait(timeout=30)
+        p.wait(timeout=CEILING_S)
         p.stdout.close()
 
 
@@ -141,7 +142,7 @@ def test_reap_term_then_kill_protected_survive(bed, protected_pair):
     assert by[ign.pid]["signal"] == "SIGKILL"
     assert all(k["exited"] for k in res["killed"])
     assert by[ign.pid]["cmdline"].startswith(PY)
-    assert fd.wait(timeout=10) == -signal.SIGTERM and ign.wait(timeout=10) == -signal.SIGKILL
+    assert fd.wait(timeout=CEILING_S) == -signal.SIGTERM and ign.wait(timeout=CEILING_S) == -signal.SIGKILL
     assert all(alive(p) for p in protected_pair) and alive(bystander)
     assert res["remaining"] == []
     assert {p["pid"] for p in res["protected"]} == {p.pid for p in protected_pair}
@@ -153,7 +154,7 @@ def test_only_pids_restricts_targets(bed):
     res = rp.reap([bed.glob], set(), term_timeout=5, kill_timeout=5, only_pids={a.pid}, use_nvidia_smi="no")
     assert [k["pid"] for k in res["killed"]] == [a.pid]
     assert [o["pid"] for o in res["others"]] == [b.pid]
-    assert a.wait(timeout=10) == -signal.SIGTERM and alive(b)
+    assert a.wait(timeout=CEILING_S) == -signal.SIGTERM and alive(b)
 
 
 def test_holder_we_may_not_kill_is_an_error(bed):
@@ -166,14 +167,14 @@ def test_holder_we_may_not_kill_is_an_error(bed):
     assert [s["pid"] for s in detail["skipped"]] == [os.getpid()]
     assert [r["pid"] for r in detail["remaining"]] == [os.getpid()]
     assert [k["pid"] for k in detail["killed"]] == [victim.pid]
-    assert victim.wait(timeout=10) == -signal.SIGTERM
+    assert victim.wait(timeout=CEILING_S) == -signal.SIGTERM
 
 
 def test_nvidia_smi_pids_verified_ghosts_not_killed(bed):
     holder = bed.spawn(HOLD_FD)
     other = bed.spawn(NOT_HOLDING)
     gone = subprocess.Popen([PY, "-c", "pass"])
-    gone.wait(timeout=30)
+    gone.wait(timeout=CEILING_S)
     smi = bed.tmp / "nvidia-smi"
     lines = [f"{holder.pid}, python, 1000", f"{gone.pid}, /usr/bin/python3, 80000",
              f"{other.pid}, python, 500"]
@@ -194,8 +195,8 @@ def test_nvidia_smi_pids_verified_ghosts_not_killed(bed):
 
 def test_cli_check(bed, protected_pair):
     h = bed.spawn(HOLD_FD)
-    cp = subprocess.run([sys.executable, "-m", "remote", "reap", "--check", "--devices", bed.glob,
-                         "--use-nvidia-smi", "no"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    cp = run_watched([sys.executable, "-m", "remote", "reap", "--check", "--devices", bed.glob,
+                         "--use-nvidia-smi", "no"], cwd=ROOT)
     last = json.loads(cp.stdout.splitlines()[-1])
     assert cp.returncode == 0 and last["type"] == "result"
     assert [w["pid"] for w in last["data"]["would_kill"]] == [h.pid]

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
 from tests.paths import REPO
+from tests.waiting import run_watched
 
 FAKE_DRIVER = """
 import os, sys, json
@@ -60,7 +60,7 @@ def double(X, Y, n, BLOCK: tl.constexpr):
 '''
 
 
-def run_case(tmp_path, body: str, env_extra: dict | None = None, timeout: int = 900) -> dict:
+def run_case(tmp_path, body: str, env_extra: dict | None = None) -> dict:
     """``body`` (inside ``main()``, after :data:`FAKE_DRIVER`) in a fresh interpreter with its own
     Triton cache; returns what it passed to ``emit``."""
     (tmp_path / "aotkern.py").write_text(KERNEL)
@@ -73,8 +73,7 @@ def run_case(tmp_path, body: str, env_extra: dict | None = None, timeout: int = 
     env.pop("TRITON_INTERPRET", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.update(env_extra or {})
-    p = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                       timeout=timeout)
+    p = run_watched([sys.executable, str(script)], cwd=str(tmp_path), env=env)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     assert p.returncode == 0 and lines, f"rc {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
     return json.loads(lines[-1][len("RESULT "):])

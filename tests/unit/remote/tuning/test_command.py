@@ -5,7 +5,6 @@ errors."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from remote.engines.triton_moe.configfile import validate_config
 from tests.paths import REPO as _REPO
+from tests.waiting import run_watched
 
 ROOT = _REPO
 UP = "E=8,N=64,device_name=NVIDIA_H200.json"
@@ -24,8 +24,7 @@ def run_tune(*args, env_extra=None):
     env.pop("TRITON_INTERPRET", None)  # the command must set it itself on a CPU host
     env.update(env_extra or {})
     # a hang guard, not a speed bound: a smoke run took 274 s on a loaded 2-core machine
-    p = subprocess.run([sys.executable, "-m", "remote", "tune", *args], cwd=str(ROOT), env=env,
-                       capture_output=True, text=True, timeout=1800)
+    p = run_watched([sys.executable, "-m", "remote", "tune", *args], cwd=str(ROOT), env=env)
     lines = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
     assert all(x["proto"] == 1 for x in lines)
     ends = [x for x in lines if x["type"] in ("result", "error")]

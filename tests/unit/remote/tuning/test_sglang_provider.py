@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import pytest
 
 from tests.paths import REPO
+from tests.waiting import run_watched
 
 ROOT = REPO
 RELEASES = ["0.4.10.post2", "0.5.8", "0.5.23"]
@@ -40,13 +40,12 @@ def emit(obj):
 """
 
 
-def run_release(version: str, body: str, timeout: int = 900) -> dict:
+def run_release(version: str, body: str) -> dict:
     """Run ``body`` after :data:`PRELUDE` for ``version`` in a fresh interpreter; returns the
     object the body passed to ``emit``."""
     code = PRELUDE.format(root=str(ROOT), version=version) + textwrap.dedent(body)
     env = dict(os.environ, TRITON_INTERPRET="1")
-    p = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env, capture_output=True, text=True,
-                       timeout=timeout)
+    p = run_watched([sys.executable, "-c", code], cwd=str(ROOT), env=env)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     assert p.returncode == 0 and lines, f"rc {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
     return json.loads(lines[-1][len("RESULT "):])
@@ -303,10 +302,9 @@ def test_tune_command_with_the_sglang_provider(tmp_path):
     env = st.subprocess_env(tmp_path / "site", tree, ROOT)
     env["TRITON_INTERPRET"] = "1"
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-m", "remote", "tune", "--provider", "sglang", "--space", "smoke",
+    p = run_watched([sys.executable, "-m", "remote", "tune", "--provider", "sglang", "--space", "smoke",
                         "--shape", "E=8,N=64,hidden=128,topk=2", "--batch-sizes", "40,2", "--device-name",
-                        "NVIDIA H200", "--out", str(out)], cwd=str(ROOT), env=env, capture_output=True, text=True,
-                       timeout=1200)
+                        "NVIDIA H200", "--out", str(out)], cwd=str(ROOT), env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rep = json.loads((out / "report.json").read_text())
     assert rep["provider"] == "sglang" and rep["engine_info"]["version"] == "0.5.23"

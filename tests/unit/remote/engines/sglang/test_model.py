@@ -14,7 +14,6 @@ import copy
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from remote.engines.sglang.model_config import hf_hub_dir, load_model_config, re
 from remote.engines.sglang.shape import moe_shape
 from remote.protocol import PayloadError
 from tests.paths import DATA, REPO as _REPO
+from tests.waiting import run_watched
 
 MODELS = DATA / "models"
 ARCH_MODELS = MODELS / "architectures"
@@ -729,24 +729,20 @@ def test_models_and_naming_do_not_import_torch():
             "remote.engines.sglang.model_flags, remote.engines.sglang.naming, remote.names, remote.engines.triton_moe.configfile; "
             "bad = [m for m in ('torch', 'triton', 'numpy') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = run_watched([sys.executable, "-c", code], cwd=REPO)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_names_command(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "remote", "names", "--model-config", str(MODELS / "GLM-5.json"), "--tp", "8",
-         "--device-name", "NVIDIA H200"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    r = run_watched([sys.executable, "-m", "remote", "names", "--model-config", str(MODELS / "GLM-5.json"), "--tp", "8",
+         "--device-name", "NVIDIA H200"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 0, r.stderr
     last = json.loads(r.stdout.strip().splitlines()[-1])
     assert last["type"] == "result"
     assert last["data"]["file_names"] == {"up": "E=257,N=256,device_name=NVIDIA_H200.json",
                                           "down": "E=257,N=256,device_name=NVIDIA_H200_down.json"}
-    r = subprocess.run(
-        [sys.executable, "-m", "remote", "names", "--model-config", str(MODELS / "GLM-5.json"),
-         "--device-name", "../evil"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    r = run_watched([sys.executable, "-m", "remote", "names", "--model-config", str(MODELS / "GLM-5.json"),
+         "--device-name", "../evil"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 2
     last = json.loads(r.stdout.strip().splitlines()[-1])
     assert last["type"] == "error" and last["kind"] == "bad_input"

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 from tests.paths import REPO
+from tests.waiting import run_watched
 
 MODELS = REPO / "tests" / "data" / "models"
 
@@ -156,8 +156,7 @@ print("RESULT " + json.dumps(out, default=str))
 def _run() -> dict:
     code = textwrap.dedent(BODY.format(root=str(REPO), models=str(MODELS)))
     env = dict(os.environ, TRITON_INTERPRET="1")
-    p = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), env=env, capture_output=True, text=True,
-                       timeout=900)
+    p = run_watched([sys.executable, "-c", code], cwd=str(REPO), env=env)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     assert p.returncode == 0 and lines, f"rc {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
     return json.loads(lines[-1][len("RESULT "):])
