@@ -6,13 +6,20 @@ run that wrote an invalid file) and :func:`classify` decides, as a pure function
 
 Verdicts (one per host):
 
+- ``not-applicable``: flags with which SGLang never reads the files whatever the runner
+  (``--enable-deterministic-inference`` on 0.5.5+, KTransformers' kt-kernel:
+  :func:`orchestrator.host.hazards.bypass_reason`); ``orch tune`` skips it and stops nothing.
 - ``not-triton``: the server's MoE runner reads no Triton config file (SGLang's answer,
   :func:`remote.engines.sglang.runner.moe_runner`, the one ``orch tune``'s plan gives: only the
   ``triton`` runner reads them); ``orch tune`` would change nothing. For a FlashInfer runner the
   row's ``autotune`` is its start-up autotune state (:mod:`orchestrator.host.autotune`: on or off
   and why, this server's cache present or missing, caches left by another FlashInfer version).
 - ``broken``: a config file SGLang would read is invalid (the server crashes at start),
-  or an unparsable ``configs/triton_*`` folder breaks SGLang's fallback sort (ValueError).
+  or an unparsable ``configs/triton_*`` folder breaks SGLang's fallback sort (ValueError), or an
+  empty or relative ``SGLANG_MOE_CONFIG_DIR`` points at a folder that does not exist
+  (:class:`orchestrator.host.hazards.RootHazards`; each such entry is also a note, ``will-crash``
+  or ``not-loaded``, with its path). An installed up/``_down`` pair that disagrees on BLOCK_SIZE_M
+  at some batch size is a warning note (SGLang 0.5.23 overrides the down value).
 - ``restart-needed``: the files on disk differ from what the server logged at its last
   start, or a file it loaded was modified after the unit's main process started
   (configs are cached in-process: a restart picks them up).
@@ -44,6 +51,7 @@ from ..facts.schema import from_dict
 from ..facts.unit import ServerArgs, UnitFacts, scope_of
 from ..host.autotune import autotune_state
 from ..host.devices import unit_gpu_devices
+from ..host.hazards import RootHazards, bypass_reason, pair_mismatch, root_hazards
 from ..host.records import records
 
 
@@ -60,7 +68,10 @@ class DoctorFacts:
     that wrote an invalid file (None when none did); ``start_failure``: the line of the last start
     that says why it failed (None when none does); ``autotune_log``: what the last start logged of
     FlashInfer's autotune (None: nothing); ``file_digests``: role -> sha256 of the file SGLang
-    would load (None: absent or unreadable), compared across the ranks of a multi-node server.
+    would load (None: absent or unreadable), compared across the ranks of a multi-node server;
+    ``hazards``: the configs root's
+    :class:`~orchestrator.host.hazards.RootHazards`; ``pair_mismatch``: the warning for an installed
+    pair that disagrees on BLOCK_SIZE_M (None: none).
     """
 
     unit: UnitFacts
@@ -73,6 +84,8 @@ class DoctorFacts:
     start_failure: str | None = None
     autotune_log: AutotuneLog | None = None
     file_digests: dict[str, str | None] = field(default_factory=dict)
+    hazards: RootHazards | None = None
+    pair_mismatch: str | None = None
 
 
 def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
@@ -163,12 +176,22 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     invalid = [f"{posixpath.basename(posixpath.dirname(i['sglang_would_load']))}/"
                f"{posixpath.basename(i['sglang_would_load'])} is invalid (a start would crash): {i['error']}"
                for i in (up, down) if i["error"] and i["sglang_would_load"]]
-    if runner.reads_triton_configs is False:
+    hazards = f.hazards or RootHazards()
+    bypass = bypass_reason(unit, probe)
+    row.update(bypass=bypass, hazards={"entries": hazards.entries, "config_dir": hazards.config_dir},
+               pair_mismatch=f.pair_mismatch)
+    if bypass:
+        verdict = "not-applicable"
+        why = f"{bypass}; orch tune skips this server and stops nothing"
+    elif runner.reads_triton_configs is False:
         verdict = "not-triton"
         why = not_triton_why(runner, tune)
     elif invalid or any("unparsable" in str(i.get("fallback_error") or "") for i in (up, down)):
         verdict = "broken"
         why = "; ".join(invalid) or f"{up.get('fallback_error') or down.get('fallback_error')}"
+    elif hazards.will_crash:
+        verdict = "broken"
+        why = "; ".join(hazards.will_crash)
     elif rep is not None and not rep.any_lookup and not rep.ready and unit.active_state in ("failed", "inactive"):
         # the server died before its MoE layers ran: nothing says which runner it would use
         verdict = "broken"
@@ -202,11 +225,15 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
                    "default": "no up file in any Triton folder: SGLang's default config (sub-optimal)"}[disk]
             if logged is None:
                 notes.append("no server start found in the unit log")
+    if verdict != "not-applicable":
+        notes += hazards.notes()
+        if f.pair_mismatch:
+            notes.append(f"WARNING: {f.pair_mismatch}")
     if not runner.known:
         notes.append(f"MoE runner unknown: {runner.reason}")
-    elif verdict != "not-triton":
+    elif verdict not in ("not-triton", "not-applicable"):
         notes.append(f"MoE runner {runner.runner}: {runner.reason}")
-    if tune is not None and verdict != "not-triton":
+    if tune is not None and verdict not in ("not-triton", "not-applicable"):
         notes.append(autotune_why(tune))
     if runner.disagreement:
         notes.append(f"the last start's log and orch's SGLang rule disagree ({runner.disagreement}); the log counts")
@@ -286,6 +313,9 @@ def gather(ctx, unit: str) -> DoctorFacts:
                                   for role, path in loads.items()} if ctx.facts.server_group is not None else {})
     if any(errors.values()):
         f.installed_by_run = _run_that_wrote(ctx, [loads[r] for r, e in errors.items() if e])
+    f.hazards = root_hazards(ctx.connection, facts, probe)
+    if not any(errors.values()) and probe.existing_file("down").read_by_sglang:
+        f.pair_mismatch = pair_mismatch(ctx.connection, loads.get("up"), loads.get("down"), probe.sglang.version)
     return f
 
 

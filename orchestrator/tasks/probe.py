@@ -28,6 +28,7 @@ from ..facts.unit import ServerArgs, scope_of
 from ..host.autotune import cache_root as autotune_cache_root
 from ..host.container import install_target, require_name
 from ..host.endpoint import find_endpoint
+from ..host.hazards import bypass_reason, plan_refusal, root_hazards
 from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
 
@@ -161,10 +162,15 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     file), named as the unit's last start looked them up when its log shows one
     (``orch_plan.names_source`` ``log``; else ``derived`` from the unit and the model config, see
     :func:`reconcile`).
-    ``orch_plan.existing`` says which exist already. ``runner``: plan as if the unit ran with
+    ``orch_plan.existing`` says which exist already. A server that never reads the files whatever
+    its runner (``--enable-deterministic-inference`` on SGLang 0.5.5+, KTransformers' kt-kernel:
+    :func:`orchestrator.host.hazards.bypass_reason`) is skipped with the reason, before anything
+    else is asked. ``runner``: plan as if the unit ran with
     ``--moe-runner-backend runner`` (the runner trial's Triton candidate); the last start's log then
     names the config files it looked up but not this runner.
     Refuses (fails, before anything is stopped) a multi-node server (:func:`multi_node_reason`),
+    a configs root holding a ``triton_*`` entry SGLang's version sort cannot parse, or an empty or
+    relative ``SGLANG_MOE_CONFIG_DIR`` (:func:`orchestrator.host.hazards.plan_refusal`),
     a container unit without ``--name`` or whose config folder is on no writable host bind mount
     (:func:`orchestrator.host.container.install_target` gives the ``-v``/``-e`` to add), and
     a running server that answers at none of its addresses; ``orch_endpoint`` is where it answers
@@ -181,6 +187,11 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
+    bypass = bypass_reason(ctx.facts.unit, probe_data)
+    if bypass:  # the server never reads the files (issue 32 row 13): nothing to tune, nothing stopped
+        p = Plan(action="skip", reason=bypass, backend=backend, install_dir=install_dir)
+        ctx.run.summary.plan = p
+        return TaskResult.skipped(bypass, facts={"orch_plan": p}, **p.to_dict())
     text = last_start(unit_log(ctx.connection, name, scope=scope_of(ctx.vars), files=log_files(ctx)))
     rep = parse_moe_log(text) if text is not None else None
     as_unit = runner is None or runner == (server.moe_runner_backend or "auto")
@@ -201,6 +212,11 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
         raise TaskFailed(f"the server looks for its up and down files in different folders: {sorted(dirs)}")
     install_dir = dirs.pop()
     action = "tune" if runner.reads_triton_configs else "skip"
+    if action == "tune":  # issue 32 row 12: a root SGLang's lookup crashes on, or reads from elsewhere
+        refusal = plan_refusal(root_hazards(ctx.connection, ctx.facts.unit, probe_data), install_dir,
+                               probe_data.sglang.configs_root)
+        if refusal:
+            raise TaskFailed(refusal)
     reason = "" if action == "tune" else skip_reason(runner)
     same_dir = install_dir == probe_data.install_dir
     p = Plan(action=action, reason=reason, backend=backend, runner=runner.to_dict(), install_dir=install_dir,

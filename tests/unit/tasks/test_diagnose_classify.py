@@ -12,6 +12,7 @@ from orchestrator.facts.probe import ProbeFacts
 from orchestrator.facts.schema import from_dict
 from orchestrator.facts.unit import UnitFacts
 from remote.engines.sglang.moe_log import parse_moe_log
+from orchestrator.host.hazards import RootHazards
 from orchestrator.tasks.diagnose import DoctorFacts, classify
 
 CASES = json.loads((Path(__file__).parent / "doctor_cases.json").read_text())
@@ -23,7 +24,9 @@ def test_verdict(case):
                         log=parse_moe_log(case["log"]) if case["log"] is not None else None,
                         file_errors=case.get("file_errors", {}), changed_since_start=case.get("changed_since_start", []),
                         orphans=case.get("orphans", []), installed_by_run=case.get("installed_by_run"),
-                        start_failure=case.get("start_failure"))
+                        start_failure=case.get("start_failure"),
+                        hazards=RootHazards(**case["hazards"]) if "hazards" in case else None,
+                        pair_mismatch=case.get("pair_mismatch"))
     row = classify(facts)
     want = case["expect"]
     assert row["verdict"] == want["verdict"], row["why"]
@@ -36,4 +39,4 @@ def test_verdict(case):
 
 def test_every_verdict_has_a_case():
     assert {c["expect"]["verdict"] for c in CASES} == {"tuned", "fallback", "default", "not-triton", "restart-needed",
-                                                       "broken"}
+                                                       "broken", "not-applicable"}
