@@ -13,7 +13,9 @@ Result ``data``::
     gpus: [{index, name, device_name, capability "9.0", smem_per_block_optin (bytes),
             total_memory (bytes)}]          # [] without CUDA/torch
     device_name: "NVIDIA_H200" | null       # SGLang form; --device-name wins over GPU 0
-    capability: "9.0" | null                # GPU 0's; --capability wins
+    capability: "9.0" | null                # GPU 0's; --capability wins; else torch's, else nvidia-smi's
+    capability_source: "flag"|"torch"|"nvidia-smi"|null
+    capability_tried: [str]                 # each source asked and what it answered
     mixed_gpus: bool                        # visible GPUs report different names
     torch_version, triton_version: str | null
     triton_folder: "triton_3_6_0"           # where orch installs (remote.engines.sglang.naming.triton_folder)
@@ -314,6 +316,20 @@ def run(args: argparse.Namespace) -> dict:
     capability = checked_capability(args.capability) or (gpus[0]["capability"] if gpus else None)
     if args.capability and gpus and gpus[0]["capability"] != capability:
         warnings.append(f"--capability {capability} overrides GPU 0's {gpus[0]['capability']}")
+    source, tried = ("flag" if args.capability else "torch" if gpus else None), []
+    if args.capability:
+        tried.append(f"--capability {capability} (orch_gpu_capability)")
+    else:
+        tried.append(f"torch: GPU 0 is {gpus[0]['capability']}" if gpus else
+                     "torch in the unit's environment: no CUDA device visible (a GPU in exclusive-process mode "
+                     "held by the server, a CUDA_VISIBLE_DEVICES that hides it, or no driver)")
+    if capability is None:
+        # NVML needs no CUDA context (issue 32 row 18): what nvidia-smi says of the server's GPU 0
+        from .host.smi import smi_capability
+
+        capability, why = smi_capability(None, 20.0, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        source = "nvidia-smi" if capability else None
+        tried.append(f"nvidia-smi --query-gpu=compute_cap: {capability} ({why})" if capability else why)
 
     sg = find_sglang(args.moe_config_dir)
     if not sg["installed"]:
@@ -375,6 +391,8 @@ def run(args: argparse.Namespace) -> dict:
         "gpus": gpus,
         "device_name": device_name,
         "capability": capability,
+        "capability_source": source,
+        "capability_tried": tried,
         "mixed_gpus": mixed,
         "torch_version": torch_ver,
         "triton_version": tver,

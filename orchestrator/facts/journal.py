@@ -324,6 +324,30 @@ def last_start(text: str) -> str | None:
     return None if at < 0 else text[at:]
 
 
+def last_start_log(connection, unit: str, scope: str = "system", files: list[str] | None = None) -> str | None:
+    """The lines of the unit's last server start, as :func:`last_start` cuts them from the log
+    (:func:`unit_log`), or, when the log holds no start line, the journal entries of the unit's
+    current invocation (its ``InvocationID``: :func:`split_invocations`). A unit run with
+    ``--log-level warning`` logs no start line: SGLang's start line and its ``Using MoE kernel config
+    from`` lines are INFO (SGLang 0.5.23 ``srt/utils/common.py`` ``configure_logger`` sets every
+    logger's level from the flag), while its fallback, default and missing-down lines are WARNING and
+    stay (issue 32 row 18). None when neither gives a line (no start logged, a manager without
+    invocation IDs, output only in ``StandardOutput=`` files, which carry none)."""
+    text = unit_log(connection, unit, scope=scope, files=files)
+    found = last_start(text)
+    if found is not None or not text.strip():  # a start, or no line at all of any invocation
+        return found
+    inv = invocation_id(connection, unit, scope)
+    if inv is None:
+        return None
+    res = connection.run(["journalctl", *_which(unit, scope), "--no-pager", "-n", str(LOG_LINES), "-o", "json",
+                          "--all"], check=False, become=True, timeout=60)
+    if not res.ok:
+        return None
+    text, _others = split_invocations(res.stdout, unit, [inv])
+    return text or None
+
+
 #: words of a line that says why a server start failed (Python tracebacks, CUDA and OS errors)
 _FAILURE_WORDS = ("Error", "error:", "Exception", "out of memory", "Traceback", "Killed", "failed")
 

@@ -153,6 +153,10 @@ class ProbeFacts(Record):
     flashinfer_version: str | None
     autotune_cache_root: str | None
     autotune_caches: list[AutotuneCache]
+    #: where ``capability`` came from (``flag``: orch_gpu_capability, ``torch``, ``nvidia-smi``; None:
+    #: nowhere) and each source asked, with its answer (``remote.probe``)
+    capability_source: str | None = None
+    capability_tried: list[str] = field(default_factory=list)
 
     def existing_file(self, role: str) -> ExistingFile:
         """What the lookup finds for ``role``'s file; nothing found (:class:`ExistingFile`'s

@@ -44,7 +44,7 @@ from ..engine.results import TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.catalog import server_of
 from ..facts.files import changed_since_start, config_problem, file_digest
-from ..facts.journal import last_start, log_files, start_failure, unit_log
+from ..facts.journal import last_start_log, log_files, start_failure
 from ..facts.probe import ProbeFacts
 from ..facts.processes import unit_pids
 from ..facts.schema import from_dict
@@ -293,7 +293,7 @@ def gather(ctx, unit: str) -> DoctorFacts:
     facts = ctx.facts.unit or from_dict(UnitFacts, {})
     probe = ctx.facts.probe or ProbeFacts.from_dict({})
     main_pid = int(facts.main_pid or 0)
-    text = last_start(unit_log(ctx.connection, unit, scope=scope_of(ctx.vars), files=log_files(ctx)))
+    text = last_start_log(ctx.connection, unit, scope=scope_of(ctx.vars), files=log_files(ctx))
     loads = {role: probe.existing_file(role).sglang_would_load for role in ("up", "down")}
     container = facts.container
     if container is not None:

@@ -19,7 +19,7 @@ from remote.engines.sglang.runner import MoeRunner, moe_runner, probe_inputs
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
-from ..facts.journal import last_start, log_files, unit_log
+from ..facts.journal import last_start_log, log_files
 from ..facts.plan import Plan
 from ..facts.probe import ProbeFacts
 from ..facts.schema import FactError
@@ -192,16 +192,20 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
         p = Plan(action="skip", reason=bypass, backend=backend, install_dir=install_dir)
         ctx.run.summary.plan = p
         return TaskResult.skipped(bypass, facts={"orch_plan": p}, **p.to_dict())
-    text = last_start(unit_log(ctx.connection, name, scope=scope_of(ctx.vars), files=log_files(ctx)))
+    text = last_start_log(ctx.connection, name, scope=scope_of(ctx.vars), files=log_files(ctx))
     rep = parse_moe_log(text) if text is not None else None
     as_unit = runner is None or runner == (server.moe_runner_backend or "auto")
     runner = moe_runner(backend=backend, quantization=server.quantization, ep=server.ep,
                         a2a_backend=server.moe_a2a_backend, log=rep if as_unit else None,
                         **probe_inputs(probe_data.to_dict()))
     if not runner.known:
+        # every signal the host gave, and what each said (issue 32 row 18)
+        seen = ("the unit's log holds no server start" if rep is None else
+                "the last start's log shows no Triton MoE lookup, no ready line and no runner choice")
+        tried = "; ".join([seen] + list(probe_data.capability_tried))
         raise TaskFailed(f"cannot tell which MoE runner this server uses, so nothing was stopped: {runner.reason}. "
-                         "Name it with --moe-runner-backend in the unit, or start the unit once so its log shows "
-                         "its MoE config lookups")
+                         f"Tried: {tried}. Name it with --moe-runner-backend in the unit, set orch_gpu_capability, "
+                         "or start the unit once so its log shows its MoE config lookups")
     read = {k for k in names if probe_data.existing_file(k).read_by_sglang}
     skipped_roles = sorted(set(names) - read)
     derived = {k: posixpath.join(install_dir, v) for k, v in names.items() if k in read}

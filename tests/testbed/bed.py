@@ -1362,7 +1362,7 @@ class TestBed:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
         if o["nvidia_smi"]:
-            gpus = [{"index": i, "name": o["gpu_name"], "uuid": host.gpu_uuid(i),
+            gpus = [{"index": i, "name": o["gpu_name"], "uuid": host.gpu_uuid(i), "compute_cap": str(o["gpu_capability"]),
                      "pci_bus_id": PCI_BUS_IDS[i % len(PCI_BUS_IDS)],
                      "mig": [{"profile": prof, "uuid": gpu_uuid(host.name, i * 100 + k, "MIG")}
                              for k, prof in enumerate(o["mig"].get(i, o["mig"].get(str(i), [])))]}

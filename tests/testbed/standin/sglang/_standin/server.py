@@ -188,12 +188,16 @@ class _Capture(logging.Handler):
             self.lines.append(self.format(record))
 
 
-def _setup_logging() -> None:
+def _setup_logging(level: str = "info") -> None:
+    """Every logger at ``level`` (``--log-level``), as SGLang 0.5.23's ``configure_logger``
+    (``srt/utils/common.py``: ``logging.basicConfig(level=getattr(logging, log_level.upper()))``):
+    with ``warning`` the start line, the ``Using MoE kernel config from`` lines and the ready line
+    (INFO) are not logged, the fallback, default and missing-down lines (WARNING) are."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
+    root.setLevel(getattr(logging, level.upper()))
 
 
 def _env_float(name: str, default: float) -> float:
@@ -233,6 +237,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--dist-timeout", type=int, default=None)
     p.add_argument("--download-dir", default=None)
     p.add_argument("--config", default=None, help="YAML file of flags (merged by the release's own code)")
+    p.add_argument("--log-level", default="info")
     if argv is None:
         argv = sys.argv[1:]
     if "--config" in argv:  # the release's rule: only a separate --config token triggers the merge
@@ -935,6 +940,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     start-up errors propagate (traceback, exit status 1)."""
     _setup_logging()
     args = parse_args(argv)
+    _setup_logging(args.log_level)
     server = StandinServer(args)
     server.start()
     server.serve()
