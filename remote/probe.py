@@ -7,6 +7,7 @@ capability, ``9.0``), ``--moe-config-dir`` (the unit's ``SGLANG_MOE_CONFIG_DIR``
 ``--autotune-cache-root`` (the server's ``$SGLANG_CACHE_DIR``, :func:`remote.engines.sglang.autotune.cache_root`;
 default: this user's ``~/.cache/sglang``).
 ``--work-dir`` (the tuner's work folder: refused when its mount is ``noexec``, :func:`exec_problem`).
+``--server-triton-cache`` (the server's Triton cache: read, never written or used, :func:`server_triton_cache`).
 
 Result ``data``::
 
@@ -33,6 +34,7 @@ Result ``data``::
     flashinfer_version: str | null          # flashinfer.__version__ (what SGLang's autotune path uses); null: none
     autotune_cache_root: str                # where FlashInfer autotune caches were looked for
     autotune_caches: [{version, sm, key, path, files: [rank_*.json names], runs: int}]
+    server_triton_cache: remote.tuning.cache.server_cache_report(...) | null   # --server-triton-cache
                                             # <root>/flashinfer/autotune/<version>/sm<XY>/<key>/ present
     file_names: {up, down} | null           # named as this release names them (loader_rules)
     install_dir: "<configs_root>/<triton_folder>" | null
@@ -81,6 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the server's SGLANG_CACHE_DIR (default: ~/.cache/sglang of this user)")
     parser.add_argument("--work-dir", default=None,
                         help="the tuner's work folder (its Triton cache and temp files): must allow exec")
+    parser.add_argument("--server-triton-cache", default=None,
+                        help="the server's Triton cache folder (its TRITON_CACHE_DIR, else ~/.triton/cache): read only")
 
 
 def mount_of(path: str, mountinfo: str) -> dict | None:
@@ -278,6 +282,23 @@ def _dtype_inputs(config_path: str) -> dict:
     return {"config_dtype": str(raw) if raw else None, "model_type": tc.get("model_type") or cfg.get("model_type")}
 
 
+def server_triton_cache(path: str | None, capability: str | None) -> dict | None:
+    """What the server's Triton cache folder ``path`` holds that can break its kernels silently
+    (``remote.tuning.cache.server_cache_report``: a shared filesystem, kernels of another GPU
+    architecture, truncated files); None without a path. Read only: the tuner never uses it."""
+    if not path:
+        return None
+    from .tuning.cache import server_cache_report  # noqa: PLC0415
+
+    try:
+        with open("/proc/self/mountinfo") as f:
+            info = f.read()
+    except OSError:
+        info = ""
+    real = os.path.realpath(path)
+    return server_cache_report(path, capability, mount_of(real, info) if os.path.exists(real) else None)
+
+
 # --------------------------------------------------------------------------- command
 
 def run(args: argparse.Namespace) -> dict:
@@ -411,5 +432,6 @@ def run(args: argparse.Namespace) -> dict:
         "flashinfer_version": flashinfer_version(),
         "autotune_cache_root": cache_root,
         "autotune_caches": caches,
+        "server_triton_cache": server_triton_cache(args.server_triton_cache, capability),
         "warnings": warnings,
     }

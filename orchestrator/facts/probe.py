@@ -157,6 +157,9 @@ class ProbeFacts(Record):
     #: nowhere) and each source asked, with its answer (``remote.probe``)
     capability_source: str | None = None
     capability_tried: list[str] = field(default_factory=list)
+    #: the server's Triton cache as read by the probe (``remote.tuning.cache.server_cache_report``;
+    #: None: not asked, a container unit)
+    server_triton_cache: dict[str, Any] | None = None
 
     def existing_file(self, role: str) -> ExistingFile:
         """What the lookup finds for ``role``'s file; nothing found (:class:`ExistingFile`'s

@@ -9,7 +9,11 @@ the files on the host (read-only):
 - :func:`root_hazards`: unparsable ``triton_*`` entries of the configs root (``will-crash`` /
   ``not-loaded``) and an empty or relative ``SGLANG_MOE_CONFIG_DIR``; ``plan`` refuses to install
   into such a root (:func:`plan_refusal`), doctor names each with its path;
-- :func:`pair_mismatch`: an installed up/``_down`` pair that disagrees on BLOCK_SIZE_M (doctor warns).
+- :func:`pair_mismatch`: an installed up/``_down`` pair that disagrees on BLOCK_SIZE_M (doctor warns);
+- :func:`server_triton_cache_dir` and :func:`triton_cache_note`: the server's own Triton cache shared
+  between hosts, holding kernels of another GPU architecture or truncated files (issue 32 row 16;
+  doctor warns; ``orch tune`` never reads it: its tuner compiles into a fresh cache of its own,
+  ``remote.tuning.cache``).
 """
 
 from __future__ import annotations
@@ -119,3 +123,41 @@ def pair_mismatch(connection, up_path: str | None, down_path: str | None, sglang
     found = block_m_mismatches(up, down)
     return describe(found, sglang_version) if found else None
 
+
+
+def server_triton_cache_dir(unit) -> str | None:
+    """The server's Triton cache folder as Triton finds it (``triton/knobs.py`` ``cache_knobs``:
+    ``TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache``, ``TRITON_HOME`` defaulting to the
+    home folder) in the unit's environment; the home is the environment's ``HOME``, else ``/root``
+    (a system unit without ``User=`` runs as root and systemd sets no ``HOME``). None for a
+    container unit (the folder is the image's) or without unit facts."""
+    if unit is None or unit.container is not None:
+        return None
+    env = unit.environment
+    if env.get("TRITON_CACHE_DIR"):
+        return env["TRITON_CACHE_DIR"]
+    home = env.get("TRITON_HOME") or env.get("HOME") or "/root"
+    return posixpath.join(home, ".triton", "cache")
+
+
+def triton_cache_note(report: dict | None) -> str | None:
+    """The doctor's warning for the server's Triton cache (``report``: the probe's
+    ``server_triton_cache``, ``remote.tuning.cache.server_cache_report``), or None when nothing in it
+    can break a kernel. It says that orch tune reused nothing from it."""
+    if not report or not report.get("exists"):
+        return None
+    found = []
+    if report.get("shared"):
+        found.append(f"it is on {report.get('fstype')}, shared with other hosts (and their GPUs and Triton)")
+    if report.get("other_arch"):
+        archs = ", ".join(f"sm{a} x{n}" for a, n in (report.get("archs") or {}).items())
+        found.append(f"{report['other_arch']} kernel(s) compiled for another GPU architecture ({archs}): copied "
+                     "from another GPU, a cached kernel can be reused wrong and miscompute silently (vllm #41871)")
+    if report.get("truncated_count"):
+        found.append(f"{report['truncated_count']} truncated or unreadable file(s), e.g. "
+                     f"{', '.join(report.get('truncated') or [])[:300]} (a reboot mid-write, triton #10107)")
+    if not found:
+        return None
+    return (f"the server's Triton cache {report['path']}: " + "; ".join(found)
+            + ". Clear it (or give the unit its own TRITON_CACHE_DIR on a local disk) and restart. orch tune reused "
+              "nothing from it: its tuner compiles into a fresh cache of its own")

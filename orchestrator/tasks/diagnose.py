@@ -19,7 +19,9 @@ Verdicts (one per host):
   empty or relative ``SGLANG_MOE_CONFIG_DIR`` points at a folder that does not exist
   (:class:`orchestrator.host.hazards.RootHazards`; each such entry is also a note, ``will-crash``
   or ``not-loaded``, with its path). An installed up/``_down`` pair that disagrees on BLOCK_SIZE_M
-  at some batch size is a warning note (SGLang 0.5.23 overrides the down value).
+  at some batch size is a warning note (SGLang 0.5.23 overrides the down value), and so is the
+  server's own Triton cache on a shared filesystem, with kernels of another GPU architecture or
+  truncated files (:func:`orchestrator.host.hazards.triton_cache_note`).
 - ``restart-needed``: the files on disk differ from what the server logged at its last
   start, or a file it loaded was modified after the unit's main process started
   (configs are cached in-process: a restart picks them up).
@@ -51,7 +53,7 @@ from ..facts.schema import from_dict
 from ..facts.unit import ServerArgs, UnitFacts, scope_of
 from ..host.autotune import autotune_state
 from ..host.devices import unit_gpu_devices
-from ..host.hazards import RootHazards, bypass_reason, pair_mismatch, root_hazards
+from ..host.hazards import RootHazards, bypass_reason, pair_mismatch, root_hazards, triton_cache_note
 from ..host.records import records
 
 
@@ -229,6 +231,10 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         notes += hazards.notes()
         if f.pair_mismatch:
             notes.append(f"WARNING: {f.pair_mismatch}")
+    cache_note = triton_cache_note(probe.server_triton_cache)
+    row["triton_cache"] = probe.server_triton_cache
+    if cache_note:
+        notes.append(f"WARNING: {cache_note}")
     if not runner.known:
         notes.append(f"MoE runner unknown: {runner.reason}")
     elif verdict not in ("not-triton", "not-applicable"):

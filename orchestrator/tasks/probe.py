@@ -28,7 +28,7 @@ from ..facts.unit import ServerArgs, scope_of
 from ..host.autotune import cache_root as autotune_cache_root
 from ..host.container import install_target, require_name
 from ..host.endpoint import find_endpoint
-from ..host.hazards import bypass_reason, plan_refusal, root_hazards
+from ..host.hazards import bypass_reason, plan_refusal, root_hazards, server_triton_cache_dir
 from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
 
@@ -54,6 +54,9 @@ def probe(ctx) -> TaskResult:
         flags += ["--autotune-cache-root", root]
     # the tuner's work folder holds its Triton cache and temp files: it must allow exec
     flags += ["--work-dir", posixpath.join(ctx.payload.state_dir, "work")]
+    cache = server_triton_cache_dir(ctx.facts.unit)
+    if cache:  # read only, for doctor's warning (issue 32 row 16); the tuner never uses it
+        flags += ["--server-triton-cache", cache]
     ctx.payload.env.update(payload_env(ctx))
     data = ctx.payload.call("probe", flags, timeout=300)
     (ctx.host_dir / PROBE).write_text(json.dumps(data, indent=2, sort_keys=True))
