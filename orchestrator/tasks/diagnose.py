@@ -208,7 +208,12 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         else:
             disk = "default"
         logged = _logged(rep, up, down)
-        if rep is not None and not rep.any_lookup and not rep.ready:
+        quiet = str(server.log_level or "info").lower() in ("warning", "error", "critical")
+        if quiet and (rep is None or not rep.any_lookup):
+            logged = None  # a tuned start logs nothing at WARNING (issue 32 row 18)
+            notes.append(f"--log-level {server.log_level}: SGLang logs the files it loaded (and its start and ready "
+                         "lines) at INFO, so the verdict is the files on disk")
+        elif rep is not None and not rep.any_lookup and not rep.ready:
             logged = None  # still starting: its lookups are not logged yet
             notes.append("the last start has not finished warming up: its MoE config lookups are not logged yet")
         newer = f.changed_since_start if logged is not None and logged == disk else []
@@ -225,7 +230,7 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
                    "fallback": ("only in " + ", ".join(up["other_folders"]) if not up["in_installed_folder"]
                                 else f"down file missing: {down['name']}") + " (sub-optimal)",
                    "default": "no up file in any Triton folder: SGLang's default config (sub-optimal)"}[disk]
-            if logged is None:
+            if logged is None and not quiet:
                 notes.append("no server start found in the unit log")
     if verdict != "not-applicable":
         notes += hazards.notes()

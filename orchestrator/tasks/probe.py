@@ -26,6 +26,7 @@ from ..facts.schema import FactError
 from ..facts.server_group import ServerGroup
 from ..facts.unit import ServerArgs, scope_of
 from ..host.autotune import cache_root as autotune_cache_root
+from ..host.cdi import cdi_refusal
 from ..host.container import install_target, require_name
 from ..host.endpoint import find_endpoint
 from ..host.hazards import bypass_reason, plan_refusal, root_hazards, server_triton_cache_dir
@@ -41,8 +42,18 @@ def probe(ctx) -> TaskResult:
     ``$SGLANG_CACHE_DIR`` (``orch_probe``).
 
     Refused when the tuner's work folder (``<orch_state_dir>/work``) is on a ``noexec`` mount
-    (Triton could not load the kernels it compiles there). Fails naming the field when the answer lacks one, or carries one this controller does not
+    (Triton could not load the kernels it compiles there), and, before anything runs, for a
+    container unit whose GPUs come through a CDI spec that no longer fits the driver
+    (:func:`orchestrator.host.cdi.cdi_refusal`: its next start would fail; the message gives the
+    ``nvidia-ctk cdi generate`` command). Fails naming the field when the answer lacks one, or carries one this controller does not
     know (:class:`orchestrator.facts.probe.ProbeFacts`: the payload is this controller's own)."""
+    unit = ctx.facts.unit
+    if unit is not None and unit.container is not None:
+        # a container whose GPUs come through a stale CDI spec would not start again (issue 32 row 7);
+        # the probe's own container would fail the same way, so this is asked first
+        stale = cdi_refusal(ctx.connection, unit.container)
+        if stale:
+            raise TaskFailed(stale)
     env = ctx.facts.environment
     flags = model_flags(ctx)
     if env.get("SGLANG_MOE_CONFIG_DIR"):

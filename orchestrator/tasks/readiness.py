@@ -4,7 +4,8 @@
 liveness, and ``/health`` 200 is not readiness either (it does not generate in SGLang 0.5.23).
 Ready means a real one-token ``/generate`` returned a token within its deadline
 (:func:`wait_ready`).
-Polling stops early when ``systemctl is-active`` says the unit failed.
+Polling stops early when ``systemctl is-active`` says the unit failed (after one more start when
+the start died of a port race: :func:`orchestrator.host.port_race.restart_after_port_race`).
 
 Where to ask: the address ``plan`` found the server answering at, else the one its
 ``--host``/``--port`` give (:func:`orchestrator.host.endpoint.endpoint_of`).
@@ -22,6 +23,7 @@ from ..facts.journal import LogMark, StartLog, log_files, read_start
 from ..facts.unit import is_active, scope_of
 from ..host.answering import check_answering_process
 from ..host.endpoint import ask, ask_json, endpoint_of
+from ..host.port_race import restart_after_port_race
 from ..host.servers import meet, peer_failure
 
 POLL_S = 1.0
@@ -123,6 +125,8 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
     health = None
     while True:
         state = is_active(ctx.connection, unit, scope_of(ctx.vars))
+        if state in ("failed", "inactive") and ctx.run.started_by_orch and restart_after_port_race(ctx, unit, timeout):
+            continue  # a port race at bind time: started once more, the new files kept (issue 32 row 9)
         if state in ("failed", "inactive"):
             tail = log_since_mark(ctx, unit).strip().splitlines()[-8:]
             raise TaskFailed(f"{unit} became {state} while waiting for readiness; log tail:\n" + "\n".join(tail),
