@@ -99,7 +99,7 @@ def _read_specs(connection) -> list[tuple[str, dict]]:
     """``(path, spec)`` of every readable CDI spec file on the host, lowest precedence first."""
     dirs = " ".join(SPEC_DIRS)
     res = connection.run(["sh", "-c", f"for d in {dirs}; do for f in \"$d\"/*.yaml \"$d\"/*.yml \"$d\"/*.json; do "
-                                      "[ -f \"$f\" ] && printf '%s\\n' \"$f\"; done; done"],
+                                      "[ -f \"$f\" ] && printf '%s\\n' \"$f\"; done; done; true"],
                          check=False, become=True, timeout=30)
     out = []
     for path in res.stdout.splitlines() if res.ok else []:
