@@ -8,13 +8,16 @@ SGLang's ``SGLANG_MOE_CONFIG_DIR``, if set), ``--autotune-cache-root`` (the serv
 the server resolves it, ``Engine.autotune_cache_root``; default: the engine's default for this
 user, SGLang's ``~/.cache/sglang``).
 ``--work-dir`` (the tuner's work folder: refused when its mount is ``noexec``, :func:`exec_problem`).
+``--server-triton-cache`` (the server's Triton cache: read, never written or used, :func:`server_triton_cache`).
 
 Result ``data``::
 
     gpus: [{index, name, device_name, capability "9.0", smem_per_block_optin (bytes),
             total_memory (bytes)}]          # [] without CUDA/torch
     device_name: "NVIDIA_H200" | null       # the engine's form; --device-name wins over GPU 0
-    capability: "9.0" | null                # GPU 0's; --capability wins
+    capability: "9.0" | null                # GPU 0's; --capability wins; else torch's, else the vendor tool's
+    capability_source: "flag"|"torch"|"nvidia-smi"|null
+    capability_tried: [str]                 # each source asked and what it answered
     mixed_gpus: bool                        # visible GPUs report different names
     torch_version, triton_version: str | null
     triton_folder: "triton_3_6_0"           # where orch installs (remote.engines.sglang.naming.triton_folder)
@@ -34,6 +37,7 @@ Result ``data``::
     flashinfer_version: str | null          # flashinfer.__version__ (the autotune cache's folder); null: none
     autotune_cache_root: str                # where FlashInfer autotune caches were looked for
     autotune_caches: [{version, sm, key, path, files: [rank_*.json names], runs: int}]
+    server_triton_cache: remote.tuning.cache.server_cache_report(...) | null   # --server-triton-cache
                                             # <root>/flashinfer/autotune/<version>/sm<XY>/<key>/ present
     file_names: {up, down} | null           # named as this release names them (loader_rules)
     install_dir: "<configs_root>/<triton_folder>" | null
@@ -63,6 +67,7 @@ import importlib.util
 import os
 from typing import Any
 
+from .gpus import local_vendor
 from .engines import add_model_flags, device_name_arg, engine_named, shape_from_args
 from .protocol import RESOLVED_PROVIDERS, PayloadError, log
 from .tuning.support import resolve_provider_name, unsupported_reason
@@ -80,6 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for this user)")
     parser.add_argument("--work-dir", default=None,
                         help="the tuner's work folder (its Triton cache and temp files): must allow exec")
+    parser.add_argument("--server-triton-cache", default=None,
+                        help="the server's Triton cache folder (its TRITON_CACHE_DIR, else ~/.triton/cache): read only")
 
 
 def mount_of(path: str, mountinfo: str) -> dict | None:
@@ -254,6 +261,23 @@ def checked_capability(text: str | None) -> str | None:
     return f"{int(parts[0])}.{int(parts[1])}"
 
 
+def server_triton_cache(path: str | None, capability: str | None) -> dict | None:
+    """What the server's Triton cache folder ``path`` holds that can break its kernels silently
+    (``remote.tuning.cache.server_cache_report``: a shared filesystem, kernels of another GPU
+    architecture, truncated files); None without a path. Read only: the tuner never uses it."""
+    if not path:
+        return None
+    from .tuning.cache import server_cache_report  # noqa: PLC0415
+
+    try:
+        with open("/proc/self/mountinfo") as f:
+            info = f.read()
+    except OSError:
+        info = ""
+    real = os.path.realpath(path)
+    return server_cache_report(path, capability, mount_of(real, info) if os.path.exists(real) else None)
+
+
 # --------------------------------------------------------------------------- command
 
 def run(args: argparse.Namespace) -> dict:
@@ -287,6 +311,20 @@ def run(args: argparse.Namespace) -> dict:
     capability = checked_capability(args.capability) or (gpus[0]["capability"] if gpus else None)
     if args.capability and gpus and gpus[0]["capability"] != capability:
         warnings.append(f"--capability {capability} overrides GPU 0's {gpus[0]['capability']}")
+    source, tried = ("flag" if args.capability else "torch" if gpus else None), []
+    if args.capability:
+        tried.append(f"--capability {capability} (orch_gpu_capability)")
+    else:
+        tried.append(f"torch: GPU 0 is {gpus[0]['capability']}" if gpus else
+                     "torch in the unit's environment: no CUDA device visible (a GPU in exclusive-process mode "
+                     "held by the server, a visible-devices variable that hides it, or no driver)")
+    if capability is None:
+        # the vendor's management tool needs no compute context (issue 32 row 18): what it says of
+        # the server's GPU 0
+        vendor = local_vendor()
+        capability, why = vendor.capability(None, 20.0, os.environ.get(vendor.visible_devices_env))
+        source = vendor.smi if capability else None
+        tried.append(f"{vendor.capability_query}: {capability} ({why})" if capability else why)
 
     model = shape = None
     model_path = None
@@ -313,6 +351,8 @@ def run(args: argparse.Namespace) -> dict:
         "gpus": gpus,
         "device_name": device_name,
         "capability": capability,
+        "capability_source": source,
+        "capability_tried": tried,
         "mixed_gpus": mixed,
         "torch_version": torch_ver,
         "triton_version": tver,
@@ -332,5 +372,6 @@ def run(args: argparse.Namespace) -> dict:
         "flashinfer_version": flashinfer_version(),
         "autotune_cache_root": cache_root,
         "autotune_caches": caches,
+        "server_triton_cache": server_triton_cache(args.server_triton_cache, capability),
         "warnings": warnings,
     }

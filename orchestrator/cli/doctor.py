@@ -1,11 +1,11 @@
 """``orch doctor``: find hosts that silently run untuned MoE kernels, and say why.
 
 Runs ``playbooks/doctor.yaml`` in check mode (nothing changes on any host) and prints
-one row per host with a verdict: ``tuned``, ``fallback``, ``default``, ``not-triton``,
+one row per host with a verdict: ``tuned``, ``fallback``, ``default``, ``not-triton``, ``not-applicable``,
 ``restart-needed``, ``broken`` or ``unfinished-run`` (see :mod:`orchestrator.tasks.diagnose`). A
 rank of a multi-node server also shows its rank and server, and the server's problems
 (:func:`add_servers`).
-Exit status 0 only when every host is ``tuned`` or ``not-triton`` and no multi-node server has a
+Exit status 0 only when every host is ``tuned``, ``not-triton`` or ``not-applicable`` and no multi-node server has a
 problem, so it can run from cron or CI.
 """
 
@@ -26,8 +26,8 @@ from ..ui import field_block, fits, print_table_or_blocks
 from .common import add_host_flags, batching
 from .run import run_playbook
 
-GOOD = {"tuned", "not-triton"}
-STYLE = {"tuned": "green", "not-triton": "cyan", "fallback": "yellow", "default": "yellow",
+GOOD = {"tuned", "not-triton", "not-applicable"}
+STYLE = {"tuned": "green", "not-triton": "cyan", "not-applicable": "cyan", "fallback": "yellow", "default": "yellow",
          "restart-needed": "magenta", "broken": "bold red", "unreachable": "bold red", "failed": "bold red",
          "unfinished-run": "bold red"}
 

@@ -93,6 +93,8 @@ class HostRun:
     sub_runs: list[str] = field(default_factory=list)
     log_mark: str = ""
     start_mark: Any = None
+    #: the start mark of a start made again after a port race (orchestrator.host.port_race): no second retry
+    port_race_retried_for: Any = None
     payload: dict[str, Any] | None = None
     payload_tmp: str | None = None
     locked: bool = False

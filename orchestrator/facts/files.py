@@ -19,6 +19,23 @@ def file_digest(connection, path: str) -> str | None:
     return file_sha256(connection, path)
 
 
+def read_config(connection, path: str) -> dict | None:
+    """The config file ``path`` on the host as loaded JSON (keys in the file's order, as SGLang's
+    loader keeps them), or None when it cannot be read, is larger than 4 MiB or is not a JSON
+    object. Read as the login user, through sudo only when that is refused."""
+    argv = ["head", "-c", str(MAX_CONFIG_BYTES + 1), "--", path]
+    res = connection.run(argv, check=False, timeout=60)
+    if not res.ok and "Permission denied" in res.stderr:
+        res = connection.run(argv, check=False, become=True, timeout=60)
+    if not res.ok or len(res.stdout.encode()) > MAX_CONFIG_BYTES:
+        return None
+    try:
+        data = json.loads(res.stdout)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def config_problem(connection, path: str) -> str | None:
     """Why SGLang's loader would fail on the config file ``path`` on the host (unreadable, too
     large, not JSON, a key or field it refuses), or None when it is valid. Read as the login user,

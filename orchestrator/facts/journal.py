@@ -37,9 +37,26 @@ def unit_log(connection, unit: Unit, lines: int = LOG_LINES) -> str:
 
 
 def last_start_log(connection, unit: Unit, engine: Engine | None = None, lines: int = LOG_LINES) -> str | None:
-    """The lines of the unit's last server start in its log (:func:`unit_log`, :func:`last_start`
-    by ``engine``'s start line; None: the default engine), None when the log holds no start."""
-    return last_start(unit_log(connection, unit, lines), engine)
+    """The lines of the unit's last server start, as :func:`last_start` cuts them from its log
+    (:func:`unit_log`, by ``engine``'s start line; None: the default engine), or, when the log holds
+    no start line, the journal entries of the unit's current invocation (its ``InvocationID``:
+    :func:`split_invocations`). A server run above INFO logs no start line (SGLang 0.5.23
+    ``srt/utils/common.py`` ``configure_logger`` sets every logger's level from ``--log-level``; its
+    start line and its loaded-file lines are INFO, its fallback, default and missing-down lines
+    WARNING, issue 32 row 18). None when neither gives a line (no start logged, a manager without
+    invocation IDs, output only in ``StandardOutput=`` files, which carry none)."""
+    text = unit_log(connection, unit, lines)
+    found = last_start(text, engine)
+    if found is not None or not text.strip():  # a start, or no line at all of any invocation
+        return found
+    inv = invocation_id(connection, unit)
+    if inv is None:
+        return None
+    res = unit.journal(connection, "-n", str(int(lines)), "-o", "json", "--all")
+    if not res.ok:
+        return None
+    text, _others = split_invocations(res.stdout, unit.name, [inv])
+    return text or None
 
 
 @dataclass

@@ -164,6 +164,13 @@ class ProbeFacts(Record):
     flashinfer_version: str | None
     autotune_cache_root: str | None
     autotune_caches: list[AutotuneCache]
+    #: where ``capability`` came from (``flag``: orch_gpu_capability, ``torch``, ``nvidia-smi``; None:
+    #: nowhere) and each source asked, with its answer (``remote.probe``)
+    capability_source: str | None = None
+    capability_tried: list[str] = field(default_factory=list)
+    #: the server's Triton cache as read by the probe (``remote.tuning.cache.server_cache_report``;
+    #: None: not asked, a container unit)
+    server_triton_cache: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> "ProbeFacts":

@@ -60,6 +60,8 @@ class RunSummary(Record):
     reaped: list[dict[str, Any]] | None = None
     #: leftovers of the unit ended because they held its port (payload ``port``)
     port_freed: list[dict[str, Any]] | None = None
+    #: starts made once more after a port race (``{"unit", "why"}``: orchestrator.host.port_race)
+    start_retried: list[dict[str, Any]] | None = None
     #: what the server measured by the "before" benchmark had loaded, from its log
     #: (``{"loaded", "fallback", "default", "down_missing", "text"}``, :func:`orchestrator.tasks.bench.loaded_by_server`)
     before_loaded: dict[str, Any] | None = None

@@ -6,6 +6,9 @@ run that wrote an invalid file) and :func:`classify` decides, as a pure function
 
 Verdicts (one per host):
 
+- ``not-applicable``: flags with which the engine never reads the files whatever the runner
+  (SGLang: ``--enable-deterministic-inference`` on 0.5.5+, KTransformers' kt-kernel:
+  :func:`orchestrator.host.hazards.bypass_reason`); ``orch tune`` skips it and stops nothing.
 - ``not-triton``: the server's MoE runner reads no Triton config file (the engine's answer,
   ``Engine.moe_runner``, the one ``orch tune``'s plan gives: for SGLang only the ``triton`` runner
   reads them); ``orch tune`` would change nothing. For a runner that autotunes (``autotunes``:
@@ -13,7 +16,13 @@ Verdicts (one per host):
   (:mod:`orchestrator.host.autotune`: on or off and why, this server's cache present or missing,
   caches left by another FlashInfer version).
 - ``broken``: a config file the engine would read is invalid (the server crashes at start),
-  or an unparsable ``configs/triton_*`` folder breaks the engine's fallback sort (ValueError).
+  or an unparsable ``configs/triton_*`` folder breaks the engine's fallback sort (ValueError), or an
+  empty or relative config-dir variable points at a folder that does not exist
+  (:class:`orchestrator.host.hazards.RootHazards`; each such entry is also a note, ``will-crash``
+  or ``not-loaded``, with its path). An installed up/``_down`` pair that disagrees on BLOCK_SIZE_M
+  at some batch size is a warning note (SGLang 0.5.23 overrides the down value), and so is the
+  server's own Triton cache on a shared filesystem, with kernels of another GPU architecture or
+  truncated files (:func:`orchestrator.host.hazards.triton_cache_note`).
 - ``restart-needed``: the files on disk differ from what the server logged at its last
   start, or a file it loaded was modified after the unit's main process started
   (configs are cached in-process: a restart picks them up).
@@ -49,6 +58,7 @@ from ..facts.schema import from_dict
 from ..facts.unit import ServerArgs, UnitFacts
 from ..host.autotune import autotune_state
 from ..host.devices import unit_gpu_devices
+from ..host.hazards import RootHazards, bypass_reason, pair_mismatch, root_hazards, triton_cache_note
 from ..host.records import records
 
 
@@ -67,7 +77,9 @@ class DoctorFacts:
     that says why it failed (None when none does); ``file_digests``: role -> sha256 of the file the engine
     would load (None: absent or unreadable), compared across the ranks of a multi-node server;
     ``engine``: whose rules classify (None: the unit's, ``UnitFacts.engine``);
-    ``unfinished``/``lock``: runs an orch controller left unfinished, and the host lock.
+    ``unfinished``/``lock``: runs an orch controller left unfinished, and the host lock;
+    ``hazards``: the configs root's :class:`~orchestrator.host.hazards.RootHazards`;
+    ``pair_mismatch``: the warning for an installed pair that disagrees on BLOCK_SIZE_M (None: none).
     """
 
     unit: UnitFacts
@@ -84,6 +96,8 @@ class DoctorFacts:
     #: and the host lock then (None: free or unread)
     unfinished: list[dict] = field(default_factory=list)
     lock: dict | None = None
+    hazards: RootHazards | None = None
+    pair_mismatch: str | None = None
 
 
 def _file_info(f: DoctorFacts, role: str) -> dict[str, Any]:
@@ -176,15 +190,25 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
     invalid = [f"{posixpath.basename(posixpath.dirname(i['would_load']))}/"
                f"{posixpath.basename(i['would_load'])} is invalid (a start would crash): {i['error']}"
                for i in (up, down) if i["error"] and i["would_load"]]
+    hazards = f.hazards or RootHazards()
+    bypass = bypass_reason(unit, probe)
+    row.update(bypass=bypass, hazards={"entries": hazards.entries, "config_dir": hazards.config_dir},
+               pair_mismatch=f.pair_mismatch)
     if f.unfinished:
         verdict = "unfinished-run"
         why = unfinished_why(unit, f.unfinished, f.lock)
+    elif bypass:
+        verdict = "not-applicable"
+        why = f"{bypass}; orch tune skips this server and stops nothing"
     elif runner.reads_triton_configs is False:
         verdict = "not-triton"
         why = not_triton_why(runner, tune, engine)
     elif invalid or any("unparsable" in str(i.get("fallback_error") or "") for i in (up, down)):
         verdict = "broken"
         why = "; ".join(invalid) or f"{up.get('fallback_error') or down.get('fallback_error')}"
+    elif hazards.will_crash:
+        verdict = "broken"
+        why = "; ".join(hazards.will_crash)
     elif rep is not None and not rep.any_lookup and not rep.ready and unit.active_state in ("failed", "inactive"):
         # the server died before its MoE layers ran: nothing says which runner it would use
         verdict = "broken"
@@ -199,7 +223,11 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
         else:
             disk = "default"
         logged = _logged(rep, up, down)
-        if rep is not None and not rep.any_lookup and not rep.ready:
+        quiet = engine.hidden_load_lines(server)
+        if quiet and (rep is None or not rep.any_lookup):
+            logged = None  # a tuned start logs nothing above INFO (issue 32 row 18)
+            notes.append(f"{quiet} (and its start and ready lines), so the verdict is the files on disk")
+        elif rep is not None and not rep.any_lookup and not rep.ready:
             logged = None  # still starting: its lookups are not logged yet
             notes.append("the last start has not finished warming up: its MoE config lookups are not logged yet")
         newer = f.changed_since_start if logged is not None and logged == disk else []
@@ -216,13 +244,21 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
                    "fallback": ("only in " + ", ".join(up["other_folders"]) if not up["in_installed_folder"]
                                 else f"down file missing: {down['name']}") + " (sub-optimal)",
                    "default": f"no up file in any Triton folder: {engine.display_name}'s default config (sub-optimal)"}[disk]
-            if logged is None:
+            if logged is None and not quiet:
                 notes.append("no server start found in the unit log")
+    if verdict != "not-applicable":
+        notes += hazards.notes()
+        if f.pair_mismatch:
+            notes.append(f"WARNING: {f.pair_mismatch}")
+    cache_note = triton_cache_note(probe.server_triton_cache)
+    row["triton_cache"] = probe.server_triton_cache
+    if cache_note:
+        notes.append(f"WARNING: {cache_note}")
     if not runner.known:
         notes.append(f"MoE runner unknown: {runner.reason}")
-    elif verdict != "not-triton":
+    elif verdict not in ("not-triton", "not-applicable"):
         notes.append(f"MoE runner {runner.runner}: {runner.reason}")
-    if tune is not None and verdict != "not-triton":
+    if tune is not None and verdict not in ("not-triton", "not-applicable"):
         notes.append(autotune_why(tune, engine))
     if runner.disagreement:
         notes.append(f"the last start's log and orch's {engine.display_name} rule disagree ({runner.disagreement}); "
@@ -335,6 +371,9 @@ def gather(ctx, unit: str) -> DoctorFacts:
     if any(errors.values()):
         f.installed_by_run = _run_that_wrote(ctx, [loads[r] for r, e in errors.items() if e])
     f.unfinished, f.lock = _unfinished(ctx)
+    f.hazards = root_hazards(ctx.connection, facts, probe)
+    if not any(errors.values()) and probe.existing_file("down").read_by_engine:
+        f.pair_mismatch = pair_mismatch(ctx.connection, loads.get("up"), loads.get("down"), probe.engine.version)
     return f
 
 

@@ -25,8 +25,10 @@ from ..facts.schema import FactError
 from ..facts.server_group import ServerGroup
 from ..facts.unit import ServerArgs
 from ..host.autotune import autotune_cache_root
+from ..host.cdi import cdi_refusal
 from ..host.container import install_target, require_name
 from ..host.endpoint import find_endpoint
+from ..host.hazards import bypass_reason, plan_refusal, root_hazards, server_triton_cache_dir
 from ..payload.model_args import model_flags, payload_env
 from ..records.layout import PROBE
 
@@ -41,8 +43,18 @@ def probe(ctx) -> TaskResult:
     its GPUs go by (``orch_gpu_vendor``, :func:`remote.gpus.vendor_for`).
 
     Refused when the tuner's work folder (``<orch_state_dir>/work``) is on a ``noexec`` mount
-    (Triton could not load the kernels it compiles there). Fails naming the field when the answer lacks one, or carries one this controller does not
+    (Triton could not load the kernels it compiles there), and, before anything runs, for a
+    container unit whose GPUs come through a CDI spec that no longer fits the driver
+    (:func:`orchestrator.host.cdi.cdi_refusal`: its next start would fail; the message gives the
+    ``nvidia-ctk cdi generate`` command). Fails naming the field when the answer lacks one, or carries one this controller does not
     know (:class:`orchestrator.facts.probe.ProbeFacts`: the payload is this controller's own)."""
+    unit = ctx.facts.unit
+    if unit is not None and unit.container is not None:
+        # a container whose GPUs come through a stale CDI spec would not start again (issue 32 row 7);
+        # the probe's own container would fail the same way, so this is asked first
+        stale = cdi_refusal(ctx.connection, unit.container)
+        if stale:
+            raise TaskFailed(stale)
     env = ctx.facts.environment
     engine = ctx.facts.engine
     flags = model_flags(ctx)
@@ -55,6 +67,9 @@ def probe(ctx) -> TaskResult:
         flags += ["--autotune-cache-root", root]
     # the tuner's work folder holds its Triton cache and temp files: it must allow exec
     flags += ["--work-dir", posixpath.join(ctx.payload.state_dir, "work")]
+    cache = server_triton_cache_dir(ctx.facts.unit)
+    if cache:  # read only, for doctor's warning (issue 32 row 16); the tuner never uses it
+        flags += ["--server-triton-cache", cache]
     ctx.payload.env.update(payload_env(ctx))
     data = ctx.payload.call("probe", flags, timeout=300)
     (ctx.host_dir / PROBE).write_text(json.dumps(data, indent=2, sort_keys=True))
@@ -168,10 +183,15 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     file), named as the unit's last start looked them up when its log shows one
     (``orch_plan.names_source`` ``log``; else ``derived`` from the unit and the model config, see
     :func:`reconcile`).
-    ``orch_plan.existing`` says which exist already. ``runner``: plan as if the unit ran with
+    ``orch_plan.existing`` says which exist already. A server that never reads the files whatever
+    its runner (``--enable-deterministic-inference`` on SGLang 0.5.5+, KTransformers' kt-kernel:
+    :func:`orchestrator.host.hazards.bypass_reason`) is skipped with the reason, before anything
+    else is asked. ``runner``: plan as if the unit ran with
     ``--moe-runner-backend runner`` (the runner trial's Triton candidate); the last start's log then
     names the config files it looked up but not this runner.
     Refuses (fails, before anything is stopped) a multi-node server (:func:`multi_node_reason`),
+    a configs root holding a ``triton_*`` entry SGLang's version sort cannot parse, or an empty or
+    relative ``SGLANG_MOE_CONFIG_DIR`` (:func:`orchestrator.host.hazards.plan_refusal`),
     a container unit without ``--name`` or whose config folder is on no writable host bind mount
     (:func:`orchestrator.host.container.install_target` gives the ``-v``/``-e`` to add), and
     a running server that answers at none of its addresses; ``orch_endpoint`` is where it answers
@@ -189,14 +209,23 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
+    bypass = bypass_reason(ctx.facts.unit, probe_data)
+    if bypass:  # the server never reads the files (issue 32 row 13): nothing to tune, nothing stopped
+        p = Plan(action="skip", reason=bypass, backend=backend, install_dir=install_dir)
+        ctx.run.summary.plan = p
+        return TaskResult.skipped(bypass, facts={"orch_plan": p}, **p.to_dict())
     text = last_start_log(ctx.connection, ctx.facts.unit_handle(name), engine)
     rep = engine.parse_log(text) if text is not None else None
     as_unit = runner is None or runner == server.moe_backend
     runner = engine.moe_runner(server, probe_view(probe_data), backend=backend, log=rep if as_unit else None)
     if not runner.known:
+        # every signal the host gave, and what each said (issue 32 row 18)
+        seen = ("the unit's log holds no server start" if rep is None else
+                "the last start's log shows no Triton MoE lookup, no ready line and no runner choice")
+        tried = "; ".join([seen] + list(probe_data.capability_tried))
         raise TaskFailed(f"cannot tell which MoE runner this server uses, so nothing was stopped: {runner.reason}. "
-                         f"Name it with {engine.runner_flag} in the unit, or start the unit once so its log shows "
-                         "its MoE config lookups")
+                         f"Tried: {tried}. Name it with {engine.runner_flag} in the unit, set orch_gpu_capability, "
+                         "or start the unit once so its log shows its MoE config lookups")
     read = {k for k in names if probe_data.existing_file(k).read_by_engine}
     skipped_roles = sorted(set(names) - read)
     derived = {k: posixpath.join(install_dir, v) for k, v in names.items() if k in read}
@@ -207,6 +236,11 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
         raise TaskFailed(f"the server looks for its up and down files in different folders: {sorted(dirs)}")
     install_dir = dirs.pop()
     action = "tune" if runner.reads_triton_configs else "skip"
+    if action == "tune":  # issue 32 row 12: a root the engine's lookup crashes on, or reads from elsewhere
+        refusal = plan_refusal(root_hazards(ctx.connection, ctx.facts.unit, probe_data), install_dir,
+                               probe_data.engine.configs_root)
+        if refusal:
+            raise TaskFailed(refusal)
     reason = "" if action == "tune" else skip_reason(runner, engine)
     same_dir = install_dir == probe_data.install_dir
     p = Plan(action=action, reason=reason, backend=backend, runner=runner.to_dict(), install_dir=install_dir,

@@ -19,6 +19,7 @@ from ..facts.journal import mark_start, note_invocation
 from ..facts.systemd_unit import Unit, scope_of
 from ..facts.unit import UnitError, gather_unit
 from ..host.container import end_leftover_container
+from ..host.port_race import restart_after_port_race, wait_rendezvous
 from ..host.servers import meet
 from ..host.sigkill import note_sigkills
 from ..payload.client import PayloadFailed
@@ -208,9 +209,12 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     rank >= 1 that gets SIGTERM waits for rank 0's shutdown broadcast); a rank >= 1 that was
     running at the start of the play and is found down then was ended by rank 0's stop, and counts
     as stopped by this run (a rescue starts it again); a start waits until every
-    rank has stopped and installed, then all ranks start together (they join at
-    ``--dist-init-addr`` within ``--dist-timeout``); a rescue's start waits for the ranks still
-    rolling back, so the server restarts on the earlier files on every rank together.
+    rank has stopped and installed, then rank 0 starts first and, once a process of its unit listens
+    at ``--dist-init-addr`` (:func:`orchestrator.host.port_race.wait_rendezvous`), the other ranks
+    start (a rank >= 1 started before rank 0's store listens fails, sglang #3099); a rescue's start
+    waits for the ranks still rolling back, so the server restarts on the earlier files on every
+    rank, rank 0 first. A start that dies of a port race (``Address already in use``) is started once
+    more, the new files kept (:func:`orchestrator.host.port_race.restart_after_port_race`).
     ``ranks: running`` (``orch recover``) makes a start wait, as a rescue's does, only for the
     ranks whose play still runs: a rank with nothing to recover does not keep the others stopped.
     """
@@ -248,17 +252,23 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
             meet(ctx, "rank 0 stopped", among=[])
         return TaskResult.changed(f"{unit} stopped" + (f"; its container {' and '.join(ended)} through the runtime"
                                                       if ended else ""))
+    rescue = only_if_stopped_by_orch or ranks == "running"
+    up = "rank 0 up" + (" again" if rescue else "")  # a rescue's start meets apart from the run's own
     if group is not None:
-        if only_if_stopped_by_orch or ranks == "running":
+        if rescue:
             meet(ctx, "restored", strict=False)
         else:
             meet(ctx, "installed")
+        if group.rank > 0:  # rank 0 first, its store listening, then the others (issue 32 row 9)
+            meet(ctx, up, strict=not rescue, among=[group.rank0])
     touched = ctx.run.stopped_by_orch or ctx.run.started_by_orch
     if only_if_stopped_by_orch and (not touched or ctx.options.leave_stopped):
+        _rank0_up(ctx, up)
         return TaskResult.skipped("unit was not stopped by this run" if not ctx.options.leave_stopped
                                   else "--leave-stopped")
     current = handle.is_active(conn)
     if state == "started" and current == "active":
+        _rank0_up(ctx, up)
         return TaskResult.ok(f"{unit} already active")
     if current != "active":
         end_leftover_container(ctx, unit, timeout)  # a leftover of the name makes `run --name` fail
@@ -270,8 +280,21 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     # the invocation this start made: the start's journal entries are kept to it (read_start)
     note_invocation(conn, ctx.run.start_mark, handle)
     got = _wait_state(ctx, handle, {"active"}, timeout, {"failed"})
-    if not res.ok or got != "active":
-        raise TaskFailed(f"{unit} did not start ({got}): {(res.stderr or res.stdout).strip()[-300:]}")
+    if got == "failed" and restart_after_port_race(ctx, unit, timeout):
+        res, got = None, _wait_state(ctx, handle, {"active"}, timeout, {"failed"})
+    if (res is not None and not res.ok) or got != "active":
+        raise TaskFailed(f"{unit} did not start ({got}): {((res.stderr or res.stdout) if res else '').strip()[-300:]}")
     ctx.run.started_by_orch = True
     ctx.emit("service_started", unit=unit)
-    return TaskResult.changed(f"{unit} {verb}ed")
+    seen = ""
+    if group is not None and group.rank == 0:
+        seen = "; " + wait_rendezvous(ctx, unit, timeout)
+        _rank0_up(ctx, up)
+    return TaskResult.changed(f"{unit} {verb}ed{seen}")
+
+
+def _rank0_up(ctx, phase: str) -> None:
+    """On rank 0 of a multi-node server: tell the other ranks they may start (``phase``)."""
+    group = ctx.facts.server_group
+    if group is not None and group.rank == 0:
+        meet(ctx, phase, among=[])

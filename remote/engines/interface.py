@@ -230,6 +230,12 @@ class Engine(Protocol):
     def role_of(self, path: str) -> str:
         """``up`` or ``down``: the GEMM a config file path is for."""
 
+    def hidden_load_lines(self, server: ServerArgs) -> str | None:
+        """Why the server's log cannot show which config files it loaded (its log level hides
+        those lines and its start line), one phrase naming the level and the engine's rule; None
+        when it logs them. A missing line then proves nothing, and the files
+        on disk decide."""
+
     # --------------------------------------------------------------------------- 7. the MoE runner
 
     #: the launch flag that names the MoE runner backend

@@ -30,6 +30,8 @@ class GpuVendor:
     smi: ClassVar[str] = ""
     #: the environment variable that selects the GPUs a process sees
     visible_devices_env: ClassVar[str] = ""
+    #: how :meth:`capability` asks (for the probe's account of what it tried)
+    capability_query: ClassVar[str] = ""
     #: every device file of its driver (a GPU's own and the shared control files): what holders scan
     device_glob: ClassVar[str] = ""
     #: the GPUs' own device files only (each GPU one); the shared control files say nothing of who
@@ -109,6 +111,13 @@ class GpuVendor:
         """The processes with a compute context on the GPUs: ``[{"pid", "process_name",
         "used_memory_mib"}]``; raises :class:`ToolFailed` when the tool cannot answer."""
         raise NotImplementedError
+
+    def capability(self, tool: str | None, timeout_s: float, visible: str | None) -> tuple[str | None, str]:
+        """GPU 0's compute capability (``MAJOR.MINOR``) as the server numbers its GPUs, asked of the
+        management tool (no compute context needed) within ``timeout_s`` s; ``visible``: the
+        server's :attr:`visible_devices_env` value (None: unset). ``(capability or None, what
+        happened)``; a vendor that cannot tell returns None and says so."""
+        return None, f"{self.smi or 'the GPU vendor'} gives no compute capability"
 
     def errors_in_log(self, text: str) -> list[dict]:
         """The vendor's GPU error lines of a kernel log text, in order: ``[{"pci", "code", "text",

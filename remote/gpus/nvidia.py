@@ -273,6 +273,61 @@ def parse_compute_apps(text: str) -> list[dict]:
     return rows
 
 
+def parse_compute_caps(text: str) -> list[dict]:
+    """``nvidia-smi --query-gpu=index,uuid,compute_cap --format=csv,noheader`` -> ``[{"index",
+    "uuid", "compute_cap"}]`` (``compute_cap`` as ``MAJOR.MINOR``, None when the driver prints
+    ``[N/A]`` or anything that is not one). A line without an integer index is skipped. Pure."""
+    out = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        major, dot, minor = parts[2].partition(".")
+        cap = f"{int(major)}.{int(minor)}" if dot and major.isdigit() and minor.isdigit() else None
+        out.append({"index": int(parts[0]), "uuid": None if parts[1].startswith("[") else parts[1],
+                    "compute_cap": cap})
+    return out
+
+
+def pick_capability(gpus: list[dict], visible: str | None) -> tuple[str | None, str]:
+    """GPU 0's compute capability as the server's CUDA numbers its GPUs, from nvidia-smi's rows
+    (:func:`parse_compute_caps`) and the server's ``CUDA_VISIBLE_DEVICES`` (``visible``; None: unset),
+    and how it was told. All GPUs of one capability give it whatever the order; else the first entry of
+    ``CUDA_VISIBLE_DEVICES``, an index or a (prefix of a) ``GPU-`` UUID, names the GPU; CUDA's own
+    default order (fastest first) is not nvidia-smi's, so without it nothing is guessed. Returns
+    ``(capability or None, why)``. Pure."""
+    caps = {g["compute_cap"] for g in gpus if g["compute_cap"]}
+    if not gpus or not caps:
+        return None, "nvidia-smi listed no GPU with a compute capability"
+    if visible is not None and not visible.strip():
+        return None, "CUDA_VISIBLE_DEVICES is empty: the server sees no GPU"
+    if len(caps) == 1 and all(g["compute_cap"] for g in gpus):
+        return caps.pop(), f"nvidia-smi compute_cap of all {len(gpus)} GPU(s)"
+    first = (visible or "").split(",")[0].strip()
+    for g in gpus:
+        if (first.isdigit() and g["index"] == int(first)) or (
+                first.startswith("GPU-") and g["uuid"] and g["uuid"].startswith(first)):
+            if g["compute_cap"]:
+                return g["compute_cap"], f"nvidia-smi compute_cap of GPU {g['index']} (CUDA_VISIBLE_DEVICES={visible})"
+    return None, ("GPUs of different compute capabilities and no CUDA_VISIBLE_DEVICES entry naming GPU 0 "
+                  "(CUDA numbers GPUs fastest first, not in nvidia-smi's order)")
+
+
+def smi_capability(path: str | None, timeout_s: float, visible: str | None) -> tuple[str | None, str]:
+    """GPU 0's compute capability from ``nvidia-smi --query-gpu=index,uuid,compute_cap`` under a
+    deadline (:func:`remote.host.bounded.run_bounded`), for a host where torch opens no CUDA context
+    (an exclusive-process GPU the server holds, a restricted ``CUDA_VISIBLE_DEVICES``): nvidia-smi
+    asks NVML, which needs none. ``(capability or None, what happened)`` (:func:`pick_capability`);
+    drivers before ``compute_cap`` existed answer that the field is not valid: None."""
+    smi = path or shutil.which("nvidia-smi")
+    if not smi or not os.path.exists(smi):
+        return None, "nvidia-smi not found"
+    r = run_bounded([smi, "--query-gpu=index,uuid,compute_cap", "--format=csv,noheader"], timeout_s)
+    if not r.ok:
+        return None, f"nvidia-smi --query-gpu=compute_cap: {r.state} ({(r.reason or r.stdout).strip()[:120]})"
+    return pick_capability(parse_compute_caps(r.stdout), visible)
+
+
 def parse_xid_line(line: str) -> dict | None:
     """One kernel log line (dmesg's ``[secs] text``, a ``/dev/kmsg`` record, or bare text) ->
     ``{"pci", "code", "text", "time_s", "fatal"}`` when it is an ``NVRM: Xid`` line, else None.
@@ -310,6 +365,7 @@ class NvidiaGpus(GpuVendor):
 
     smi: ClassVar[str] = "nvidia-smi"
     visible_devices_env: ClassVar[str] = "CUDA_VISIBLE_DEVICES"
+    capability_query: ClassVar[str] = "nvidia-smi --query-gpu=compute_cap"
     device_glob: ClassVar[str] = "/dev/nvidia*"
     gpu_device_glob: ClassVar[str] = "/dev/nvidia[0-9]*"
     protected_processes: ClassVar[tuple[str, ...]] = ("nvidia-persistenced", "nv-hostengine", "dcgm-exporter",
@@ -360,6 +416,9 @@ class NvidiaGpus(GpuVendor):
 
     def compute_apps(self, tool: str, timeout_s: float) -> list[dict]:
         return nvidia_smi_apps(tool, timeout_s)
+
+    def capability(self, tool: str | None, timeout_s: float, visible: str | None) -> tuple[str | None, str]:
+        return smi_capability(tool, timeout_s, visible)
 
     def errors_in_log(self, text: str) -> list[dict]:
         return parse_xids(text)

@@ -14,6 +14,7 @@ cache. The cache is removed when the tune ends.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -77,3 +78,93 @@ def tune_with_cache(run_once: Callable[[], dict], root: Path, tag: str, log: Cal
         return {"errors": errors, "cache": str(cache), "moved_aside": str(aside) if aside else None}
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+#: filesystems a cache folder on which is shared between hosts (network and cluster filesystems)
+SHARED_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "glusterfs", "beegfs",
+                       "fuse.sshfs", "fuse.glusterfs", "fuse.cephfs", "fuse.juicefs", "fuse.s3fs", "9p", "afs"})
+#: most kernel folders of a server's cache read (a cache of a busy server holds thousands)
+MAX_ENTRIES = 5000
+#: compiled-binary suffixes a truncated (zero-byte) file of which Triton would load as a kernel
+BINARY_SUFFIXES = (".cubin", ".so", ".hsaco", ".ptx", ".amdgcn", ".spv")
+
+
+def _arch_of(meta: dict) -> int | None:
+    """The GPU architecture a Triton kernel's metadata names: ``target.arch`` (Triton 3.x writes the
+    ``GPUTarget`` as a dict, ``triton/compiler/compiler.py``), else an older ``capability``."""
+    target = meta.get("target")
+    if isinstance(target, dict) and isinstance(target.get("arch"), int):
+        return target["arch"]
+    if isinstance(target, (list, tuple)) and len(target) > 1 and isinstance(target[1], int):
+        return target[1]
+    cap = meta.get("capability")
+    return cap if isinstance(cap, int) else None
+
+
+def server_cache_report(path: str, capability: str | None, mount: dict | None) -> dict:
+    """What a server's Triton cache folder ``path`` holds that can break its kernels silently
+    (issue 32 row 16: a cache copied from another GPU architecture reused a wrong kernel, vllm
+    #41871; one truncated by a reboot, triton #10107), read without changing anything:
+
+    ``{"path", "exists", "fstype", "shared" (on a network or cluster filesystem: shared between hosts),
+    "entries" (kernel folders read), "archs" {arch: kernel count}, "other_arch" (kernels compiled for
+    another architecture than ``capability``, GPU 0's ``"9.0"``; None when it is not known),
+    "truncated" (up to 10 paths: a kernel's metadata that is not JSON, or a compiled binary of 0
+    bytes), "truncated_count", "limited" (more than :data:`MAX_ENTRIES` kernel folders; the rest not
+    read)}``. ``mount``: the mount holding ``path`` (``remote.probe.mount_of``: ``fstype``; None:
+    not known). Never raises for what it reads."""
+    out = {"path": path, "exists": os.path.isdir(path), "fstype": None, "shared": False, "entries": 0,
+           "archs": {}, "other_arch": None, "truncated": [], "truncated_count": 0, "limited": False}
+    if not out["exists"]:
+        return out
+    out["fstype"] = mount["fstype"] if mount else None
+    out["shared"] = bool(mount and mount["fstype"] in SHARED_FS)
+    mine = None
+    if capability:
+        major, _, minor = capability.partition(".")
+        mine = int(major) * 10 + int(minor or 0) if major.isdigit() and (minor or "0").isdigit() else None
+    archs: dict[int, int] = {}
+    try:
+        folders = sorted(os.listdir(path))
+    except OSError:
+        folders = []
+    for name in folders:
+        d = os.path.join(path, name)
+        if not os.path.isdir(d):
+            continue
+        if out["entries"] >= MAX_ENTRIES:
+            out["limited"] = True
+            break
+        out["entries"] += 1
+        try:
+            files = os.listdir(d)
+        except OSError:
+            continue
+        for f in files:
+            p = os.path.join(d, f)
+            if f.endswith(".json") and not f.startswith("__grp__"):
+                try:
+                    with open(p, encoding="utf-8") as fh:
+                        meta = json.load(fh)
+                except (OSError, ValueError):
+                    meta = None
+                    _note_truncated(out, p)
+                arch = _arch_of(meta) if isinstance(meta, dict) else None
+                if arch is not None:
+                    archs[arch] = archs.get(arch, 0) + 1
+            elif f.endswith(BINARY_SUFFIXES):
+                try:
+                    if os.path.getsize(p) == 0:
+                        _note_truncated(out, p)
+                except OSError:
+                    pass
+    out["archs"] = {str(a): n for a, n in sorted(archs.items())}
+    if mine is not None:
+        out["other_arch"] = sum(n for a, n in archs.items() if a != mine)
+    return out
+
+
+def _note_truncated(out: dict, path: str) -> None:
+    out["truncated_count"] += 1
+    if len(out["truncated"]) < 10:
+        out["truncated"].append(path)

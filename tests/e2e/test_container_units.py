@@ -172,3 +172,85 @@ def test_tune_and_rollback_on_a_notify_unit_whose_conmon_is_the_main_pid(testbed
     assert recap(rb)["hosts"][h.name]["outcome"] == "completed", rb.stderr[-4000:]
     assert h.sh(f"test -f {host_dir}/{UP}", check=False).returncode != 0
     assert main_pid() != tuned and list(_containers(h)) == ["sglang"]
+
+
+def test_docker_client_ended_by_the_stop_leaves_its_container_which_docker_stop_ends(testbed_factory, tmp_path):
+    """Issue 32 row 8 (moby #31459): a ``docker run --rm`` unit whose client ends at SIGTERM and leaves
+    its container running (the docker stand-in's ``client_leaves_container`` knob: the container is
+    the runtime's, outside the unit's processes). The fault first: ``systemctl stop`` makes the unit
+    inactive while the container still runs and holds the GPU. Then ``orch tune``: after its stop
+    the container is ended through ``docker stop`` (then gone: ``--rm``), nothing is killed by PID
+    (the reap ends no process), and the tune completes on a new container."""
+    import json
+
+    bed = testbed_factory(1, {0: _bed_options("docker", True)})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    h.sh("cat > /run/orchtb/docker.json", input=json.dumps({"client_leaves_container": True}))
+    h.sh(f"systemctl restart {h.unit}")  # the next `docker run` is such a client
+    h.wait_http("/health")
+    h.sh(f"systemctl stop {h.unit}")
+    assert h.unit_state() in ("inactive", "failed")
+    assert _containers(h, "docker") == {"sglang": "running"}
+    held = [c for _p, c in h.pids_holding("/dev/nvidia0") if "sglang.launch_server" in c]
+    assert held, "the left container's server holds the GPU"
+    h.sh(f"systemctl start {h.unit}")  # its ExecStartPre=-docker rm -f frees the name, as fleets write it
+    h.wait_http("/health")
+    calls = len(h.sh("cat /run/orchtb/docker-calls.jsonl").stdout.splitlines())
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    res = recap(proc)
+    r = res["hosts"][h.name]
+    assert r["outcome"] == "completed", (r, proc.stderr[-4000:])
+    events = [json.loads(x) for x in (state / "runs" / res["run_id"] / "events.jsonl").read_text().splitlines()]
+    ended = [e for e in events if e.get("event") == "container_ended"]
+    assert ended and ended[0]["container"] == "sglang" and "stopped" in ended[0]["actions"], ended
+    assert not [e for e in events if e.get("event") == "process_killed"]
+    new = [json.loads(x)["argv"] for x in h.sh("cat /run/orchtb/docker-calls.jsonl").stdout.splitlines()[calls:]]
+    stops = [a for a in new if a[:1] == ["stop"] and a[-1] == "sglang"]
+    assert stops and not [a for a in new if a[:1] == ["kill"]], new
+    assert h.unit_state() == "active" and list(_containers(h, "docker")) == ["sglang"]
+
+
+def test_stale_cdi_spec_after_a_driver_upgrade_is_refused_before_the_stop(testbed_factory, tmp_path):
+    """Issue 32 row 7 (podman #26233, nixpkgs #353059): a podman unit gets its GPU through CDI
+    (``--device nvidia.com/gpu=all``, the spec in the host's /etc/cdi names the stand-in driver's
+    ``libcuda.so.550.54.15``). With the spec current, ``orch tune --check`` passes. After a driver
+    upgrade (the library is now 560.35.03, nvidia-smi says so) the running container still works,
+    ``orch tune`` is refused before anything stops, naming the spec and ``nvidia-ctk cdi generate``,
+    and the unit keeps its process; a restart would indeed fail (real podman's CDI injection). Once
+    the spec is regenerated the unit starts and a tune is no longer refused."""
+    from tests.testbed.bed import cdi_spec
+
+    bed = testbed_factory(1, {0: {"container": {"moe_mount": True, "cdi": True}, "nvidia_smi": True}})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    assert "--device nvidia.com/gpu=all" in h.sh("systemctl cat sglang-qwen").stdout
+    assert h.sh("podman exec sglang test -e /opt/nvidia-driver/libcuda.so.550.54.15", check=False).returncode == 0
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    check = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", state_dir=tmp_path / "s1")
+    assert recap(check)["hosts"][h.name]["outcome"] == "check", check.stderr[-3000:]
+
+    h.sh("rm /srv/nvidia-driver/libcuda.so.550.54.15 && echo stand-in > /srv/nvidia-driver/libcuda.so.560.35.03 && "
+         "echo '{\"version\": \"560.35.03\"}' > /run/orchtb/driver.json")
+    pid = h.sh("systemctl show -p MainPID sglang-qwen").stdout.strip()
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "s2")
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "failed" and "Probe GPUs" in r["cause"], r
+    assert "the CDI spec /etc/cdi/nvidia.yaml for nvidia.com/gpu=all is stale" in r["cause"]
+    assert "/srv/nvidia-driver/libcuda.so.550.54.15, which does not exist" in r["cause"]
+    assert "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in r["cause"] and "nothing was stopped" in r["cause"]
+    assert h.sh("systemctl show -p MainPID sglang-qwen").stdout.strip() == pid and h.unit_state() == "active"
+    h.wait_http("/health")
+
+    # the fault orch kept away from: a restart on the stale spec does not come back
+    h.sh("systemctl restart sglang-qwen", check=False)
+    h.sh("for i in $(seq 600); do s=$(systemctl is-active sglang-qwen); "
+         "[ \"$s\" = active ] || [ \"$s\" = activating ] || exit 0; sleep 0.1; done; exit 1")
+    assert h.unit_state() != "active" and "libcuda.so.550.54.15" in h.unit_log()
+    h.sh("cat > /etc/cdi/nvidia.yaml", input=cdi_spec(1, "560.35.03"))  # what nvidia-ctk would write now
+    h.sh("systemctl start sglang-qwen")
+    h.wait_http("/health")
+    again = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", state_dir=tmp_path / "s3")
+    assert recap(again)["hosts"][h.name]["outcome"] == "check", again.stderr[-3000:]

@@ -31,6 +31,7 @@ import json
 import re
 
 import pytest
+import yaml
 
 from tests.e2e.helpers import inventory, orch, recap
 
@@ -290,3 +291,173 @@ def test_exit_zero_when_all_tuned_or_not_triton(doctored):
     proc = doctored["good"]
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert {h: r["verdict"] for h, r in recap(proc).items()} == {"gpu-a": "tuned", "gpu-d": "not-triton"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 32 rows 12, 13, 14, 16, 18: servers SGLang itself trips on, and one whose signals are
+# hidden. One bed of six hosts (the stand-in runs SGLang 0.5.23's real lookup code):
+#
+#   gpu-a  --enable-deterministic-inference (files installed)      not-applicable; tune skips
+#   gpu-b  files installed, triton_3_6_0.bak made beside them        tuned + not-loaded note; tune refused
+#   gpu-c  only the up file, triton_3_6_0.bak made after start       broken: will-crash on the down miss
+#   gpu-d  SGLANG_MOE_CONFIG_DIR= (empty): the start dies             broken: /root/configs; tune refused
+#   gpu-e  up/down disagree on BLOCK_SIZE_M; its Triton cache holds   tuned + two warnings
+#          an sm80 kernel and a truncated file
+#   gpu-f  --log-level warning, SM120, no orch_gpu_capability,        plan tunes from the log's WARNING
+#          nvidia-smi answers compute_cap 12.0                        lines; tune completes; doctor tuned
+# ---------------------------------------------------------------------------------------------
+
+BM16 = {"1": dict(CFG["1"], BLOCK_SIZE_M=16), "64": dict(CFG["1"], BLOCK_SIZE_M=64)}
+BM_OTHER = {"1": dict(CFG["1"], BLOCK_SIZE_M=32), "64": dict(CFG["1"], BLOCK_SIZE_M=64)}
+RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+TRIP = {
+    "gpu-a": {"extra_args": ["--enable-deterministic-inference"], "config_files": {UP: CFG, DOWN: CFG}},
+    "gpu-b": {"config_files": {UP: CFG, DOWN: CFG}},
+    "gpu-c": {"config_files": {UP: CFG}},
+    "gpu-d": {"env": {"SGLANG_MOE_CONFIG_DIR": ""}},
+    "gpu-e": {"config_files": {UP: BM16, DOWN: BM_OTHER}, "env": {"TRITON_CACHE_DIR": "/srv/triton-cache"}},
+    "gpu-f": {"extra_args": ["--log-level", "warning"], "gpu_capability": "12.0", "gpu_name": RTX,
+              "nvidia_smi": True},
+}
+
+
+def _kernel(host, folder: str, arch: int, binary: str = "ELF") -> None:
+    """A compiled kernel in a Triton cache, as Triton 3.x lays it out (metadata beside the binary)."""
+    meta = {"name": "fused_moe_kernel", "target": {"backend": "cuda", "arch": arch, "warp_size": 32}}
+    _write(host, f"{folder}/fused_moe_kernel.json", json.dumps(meta))
+    _write(host, f"{folder}/fused_moe_kernel.cubin", binary)
+
+
+@pytest.fixture(scope="module")
+def tripped(tmp_path_factory):
+    from tests.conftest import _require_testbed
+
+    _require_testbed()
+    from tests.testbed.bed import TestBed
+
+    tmp = tmp_path_factory.mktemp("doctor_trips")
+    bed = TestBed(n_hosts=len(TRIP), host_options={i: o for i, o in enumerate(TRIP.values())}, workdir=tmp / "bed")
+    bed.__enter__()
+    try:
+        assert [h.name for h in bed.hosts] == list(TRIP)
+        for h in bed.hosts:
+            if h.name != "gpu-d":
+                h.wait_http("/health")
+        d = bed.host("gpu-d")  # the empty variable: the real 0.5.23 lookup dies at start
+        d.sh(f"for i in $(seq 600); do systemctl is-active {d.unit} >/dev/null || exit 0; sleep 0.1; done; exit 1")
+        for name in ("gpu-b", "gpu-c"):
+            h = bed.host(name)
+            h.sh(f"mkdir -p {h.config_dir}/triton_3_6_0.bak")
+        e = bed.host("gpu-e")
+        _kernel(e, "/srv/triton-cache/AAAA", 90)
+        _kernel(e, "/srv/triton-cache/BBBB", 80)
+        _kernel(e, "/srv/triton-cache/CCCC", 90, binary="")
+        inv = inventory(bed, tmp / "hosts.yaml")
+        data = yaml.safe_load(inv.read_text())
+        for group in data["all"]["children"].values():
+            (group.get("hosts") or {}).get("gpu-f", {}).pop("orch_gpu_capability", None)
+        inv.write_text(yaml.safe_dump(data, sort_keys=False))
+        state = tmp / "state"
+        pids = {h.name: h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip() for h in bed.hosts}
+        check = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", "--limit", "gpu-f",
+                     state_dir=state)
+        refused = orch("tune", str(inv), "--service", "sglang-qwen", "--json", "--limit", "gpu-a,gpu-b,gpu-d",
+                       state_dir=state)
+        after_refused = {h.name: h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip() for h in bed.hosts}
+        tune_f = orch("tune", str(inv), "--service", "sglang-qwen", "--json", "--limit", "gpu-f", state_dir=state)
+        doc = orch("doctor", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+        yield {"bed": bed, "check": check, "refused": refused, "tune_f": tune_f, "doc": doc, "rows": recap(doc),
+               "pids": pids, "after_refused": after_refused}
+    finally:
+        bed.destroy()
+
+
+def test_deterministic_inference_is_not_applicable_and_tune_stops_nothing(tripped):
+    """Row 13: SGLang 0.5.23 reads no file under --enable-deterministic-inference (the stand-in's
+    real lookup logs its deterministic line): doctor says not-applicable, tune skips, same MainPID."""
+    a = tripped["bed"].host("gpu-a")
+    assert "Deterministic inference is enabled, using default MoE kernel config." in a.unit_log()
+    row = tripped["rows"]["gpu-a"]
+    assert row["verdict"] == "not-applicable" and "--enable-deterministic-inference" in row["why"], row
+    r = recap(tripped["refused"])["hosts"]["gpu-a"]
+    assert r["outcome"] != "failed" and r["summary"]["plan"]["action"] == "skip", r
+    assert "--enable-deterministic-inference is set" in r["summary"]["plan"]["reason"]
+    assert tripped["after_refused"]["gpu-a"] == tripped["pids"]["gpu-a"]
+
+
+def test_unparsable_triton_folder_is_named_with_its_state_and_tune_refuses_the_root(tripped):
+    """Row 12: ``triton_3_6_0.bak`` beside the Triton folder. With both files there it is never read
+    (``not-loaded``); with the down file missing the next start's lookup lists the root and dies
+    (``will-crash``, broken). A tune refuses to install into such a root before anything stops."""
+    bed, rows = tripped["bed"], tripped["rows"]
+    b, c = bed.host("gpu-b"), bed.host("gpu-c")
+    rb, rc = rows["gpu-b"], rows["gpu-c"]
+    assert rb["verdict"] == "tuned", rb
+    assert any(n.startswith(f"not-loaded: {b.config_dir}/triton_3_6_0.bak: never read") for n in rb["notes"]), rb
+    assert rc["verdict"] == "broken" and "ValueError" in rc["why"], rc
+    assert any(n.startswith(f"will-crash: {c.config_dir}/triton_3_6_0.bak: SGLang lists {c.config_dir} on a miss "
+                            "(down file not in its Triton folder)") for n in rc["notes"]), rc
+    r = recap(tripped["refused"])["hosts"]["gpu-b"]
+    assert r["outcome"] == "failed" and "Plan the files to write" in r["cause"], r
+    assert f"{b.config_dir}/triton_3_6_0.bak (not-loaded" in r["cause"] and "nothing was stopped" in r["cause"]
+    assert tripped["after_refused"]["gpu-b"] == tripped["pids"]["gpu-b"]
+    from remote.engines.sglang.naming import unparsable_triton_folders
+
+    assert unparsable_triton_folders(b.sh(f"ls {b.config_dir}").stdout.split()) == ["triton_3_6_0.bak"]
+
+
+def test_empty_moe_config_dir_is_broken_with_the_folder_and_tune_refuses(tripped):
+    """Row 12: ``SGLANG_MOE_CONFIG_DIR=`` (empty): SGLang 0.5.23 looks in ``configs`` under the unit's
+    working directory (/root); none is there, so its start died (FileNotFoundError). Doctor names
+    the folder; a tune refuses before anything."""
+    d, row = tripped["bed"].host("gpu-d"), tripped["rows"]["gpu-d"]
+    assert "FileNotFoundError" in d.unit_log() and d.unit_state() in ("failed", "inactive")
+    assert row["verdict"] == "broken" and row["why"].startswith("/root/configs does not exist: SGLANG_MOE_CONFIG_DIR "
+                                                                 "is set but empty"), row
+    assert row["hazards"]["config_dir"]["state"] == "will-crash"
+    r = recap(tripped["refused"])["hosts"]["gpu-d"]
+    assert r["outcome"] == "failed" and "SGLANG_MOE_CONFIG_DIR is set but empty" in r["cause"], r
+    assert "nothing was stopped" in r["cause"]
+
+
+def test_mismatched_pair_and_a_copied_triton_cache_are_warned(tripped):
+    """Row 14: the installed pair disagrees on BLOCK_SIZE_M at M=1..32 (the stand-in's 0.5.23
+    lookup overrode the down value and said so); row 16: the server's Triton cache holds a kernel
+    compiled for sm80 on this sm90 host and a truncated binary; doctor warns of both and says
+    orch tune reused nothing from the cache. Verdict tuned: the files are the ones loaded."""
+    e, row = tripped["bed"].host("gpu-e"), tripped["rows"]["gpu-e"]
+    assert "overriding down BLOCK_SIZE_M to match" in e.unit_log()
+    assert row["verdict"] == "tuned", row
+    assert "M=1..32 (up entry 1: 16, down entry 1: 32)" in row["pair_mismatch"] and "never measured" in \
+        row["pair_mismatch"], row
+    cache = row["triton_cache"]
+    assert cache["path"] == "/srv/triton-cache" and cache["archs"] == {"80": 1, "90": 2}
+    assert cache["other_arch"] == 1 and cache["truncated"] == ["/srv/triton-cache/CCCC/fused_moe_kernel.cubin"]
+    note = next(n for n in row["notes"] if "Triton cache" in n)
+    assert "another GPU architecture (sm80 x1, sm90 x2)" in note and "orch tune reused nothing from it" in note
+
+
+def test_quiet_server_without_a_cuda_context_is_tuned_from_every_signal(tripped):
+    """Row 18: ``--log-level warning`` hides SGLang's start line and ``Using MoE kernel config`` lines,
+    the probe opens no CUDA context (the bed has none) and orch_gpu_capability is not set. Plan takes
+    the names from the last invocation's WARNING lookup lines and the GPU generation from nvidia-smi
+    (tests/unit/tasks/cases/plan.json has each signal alone), the tune completes (the loaded files
+    are not proven from a quiet log, the benchmark after decides), and doctor, whose log then has no
+    lookup line at all, takes sm120 from nvidia-smi's compute_cap."""
+    f = tripped["bed"].host("gpu-f")
+    check = recap(tripped["check"])["hosts"]["gpu-f"]
+    assert check["outcome"] == "check", check
+    plan = check["summary"]["plan"]
+    # both signals: the names from the last invocation's WARNING lookup lines (no start line in the
+    # log), the runner's GPU generation from nvidia-smi (sm120); they agree
+    assert plan["action"] == "tune" and plan["names_source"] == "log", plan
+    assert plan["runner"]["runner"] == "triton" and "sm120" in plan["runner"]["reason"], plan["runner"]
+    assert "server_args=" not in f.unit_log()
+    r = recap(tripped["tune_f"])["hosts"]["gpu-f"]
+    assert r["outcome"] == "completed", (r, tripped["tune_f"].stderr[-4000:])
+    row = tripped["rows"]["gpu-f"]
+    assert row["verdict"] == "tuned", row
+    assert row["runner"]["runner"] == "triton" and "sm120" in row["runner"]["reason"], row["runner"]
+    assert any(n.startswith("--log-level warning: SGLang logs the files it loaded") for n in row["notes"])
+    name = UP.replace("NVIDIA_H200", RTX.replace(" ", "_"))
+    assert f.sh(f"test -f {f.triton_dir}/{name}", check=False).returncode == 0

@@ -348,3 +348,60 @@ def test_recover_after_a_controller_killed_mid_tune_restarts_every_rank(testbed_
     assert stops == ([rank1.name] if waiting else []), order  # only a running rank needs a stop
     assert sorted(h for ev, h in order if ev == "service_started") == sorted([rank0.name, rank1.name]), order
     assert not stops or order.index(("service_stopped", rank1.name)) < min(starts), order
+
+
+def _dist_faults(host, **faults) -> None:
+    """Start-up faults of the stand-in's rank meeting, read at each start (sglang._standin.dist)."""
+    host.sh("mkdir -p /run/sglang-standin && cat > /run/sglang-standin/dist-faults.json", input=json.dumps(faults))
+
+
+def test_rank_0_starts_first_and_the_others_once_its_store_listens(testbed_factory, tmp_path):
+    """Issue 32 row 9 (sglang #3099): rank 0's store listens 5 s after its start (``listen_delay_s``)
+    and rank 1 dies at once when its first connection is refused (``join: fail_fast``), so ranks
+    started together fail. ``orch tune`` starts rank 0, waits until its unit listens at
+    ``--dist-init-addr``, then starts rank 1: both complete on the new files. Then the fault itself:
+    rank 1 started alone, before rank 0, fails with the refused connection."""
+    bed = _two_ranks(testbed_factory)
+    rank0, rank1 = bed.hosts
+    _dist_faults(rank0, listen_delay_s=5)
+    _dist_faults(rank1, join="fail_fast")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    res = recap(proc)
+    for h in bed.hosts:
+        assert res["hosts"][h.name]["outcome"] == "completed", (res["hosts"][h.name], proc.stderr[-4000:])
+        assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in h.unit_log()
+    events = _events(state, res["run_id"])
+    started = [e["host"] for e in events if e.get("event") == "service_started"]
+    assert started == [rank0.name, rank1.name], started
+    rank0_start = next(e for e in events if e.get("event") == "task" and e.get("host") == rank0.name
+                       and e.get("task") == "Start the unit" and e.get("status") == "changed")
+    assert f"rank 0 listens at {COMMON[-1]}" in rank0_start.get("msg", ""), rank0_start
+
+    rank0.sh(f"systemctl stop {rank0.unit}")  # its shutdown broadcast ends rank 1 too
+    rank1.sh(f"for i in $(seq 600); do systemctl is-active {rank1.unit} >/dev/null || exit 0; sleep 0.1; done; exit 1")
+    rank1.sh(f"systemctl start {rank1.unit}", check=False)
+    rank1.sh(f"for i in $(seq 600); do s=$(systemctl is-active {rank1.unit}); "
+             "[ \"$s\" = active ] || [ \"$s\" = activating ] || exit 0; sleep 0.1; done; exit 1")
+    assert "Connection refused" in rank1.unit_log() and rank1.unit_state() != "active"
+
+
+def test_a_port_race_at_rank_0s_start_is_started_once_more_not_rolled_back(testbed_factory, tmp_path):
+    """Issue 32 row 9 (sglang #37215): rank 0's store fails to bind once with torch's EADDRINUSE
+    (``eaddrinuse_once``). orch starts rank 0 once more, keeping the new files, and both ranks
+    complete on them; the retry is in the summary and the events, with the log line."""
+    bed = _two_ranks(testbed_factory)
+    rank0, _rank1 = bed.hosts
+    _dist_faults(rank0, eaddrinuse_once=True)
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=state)
+    res = recap(proc)
+    for h in bed.hosts:
+        assert res["hosts"][h.name]["outcome"] == "completed", (res["hosts"][h.name], proc.stderr[-4000:])
+        assert f"Using MoE kernel config from {h.triton_dir}/{UP}." in h.unit_log().rsplit("server_args=", 1)[1]
+    retried = res["hosts"][rank0.name]["summary"]["start_retried"]
+    assert len(retried) == 1 and "EADDRINUSE" in retried[0]["why"], retried
+    assert [e for e in _events(state, res["run_id"]) if e.get("event") == "start_retried"]
+    assert "EADDRINUSE" in rank0.unit_log()

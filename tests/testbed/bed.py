@@ -202,7 +202,9 @@ FLEET_OPTION_DEFAULTS: Dict[str, Any] = {
                              #   (moe_config_dir is then /srv/moe); {"moe_mount": False}: no such mount;
                              #   "runtime": "docker": `/usr/bin/docker run ... --gpus all`, the docker
                              #   stand-in over podman (tests/testbed/docker_shim.py); default "podman";
-                             #   "sdnotify": "conmon" adds podman's --sdnotify=conmon (a Type=notify unit)
+                             #   "sdnotify": "conmon" adds podman's --sdnotify=conmon (a Type=notify unit);
+                             #   "cdi": True (podman): the GPU through CDI, `--device nvidia.com/gpu=all`,
+                             #   with a stand-in driver's spec in the host's /etc/cdi (CDI_DRIVER)
 }
 HOST_OPTION_DEFAULTS.update(FLEET_OPTION_DEFAULTS)
 # --- Launch forms and unit shapes (issue 19). Every default leaves the host as before.
@@ -892,8 +894,11 @@ def _container_exec(host: Host, args: List[str], env: Dict[str, str]) -> List[st
     else:
         words = ["/usr/bin/podman", "run", "--rm", "--name", "sglang", "-p", f"{port}:{port}",
                  "-v", "/models:/models:ro"]
-        for i in range(max(1, int(o["tp"]))):
-            words += ["-v", f"/dev/nvidia{i}:/dev/nvidia{i}"]
+        if o["container"].get("cdi"):  # the GPU path through the CDI spec (cdi_spec)
+            words += ["--device", "nvidia.com/gpu=all"]
+        else:
+            for i in range(max(1, int(o["tp"]))):
+                words += ["-v", f"/dev/nvidia{i}:/dev/nvidia{i}"]
     if o["container"].get("sdnotify"):  # podman-run(1) --sdnotify: who tells systemd (Type=notify) it started
         words.append(f"--sdnotify={o['container']['sdnotify']}")
     if o["container"].get("moe_mount"):
@@ -902,6 +907,31 @@ def _container_exec(host: Host, args: List[str], env: Dict[str, str]) -> List[st
     for k, v in env.items():
         words += ["-e", f"{k}={v}"]
     return words + [CONTAINER_IMAGE, CONTAINER_PYTHON] + args[1:]
+
+
+#: the stand-in driver's version a CDI host starts with (its library /srv/nvidia-driver/libcuda.so.VERSION)
+CDI_DRIVER = "550.54.15"
+
+
+def cdi_spec(n_gpus: int, driver: str) -> str:
+    """A CDI spec for ``nvidia.com/gpu`` in the layout ``nvidia-ctk cdi generate`` writes (CDI 0.5.0:
+    ``kind``, ``devices`` ``0``.. and ``all``, top-level ``containerEdits`` with the driver's versioned
+    library), standing in for the real one: the bed's GPU files are plain files, so they are given as
+    bind mounts (CDI ``deviceNodes`` must be device files), and the driver's library is
+    ``/srv/nvidia-driver/libcuda.so.DRIVER`` (per host), mounted at ``/opt/nvidia-driver/``."""
+    gpu = [{"hostPath": f"/dev/nvidia{i}", "containerPath": f"/dev/nvidia{i}", "options": ["rw", "bind"]}
+           for i in range(n_gpus)]
+    lib = f"libcuda.so.{driver}"
+    spec = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+            "devices": [{"name": str(i), "containerEdits": {"mounts": [gpu[i]]}} for i in range(n_gpus)]
+            + [{"name": "all", "containerEdits": {"mounts": gpu}}],
+            "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"],
+                               "mounts": [{"hostPath": f"/srv/nvidia-driver/{lib}",
+                                           "containerPath": f"/opt/nvidia-driver/{lib}",
+                                           "options": ["ro", "nosuid", "nodev", "bind"]}]}}
+    import yaml
+
+    return "---\n" + yaml.safe_dump(spec, sort_keys=False)
 
 
 def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
@@ -945,6 +975,12 @@ def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
             tar.addfile(info)
         tar.add(str(hd / "opt-sglang"), arcname="opt/sglang")
     binds = [[str(etc), "/etc/containers"], [str(hd / "var-lib-containers"), "/var/lib/containers"]]
+    cdi_cmds = []
+    if host.options["container"].get("cdi"):  # /etc/cdi of its own, and the stand-in driver's library
+        (hd / "etc-cdi").mkdir()
+        (hd / "etc-cdi" / "nvidia.yaml").write_text(cdi_spec(int(host.options["n_gpus"]), CDI_DRIVER))
+        binds.append([str(hd / "etc-cdi"), "/etc/cdi"])
+        cdi_cmds.append(f"mkdir -p /srv/nvidia-driver && echo stand-in > /srv/nvidia-driver/libcuda.so.{CDI_DRIVER}")
     if container_runtime(host) == "docker":  # /usr/bin/docker: the stand-in, through hostinit's /usr/bin overlay
         shutil.copy(DOCKER_SHIM, hd / "run" / "orchtb" / "docker_shim.py")
         os.chmod(hd / "run" / "orchtb" / "docker_shim.py", 0o644)
@@ -960,7 +996,7 @@ def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
     cmds = ["if grep -q ' /sys/fs/cgroup/unified ' /proc/self/mounts; then umount /sys/fs/cgroup/unified; fi",
             # `ip netns exec` gives the host a fresh sysfs with an empty /sys/fs/cgroup, whose type crun refuses
             "grep -q ' /sys/fs/cgroup ' /proc/self/mounts || mount -t tmpfs -o mode=755 orchtb-cgroup /sys/fs/cgroup",
-            f"podman import /run/orchtb/image.tar {CONTAINER_IMAGE} >/dev/null"]
+            f"podman import /run/orchtb/image.tar {CONTAINER_IMAGE} >/dev/null"] + cdi_cmds
     return binds, cmds
 
 
@@ -1445,7 +1481,7 @@ class TestBed:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
         if o["nvidia_smi"]:
-            gpus = [{"index": i, "name": o["gpu_name"], "uuid": host.gpu_uuid(i),
+            gpus = [{"index": i, "name": o["gpu_name"], "uuid": host.gpu_uuid(i), "compute_cap": str(o["gpu_capability"]),
                      "pci_bus_id": PCI_BUS_IDS[i % len(PCI_BUS_IDS)],
                      "mig": [{"profile": prof, "uuid": gpu_uuid(host.name, i * 100 + k, "MIG")}
                              for k, prof in enumerate(o["mig"].get(i, o["mig"].get(str(i), [])))]}
@@ -1485,6 +1521,8 @@ class TestBed:
         if host.options["container"]:  # mount points of a container host's podman folders
             os.makedirs("/etc/containers", exist_ok=True)
             os.makedirs("/var/lib/containers", exist_ok=True)
+            if host.options["container"].get("cdi"):
+                os.makedirs("/etc/cdi", exist_ok=True)
         for etc in FLEET_ETC_DIRS:  # mount points of the per-host /etc folders (FLEET_OPTION_DEFAULTS files)
             if any(p.startswith(etc + "/") for p in host.options["files"]):
                 os.makedirs(etc, exist_ok=True)

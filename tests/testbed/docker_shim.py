@@ -21,6 +21,15 @@ podman (4.3). Where docker and podman differ, docker's side is what the caller s
 Only the Go-template subset below is understood (field paths, ``json``, ``index``, ``lower``,
 ``upper``, ``join``, ``table``); anything else exits 1 with a message, as docker does on a bad
 template.
+
+Every call is appended to ``/run/orchtb/docker-calls.jsonl`` (``{"argv", "pid"}``), so a test sees
+which commands reached the runtime. Fault knob (issue 32 row 8, moby #31459), written by a test to
+``/run/orchtb/docker.json``: ``{"client_leaves_container": true}`` makes ``docker run`` a client that
+ends at SIGTERM and leaves its container running, as Docker's does wherever the container is the
+daemon's and no signal reaches it through the client (a ``-t`` run has no signal proxy, a client
+SIGKILLed at ``TimeoutStopSec``, ``--sig-proxy=false``): the container's processes are then outside
+the unit's process tree, and only ``docker stop``/``kill``/``rm -f`` end them. The stand-in does
+this with podman's own ``--sig-proxy=false`` (conmon keeps the container).
 """
 
 from __future__ import annotations
@@ -36,6 +45,25 @@ import sys
 import time
 
 PODMAN = os.environ.get("ORCH_DOCKER_SHIM_PODMAN", "/usr/bin/podman")
+#: where each call is recorded, and the fault knob (module docstring)
+CALLS = "/run/orchtb/docker-calls.jsonl"
+KNOBS = "/run/orchtb/docker.json"
+
+
+def _knob(name: str) -> bool:
+    try:
+        with open(KNOBS) as f:
+            return bool(json.load(f).get(name))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _record(argv: list) -> None:
+    try:
+        with open(CALLS, "a") as f:
+            f.write(json.dumps({"argv": argv, "pid": os.getpid()}) + "\n")
+    except OSError:
+        pass
 
 #: docker run options taking a value (``docker run --help`` of the Docker CLI 28, the reference's list)
 RUN_VALUE = frozenset("""add-host annotation attach blkio-weight blkio-weight-device cap-add cap-drop cgroup-parent
@@ -634,6 +662,8 @@ def cmd_run(args: list[str]) -> int:
             raise DockerError(f'docker: Error response from daemon: Conflict. The container name "/{name}" is already '
                               f'in use by container "{cid}". You have to remove (or rename) that container to be able '
                               "to reuse that name.\n\nRun 'docker run --help' for more information", 125)
+    if _knob("client_leaves_container"):  # the client ends at SIGTERM, the container runs on
+        words = ["--sig-proxy=false", *words]
     _exec_podman(["run", *words])
     return 125
 
@@ -717,6 +747,7 @@ COMMANDS = {"run": cmd_run, "ps": cmd_ps, "ls": cmd_ps, "list": cmd_ps, "inspect
 
 def main(argv: list[str]) -> int:
     """``docker [GLOBAL OPTIONS] [container] COMMAND ARGS`` (see the module docstring)."""
+    _record(list(argv))
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
         opt = argv[i].partition("=")[0]

@@ -13,7 +13,9 @@ What it answers, in the formats of a real driver (R535+; samples recorded from r
         MIG 3g.71gb     Device  0: (UUID: MIG-8a1d...)
 
 - ``--query-gpu=FIELD[,FIELD...] --format=csv[,noheader][,nounits]`` for the fields ``index``,
-  ``uuid``, ``pci.bus_id``, ``name``, ``count``, ``mig.mode.current`` (``Enabled`` for a GPU with
+  ``uuid``, ``pci.bus_id``, ``name``, ``compute_cap`` (``12.0``: the host option ``gpu_capability``),
+  ``driver_version`` (``/run/orchtb/driver.json`` ``{"version": ...}`` when a test wrote it, else
+  ``550.54.15``), ``count``, ``mig.mode.current`` (``Enabled`` for a GPU with
   MIG devices, else ``Disabled``), ``memory.used``, ``memory.total`` (``[N/A]`` on a GPU in MIG
   mode, as the driver prints for a MIG parent, vllm #7211): one line per GPU, values joined by
   ``", "``; a header line (``index, uuid, pci.bus_id``) unless ``noheader``. Another field:
@@ -44,9 +46,20 @@ import time
 GPUS_FILE = "/run/orchtb/gpus.json"
 APPS_FILE = "/run/orchtb/compute_apps.json"
 HANG_FILE = "/run/orchtb/nvidia-smi.hang"
-FIELDS = {"index": "index", "uuid": "uuid", "pci.bus_id": "pci_bus_id", "name": "name"}
+DRIVER_FILE = "/run/orchtb/driver.json"
+DEFAULT_DRIVER = "550.54.15"
+FIELDS = {"index": "index", "uuid": "uuid", "pci.bus_id": "pci_bus_id", "name": "name", "compute_cap": "compute_cap"}
 #: fields computed from the GPU's MIG devices (not stored in gpus.json)
-MIG_FIELDS = ("mig.mode.current", "memory.used", "memory.total")
+MIG_FIELDS = ("mig.mode.current", "memory.used", "memory.total", "driver_version")
+
+
+def driver_version() -> str:
+    """The driver's version the host reports (see the module docstring)."""
+    try:
+        with open(DRIVER_FILE) as f:
+            return str(json.load(f)["version"])
+    except (OSError, ValueError, KeyError):
+        return DEFAULT_DRIVER
 
 
 def _load() -> list:
@@ -74,6 +87,8 @@ def query_gpu(gpus: list, fields: list, header: bool) -> str:
                 vals.append(str(len(gpus)))
             elif f == "mig.mode.current":
                 vals.append("Enabled" if g.get("mig") else "Disabled")
+            elif f == "driver_version":
+                vals.append(driver_version())
             elif f in ("memory.used", "memory.total"):
                 vals.append("[N/A]" if g.get("mig") else ("0" if f == "memory.used" else "143771"))
             else:

@@ -131,6 +131,10 @@ class SglangEngine:
         """:func:`remote.engines.sglang.moe_log.role_of`."""
         return moe_log.role_of(path)
 
+    def hidden_load_lines(self, server) -> str | None:
+        """:func:`remote.engines.sglang.moe_log.hidden_load_lines`."""
+        return moe_log.hidden_load_lines(server.log_level)
+
     # 7. the MoE runner (runner.py, runner_choices.py, server_args.py)
     runner_flag = server_args.RUNNER_FLAG
     runner_config_key = server_config.RUNNER_CONFIG_KEY

@@ -208,3 +208,18 @@ def verify_loaded(rep: MoeLogReport, expected_paths: list[str]) -> list[str]:
         elif ln.action == "reuse_up":
             problems.append(f"server did not find the down config {ln.wanted}")
     return problems
+
+
+#: log levels above INFO (Python's logging names, as ``--log-level`` takes them)
+QUIET_LEVELS = frozenset({"warning", "error", "critical"})
+
+
+def hidden_load_lines(log_level: str | None) -> str | None:
+    """Why a server started with ``--log-level log_level`` logs no loaded-file lines, None when it
+    logs them: SGLang 0.5.23 ``srt/utils/common.py`` ``configure_logger`` sets every logger's level
+    from the flag, and "Using MoE kernel config from" and the server's start and ready lines are
+    INFO, while the fallback, default and missing-down lines are WARNING and stay (issue 32 row
+    18). Pure."""
+    if str(log_level or "info").lower() not in QUIET_LEVELS:
+        return None
+    return f"--log-level {log_level}: SGLang logs the files it loaded at INFO"

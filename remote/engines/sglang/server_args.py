@@ -83,6 +83,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("node_rank", ("--node-rank",), "int", ((_ALL, 0),)),
     Flag("dist_init_addr", ("--dist-init-addr", "--nccl-init-addr"), "str", ((_ALL, None),)),
     Flag("download_dir", ("--download-dir",), "str", ((_ALL, None),)),
+    Flag("log_level", ("--log-level",), "str", ((_ALL, "info"),)),
 )
 #: option spelling -> :class:`ServerArgs` field
 FLAG_ALIASES: dict[str, str] = {opt: f.field for f in FLAGS for opt in f.options}
@@ -101,7 +102,8 @@ class ServerArgs:
     ExecStart words; ``tp``/``ep``: tensor/expert parallel sizes; ``port``/``host``: where it
     listens; ``moe_runner_backend``: ``auto`` when not given; ``moe_a2a_backend``: the expert
     all-to-all (``none`` when not given); ``nnodes``/``node_rank``/``dist_init_addr``: a server
-    spread over several hosts; ``download_dir``: ``--download-dir``; ``config_file``: the
+    spread over several hosts; ``download_dir``: ``--download-dir``; ``log_level``: ``--log-level``
+    (every logger's level, SGLang's ``configure_logger``); ``config_file``: the
     ``--config`` YAML merged into these values (None: none); ``launch_args``: the flags after
     ``-m sglang.launch_server`` as SGLang parses them (``--config`` merged).
     """
@@ -128,6 +130,7 @@ class ServerArgs:
     node_rank: int = _DEFAULT["node_rank"]
     dist_init_addr: str | None = _DEFAULT["dist_init_addr"]
     download_dir: str | None = _DEFAULT["download_dir"]
+    log_level: str = _DEFAULT["log_level"]
     config_file: str | None = None
     launch_args: list[str] = field(default_factory=list)
 

@@ -12,6 +12,7 @@ from orchestrator.facts.probe import ProbeFacts
 from orchestrator.facts.schema import from_dict
 from orchestrator.facts.unit import UnitFacts
 from remote.engines.sglang.moe_log import parse_moe_log
+from orchestrator.host.hazards import RootHazards
 from orchestrator.tasks.diagnose import DoctorFacts, classify
 
 CASES = json.loads((Path(__file__).parent / "doctor_cases.json").read_text())
@@ -24,7 +25,9 @@ def test_verdict(case):
                         file_errors=case.get("file_errors", {}), changed_since_start=case.get("changed_since_start", []),
                         orphans=case.get("orphans", []), installed_by_run=case.get("installed_by_run"),
                         start_failure=case.get("start_failure"), unfinished=case.get("unfinished", []),
-                        lock=case.get("lock"))
+                        lock=case.get("lock"),
+                        hazards=RootHazards(**case["hazards"]) if "hazards" in case else None,
+                        pair_mismatch=case.get("pair_mismatch"))
     row = classify(facts)
     want = case["expect"]
     assert row["verdict"] == want["verdict"], row["why"]
@@ -37,7 +40,7 @@ def test_verdict(case):
 
 def test_every_verdict_has_a_case():
     assert {c["expect"]["verdict"] for c in CASES} == {"tuned", "fallback", "default", "not-triton", "restart-needed",
-                                                       "broken", "unfinished-run"}
+                                                       "broken", "unfinished-run", "not-applicable"}
 
 
 def test_an_unfinished_runs_fix_is_orch_recover_and_doctor_fails():

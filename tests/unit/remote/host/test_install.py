@@ -457,3 +457,30 @@ def test_dry_run_compares_by_sha256_and_writes_nothing(env, tmp_path):
     rq.write_text(json.dumps(req(env, [(UP, text)])))
     rc, last = _cli("install", "--request", str(rq), "--dry-run")
     assert rc == 0 and last["data"]["unchanged"] is True and not env["state"].exists()
+
+
+@pytest.mark.parametrize("name", ["triton_3_6_0.bak", "triton_3_6_0_bak", "triton_old", "triton_3_6_0+git"])
+def test_orch_never_makes_an_entry_sglangs_sort_cannot_parse(env, monkeypatch, name):
+    """Issue 32 row 12: SGLang 0.5.23 lists every ``triton_*`` entry of the configs root on a miss and
+    dies on one it cannot parse. An install into such a name is refused, and through an install, a
+    failed install (ENOSPC, rolled back) and a restore the root only ever holds entries SGLang's
+    sort parses (backups live in the state folder, temp files inside the Triton folder)."""
+    from remote.engines.sglang.naming import unparsable_triton_folders
+
+    with pytest.raises(PayloadError, match="triton_<int>"):
+        inst.install(req(env, [(UP, cfg_text(64))], dest_dir=str(env["root"] / name)))
+
+    def clean() -> bool:
+        return unparsable_triton_folders(os.listdir(env["root"])) == []
+
+    env["dest"].mkdir()
+    (env["dest"] / UP).write_text(cfg_text(16))
+    inst.install(req(env, [(UP, cfg_text(64)), (DOWN, cfg_text(64))]))
+    assert clean() and sorted(os.listdir(env["root"])) == ["triton_3_6_0"]
+    with monkeypatch.context() as m:
+        _enospc_on(m, env["dest"], DOWN)
+        with pytest.raises(PayloadError):
+            inst.install(req(env, [(UP, cfg_text(128)), (DOWN, cfg_text(128))], run_id="r2"))
+    assert clean() and sorted(os.listdir(env["root"])) == ["triton_3_6_0"]
+    rest.restore(str(env["state"]), "r1")
+    assert clean() and sorted(os.listdir(env["root"])) == ["triton_3_6_0"]

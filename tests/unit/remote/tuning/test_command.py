@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from remote.engines.sglang.pairs import block_m_mismatches
 from remote.engines.triton_moe.configfile import validate_config
 from tests.paths import REPO as _REPO
 from tests.waiting import run_watched
@@ -71,6 +72,9 @@ def test_result_files_and_names(first_run):
         assert up[k]["BLOCK_SIZE_M"] == down[k]["BLOCK_SIZE_M"]
         assert set(up[k]) == {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
                               "num_stages"}
+    # issue 32 row 14: at every batch size M SGLang picks entries of one BLOCK_SIZE_M from the pair
+    # (its own choice of the closest key in each file, remote.engines.sglang.pairs)
+    assert block_m_mismatches(up, down) == []
 
 
 def test_report_contents(first_run):

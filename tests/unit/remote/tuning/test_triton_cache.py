@@ -62,3 +62,38 @@ def test_a_noexec_mount_is_found_for_a_path():
     assert mount_of("/tmpfoo", info)["target"] == "/"  # a prefix of the name is not a parent
     assert "noexec" in mount_of("/var/lib/orch/work", info)["options"]  # the last mount over it wins
     assert mount_of("/srv", info)["fstype"] == "ext4"
+
+
+def test_server_cache_report_names_a_shared_copied_or_truncated_cache(tmp_path):
+    """Issue 32 row 16: the server's own Triton cache read as Triton 3.x writes it (a kernel folder per
+    hash, ``<kernel>.json`` metadata with ``target: {backend, arch, warp_size}``, the binary beside it):
+    kernels of another architecture, truncated files and a network filesystem are reported; nothing
+    is changed."""
+    import json as _json
+
+    from remote.tuning.cache import server_cache_report
+
+    cache = tmp_path / "cache"
+
+    def kernel(h, arch, binary=b"\x7fELF..."):
+        d = cache / h
+        d.mkdir(parents=True)
+        (d / "fused_moe_kernel.json").write_text(_json.dumps({"name": "fused_moe_kernel", "target": {
+            "backend": "cuda", "arch": arch, "warp_size": 32}}))
+        (d / "__grp__fused_moe_kernel.json").write_text("{}")
+        (d / "fused_moe_kernel.cubin").write_bytes(binary)
+
+    kernel("A", 90)
+    kernel("B", 80)
+    kernel("C", 90, binary=b"")
+    (cache / "D").mkdir()
+    (cache / "D" / "fused_moe_kernel.json").write_text('{"name": "fused_moe_ker')
+    before = sorted(p.name for p in cache.rglob("*"))
+    rep = server_cache_report(str(cache), "9.0", {"fstype": "nfs4"})
+    assert rep["exists"] and rep["shared"] and rep["fstype"] == "nfs4" and rep["entries"] == 4
+    assert rep["archs"] == {"80": 1, "90": 2} and rep["other_arch"] == 1
+    assert rep["truncated_count"] == 2 and {p.rsplit("/", 2)[-2] for p in rep["truncated"]} == {"C", "D"}
+    assert sorted(p.name for p in cache.rglob("*")) == before
+    local = server_cache_report(str(cache), "8.0", {"fstype": "ext4"})
+    assert not local["shared"] and local["other_arch"] == 2
+    assert server_cache_report(str(tmp_path / "none"), "9.0", None)["exists"] is False

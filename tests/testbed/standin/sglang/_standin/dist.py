@@ -26,6 +26,18 @@ torch's default process-group timeout), failing the start like torch does. After
 :meth:`Ranks.watch` reads the connections: ``shutdown`` from rank 0 (its SIGTERM) makes a rank
 >= 1 stop cleanly; a connection that closes without it is the peer gone (crashed or killed), and
 the stand-in then exits as SGLang does (the scheduler's exception, then SIGKILL of its own process).
+
+Start-up faults (issue 32 row 9), read at each start from ``faults`` (the JSON object a test writes
+to ``$ORCH_STANDIN_STATE_DIR/dist-faults.json``, see ``server.py``):
+
+- ``"listen_delay_s": S`` (rank 0): the store listens S seconds after the start, as a real rank 0
+  reaches ``init_process_group`` only after its imports and device set-up;
+- ``"join": "fail_fast"`` (a rank >= 1): a refused connection fails the start at once, with
+  torch's ``DistNetworkError`` text, instead of retrying until ``--dist-timeout`` (torch releases
+  and set-ups differ here; sglang #3099): a rank started before rank 0's store listens dies;
+- ``"eaddrinuse_once": true`` (rank 0): the store's bind fails once with torch's ``EADDRINUSE``
+  error (another process took the port a moment before: sglang #37215); the knob is then removed,
+  so the next start binds.
 """
 
 from __future__ import annotations
@@ -79,8 +91,9 @@ class Ranks:
     """This rank's connections to the others after the meeting (rank 0: one per other rank; a
     rank >= 1: the one to rank 0)."""
 
-    def __init__(self, rank: int, nnodes: int, addr: str, timeout: Optional[float]):
+    def __init__(self, rank: int, nnodes: int, addr: str, timeout: Optional[float], faults: Optional[dict] = None):
         self.rank, self.nnodes, self.addr = rank, nnodes, addr
+        self.faults = dict(faults or {})
         self.timeout = float(timeout) if timeout else DEFAULT_TIMEOUT_S
         self.conns: List[socket.socket] = []
         self.listener: Optional[socket.socket] = None
@@ -98,6 +111,12 @@ class Ranks:
         logger.info(f"(stand-in) node_rank {self.rank}: all {self.nnodes} ranks joined")
 
     def _serve(self, port: int, deadline: float) -> None:
+        delay = float(self.faults.get("listen_delay_s") or 0)
+        if delay:
+            time.sleep(delay)  # the stand-in's own start-up work before init_process_group
+        if self.faults.get("eaddrinuse_once"):
+            raise DistError(f"The server socket has failed to listen on any local network address. port: {port}, "
+                            "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("0.0.0.0", port))
@@ -138,6 +157,11 @@ class Ranks:
                     self.conns = [conn]
                     return
                 conn.close()  # rank 0 went away before every rank joined: try again
+            except ConnectionRefusedError as exc:
+                if self.faults.get("join") == "fail_fast":
+                    raise DistError(f"torch.distributed.DistNetworkError: The client socket has failed to connect to "
+                                    f"[{host}]:{port} (errno: 111 - Connection refused): rank 0's store is not "
+                                    "listening (stand-in: this rank started before rank 0)") from exc
             except OSError:
                 pass
             if time.monotonic() + RETRY_S > deadline:

@@ -81,6 +81,8 @@ SIGKILL ends it) and leaves a marker in ``$ORCH_STANDIN_STATE_DIR``; with
 is gone (it was SIGKILLed) answers its N-th generation request with no token: it stands in for the
 stall of sglang #22779 after a SIGKILL restart (a request that hangs would cost a test its whole
 request timeout).
+Multi-node start-up faults (issue 32 row 9): ``$ORCH_STANDIN_STATE_DIR/dist-faults.json`` (written by a
+test, read at each start: ``listen_delay_s``, ``join: fail_fast``, ``eaddrinuse_once``; ``sglang._standin.dist``).
 ``ORCH_STANDIN_REUSE_PORT=1``: the listening socket is bound with ``SO_REUSEPORT`` (SGLang's is
 not), so a leaked second server can listen on the same port and the kernel spreads the
 connections between the two: a test bed's way to have a server that is not the unit's answer.
@@ -188,12 +190,16 @@ class _Capture(logging.Handler):
             self.lines.append(self.format(record))
 
 
-def _setup_logging() -> None:
+def _setup_logging(level: str = "info") -> None:
+    """Every logger at ``level`` (``--log-level``), as SGLang 0.5.23's ``configure_logger``
+    (``srt/utils/common.py``: ``logging.basicConfig(level=getattr(logging, log_level.upper()))``):
+    with ``warning`` the start line, the ``Using MoE kernel config from`` lines and the ready line
+    (INFO) are not logged, the fallback, default and missing-down lines (WARNING) are."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
+    root.setLevel(getattr(logging, level.upper()))
 
 
 def _env_float(name: str, default: float) -> float:
@@ -233,6 +239,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--dist-timeout", type=int, default=None)
     p.add_argument("--download-dir", default=None)
     p.add_argument("--config", default=None, help="YAML file of flags (merged by the release's own code)")
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--enable-deterministic-inference", action="store_true")
     if argv is None:
         argv = sys.argv[1:]
     if "--config" in argv:  # the release's rule: only a separate --config token triggers the merge
@@ -475,7 +483,8 @@ class StandinServer:
         self.shape = model_mod.moe_shape(cfg, a.tp_size, a.ep_size, a.quantization, a.dtype,
                                          a.disable_shared_experts_fusion, a.moe_runner_backend)
         if a.nnodes > 1:  # every rank meets at --dist-init-addr before loading (sglang._standin.dist)
-            self.ranks = dist.Ranks(a.node_rank, a.nnodes, a.dist_init_addr or "127.0.0.1:5000", a.dist_timeout)
+            self.ranks = dist.Ranks(a.node_rank, a.nnodes, a.dist_init_addr or "127.0.0.1:5000", a.dist_timeout,
+                                    self.dist_faults())
             self.ranks.meet()
         sched_logger.info("Load weight begin. avail mem=139.72 GB")
         sched_logger.info(f"Load weight end. type={(cfg.get('architectures') or ['?'])[0]}, dtype=torch.bfloat16, "
@@ -531,6 +540,21 @@ class StandinServer:
         path = os.environ.get("ORCH_STANDIN_STATE_DIR", "/run/sglang-standin")
         os.makedirs(path, exist_ok=True)
         return path
+
+    def dist_faults(self) -> dict:
+        """The multi-node start-up faults a test wrote to ``$ORCH_STANDIN_STATE_DIR/dist-faults.json``
+        (``sglang._standin.dist``; {} when none); ``eaddrinuse_once`` is taken out of the file as it is
+        read, so it fails one start only."""
+        path = os.path.join(self.state_dir(), "dist-faults.json")
+        try:
+            with open(path) as f:
+                faults = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        if faults.get("eaddrinuse_once"):
+            with open(path, "w") as f:
+                json.dump(dict(faults, eaddrinuse_once=False), f)
+        return faults
 
     def leave_straggler(self, lines: List[str]) -> None:
         """``ORCH_STANDIN_STRAGGLER=UNIT`` (once per state folder: the first start that has it):
@@ -935,6 +959,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     start-up errors propagate (traceback, exit status 1)."""
     _setup_logging()
     args = parse_args(argv)
+    _setup_logging(args.log_level)
+    if args.enable_deterministic_inference:  # what the release's lookup reads (sglang.srt.server_args)
+        os.environ["ORCH_STANDIN_DETERMINISTIC"] = "1"
     server = StandinServer(args)
     server.start()
     server.serve()

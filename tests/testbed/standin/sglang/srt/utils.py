@@ -11,11 +11,27 @@ The real config-lookup module of a release (copied from its wheel into the stand
   kernels) from importing ``sgl_kernel``/``vllm``/``aiter``, which the stand-in does not have;
 - ``get_bool_env_var``, ``ceil_div``, ``next_power_of_2``, ``direct_register_custom_op``: used by
   ``fused_moe.py`` at import only; the kernels they serve never run in the stand-in.
+
+Importing it also gives ``logging.Logger`` the ``warning_once`` method that a real SGLang process has
+because it imports ``transformers`` (``transformers/utils/logging.py`` adds it: one warning per
+distinct call, cached); SGLang 0.5.16+'s ``try_get_optimal_moe_config`` calls it on an up/down pair
+that disagrees on BLOCK_SIZE_M.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
+
+
+@functools.lru_cache(None)
+def _warning_once(self, *args, **kwargs):
+    self.warning(*args, **kwargs)
+
+
+if not hasattr(logging.Logger, "warning_once"):
+    logging.Logger.warning_once = _warning_once
 
 DEFAULT_GPU_NAME = "NVIDIA H200"
 

@@ -32,7 +32,7 @@ OWN_FLAGS = {
     "tune": {"--batch-sizes", "--space", "--out", "--provider", "--gpus", "--seed", "--no-resume", "--no-check",
              "--shipped-config", "--compile-mode", "--screen"},
     "names": set(),
-    "probe": {"--moe-config-dir", "--capability", "--work-dir", "--autotune-cache-root"},
+    "probe": {"--moe-config-dir", "--capability", "--work-dir", "--autotune-cache-root", "--server-triton-cache"},
     "config-names": {"--json", "--probe"},
 }
 
