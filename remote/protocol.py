@@ -31,12 +31,21 @@ _lock = threading.Lock()
 SEARCH_SPACES: tuple[str, ...] = ("smoke", "fast", "full")
 DEFAULT_SEARCH_SPACE = "fast"
 
+#: The inference engines orch tunes for (``orch_engine``, the payload's ``--engine``): the keys of
+#: the engine registry ``ENGINES`` in ``remote/engines/__init__.py``, each engine's own folder
+#: under ``remote/engines/``. Each engine's name is also the ``tune --provider`` that times its
+#: own kernel and the ``bench --tool`` that runs its own benchmark client.
+ENGINE_NAMES: tuple[str, ...] = ("sglang",)
+#: The engine a payload command assumes when the controller names none (the one engine orch knew
+#: before it recognised engines: records written then name no engine).
+DEFAULT_ENGINE = ENGINE_NAMES[0]
+
 #: ``tune --provider``: whose kernel the tuner times; ``auto`` resolves to one of
 #: :data:`RESOLVED_PROVIDERS` on the host (``remote.tuning.support.resolve_provider_name``).
-PROVIDER_NAMES: tuple[str, ...] = ("auto", "sglang", "builtin")
+PROVIDER_NAMES: tuple[str, ...] = ("auto", *ENGINE_NAMES, "builtin")
 DEFAULT_PROVIDER = "auto"
-#: What a provider name resolves to: SGLang's own fused-MoE kernel or orch's builtin one.
-RESOLVED_PROVIDERS: tuple[str, ...] = ("sglang", "builtin")
+#: What a provider name resolves to: an engine's own fused-MoE kernel or orch's builtin one.
+RESOLVED_PROVIDERS: tuple[str, ...] = (*ENGINE_NAMES, "builtin")
 
 #: A run id as both sides use it (``<UTC time>-<action>-<hex>``, e.g. ``20260101T000000Z-tune-abcdef``):
 #: the name of the host's run record folder and the ``ORCH_TAG`` of a run's long commands.

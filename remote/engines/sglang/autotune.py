@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Iterable
+
+from ..records import AutotuneLog, AutotuneState
 
 _FILE = "srt/model_executor/runner/flashinfer_autotune.py"
 
@@ -60,6 +61,13 @@ CONFIG_CLASSES = {
     "qwen2_moe": "Qwen2MoeConfig", "mixtral": "MixtralConfig", "glm4_moe": "Glm4MoeConfig",
     "gpt_oss": "GptOssConfig", "llama4": "Llama4Config", "olmoe": "OlmoeConfig", "dbrx": "DbrxConfig",
 }
+
+
+def runner_autotunes(runner: str | None) -> bool:
+    """Whether the MoE runner ``runner`` autotunes its kernels at start-up: one of
+    :data:`AUTOTUNE_BACKENDS` (``should_run_flashinfer_autotune``'s MoE list), or any FlashInfer
+    runner (``flashinfer_*``: a release may add one before orch lists it). Pure."""
+    return runner in AUTOTUNE_BACKENDS or (runner or "").startswith("flashinfer")
 
 
 def _bool_env(value: str | None, default: bool) -> bool:
@@ -176,21 +184,6 @@ _CACHE_LINE = re.compile(re.escape(LOG_WITH_CACHE) + r"(?P<path>\S.*?\.json)\s*$
 _FRESH_LINE = re.compile(re.escape(LOG_NO_REUSE) + r"(?P<path>\S.*?\.json)\s*$")
 
 
-@dataclass(frozen=True)
-class AutotuneLog:
-    """What a start's log says of FlashInfer's autotune: ``path`` (the rank file it used or wrote),
-    ``reuse`` (False for a ``cache reuse DISABLED`` start), ``completed`` (``FlashInfer autotune
-    completed.`` was logged)."""
-
-    path: str | None = None
-    reuse: bool | None = None
-    completed: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the fields."""
-        return asdict(self)
-
-
 def autotune_log(lines: Iterable[str]) -> AutotuneLog | None:
     """The autotune lines of one start's log (``lines``, any prefix on each); None when it logged none."""
     path, reuse, done, seen = None, None, False, False
@@ -209,36 +202,6 @@ def key_of_path(path: str) -> tuple[str, str, str] | None:
     included); None when the path is not under ``flashinfer/autotune/``."""
     m = re.search(r"/flashinfer/autotune/(?P<v>[^/]+)/(?P<sm>sm\d+)/(?P<key>[0-9a-f]{16})(?:/|$)", path)
     return (m.group("v"), m.group("sm"), m.group("key")) if m else None
-
-
-@dataclass(frozen=True)
-class AutotuneState:
-    """FlashInfer's autotune on one server, as ``orch doctor`` shows it.
-
-    ``enabled``: it runs at start (True/False, None: unknown) and ``why`` (:func:`autotune_runs`);
-    ``reuse``: a start reuses the cache (``SGLANG_FLASHINFER_AUTOTUNE_CACHE``); ``root``: the cache
-    root (:func:`cache_root`); ``flashinfer_version``; ``key``: this server's cache key, None when
-    it cannot be told (``key_why`` says why); ``key_source``: ``log`` (the path the last start
-    logged) or ``derived``; ``path``: the folder of this server's cache; ``cache``: ``present``,
-    ``missing``, ``unknown`` or ``not-reused``; ``other_versions``: folders of caches left by another
-    FlashInfer version (for this key when known, else for this GPU generation).
-    """
-
-    enabled: bool | None
-    why: str
-    reuse: bool
-    root: str | None
-    flashinfer_version: str | None
-    key: str | None
-    key_source: str | None
-    key_why: str | None
-    path: str | None
-    cache: str
-    other_versions: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the fields."""
-        return asdict(self)
 
 
 def autotune_state(*, enabled: tuple[bool | None, str], env: dict[str, str], root: str | None,

@@ -70,7 +70,8 @@ the wheel's source.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+from ..records import ACTIONS, MoeLogLine, MoeLogReport, RunnerLine
 
 _HINT = r"(?:, you can create them with .*|\s*)$"
 _WORDINGS = (
@@ -87,7 +88,6 @@ _WORDINGS = (
     ("deterministic", re.compile(r"Deterministic inference is enabled, using default MoE kernel config\.")),
 )
 READY_LINE = "The server is fired up and ready to roll!"
-ACTIONS = ("loaded", "fallback", "reuse_up", "default")
 #: the text of the line that opens each start (module docstring), oldest form first
 START_MARKERS = ("server_args=ServerArgs(", "server_args={")
 _START_RUNNER = re.compile(r"""server_args=.*?\bmoe_runner_backend['"]?(?:=|: )['"](?P<runner>[^'"]+)['"]""")
@@ -120,21 +120,6 @@ def last_start_at(text: str) -> int:
     return -1 if idx < 0 else text.rfind("\n", 0, idx) + 1
 
 
-@dataclass(frozen=True)
-class RunnerLine:
-    """A line that says which MoE runner backend server-argument resolution set.
-
-    ``runner``: the backend (``flashinfer_trtllm``, ``deep_gemm``, ...); ``wording``: ``use``,
-    ``auto-set``, ``resolved``, ``a2a-routed``, ``assigned``, ``overriding`` or ``gpt-oss`` (module
-    docstring);
-    ``text``: the line, stripped.
-    """
-
-    runner: str
-    wording: str
-    text: str
-
-
 def parse_runner_line(line: str) -> RunnerLine | None:
     """The :class:`RunnerLine` of one log line, or None when it announces no runner choice."""
     for wording, rx in _RUNNER_WORDINGS:
@@ -150,28 +135,6 @@ def parse_runner_line(line: str) -> RunnerLine | None:
 def role_of(path: str) -> str:
     """``down`` for a ``..._down.json`` path (SGLang's down selector, last before ``.json``), else ``up``."""
     return "down" if path.endswith("_down.json") else "up"
-
-
-@dataclass(frozen=True)
-class MoeLogLine:
-    """One lookup line of SGLang's MoE-config loader.
-
-    ``role``: ``up`` | ``down`` (None for the deterministic line, which names no file);
-    ``action``: one of :data:`ACTIONS` (module docstring); ``wanted``: the path SGLang looked
-    for first (installed Triton's folder; None for the deterministic line); ``used``: the file
-    it read (``loaded``/``fallback``), else None; ``triton_version``: the folder's version of a
-    ``fallback`` (str, e.g. ``3.5.1``); ``wording``: which release wording matched
-    (``found``, ``fallback``, ``default``, ``down_moe=False``, ``down-reuse``, ``deterministic``);
-    ``text``: the line, stripped.
-    """
-
-    role: str | None
-    action: str
-    wanted: str | None
-    used: str | None
-    triton_version: str | None
-    wording: str
-    text: str
 
 
 def parse_line(line: str) -> MoeLogLine | None:
@@ -194,80 +157,6 @@ def parse_line(line: str) -> MoeLogLine | None:
             return MoeLogLine("down", "reuse_up", path, None, None, wording, text)
         return MoeLogLine("up", "default", path, None, None, wording, text)
     return None
-
-
-@dataclass
-class MoeLogReport:
-    """What a server start logged about MoE configs.
-
-    ``lines``: every lookup line (:class:`MoeLogLine`, in log order); ``suboptimal``: every
-    line with ``sub-optimal`` in it; ``ready``: the ready line was seen; ``runner_lines``: every
-    runner choice (:class:`RunnerLine`); ``start_runner``: the ``moe_runner_backend`` of the
-    last start line (as resolution left it: ``auto`` is decided later, by the layer's
-    quantization method), None when no start line shows one. The list views ``loaded``,
-    ``fallback``, ``default``, ``down_missing`` are derived from ``lines``.
-    """
-
-    lines: list[MoeLogLine] = field(default_factory=list)
-    suboptimal: list[str] = field(default_factory=list)
-    ready: bool = False
-    runner_lines: list[RunnerLine] = field(default_factory=list)
-    start_runner: str | None = None
-
-    @property
-    def loaded(self) -> list[str]:
-        """Paths read from the installed Triton's folder (``Using MoE kernel config from``)."""
-        return [ln.used for ln in self.lines if ln.action == "loaded"]
-
-    @property
-    def fallback(self) -> list[tuple[str, str, str]]:
-        """``(wanted, used, triton version)`` of each fallback to another Triton's folder."""
-        return [(ln.wanted, ln.used, ln.triton_version) for ln in self.lines if ln.action == "fallback"]
-
-    @property
-    def default(self) -> list[str]:
-        """Wanted up paths for which the default heuristic ran (the deterministic line names none)."""
-        return [ln.wanted for ln in self.lines if ln.action == "default" and ln.wanted]
-
-    @property
-    def down_missing(self) -> list[str]:
-        """Wanted down paths found nowhere (the down GEMM reused the up config table)."""
-        return [ln.wanted for ln in self.lines if ln.action == "reuse_up"]
-
-    @property
-    def deterministic(self) -> bool:
-        """True when the start ran with deterministic inference (default configs, no lookup)."""
-        return any(ln.wording == "deterministic" for ln in self.lines)
-
-    @property
-    def any_lookup(self) -> bool:
-        """True when the log shows any Triton MoE config lookup at all."""
-        return bool(self.lines)
-
-    @property
-    def chosen_runner(self) -> str | None:
-        """The runner backend resolution chose: the start line's (:attr:`start_runner`), else the
-        last runner line's; None when the log shows neither."""
-        if self.start_runner:
-            return self.start_runner
-        return self.runner_lines[-1].runner if self.runner_lines else None
-
-    @property
-    def overall(self) -> str:
-        """What the start ran, in one word.
-
-        ``none``: no lookup line; ``loaded``: every lookup read its file from the installed
-        Triton's folder; ``default``: no lookup read any file (the up GEMM ran the default
-        heuristic, a missing down file reused it); ``fallback``: anything else (a fallback
-        folder, or a tuned up file with a missing down file).
-        """
-        if not self.lines:
-            return "none"
-        if all(ln.action == "loaded" for ln in self.lines):
-            return "loaded"
-        if not any(ln.action in ("loaded", "fallback") for ln in self.lines):
-            return "default"
-        return "fallback"
 
 
 def parse_moe_log(text: str) -> MoeLogReport:

@@ -38,11 +38,12 @@ checked. Standard library only.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...protocol import internal_error
-from .moe_log import MoeLogReport
+from ..records import MoeLogReport, MoeRunner
+from .autotune import runner_autotunes
 
 #: SGLang 0.5.23 ``arg_groups/overrides.py`` ``_DEEPSEEK_FAMILY_ARCHS`` (line 745)
 DEEPSEEK_FAMILY_ARCHS = frozenset({
@@ -98,34 +99,6 @@ _OV = "srt/arg_groups/overrides.py"
 _MH = "srt/arg_groups/moe_hook.py"
 _MO = "srt/arg_groups/model_overrides/"
 _Q = "srt/layers/quantization/"
-
-
-@dataclass(frozen=True)
-class MoeRunner:
-    """Which MoE runner a server uses and whether it reads the Triton config files.
-
-    ``runner``: the runner (``triton``, ``flashinfer_trtllm``, ...), None when unknown;
-    ``reads_triton_configs``: True (only ``triton``), False, or None (unknown: ``reason`` says
-    why); ``reason``: SGLang's reason, naming the SGLang 0.5.23 file and function the answer
-    follows (or the log line); ``source``: ``flag`` (the unit names the runner and nothing changes
-    it), ``derived`` (from the unit, the model and the GPU), ``log`` (the last start's log);
-    ``disagreement``: the log and the derived answer differ (both said), else None.
-    """
-
-    runner: str | None
-    reads_triton_configs: bool | None
-    reason: str
-    source: str = "derived"
-    disagreement: str | None = None
-
-    @property
-    def known(self) -> bool:
-        """True when it is known whether the files are read."""
-        return self.reads_triton_configs is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the fields."""
-        return asdict(self)
 
 
 @internal_error("caught by moe_runner, which answers 'unknown' with its message")
@@ -577,8 +550,17 @@ def moe_runner(*, backend: str | None = "auto", quantization: str | None = None,
     ``triton_kernels`` (the ``triton_kernels`` package is importable; None: unknown). ``log``: the
     last start's :class:`~remote.engines.sglang.moe_log.MoeLogReport` (None: no start logged); where it is
     decisive it wins, and a derived answer that differs is kept in ``disagreement``. Returns a
-    :class:`MoeRunner`; raises nothing. Pure.
+    :class:`MoeRunner` (``autotunes``: :func:`remote.engines.sglang.autotune.runner_autotunes`);
+    raises nothing. Pure.
     """
+    found = _moe_runner(backend, quantization, a2a_backend, ep, architecture, checkpoint_quant, dtype_selector,
+                        weight_dtype, capability, triton_kernels, log)
+    return replace(found, autotunes=runner_autotunes(found.runner))
+
+
+def _moe_runner(backend, quantization, a2a_backend, ep, architecture, checkpoint_quant, dtype_selector, weight_dtype,
+                capability, triton_kernels, log) -> MoeRunner:
+    """:func:`moe_runner` before ``autotunes`` is set."""
     major, minor = _capability(capability)
     s = _Server(backend or "auto", quantization or None, a2a_backend or "none", architecture, checkpoint_quant,
                 dtype_selector, weight_dtype, major, minor, int(ep or 1), triton_kernels)
