@@ -24,9 +24,13 @@ engine starts (model shape, backend line, config lookup, capture), and only then
 a request sent earlier waits. ``/health`` 200, ``/v1/models``, ``/version``, ``/v1/completions``,
 ``/metrics``. SIGTERM: ``Shutting down FastAPI HTTP server.``, exit 0.
 
-Knobs: ``ORCH_STANDIN_VLLM_SRC`` (folder holding the release's ``vllm`` package; default the test
-cache's :data:`tests.vllm_releases.NEWEST`), ``ORCH_STANDIN_REPO`` (the repo root, for
-``tests.vllm_standins``; default this file's repo), ``ORCH_STANDIN_WARMUP_S`` (1),
+The server holds the GPU files it is given (``ORCH_STANDIN_NVIDIA_DEV``, else ``/dev/nvidia0`` to
+``TP x DP - 1`` where they exist), as vLLM's workers hold their GPUs.
+
+Knobs: ``ORCH_STANDIN_VLLM_SRC`` (folder holding the release's ``vllm`` package: a tree of
+``tests/testbed/vllm_tree.py``, which is the default when the server runs from one, else the
+test cache's :data:`tests.vllm_releases.NEWEST`), ``ORCH_STANDIN_REPO`` (the repo root, for
+``tests.vllm_standins`` outside a tree; default this file's repo), ``ORCH_STANDIN_WARMUP_S`` (1),
 ``ORCH_STANDIN_TOKEN_DELAY_MS`` (1.0), ``ORCH_STANDIN_FAIL_START=1``.
 """
 
@@ -55,6 +59,9 @@ def _repo() -> Path:
 def _source() -> Path:
     if os.environ.get("ORCH_STANDIN_VLLM_SRC"):
         return Path(os.environ["ORCH_STANDIN_VLLM_SRC"])
+    tree = Path(__file__).resolve().parents[1]  # a tree of tests/testbed/vllm_tree.py holds the release's files
+    if (tree / "vllm/model_executor/layers/fused_moe/fused_moe.py").is_file():
+        return tree
     from tests.vllm_releases import NEWEST, source_tree
     return source_tree(os.environ.get("ORCH_STANDIN_VLLM_RELEASE") or NEWEST)
 
@@ -218,7 +225,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str]) -> int:
     """Run the stand-in with vLLM's parser input ``argv`` (a leading ``serve`` for ``vllm serve``)."""
-    sys.path.insert(0, str(_repo()))
+    try:
+        import tests.vllm_standins  # noqa: F401 - a tree carries its own copy
+    except ImportError:
+        sys.path.insert(0, str(_repo()))
     _pre_log_level(argv)
     from tests import vllm_standins as vs
     src = _source()
@@ -260,6 +270,10 @@ def main(argv: list[str]) -> int:
         os._exit(0)
     signal.signal(signal.SIGTERM, stop)
 
+    # the GPUs the engine opens (as vLLM's worker holds /dev/nvidiaN): ORCH_STANDIN_NVIDIA_DEV, else 0..TP x DP-1
+    devs = os.environ.get("ORCH_STANDIN_NVIDIA_DEV") or ",".join(
+        f"/dev/nvidia{i}" for i in range(args.tensor_parallel_size * args.data_parallel_size))
+    held = [open(d, "rb") for d in devs.split(",") if d and os.path.exists(d)]  # noqa: SIM115 - held for life
     if os.environ.get("ORCH_STANDIN_FAIL_START") == "1":
         raise RuntimeError("Engine core initialization failed. See root cause above. (stand-in fault)")
     with open(os.path.join(model, "config.json")) as f:
@@ -290,4 +304,5 @@ def main(argv: list[str]) -> int:
           "INFO:     Application startup complete.", flush=True)
     _State.ready.set()
     threading.Event().wait()
+    del held
     return 0
