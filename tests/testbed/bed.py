@@ -994,7 +994,7 @@ def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
     if host.options["engine"] == "vllm":  # vLLM's image: ENTRYPOINT python3 -m vllm.entrypoints.openai.api_server
         change = ["ENV=PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin", "ENV=PYTHONPATH=/opt/vllm",
                   "ENV=ORCH_STANDIN_VLLM_SRC=/opt/vllm",
-                  'ENTRYPOINT=["python3", "-m", "vllm.entrypoints.openai.api_server"]']
+                  'ENTRYPOINT=["python3","-m","vllm.entrypoints.openai.api_server"]']  # no spaces: podman splits a change on them
         cmds.append("podman import " + " ".join(f"--change {shlex.quote(c)}" for c in change)
                     + f" /run/orchtb/image.tar {vllm_image(host)} >/dev/null")
     return binds, cmds
