@@ -369,10 +369,28 @@ class _TorchUtilsLoader(importlib.machinery.SourceFileLoader):
     """Runs the release's ``vllm/utils/torch_utils.py`` unchanged, then lets
     ``direct_register_custom_op`` skip an op torch already holds: torch's op registry is
     process-wide, so a second release loaded in one test process would register ``vllm::fused_experts``
-    twice (the tests and the provider call ``fused_experts_impl`` directly, never the op)."""
+    twice (the tests and the provider call ``fused_experts_impl`` directly, never the op). The same
+    for the module's own ``register_opaque_type(LayerName, ...)`` at import (torch >= 2.11)."""
 
     def exec_module(self, module):
-        super().exec_module(module)
+        try:  # torch >= 2.11: vLLM registers its LayerName as an opaque type, once per process too
+            import torch._library.opaque_object as opaque
+        except ImportError:
+            opaque = None
+        real = getattr(opaque, "register_opaque_type", None)
+        if real is not None:
+            def register_once(*a, **k):
+                try:
+                    return real(*a, **k)
+                except RuntimeError as exc:
+                    if "already registered" not in str(exc):
+                        raise
+            opaque.register_opaque_type = register_once
+        try:
+            super().exec_module(module)
+        finally:
+            if real is not None:
+                opaque.register_opaque_type = real
         register = getattr(module, "direct_register_custom_op", None)
         if register is None:
             return

@@ -50,3 +50,25 @@ def test_alignment_standin_fills_vllms_buffers(version):
             assert all(int(flat[i]) == int(eid[b]) for i in ids), b
     finally:
         vs.uninstall()
+
+
+def test_the_provider_runs_the_h200_release():
+    """The vllm provider on vLLM 0.26.0's kernel (the H200 bench's release): bf16 and fp8 block
+    [128, 128], the naive (M=1) and aligned (M=16) paths, within the reference bar."""
+    from remote.engines.vllm.provider import VllmProvider
+    from tests import vllm_standins as vs
+
+    fm = vs.fused_moe_module(source_tree(H200_RELEASE), cpu=True)
+    prov = VllmProvider()
+    try:
+        assert prov.k.version == H200_RELEASE or prov.k.version == "dev"
+        fp8 = dict(dtype="fp8_w8a8", block_shape=[128, 128], per_channel=False, group_size=0, has_zp=False)
+        for M in (1, 16):
+            p = prov.make_problem(dict(E=8, N=64, hidden=128, topk=2), M, "float16", "cpu", 0)
+            assert prov.check(p, prov.default_config(p)) < 1e-2
+            q = prov.make_problem(dict(E=8, N=128, hidden=256, topk=2), M, "float16", "cpu", 0, quant=fp8)
+            assert prov.check(q, prov.default_config(q)) < 1e-2
+            assert prov.file_name(q, "NVIDIA H200") == fm.get_config_file_name(8, 128, "fp8_w8a8", [128, 128])
+    finally:
+        prov.close()
+        vs.uninstall()
