@@ -275,3 +275,12 @@ def test_log_level():
     assert sa.effective_log_level(sa.parse_server_args(["serve", "/m", "--log-level", "debug"]), {}) == "DEBUG"
     assert sa.effective_log_level(sa.parse_server_args(["serve", "/m"]), {"VLLM_LOGGING_LEVEL": "warning"}) == "WARNING"
     assert sa.effective_log_level(sa.parse_server_args(["serve", "/m"]), {}) == "INFO"
+
+
+def test_server_args_have_the_interfaces_fields():
+    """vLLM's record carries every field the engine-neutral ServerArgs protocol names."""
+    from remote.engines.interface import ServerArgs as Protocol
+
+    s = sa.parse_server_args(["serve", "/m", "-tp", "4", "-dp", "2", "--enable-expert-parallel"])
+    assert isinstance(s, Protocol)
+    assert (s.ep, s.served_model_name, s.moe_backend, s.api_name) == (8, None, "auto", "/m")
