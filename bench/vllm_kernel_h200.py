@@ -19,7 +19,9 @@ median of 10 replays, 5 interleaved rounds, median.
 Shapes: Qwen3-30B-A3B at TP1 (E=128, N=768, hidden 2048, top-k 8, bf16) and
 Qwen3-30B-A3B-FP8 at TP1 (same, fp8_w8a8 block [128, 128]); vLLM 0.34.0 ships an H200 file for both.
 
-H200:      python3 bench/vllm_kernel_h200.py --vllm-src DIR [--budget-s 420]
+H200:      python3 bench/vllm_kernel_h200.py --vllm-src DIR [--budget-s 420]   (DIR: a folder named after the
+           release, holding its ``vllm`` package; the release must require the installed Triton:
+           vLLM 0.26.0 on the H200's Triton 3.6.0, tests/vllm_releases.py H200_RELEASE)
 CPU check: python3 bench/vllm_kernel_h200.py --smoke   (TRITON_INTERPRET=1, tiny shapes, vLLM from
            the test cache; numbers meaningless)
 Output: ``vllm_kernel_h200.json`` under ``$OUT`` (or ``--out``).
@@ -61,6 +63,7 @@ def setup(args) -> dict:
         src = source_tree(NEWEST)
     else:
         src = Path(args.vllm_src)
+        check_triton(src, args.allow_triton_mismatch)
     os.environ.setdefault("TRITON_CACHE_DIR", "/tmp/orch-triton-cache")
     site = Path(args.out) / "standin_site"
     site.mkdir(parents=True, exist_ok=True)
@@ -73,6 +76,26 @@ def setup(args) -> dict:
     info = vs.install(src)
     vs.fused_moe_module(src)
     return {"src": str(src), "standins": info}
+
+
+def check_triton(src: Path, allow: bool) -> None:
+    """Refuse (exit 2) a vLLM release whose required Triton is not this machine's, unless ``allow``:
+    vLLM 0.32.0+ need Triton 3.7.1/3.8 and fail on 3.6.0 with ``PassManager::run failed`` from
+    M = 8 on (docs/benchmarks.md 4.6); :data:`tests.vllm_releases.H200_RELEASE` matches the H200."""
+    import triton
+
+    from tests.vllm_releases import H200_RELEASE, required_triton, triton_matches
+    release = src.name if src.name[:1].isdigit() else None
+    if release is None:
+        from tests.vllm_standins import _version
+        release = _version(src)
+    want = required_triton(release)
+    ok = triton_matches(release, triton.__version__)
+    say(f"vLLM {release} requires Triton {want or 'unknown'} (through its torch pin); installed "
+        f"{triton.__version__}: {'ok' if ok else 'MISMATCH'}")
+    if not ok and not allow:
+        say(f"refusing: carry the sources of vLLM {H200_RELEASE} for Triton 3.6.0, or pass --allow-triton-mismatch")
+        sys.exit(2)
 
 
 def tune(shape: dict, quant, dtype: str, Ms: list, device: str) -> dict:
@@ -205,6 +228,8 @@ def main() -> int:
     ap.add_argument("--batch-sizes", default=BATCH_SIZES)
     ap.add_argument("--smoke-batch-sizes", default="1,16")
     ap.add_argument("--budget-s", type=float, default=420)
+    ap.add_argument("--allow-triton-mismatch", action="store_true",
+                    help="run a release whose required Triton is not the installed one")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     ctx = setup(args)

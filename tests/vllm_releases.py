@@ -47,8 +47,39 @@ from tests.waiting import STALL_S, Stalled, files_state, run_watched
 #: Releases the oracle tests read: the newest and the two minors before it (the releases
 #: operators run at the time of writing, 2026-12). docs/vllm.md lists the same (a test checks).
 ORACLE_RELEASES = ("0.32.0", "0.33.0", "0.34.0")
-#: The release the kernel provider and the H200 benchmark run when none is named.
+#: The release the kernel provider and the CPU smoke of the H200 benchmark run when none is named.
 NEWEST = ORACLE_RELEASES[-1]
+
+#: The torch each vLLM wheel pins (its ``Requires-Dist``) and the Triton that torch requires (torch's
+#: own ``Requires-Dist``), as the package registry's metadata said on 2026-12-03 (``pip install
+#: --dry-run --no-deps --report``). vLLM itself names no Triton: it comes with torch.
+TORCH_PINS = {"0.22.1": "2.11.0", "0.23.0": "2.11.0", "0.24.0": "2.11.0", "0.25.1": "2.11.0", "0.26.0": "2.11.0",
+              "0.27.1": "2.13.0", "0.28.0": "2.13.0", "0.29.0": "2.13.0", "0.30.0": "2.13.0", "0.31.0": "2.13.0",
+              "0.32.0": "2.13.0", "0.33.0": "2.14.0", "0.34.0": "2.14.0"}
+TRITON_OF_TORCH = {"2.11.0": "3.6.0", "2.12.0": "3.7.0", "2.13.0": "3.7.1", "2.14.0": "3.8"}
+#: The newest release whose Triton is the H200's (torch 2.11.0, Triton 3.6.0): what the H200 bench
+#: runs. Triton 3.3.0 to 3.6.0 fail to compile vLLM's ``fused_moe_kernel`` for many configs on its
+#: aligned path (M x top-k x 4 > E) in ``TritonGPURemoveLayoutConversions`` ("operand #0 does not
+#: dominate this use", triton-lang/triton#9809 and #9928; vllm-project/vllm#39260), which 0.32.0+
+#: never meet on the Triton they require. docs/benchmarks.md 4.6.
+H200_RELEASE = "0.26.0"
+
+
+def required_triton(release: str) -> str | None:
+    """The Triton release ``release`` of vLLM runs with (``"3.6.0"``; ``"3.8"`` for ``~=3.8.0``), None
+    for a release :data:`TORCH_PINS` does not list."""
+    torch = TORCH_PINS.get(release)
+    return TRITON_OF_TORCH.get(torch) if torch else None
+
+
+def triton_matches(release: str, installed: str) -> bool:
+    """Whether the installed Triton ``installed`` (``triton.__version__``) is the one vLLM ``release``
+    requires (same major.minor, and the same patch where the pin names one)."""
+    want = required_triton(release)
+    if want is None:
+        return False
+    have = installed.split("+")[0].split(".")
+    return have[:len(want.split("."))] == want.split(".")
 
 #: Files of the package kept (the rest of the sdist: C++/CUDA sources, tests, docs, is not).
 KEPT_SUFFIXES = (".py", ".json")

@@ -40,6 +40,7 @@ import os
 import re as _re
 import sys
 import types
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests import sglang_standins as _sg
@@ -54,6 +55,7 @@ REAL_MODULES = (
     "vllm.utils.platform_utils",
     "vllm.utils.torch_utils",
     "vllm.utils.import_utils",
+    "vllm.utils.argparse_utils",
     "vllm.model_executor.layers.fused_moe.fused_moe",
     "vllm.model_executor.layers.fused_moe.moe_align_block_size",
     "vllm.model_executor.layers.fused_moe.config",
@@ -367,10 +369,28 @@ class _TorchUtilsLoader(importlib.machinery.SourceFileLoader):
     """Runs the release's ``vllm/utils/torch_utils.py`` unchanged, then lets
     ``direct_register_custom_op`` skip an op torch already holds: torch's op registry is
     process-wide, so a second release loaded in one test process would register ``vllm::fused_experts``
-    twice (the tests and the provider call ``fused_experts_impl`` directly, never the op)."""
+    twice (the tests and the provider call ``fused_experts_impl`` directly, never the op). The same
+    for the module's own ``register_opaque_type(LayerName, ...)`` at import (torch >= 2.11)."""
 
     def exec_module(self, module):
-        super().exec_module(module)
+        try:  # torch >= 2.11: vLLM registers its LayerName as an opaque type, once per process too
+            import torch._library.opaque_object as opaque
+        except ImportError:
+            opaque = None
+        real = getattr(opaque, "register_opaque_type", None)
+        if real is not None:
+            def register_once(*a, **k):
+                try:
+                    return real(*a, **k)
+                except RuntimeError as exc:
+                    if "already registered" not in str(exc):
+                        raise
+            opaque.register_opaque_type = register_once
+        try:
+            super().exec_module(module)
+        finally:
+            if real is not None:
+                opaque.register_opaque_type = real
         register = getattr(module, "direct_register_custom_op", None)
         if register is None:
             return
@@ -515,6 +535,38 @@ def fused_moe_module(source_root, cpu: bool | None = None):
     install(source_root)
     if cpu is None:
         cpu = not torch.cuda.is_available()
+    with _release_metadata(Path(source_root)):
+        _import_triton_utils(cpu)
+    fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
+    if cpu:
+        utils = importlib.import_module("vllm.model_executor.layers.fused_moe.utils")
+        if callable(vars(utils).get("per_token_group_quant_fp8")):
+            utils.per_token_group_quant_fp8 = per_token_group_quant_fp8
+    return fm
+
+
+@contextmanager
+def _release_metadata(root: Path):
+    """While vLLM's Triton check imports, ``importlib.metadata.version("vllm")`` answers the
+    release's version: vLLM 0.26.0's ``vllm/triton_utils/importing.py`` asks it (for a ``cpu``
+    build suffix) inside the ``try`` that decides ``HAS_TRITON``, so without an installed vLLM
+    distribution it disabled Triton ("Triton is installed, but `triton.backends` could not be
+    imported"); 0.32.0 and newer ask the platform instead."""
+    import importlib.metadata as md
+
+    real = md.version
+
+    def version(name):
+        return _version(root) if name == "vllm" else real(name)
+    md.version = version
+    try:
+        yield
+    finally:
+        md.version = real
+
+
+def _import_triton_utils(cpu: bool) -> None:
+    """Import ``vllm.triton_utils`` (its Triton check runs once, at import)."""
     if cpu:
         # vLLM keeps Triton only with exactly one active GPU driver, except where
         # CUDA_VISIBLE_DEVICES is set and empty (its lenient case for workers starting up): the
@@ -528,9 +580,5 @@ def fused_moe_module(source_root, cpu: bool | None = None):
                 os.environ.pop("CUDA_VISIBLE_DEVICES", None)
             else:
                 os.environ["CUDA_VISIBLE_DEVICES"] = before
-    fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
-    if cpu:
-        utils = importlib.import_module("vllm.model_executor.layers.fused_moe.utils")
-        if callable(vars(utils).get("per_token_group_quant_fp8")):
-            utils.per_token_group_quant_fp8 = per_token_group_quant_fp8
-    return fm
+    else:
+        importlib.import_module("vllm.triton_utils")

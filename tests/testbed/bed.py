@@ -56,7 +56,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from tests.waiting import CEILING_S, Stalled, Watch, files_state, wait_until
 
-from . import standin_tree
+from . import standin_tree, vllm_tree
 
 REPO = Path(__file__).resolve().parents[2]
 # The interpreter of the hosts' units and of the payload (has torch + triton): the repo's venv,
@@ -129,10 +129,29 @@ TINY_DEEPSEEK_FP8_CONFIG: Dict[str, Any] = {
 #: ``flashinfer_trtllm`` (``srt/arg_groups/overrides.py`` ``_deepseek_moe_quant_resolution``), reads
 #: no Triton file, and autotunes FlashInfer at start into ``$SGLANG_CACHE_DIR`` (``/srv/sglang-cache``
 #: inside the host; the stand-in ``flashinfer`` package is version 0.6.9).
+#: vLLM hosts (issue 29; option ``engine``, ``VLLM_OPTION_DEFAULTS``), each a unit ``vllm-qwen`` on port
+#: 8000 (vLLM's default) serving the tiny Qwen3 MoE model, no strays: ``vllm-serve`` (``vllm serve
+#: MODEL``), ``vllm-module`` (``python -m vllm.entrypoints.openai.api_server --model ...``),
+#: ``vllm-container`` (``docker run ... vllm/vllm-openai:vX --model ...``, the image's entry point, with
+#: ``-v /srv/moe:/moe -e VLLM_TUNED_CONFIG_FOLDER=/moe``), ``vllm-flashinfer`` (``--moe-backend
+#: flashinfer_cutlass``: a MoE kernel that reads no Triton file); ``vllm-tuned-folder``:
+#: ``vllm-serve`` with ``VLLM_TUNED_CONFIG_FOLDER=/srv/vllm-moe``.
+_VLLM_BASE: Dict[str, Any] = {"engine": "vllm", "unit": "vllm-qwen", "port": 8000, "strays": False}
 HOST_PRESETS: Dict[str, Dict[str, Any]] = {
     "b200-deepseek-fp8": {"gpu_name": "NVIDIA B200", "gpu_capability": "10.0", "model_config": TINY_DEEPSEEK_FP8_CONFIG,
                           "flashinfer_version": "0.6.9"},
+    "vllm-serve": dict(_VLLM_BASE, vllm_launch="serve"),
+    "vllm-module": dict(_VLLM_BASE, vllm_launch="module"),
+    "vllm-container": dict(_VLLM_BASE, container={"runtime": "docker", "moe_mount": True}),
+    "vllm-flashinfer": dict(_VLLM_BASE, vllm_launch="serve", backend="flashinfer_cutlass"),
+    "vllm-tuned-folder": dict(_VLLM_BASE, vllm_launch="serve", moe_config_dir="/srv/vllm-moe"),
 }
+
+
+def mixed_fleet_options() -> Dict[Any, Dict[str, Any]]:
+    """``host_options`` of a two-host bed with one SGLang host (``gpu-a``, the bed's default unit
+    ``sglang-qwen``) and one vLLM host (``gpu-b``, ``vllm-serve``): one inventory, both engines."""
+    return {"gpu-a": {"strays": False}, "gpu-b": dict(HOST_PRESETS["vllm-serve"])}
 
 # Per-host options (``TestBed(host_options={name_or_index: {...}})``); defaults here.
 HOST_OPTION_DEFAULTS: Dict[str, Any] = {
@@ -221,6 +240,20 @@ LAUNCH_OPTION_DEFAULTS: Dict[str, Any] = {
                              #   with orch_systemd_scope: user (see user_unit_binds for /root)
 }
 HOST_OPTION_DEFAULTS.update(LAUNCH_OPTION_DEFAULTS)
+# --- vLLM hosts (issue 29). Every default leaves the host as before.
+VLLM_OPTION_DEFAULTS: Dict[str, Any] = {
+    "engine": "sglang",      # "vllm": the unit runs the stand-in vLLM (tests/testbed/vllm_tree.py at /srv/vllm):
+                             #   model /models/tiny-moe, -tp, --port/--host as for SGLang, `backend` as
+                             #   --moe-backend; `container` runs the vllm/vllm-openai stand-in image
+    "vllm_release": None,    # the release whose files the tree holds (None: tests.vllm_releases.NEWEST)
+    "vllm_launch": "serve",  # "serve": `/srv/vllm/bin/vllm serve /models/tiny-moe ...` (the console script);
+                             #   "module": `<python> -m vllm.entrypoints.openai.api_server --model /models/tiny-moe ...`
+}
+HOST_OPTION_DEFAULTS.update(VLLM_OPTION_DEFAULTS)
+#: where a vLLM host's stand-in tree sits (inside the host's own /srv)
+VLLM_TREE = "/srv/vllm"
+#: the stand-in of vLLM's server image on vLLM container hosts (its ENTRYPOINT is vLLM's api_server)
+VLLM_IMAGE = "docker.io/vllm/vllm-openai:v{release}"
 #: the console script of each host's stand-in tree (as pip writes one: shebang, then SGLang's main)
 SGLANG_SCRIPT = "/opt/sglang/bin/sglang"
 #: the conda stand-in (tests/testbed/conda_standin.py) and its one environment, ``sglang``
@@ -627,13 +660,20 @@ class Host:
     @property
     def config_dir(self) -> str:
         """The stand-in's configs root on the host (``.../configs``, or
-        ``$SGLANG_MOE_CONFIG_DIR/configs`` when the host sets it), as the host sees it."""
+        ``$SGLANG_MOE_CONFIG_DIR/configs`` when the host sets it), as the host sees it. On a vLLM host
+        (option ``engine``): ``moe_config_dir`` itself (the unit's ``VLLM_TUNED_CONFIG_FOLDER``), else
+        the tree's shipped ``configs/``."""
+        if self.options.get("engine") == "vllm":
+            return self.options["moe_config_dir"] or f"{VLLM_TREE}/{vllm_tree.FUSED_MOE}/configs"
         base = self.options["moe_config_dir"] or self.loader_dir
         return base.rstrip("/") + "/configs"
 
     @property
     def triton_dir(self) -> str:
-        """``config_dir/triton_X_Y_Z`` for the Triton the stand-in sees on this host."""
+        """``config_dir/triton_X_Y_Z`` for the Triton the stand-in sees on this host (vLLM: ``config_dir``,
+        vLLM has no Triton folders)."""
+        if self.options.get("engine") == "vllm":
+            return self.config_dir
         return f"{self.config_dir}/triton_{self.triton_version.replace('.', '_')}"
 
     @property
@@ -879,6 +919,30 @@ def container_runtime(host: Host) -> str:
     return (host.options["container"] or {}).get("runtime", "podman")
 
 
+def container_name(host: Host) -> str:
+    """The ``--name`` of a container host's container: ``vllm`` on vLLM hosts, else ``sglang``."""
+    return "vllm" if host.options["engine"] == "vllm" else "sglang"
+
+
+def vllm_image(host: Host) -> str:
+    """The vLLM image name of a vLLM container host (``vllm/vllm-openai`` with the release's tag)."""
+    from tests.vllm_releases import NEWEST
+    return VLLM_IMAGE.format(release=host.options["vllm_release"] or NEWEST)
+
+
+def _vllm_flags(host: Host) -> List[str]:
+    """The vLLM unit's flags after the entry point (``vllm serve MODEL``: the model first)."""
+    o = host.options
+    model = "/models/tiny-moe"
+    flags = [model] if o["vllm_launch"] == "serve" and not o["container"] else ["--model", model]
+    flags += ["-tp", str(o["tp"]), "--port", str(o["port"])]
+    if o["bind_host"] is not None:
+        flags += ["--host", host.address if o["bind_host"] == "address" else o["bind_host"]]
+    if o["backend"]:
+        flags += ["--moe-backend", o["backend"]]
+    return flags + [str(a) for a in o["extra_args"]]
+
+
 def _container_exec(host: Host, args: List[str], env: Dict[str, str]) -> List[str]:
     """ExecStart of a container host: ``podman run --rm --name sglang -p PORT:PORT -v /models...
     [-v /srv/moe:/moe] -e ... IMAGE /opt/venv/bin/python3 -m sglang.launch_server ...``; the
@@ -888,11 +952,12 @@ def _container_exec(host: Host, args: List[str], env: Dict[str, str]) -> List[st
     o = host.options
     port = int(o["port"])
     env = dict(env)
+    name = container_name(host)
     if container_runtime(host) == "docker":
-        words = ["/usr/bin/docker", "run", "--rm", "--name", "sglang", "--gpus", "all", "-p", f"{port}:{port}",
+        words = ["/usr/bin/docker", "run", "--rm", "--name", name, "--gpus", "all", "-p", f"{port}:{port}",
                  "-v", "/models:/models:ro"]
     else:
-        words = ["/usr/bin/podman", "run", "--rm", "--name", "sglang", "-p", f"{port}:{port}",
+        words = ["/usr/bin/podman", "run", "--rm", "--name", name, "-p", f"{port}:{port}",
                  "-v", "/models:/models:ro"]
         if o["container"].get("cdi"):  # the GPU path through the CDI spec (cdi_spec)
             words += ["--device", "nvidia.com/gpu=all"]
@@ -903,9 +968,13 @@ def _container_exec(host: Host, args: List[str], env: Dict[str, str]) -> List[st
         words.append(f"--sdnotify={o['container']['sdnotify']}")
     if o["container"].get("moe_mount"):
         words += ["-v", f"{o['moe_config_dir']}:/moe"]
-        env["SGLANG_MOE_CONFIG_DIR"] = "/moe"
+        env["VLLM_TUNED_CONFIG_FOLDER" if o["engine"] == "vllm" else "SGLANG_MOE_CONFIG_DIR"] = "/moe"
+    if o["engine"] == "vllm":  # the image's own PYTHONPATH and ENTRYPOINT (the api_server) run the tree
+        env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "ORCH_STANDIN_VLLM_SRC")}
     for k, v in env.items():
         words += ["-e", f"{k}={v}"]
+    if o["engine"] == "vllm":
+        return words + [vllm_image(host)] + _vllm_flags(host)
     return words + [CONTAINER_IMAGE, CONTAINER_PYTHON] + args[1:]
 
 
@@ -974,6 +1043,8 @@ def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
             info.type, info.linkname = tarfile.SYMTYPE, target
             tar.addfile(info)
         tar.add(str(hd / "opt-sglang"), arcname="opt/sglang")
+        if host.options["engine"] == "vllm":
+            tar.add(str(hd / "srv" / "vllm"), arcname="opt/vllm")
     binds = [[str(etc), "/etc/containers"], [str(hd / "var-lib-containers"), "/var/lib/containers"]]
     cdi_cmds = []
     if host.options["container"].get("cdi"):  # /etc/cdi of its own, and the stand-in driver's library
@@ -997,6 +1068,12 @@ def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
             # `ip netns exec` gives the host a fresh sysfs with an empty /sys/fs/cgroup, whose type crun refuses
             "grep -q ' /sys/fs/cgroup ' /proc/self/mounts || mount -t tmpfs -o mode=755 orchtb-cgroup /sys/fs/cgroup",
             f"podman import /run/orchtb/image.tar {CONTAINER_IMAGE} >/dev/null"] + cdi_cmds
+    if host.options["engine"] == "vllm":  # vLLM's image: ENTRYPOINT python3 -m vllm.entrypoints.openai.api_server
+        change = ["ENV=PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin", "ENV=PYTHONPATH=/opt/vllm",
+                  "ENV=ORCH_STANDIN_VLLM_SRC=/opt/vllm",
+                  'ENTRYPOINT=["python3","-m","vllm.entrypoints.openai.api_server"]']  # no spaces: podman splits a change on them
+        cmds.append("podman import " + " ".join(f"--change {shlex.quote(c)}" for c in change)
+                    + f" /run/orchtb/image.tar {vllm_image(host)} >/dev/null")
     return binds, cmds
 
 
@@ -1033,7 +1110,7 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     if user:  # the stand-in's own state (leak markers) where its user may write
         env["ORCH_STANDIN_STATE_DIR"] = f"{LOGIN_HOME}/.local/state/sglang-standin"
     if o["moe_config_dir"]:
-        env["SGLANG_MOE_CONFIG_DIR"] = o["moe_config_dir"]
+        env["VLLM_TUNED_CONFIG_FOLDER" if o["engine"] == "vllm" else "SGLANG_MOE_CONFIG_DIR"] = o["moe_config_dir"]
     if o["gpu_exclusive"]:
         env["ORCH_STANDIN_GPU_EXCLUSIVE"] = "1"
     if o["flashinfer_version"]:  # FlashInfer's autotune cache stays inside the host (not this machine's ~/.cache)
@@ -1060,6 +1137,11 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
     if not extra:
         flags += [str(a) for a in o["extra_args"]]
     args = [VENV_PYTHON, "-m", "sglang.launch_server"] + flags
+    if o["engine"] == "vllm" and not extra:
+        env["PYTHONPATH"] = env["ORCH_STANDIN_VLLM_SRC"] = VLLM_TREE
+        flags = _vllm_flags(host)
+        args = ([f"{VLLM_TREE}/bin/vllm", "serve"] if o["vllm_launch"] == "serve"
+                else [VENV_PYTHON, "-m", "vllm.entrypoints.openai.api_server"]) + flags
     exec_start = " ".join(shlex.quote(a) for a in args)
     if o["exec_start"] and not extra:
         exec_start = o["exec_start"].format(python=shlex.quote(VENV_PYTHON), sglang=SGLANG_SCRIPT, conda=CONDA,
@@ -1068,10 +1150,11 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
         args, env = _container_exec(host, args, env), {}
         exec_start = " ".join(shlex.quote(a) for a in args)
         if container_runtime(host) == "docker":  # as docker units are written (a stale container's name freed)
-            o = dict(o, unit_lines=["ExecStartPre=-/usr/bin/docker rm -f sglang", *o["unit_lines"]])
+            o = dict(o, unit_lines=[f"ExecStartPre=-/usr/bin/docker rm -f {container_name(host)}", *o["unit_lines"]])
     lines = [
         "[Unit]",
-        f"Description=SGLang server (orch test bed stand-in) on {host.name}",
+        f"Description={'vLLM' if o['engine'] == 'vllm' and not extra else 'SGLang'} server (orch test bed "
+        f"stand-in) on {host.name}",
         "After=network.target",
         "",
         "[Service]",
@@ -1321,6 +1404,8 @@ class TestBed:
         # stand-in SGLang tree for this host
         standin_tree.make_tree(hd / "opt-sglang", o["layout"], o["sglang_release"], o["flashinfer_version"])
         _make_launchers(hd / "opt-sglang")
+        if o["engine"] == "vllm":  # the stand-in vLLM tree (its console script runs the venv python)
+            vllm_tree.make_tree(hd / "srv" / "vllm", o["vllm_release"], VENV_PYTHON)
         # model
         (hd / "models" / "tiny-moe").mkdir(parents=True)
         (hd / "models" / "tiny-moe" / "config.json").write_text(
@@ -1423,7 +1508,8 @@ class TestBed:
             fleet_binds += more
             setup_cmds += cmds
         if o["moe_config_dir"]:
-            setup_cmds.append(f"mkdir -p {shlex.quote(o['moe_config_dir'].rstrip('/') + '/configs')}")
+            sub = "" if o["engine"] == "vllm" else "/configs"  # vLLM reads the folder itself
+            setup_cmds.append(f"mkdir -p {shlex.quote(o['moe_config_dir'].rstrip('/') + sub)}")
         for name, content in o["config_files"].items():
             target = self._config_target(host, name)
             text = content if isinstance(content, str) else json.dumps(content, indent=4)
@@ -1510,7 +1596,7 @@ class TestBed:
         """Where a pre-installed config file goes inside the host: ``name`` with a ``/`` is
         relative to ``config_dir`` (e.g. ``triton_3_1_0/E=...json``), else it goes into
         ``triton_dir`` (the installed Triton's folder)."""
-        if "/" in name:
+        if "/" in name or host.options["engine"] == "vllm":
             return f"{host.config_dir}/{name}"
         return f"{host.triton_dir}/{name}"
 

@@ -10,6 +10,13 @@ Each module names the vLLM release files it mirrors (0.32.0, 0.33.0, 0.34.0); th
   (``triton_version`` key, ``USE_TMA`` from 0.34.0, ``SPLIT_K``), what orch writes;
 - :mod:`remote.engines.vllm.runner`: which MoE kernel a server runs (``--moe-backend``, the
   priority lists per weight format) and its ``Using ... MoE backend`` log line;
+- :mod:`remote.engines.vllm.server_args`: the launch forms (``vllm serve``, ``python -m
+  vllm.entrypoints.openai.api_server``, the ``vllm/vllm-openai`` image), the flags orch reads with
+  their defaults, the ``--config`` merge and the log level, parsed as vLLM's parser parses them;
+- :mod:`remote.engines.vllm.shape`: the MoE shape one rank runs (E, N under TP/EP, shared experts,
+  the weight format) from a model's ``config.json``;
+- :mod:`remote.engines.vllm.http`: readiness (``/health``, ``/v1/models``), the ``/v1/completions``
+  request and answer, ``vllm bench serve``'s metric names;
 - :mod:`remote.engines.vllm.provider`: vLLM's own ``fused_experts_impl`` as a tuner provider
   (needs torch, triton and vLLM; never imported by the controller).
 """

@@ -42,7 +42,8 @@ FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
 PACKAGE = "vllm.model_executor.layers.fused_moe"
 
 
-@internal_error("caught by remote.tuning.providers.resolve_provider, which raises PayloadError('not_found')")
+@internal_error("raised while the provider is built; remote.tuning.providers.get_provider turns it into "
+                "a PayloadError (not_found for --provider vllm) naming what is missing")
 class VllmUnavailable(RuntimeError):
     """vLLM's fused-MoE Triton path cannot be imported on this host (the message says why)."""
 

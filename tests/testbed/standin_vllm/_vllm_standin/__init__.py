@@ -1,0 +1,1 @@
+"""The stand-in vLLM server (tests/testbed/README.md, "Stand-in vLLM")."""
