@@ -560,7 +560,7 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
     runs the trial: wait for its verdict while the server keeps serving, then apply it here. A kept
     runner is started through this host's own drop-in, and its own start is verified: the log must
     name the runner and the greedy answers must agree with this host's answers before the change
-    (``min_agreement`` percent), else TaskFailed (the rescue puts the drop-in back). A verdict that
+    (``min_agreement`` percent of the measuring host's reference self-agreement), else TaskFailed (the rescue puts the drop-in back). A verdict that
     keeps the unit's runner changes and restarts nothing. The table is the measuring host's,
     with ``measured_on`` naming it. Returns None, with ``trial.measuring_failed`` set and nothing
     changed, when the measuring host ended without a verdict (it failed): the caller then runs the
@@ -613,9 +613,12 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
             raise TaskFailed(f"{name} did not load the Triton files of {trial.measured_on}'s verdict: "
                              + "; ".join(problems))
     share = agreement(before, greedy_answers(ctx, endpoint, prompts, check_tokens))
-    if share * 100.0 < min_agreement:
+    # the measuring host's reference agreed with itself on self_agreement of the prompts: the bar here too
+    trial.self_agreement = theirs.self_agreement
+    need = float(min_agreement) / 100.0 * (theirs.self_agreement if theirs.self_agreement is not None else 1.0)
+    if share < need - 1e-9:
         raise TaskFailed(f"{name} on {trial.kept}: {share:.0%} of {len(prompts)} check prompts agree with its "
-                         f"answers before (needs {min_agreement:.0f}%); not kept here")
+                         f"answers before (needs {need:.0%}); not kept here")
     ctx.say(f"{name} runs {engine.runner_flag} {trial.kept} (log: {engine.runner_field}={shown}; verdict of "
             f"{trial.measured_on}, answers {share:.0%} agree)")
     return TaskResult.changed(f"kept {trial.kept}: the verdict of {trial.measured_on}'s trial (same tuning group), "
