@@ -31,6 +31,12 @@ _lock = threading.Lock()
 SEARCH_SPACES: tuple[str, ...] = ("smoke", "fast", "full")
 DEFAULT_SEARCH_SPACE = "fast"
 
+#: ``tune --budget`` and the inventory's ``orch_tune_budget``: seconds of GPU timing per GPU a tune may
+#: spend on all its batch sizes (remote/tuning/tuner/floor.py). Sized so that the 18-batch-size int4
+#: tune of Mixtral-8x7B (E=8, N=7168, hidden 4096, top-k 2, int4_w4a16) fits in 5 minutes on one
+#: H200 (docs/benchmarks.md §4.6).
+DEFAULT_TUNE_BUDGET_S = 150.0
+
 #: ``tune --provider``: whose kernel the tuner times; ``auto`` resolves to one of
 #: :data:`RESOLVED_PROVIDERS` on the host (``remote.tuning.support.resolve_provider_name``).
 PROVIDER_NAMES: tuple[str, ...] = ("auto", "sglang", "builtin")
