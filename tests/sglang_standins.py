@@ -797,7 +797,8 @@ def patch_ops(modules, follow_cuda_align: bool = False, bind_activation: bool = 
     interpreter) and the :func:`moe_align_block_size` stand-in above that.
     ``bind_activation`` (CPU tests): bind :func:`silu_and_mul` in modules that define
     ``fused_experts`` but bound no ``silu_and_mul`` (SGLang binds it on CUDA only), so the
-    provider's ``down`` timing includes the activation as on a GPU.
+    provider's ``down`` timing includes the activation as on a GPU; likewise :func:`moe_sum_reduce`
+    where the top-k sum (``moe_combine_topk``) lacks it.
     On the CPU (``follow_cuda_align``) SGLang's Triton ``per_token_group_quant_fp8`` is stood in
     too: under ``TRITON_INTERPRET=1`` its fp32 -> fp8 cast stores wrong values (seen: off by two
     fp8 steps), which is the interpreter's, not the GPU's, behaviour.
@@ -841,6 +842,11 @@ def patch_ops(modules, follow_cuda_align: bool = False, bind_activation: bool = 
             if "fused_experts" in vars(mod) and "silu_and_mul" not in vars(mod):
                 mod.silu_and_mul = silu_and_mul
                 done.append(f"{mod.__name__}.silu_and_mul")
+            if "moe_combine_topk" in vars(mod) and "moe_sum_reduce" not in vars(mod):
+                # SGLang 0.5.23 binds sgl_kernel's moe_sum_reduce on CUDA only; with _is_cuda followed
+                # (follow_cuda_align) its top-k sum calls it for top-k > 2 (a fused shared expert: top-k + 1)
+                mod.moe_sum_reduce = moe_sum_reduce
+                done.append(f"{mod.__name__}.moe_sum_reduce")
     ops = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul, "moe_sum_reduce": moe_sum_reduce,
            "sglang_per_token_group_quant_fp8": sglang_per_token_group_quant_fp8,
            "per_token_group_quant": per_token_group_quant}

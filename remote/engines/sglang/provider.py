@@ -361,15 +361,14 @@ class SglangProblem:
         self.w1_scale, self.w2_scale, self.w1_zp, self.w2_zp = scales if scales else (None, None, None, None)
         self.x = torch.randn(M, hidden, generator=gen, device=self.device).to(dtype)
         self.router_logits = torch.randn(M, E, generator=gen, device=self.device)
-        from ...tuning.tuner.routing import Routing, make
+        from ...tuning.tuner.routing import Routing, info_of, make
         rt = routing if isinstance(routing, Routing) else Routing.from_dict(routing)
         if rt.synthetic:
             self.topk_weights, self.topk_ids = route(M, E, top_k, logits=self.router_logits)
-            self.routing_info = {"kind": "synthetic", "describe": rt.describe(), "shared_expert": False,
-                                 "top_k": top_k, "experts": E, "skew": 0.0, "file": None}
+            self.routing_info = info_of(rt, self.topk_ids, E)
         else:
             self.topk_weights, self.topk_ids, self.routing_info = make(rt, M, E, top_k, seed, self.device)
-            self.top_k = int(self.topk_ids.shape[1])
+            top_k = self.top_k = int(self.topk_ids.shape[1])
         rows = self.rows(256, True)
         self.cache1 = torch.randn(rows, 2 * N, generator=gen, device=self.device).to(dtype)
         self.cache2 = torch.randn(rows, N, generator=gen, device=self.device).to(dtype)

@@ -65,12 +65,11 @@ class Problem:
         self.w1, self.w2, self.qw = weights
         self.x = torch.randn(M, hidden, generator=gen, device=self.device, dtype=torch.float32).to(dtype)
         logits = torch.randn(M, E, generator=gen, device=self.device, dtype=torch.float32)
-        from ..tuner.routing import Routing, make
+        from ..tuner.routing import Routing, info_of, make
         rt = routing if isinstance(routing, Routing) else Routing.from_dict(routing)
         if rt.synthetic:
             self.topk_weights, self.topk_ids = route(M, E, top_k, logits=logits)
-            self.routing_info = {"kind": "synthetic", "describe": rt.describe(), "shared_expert": False,
-                                 "top_k": top_k, "experts": E, "skew": 0.0, "file": None}
+            self.routing_info = info_of(rt, self.topk_ids, E)
         else:
             self.topk_weights, self.topk_ids, self.routing_info = make(rt, M, E, top_k, seed, self.device)
             top_k = self.top_k = int(self.topk_ids.shape[1])

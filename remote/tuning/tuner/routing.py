@@ -309,13 +309,19 @@ def make(routing: Routing, M: int, E: int, top_k: int, seed: int, device, record
         ids = torch.cat([ids, col.unsqueeze(0).expand(M, shared)], dim=1).contiguous()
         sw = torch.full((M, shared), float(routing.shared_weight), device=w.device, dtype=w.dtype)
         w = torch.cat([w, sw], dim=1).contiguous()
-    counts = torch.bincount(ids.reshape(-1).to(torch.int64).cpu(), minlength=E)
+    return w.to(torch.float32), ids.to(torch.int32), info_of(routing, ids, E, kind)
+
+
+def info_of(routing: Routing, topk_ids, E: int, kind: str = "synthetic") -> dict:
+    """What a report says of the routing ``topk_ids`` (int [M, k]) over ``E`` experts was timed with
+    (see :func:`make`)."""
+    import torch
+    counts = torch.bincount(topk_ids.reshape(-1).to(torch.int64).cpu().clamp(min=0), minlength=E)
     active = counts[counts > 0]
-    info = {"kind": kind, "describe": routing.describe(), "shared_expert": bool(shared), "top_k": int(ids.shape[1]),
-            "experts": int(E), "skew": float(routing.skew), "file": routing.file,
+    return {"kind": kind, "describe": routing.describe(), "shared_expert": bool(routing.shared),
+            "top_k": int(topk_ids.shape[1]), "experts": int(E), "skew": float(routing.skew), "file": routing.file,
             "active_experts": int(active.numel()), "max_load": int(active.max()) if active.numel() else 0,
             "mean_load": round(float(active.float().mean()), 2) if active.numel() else 0.0}
-    return w.to(torch.float32), ids.to(torch.int32), info
 
 
 def expert_counts(topk_ids, E: int) -> list[int]:
