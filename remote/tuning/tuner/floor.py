@@ -248,7 +248,7 @@ class Budget:
     (``timer.stats.seconds``), counted from ``start_s``. Counters (the report's ``budget``):
     ``pruned_floor`` (candidates the floor ruled out), ``pruned_budget`` (candidates never timed
     because a stage's share was spent), ``race_stopped`` (screening measurements stopped after one
-    call: slower than the cut-off), ``stages_cut`` (stages that stopped early), ``floors``
+    call: slower than the cut-off), ``stages_cut`` (stages that stopped early), ``reasons``
     (a sample of the reasons)."""
 
     limit_s: float | None
@@ -257,7 +257,7 @@ class Budget:
     pruned_floor: int = 0
     pruned_budget: int = 0
     race_stopped: int = 0
-    stages_cut: list = field(default_factory=list)
+    stages_cut: list = field(default_factory=list)  # (stage, n not timed) or a note
     reasons: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -276,16 +276,25 @@ class Budget:
         return math.inf if self.limit_s is None else frac * self.limit_s - self.spent()
 
     def cut(self, stage: str, n: int) -> None:
-        """Record that ``stage`` left ``n`` candidates untimed."""
+        """Record that ``stage`` left ``n`` candidates untimed (summed per stage in the report)."""
         if n > 0:
             self.pruned_budget += n
-            self.stages_cut.append(f"{stage}: {n} not timed")
+            self.stages_cut.append((stage, n))
 
     def report(self) -> dict:
-        """The batch size's ``budget`` report entry."""
+        """The batch size's ``budget`` report entry (``stages_cut``: one line per stage that stopped,
+        e.g. ``"screen: 118 not timed"``, ``"refine: stopped before round 2 of 2"``)."""
+        per: dict = {}
+        notes = []
+        for item in self.stages_cut:
+            if isinstance(item, tuple):
+                per[item[0]] = per.get(item[0], 0) + item[1]
+            else:
+                notes.append(item)
+        lines = [f"{st}: {n} not timed" for st, n in per.items()] + notes
         return {"limit_s": None if self.limit_s is None else round(self.limit_s, 3), "spent_s": round(self.spent(), 3),
                 "pruned_floor": self.pruned_floor, "pruned_budget": self.pruned_budget,
-                "race_stopped": self.race_stopped, "stages_cut": list(self.stages_cut),
+                "race_stopped": self.race_stopped, "stages_cut": lines,
                 "floor_examples": self.reasons[:3]}
 
 
