@@ -98,6 +98,21 @@ def check_tuned(provider, problem, up: dict, down: dict) -> tuple[bool, dict]:
     return err < out["rel_err_bar"], out
 
 
+def make_problem(provider, shape: dict, M: int, dtype: str, device: str, seed: int, weights, quant, routing):
+    """``provider.make_problem`` with the tune's routing (:mod:`.routing`). A provider whose
+    ``make_problem`` takes no ``routing`` runs the synthetic routing only: ValueError when the tune
+    asks for another (a fused shared expert, a recording, a skew)."""
+    import inspect
+
+    from .routing import Routing
+    if "routing" in inspect.signature(provider.make_problem).parameters:
+        return provider.make_problem(shape, M, dtype, device, seed, weights, quant=quant, routing=routing)
+    if not Routing.from_dict(routing).synthetic:
+        raise ValueError(f"the {provider.name} provider times no routing but random router logits; this tune asks "
+                         f"for {Routing.from_dict(routing).describe()}")
+    return provider.make_problem(shape, M, dtype, device, seed, weights, quant=quant)
+
+
 def shipped_pair(shipped: dict | None, M: int):
     """SGLang 0.5.23's choice from a shipped up/down config pair for M: the entry with the
     key closest to M of each file; a missing down file reuses the up entry without TMA; a
@@ -151,8 +166,7 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
         for i_m, M in enumerate(batch_sizes):
             t_start = time.perf_counter()
             try:
-                p = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + M, weights, quant=quant,
-                                          routing=routing)
+                p = make_problem(provider, shape, M, spec["dtype"], device, spec["seed"] + M, weights, quant, routing)
                 weights = p.weights
                 ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(Log(m, lvl)), cpu=cpu,
                                screen=spec.get("screen") or "adaptive")
@@ -194,8 +208,8 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 if sh:
                     variants["shipped"] = sh
                 # the second opinion: fresh inputs (another seed, the same routing), interleaved rounds
-                p2 = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + 100003 + M, weights,
-                                           quant=quant, routing=routing)
+                p2 = make_problem(provider, shape, M, spec["dtype"], device, spec["seed"] + 100003 + M, weights, quant,
+                                  routing)
                 tags = {f.get("tag"): f.get("whole_us") for f in res.get("final") or []}
                 est = {"tuned": res.get("whole_us"), "default": tags.get("default"), "shipped": tags.get("shipped")}
                 op = second_opinion(provider, p2, timer, variants, cpu, estimates=est)
@@ -224,8 +238,8 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 res["speedup_vs_default"] = _ratio(times["default"], times["tuned"])
                 res["speedup_vs_shipped"] = _ratio(times.get("shipped"), times["tuned"])
                 if spec.get("check", True):
-                    small = provider.make_problem(shape, min(M, 256), spec["dtype"], device, spec["seed"] + 7 * M,
-                                                  weights, quant=quant, routing=routing)
+                    small = make_problem(provider, shape, min(M, 256), spec["dtype"], device, spec["seed"] + 7 * M,
+                                         weights, quant, routing)
                     if hasattr(compiler, "bind") and getattr(small, "M", M) != M:  # other specialisations
                         compiler.bind(provider, small)
                         compiler.compile([("up", res["up"]), ("down", res["down"])], M=small.M)
@@ -291,8 +305,11 @@ def make_compiler(provider, spec: dict, device: str):
         if fits is not None:
             cap = fits(spec["shape"], spec["dtype"], spec.get("quant"), device)
             n = min(n, cap) if n else cap
+        import inspect
+        takes = "routing" in inspect.signature(provider.precompile_args).parameters
         pargs = (provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant"), routing=spec["routing"])
-                 if spec.get("routing") else provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")))
+                 if spec.get("routing") and takes else
+                 provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")))
         return Compiler(pargs,
                         provider.compile_target, device_index=idx, workers=n,
                         per_batch=getattr(provider, "compile_per_batch", False))

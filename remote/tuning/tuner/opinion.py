@@ -3,7 +3,7 @@ measured again, independently of the search, before the report makes it.
 
 The search decides on its own measurements (screening, finalists, its whole-kernel stage on its
 own inputs). A pick it found faster than the shipped file can lose there once the inputs change
-(docs/benchmarks.md §4.6: on DeepSeek-V3 fp8 the tune claimed 1.02 to 1.07 over shipped, an
+(docs/benchmarks.md §4.7: on DeepSeek-V3 fp8 the tune claimed 1.02 to 1.07 over shipped, an
 independent timing confirmed 3 of 15 M). So after the search, in the same process,
 :func:`second_opinion` times the whole fused MoE (the provider's ``full_fn``: for SGLang's
 provider its ``fused_experts`` reading the candidate files exactly as the server reads them) of

@@ -476,3 +476,18 @@ def test_group_quant_stand_in_kernel_writes_the_same_rows_and_scales():
     assert torch.allclose(s[keep], ref_s[keep])
     ref_q, _ = st._group_quant(x, 128, torch.int8)
     assert torch.equal(q[keep.any(1)], ref_q[keep.any(1)]) and (q[~keep.any(1)] == 0).all()
+
+
+def test_a_provider_without_routing_runs_only_the_synthetic_one():
+    from remote.tuning.tuner.driver import make_problem
+
+    class Plain:
+        name = "plain"
+
+        def make_problem(self, shape, M, dtype, device, seed, weights=None, quant=None):
+            return ("problem", M)
+
+    assert make_problem(Plain(), {}, 4, "float32", "cpu", 0, None, None, None) == ("problem", 4)
+    assert make_problem(Plain(), {}, 4, "float32", "cpu", 0, None, None, rt.Routing().to_dict()) == ("problem", 4)
+    with pytest.raises(ValueError, match="fused shared expert"):
+        make_problem(Plain(), {}, 4, "float32", "cpu", 0, None, None, {"shared": 1})
