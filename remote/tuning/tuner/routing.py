@@ -55,10 +55,14 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
+from ...protocol import internal_error
+
 #: file names of SGLang's separate tuner's ``--topk-ids-dir``: ``topk_ids_layer{L}_idx{i}.pt``
 TOPK_IDS_FILE = re.compile(r"^topk_ids_layer(\d+)_idx(\d+)\.pt$")
 
 
+@internal_error("raised while a routing is read or built; remote.tuning.command.tune_routing turns it into a "
+                "PayloadError (bad_input) naming the file before the tune starts")
 class RoutingError(ValueError):
     """A routing that cannot be built: an unreadable or malformed recording (the message names
     the file), or a recording whose experts or top-k do not match the tuned shape."""
