@@ -82,7 +82,7 @@ class PayloadClient:
         #: a container unit's image runs these commands (:meth:`in_container`); None: all on the host
         self.container: ContainerPayload | None = None
 
-    def in_container(self, run, interpreter: str, commands=("probe", "tune")) -> None:
+    def in_container(self, run, interpreter: str, commands=("probe", "prepare", "tune")) -> None:
         """Run ``commands`` inside a fresh ``--rm`` container of the container unit ``run``
         (:class:`orchestrator.facts.container.ContainerRun`) with the image's ``interpreter``,
         the unit's GPU, mount and environment options and this payload mounted read-only
@@ -201,7 +201,7 @@ class PayloadClient:
 
     def call_in_unit(self, command: str, args: list[str], unit: str, *, memory_max: int | None = None,
                      timeout: float | None = None, on_progress: Callable[[dict], None] | None = None,
-                     poll_s: float = POLL_S, ticket: dict | None = None) -> dict:
+                     poll_s: float = POLL_S, ticket: dict | None = None, properties: list[str] | None = None) -> dict:
         """Run one payload command as the transient systemd unit ``unit`` (``systemd-run``,
         :mod:`orchestrator.payload.transient`) and return the ``data`` of its ``result`` line.
 
@@ -217,7 +217,8 @@ class PayloadClient:
         (``crash``); :class:`Cancelled` after an interrupt; connection errors past the retries.
         ``ticket``: what the command is for (JSON), written beside its output before the unit starts
         (:func:`orchestrator.payload.transient.ticket_path`), so ``orch recover`` can collect what a
-        dead controller's unit finished.
+        dead controller's unit finished. ``properties``: more unit properties (systemd.exec(5),
+        ``Nice=10`` for the prepare step, which runs beside the serving server).
         """
         timeout = clamp(timeout)
         t = self.connection
@@ -240,6 +241,7 @@ class PayloadClient:
             props.append(f"MemoryMax={int(memory_max)}")
         if timeout:
             props.append(f"RuntimeMaxSec={int(timeout)}")
+        props += list(properties or [])
         launch = ["systemd-run", f"--unit={unit}", f"--description=orch payload {command}", "--quiet",
                   *[f"--property={p}" for p in props], "--",
                   *self.argv(command, args, tag=f"{self.run_tag}.{secrets.token_hex(4)}")]

@@ -228,6 +228,7 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
             _wait_state(ctx, unit, {"inactive", "failed"}, timeout, set())
         ended = end_leftover_container(ctx, unit, timeout)
         ctx.emit("service_stopped", unit=unit)
+        ctx.mark_phase("stop")  # the unit's downtime starts with this step (orchestrator.facts.downtime)
         if group is not None and group.rank == 0:
             meet(ctx, "rank 0 stopped", among=[])
         return TaskResult.changed(f"{unit} stopped" + (f"; its container {' and '.join(ended)} through the runtime"
@@ -257,4 +258,5 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
         raise TaskFailed(f"{unit} did not start ({got}): {(res.stderr or res.stdout).strip()[-300:]}")
     ctx.run.started_by_orch = True
     ctx.emit("service_started", unit=unit)
+    ctx.mark_phase("start")
     return TaskResult.changed(f"{unit} {verb}ed")

@@ -77,8 +77,11 @@ from ..host.fs import atomic_write
 from ..protocol import (DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, SEARCH_SPACES, PayloadError, log,
                         progress)
 from ..engines.sglang.defaults import DEFAULT_BATCH_SIZES
-from ..engines.sglang.model_flags import add_model_flags, shape_from_args
-from .support import quant_entry, unsupported_reason
+from ..engines.sglang.model_flags import add_model_flags
+from .inputs import load_shipped as _load_shipped
+from .inputs import parse_batch_sizes
+from .inputs import quant_of as _quant_of
+from .inputs import resolve_shape as _resolve_shape
 from .tuner.events import Done, Error, Event, Fatal, Log, Progress
 
 
@@ -100,34 +103,16 @@ def add_arguments(p) -> None:
                    help="auto/target: compile candidates for the GPU's target in CPU processes without CUDA "
                         "(fallback: context, the reason in the report); context: worker processes with a CUDA "
                         "context (their number capped by GPU memory)")
+    p.add_argument("--prepared", default=None,
+                   help="a prepared folder (python -m remote prepare, before the stop): its compiled candidates are "
+                        "used when its manifest matches this GPU, Triton, engine and shape; else refused, naming why")
     p.add_argument("--screen", choices=("adaptive", "fixed"), default="adaptive",
                    help="fast search's screening: adaptive (a graph of fewer calls for candidates slower than "
                         "100 us, each replay about 1 ms) or fixed (a graph of 10 calls, 3 replays)")
 
 
-def parse_batch_sizes(text: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]`` (sorted, unique, each >= 1). Raises PayloadError bad_input."""
-    try:
-        vals = sorted({int(x) for x in str(text).split(",") if x.strip()})
-    except ValueError:
-        raise PayloadError("bad_input", f"--batch-sizes: not a list of integers: {text!r}") from None
-    if not vals or vals[0] < 1:
-        raise PayloadError("bad_input", f"--batch-sizes: need positive integers: {text!r}")
-    return vals
 
 
-def _resolve_shape(args) -> tuple[dict, dict]:
-    """``(shape, naming)`` of the model flags (:func:`remote.engines.sglang.model_flags.shape_from_args`):
-    shape {E,N,hidden,topk}; naming {dtype_selector, block_shape, per_channel_quant, weight_dtype,
-    act_dtype, shape_source, notes}."""
-    ms, source = shape_from_args(args)
-    # SGLang's upstream tuner uses num_experts_per_tok (not the runtime top-k with a
-    # fused shared expert) unless given recorded topk ids; so do we.
-    shape = dict(E=ms.E, N=ms.N, hidden=ms.hidden, topk=ms.topk)
-    return shape, dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape,
-                       per_channel_quant=ms.per_channel_quant, weight_dtype=ms.weight_dtype,
-                       act_dtype=ms.act_dtype, shape_source=source, notes=list(ms.notes),
-                       group_size=ms.group_size, has_zp=ms.has_zp, gated=ms.gated)
 
 
 def _devices(gpus: str) -> list[str]:
@@ -147,28 +132,8 @@ def _devices(gpus: str) -> list[str]:
     return [f"cuda:{i}" for i in idx]
 
 
-def _load_shipped(path: str | None) -> dict | None:
-    if not path:
-        return None
-    from ..engines.triton_moe.configfile import load_config_file
-    p = Path(path)
-    if not p.is_file():
-        raise PayloadError("not_found", f"--shipped-config {path}: no such file")
-    up = load_config_file(p)
-    down_path = p.with_name(p.name[: -len(".json")] + "_down.json")
-    down = load_config_file(down_path) if down_path.is_file() else None
-    return {"up": up, "down": down, "path": str(p), "down_path": str(down_path) if down else None}
 
 
-def _quant_of(naming: dict, provider: str):
-    """The tuner spec's ``quant`` entry for the file's selectors: ``None`` (bf16/fp16/fp32
-    weights) or :meth:`remote.tuning.kernel.formats.WeightFormat.to_dict` (``{"dtype",
-    "block_shape", "per_channel", "group_size", "has_zp"}``). Raises PayloadError bad_input with
-    :func:`unsupported_reason` for what ``provider``'s kernel does not run."""
-    why = unsupported_reason(naming, provider)
-    if why:
-        raise PayloadError("bad_input", why)
-    return quant_entry(naming)
 
 
 def total_split(per_m: dict, resumed: list) -> dict:
@@ -192,6 +157,39 @@ def _compile_info(per_m: dict, resumed: list) -> dict | None:
     last = [r.get("compile") for M, r in sorted(per_m.items(), key=lambda kv: int(kv[0]))
             if int(M) not in resumed and r.get("compile")]
     return last[-1] if last else None
+
+
+def _take_prepared(path: str | None, provider, sglang_info, shape, dtype, sel, quant, cpu: bool, devices,
+                   triton_version: str) -> dict:
+    """What the tune takes from ``--prepared`` (:mod:`remote.tuning.tuner.prepared`): ``{"used":
+    False, "reason"}`` without one or when its manifest does not match this GPU's compute
+    capability, Triton, engine release, payload, shape, dtype or quantization (the reason is
+    logged, and the tune compiles as without one); else ``{"used": True, "dir", "cache",
+    "kernels", "failed", "prepare_s", "cut", "gpu", "idents"}`` (``idents``: the compile requests
+    already compiled, taken out for the tuner spec)."""
+    if not path:
+        return {"used": False, "reason": "no prepared folder (compiled after the stop)"}
+    from .. import PAYLOAD_VERSION as payload_version
+    from .tuner import prepared
+    cap = None
+    if not cpu:
+        import torch
+        cap = tuple(torch.cuda.get_device_capability(torch.device(devices[0])))
+    engine = {"provider": provider.name, "version": sglang_info["version"] if sglang_info else payload_version}
+    expect = prepared.expectation(payload_version=payload_version, triton_version=triton_version, engine=engine,
+                                  shape=shape, dtype=dtype, naming=sel, quant=quant, interpret=cpu, capability=cap)
+    manifest, why = prepared.load(Path(path), expect)
+    if manifest is None:
+        log(f"prepared folder {path} refused: {why}; compiling after the stop as without one", "warning")
+        return {"used": False, "dir": path, "reason": why}
+    kernels = manifest.get("kernels") or {}
+    stats = manifest.get("stats") or {}
+    log(f"prepared before the stop: {len(kernels.get('compiled') or [])} kernels compiled in "
+        f"{stats.get('compile_s')} s ({path})")
+    return {"used": True, "dir": path, "cache": str(Path(path) / prepared.CACHE),
+            "kernels": len(kernels.get("compiled") or []), "failed": len(kernels.get("failed") or {}),
+            "prepare_s": stats.get("seconds"), "cut": bool(stats.get("cut")), "gpu": manifest.get("gpu"),
+            "nothing_compiled": stats.get("nothing_compiled"), "idents": list(kernels.get("compiled") or [])}
 
 
 def run(args) -> dict:
@@ -252,6 +250,8 @@ def run(args) -> dict:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    prep = _take_prepared(getattr(args, "prepared", None), provider, sglang_info, shape, dtype, sel, quant, cpu,
+                          devices, triton.__version__)
     from .tuner import checkpoint
     key, key_id = checkpoint.run_key(shape=shape, dtype=dtype, naming=sel, space=args.space, device=device_name,
                                      triton=triton.__version__, provider=provider.name, seed=args.seed,
@@ -272,7 +272,7 @@ def run(args) -> dict:
                 dtype_selector=naming["dtype_selector"], block_shape=naming["block_shape"], quant=quant,
                 shipped=({"up": shipped["up"], "down": shipped["down"]} if shipped else None),
                 check=not args.no_check, compile_mode=getattr(args, "compile_mode", "auto"),
-                screen=getattr(args, "screen", "adaptive"))
+                screen=getattr(args, "screen", "adaptive"), prepared=prep.pop("idents", None))
     errors: dict = {}
     t0 = time.time()
     n_new = [0]
@@ -316,7 +316,8 @@ def run(args) -> dict:
 
     # the tuner's own Triton cache, fresh for this run (never the server's); see .cache
     from .cache import tune_with_cache
-    cache = tune_with_cache(run_once, out / "triton-cache", os.environ.get("ORCH_TAG") or f"pid{os.getpid()}", log)
+    cache = tune_with_cache(run_once, out / "triton-cache", os.environ.get("ORCH_TAG") or f"pid{os.getpid()}", log,
+                            prepared=Path(prep["cache"]) if prep.get("used") else None)
     if fatal:
         # out of GPU memory for what every candidate needs: the traceback goes to stderr (the
         # controller shows its tail), the finished batch sizes stay in the checkpoint
@@ -354,6 +355,7 @@ def run(args) -> dict:
         "wall_s": round(time.time() - t0, 3), "time_split": total_split(per_m, resumed),
         "compile": _compile_info(per_m, resumed),
         "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},
+        "prepared": prep,
     }
     rpath = out / "report.json"
     atomic_write(str(rpath), (json.dumps(report, indent=1, sort_keys=True, default=str) + "\n").encode("utf-8"))
@@ -364,6 +366,7 @@ def run(args) -> dict:
         "batch_sizes": batch_sizes, "space": args.space, "device_name": device_name,
         "triton_version": triton.__version__, "resumed": resumed,
         "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},
+        "prepared": prep, "wall_s": report["wall_s"], "time_split": report["time_split"],
         "speedup_vs_default": {str(M): done[str(M)].get("speedup_vs_default") for M in batch_sizes},
         "speedup_vs_shipped": ({str(M): done[str(M)].get("speedup_vs_shipped") for M in batch_sizes}
                                if shipped else None),

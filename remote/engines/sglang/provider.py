@@ -265,6 +265,26 @@ class SglangKernel:
             return self.get_moe_configs(E, N, dtype_sel, bn, bk, **kw)
         return self.get_moe_configs(E, N, dtype_sel, **kw)
 
+    def align_shapes(self, topk_ids, block_m: int, num_experts: int):
+        """SGLang's ``moe_align_block_size`` output tensors, allocated by SGLang's own Python with
+        the sizes the server's launch gets, but not filled: the compiled ops and Triton launches it
+        calls (module-level functions of SGLang's alignment module other than the entry itself) do
+        nothing meanwhile. For a process without a GPU that only captures compile requests
+        (``python -m remote prepare``): a kernel is specialised on these sizes (``EM`` =
+        ``sorted_token_ids.shape[0]``), never on their values. Raises what SGLang's code raises
+        where a release's alignment is a compiled op through and through."""
+        mod = self.align_module
+        stubbed = {n: v for n, v in vars(mod).items()
+                   if callable(v) and not isinstance(v, type) and v is not self.align
+                   and str(getattr(v, "__module__", "") or "").startswith(("sglang", "sgl_kernel"))}
+        try:
+            for n in stubbed:
+                setattr(mod, n, lambda *a, **k: None)
+            return self.align(topk_ids, int(block_m), num_experts)
+        finally:
+            for n, v in stubbed.items():
+                setattr(mod, n, v)
+
     def clear_config_cache(self) -> None:
         """Drop SGLang's in-process config cache (``get_moe_configs`` is an lru_cache)."""
         clear = getattr(self.get_moe_configs, "cache_clear", None)
@@ -316,14 +336,18 @@ class SglangProblem:
     filled with random values so the activation never sees garbage), ``cache2`` [rows, N]
     (down input), ``cache3`` [M, top_k, hidden] (down output). ``weights``: reuse
     ``(w1, w2, (w1_scale, w2_scale) | None)`` of another batch size; ``empty_weights``:
-    uninitialised weights (compiling only).
+    uninitialised weights (compiling only); ``shape_only``: uninitialised weights and buffers, and
+    the alignment's tensors allocated but not computed (:meth:`SglangKernel.align_shapes`), for
+    capturing compile requests on the CPU (``python -m remote prepare``).
     """
 
     def __init__(self, kernel: SglangKernel, E: int, N: int, hidden: int, top_k: int, M: int, dtype, device,
-                 seed: int, weights=None, quant=None, empty_weights: bool = False):
+                 seed: int, weights=None, quant=None, empty_weights: bool = False, shape_only: bool = False):
         from ...tuning.kernel.reference import route
 
         self.k = kernel
+        self.shape_only = shape_only
+        empty_weights = empty_weights or shape_only
         self.E, self.N, self.hidden, self.top_k, self.M = E, N, hidden, top_k, M
         self.dtype, self.device = dtype, torch.device(device)
         self.quant = quant
@@ -359,8 +383,12 @@ class SglangProblem:
         self.router_logits = torch.randn(M, E, generator=gen, device=self.device)
         self.topk_weights, self.topk_ids = route(M, E, top_k, logits=self.router_logits)
         rows = self.rows(256, True)
-        self.cache1 = torch.randn(rows, 2 * N, generator=gen, device=self.device).to(dtype)
-        self.cache2 = torch.randn(rows, N, generator=gen, device=self.device).to(dtype)
+        if shape_only:
+            self.cache1 = torch.empty(rows, 2 * N, device=self.device, dtype=dtype)
+            self.cache2 = torch.empty(rows, N, device=self.device, dtype=dtype)
+        else:
+            self.cache1 = torch.randn(rows, 2 * N, generator=gen, device=self.device).to(dtype)
+            self.cache2 = torch.randn(rows, N, generator=gen, device=self.device).to(dtype)
         self.cache3 = torch.zeros(M, top_k, hidden, device=self.device, dtype=dtype)
         self._routing = {}
 
@@ -391,7 +419,8 @@ class SglangProblem:
         """SGLang's ``moe_align_block_size`` for ``block_m`` (cached):
         ``(sorted_token_ids, expert_ids, num_tokens_post_padded)``."""
         if block_m not in self._routing:
-            self._routing[block_m] = self.k.align(self.topk_ids, int(block_m), self.E)
+            align = self.k.align_shapes if self.shape_only else self.k.align
+            self._routing[block_m] = align(self.topk_ids, int(block_m), self.E)
         return self._routing[block_m]
 
 
@@ -472,14 +501,15 @@ class SglangProvider:
     # ------------------------------------------------------------------ problems
 
     def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None,
-                     quant=None, empty_weights: bool = False) -> SglangProblem:
+                     quant=None, empty_weights: bool = False, shape_only: bool = False) -> SglangProblem:
         """A :class:`SglangProblem` for ``shape`` (E, N, hidden, topk; N as the file names it, i.e.
         the stored ``w2.shape[2]``, half the intermediate size for int4) and batch size M; ``quant``
-        as the tuner spec's entry (:func:`remote.tuning.kernel.formats.from_quant`)."""
+        as the tuner spec's entry (:func:`remote.tuning.kernel.formats.from_quant`); ``shape_only``:
+        see :class:`SglangProblem`."""
         fmt = formats.from_quant(quant)
         N = shape["N"] * 2 if fmt is not None and fmt.packed else shape["N"]
         return SglangProblem(self.k, shape["E"], N, shape["hidden"], shape["topk"], M, DTYPES[dtype],
-                             device, seed, weights, fmt, empty_weights=empty_weights)
+                             device, seed, weights, fmt, empty_weights=empty_weights, shape_only=shape_only)
 
     def default_config(self, p: SglangProblem) -> dict:
         """SGLang's default config for this problem (``get_default_config``)."""

@@ -1,0 +1,196 @@
+"""The prepared folder: what ``python -m remote prepare`` makes before the unit stops, and what the
+tune after the stop takes from it (``python -m remote tune --prepared DIR``).
+
+Layout of ``DIR`` (``<tune work folder>/prepared``)::
+
+    manifest.json    what was prepared, for which GPU target, Triton, engine and shape (below)
+    triton-cache/    the Triton cache the kernels were compiled into (the tune's TRITON_CACHE_DIR)
+
+``manifest.json`` (:func:`build`): ``format``, ``payload_version``, ``gpu`` (``capability``,
+``device_name``, ``target`` ``[backend, arch, warp_size]``, ``source``), ``triton_version``,
+``engine`` (``provider``, ``version``: SGLang's release, or the payload's for the builtin kernel),
+``shape`` {E, N, hidden, topk}, ``dtype``, ``naming`` (file-name selectors), ``quant``, ``space``,
+``batch_sizes``, ``interpret``, ``shipped`` (the configs SGLang's lookup finds now: the baseline
+and tie preference of the search, read before the stop), ``candidates`` (per batch size and GEMM,
+the config keys compiled for it, in order), ``kernels`` (``compiled``: compile-request identities,
+:meth:`remote.tuning.tuner.aot.KernelSpec.ident`; ``failed``: identity -> error), ``cache_files``
+(path -> size of every file the prepare left in ``triton-cache``), ``stats`` (seconds, workers,
+niceness, whether the time budget cut it), ``cuda`` (the prepare process's CUDA state: never
+initialised) and ``checksum`` (SHA-256 of the rest, :func:`checksum`).
+
+The tune refuses a folder, naming why, when :func:`check` finds it does not match (another GPU
+target, Triton, engine release, payload, shape, dtype or quantization; a changed or truncated
+manifest or cache) and then compiles as without one.
+
+Which candidates are prepared (:func:`plan`): the ``fast`` search's first screen for each batch
+size (``space.seed_configs``, the shipped config for M and SGLang's default, each with and without
+``USE_TMA`` where the GEMM reads it) and every config one step from those (``space.neighbours``):
+the candidates of the search's first refinement round, whichever seeds lead. A later round's
+candidates, the previous batch size's winner as a hint and the correctness check's batch size
+(at most 256) may fall outside; those compile after the stop as before (the compile workers start
+only then). ``full`` and ``smoke`` prepare their whole space.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from . import space as sp
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+CACHE = "triton-cache"
+#: the manifest fields a tune must match (the rest describes the prepare)
+MATCH_FIELDS = ("payload_version", "triton_version", "engine", "shape", "dtype", "naming", "quant", "interpret")
+
+
+def clean(kind: str, cfg: dict, tma_kinds) -> dict:
+    """``cfg`` as the search times it for GEMM ``kind``: the six fields, ``USE_TMA`` only for a
+    GEMM in ``tma_kinds`` (:meth:`remote.tuning.tuner.search.Evaluator.clean`'s rule)."""
+    c = {k: int(cfg[k]) for k in sp.KEYS if k in cfg}
+    if cfg.get("USE_TMA") and kind in tma_kinds:
+        c["USE_TMA"] = True
+    return c
+
+
+def plan(space: str, M: int, E: int, top_k: int, kinds, tma_kinds, feasible, prefer=()) -> list[list[tuple]]:
+    """The candidates prepared for batch size M, in tiers (the first is compiled first):
+    ``[[(kind, cfg), ...], ...]``. ``fast``: tier 0 = the seeds and the ``prefer`` configs
+    (``[(up_cfg, down_cfg)]``: the shipped pair for M, SGLang's default), each also with
+    ``USE_TMA`` flipped for a GEMM in ``tma_kinds``; tier 1 = every feasible config one step from
+    tier 0 (:func:`remote.tuning.tuner.space.neighbours`). ``full``: SGLang's pruned space (with
+    ``USE_TMA`` for the TMA GEMMs); ``smoke``: its few configs. ``feasible(cfg) -> bool`` applies
+    the device's limits. Pure."""
+    tma_kinds = frozenset(tma_kinds or ())
+    if space == "smoke":
+        cfgs = [c for c in sp.smoke_space() if feasible(c)]
+        return [[(k, clean(k, c, tma_kinds)) for k in kinds for c in cfgs]]
+    if space == "full":
+        cfgs = [c for c in sp.full_space() if feasible(c)]
+        return [[(k, clean(k, c2, tma_kinds)) for k in kinds
+                 for c in cfgs for c2 in ([c, sp.with_tma(c, True)] if k in tma_kinds else [c])]]
+    if space != "fast":
+        raise ValueError(f"unknown space {space!r}")
+    tiers: list[list[tuple]] = [[], []]
+    seen: set = set()
+
+    def add(tier: int, kind: str, cfg: dict) -> None:
+        c = clean(kind, cfg, tma_kinds)
+        if len(c) < len(sp.KEYS) or not feasible(c):
+            return
+        key = (kind, sp.cfg_key(c))
+        if key not in seen:
+            seen.add(key)
+            tiers[tier].append((kind, c))
+
+    seeds = [c for c in sp.seed_configs(M, E, top_k) if feasible(c)]
+    for kind in kinds:
+        own = list(seeds)
+        for up, down in prefer or ():
+            c = {"up": up, "down": down or up, "joint": up}.get(kind)
+            if c:
+                own.append(c)
+        for c in own:
+            add(0, kind, c)
+            if kind in tma_kinds:
+                add(0, kind, sp.with_tma(c, not c.get("USE_TMA")))
+    for kind, c in list(tiers[0]):
+        for nb in sp.neighbours(c, tma=kind in tma_kinds):
+            add(1, kind, nb)
+    return tiers
+
+
+def checksum(manifest: dict) -> str:
+    """SHA-256 (hex) of the manifest without its ``checksum`` field, as canonical JSON (sorted
+    keys, no spaces)."""
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def cache_files(cache: Path) -> dict:
+    """``{relative path: size in bytes}`` of every file under ``cache`` (empty when absent)."""
+    out = {}
+    if cache.is_dir():
+        for root, _dirs, files in os.walk(cache):
+            for f in files:
+                p = Path(root) / f
+                try:
+                    out[str(p.relative_to(cache))] = p.stat().st_size
+                except OSError:
+                    continue
+    return out
+
+
+def build(**fields) -> dict:
+    """A manifest from its fields (module docstring), with ``format`` and ``checksum`` set."""
+    m = dict(fields, format=FORMAT)
+    m["checksum"] = checksum(m)
+    return m
+
+
+def expectation(*, payload_version: str, triton_version: str, engine: dict, shape: dict, dtype: str,
+                naming: dict, quant, interpret: bool, capability: tuple[int, int] | None) -> dict:
+    """What a tune needs a prepared folder to match: :data:`MATCH_FIELDS` and the GPU's compute
+    capability (``None`` on the CPU, where nothing is compiled)."""
+    return {"payload_version": payload_version, "triton_version": triton_version, "engine": engine,
+            "shape": shape, "dtype": dtype, "naming": naming, "quant": quant, "interpret": interpret,
+            "capability": f"{capability[0]}.{capability[1]}" if capability else None}
+
+
+def _norm(v):
+    return json.loads(json.dumps(v, sort_keys=True, default=str))
+
+
+def check(manifest: dict, expect: dict, folder: Path | None = None) -> str | None:
+    """Why ``manifest`` (of ``folder``) cannot serve a tune that expects ``expect``
+    (:func:`expectation`), or None when it can. Checks the format, the checksum, the GPU's compute
+    capability, each of :data:`MATCH_FIELDS`, the prepare process's CUDA state and, with
+    ``folder``, that every cache file the prepare wrote is still there with its size. Pure but for
+    reading ``folder``."""
+    if not isinstance(manifest, dict):
+        return "the manifest is not a JSON object"
+    if manifest.get("format") != FORMAT:
+        return f"manifest format {manifest.get('format')!r}, this payload reads {FORMAT}"
+    if manifest.get("checksum") != checksum(manifest):
+        return "the manifest's checksum does not match its content (changed or truncated)"
+    cap = expect.get("capability")
+    got = (manifest.get("gpu") or {}).get("capability")
+    if cap is not None and got != cap:
+        return f"prepared for compute capability {got}, this GPU is {cap}"
+    names = {"payload_version": "payload", "triton_version": "Triton", "engine": "engine",
+             "shape": "MoE shape", "dtype": "dtype", "naming": "file-name selectors", "quant": "quantization",
+             "interpret": "interpreter mode"}
+    for f in MATCH_FIELDS:
+        if _norm(manifest.get(f)) != _norm(expect.get(f)):
+            return f"prepared for {names[f]} {manifest.get(f)!r}, this tune has {expect.get(f)!r}"
+    cuda = manifest.get("cuda") or {}
+    if cuda.get("initialized") or cuda.get("visible") not in ("", None):
+        return f"the prepare process saw CUDA ({cuda}): not made the way this payload prepares"
+    if folder is not None:
+        cache = Path(folder) / CACHE
+        for rel, size in (manifest.get("cache_files") or {}).items():
+            p = cache / rel
+            try:
+                if p.stat().st_size != size:
+                    return f"prepared cache file {rel} changed size since the prepare"
+            except OSError:
+                return f"prepared cache file {rel} is missing"
+    return None
+
+
+def load(folder: Path, expect: dict) -> tuple[dict | None, str | None]:
+    """``(manifest, None)`` when ``folder`` holds a prepared folder that serves a tune expecting
+    ``expect``; ``(None, why)`` otherwise (absent, unreadable, or :func:`check`'s reason)."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, f"no {MANIFEST} in {folder} (the prepare step did not finish)"
+    except (OSError, ValueError) as exc:
+        return None, f"{path}: unreadable ({type(exc).__name__}: {exc})"
+    why = check(manifest, expect, folder)
+    return (None, why) if why else (manifest, None)
