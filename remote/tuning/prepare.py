@@ -102,11 +102,12 @@ def run(args) -> dict:
     from .tuner import offgpu
     offgpu.hide_gpus()  # first: nothing below may open a CUDA context
     t_start = time.time()
-    if args.nice and args.nice > 0:
+    now = os.nice(0)
+    if args.nice and int(args.nice) > now:  # a unit started with Nice= is there already
         try:
-            os.nice(int(args.nice))
+            now = os.nice(int(args.nice) - now)
         except OSError as exc:
-            log(f"could not lower the priority (nice {args.nice}): {exc}", "warning")
+            log(f"could not lower the priority to nice {args.nice}: {exc}", "warning")
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     from .inputs import load_shipped, parse_batch_sizes, quant_of, resolve_shape
     batch_sizes = parse_batch_sizes(args.batch_sizes)
@@ -208,7 +209,7 @@ def run(args) -> dict:
         candidates=candidates, kernels={"compiled": sorted(compiled), "failed": failed},
         cache_files=prepared.cache_files(cache),
         stats={"compile_s": compile_s, "seconds": round(time.time() - t_start, 3), "workers": workers,
-               "nice": args.nice, "cut": cut, "candidates": n_cands, "torch_cuda_answers": replaced,
+               "nice": os.nice(0), "cut": cut, "candidates": n_cands, "torch_cuda_answers": replaced,
                "nothing_compiled": nothing},
         cuda=cuda)
     mpath = folder / prepared.MANIFEST
@@ -216,7 +217,7 @@ def run(args) -> dict:
     shutil.rmtree(cache / "tmp", ignore_errors=True)
     return {"dir": str(folder), "manifest": str(mpath), "gpu": gpu, "kernels": len(compiled), "failed": len(failed),
             "candidates": n_cands, "compile_s": compile_s, "seconds": round(time.time() - t_start, 3),
-            "workers": workers, "nice": args.nice, "cut": cut, "interpret": interpret, "nothing_compiled": nothing,
+            "workers": workers, "nice": os.nice(0), "cut": cut, "interpret": interpret, "nothing_compiled": nothing,
             "cuda": cuda, "triton_version": triton.__version__, "engine": engine}
 
 

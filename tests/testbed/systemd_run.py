@@ -22,6 +22,8 @@ script gives orch's use of ``systemd-run`` (systemd-run(1), systemd 252) the sam
   and, above the limit, SIGKILLs them all, as the kernel's cgroup OOM killer does, with the
   unit's ``Result=oom-kill``. A burst shorter than a poll can pass; the real limit has no such gap.
 - ``RuntimeMaxSec=S``: after S seconds SIGTERM, then SIGKILL after 10 s; ``Result=timeout``.
+- ``Nice=N``: COMMAND starts at niceness N (systemd.exec(5) ``Nice=``), as systemd sets it before
+  the exec.
 - What docker-systemctl-replacement cannot keep (``Result``, ``ExecMainCode``, ``ExecMainStatus``)
   the supervisor writes to ``/run/systemd/transient/NAME.service.result`` (JSON), and the bed's
   ``systemctl`` shim (``tests/testbed/systemctl_shim.py``) answers ``show``/``is-active``/
@@ -217,8 +219,10 @@ def supervise(name: str) -> int:
     env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", **spec["setenv"]}
     out = _open_output(last.get("StandardOutput"))
     err = _open_output(last.get("StandardError"))
+    nice = int(last["Nice"]) if "Nice" in last else 0
     child = subprocess.Popen(spec["command"], env=env, cwd=spec["cwd"], stdin=subprocess.DEVNULL,
-                             stdout=out, stderr=err, process_group=0)
+                             stdout=out, stderr=err, process_group=0,
+                             preexec_fn=(lambda: os.nice(nice)) if nice > 0 else None)
     stopping = {"sig": None}
 
     def forward(sig, _frame):
