@@ -56,14 +56,27 @@ def clean(kind: str, cfg: dict, tma_kinds) -> dict:
     return c
 
 
+def likely_block_m(M: int, E: int, top_k: int) -> int:
+    """The BLOCK_SIZE_M a tune is likely to pick at batch size M: twice the mean tokens per active
+    expert, rounded up to a power of two, within 16..128. An order of compiling only (the first
+    refinement round's candidates of BLOCK_SIZE_M near it are compiled first, so a prepare cut by
+    its time budget has compiled the likelier ones): the H200 picks of bf16 Qwen3-30B-A3B
+    (docs/benchmarks.md §4.5, E=128, top-k 8) were 16 up to M=128, 32 at 256, 64 at 512 and 1024,
+    128 from 1536. Pure."""
+    load = M * top_k / max(1, min(E, M * top_k))
+    want = 1 << max(0, (max(1, int(2 * load + 0.999)) - 1).bit_length())
+    return max(16, min(128, want))
+
+
 def plan(space: str, M: int, E: int, top_k: int, kinds, tma_kinds, feasible, prefer=()) -> list[list[tuple]]:
-    """The candidates prepared for batch size M, in tiers (the first is compiled first):
-    ``[[(kind, cfg), ...], ...]``. ``fast``: tier 0 = the seeds and the ``prefer`` configs
+    """The candidates prepared for batch size M, in tiers (compiled tier by tier over every batch
+    size): ``[[(kind, cfg), ...], ...]``. ``fast``: tier 0 = the seeds and the ``prefer`` configs
     (``[(up_cfg, down_cfg)]``: the shipped pair for M, SGLang's default), each also with
-    ``USE_TMA`` flipped for a GEMM in ``tma_kinds``; tier 1 = every feasible config one step from
-    tier 0 (:func:`remote.tuning.tuner.space.neighbours`). ``full``: SGLang's pruned space (with
-    ``USE_TMA`` for the TMA GEMMs); ``smoke``: its few configs. ``feasible(cfg) -> bool`` applies
-    the device's limits. Pure."""
+    ``USE_TMA`` flipped for a GEMM in ``tma_kinds``; tiers 1 and 2 = every feasible config one step
+    from tier 0 (:func:`remote.tuning.tuner.space.neighbours`), tier 1 those whose BLOCK_SIZE_M is
+    within a factor of 2 of :func:`likely_block_m`, tier 2 the rest. ``full``: SGLang's pruned space
+    (with ``USE_TMA`` for the TMA GEMMs); ``smoke``: its few configs. ``feasible(cfg) -> bool``
+    applies the device's limits. Pure."""
     tma_kinds = frozenset(tma_kinds or ())
     if space == "smoke":
         cfgs = [c for c in sp.smoke_space() if feasible(c)]
@@ -74,7 +87,7 @@ def plan(space: str, M: int, E: int, top_k: int, kinds, tma_kinds, feasible, pre
                  for c in cfgs for c2 in ([c, sp.with_tma(c, True)] if k in tma_kinds else [c])]]
     if space != "fast":
         raise ValueError(f"unknown space {space!r}")
-    tiers: list[list[tuple]] = [[], []]
+    tiers: list[list[tuple]] = [[], [], []]
     seen: set = set()
 
     def add(tier: int, kind: str, cfg: dict) -> None:
@@ -97,9 +110,11 @@ def plan(space: str, M: int, E: int, top_k: int, kinds, tma_kinds, feasible, pre
             add(0, kind, c)
             if kind in tma_kinds:
                 add(0, kind, sp.with_tma(c, not c.get("USE_TMA")))
+    likely = likely_block_m(M, E, top_k)
     for kind, c in list(tiers[0]):
+        near = likely // 2 <= int(c["BLOCK_SIZE_M"]) <= likely * 2
         for nb in sp.neighbours(c, tma=kind in tma_kinds):
-            add(1, kind, nb)
+            add(1 if near else 2, kind, nb)
     return tiers
 
 

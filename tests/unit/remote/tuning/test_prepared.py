@@ -40,9 +40,11 @@ def test_fast_plan_is_the_first_screen_then_one_step_from_it():
                    USE_TMA=True)
     tiers = prepared.plan("fast", 64, 128, 8, ("up", "down"), {"down"}, _feasible, [(shipped, shipped),
                                                                                   (default, default)])
-    assert len(tiers) == 2
+    assert len(tiers) == 3
     first = {(k, sp.cfg_key(c)) for k, c in tiers[0]}
-    second = {(k, sp.cfg_key(c)) for k, c in tiers[1]}
+    second = {(k, sp.cfg_key(c)) for k, c in tiers[1] + tiers[2]}
+    assert all(16 <= c["BLOCK_SIZE_M"] <= 64 for _, c in tiers[1])  # near BLOCK_SIZE_M 32, likely at M=64
+    assert {c["BLOCK_SIZE_M"] for _, c in tiers[2]} <= {128, 256}
     assert not first & second and len(first) == len(tiers[0]) and len(second) == len(tiers[1])
     seeds = [c for c in sp.seed_configs(64, 128, 8) if _feasible(c)]
     for c in seeds:
@@ -57,6 +59,11 @@ def test_fast_plan_is_the_first_screen_then_one_step_from_it():
             if _feasible(nb):
                 assert (kind, sp.cfg_key(prepared.clean(kind, nb, {"down"}))) in first | second
     assert all(_feasible(c) for t in tiers for _, c in t)
+
+
+@pytest.mark.parametrize("M, bm", [(1, 16), (128, 16), (256, 32), (512, 64), (1024, 128), (4096, 128)])
+def test_likely_block_m_follows_the_tokens_per_expert(M, bm):
+    assert prepared.likely_block_m(M, 128, 8) == bm
 
 
 def test_full_and_smoke_plans_are_their_spaces():
