@@ -1100,8 +1100,10 @@ def section_prepared(res, args, ctx):
         cmd += ["--capability", "9.0", "--device-name", "NVIDIA H200"]
     say(f"\nPREPARE (before the stop): {' '.join(cmd)}")
     t0 = time.time()
-    p = subprocess.run(cmd, cwd=str(ROOT), env=dict(ctx["env"]), capture_output=True, text=True,
-                       timeout=max(30.0, args.prepare_s + 120))
+    # no GPU for it from its first instruction, as on a host whose server holds the GPU (the payload
+    # hides it itself too; here the stand-ins' sitecustomize runs before the payload's code)
+    p = subprocess.run(cmd, cwd=str(ROOT), env=dict(ctx["env"], CUDA_VISIBLE_DEVICES=""), capture_output=True,
+                       text=True, timeout=max(30.0, args.prepare_s + 120))
     wall = round(time.time() - t0, 1)
     final = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{") and '"proto"' in ln
              and json.loads(ln).get("type") in ("result", "error")]
