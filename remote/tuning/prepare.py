@@ -186,9 +186,12 @@ def run(args) -> dict:
                    sp.default_config(M, shape["E"], naming["dtype_selector"], naming["block_shape"]))
         prefer = [pair for pair in (shipped_pair(shipped and {"up": shipped["up"], "down": shipped["down"]}, M),
                                     (default, default)) if pair]
-        tiers = prepared.plan(args.space, M, shape["E"], shape["topk"], kinds, tma, feasible, prefer)
+        server_variants = getattr(provider, "server_variants", None)
+        variants = ({k: server_variants(p, k) for k in kinds} if server_variants and p is not None else {})
+        tiers = prepared.plan(args.space, M, shape["E"], shape["topk"], kinds, tma, feasible, prefer, variants)
         tiers_by_m[M] = tiers
-        candidates[str(M)] = {k: [list(sp.cfg_key(c)) for t in tiers for kind, c in t if kind == k] for k in kinds}
+        candidates[str(M)] = {k: [list(sp.cfg_key(c)) for t in tiers for kind, c in t if kind == k]
+                              for k in dict.fromkeys(kind for t in tiers for kind, _ in t)}
     n_cands = sum(len(t) for ts in tiers_by_m.values() for t in ts)
 
     workers = int(args.workers or default_workers())

@@ -546,6 +546,11 @@ class SglangProvider:
         else:
             kw.update(A=p.cache2[: p.rows(bm, tma)], B=p.w2, C=p.cache3, A_scale=None, B_scale=p.w2_scale,
                       B_zp=p.w2_zp, mul_routed_weight=True, top_k=1)
+            if "router_topk" in self.k.invoke_params:
+                # SGLang 0.5.11-0.5.23 fused_moe.py passes router_topk=topk to the down GEMM (the
+                # kernel's ROUTER_TOPK constexpr, read only on fused-output paths): the same kernel,
+                # so the server's launch finds the tuner's binary instead of compiling another
+                kw["router_topk"] = p.top_k
             flags = {"a_use_tma": True, "b_use_tma": True} if tma else {}
         for f in flags:
             if f not in self.k.invoke_params:
@@ -766,14 +771,28 @@ class SglangProvider:
         specialises the real tensors, TMA descriptors and launch options, and Triton's launch path
         hands them to ``compile``); ``[]`` for a kernel already loaded in this process. Raises
         :class:`remote.tuning.tuner.aot.CaptureError` when the launch path cannot be captured, and
-        whatever SGLang's launch code raises for a config it rejects."""
+        whatever SGLang's launch code raises for a config it rejects. ``up_sorted``: the up GEMM as
+        the server launches it when the down GEMM uses TMA (:meth:`server_variants`)."""
         from ...tuning.tuner import aot
         fns = aot.jit_functions(self.k.kernel_module)
         out = []
         for gemm in (("up", "down") if kind == "joint" else (kind,)):
-            kw = self._launch_kwargs(p, gemm, cfg)  # routing computed here, outside the capture
+            kw = self._launch_kwargs(p, "up" if gemm == "up_sorted" else gemm, cfg)  # routing computed here
+            if gemm == "up_sorted":
+                kw["c_sorted"] = True
             out += aot.capture(fns, lambda kw=kw: self.k.invoke(**kw))
         return out
+
+    def server_variants(self, p: SglangProblem, kind: str) -> tuple[str, ...]:
+        """Other launches the server makes of GEMM ``kind`` with the same config, as kinds of
+        :meth:`kernel_specs`: SGLang 0.5.23 ``fused_moe.py`` launches the up GEMM with
+        ``c_sorted=down_moe_use_tma`` (its output in the sorted, block-padded layout the TMA down GEMM
+        reads), another kernel than the up GEMM timed alone; ``("up_sorted",)`` for ``up`` where the
+        down GEMM may use TMA here, else ``()``. The prepare step compiles these too, so the
+        whole-kernel stage after the stop finds them (``python -m remote prepare``)."""
+        if kind == "up" and "down" in self.tma_kinds_for(p) and "c_sorted" in self.k.invoke_params:
+            return ("up_sorted",)
+        return ()
 
     compile_target = "remote.engines.sglang.provider:compile_one"
     #: SGLang's kernel is specialised on M-dependent integers: candidates compile per batch size

@@ -184,9 +184,10 @@ class TargetCompiler:
 
     ``prepared``: identities (:meth:`~.aot.KernelSpec.ident`) of compile requests already
     compiled into this process's Triton cache before the unit stopped (``python -m remote
-    prepare``, :mod:`.prepared`): such a request is not sent again, and the worker processes start
-    only when a request outside them comes (``prepared_jobs`` counts the jobs whose requests were
-    all prepared, ``sent`` the rest).
+    prepare``, :mod:`.prepared`): such a request is not sent again (``prepared_jobs`` counts the jobs
+    whose requests were all prepared, ``sent`` the rest), and the worker processes are started
+    without waiting for them, so the first launches of prepared kernels go on while they start (on
+    the H200 the wait for 15 workers took about 20 s, docs/benchmarks.md §4.7).
     """
 
     mode = "target"
@@ -218,28 +219,30 @@ class TargetCompiler:
             done.set_result((True, ""))
             self._specs = {ident: done for ident in prepared}
             self.prepared = len(self._specs)
-        else:
-            self._ensure_pool()
+        self._ensure_pool(wait=prepared is None)
         self._listen()
 
-    def _ensure_pool(self):
-        """The worker pool, started now if it is not yet (with every worker up)."""
+    def _ensure_pool(self, wait: bool = True):
+        """The worker pool, started now if it is not yet (``wait``: until every worker is up)."""
         if self._pool is None:
             from .aot import worker_init
             self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
                                                 initializer=worker_init)
-            self._start_workers()
+            self._start_workers(wait)
         return self._pool
 
-    def _start_workers(self) -> None:
+    def _start_workers(self, wait: bool = True) -> None:
         """Start every worker now with no GPU visible from its first instruction (a site hook that
         imports torch runs before the initializer). This process's CUDA is initialised already
-        (the timer's buffers), so the environment change for the spawn does not reach it."""
+        (the timer's buffers), so the environment change for the spawn does not reach it. Each
+        ``submit`` spawns its process before it returns (a spawned pool starts one per job while
+        none is idle), so the environment holds for every worker also without ``wait``."""
         from .aot import HIDE_GPUS
         saved = {k: os.environ.get(k) for k in HIDE_GPUS}
         os.environ.update(HIDE_GPUS)
         try:
-            for f in [self._pool.submit(os.getpid) for _ in range(self.workers)]:
+            futs = [self._pool.submit(os.getpid) for _ in range(self.workers)]
+            for f in futs if wait else ():
                 f.result()
         finally:
             for k, v in saved.items():

@@ -68,23 +68,33 @@ def likely_block_m(M: int, E: int, top_k: int) -> int:
     return max(16, min(128, want))
 
 
-def plan(space: str, M: int, E: int, top_k: int, kinds, tma_kinds, feasible, prefer=()) -> list[list[tuple]]:
+def plan(space: str, M: int, E: int, top_k: int, kinds, tma_kinds, feasible, prefer=(),
+         variants=None) -> list[list[tuple]]:
     """The candidates prepared for batch size M, in tiers (compiled tier by tier over every batch
     size): ``[[(kind, cfg), ...], ...]``. ``fast``: tier 0 = the seeds and the ``prefer`` configs
     (``[(up_cfg, down_cfg)]``: the shipped pair for M, SGLang's default), each also with
     ``USE_TMA`` flipped for a GEMM in ``tma_kinds``; tiers 1 and 2 = every feasible config one step
     from tier 0 (:func:`remote.tuning.tuner.space.neighbours`), tier 1 those whose BLOCK_SIZE_M is
-    within a factor of 2 of :func:`likely_block_m`, tier 2 the rest. ``full``: SGLang's pruned space
-    (with ``USE_TMA`` for the TMA GEMMs); ``smoke``: its few configs. ``feasible(cfg) -> bool``
-    applies the device's limits. Pure."""
+    within a factor of 2 of :func:`likely_block_m`, tier 2 the rest. ``variants``: ``{kind: (other
+    kind, ...)}``, other launches the server makes of a GEMM with the same config (the provider's
+    ``server_variants``: SGLang's up GEMM with a sorted output, ``up_sorted``), prepared after the
+    tiers of their configs: ``fast`` gives ``[T0, T1, variants of T0 and T1, T2, variants of T2]``.
+    ``full``: SGLang's pruned space (with ``USE_TMA`` for the TMA GEMMs); ``smoke``: its few configs
+    (each with its variants). ``feasible(cfg) -> bool`` applies the device's limits. Pure."""
+    variants = dict(variants or {})
+
+    def with_variants(tier: list) -> list:
+        return [(v, c) for kind, c in tier for v in variants.get(kind, ())]
     tma_kinds = frozenset(tma_kinds or ())
     if space == "smoke":
         cfgs = [c for c in sp.smoke_space() if feasible(c)]
-        return [[(k, clean(k, c, tma_kinds)) for k in kinds for c in cfgs]]
+        base = [(k, clean(k, c, tma_kinds)) for k in kinds for c in cfgs]
+        return [base, with_variants(base)]
     if space == "full":
         cfgs = [c for c in sp.full_space() if feasible(c)]
-        return [[(k, clean(k, c2, tma_kinds)) for k in kinds
-                 for c in cfgs for c2 in ([c, sp.with_tma(c, True)] if k in tma_kinds else [c])]]
+        base = [(k, clean(k, c2, tma_kinds)) for k in kinds
+                for c in cfgs for c2 in ([c, sp.with_tma(c, True)] if k in tma_kinds else [c])]
+        return [base, with_variants(base)]
     if space != "fast":
         raise ValueError(f"unknown space {space!r}")
     tiers: list[list[tuple]] = [[], [], []]
@@ -115,7 +125,7 @@ def plan(space: str, M: int, E: int, top_k: int, kinds, tma_kinds, feasible, pre
         near = likely // 2 <= int(c["BLOCK_SIZE_M"]) <= likely * 2
         for nb in sp.neighbours(c, tma=kind in tma_kinds):
             add(1 if near else 2, kind, nb)
-    return tiers
+    return [tiers[0], tiers[1], with_variants(tiers[0] + tiers[1]), tiers[2], with_variants(tiers[2])]
 
 
 def checksum(manifest: dict) -> str:

@@ -39,10 +39,15 @@ def test_fast_plan_is_the_first_screen_then_one_step_from_it():
     shipped = dict(BLOCK_SIZE_M=32, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=16, num_warps=4, num_stages=4,
                    USE_TMA=True)
     tiers = prepared.plan("fast", 64, 128, 8, ("up", "down"), {"down"}, _feasible, [(shipped, shipped),
-                                                                                  (default, default)])
-    assert len(tiers) == 3
+                                                                                  (default, default)],
+                          variants={"up": ("up_sorted",)})
+    assert len(tiers) == 5
     first = {(k, sp.cfg_key(c)) for k, c in tiers[0]}
-    second = {(k, sp.cfg_key(c)) for k, c in tiers[1] + tiers[2]}
+    second = {(k, sp.cfg_key(c)) for k, c in tiers[1] + tiers[3]}
+    # the server's other launch of each up config (sorted output) follows the tiers of its configs
+    assert tiers[2] == [("up_sorted", c) for k, c in tiers[0] + tiers[1] if k == "up"]
+    assert tiers[4] == [("up_sorted", c) for k, c in tiers[3] if k == "up"]
+    tiers = [tiers[0], tiers[1], tiers[3]]
     assert all(16 <= c["BLOCK_SIZE_M"] <= 64 for _, c in tiers[1])  # near BLOCK_SIZE_M 32, likely at M=64
     assert {c["BLOCK_SIZE_M"] for _, c in tiers[2]} <= {128, 256}
     assert not first & second and len(first) == len(tiers[0]) and len(second) == len(tiers[1])
@@ -68,9 +73,10 @@ def test_likely_block_m_follows_the_tokens_per_expert(M, bm):
 
 def test_full_and_smoke_plans_are_their_spaces():
     smoke = prepared.plan("smoke", 4, 8, 2, ("joint",), (), _feasible)
-    assert [c for _, c in smoke[0]] == sp.smoke_space()
-    full = prepared.plan("full", 4, 8, 2, ("up",), {"up"}, _feasible)
+    assert [c for _, c in smoke[0]] == sp.smoke_space() and smoke[1] == []
+    full = prepared.plan("full", 4, 8, 2, ("up",), {"up"}, _feasible, variants={"up": ("up_sorted",)})
     assert len(full[0]) == 2 * len([c for c in sp.full_space() if _feasible(c)])
+    assert full[1] == [("up_sorted", c) for _, c in full[0]]
     with pytest.raises(ValueError):
         prepared.plan("fastest", 4, 8, 2, ("up",), (), _feasible)
 
@@ -255,7 +261,10 @@ for obj in vars(P.k.kernel_module).values():
     if type(obj).__name__ == "JITFunction":
         obj.run = (lambda _run: lambda *a, **kw: _run(*a, **dict(kw, warmup=True)))(obj.run)
 for kind, cfg in jobs:
-    P.k.invoke(**P._launch_kwargs(p, kind, cfg))
+    kw = P._launch_kwargs(p, "up" if kind == "up_sorted" else kind, cfg)
+    if kind == "up_sorted":  # the server's up GEMM when the down GEMM uses TMA
+        kw["c_sorted"] = True
+    P.k.invoke(**kw)
 st = c.stats()
 c.close()
 print("RESULT " + json.dumps({{"fails": [str(k) for k in fails], "stats": st, "jobs": len(jobs)}}))
@@ -275,7 +284,10 @@ def test_sglang_kernels_compiled_before_the_stop_are_the_launch_cache_hits(tmp_p
     res = [json.loads(ln) for ln in p.stdout.splitlines() if '"type": "result"' in ln]
     assert res, f"{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
     d = res[-1]["data"]
-    assert d["kernels"] == 2 * len(sp.smoke_space()) and d["failed"] == 0 and not d["cut"], d
+    # up, down and the up GEMM as the server launches it before a TMA down GEMM (c_sorted)
+    assert d["kernels"] == 3 * len(sp.smoke_space()) and d["failed"] == 0 and not d["cut"], d
+    cands = json.loads((work / "prepared" / prepared.MANIFEST).read_text())["candidates"]["40"]
+    assert set(cands) == {"up", "down", "up_sorted"}
     assert d["cuda"] == {"visible": "", "initialized": False}
     manifest = work / "prepared" / prepared.MANIFEST
     script = tmp_path / "gpu_like.py"
@@ -286,7 +298,8 @@ def test_sglang_kernels_compiled_before_the_stop_are_the_launch_cache_hits(tmp_p
     assert q.returncode == 0 and out, f"{q.stdout[-2000:]}\n{q.stderr[-4000:]}"
     r = json.loads(out[-1][len("RESULT "):])
     st = r["stats"]
-    # nothing was sent to a compile worker (the pool never started), every job was prepared, and
+    # nothing was sent to a compile worker, every job was prepared, and
     # every first launch found its binary in the prepared cache
-    assert r["fails"] == [] and st["sent"] == 0 and st["pool_started"] is False, st
+    compiled = json.loads(manifest.read_text())["kernels"]["compiled"]
+    assert r["fails"] == [] and st["sent"] == 0 and st["prepared"] == len(compiled), st
     assert st["prepared_jobs"] == r["jobs"] and st["launch_compiles"] == 0 and st["launch_cache_hits"] == r["jobs"]
