@@ -45,6 +45,7 @@ its result is refused).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import inspect
 import json
 import multiprocessing as mp
 import os
@@ -159,6 +160,9 @@ def run(args) -> dict:
         nothing = "TRITON_INTERPRET=1: the interpreter compiles nothing"
     elif not callable(getattr(provider, "kernel_specs", None)):
         nothing = f"the {provider.name} provider hands over no compile requests: its candidates compile after the stop"
+    elif "shape_only" not in inspect.signature(provider.make_problem).parameters:
+        nothing = (f"the {provider.name} provider makes no inputs without the GPU (shape_only problems): its "
+                   "candidates compile after the stop")
     elif aot.available():
         nothing = aot.available()
     can_compile = nothing is None
