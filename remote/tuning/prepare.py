@@ -106,7 +106,7 @@ def run(args) -> dict:
     now = os.nice(0)
     if args.nice and int(args.nice) > now:  # a unit started with Nice= is there already
         try:
-            now = os.nice(int(args.nice) - now)
+            os.nice(int(args.nice) - now)
         except OSError as exc:
             log(f"could not lower the priority to nice {args.nice}: {exc}", "warning")
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
