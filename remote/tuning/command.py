@@ -186,7 +186,7 @@ def _take_prepared(path: str | None, provider, sglang_info, shape, dtype, sel, q
     stats = manifest.get("stats") or {}
     log(f"prepared before the stop: {len(kernels.get('compiled') or [])} kernels compiled in "
         f"{stats.get('compile_s')} s ({path})")
-    return {"used": True, "dir": path, "cache": str(Path(path) / prepared.CACHE),
+    return {"used": True, "dir": path, "cache": str(prepared.cache_dir(Path(path), manifest)),
             "kernels": len(kernels.get("compiled") or []), "failed": len(kernels.get("failed") or {}),
             "prepare_s": stats.get("seconds"), "cut": bool(stats.get("cut")), "gpu": manifest.get("gpu"),
             "nothing_compiled": stats.get("nothing_compiled"), "idents": list(kernels.get("compiled") or [])}

@@ -23,8 +23,9 @@ the stop, the manifest says ``stats.cut``). Which candidates: :func:`remote.tuni
 (the ``fast`` search's first screen and its first refinement round, for every batch size; the
 whole space for ``full``/``smoke``), first screens of every batch size first.
 
-Output: ``<--out>/prepared/`` with ``manifest.json`` and ``triton-cache/``
-(:mod:`remote.tuning.tuner.prepared`); ``tune --out DIR --prepared DIR/prepared`` uses it.
+Output: ``<--out>/prepared/manifest.json`` and the Triton cache it names,
+``<--out>/triton-cache/triton-cache-<tag>/`` (:mod:`remote.tuning.tuner.prepared`); ``tune --out DIR
+--prepared DIR/prepared`` uses them. An earlier prepared folder and its cache are removed first.
 
 Result ``data``::
 
@@ -50,7 +51,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -93,6 +93,21 @@ def default_workers(cores: int | None = None) -> int:
     return max(1, int(cores or os.cpu_count() or 2) // 2)
 
 
+def _remove_earlier(folder: Path) -> None:
+    """Remove an earlier prepared folder and the cache its manifest names (a run that ended before
+    its tune took them)."""
+    from .tuner import prepared
+    try:
+        old = json.loads((folder / prepared.MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = None
+    if isinstance(old, dict):
+        cache = prepared.cache_dir(folder, old)
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _compile(spec):
     from .tuner.aot import compile_specs
     return compile_specs([spec])
@@ -121,16 +136,17 @@ def run(args) -> dict:
     gpu = None
     if args.capability or not interpret:
         gpu = offgpu.gpu_target(args.capability, args.device_name, args.smi)
+    from .tuner import prepared
     folder = Path(args.out) / FOLDER
-    shutil.rmtree(folder, ignore_errors=True)
-    cache = folder / "triton-cache"
-    (cache / "tmp").mkdir(parents=True, mode=0o700)
-    os.environ["TRITON_CACHE_DIR"] = str(cache)
-    os.environ["TMPDIR"] = str(cache / "tmp")  # Triton builds in a temp folder first (see tuning.cache)
+    _remove_earlier(folder)
+    folder.mkdir(parents=True, mode=0o700)
+    # its own Triton cache, named by this run's tag as a tune's is (tuning.cache.fresh_cache sets
+    # TRITON_CACHE_DIR, and TMPDIR: Triton builds in a temp folder first)
+    from .cache import fresh_cache
+    cache = fresh_cache(Path(args.out) / "triton-cache", os.environ.get("ORCH_TAG") or f"pid{os.getpid()}")
     # only the binary and its metadata are kept (a cache hit needs no more; the IR of some thousand
     # kernels would take gigabytes); not part of Triton's cache key (``get_cache_invalidating_env_vars``)
     os.environ["TRITON_STORE_BINARY_ONLY"] = "1"
-    tempfile.tempdir = None
     replaced = []
     if gpu is not None and not interpret:
         replaced = offgpu.answer_as_target(gpu["capability"], gpu["device_name"])
@@ -151,7 +167,7 @@ def run(args) -> dict:
                                                 bool(naming["per_channel_quant"]))
             if inst:
                 shipped = dict(inst, path="SGLang get_moe_configs", down_path=None)
-    from .tuner import aot, prepared
+    from .tuner import aot
     from .tuner import space as sp
     from .tuner.driver import shipped_pair
 
@@ -211,7 +227,7 @@ def run(args) -> dict:
     manifest = prepared.build(
         payload_version=PAYLOAD_VERSION, created=round(t_start, 3), gpu=gpu, triton_version=triton.__version__,
         engine=engine, shape=shape, dtype=dtype, naming=sel, quant=quant, space=args.space,
-        batch_sizes=batch_sizes, interpret=interpret,
+        batch_sizes=batch_sizes, interpret=interpret, cache=str(cache.relative_to(Path(args.out))),
         shipped=({"up": shipped["up"], "down": shipped["down"]} if shipped else None),
         candidates=candidates, kernels={"compiled": sorted(compiled), "failed": failed},
         cache_files=prepared.cache_files(cache),

@@ -1,20 +1,25 @@
 """The prepared folder: what ``python -m remote prepare`` makes before the unit stops, and what the
 tune after the stop takes from it (``python -m remote tune --prepared DIR``).
 
-Layout of ``DIR`` (``<tune work folder>/prepared``)::
+Layout, in the tune's work folder ``WORK`` (``DIR`` is ``WORK/prepared``)::
 
-    manifest.json    what was prepared, for which GPU target, Triton, engine and shape (below)
-    triton-cache/    the Triton cache the kernels were compiled into (the tune's TRITON_CACHE_DIR)
+    prepared/manifest.json              what was prepared, for which GPU target, Triton, engine and
+                                        shape (below)
+    triton-cache/triton-cache-<tag>/    the Triton cache the kernels were compiled into, named by the
+                                        prepare's run tag as every tune's own cache is
+                                        (:func:`remote.tuning.cache.fresh_cache`); the tune's
+                                        TRITON_CACHE_DIR, removed when the tune ends
 
 ``manifest.json`` (:func:`build`): ``format``, ``payload_version``, ``gpu`` (``capability``,
 ``device_name``, ``target`` ``[backend, arch, warp_size]``, ``source``), ``triton_version``,
 ``engine`` (``provider``, ``version``: SGLang's release, or the payload's for the builtin kernel),
 ``shape`` {E, N, hidden, topk}, ``dtype``, ``naming`` (file-name selectors), ``quant``, ``space``,
-``batch_sizes``, ``interpret``, ``shipped`` (the configs SGLang's lookup finds now: the baseline
+``batch_sizes``, ``interpret``, ``cache`` (the cache folder, relative to ``WORK``), ``shipped``
+(the configs SGLang's lookup finds now: the baseline
 and tie preference of the search, read before the stop), ``candidates`` (per batch size and GEMM,
 the config keys compiled for it, in order), ``kernels`` (``compiled``: compile-request identities,
 :meth:`remote.tuning.tuner.aot.KernelSpec.ident`; ``failed``: identity -> error), ``cache_files``
-(path -> size of every file the prepare left in ``triton-cache``), ``stats`` (seconds, workers,
+(path -> size of every file the prepare left in the cache), ``stats`` (seconds, workers,
 niceness, whether the time budget cut it), ``cuda`` (the prepare process's CUDA state: never
 initialised) and ``checksum`` (SHA-256 of the rest, :func:`checksum`).
 
@@ -42,7 +47,6 @@ from . import space as sp
 
 FORMAT = 1
 MANIFEST = "manifest.json"
-CACHE = "triton-cache"
 #: the manifest fields a tune must match (the rest describes the prepare)
 MATCH_FIELDS = ("payload_version", "triton_version", "engine", "shape", "dtype", "naming", "quant", "interpret")
 
@@ -149,6 +153,16 @@ def cache_files(cache: Path) -> dict:
     return out
 
 
+def cache_dir(folder: Path, manifest: dict) -> Path | None:
+    """The Triton cache of the prepared folder ``folder`` (``WORK/prepared``): ``WORK/<cache>``
+    from the manifest; None when the manifest names none, or a path outside ``WORK`` (absolute, or
+    with ``..``). Pure but for the path arithmetic."""
+    rel = str((manifest or {}).get("cache") or "")
+    if not rel or rel.startswith("/") or ".." in Path(rel).parts:
+        return None
+    return Path(folder).parent / rel
+
+
 def build(**fields) -> dict:
     """A manifest from its fields (module docstring), with ``format`` and ``checksum`` set."""
     m = dict(fields, format=FORMAT)
@@ -195,7 +209,9 @@ def check(manifest: dict, expect: dict, folder: Path | None = None) -> str | Non
     if cuda.get("initialized") or cuda.get("visible") not in ("", None):
         return f"the prepare process saw CUDA ({cuda}): not made the way this payload prepares"
     if folder is not None:
-        cache = Path(folder) / CACHE
+        cache = cache_dir(folder, manifest)
+        if cache is None:
+            return f"the manifest names no cache inside the work folder ({manifest.get('cache')!r})"
         for rel, size in (manifest.get("cache_files") or {}).items():
             p = cache / rel
             try:

@@ -89,6 +89,7 @@ def _manifest(**over):
                   engine={"provider": "sglang", "version": "0.5.23"}, shape={"E": 8, "N": 64, "hidden": 128, "topk": 2},
                   dtype="bfloat16", naming={"dtype": None, "block_shape": None, "per_channel_quant": False},
                   quant=None, interpret=False, kernels={"compiled": ["a"], "failed": {}}, cache_files={},
+                  cache="triton-cache/triton-cache-orch.1",
                   cuda={"visible": "", "initialized": False})
     fields.update(over)
     return prepared.build(**fields)
@@ -129,15 +130,19 @@ def test_manifest_refused_when_changed_or_made_with_cuda(tmp_path):
     assert "format" in prepared.check(dict(_manifest(), format=0), _expect())
     bad = _manifest(cuda={"visible": "0", "initialized": True})
     assert "saw CUDA" in prepared.check(bad, _expect())
-    cache = tmp_path / prepared.CACHE / "ab"
+    folder = tmp_path / "work" / "prepared"  # the cache is the work folder's triton-cache/triton-cache-<tag>
+    cache = tmp_path / "work" / "triton-cache" / "triton-cache-orch.1" / "ab"
     cache.mkdir(parents=True)
     (cache / "k.cubin").write_bytes(b"12345")
     m = _manifest(cache_files={"ab/k.cubin": 5})
-    assert prepared.check(m, _expect(), tmp_path) is None
+    assert prepared.cache_dir(folder, m) == cache.parent
+    assert prepared.check(m, _expect(), folder) is None
     (cache / "k.cubin").write_bytes(b"123")
-    assert "changed size" in prepared.check(m, _expect(), tmp_path)
+    assert "changed size" in prepared.check(m, _expect(), folder)
     (cache / "k.cubin").unlink()
-    assert "missing" in prepared.check(m, _expect(), tmp_path)
+    assert "missing" in prepared.check(m, _expect(), folder)
+    for outside in ("/tmp/x", "../other", ""):
+        assert "no cache inside the work folder" in prepared.check(_manifest(cache=outside), _expect(), folder)
     manifest, why = prepared.load(tmp_path / "nowhere", _expect())
     assert manifest is None and "did not finish" in why
 
@@ -217,6 +222,10 @@ def test_prepare_then_tune_takes_the_prepared_folder_and_falls_back_when_refused
     assert res["data"]["prepared"]["used"] is True
     report = json.loads((work / "report.json").read_text())
     assert report["prepared"]["used"] is True and report["prepared"]["dir"] == str(work / "prepared")
+    # the prepared cache was the tune's own (under its work folder, named by the run's tag), removed at the end
+    assert report["triton_cache"]["dir"] == report["prepared"]["cache"]
+    assert report["prepared"]["cache"].startswith(str(work / "triton-cache" / "triton-cache-"))
+    assert not os.path.exists(report["prepared"]["cache"])
 
     # a folder prepared for another shape is refused, naming why; the tune compiles as without one
     res, _ = _payload(tmp_path, "prepare", *common, "--capability", "9.0", "--workers", "1")
@@ -292,7 +301,9 @@ def test_sglang_kernels_compiled_before_the_stop_are_the_launch_cache_hits(tmp_p
     manifest = work / "prepared" / prepared.MANIFEST
     script = tmp_path / "gpu_like.py"
     script.write_text(textwrap.dedent(GPU_LIKE.format(root=str(REPO), manifest=str(manifest))))
-    env2 = dict(env, TRITON_CACHE_DIR=str(work / "prepared" / prepared.CACHE), TRITON_STORE_BINARY_ONLY="1")
+    cache = prepared.cache_dir(work / "prepared", json.loads(manifest.read_text()))
+    assert cache.parent == work / "triton-cache" and cache.name.startswith("triton-cache-")
+    env2 = dict(env, TRITON_CACHE_DIR=str(cache), TRITON_STORE_BINARY_ONLY="1")
     q = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env2, cwd=REPO, timeout=900)
     out = [ln for ln in q.stdout.splitlines() if ln.startswith("RESULT ")]
     assert q.returncode == 0 and out, f"{q.stdout[-2000:]}\n{q.stderr[-4000:]}"
