@@ -388,6 +388,9 @@ _SPECS: list[VarSpec] = [
     VarSpec("orch_tune_memory_max", "int", "a positive number of bytes", None,
             "MemoryMax= of the tuner's transient unit, in bytes (default: 80% of the host's MemAvailable "
             "when the tune starts); above it the kernel ends the tuner only.", _int_range(1, None)),
+    VarSpec("orch_prepare", "bool", "a boolean", True,
+            "Compile the tune's candidates before the unit stops, on the host's CPUs while the server "
+            "serves (docs/tuning.md); false: compile after the stop.", _bool),
     VarSpec("orch_triton_interpret", "bool", "a boolean", False,
             "Run the tuner with TRITON_INTERPRET=1 (CPU test beds only).", _bool),
     VarSpec("orch_ready_timeout", "seconds", "a positive number of seconds", 1800,

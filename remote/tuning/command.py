@@ -102,8 +102,11 @@ from .. import PAYLOAD_VERSION
 from ..host.fs import atomic_write
 from ..protocol import (DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, DEFAULT_TUNE_BUDGET_S, PROVIDER_NAMES, SEARCH_SPACES,
                         PayloadError, log, progress)
-from ..engines import add_model_flags, engine_named, shape_from_args
-from .support import quant_entry, unsupported_reason
+from ..engines import add_model_flags, engine_named
+from .inputs import load_shipped as _load_shipped
+from .inputs import parse_batch_sizes
+from .inputs import quant_of as _quant_of
+from .inputs import resolve_shape as _resolve_shape
 from .tuner.driver import COMPILE_MODES, DEFAULT_COMPILE_MODE
 from .tuner.search import DEFAULT_SCREEN, SCREEN_PROTOCOLS
 from .tuner.events import Done, Error, Event, Fatal, Log, Progress
@@ -135,6 +138,9 @@ def add_arguments(p) -> None:
                    help="a routing the engine recorded, in its own format (docs/tuning.md lists them)")
     p.add_argument("--routing-skew", type=_nonneg_float, default=0.0,
                    help="what-if skew of the expert loads (>= 0; 0: as recorded, or uniform)")
+    p.add_argument("--prepared", default=None,
+                   help="a prepared folder (python -m remote prepare, before the stop): its compiled candidates are "
+                        "used when its manifest matches this GPU, Triton, engine and shape; else refused, naming why")
     p.add_argument("--screen", choices=tuple(SCREEN_PROTOCOLS), default=DEFAULT_SCREEN,
                    help="fast search's screening: adaptive (a graph of fewer calls for candidates slower than "
                         "100 us, each replay about 1 ms) or fixed (a graph of 10 calls, 3 replays)")
@@ -171,33 +177,6 @@ def tune_routing(args, shape: dict, naming: dict):
     return rt
 
 
-def parse_batch_sizes(text: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]`` (sorted, unique, each >= 1). Raises PayloadError bad_input."""
-    try:
-        vals = sorted({int(x) for x in str(text).split(",") if x.strip()})
-    except ValueError:
-        raise PayloadError("bad_input", f"--batch-sizes: not a list of integers: {text!r}") from None
-    if not vals or vals[0] < 1:
-        raise PayloadError("bad_input", f"--batch-sizes: need positive integers: {text!r}")
-    return vals
-
-
-def _resolve_shape(args) -> tuple[dict, dict, Any]:
-    """``(shape, naming, the engine's shape record)`` of the model flags (:func:`remote.engines.shape_from_args`):
-    shape {E,N,hidden,topk}; naming {dtype_selector, block_shape, per_channel_quant, weight_dtype,
-    act_dtype, shape_source, notes}."""
-    ms, source = shape_from_args(args)
-    # topk: the routed experts per token (num_experts_per_tok); where SGLang fuses the shared expert
-    # the routing adds it to every row (shared_experts, tune_routing): the server's top-(k+1), where
-    # SGLang's own tuner counts it only when given recorded topk ids
-    shape = dict(E=ms.E, N=ms.N, hidden=ms.hidden, topk=ms.topk)
-    return shape, dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape,
-                       per_channel_quant=ms.per_channel_quant, weight_dtype=ms.weight_dtype,
-                       act_dtype=ms.act_dtype, shape_source=source, notes=list(ms.notes),
-                       group_size=ms.group_size, has_zp=ms.has_zp, gated=ms.gated,
-                       shared_experts=max(0, ms.runtime_topk - ms.topk) if ms.shared_fused else 0), ms
-
-
 def _devices(gpus: str) -> list[str]:
     import torch
     if not torch.cuda.is_available():
@@ -215,28 +194,8 @@ def _devices(gpus: str) -> list[str]:
     return [f"cuda:{i}" for i in idx]
 
 
-def _load_shipped(path: str | None) -> dict | None:
-    if not path:
-        return None
-    from ..engines.triton_moe.configfile import load_config_file
-    p = Path(path)
-    if not p.is_file():
-        raise PayloadError("not_found", f"--shipped-config {path}: no such file")
-    up = load_config_file(p)
-    down_path = p.with_name(p.name[: -len(".json")] + "_down.json")
-    down = load_config_file(down_path) if down_path.is_file() else None
-    return {"up": up, "down": down, "path": str(p), "down_path": str(down_path) if down else None}
 
 
-def _quant_of(naming: dict, provider: str):
-    """The tuner spec's ``quant`` entry for the file's selectors: ``None`` (bf16/fp16/fp32
-    weights) or :meth:`remote.tuning.kernel.formats.WeightFormat.to_dict` (``{"dtype",
-    "block_shape", "per_channel", "group_size", "has_zp"}``). Raises PayloadError bad_input with
-    :func:`unsupported_reason` for what ``provider``'s kernel does not run."""
-    why = unsupported_reason(naming, provider)
-    if why:
-        raise PayloadError("bad_input", why)
-    return quant_entry(naming)
 
 
 def total_split(per_m: dict, resumed: list) -> dict:
@@ -296,6 +255,39 @@ def _compile_info(per_m: dict, resumed: list) -> dict | None:
     return last[-1] if last else None
 
 
+def _take_prepared(path: str | None, provider, engine_info, shape, dtype, sel, quant, cpu: bool, devices,
+                   triton_version: str) -> dict:
+    """What the tune takes from ``--prepared`` (:mod:`remote.tuning.tuner.prepared`): ``{"used":
+    False, "reason"}`` without one or when its manifest does not match this GPU's compute
+    capability, Triton, engine release, payload, shape, dtype or quantization (the reason is
+    logged, and the tune compiles as without one); else ``{"used": True, "dir", "cache",
+    "kernels", "failed", "prepare_s", "cut", "gpu", "idents"}`` (``idents``: the compile requests
+    already compiled, taken out for the tuner spec)."""
+    if not path:
+        return {"used": False, "reason": "no prepared folder (compiled after the stop)"}
+    from .. import PAYLOAD_VERSION as payload_version
+    from .tuner import prepared
+    cap = None
+    if not cpu:
+        import torch
+        cap = tuple(torch.cuda.get_device_capability(torch.device(devices[0])))
+    engine = {"provider": provider.name, "version": engine_info["version"] if engine_info else payload_version}
+    expect = prepared.expectation(payload_version=payload_version, triton_version=triton_version, engine=engine,
+                                  shape=shape, dtype=dtype, naming=sel, quant=quant, interpret=cpu, capability=cap)
+    manifest, why = prepared.load(Path(path), expect)
+    if manifest is None:
+        log(f"prepared folder {path} refused: {why}; compiling after the stop as without one", "warning")
+        return {"used": False, "dir": path, "reason": why}
+    kernels = manifest.get("kernels") or {}
+    stats = manifest.get("stats") or {}
+    log(f"prepared before the stop: {len(kernels.get('compiled') or [])} kernels compiled in "
+        f"{stats.get('compile_s')} s ({path})")
+    return {"used": True, "dir": path, "cache": str(prepared.cache_dir(Path(path), manifest)),
+            "kernels": len(kernels.get("compiled") or []), "failed": len(kernels.get("failed") or {}),
+            "prepare_s": stats.get("seconds"), "cut": bool(stats.get("cut")), "gpu": manifest.get("gpu"),
+            "nothing_compiled": stats.get("nothing_compiled"), "idents": list(kernels.get("compiled") or [])}
+
+
 def run(args) -> dict:
     """Run the ``tune`` command (see the module docstring for flags, outputs and errors)."""
     engine = engine_named(args.engine)
@@ -340,6 +332,8 @@ def run(args) -> dict:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    prep = _take_prepared(getattr(args, "prepared", None), provider, engine_info, shape, dtype, sel, quant, cpu,
+                          devices, triton.__version__)
     from .tuner import checkpoint
     routing = tune_routing(args, shape, naming)
     # a routing other than random logits is part of the key (the recording's size and time too: another
@@ -365,7 +359,7 @@ def run(args) -> dict:
                 shipped=({"up": shipped["up"], "down": shipped["down"]} if shipped else None),
                 check=not args.no_check, compile_mode=getattr(args, "compile_mode", DEFAULT_COMPILE_MODE),
                 screen=getattr(args, "screen", DEFAULT_SCREEN), routing=routing.to_dict(),
-                budget_s=getattr(args, "budget", None) or None)
+                budget_s=getattr(args, "budget", None) or None, prepared=prep.pop("idents", None))
     errors: dict = {}
     t0 = time.time()
     n_new = [0]
@@ -409,7 +403,8 @@ def run(args) -> dict:
 
     # the tuner's own Triton cache, fresh for this run (never the server's); see .cache
     from .cache import tune_with_cache
-    cache = tune_with_cache(run_once, out / "triton-cache", os.environ.get("ORCH_TAG") or f"pid{os.getpid()}", log)
+    cache = tune_with_cache(run_once, out / "triton-cache", os.environ.get("ORCH_TAG") or f"pid{os.getpid()}", log,
+                            prepared=Path(prep["cache"]) if prep.get("used") else None)
     if fatal:
         # out of GPU memory for what every candidate needs: the traceback goes to stderr (the
         # controller shows its tail), the finished batch sizes stay in the checkpoint
@@ -449,6 +444,7 @@ def run(args) -> dict:
         "routing": routing.describe(),
         "budget": budget_summary(per_m, resumed, getattr(args, "budget", None) or None, cpu),
         "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},
+        "prepared": prep,
     }
     rpath = out / "report.json"
     atomic_write(str(rpath), (json.dumps(report, indent=1, sort_keys=True, default=str) + "\n").encode("utf-8"))
@@ -459,6 +455,7 @@ def run(args) -> dict:
         "batch_sizes": batch_sizes, "space": args.space, "device_name": device_name,
         "triton_version": triton.__version__, "resumed": resumed,
         "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},
+        "prepared": prep, "wall_s": report["wall_s"], "time_split": report["time_split"],
         "speedup_vs_default": {str(M): done[str(M)].get("speedup_vs_default") for M in batch_sizes},
         "speedup_vs_shipped": ({str(M): done[str(M)].get("speedup_vs_shipped") for M in batch_sizes}
                                if shipped else None),

@@ -293,7 +293,10 @@ def make_compiler(provider, spec: dict, device: str):
     (:func:`.aot.available`); else, or with ``spec["compile_mode"] == "context"``, a
     :class:`~.compile.Compiler` whose workers hold a CUDA context (their number capped by the
     provider's ``compile_workers``, i.e. GPU memory). ``fallback_reason`` of the result says why
-    the target path was not taken (None when it was). Raises ValueError for an unknown mode."""
+    the target path was not taken (None when it was). ``spec["prepared"]``: identities of compile
+    requests compiled before the stop (``python -m remote prepare``), handed to the
+    :class:`~.compile.TargetCompiler` (not sent again; its workers start at the first other one).
+    Raises ValueError for an unknown mode."""
     from . import aot
     from .compile import Compiler, TargetCompiler
     mode = spec.get("compile_mode") or DEFAULT_COMPILE_MODE
@@ -322,7 +325,7 @@ def make_compiler(provider, spec: dict, device: str):
                             else f"the {provider.name} provider hands over no compile requests (kernel_specs)"))
     if not why:
         try:
-            return TargetCompiler(workers=workers, fallback=context)
+            return TargetCompiler(workers=workers, fallback=context, prepared=spec.get("prepared"))
         except Exception as exc:  # e.g. the CPU workers could not start
             why = f"CPU compile workers did not start: {type(exc).__name__}: {str(exc)[:200]}"
     c = context()
