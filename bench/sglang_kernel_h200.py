@@ -402,11 +402,16 @@ def _set_configs(prov, p, d: Path) -> list:
     return [("up", up), ("down", down)]
 
 
-def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: dict, rounds: int) -> list:
+def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: dict, rounds: int,
+                 routing=None, replay_us=None, rotate=False) -> list:
     """Time SGLang's fused_experts per batch size for each ``{set: config dir}`` (interleaved
-    rounds, median); returns rows ``{"M", set: us, ...}``. On a GPU every set's configs at every
-    batch size are first sent to the tuner's compile workers (compile off the GPU), so the
-    timing loop mostly loads binaries instead of compiling them one by one."""
+    rounds, median); returns rows ``{"M", set: us, ..., "spread": {set: [min, max]}}``. On a GPU every
+    set's configs at every batch size are first sent to the tuner's compile workers (compile off the
+    GPU), so the timing loop mostly loads binaries instead of compiling them one by one.
+    ``routing``: the tuner's routing entry (:mod:`remote.tuning.tuner.routing`, e.g. ``{"shared": 1}``
+    for the fused shared expert in every row); ``replay_us``: the timer's adaptive graph length
+    (e.g. ``timing.SLOW_REPLAY_US``: kernels slower than 1 ms get a graph of fewer calls, faster ones
+    keep 10); ``rotate``: the sets' order rotates every round."""
     import torch
 
     from remote.tuning.tuner.timing import Timer
@@ -414,7 +419,8 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
     cpu = not torch.cuda.is_available()
     dev = "cpu" if cpu else "cuda:0"
     timer = Timer(dev)
-    proto = dict(n_calls=1, reps=1) if cpu else dict(n_calls=10, reps=10)
+    proto = dict(n_calls=1, reps=1) if cpu else dict(n_calls=10, reps=10, **({"replay_us": replay_us} if replay_us
+                                                                             else {}))
     rows = []
     weights = None
     problems = {}
@@ -422,9 +428,9 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
     if not cpu and getattr(args, "precompile_compare", True):
         from remote.tuning.tuner.driver import make_compiler
         try:
-            compiler = make_compiler(prov, {"shape": shape, "dtype": dtype, "quant": quant}, dev)
+            compiler = make_compiler(prov, {"shape": shape, "dtype": dtype, "quant": quant, "routing": routing}, dev)
             for M in batch_sizes:
-                p = prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant)
+                p = prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant, routing=routing)
                 weights = p.weights
                 problems[M] = p
                 if hasattr(compiler, "bind"):
@@ -435,14 +441,19 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
             say(f"  compare: precompile skipped ({type(exc).__name__}: {str(exc)[:200]})")
     try:
         for M in batch_sizes:
-            p = problems.pop(M, None) or prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant)
+            p = problems.pop(M, None) or prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant,
+                                                           routing=routing)
             weights = p.weights
             fns = {name: prov.dir_fn(p, str(d)) for name, d in sets.items()}
             if not cpu:
                 timer.warm_up(next(iter(fns.values())))
             samples = {name: [] for name in fns}
-            for _ in range(1 if cpu else rounds):
-                for name, fn in fns.items():
+            for r in range(1 if cpu else rounds):
+                names = list(fns)
+                if rotate and names:
+                    names = names[r % len(names):] + names[:r % len(names)]
+                for name in names:
+                    fn = fns[name]
                     try:
                         samples[name].append(timer.time(fn, **proto))
                     except Exception as exc:
@@ -452,8 +463,10 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
                 fns = {k: v for k, v in fns.items() if v is not None}
             row = {"M": M}
             row.update({name: (statistics.median(v) if v else None) for name, v in samples.items()})
-            rows.append(row)
             say("  M=%5d  " % M + "  ".join(f"{k} {v:9.1f}" if v else f"{k} -" for k, v in row.items() if k != "M"))
+            row["spread"] = {name: ([round(min(v), 2), round(max(v), 2)] if v else None) for name, v in samples.items()}
+            row["samples"] = {name: ([round(x, 2) for x in v] if v else None) for name, v in samples.items()}
+            rows.append(row)
     finally:
         if compiler is not None:
             say(f"  compare compile: {json.dumps(compiler.stats())}")

@@ -2,7 +2,8 @@
 
 Options come from inventory variables: ``orch_tune_batch_sizes`` (list of M),
 ``orch_tune_space`` (one of ``remote.protocol.SEARCH_SPACES``), ``orch_tune_provider``,
-``orch_triton_interpret`` (test beds only). The tuner's working folder on the host is
+``orch_tune_budget`` (``--budget``), ``orch_tune_routing_file`` / ``orch_tune_routing_skew``
+(``--routing-file`` / ``--routing-skew``), ``orch_triton_interpret`` (test beds only). The tuner's working folder on the host is
 keyed by the config file names, space and batch sizes, so re-running resumes from its
 checkpoint. The up/down files and ``report.json`` are copied into the controller's
 run record (``hosts/<host>/configs/``).
@@ -56,9 +57,11 @@ def tune(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | None,
 def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
     probe = ctx.facts.probe
     names = (probe.file_names if probe is not None else None) or {}
-    key_src = json.dumps([names, space, batch_sizes, provider], sort_keys=True)
+    routing = tuning_flags(ctx.vars)
+    key_src = json.dumps([names, space, batch_sizes, provider] + ([routing[2:]] if len(routing) > 2 else []),
+                         sort_keys=True)
     work = posixpath.join(ctx.payload.state_dir, "work", hashlib.sha256(key_src.encode()).hexdigest()[:16])
-    args = model_flags(ctx) + ["--space", space, "--out", work, "--provider", provider]
+    args = model_flags(ctx) + ["--space", space, "--out", work, "--provider", provider] + routing
     if batch_sizes:
         args += ["--batch-sizes", ",".join(str(int(b)) for b in batch_sizes)]
     if ctx.vars.get("orch_triton_interpret") and not any(a == "--device-name" for a in args):
@@ -107,6 +110,20 @@ def _tune(ctx, space, batch_sizes, provider, timeout) -> TaskResult:
     how = detached.get("unit") or f"in the SSH session ({detached.get('fallback')})"
     return TaskResult.changed(f"tuned {', '.join(sorted(fetched))} with {data.get('provider')} in {took} s "
                               f"({how})", files=fetched, remote=data, seconds=took, detached=detached)
+
+
+def tuning_flags(variables) -> list[str]:
+    """The payload's ``--budget`` (``orch_tune_budget``, seconds of GPU timing per GPU; 0 unbounded),
+    then ``--routing-file`` / ``--routing-skew`` (``orch_tune_routing_file``, ``orch_tune_routing_skew``)
+    when set, from a host's effective variables."""
+    from remote.protocol import DEFAULT_TUNE_BUDGET_S
+    budget = variables.get("orch_tune_budget")
+    out = ["--budget", str(DEFAULT_TUNE_BUDGET_S if budget is None else budget)]
+    if variables.get("orch_tune_routing_file"):
+        out += ["--routing-file", str(variables["orch_tune_routing_file"])]
+    if variables.get("orch_tune_routing_skew"):
+        out += ["--routing-skew", str(variables["orch_tune_routing_skew"])]
+    return out
 
 
 def source_of(ctx) -> str:

@@ -358,6 +358,13 @@ class Engine(Protocol):
         """Why the provider cannot run on this host (read from disk, nothing imported: the probe runs
         beside a serving unit), None when it can."""
 
+    def load_recorded_routing(self, path: str) -> Any:
+        """A routing the engine recorded (``orch_tune_routing_file``, on the host) as the fields of a
+        ``remote.tuning.tuner.routing.Recorded`` (``kind``, ``source``, ``rows``: top-k ids
+        [tokens, k], or ``shares``: per-expert shares, ``files``); raises ``ValueError`` naming the
+        file for a file it cannot read, or for an engine that records no routing orch reads. Loads
+        torch (the tuner only calls it)."""
+
 
 def satisfies(engine: object) -> list[str]:
     """What ``engine`` lacks of :class:`Engine` ([] when it implements the interface): each member

@@ -240,6 +240,12 @@ class SglangEngine:
         """:func:`remote.engines.sglang.kernel_roles.sglang_entry_missing`."""
         return kernel_roles.sglang_entry_missing()
 
+    def load_recorded_routing(self, path: str) -> Any:
+        """:func:`remote.engines.sglang.routing_files.load_recorded`."""
+        from . import routing_files
+
+        return routing_files.load_recorded(path)
+
 
 #: SGLang, the engine object the registry holds
 ENGINE = SglangEngine()

@@ -316,11 +316,15 @@ class SglangProblem:
     filled with random values so the activation never sees garbage), ``cache2`` [rows, N]
     (down input), ``cache3`` [M, top_k, hidden] (down output). ``weights``: reuse
     ``(w1, w2, (w1_scale, w2_scale) | None)`` of another batch size; ``empty_weights``:
-    uninitialised weights (compiling only).
+    uninitialised weights (compiling only). ``routing``: the tune's
+    :class:`remote.tuning.tuner.routing.Routing` (or its dict; None: random router logits): with a
+    fused shared expert every row also runs expert ``E - 1`` (``top_k`` is then the routed experts
+    and ``self.top_k`` the kernel's top-k, as SGLang's ``select_experts`` returns it), a recorded
+    routing or a skew replace the random logits; ``routing_info`` says what was timed.
     """
 
     def __init__(self, kernel: SglangKernel, E: int, N: int, hidden: int, top_k: int, M: int, dtype, device,
-                 seed: int, weights=None, quant=None, empty_weights: bool = False):
+                 seed: int, weights=None, quant=None, empty_weights: bool = False, routing=None):
         from ...tuning.kernel.reference import route
 
         self.k = kernel
@@ -357,7 +361,14 @@ class SglangProblem:
         self.w1_scale, self.w2_scale, self.w1_zp, self.w2_zp = scales if scales else (None, None, None, None)
         self.x = torch.randn(M, hidden, generator=gen, device=self.device).to(dtype)
         self.router_logits = torch.randn(M, E, generator=gen, device=self.device)
-        self.topk_weights, self.topk_ids = route(M, E, top_k, logits=self.router_logits)
+        from ...tuning.tuner.routing import Routing, info_of, make
+        rt = routing if isinstance(routing, Routing) else Routing.from_dict(routing)
+        if rt.synthetic:
+            self.topk_weights, self.topk_ids = route(M, E, top_k, logits=self.router_logits)
+            self.routing_info = info_of(rt, self.topk_ids, E)
+        else:
+            self.topk_weights, self.topk_ids, self.routing_info = make(rt, M, E, top_k, seed, self.device)
+            top_k = self.top_k = int(self.topk_ids.shape[1])
         rows = self.rows(256, True)
         self.cache1 = torch.randn(rows, 2 * N, generator=gen, device=self.device).to(dtype)
         self.cache2 = torch.randn(rows, N, generator=gen, device=self.device).to(dtype)
@@ -498,14 +509,34 @@ class SglangProvider:
     # ------------------------------------------------------------------ problems
 
     def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None,
-                     quant=None, empty_weights: bool = False) -> SglangProblem:
+                     quant=None, empty_weights: bool = False, routing=None) -> SglangProblem:
         """A :class:`SglangProblem` for ``shape`` (E, N, hidden, topk; N as the file names it, i.e.
         the stored ``w2.shape[2]``, half the intermediate size for int4) and batch size M; ``quant``
-        as the tuner spec's entry (:func:`remote.tuning.kernel.formats.from_quant`)."""
+        as the tuner spec's entry (:func:`remote.tuning.kernel.formats.from_quant`); ``routing`` the
+        spec's routing entry (:class:`remote.tuning.tuner.routing.Routing`, None: random logits)."""
         fmt = formats.from_quant(quant)
         N = shape["N"] * 2 if fmt is not None and fmt.packed else shape["N"]
         return SglangProblem(self.k, shape["E"], N, shape["hidden"], shape["topk"], M, DTYPES[dtype],
-                             device, seed, weights, fmt, empty_weights=empty_weights)
+                             device, seed, weights, fmt, empty_weights=empty_weights, routing=routing)
+
+    def floor_inputs(self, p: SglangProblem):
+        """What the floor of :mod:`remote.tuning.tuner.floor` needs of problem ``p``
+        (:class:`~remote.tuning.tuner.floor.GemmShape`): weight bits and scale bytes per weight of the
+        format, activation bytes the GEMMs read (1 for w8a8, whose activations SGLang quantizes), and
+        the MMA class (fp8/int8 for w8a8; bf16 for 16-bit weights and the weight-only formats, which
+        SGLang's ``fused_moe_kernel_gptq_awq`` dequantizes to the activation dtype)."""
+        from ...tuning.tuner.floor import GemmShape
+        from ...tuning.tuner.routing import expert_counts
+        q = p.quant
+        w_bits, a_bytes, mma, scale = 8 * p.dtype.itemsize, p.dtype.itemsize, "bf16", 0.0
+        if q is not None:
+            if q.weight_only:
+                w_bits = 4 if q.packed else 8
+                scale = (p.dtype.itemsize + (0.5 if q.has_zp else 0.0)) / max(1, int(q.group_size))
+            else:
+                w_bits, a_bytes, mma = 8, 1, ("fp8" if q.dtype == "fp8_w8a8" else "int8")
+        return GemmShape(E=p.E, N=p.N, hidden=p.hidden, M=p.M, counts=tuple(expert_counts(p.topk_ids, p.E)),
+                         w_bits=w_bits, a_bytes=a_bytes, mma=mma, scale_bytes=scale)
 
     def default_config(self, p: SglangProblem) -> dict:
         """SGLang's default config for this problem (``get_default_config``)."""
@@ -732,9 +763,12 @@ class SglangProvider:
 
     # ------------------------------------------------------------------ compile
 
-    def precompile_args(self, shape, dtype, quant=None):
-        """Picklable arguments of :func:`compile_one` (the batch size is added per job)."""
-        return dict(shape=dict(shape), dtype=dtype, quant=quant)
+    def precompile_args(self, shape, dtype, quant=None, routing=None):
+        """Picklable arguments of :func:`compile_one` (the batch size is added per job). ``routing``:
+        the spec's routing entry; the workers get its fused shared experts only (the kernel is
+        specialised on the top-k and the buffer sizes, which the routing's values do not change)."""
+        shared = int((routing or {}).get("shared") or 0)
+        return dict(shape=dict(shape), dtype=dtype, quant=quant, **({"routing": {"shared": shared}} if shared else {}))
 
     def compile_workers(self, shape: dict, dtype: str, quant, device: str) -> int:
         """How many compile processes fit: each holds the problem's weights and buffers on the
@@ -779,7 +813,7 @@ class SglangProvider:
 _worker_state: dict = {}
 
 
-def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: int = 1):
+def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: int = 1, routing=None):
     """Compile SGLang's GEMM for (kind, cfg) at batch size M without launching it (worker
     processes of :class:`remote.tuning.tuner.compile.Compiler`). SGLang's own launch code runs with
     its kernels switched to Triton's compile-only mode (``JITFunction.run(warmup=True)``) on
@@ -797,12 +831,13 @@ def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: in
                         obj.run = (lambda _run: lambda *a, **kw: _run(*a, **dict(kw, warmup=True)))(run)
             st["provider"] = prov
         prov = st["provider"]
-        key = (M, json.dumps(shape, sort_keys=True), dtype, json.dumps(quant))
+        key = (M, json.dumps(shape, sort_keys=True), dtype, json.dumps(quant), json.dumps(routing))
         if st.get("key") != key:
             st.pop("problem", None)
             # the real shapes (uninitialised weights): every integer the kernel is specialised on
             # (strides, descriptor shapes, alignment sizes) matches the timing process's launch
-            st["problem"] = prov.make_problem(shape, M, dtype, "cuda", 0, quant=quant, empty_weights=True)
+            st["problem"] = prov.make_problem(shape, M, dtype, "cuda", 0, quant=quant, empty_weights=True,
+                                              routing=routing)
             st["key"] = key
         p = st["problem"]
         if kind == "down":  # compile the GEMM only (the activation kernel does not depend on cfg)
