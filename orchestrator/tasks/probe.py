@@ -221,7 +221,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
-    bypass = bypass_reason(ctx.facts.unit, probe_data)
+    bypass = bypass_reason(engine, ctx.facts.unit, probe_data)
     if bypass:  # the server never reads the files (issue 32 row 13): nothing to tune, nothing stopped
         p = Plan(action="skip", reason=bypass, backend=backend, install_dir=install_dir)
         ctx.run.summary.plan = p
@@ -249,7 +249,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     install_dir = dirs.pop()
     action = "tune" if runner.reads_triton_configs else "skip"
     if action == "tune":  # issue 32 row 12: a root the engine's lookup crashes on, or reads from elsewhere
-        refusal = plan_refusal(root_hazards(ctx.connection, ctx.facts.unit, probe_data), install_dir,
+        refusal = plan_refusal(root_hazards(ctx.connection, engine, ctx.facts.unit, probe_data), install_dir,
                                probe_data.engine.configs_root)
         if refusal:
             raise TaskFailed(refusal)
