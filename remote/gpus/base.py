@@ -135,6 +135,12 @@ class GpuVendor:
         happened)``; a vendor that cannot tell returns None and says so."""
         return None, f"{self.smi or 'the GPU vendor'} gives no compute capability"
 
+    def capability_and_name(self, tool: str | None, timeout_s: float) -> tuple[str, str] | None:
+        """GPU 0's ``(compute capability "MAJOR.MINOR", name)`` as the management tool ``tool``
+        (None: the one on PATH) gives them within ``timeout_s`` s, without a compute context (the
+        prepare step compiles for it while the server holds the GPU); None when it cannot tell."""
+        return None
+
     def errors_in_log(self, text: str) -> list[dict]:
         """The vendor's GPU error lines of a kernel log text, in order: ``[{"pci", "code", "text",
         "time_s", "fatal"}]``. Pure."""

@@ -333,6 +333,32 @@ def smi_capability(path: str | None, timeout_s: float, visible: str | None) -> t
     return pick_capability(parse_compute_caps(r.stdout), visible)
 
 
+#: ``nvidia-smi`` query of GPU 0's compute capability and name (NVML: no CUDA context)
+CAP_NAME_QUERY = ["--query-gpu=compute_cap,name", "--format=csv,noheader"]
+
+
+def parse_cap_name(text: str) -> tuple[str, str] | None:
+    """The first GPU's ``(compute capability, name)`` of ``nvidia-smi --query-gpu=compute_cap,name
+    --format=csv,noheader`` output (``9.0, NVIDIA H200``); None when no line has a capability (an old
+    driver prints ``[N/A]`` or rejects the field). Pure."""
+    for line in text.splitlines():
+        cap, _, name = line.partition(",")
+        if re.fullmatch(r"\s*\d+\.\d+\s*", cap):
+            return cap.strip(), name.strip()
+    return None
+
+
+def smi_cap_name(path: str | None, timeout_s: float) -> tuple[str, str] | None:
+    """GPU 0's ``(compute capability, name)`` from ``nvidia-smi`` under a deadline
+    (:func:`parse_cap_name`), or None when nvidia-smi is absent, fails or does not know the field
+    (drivers before 510)."""
+    exe = path or shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    r = run_bounded([exe, *CAP_NAME_QUERY], timeout_s)
+    return parse_cap_name(r.stdout) if r.ok else None
+
+
 def parse_xid_line(line: str) -> dict | None:
     """One kernel log line (dmesg's ``[secs] text``, a ``/dev/kmsg`` record, or bare text) ->
     ``{"pci", "code", "text", "time_s", "fatal"}`` when it is an ``NVRM: Xid`` line, else None.
@@ -427,6 +453,9 @@ class NvidiaGpus(GpuVendor):
 
     def capability(self, tool: str | None, timeout_s: float, visible: str | None) -> tuple[str | None, str]:
         return smi_capability(tool, timeout_s, visible)
+
+    def capability_and_name(self, tool: str | None, timeout_s: float) -> tuple[str, str] | None:
+        return smi_cap_name(tool, timeout_s)
 
     def errors_in_log(self, text: str) -> list[dict]:
         return parse_xids(text)

@@ -78,14 +78,14 @@ def add_arguments(p) -> None:
     p.add_argument("--provider", choices=PROVIDER_NAMES, default=DEFAULT_PROVIDER)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shipped-config", default=None)
-    p.add_argument("--capability", default=None, help="GPU 0's compute capability MAJOR.MINOR (else nvidia-smi's)")
+    p.add_argument("--capability", default=None, help="GPU 0's compute capability MAJOR.MINOR (else the GPU vendor's tool's)")
     p.add_argument("--smem-limit", type=int, default=None,
                    help="shared memory a block may use on the GPU, bytes (the probe's); unknown: not checked")
     p.add_argument("--workers", type=int, default=None, help="compile processes (default: half the cores)")
     p.add_argument("--nice", type=int, default=DEFAULT_NICE, help="niceness of the prepare and its workers")
     p.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS,
                    help="stop compiling after this many seconds (the rest compiles after the stop)")
-    p.add_argument("--smi", default=None, help="the nvidia-smi to ask (default: the one on PATH)")
+    p.add_argument("--smi", default=None, help="the GPU vendor's management tool to ask (default: the one on PATH)")
 
 
 def default_workers(cores: int | None = None) -> int:

@@ -30,17 +30,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 
 from ...protocol import PayloadError
 
 #: NVIDIA GPUs run 32 threads a warp (Triton's CUDA target takes it as ``warp_size``)
 CUDA_WARP = 32
-#: ``nvidia-smi`` query of GPU 0's compute capability and name (NVML: no CUDA context)
-SMI_QUERY = ["--query-gpu=compute_cap,name", "--format=csv,noheader"]
-
-
 def parse_capability(text: str | None) -> tuple[int, int] | None:
     """``"9.0"`` -> ``(9, 0)``; None for an empty or malformed text. Pure."""
     m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(text or ""))
@@ -53,53 +48,38 @@ def target_of(capability: tuple[int, int]) -> tuple[str, int, int]:
     return ("cuda", capability[0] * 10 + capability[1], CUDA_WARP)
 
 
-def parse_smi(text: str) -> tuple[str, str] | None:
-    """The first GPU's ``(compute capability, name)`` of ``nvidia-smi --query-gpu=compute_cap,name
-    --format=csv,noheader`` output (``9.0, NVIDIA H200``); None when no line has a capability (an old
-    driver prints ``[N/A]`` or rejects the field). Pure."""
-    for line in text.splitlines():
-        cap, _, name = line.partition(",")
-        if parse_capability(cap):
-            return cap.strip(), name.strip()
-    return None
-
-
-def query_smi(smi: str | None = None, timeout_s: float = 30.0) -> tuple[str, str] | None:
-    """GPU 0's ``(compute capability, name)`` from ``nvidia-smi`` (:func:`parse_smi`), or None when
-    nvidia-smi is absent, fails or does not know the field (drivers before 510)."""
-    from ...host.bounded import run_bounded
-    exe = smi or shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    r = run_bounded([exe, *SMI_QUERY], timeout_s)
-    return parse_smi(r.stdout) if r.ok else None
-
-
-def gpu_target(capability: str | None, device_name: str | None, smi: str | None = None) -> dict:
+def gpu_target(capability: str | None, device_name: str | None, smi: str | None = None,
+               timeout_s: float = 30.0) -> dict:
     """The GPU the prepared kernels are for: ``{"capability": "9.0", "device_name": ...,
-    "target": ["cuda", 90, 32], "source": "probe"|"nvidia-smi"}``. ``capability``/``device_name``
+    "target": ["cuda", 90, 32], "source": "probe"|<the vendor's tool>}``. ``capability``/``device_name``
     are the controller's (the probe's, or the inventory's ``orch_gpu_capability``); what is missing
-    comes from nvidia-smi. Raises PayloadError ``not_found`` when neither names a capability."""
+    comes from the host's GPU vendor's management tool (``GpuVendor.capability_and_name``, ``smi``:
+    its path; no compute context). Raises PayloadError ``not_found`` when neither names a capability."""
+    from ...gpus import local_vendor
     cap = parse_capability(capability)
     source = "probe"
     name = device_name
     if cap is None or not name:
-        smi_ans = query_smi(smi)
-        if smi_ans:
+        vendor = local_vendor()
+        got = vendor.capability_and_name(smi, timeout_s)
+        if got:
             if cap is None:
-                cap, source = parse_capability(smi_ans[0]), "nvidia-smi"
-            name = name or smi_ans[1]
+                cap, source = parse_capability(got[0]), vendor.smi
+            name = name or got[1]
     if cap is None:
         raise PayloadError("not_found", "no compute capability to compile for: none was given (--capability) and "
-                                        "nvidia-smi --query-gpu=compute_cap answered none")
+                                        "the GPU vendor's management tool answered none")
     return {"capability": f"{cap[0]}.{cap[1]}", "device_name": name, "target": list(target_of(cap)),
             "source": source}
 
 
 def hide_gpus() -> None:
     """Hide every GPU from this process (before torch or a CUDA library is imported): CUDA then
-    cannot create a context here, whatever the code imported later does."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    cannot create a context here, whatever the code imported later does: every GPU vendor's
+    visible-devices variable set empty."""
+    from ...gpus import VENDORS
+    for vendor in VENDORS:
+        os.environ[vendor.visible_devices_env] = ""
 
 
 class TargetDriver:
@@ -155,8 +135,9 @@ def answer_as_target(capability: str, device_name: str | None) -> list[str]:
 
 
 def cuda_state() -> dict:
-    """What this process holds of CUDA: ``{"visible": CUDA_VISIBLE_DEVICES, "initialized":
-    torch.cuda.is_initialized()}`` (False when torch was never imported)."""
+    """What this process holds of CUDA: ``{"visible": the local GPU vendor's visible-devices variable,
+    "initialized": torch.cuda.is_initialized()}`` (False when torch was never imported)."""
+    from ...gpus import local_vendor
     torch = sys.modules.get("torch")
     init = False
     if torch is not None:
@@ -164,4 +145,4 @@ def cuda_state() -> dict:
             init = bool(torch.cuda.is_initialized())
         except Exception:
             init = False
-    return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "initialized": init}
+    return {"visible": os.environ.get(local_vendor().visible_devices_env), "initialized": init}

@@ -153,8 +153,9 @@ def test_manifest_refused_when_changed_or_made_with_cuda(tmp_path):
 def test_gpu_target_from_the_probe_else_nvidia_smi(tmp_path):
     from remote.protocol import PayloadError
     from remote.tuning.tuner import offgpu
-    assert offgpu.parse_smi("9.0, NVIDIA H200\n9.0, NVIDIA H200\n") == ("9.0", "NVIDIA H200")
-    assert offgpu.parse_smi("[N/A], NVIDIA H200\n") is None
+    from remote.gpus.nvidia import parse_cap_name
+    assert parse_cap_name("9.0, NVIDIA H200\n9.0, NVIDIA H200\n") == ("9.0", "NVIDIA H200")
+    assert parse_cap_name("[N/A], NVIDIA H200\n") is None
     assert offgpu.gpu_target("9.0", "NVIDIA H200")["target"] == ["cuda", 90, 32]
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=compute_cap,name ] && echo '12.0, NVIDIA RTX PRO 6000' "
