@@ -56,10 +56,17 @@ class ReleaseUnavailable(RuntimeError):
     """The wheel of a release could not be downloaded (the message has pip's own words)."""
 
 
+#: why a wheel is downloaded, said on the line that announces it
+WHY = ("the test bed's stand-in SGLang and the oracle tests run this release's own code; downloaded once, "
+       "kept for later runs")
+
+
 def wheel(version: str) -> Path:
     """Path of the wheel of ``sglang==version`` in the cache, downloading it when absent.
 
-    Raises :class:`ReleaseUnavailable` when pip cannot fetch it.
+    A download is announced by one line on stderr: what (the release and the wheel's file), why
+    (:data:`WHY`), where to and its size (pip's own figure as the download starts, else the
+    file's once saved). Raises :class:`ReleaseUnavailable` when pip cannot fetch it.
     """
     root = cache_root()
     wheels = root / "wheels"
@@ -68,17 +75,62 @@ def wheel(version: str) -> Path:
         if found:
             return found[0]
         wheels.mkdir(parents=True, exist_ok=True)
-        try:
-            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                                   "-q", "-d", str(wheels), f"sglang=={version}"],
-                                  capture_output=True, text=True, timeout=600)
-            why = (proc.stderr.strip().splitlines() or ["no wheel saved"])[-1] if proc.returncode else "no wheel saved"
-        except subprocess.TimeoutExpired:
-            proc, why = None, "no answer from the package registry in 600 s"
+        said, out = _pip_download(version, wheels)
         found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-        if proc is None or proc.returncode != 0 or not found:
+        if out.returncode != 0 or not found:
+            why = out.why or (out.lines[-1] if out.returncode and out.lines else "no wheel saved")
             raise ReleaseUnavailable(unavailable_message(version, wheels, why))
+        if not said:
+            print(download_line(version, found[0].name, f"{found[0].stat().st_size / 1e6:.1f} MB", wheels),
+                  file=sys.stderr, flush=True)
         return found[0]
+
+
+def download_line(version: str, name: str, size: str, wheels: Path) -> str:
+    """The one line that announces the download of a release's wheel: what, why, where, size."""
+    return f"download: SGLang {version} ({name}, {size}) into {wheels}: {WHY}"
+
+
+class _Pip:
+    """What ``pip download`` left: its exit status, its output lines, why it failed (or "")."""
+
+    def __init__(self):
+        self.returncode, self.lines, self.why = 0, [], ""
+
+
+def _pip_download(version: str, wheels: Path) -> tuple[bool, _Pip]:
+    """Run ``pip download --no-deps sglang==version`` into ``wheels`` (600 s at most), printing the
+    download's one line (:func:`download_line`) as soon as pip names the file and its size. Returns
+    (whether the line was printed, pip's result)."""
+    import re
+    import threading
+
+    out = _Pip()
+    proc = subprocess.Popen([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                             "--progress-bar", "off", "-d", str(wheels), f"sglang=={version}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(600, proc.kill)  # a registry that never answers: pip is ended
+    timer.start()
+    said = False
+    try:
+        for line in proc.stdout:
+            out.lines.append(line.rstrip())
+            m = re.match(r"\s*Downloading (\S+\.whl) \(([^)]+)\)", line)
+            if m and not said:
+                print(download_line(version, m.group(1).rsplit("/", 1)[-1], m.group(2), wheels), file=sys.stderr,
+                      flush=True)
+                said = True
+        out.returncode = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    if out.returncode < 0:
+        out.why = "no answer from the package registry in 600 s"
+    else:
+        errors = [ln for ln in out.lines if ln.startswith("ERROR")]
+        out.why = errors[-1] if errors and out.returncode else ""
+    return said, out
 
 
 def unavailable_message(version: str, wheels: Path, why: str) -> str:
