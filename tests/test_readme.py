@@ -214,3 +214,21 @@ def test_network_and_disk_claims():
 
 def test_no_internal_issue_numbers_in_readme_anchors():
     assert not re.search(r"#[\w-]*issue-\d+", README)
+
+
+def test_bench_results_stay_small_and_every_cited_file_is_there():
+    """bench/results keeps summaries and config files plain and larger raw files gzip-compressed
+    (its README): no plain file over 16 KB, under 500 KB in all; every results file that
+    docs/benchmarks.md or a results README names exists (a compressed one under its ``.gz`` name)."""
+    results = ROOT / "bench" / "results"
+    files = [p for p in results.rglob("*") if p.is_file()]
+    plain = [p for p in files if p.suffix != ".gz" and p.name != "README.md" and p.stat().st_size > 16_000]
+    assert not plain, plain
+    assert sum(p.stat().st_size for p in files) < 500_000
+    names = {p.name for p in files}
+    for doc in [ROOT / "docs" / "benchmarks.md", *results.rglob("README.md")]:
+        for name in re.findall(r"`(?:[\w./-]*/)?([\w.=,-]+\.(?:json|log|txt)(?:\.gz)?)`", doc.read_text()):
+            # a name of a file kept compressed must say .gz (a name of no results file, such as
+            # the script's default output or a model config, is not checked)
+            assert name in names or name + ".gz" not in names, f"{doc}: {name} is kept as {name}.gz"
+            assert not name.endswith(".gz") or name in names, f"{doc}: {name} is not in bench/results"
