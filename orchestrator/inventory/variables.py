@@ -416,7 +416,7 @@ _SPECS: list[VarSpec] = [
             "Roll back when throughput drops by more than this percentage.", _percent),
     VarSpec("orch_moe_runners", "str", "runner names separated by commas, or auto", None,
             "Runner trial (`orch tune --moe-runners`): the MoE runners to start and compare "
-            "([docs/runners-trial.md](docs/runners-trial.md)).", _text),
+            "([runners-trial.md](runners-trial.md)).", _text),
     VarSpec("orch_runner_check_prompts", "path", "a path", None,
             "Runner trial: a file of check prompts on the controller (one per line; default the set "
             "shipped with orch).", _local_path),
