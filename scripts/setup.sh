@@ -38,13 +38,21 @@ t=$SECONDS
 # 'torch' would pull a multi-GB CUDA build); triton runs kernels on CPU with TRITON_INTERPRET=1.
 pip_quiet() {  # pip's own output to .setup/pip.log, one line per file it downloaded; its last lines if it fails
   local from
-  from=$(wc -l <.setup/pip.log 2>/dev/null || echo 0)
+  touch .setup/pip.log
+  from=$(wc -l <.setup/pip.log)
   if ! .venv/bin/python -m pip install --progress-bar off "$@" >>.setup/pip.log 2>&1; then
     echo "setup: pip install $* failed; the last lines of .setup/pip.log:" >&2
     tail -n 15 .setup/pip.log >&2
     exit 1
   fi
-  tail -n +"$(( from + 1 ))" .setup/pip.log | sed -n 's/^ *Downloading \([^ ]*\) (\(.*\))$/setup:       downloaded \1 (\2)/p'
+  # "Downloading markupsafe-3.0.4-cp311-...whl (22 kB)" -> "downloaded markupsafe 3.0.4 (22 kB)"
+  tail -n +"$(( from + 1 ))" .setup/pip.log \
+    | sed -n 's/^ *Downloading \([^ ]*\) (\(.*\))$/\1 \2/p' \
+    | while read -r file size unit; do
+        base=${file##*/}; name=${base%%-*}; rest=${base#*-}; version=${rest%%-*}
+        version=${version%.tar.gz}; version=${version%.zip}
+        echo "setup:       downloaded $name $version ($size $unit)"
+      done
 }
 step 3/3 "Python packages into .venv (pip's output: .setup/pip.log):"
 echo "setup:       torch 2.13.0, CPU build (the largest; the tuner runs on the CPU)"
