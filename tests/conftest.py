@@ -102,8 +102,9 @@ def allowed_read_roots() -> List[str]:
     own trees (/tmp, /proc, /sys, /dev, /etc, /run, /var), the temp folder and the cache of
     fetched SGLang wheels."""
     from tests.sglang_releases import cache_root
+    from tests.vllm_releases import cache_root as vllm_cache_root
 
-    roots = [str(REPO), sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, "/tmp", "/proc",
+    roots = [str(vllm_cache_root()), str(REPO), sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, "/tmp", "/proc",
              "/sys", "/dev", "/etc", "/run", "/var", "/usr/share", tempfile.gettempdir(), str(cache_root())]
     roots += site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
     return roots + [os.path.realpath(r) for r in roots]

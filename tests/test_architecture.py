@@ -56,6 +56,9 @@ BENCH_MAY_IMPORT = {
     "remote.tuning.tuner.timing": "the GPU timer",
     "remote.tuning.tuner.compile": "ahead-of-time compilation",
     "remote.tuning.tuner.driver": "the per-device steps (comparison, the device's shared memory)",
+    "remote.tuning.tuner.events": "the events the per-device steps emit (bench/vllm_kernel_h200.py)",
+    "remote.engines.vllm.provider": "vLLM's kernel, as the vllm provider drives it",
+    "remote.engines.vllm.lookup": "writing config files as vLLM reads them",
 }
 BENCH = REPO / "bench"
 
@@ -259,7 +262,7 @@ def test_controller_imports_only_the_shared_rules_of_the_payload():
 
 
 #: The engines' kernel providers: torch and triton, loaded only by the tuner's registry.
-ENGINE_PROVIDERS = ("remote.engines.sglang.provider",)
+ENGINE_PROVIDERS = ("remote.engines.sglang.provider", "remote.engines.vllm.provider")
 
 
 def _torch_free_modules() -> list[str]:

@@ -6,6 +6,8 @@
   SGLang has it (0.4.x-0.5.x layouts), timed per GEMM through its ``invoke_fused_moe_kernel`` and
   as the whole ``fused_experts`` reading candidate files, with ``USE_TMA`` searched where SGLang
   and the GPU support it.
+- ``vllm`` (:mod:`remote.engines.vllm.provider`): vLLM's own Triton kernel (``fused_experts_impl``),
+  one config for both GEMMs, candidate files read from ``VLLM_TUNED_CONFIG_FOLDER``.
 
 Which one a name means is decided by :func:`remote.tuning.support.resolve_provider_name`, the
 rule the probe reports as ``tuner_provider``; :func:`resolve_provider` builds that provider.
@@ -31,6 +33,16 @@ def resolve_provider(name: str = "auto"):
     the probe said so) but it does not import: falling back would tune another kernel than the
     one the controller's store key names.
     """
+    if name == "vllm":
+        # vLLM's kernel (issue 29): reachable below the tune command (bench/vllm_kernel_h200.py,
+        # the tuner's driver); not yet a name of remote.protocol.PROVIDER_NAMES, which the
+        # controller's inventory variable and store key use (the controller wiring comes with the
+        # Engine seam)
+        from ...engines.vllm.provider import VllmProvider, VllmUnavailable
+        try:
+            return VllmProvider(), None
+        except VllmUnavailable as exc:
+            raise PayloadError("not_found", f"provider vllm unavailable: {exc}") from None
     resolved, why = resolve_provider_name(name)
     if resolved == "builtin":
         from .builtin import BuiltinProvider

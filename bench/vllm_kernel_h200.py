@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""vLLM's own fused-MoE Triton kernel on the H200: vLLM's default config, vLLM's shipped H200 file
+and orch's file, timed side by side on vLLM's kernel in one process; one script, one run.
+
+vLLM is not installed on the H200 (and cannot be): the release's Python sources are carried in
+(``--vllm-src``: a folder holding the ``vllm`` package, e.g. ``tests/vllm_releases.py``'s cache
+entry) and ``tests/vllm_standins.py`` stands in for vLLM's package ``__init__`` files, its platform
+detection and its compiled ops (alignment, gated activation, top-k sum, activation quantization);
+vLLM's Triton GEMM, its launch code, its config lookup and its default config run for real. The
+compute stand-ins cost the same for every config set: they shift absolute times, not the ranking.
+
+For each shape: ``tune_on_device`` (the tuner's ``fast`` search, ``--provider vllm``: vLLM's
+``fused_experts_impl`` with each candidate forced by vLLM's ``override_config``) at SGLang's 18
+batch sizes, then per batch size vLLM's ``fused_experts_impl`` reading each config set from its
+own ``VLLM_TUNED_CONFIG_FOLDER`` (default: vLLM's ``get_default_config`` written as a file;
+shipped: the release's H200 file; orch: the tuned file), CUDA graph of 10 calls, L2 flushed,
+median of 10 replays, 5 interleaved rounds, median.
+
+Shapes: Qwen3-30B-A3B at TP1 (E=128, N=768, hidden 2048, top-k 8, bf16) and
+Qwen3-30B-A3B-FP8 at TP1 (same, fp8_w8a8 block [128, 128]); vLLM 0.34.0 ships an H200 file for both.
+
+H200:      python3 bench/vllm_kernel_h200.py --vllm-src DIR [--budget-s 420]
+CPU check: python3 bench/vllm_kernel_h200.py --smoke   (TRITON_INTERPRET=1, tiny shapes, vLLM from
+           the test cache; numbers meaningless)
+Output: ``vllm_kernel_h200.json`` under ``$OUT`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+BATCH_SIZES = "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096"
+SHAPES = {"bf16": (dict(E=128, N=768, hidden=2048, topk=8), None),
+          "fp8_block": (dict(E=128, N=768, hidden=2048, topk=8),
+                        dict(dtype="fp8_w8a8", block_shape=[128, 128], per_channel=False, group_size=0,
+                             has_zp=False))}
+SMOKE_SHAPE = dict(E=8, N=128, hidden=128, topk=2)
+T0 = time.time()
+
+
+def say(*a):
+    print(*a, flush=True)
+
+
+def setup(args) -> dict:
+    """Install the stand-ins (this process and the tuner's compile workers); returns what stood in."""
+    from tests import vllm_standins as vs
+
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+        from tests.vllm_releases import NEWEST, source_tree
+        src = source_tree(NEWEST)
+    else:
+        src = Path(args.vllm_src)
+    os.environ.setdefault("TRITON_CACHE_DIR", "/tmp/orch-triton-cache")
+    site = Path(args.out) / "standin_site"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\nsys.path.insert(0, os.environ['ORCH_STANDINS_REPO'])\n"
+        "from tests.vllm_standins import fused_moe_module\nfused_moe_module(os.environ['ORCH_STANDINS_VLLM'])\n")
+    os.environ["ORCH_STANDINS_REPO"], os.environ["ORCH_STANDINS_VLLM"] = str(ROOT), str(src)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)] + (
+        [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    info = vs.install(src)
+    vs.fused_moe_module(src)
+    return {"src": str(src), "standins": info}
+
+
+def tune(shape: dict, quant, dtype: str, Ms: list, device: str) -> dict:
+    """The tuner's fast search on vLLM's kernel (``tune_on_device``); ``{M: result}``."""
+    from remote.tuning.tuner.driver import tune_on_device
+    from remote.tuning.tuner.events import Done, Error, Fatal
+
+    spec = dict(shape=shape, dtype=dtype, space="smoke" if device == "cpu" else "fast", provider="vllm", seed=0,
+                dtype_selector=quant["dtype"] if quant else None,
+                block_shape=quant["block_shape"] if quant else None, quant=quant, shipped=None, check=True,
+                compile_mode="auto", screen="adaptive")
+    out, errors = {}, {}
+
+    def emit(ev):
+        if isinstance(ev, Done):
+            out[ev.batch_size] = ev.result
+        elif isinstance(ev, (Error, Fatal)):
+            errors[ev.batch_size] = ev.text[:400]
+            say(f"  M={ev.batch_size}: {ev.text[:300]}")
+    tune_on_device(spec, device, Ms, emit)
+    return {"results": out, "errors": errors}
+
+
+def compare(shape, quant, dtype, Ms, sets: dict, device: str, rounds: int) -> list:
+    """Per M, vLLM's fused_experts_impl reading each set's folder; rows ``{"M", set: us}``."""
+    from remote.engines.vllm.provider import VllmProvider
+    from remote.tuning.tuner.timing import Timer
+
+    prov = VllmProvider()
+    timer = Timer(device)
+    cpu = device == "cpu"
+    proto = dict(n_calls=1, reps=1) if cpu else dict(n_calls=10, reps=10)
+    rows, weights = [], None
+    try:
+        for M in Ms:
+            p = prov.make_problem(shape, M, dtype, device, 1000 + M, weights, quant=quant)
+            weights = p.weights
+            fns, failed = {}, {}
+            for name, folder in sets.items():
+                fn = prov.dir_fn(p, folder)
+                try:
+                    fn()  # compile what this set launches at M (outside the timed rounds)
+                    fns[name] = fn
+                except Exception as exc:  # a config Triton cannot compile here: a row with its reason
+                    failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"
+            samples = {name: [] for name in fns}
+            for _ in range(rounds):
+                for name, fn in fns.items():
+                    samples[name].append(timer.time(fn, **proto))
+            rows.append({"M": M, **{n: round(statistics.median(v), 3) for n, v in samples.items()},
+                         **({"failed": failed} if failed else {})})
+            say("  " + "  ".join([f"M={M:<5}"] + [f"{n} {rows[-1][n]:9.2f}" for n in fns])
+                + (f"  FAILED {failed}" if failed else ""))
+    finally:
+        prov.close()
+    return rows
+
+
+def run_shape(name, args, ctx, res):
+    import torch
+
+    from remote.engines.vllm.lookup import dumps
+    from remote.engines.vllm.provider import VllmProvider
+
+    shape, quant = SHAPES[name]
+    if args.smoke:
+        shape = SMOKE_SHAPE
+    device = "cpu" if args.smoke else "cuda:0"
+    dtype = "float16" if args.smoke else "bfloat16"
+    Ms = [int(x) for x in (args.smoke_batch_sizes if args.smoke else args.batch_sizes).split(",")]
+    prov = VllmProvider()
+    probe = prov.make_problem(shape, 1, dtype, device, 0, quant=quant)
+    gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "NVIDIA H200"
+    fname = prov.file_name(probe, gpu_name)
+    assert fname == prov.k.fm.get_config_file_name(
+        probe.E, probe.N, probe.dtype_sel, probe.block_shape), "orch's file name differs from vLLM's"
+    shipped = Path(ctx["src"]) / "vllm/model_executor/layers/fused_moe/configs" / fname
+    say(f"\n== {name}: {json.dumps(shape)} quant={quant and quant['block_shape']} file {fname} "
+        f"(vLLM ships it: {shipped.is_file()})")
+    t = time.time()
+    tuned = tune(shape, quant, dtype, Ms, device)
+    tune_s = round(time.time() - t, 1)
+    say(f"  tune: {tune_s} s, {len(tuned['results'])} of {len(Ms)} batch sizes")
+    root = Path(args.out) / f"sets_{name}"
+    shutil.rmtree(root, ignore_errors=True)
+    sets = {}
+    for set_name in ("default", "shipped", "orch"):
+        d = root / set_name
+        d.mkdir(parents=True)
+        if set_name == "default":
+            cfg = {str(M): prov.default_config(prov.make_problem(shape, M, dtype, device, 0, probe.weights,
+                                                                 quant=quant)) for M in Ms}
+        elif set_name == "shipped":
+            if not shipped.is_file():
+                continue
+            shutil.copyfile(shipped, d / fname)
+            sets[set_name] = str(d)
+            continue
+        else:
+            if not tuned["results"]:
+                continue
+            cfg = {str(M): r["up"] for M, r in tuned["results"].items()}
+        (d / fname).write_text(dumps(cfg))
+        sets[set_name] = str(d)
+    prov.close()
+    rows = compare(shape, quant, dtype, [M for M in Ms if M in tuned["results"]] or Ms, sets, device,
+                   1 if args.smoke else 5)
+    verdict = []
+    for r in rows:
+        o = r.get("orch")
+        if o is None:
+            if "orch" in r.get("failed", {}):
+                verdict.append(f"M={r['M']}: orch's config did not compile: {r['failed']['orch']}")
+            continue
+        for base in ("shipped", "default"):
+            if base in r and o > r[base] * 1.005:
+                verdict.append(f"M={r['M']}: orch {o:.2f} us > {base} {r[base]:.2f} us (+{(o / r[base] - 1) * 100:.1f}%)")
+    res[name] = {"shape": shape, "quant": quant, "file": fname, "shipped_exists": shipped.is_file(), "tune_s": tune_s,
+                 "errors": tuned["errors"], "rows": rows, "misses": verdict,
+                 "orch_file": {str(M): r["up"] for M, r in tuned["results"].items()}}
+    say(f"  misses (orch slower than shipped/default by more than 0.5%): {verdict or 'none'}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vllm-src", help="folder holding the vllm package (the release's Python sources)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/vllm_kernel_h200"))
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--shapes", default="bf16,fp8_block")
+    ap.add_argument("--batch-sizes", default=BATCH_SIZES)
+    ap.add_argument("--smoke-batch-sizes", default="1,16")
+    ap.add_argument("--budget-s", type=float, default=420)
+    args = ap.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    ctx = setup(args)
+    import torch
+    import triton
+    res = {"env": {"torch": torch.__version__, "triton": triton.__version__,
+                   "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                   "vllm": ctx["standins"]["release"], "standins": ctx["standins"]}}
+    say("ENV", json.dumps(res["env"]))
+    for name in args.shapes.split(","):
+        if time.time() - T0 > args.budget_s * 0.5 and not args.smoke:
+            say(f"skip {name}: budget")
+            continue
+        run_shape(name, args, ctx, res)
+        (Path(args.out) / "vllm_kernel_h200.json").write_text(json.dumps(res, indent=1, default=str))
+    say(f"total {time.time() - T0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+"""vLLM's own fused-MoE Triton kernel as a tuner provider (needs torch, triton and vLLM).
+
+What is timed, for a candidate config (vLLM 0.32.0-0.34.0,
+``vllm/model_executor/layers/fused_moe/fused_moe.py``):
+
+- ``joint`` (:meth:`VllmProvider.gemm_fn`): vLLM's ``fused_experts_impl`` with the candidate forced
+  through vLLM's own ``override_config`` (the package's context manager that
+  ``_get_configured_moe_config`` consults first): routing alignment, the up GEMM, the gated
+  activation, the down GEMM and the top-k sum, with one config for both GEMMs, as vLLM uses one
+  file for both (the search is joint: ``kinds == ("joint",)``);
+- whole kernel (:meth:`VllmProvider.full_fn`): the same call reading a candidate file from a
+  temporary ``VLLM_TUNED_CONFIG_FOLDER`` (``get_moe_configs``' cache cleared), the way the server
+  reads orch's file; ``None`` means no file there (vLLM's shipped file where it has one, else its
+  ``get_default_config``).
+
+The launch is the one of a one-GPU server with the functional entry's flags
+(``use_fp8_w8a8``, ``per_channel_quant``, ``block_shape``): no expert map, router weights on the
+down GEMM. Weight formats: bf16/fp16, fp8_w8a8 per-tensor and block (what vLLM's Triton path runs
+for them on Hopper). ``compile_one`` / :meth:`VllmProvider.kernel_specs` compile the two GEMM
+launches (``invoke_fused_moe_triton_kernel``) ahead of timing, as the SGLang provider does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import math
+import os
+import shutil
+import tempfile
+
+import torch
+
+from ...tuning.kernel import formats
+from ...tuning.providers.builtin import DTYPES
+from .lookup import TUNED_FOLDER_ENV
+from .naming import config_file_name, dtype_selector, vllm_device_name
+
+FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
+PACKAGE = "vllm.model_executor.layers.fused_moe"
+
+
+class VllmUnavailable(RuntimeError):
+    """vLLM's fused-MoE Triton path cannot be imported on this host (the message says why)."""
+
+
+class VllmKernel:
+    """The host's vLLM fused-MoE module and the functions the provider calls.
+
+    Attributes: ``version``, ``fm`` (the ``fused_moe`` module), ``override_config`` (the package's
+    context manager), ``invoke`` (``invoke_fused_moe_triton_kernel`` or, before it existed,
+    ``invoke_fused_moe_kernel``). Raises :class:`VllmUnavailable`."""
+
+    def __init__(self):
+        try:
+            self.fm = importlib.import_module(FUSED_MOE)
+            pkg = importlib.import_module(PACKAGE)
+        except Exception as exc:  # ImportError, or a broken install raising anything at import
+            raise VllmUnavailable(f"cannot import {FUSED_MOE}: {type(exc).__name__}: {exc}") from None
+        self.override_config = getattr(pkg, "override_config", None)
+        self.invoke = getattr(self.fm, "invoke_fused_moe_triton_kernel", None) or getattr(
+            self.fm, "invoke_fused_moe_kernel", None)
+        for need in ("fused_experts_impl", "get_moe_configs", "get_default_config", "get_config_file_name"):
+            if not callable(getattr(self.fm, need, None)):
+                raise VllmUnavailable(f"{FUSED_MOE} has no {need}")
+        if self.override_config is None or self.invoke is None:
+            raise VllmUnavailable(f"{PACKAGE} lacks override_config or the kernel launcher")
+        try:
+            self.version = str(importlib.import_module("vllm").__version__)
+        except Exception:
+            self.version = "unknown"
+        self.invoke_params = frozenset(inspect.signature(self.invoke).parameters)
+
+    def clear_config_cache(self) -> None:
+        """Drop vLLM's in-process lookup cache (``get_moe_configs`` is an ``lru_cache``)."""
+        clear = getattr(self.fm.get_moe_configs, "cache_clear", None)
+        if clear:
+            clear()
+
+
+class VllmProblem:
+    """Inputs for one batch size M in vLLM's layouts: x [M, hidden]; w1 [E, 2N, hidden]; w2
+    [E, hidden, N] (``dtype``, or fp8 e4m3 with float32 scales); routing from a softmax top-k of
+    random logits. ``N``: the intermediate size per rank (what vLLM's file names carry)."""
+
+    def __init__(self, E, N, hidden, top_k, M, dtype, device, seed, weights=None, quant=None, empty_weights=False):
+        from ...tuning.kernel.reference import route
+
+        self.E, self.N, self.hidden, self.top_k, self.M = E, N, hidden, top_k, M
+        self.dtype, self.device, self.quant = dtype, torch.device(device), quant
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(int(seed))
+        if weights is None:
+            if quant is None:
+                if empty_weights:
+                    weights = (torch.empty(E, 2 * N, hidden, device=self.device, dtype=dtype),
+                               torch.empty(E, hidden, N, device=self.device, dtype=dtype), None)
+                else:
+                    w1 = (torch.randn(E, 2 * N, hidden, generator=gen, device=self.device) / math.sqrt(hidden)).to(dtype)
+                    w2 = (torch.randn(E, hidden, N, generator=gen, device=self.device) / math.sqrt(N)).to(dtype)
+                    weights = (w1, w2, None)
+            elif empty_weights:
+                w1, s1, _ = formats.empty(E, 2 * N, hidden, quant, dtype, self.device)
+                w2, s2, _ = formats.empty(E, hidden, N, quant, dtype, self.device)
+                weights = (w1, w2, (s1, s2))
+            else:
+                w1q, s1, _ = formats.quantize(torch.randn(E, 2 * N, hidden, generator=gen, device=self.device)
+                                              / math.sqrt(hidden), quant, dtype)
+                w2q, s2, _ = formats.quantize(torch.randn(E, hidden, N, generator=gen, device=self.device)
+                                              / math.sqrt(N), quant, dtype)
+                weights = (w1q, w2q, (s1, s2))
+        self.w1, self.w2, scales = weights
+        self.w1_scale, self.w2_scale = scales if scales else (None, None)
+        self.x = torch.randn(M, hidden, generator=gen, device=self.device).to(dtype)
+        self.topk_weights, self.topk_ids = route(M, E, top_k, logits=torch.randn(M, E, generator=gen,
+                                                                                device=self.device))
+
+    @property
+    def weights(self):
+        """``(w1, w2, scales)`` for reuse by the next batch size."""
+        return self.w1, self.w2, ((self.w1_scale, self.w2_scale) if self.w1_scale is not None else None)
+
+    @property
+    def dtype_sel(self) -> str | None:
+        """vLLM's dtype selector (``_get_config_dtype_str``) for this problem."""
+        name = {torch.float32: "float32"}.get(self.dtype, "bfloat16")
+        return dtype_selector(self.quant.dtype if self.quant else None, name)
+
+    @property
+    def block_shape(self):
+        """The block shape vLLM passes (None for 16-bit and per-tensor weights)."""
+        return list(self.quant.block_shape) if self.quant is not None and self.quant.block_shape else None
+
+
+class VllmProvider:
+    """vLLM's kernel as the tuner times it (module docstring). Raises :class:`VllmUnavailable`."""
+
+    name = "vllm"
+    separable = False
+    kinds = ("joint",)
+    tma_kinds = frozenset()
+    fast_params = {"n_bm": 2, "max_rounds": 2}
+    compile_target = "remote.engines.vllm.provider:compile_one"
+    compile_per_batch = True
+
+    def __init__(self, kernel: VllmKernel | None = None):
+        self.k = kernel or VllmKernel()
+        self._root = None
+        self._dirs: dict = {}
+        self._env_before = os.environ.get(TUNED_FOLDER_ENV)
+        self.fallback_reason = None
+
+    def describe(self) -> dict:
+        """Report entry: vLLM version and what is timed."""
+        return {"version": self.k.version, "kinds": list(self.kinds),
+                "timed": {"joint": "vLLM fused_experts_impl with the candidate forced by override_config",
+                          "whole": f"fused_experts_impl reading the candidate file from {TUNED_FOLDER_ENV}"}}
+
+    def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None, quant=None,
+                     empty_weights: bool = False) -> VllmProblem:
+        """A :class:`VllmProblem` for ``shape`` (E, N per rank, hidden, topk) at batch size M."""
+        fmt = formats.from_quant(quant)
+        if fmt is not None and fmt.dtype != "fp8_w8a8":
+            raise VllmUnavailable(f"the vllm provider times bf16/fp16 and fp8_w8a8 weights, not {fmt.dtype}")
+        return VllmProblem(shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype], device, seed,
+                           weights, fmt, empty_weights)
+
+    def default_config(self, p: VllmProblem) -> dict:
+        """vLLM's ``get_default_config`` for this problem (num_warps/num_stages made explicit)."""
+        params = inspect.signature(self.k.fm.get_default_config).parameters
+        args = dict(M=p.M, E=p.E, N=p.N, K=p.hidden, topk=p.top_k, dtype=p.dtype_sel, block_shape=p.block_shape)
+        cfg = dict(self.k.fm.get_default_config(**{a: v for a, v in args.items() if a in params}))
+        cfg.pop("SPLIT_K", None)
+        cfg.setdefault("num_warps", 4)
+        cfg.setdefault("num_stages", 3)
+        return cfg
+
+    def file_name(self, p: VllmProblem, device_name: str) -> str:
+        """The file vLLM reads for this problem on ``device_name`` (orch's rule, which the oracle
+        tests hold against ``get_config_file_name``)."""
+        return config_file_name(p.E, p.N, vllm_device_name(device_name), p.dtype_sel, p.block_shape)
+
+    def _call(self, p: VllmProblem):
+        q = p.quant
+        kw = {}
+        if q is not None:
+            kw = dict(use_fp8_w8a8=True, w1_scale=p.w1_scale, w2_scale=p.w2_scale, block_shape=p.block_shape,
+                      per_channel_quant=False)
+        fm = self.k.fm
+        return lambda: fm.fused_experts_impl(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids, **kw)
+
+    def gemm_fn(self, p: VllmProblem, kind: str, cfg: dict):
+        """``joint``: the whole kernel with ``cfg`` forced for both GEMMs. ValueError otherwise."""
+        if kind != "joint":
+            raise ValueError(f"the vllm provider times joint configs only, got {kind!r}")
+        call, ov = self._call(p), self.k.override_config
+        forced = {k: int(v) for k, v in cfg.items() if k != "USE_TMA"}
+
+        def fn():
+            with ov(forced), torch.no_grad():
+                return call()
+        return fn
+
+    def _folder(self, p: VllmProblem, cfg: dict | None, device_name: str) -> str:
+        key = json.dumps([p.E, p.N, p.M, str(p.dtype), str(p.quant), cfg], sort_keys=True, default=str)
+        if key not in self._dirs:
+            if self._root is None:
+                self._root = tempfile.mkdtemp(prefix="orch-vllm-configs-")
+            d = os.path.join(self._root, f"c{len(self._dirs)}")
+            os.makedirs(d)
+            if cfg is not None:
+                from .lookup import dumps
+                with open(os.path.join(d, self.file_name(p, device_name)), "w") as f:
+                    f.write(dumps({str(p.M): {k: v for k, v in cfg.items() if k != "USE_TMA"}}))
+            self._dirs[key] = d
+        return self._dirs[key]
+
+    def dir_fn(self, p: VllmProblem, folder: str):
+        """The whole kernel reading whatever ``folder`` holds as ``VLLM_TUNED_CONFIG_FOLDER``."""
+        call = self._call(p)
+
+        def fn():
+            if os.environ.get(TUNED_FOLDER_ENV) != folder:
+                os.environ[TUNED_FOLDER_ENV] = folder
+                self.k.clear_config_cache()
+            with torch.no_grad():
+                return call()
+        return fn
+
+    def full_fn(self, p: VllmProblem, up_cfg: dict | None, down_cfg: dict | None = None):
+        """The whole kernel reading ``up_cfg`` from a file in a temporary tuned folder (vLLM reads
+        one file for both GEMMs: ``down_cfg`` is not used); None: no file there."""
+        name = self.k.fm.get_config_file_name.__globals__["get_device_name_as_file_name"]()
+        return self.dir_fn(p, self._folder(p, up_cfg, name))
+
+    def check(self, p: VllmProblem, up_cfg: dict | None, down_cfg: dict | None = None) -> float:
+        """Relative error of vLLM's fused MoE with ``up_cfg`` against the float64 reference."""
+        from ...tuning.kernel.reference import fused_moe_reference, relative_error
+
+        out = self.full_fn(p, up_cfg)()
+        if p.quant is not None:
+            ref = formats.reference(p.x, p.w1, p.w2, p.quant, p.topk_weights, p.topk_ids,
+                                    scales=(p.w1_scale, p.w2_scale), zps=(None, None))
+            return relative_error(out, ref)
+        return relative_error(out, fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids))
+
+    def close(self) -> None:
+        """Restore ``VLLM_TUNED_CONFIG_FOLDER``, drop vLLM's lookup cache and the temporary folders."""
+        if self._env_before is None:
+            os.environ.pop(TUNED_FOLDER_ENV, None)
+        else:
+            os.environ[TUNED_FOLDER_ENV] = self._env_before
+        self.k.clear_config_cache()
+        if self._root:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root, self._dirs = None, {}
+
+    # ------------------------------------------------------------------ compile
+
+    def _launch_kwargs(self, p: VllmProblem, gemm: str, cfg: dict) -> dict:
+        """Arguments of vLLM's GEMM launcher for the up or down GEMM of ``p`` with ``cfg``."""
+        fm = self.k.fm
+        clean = {k: int(v) for k, v in cfg.items() if k != "USE_TMA"}
+        st, eid, ntpp = fm._prepare_expert_assignment(p.topk_ids, clean, p.M, p.top_k, p.E, None)
+        q = p.quant
+        a = p.x
+        a_scale = None
+        if q is not None:
+            a, a_scale = fm.moe_kernel_quantize_input(A=p.x, A_scale=None, quant_dtype=torch.float8_e4m3fn,
+                                                      per_act_token_quant=False, block_shape=p.block_shape)
+        import triton.language as tl
+        ct = tl.bfloat16 if p.dtype == torch.bfloat16 else tl.float16
+        common = dict(sorted_token_ids=st, expert_ids=eid, num_tokens_post_padded=ntpp, config=clean,
+                      compute_type=ct, use_fp8_w8a8=q is not None, use_int8_w8a8=False, use_int8_w8a16=False,
+                      use_int4_w4a16=False, per_channel_quant=False, block_shape=p.block_shape)
+        if gemm == "up":
+            c = torch.empty(p.M, p.top_k, 2 * p.N, device=p.device, dtype=p.dtype)
+            return dict(common, A=a, B=p.w1, C=c, A_scale=a_scale, B_scale=p.w1_scale, topk_weights=p.topk_weights,
+                        mul_routed_weight=False, top_k=p.top_k)
+        act = torch.empty(p.M * p.top_k, p.N, device=p.device, dtype=p.dtype)
+        a2_scale = None
+        if q is not None:
+            act, a2_scale = fm.moe_kernel_quantize_input(A=act, A_scale=None, quant_dtype=torch.float8_e4m3fn,
+                                                         per_act_token_quant=False, block_shape=p.block_shape)
+        c = torch.empty(p.M, p.top_k, p.hidden, device=p.device, dtype=p.dtype)
+        return dict(common, A=act, B=p.w2, C=c, A_scale=a2_scale, B_scale=p.w2_scale, topk_weights=p.topk_weights,
+                    mul_routed_weight=True, top_k=1)
+
+    def _invoke(self, kw: dict):
+        params = self.k.invoke_params
+        pos = ["A", "B", "C", "A_scale", "B_scale"]
+        args = [kw[n] for n in pos]
+        if "B_zp" in params:
+            args.append(None)
+        args += [kw["topk_weights"], kw["sorted_token_ids"], kw["expert_ids"], kw["num_tokens_post_padded"],
+                 kw["mul_routed_weight"], kw["top_k"], kw["config"]]
+        named = {k: v for k, v in kw.items() if k not in pos and k not in (
+            "topk_weights", "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "mul_routed_weight", "top_k",
+            "config") and k in params}
+        return self.k.invoke(*args, **named)
+
+    def precompile_args(self, shape, dtype, quant=None):
+        """Picklable arguments of :func:`compile_one` (the batch size is added per job)."""
+        return dict(shape=dict(shape), dtype=dtype, quant=quant)
+
+    def compile_workers(self, shape: dict, dtype: str, quant, device: str) -> int:
+        """Compile processes: one per CPU core but one, at most 8 (each holds the problem's weights)."""
+        return max(1, min(8, (os.cpu_count() or 2) - 1))
+
+    def kernel_specs(self, p: VllmProblem, kind: str, cfg: dict) -> list:
+        """The compile requests of vLLM's two GEMM launches with ``cfg`` (captured, not run)."""
+        from ...tuning.tuner import aot
+        fns = aot.jit_functions(self.k.fm)
+        out = []
+        for gemm in ("up", "down"):
+            kw = self._launch_kwargs(p, gemm, cfg)
+            out += aot.capture(fns, lambda kw=kw: self._invoke(kw))
+        return out
+
+
+_worker: dict = {}
+
+
+def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: int = 1):
+    """Compile vLLM's two GEMMs for ``cfg`` at batch size M without launching them (compile
+    workers); returns ``(ok, error_text)``, never raises."""
+    try:
+        if "provider" not in _worker:
+            prov = VllmProvider()
+            for obj in vars(prov.k.fm).values():
+                run = getattr(obj, "run", None)
+                if run is not None and type(obj).__name__ == "JITFunction":
+                    obj.run = (lambda _run: lambda *a, **kw: _run(*a, **dict(kw, warmup=True)))(run)
+            _worker["provider"] = prov
+        prov = _worker["provider"]
+        key = (M, json.dumps(shape, sort_keys=True), dtype, json.dumps(quant))
+        if _worker.get("key") != key:
+            _worker["problem"] = prov.make_problem(shape, M, dtype, "cuda", 0, quant=quant, empty_weights=True)
+            _worker["key"] = key
+        p = _worker["problem"]
+        for gemm in ("up", "down"):
+            prov._invoke(prov._launch_kwargs(p, gemm, cfg))
+        return True, ""
+    except Exception as exc:  # a candidate that does not compile is skipped, not fatal
+        return False, f"{type(exc).__name__}: {str(exc)[:300]}"
+
+

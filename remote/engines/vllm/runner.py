@@ -1,0 +1,90 @@
+"""Which MoE kernel a vLLM server runs, and whether it reads the Triton config files (stdlib only).
+
+vLLM 0.32.0-0.34.0 pick the MoE "backend" per weight format in
+``vllm/model_executor/layers/fused_moe/oracle/<format>.py`` (``select_*_moe_backend``): the
+``--moe-backend`` flag (``vllm/config/kernel.py`` ``KernelConfig.moe_backend``, default
+``auto``) names one, else the first backend of the format's priority list
+(``_get_priority_backends``) whose kernel class accepts the deployment
+(``is_supported_config``: the GPU, the installed FlashInfer/DeepGEMM, the quantization scheme).
+Only the Triton experts (``TritonExperts``, ``BatchedTritonExperts``, ``TritonWNA16Experts``) call
+``try_get_optimal_moe_config``, i.e. read the files orch writes. The chosen backend is logged at
+INFO by ``MoEKernelOracle.make_log_backend`` (0.34.0) or each oracle's ``_make_log_backend``
+(0.32.0, 0.33.0): ``Using <backend> <Format> MoE backend out of potential backends: [...]``.
+
+What can be told before the server starts (:func:`triton_verdict`), by weight format, on CUDA:
+
+- the flag names a backend: ``triton``/``batched_triton`` read the files; any other backend
+  reads none (``marlin``/``humming`` on unquantized weights fall through to ``auto``);
+- ``auto``, unquantized weights: on the SM90 family (H100/H200/H20) the list is TRITON,
+  BATCHED_TRITON, FlashInfer TRTLLM, FlashInfer CUTLASS (the FlashInfer ones moved back), so
+  Triton; elsewhere (Blackwell) FlashInfer TRTLLM is first: it depends on FlashInfer;
+- ``auto``, fp8 with block ``[128, 128]`` on SM90 (``is_device_capability(90)``), no expert
+  parallelism: Triton is moved to the front; with EP, FlashInfer CUTLASS is;
+- ``auto``, int8_w8a8: the list starts with TRITON (``oracle/int8.py``);
+- ``auto``, other fp8 (per-tensor, per-channel) and weight-only int4/int8 (Marlin first): a
+  non-Triton kernel comes first where the host's libraries support it: undecided before the
+  start; the log line decides (:func:`parse_backend_line`).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: ``--moe-backend`` values (0.34.0 ``MoEBackend``) whose experts read the Triton config files.
+TRITON_BACKENDS = ("triton", "batched_triton")
+#: Backend values in the oracle log lines whose experts read the files.
+TRITON_LOG_VALUES = ("TRITON", "BATCHED_TRITON")
+#: The flag and its default (``vllm/engine/arg_utils.py`` ``kernel_group``).
+MOE_BACKEND_FLAG, MOE_BACKEND_DEFAULT = "--moe-backend", "auto"
+
+_LINE = re.compile(r"Using (?P<backend>.+?) (?P<kind>Unquantized|Fp8|Int8|WNA16|Mxfp4|Mxfp8|NvFp4|W4A8 Int8|W4A8)"
+                   r" MoE (?:LoRA )?backend(?: out of potential backends: (?P<avail>\[.*?\]))?")
+
+
+def triton_verdict(weight_format: str | None, block_shape=None, capability: tuple[int, int] | None = (9, 0),
+                   moe_backend: str | None = None, ep_size: int = 1) -> tuple[bool | None, str]:
+    """``(reads_triton_files, reason)`` for a vLLM unit, before it starts (module docstring).
+
+    ``weight_format``: None (bf16/fp16), ``fp8_w8a8``, ``int8_w8a8``, ``int4_w4a16``,
+    ``int8_w8a16``, or another format name (mxfp4, nvfp4: never Triton files); ``block_shape``:
+    the fp8 block (None for per-tensor/channel); ``capability``: the GPU's (major, minor), None
+    when not known; ``moe_backend``: the unit's ``--moe-backend`` (None: ``auto``); ``ep_size``:
+    expert-parallel size (``--enable-expert-parallel`` with TP x DP > 1). ``None`` as the verdict:
+    it depends on the host's libraries; the server's ``Using ... MoE backend`` line decides.
+    """
+    flag = (moe_backend or MOE_BACKEND_DEFAULT).strip().lower()
+    if flag != "auto" and not (weight_format is None and flag in ("marlin", "humming")):
+        if flag in TRITON_BACKENDS:
+            return True, f"--moe-backend {flag}: vLLM's Triton experts read the tuned config files"
+        return False, f"--moe-backend {flag}: that kernel reads no Triton config file"
+    sm90 = capability is not None and capability[0] == 9
+    if weight_format is None:
+        if sm90:
+            return True, ("unquantized MoE on SM90: vLLM's priority list starts with TRITON (FlashInfer "
+                          "moved back; oracle/unquantized.py _get_priority_backends)")
+        return None, ("unquantized MoE off SM90: FlashInfer TRTLLM comes first where FlashInfer supports the "
+                      "model; the server's 'Using ... Unquantized MoE backend' line decides")
+    if weight_format == "fp8_w8a8" and block_shape and tuple(int(x) for x in block_shape) == (128, 128):
+        if capability == (9, 0) and ep_size <= 1:
+            return True, "fp8 block [128,128] on SM90 without EP: vLLM moves TRITON to the front (oracle/fp8.py)"
+        if capability == (9, 0):
+            return None, ("fp8 block [128,128] on SM90 with EP: FlashInfer CUTLASS comes first where FlashInfer "
+                          "is installed; the server's 'Using ... Fp8 MoE backend' line decides")
+    if weight_format == "int8_w8a8":
+        return True, "int8_w8a8: vLLM's priority list starts with TRITON (oracle/int8.py)"
+    if weight_format in ("fp8_w8a8", "int4_w4a16", "int8_w8a16"):
+        return None, (f"{weight_format}: kernels ahead of Triton in vLLM's list (FlashInfer, DeepGEMM, CUTLASS, "
+                      "Marlin) run where the host supports them; the server's 'Using ... MoE backend' line decides")
+    return False, f"{weight_format}: vLLM runs no Triton fused-MoE kernel for this format"
+
+
+def parse_backend_line(line: str) -> dict | None:
+    """``{"backend", "kind", "available": [...], "reads_triton_files": bool}`` of a vLLM
+    ``Using <backend> <Format> MoE backend ...`` line, else None."""
+    m = _LINE.search(line)
+    if not m:
+        return None
+    avail = re.findall(r"'([^']*)'", m["avail"]) if m["avail"] else []
+    backend = m["backend"]
+    return {"backend": backend, "kind": m["kind"], "available": avail,
+            "reads_triton_files": backend in TRITON_LOG_VALUES}
