@@ -188,6 +188,8 @@ def test_rerun_with_the_same_files_changes_nothing(testbed_factory, tmp_path):
     assert check.returncode == 0, check.stderr[-4000:]
     text = flat(check.stderr)
     assert "unchanged:" in text and "nothing would be written, stopped" in text, text[-4000:]
+    # the plan, before the compare step knows, does not say the installed files would be replaced
+    assert "(replace)" not in text and "(replaced only if the new file differs)" in text, text[-4000:]
     again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
     assert again.returncode == 0, again.stderr[-6000:]
     r = recap(again)["hosts"][h.name]
