@@ -64,16 +64,17 @@ def cmd_up(args: argparse.Namespace) -> int:
         for path in (inventory, known):
             path.unlink(missing_ok=True)
         raise
+    # one fact a line, so that each reads at 80 columns (a long path stands on its own line)
     print(f"test bed {bed.bed_id}: {len(bed.hosts)} host(s), work folder {bed.workdir}")
     for h in bed.hosts:
-        print(f"  {h.name}: ssh root@{h.address} (namespace {h.ns}), unit {h.unit}.service, "
-              f"configs {h.config_dir}")
+        print(f"  {h.name}: ssh root@{h.address} (namespace {h.ns}), unit {h.unit}.service")
+        print(f"    configs {h.config_dir}")
     print(f"  key: {bed.key_path}")
     print(f"  known_hosts: {known}")
     print(f"  inventory: {inventory}")
     h = bed.hosts[0]
-    print(f"  try: ssh -i {bed.key_path} -o UserKnownHostsFile={known} root@{h.address} "
-          f"'ls /dev/nvidia*; systemctl status {h.unit}'")
+    print(f"  try: ssh -i {bed.key_path} \\\n         -o UserKnownHostsFile={known} \\\n"
+          f"         root@{h.address} 'ls /dev/nvidia*; systemctl status {h.unit}'")
     default = _same_file(str(inventory), str(REPO / "inventories" / "testbed.yaml"))
     print("  remove with: " + ("bash scripts/demo.sh down (or python -m tests.testbed down)" if default
                               else f"python -m tests.testbed down --inventory {inventory}"))
