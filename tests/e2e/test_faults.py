@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from orchestrator.records import new_run_id
-from tests.e2e.helpers import REPO, inventory, orch, recap
+from tests.e2e.helpers import REPO, flat, inventory, orch, recap
 from tests.waiting import files_state, process_ended, wait_process, wait_until
 
 pytestmark = pytest.mark.testbed
@@ -622,7 +622,9 @@ def test_recover_collects_a_finished_tune_and_the_next_tune_reuses_it_without_tu
     bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path)
     state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
     unit = f"orch-tune-{rid}.service"
-    _gate(h, "systemctl", "reset-failed")  # the controller's first call after the unit ended
+    # the controller's first call after the tune's unit ended: its second reset-failed (the first
+    # one unloads the prepare step's unit, orch-prepare-RUN, before the stop)
+    _gate(h, "systemctl", "reset-failed 2")
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
     try:
         _wait_file(h, proc, "entered-systemctl")
@@ -924,7 +926,7 @@ def test_unreachable_host_reported_others_proceed(testbed_factory, tmp_path):
     assert proc.returncode == 1
     hosts = recap(proc)["hosts"]
     assert hosts["ghost"]["outcome"] == "unreachable" and hosts[h.name]["outcome"] == "not started", hosts
-    assert "not started: " + h.name in proc.stderr.replace("\n", "")
+    assert "not started: " + h.name in flat(proc.stderr)
     assert h.unit_state() == "active"
 
 
