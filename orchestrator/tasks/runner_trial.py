@@ -23,6 +23,7 @@ from remote.engines import dumps_config, probe_view
 from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES, PayloadError
 
 from ..engine.results import TaskFailed, TaskResult
+from ..errors import internal_error
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import last_start_log, text_since, unit_log
 from ..facts.catalog import TuningKey
@@ -168,6 +169,7 @@ def _restart(ctx, name: str, endpoint, start_timeout: float, ready_timeout: floa
         return restart_ready(ctx, unit, endpoint, start_timeout, ready_timeout, autotune_stall_s=stall_s)
 
 
+@internal_error("runner_trial's candidate loop catches it and records the row as rejected")
 class _Rejected(Exception):
     """A candidate rejected by its output check with ``why`` (the server died, or wrong answers)."""
 
