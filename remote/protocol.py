@@ -35,7 +35,7 @@ DEFAULT_SEARCH_SPACE = "fast"
 #: the engine registry ``ENGINES`` in ``remote/engines/__init__.py``, each engine's own folder
 #: under ``remote/engines/``. Each engine's name is also the ``tune --provider`` that times its
 #: own kernel and the ``bench --tool`` that runs its own benchmark client.
-ENGINE_NAMES: tuple[str, ...] = ("sglang",)
+ENGINE_NAMES: tuple[str, ...] = ("sglang", "vllm")
 #: The engine a payload command assumes when the controller names none (the one engine orch knew
 #: before it recognised engines: records written then name no engine).
 DEFAULT_ENGINE = ENGINE_NAMES[0]

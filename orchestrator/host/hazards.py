@@ -36,7 +36,7 @@ def bypass_reason(unit, probe) -> str | None:
     if server is None:
         return None
     version = probe.engine.version if probe is not None else None
-    return files_bypassed(list(server.launch_args or []), bool(server.enable_deterministic_inference), version)
+    return files_bypassed(list(server.launch_args or []), bool(getattr(server, "enable_deterministic_inference", False)), version)
 
 
 @dataclass

@@ -11,7 +11,8 @@
   per-shape JSON tile configs shares (the config format and its validation);
 - :mod:`remote.engines.sglang`: SGLang's rules (file names, model shapes, loader search, log
   lines, server flags, MoE runner selection, FlashInfer autotune), bound to the interface by
-  :mod:`remote.engines.sglang.engine`.
+  :mod:`remote.engines.sglang.engine`;
+- :mod:`remote.engines.vllm`: vLLM's rules, bound to the interface by :mod:`remote.engines.vllm.engine`.
 
 This package is the facade: :data:`ENGINES` (name -> engine), :func:`engine_for` (which engine a
 unit's command line starts), :func:`engine_named`, :func:`add_model_flags` and
@@ -36,6 +37,7 @@ from .records import (AutotuneLog, AutotuneState, Generation, HttpRequest, MoeLo
 from .sglang.engine import ENGINE as _SGLANG
 from .triton_moe.configfile import check_down_matches_up, dumps_config, load_config_file, loads_config, validate_config
 from .triton_moe.shape import MoeShape
+from .vllm.engine import ENGINE as _VLLM
 
 __all__ = ["ENGINES", "AutotuneLog", "AutotuneState", "ContainerHook", "Engine", "EngineError", "Generation",
            "HttpRequest", "Launch", "LaunchError", "MoeLogLine", "MoeLogReport", "MoeRunner", "MoeShape", "RunnerLine", "ServerArgs",
@@ -46,7 +48,7 @@ __all__ = ["ENGINES", "AutotuneLog", "AutotuneState", "ContainerHook", "Engine",
            "shebang_interpreter", "split_exec_prefix", "validate_config"]
 
 #: every engine orch knows, by name (:data:`remote.protocol.ENGINE_NAMES`, in that order)
-ENGINES: dict[str, Engine] = {_SGLANG.name: _SGLANG}
+ENGINES: dict[str, Engine] = {_SGLANG.name: _SGLANG, _VLLM.name: _VLLM}
 assert tuple(ENGINES) == ENGINE_NAMES, "remote.protocol.ENGINE_NAMES names the registered engines"
 
 

@@ -1,12 +1,12 @@
 """End to end: test-bed hosts whose unit runs vLLM (issue 29), the stand-in vLLM server
 (tests/testbed/standin_vllm: vLLM's CLI, HTTP API and log lines, the release's own MoE lookup).
 
-What works without the controller wiring is asserted: each unit shape starts, answers vLLM's HTTP
-API and logs, at vLLM's levels, what the release's lookup loads for the files on the host
-(``vllm serve MODEL``, ``python -m vllm.entrypoints.openai.api_server``, the ``vllm/vllm-openai``
-image under docker, ``VLLM_TUNED_CONFIG_FOLDER``, a FlashInfer backend that reads no file).
-What needs the wiring (``orch doctor`` / ``orch tune`` on vLLM hosts, a mixed fleet) is written
-as ``xfail(strict=True)`` with the reason "controller wiring pending": the wiring helper flips them.
+Each unit shape starts, answers vLLM's HTTP API and logs, at vLLM's levels, what the release's
+lookup loads for the files on the host (``vllm serve MODEL``, ``python -m
+vllm.entrypoints.openai.api_server``, the ``vllm/vllm-openai`` image under docker,
+``VLLM_TUNED_CONFIG_FOLDER``, a FlashInfer backend that reads no file); ``orch doctor`` and ``orch
+tune`` recognise the engine from the unit (no engine variable in the inventory), skip a unit whose
+MoE kernel reads no Triton file without stopping it, and read both engines of a mixed fleet.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ pytestmark = pytest.mark.testbed
 NAME = "E=8,N=64,device_name=NVIDIA_H200.json"  # the bed's tiny Qwen3 MoE model on an H200, TP 1
 ENTRY = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
                "num_stages": 2}}
-WIRING = pytest.mark.xfail(strict=True, reason="controller wiring pending")
 
 
 def _get(h, path: str, body: dict | None = None):
@@ -122,7 +121,6 @@ def test_the_mixed_fleet_bed(mixed):
     assert "Unquantized MoE backend" in bed.host("gpu-b").unit_log()
 
 
-@WIRING
 def test_doctor_reads_both_engines_of_a_mixed_fleet(mixed):
     """Wanted: ``orch doctor`` recognises the engine from each unit (no engine variable in the
     inventory) and says the vLLM host runs vLLM's default config (no file for its shape)."""
@@ -133,14 +131,22 @@ def test_doctor_reads_both_engines_of_a_mixed_fleet(mixed):
     assert rows["gpu-b"].get("engine") == "vllm", rows["gpu-b"]
 
 
-@WIRING
 def test_tune_skips_a_vllm_unit_whose_kernel_reads_no_triton_file(testbed_factory, tmp_path):
-    """Wanted: the FlashInfer unit is never stopped for a tune (its MainPID is the same after)."""
+    """The FlashInfer unit is never stopped for a tune (its MainPID is the same after, nothing is
+    written), under ``--check`` and for real; the plan's reason is the backend line of its last start."""
     bed = testbed_factory(1, {0: HOST_PRESETS["vllm-flashinfer"]})
     h = bed.hosts[0]
     h.wait_http("/health")
     pid = h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip()
+    tree = h.file_tree_hash("/srv/vllm")
     inv = inventory(bed, tmp_path / "hosts.yaml")
-    r = recap(orch("tune", str(inv), "--json", state_dir=tmp_path / "state"))["hosts"][h.name]
-    assert h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip() == pid
-    assert r["outcome"] == "skipped" and "FlashInfer" in r["cause"], r
+    for args, state in ((["--check"], "check"), ([], "state")):
+        proc = orch("tune", str(inv), *args, "--json", state_dir=tmp_path / state)
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        r = recap(proc)["hosts"][h.name]
+        assert r["outcome"] != "failed" and r["summary"]["engine"] == "vllm", r
+        plan = r["summary"]["plan"]
+        assert plan["action"] == "skip" and "FlashInfer CUTLASS" in plan["reason"], plan
+        assert "installing them would change nothing" in plan["reason"] and plan["reason"] in proc.stderr
+        assert h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip() == pid
+        assert h.file_tree_hash("/srv/vllm") == tree and h.unit_state() == "active"
