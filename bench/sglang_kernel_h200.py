@@ -49,6 +49,16 @@ Sections (``--sections``, comma list; default ``env,fp8check,tune,compare``):
                 ``compare``, each set checked against the float64 reference on the same quantized
                 numbers.
 
+Issue 30 section (the unit down for GPU timing only):
+
+- ``prepared``:   the same 18-batch-size fast tune split as ``orch tune`` runs it: ``python -m remote
+                  prepare`` (before the stop: no CUDA context, niced, ``--prepare-workers``, at most
+                  ``--prepare-s`` s of compiling, the GPU target from nvidia-smi), then ``python -m
+                  remote tune --prepared`` (the GPU phase, while the unit is down), fresh processes;
+                  their walls, the GPU phase's split and how many first launches found the prepared
+                  binaries. ``compare --compare-sets sglang_tuned,sglang_old_tuned`` then times its picks
+                  beside a one-phase tune's (``--tuned sglang_old:UP:DOWN``).
+
 Issue 20 sections (compile off the GPU's memory budget; fast against a bounded exhaustive search):
 
 - ``split``:      the 18-batch-size sglang-provider fast tune on one GPU with the new compile path
@@ -402,11 +412,16 @@ def _set_configs(prov, p, d: Path) -> list:
     return [("up", up), ("down", down)]
 
 
-def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: dict, rounds: int) -> list:
+def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: dict, rounds: int,
+                 routing=None, replay_us=None, rotate=False) -> list:
     """Time SGLang's fused_experts per batch size for each ``{set: config dir}`` (interleaved
-    rounds, median); returns rows ``{"M", set: us, ...}``. On a GPU every set's configs at every
-    batch size are first sent to the tuner's compile workers (compile off the GPU), so the
-    timing loop mostly loads binaries instead of compiling them one by one."""
+    rounds, median); returns rows ``{"M", set: us, ..., "spread": {set: [min, max]}}``. On a GPU every
+    set's configs at every batch size are first sent to the tuner's compile workers (compile off the
+    GPU), so the timing loop mostly loads binaries instead of compiling them one by one.
+    ``routing``: the tuner's routing entry (:mod:`remote.tuning.tuner.routing`, e.g. ``{"shared": 1}``
+    for the fused shared expert in every row); ``replay_us``: the timer's adaptive graph length
+    (e.g. ``timing.SLOW_REPLAY_US``: kernels slower than 1 ms get a graph of fewer calls, faster ones
+    keep 10); ``rotate``: the sets' order rotates every round."""
     import torch
 
     from remote.tuning.tuner.timing import Timer
@@ -414,7 +429,8 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
     cpu = not torch.cuda.is_available()
     dev = "cpu" if cpu else "cuda:0"
     timer = Timer(dev)
-    proto = dict(n_calls=1, reps=1) if cpu else dict(n_calls=10, reps=10)
+    proto = dict(n_calls=1, reps=1) if cpu else dict(n_calls=10, reps=10, **({"replay_us": replay_us} if replay_us
+                                                                             else {}))
     rows = []
     weights = None
     problems = {}
@@ -422,9 +438,9 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
     if not cpu and getattr(args, "precompile_compare", True):
         from remote.tuning.tuner.driver import make_compiler
         try:
-            compiler = make_compiler(prov, {"shape": shape, "dtype": dtype, "quant": quant}, dev)
+            compiler = make_compiler(prov, {"shape": shape, "dtype": dtype, "quant": quant, "routing": routing}, dev)
             for M in batch_sizes:
-                p = prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant)
+                p = prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant, routing=routing)
                 weights = p.weights
                 problems[M] = p
                 if hasattr(compiler, "bind"):
@@ -435,14 +451,19 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
             say(f"  compare: precompile skipped ({type(exc).__name__}: {str(exc)[:200]})")
     try:
         for M in batch_sizes:
-            p = problems.pop(M, None) or prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant)
+            p = problems.pop(M, None) or prov.make_problem(shape, M, dtype, dev, 1000 + M, weights, quant=quant,
+                                                           routing=routing)
             weights = p.weights
             fns = {name: prov.dir_fn(p, str(d)) for name, d in sets.items()}
             if not cpu:
                 timer.warm_up(next(iter(fns.values())))
             samples = {name: [] for name in fns}
-            for _ in range(1 if cpu else rounds):
-                for name, fn in fns.items():
+            for r in range(1 if cpu else rounds):
+                names = list(fns)
+                if rotate and names:
+                    names = names[r % len(names):] + names[:r % len(names)]
+                for name in names:
+                    fn = fns[name]
                     try:
                         samples[name].append(timer.time(fn, **proto))
                     except Exception as exc:
@@ -452,8 +473,10 @@ def compare_sets(args, shape: dict, dtype: str, quant, batch_sizes: list, sets: 
                 fns = {k: v for k, v in fns.items() if v is not None}
             row = {"M": M}
             row.update({name: (statistics.median(v) if v else None) for name, v in samples.items()})
-            rows.append(row)
             say("  M=%5d  " % M + "  ".join(f"{k} {v:9.1f}" if v else f"{k} -" for k, v in row.items() if k != "M"))
+            row["spread"] = {name: ([round(min(v), 2), round(max(v), 2)] if v else None) for name, v in samples.items()}
+            row["samples"] = {name: ([round(x, 2) for x in v] if v else None) for name, v in samples.items()}
+            rows.append(row)
     finally:
         if compiler is not None:
             say(f"  compare compile: {json.dumps(compiler.stats())}")
@@ -497,6 +520,9 @@ def section_compare(res, args, ctx):
         if files:
             sets[f"{prov_name}_tuned"] = _config_dir(root, f"{prov_name}_tuned", Path(files["up"]),
                                                      Path(files["down"]), names)
+    if getattr(args, "compare_sets", None):
+        keep = set(args.compare_sets.split(","))
+        sets = {k: v for k, v in sets.items() if k in keep}
     Ms = [int(x) for x in args.batch_sizes.split(",")]
     # per (M, set): ~3 s when every config compiles in this process, ~1 s when the compile workers
     # precompile them all first (compare_sets on a GPU)
@@ -505,7 +531,7 @@ def section_compare(res, args, ctx):
         keep = max(1, int(len(Ms) * left(args) / est))
         say(f"  budget: timing {keep} of {len(Ms)} batch sizes ({left(args):.0f} s left)")
         Ms = Ms[::max(1, len(Ms) // keep)][:keep]
-    rows = compare_sets(args, shape, dtype, None, Ms, sets, rounds=5)
+    rows = compare_sets(args, shape, dtype, None, Ms, sets, rounds=getattr(args, "compare_rounds", 5))
     shutil.rmtree(root, ignore_errors=True)
     res["compare"] = {"sets": sorted(sets), "rows": rows, "shipped_folders": sorted(shipped)}
     say("\nCOMPARE (us, SGLang's fused_experts per config set; ratios > 1 = sglang-tuned faster)")
@@ -1068,6 +1094,61 @@ SECTIONS = {"env": section_env, "fp8check": section_fp8check, "tune": section_tu
 SECTIONS.update(split=section_split, exhaustive=section_exhaustive)  # issue 20: compile off the GPU, fast vs exhaustive
 
 
+def section_prepared(res, args, ctx):
+    """Issue 30 item 1: the 18-batch-size sglang-provider fast tune split into the prepare step (what
+    runs before the unit stops: ``python -m remote prepare``, no CUDA context, niced, ``--prepare-workers``
+    CPU processes, at most ``--prepare-s`` seconds of compiling; the GPU target from nvidia-smi) and
+    the GPU phase (``python -m remote tune --prepared``: what runs while the unit is down), in fresh
+    processes, the same work folder. The GPU phase's call wall is the tune step's share of the
+    unit's downtime. Run ``compare`` after it: its picks (``sglang_tuned``) beside the one-phase
+    tune's given with ``--tuned sglang_old:UP:DOWN``."""
+    model = (["--model-config", str(MODEL)] if not args.smoke else ["--shape", "E=8,N=64,hidden=128,topk=2"])
+    space = "smoke" if args.smoke else "fast"
+    name = f"tune_sglang_{space}_prepared"
+    out = Path(args.out) / name
+    cmd = [sys.executable, "-m", "remote", "prepare", "--out", str(out), "--seed", "0", "--provider", "sglang",
+           "--space", space, "--batch-sizes", args.batch_sizes, "--smem-limit", "232448",
+           "--workers", str(args.prepare_workers), "--nice", "10", "--max-seconds", str(args.prepare_s)] + model
+    if args.smoke:
+        cmd += ["--capability", "9.0", "--device-name", "NVIDIA H200"]
+    say(f"\nPREPARE (before the stop): {' '.join(cmd)}")
+    t0 = time.time()
+    # no GPU for it from its first instruction, as on a host whose server holds the GPU (the payload
+    # hides it itself too; here the stand-ins' sitecustomize runs before the payload's code)
+    p = subprocess.run(cmd, cwd=str(ROOT), env=dict(ctx["env"], CUDA_VISIBLE_DEVICES=""), capture_output=True,
+                       text=True, timeout=max(30.0, args.prepare_s + 120))
+    wall = round(time.time() - t0, 1)
+    final = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{") and '"proto"' in ln
+             and json.loads(ln).get("type") in ("result", "error")]
+    prep = (final[-1] if final else {"type": "error", "msg": f"rc {p.returncode}: {p.stderr[-1500:]}"})
+    out_res = {"prepare_cmd": cmd, "prepare_wall_s": wall, "prepare": prep.get("data") or prep}
+    d = prep.get("data") or {}
+    say(f"  prepare: {wall} s wall, rc {p.returncode}; {d.get('kernels')} kernels compiled of {d.get('candidates')} "
+        f"candidates ({d.get('failed')} failed) in {d.get('compile_s')} s on {d.get('workers')} workers, nice "
+        f"{d.get('nice')}, cut by its budget: {d.get('cut')}; GPU target {d.get('gpu')}; CUDA {d.get('cuda')}")
+    if prep.get("type") != "result":
+        say(f"  prepare failed: {prep.get('msg')}")
+    r = run_tune(args, ctx, name, ["--provider", "sglang", "--space", space, "--batch-sizes", args.batch_sizes,
+                                   "--prepared", str(out / "prepared")] + model,
+                 timeout=left(args) - 15, gpus="0" if not args.smoke else None)
+    rep = r.get("report")
+    if rep:
+        _print_tune(rep)
+        _print_split("GPU phase", rep, r["wall_s"])
+        pu = rep.get("prepared") or {}
+        say(f"  prepared folder: used {pu.get('used')}, {pu.get('kernels')} kernels, reason {pu.get('reason')}")
+        res.setdefault("tune", {})["sglang"] = r
+    out_res.update(gpu_phase_wall_s=r["wall_s"], tune_wall_s=(rep or {}).get("wall_s"),
+                   time_split=(rep or {}).get("time_split"), compile=(rep or {}).get("compile"),
+                   prepared_used=(rep or {}).get("prepared"), files=r.get("files"), rc=r["rc"])
+    say(f"  downtime of the tune step (the GPU phase's call wall): {r['wall_s']:.1f} s; target <= 60 s: "
+        f"{'met' if r['wall_s'] <= 60 else 'MISSED'}")
+    res["prepared"] = out_res
+
+
+SECTIONS.update(prepared=section_prepared)  # issue 30: compile before the stop, GPU timing after
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--wheel", help="SGLang wheel (e.g. sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl)")
@@ -1093,6 +1174,12 @@ def main():
                     help="section split's old arm: the old compile path (--compile-mode context) or the old "
                          "screening protocol (--screen fixed, with the new compile path); the new arm is "
                          "--compile-mode auto --screen adaptive")
+    ap.add_argument("--prepare-s", type=float, default=900.0, help="section prepared: the prepare's --max-seconds")
+    ap.add_argument("--prepare-workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                    help="section prepared: the prepare's --workers (default: all cores but one: no server here)")
+    ap.add_argument("--compare-sets", default=None,
+                    help="section compare: only these sets (comma list of default, ship_*, sglang_tuned, ...)")
+    ap.add_argument("--compare-rounds", type=int, default=5, help="section compare: interleaved rounds")
     ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_out"))
     ap.add_argument("--tuned", default=None, help="PROVIDER:UP:DOWN,... config files of an earlier tune to "

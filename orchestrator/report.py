@@ -224,6 +224,29 @@ def _tasks(events: list[dict], host: str, t0: float | None) -> list[dict]:
     return out
 
 
+def _downtime(summary: RunSummary, tune: dict | None) -> dict | None:
+    """The unit's downtime for the template: ``total`` (s, None when not back), ``parts``
+    ``[(part, s)]`` (stop, tune, install, start, readiness: :mod:`orchestrator.facts.downtime`),
+    ``prepared`` (how the tune's kernels were compiled, one line) and ``split`` (the tune's own
+    ``time_split`` from report.json: compile, first launch, timing, ...); None when this run did
+    not stop the unit."""
+    d = summary.downtime
+    if d is None:
+        return None
+    used = summary.prepared_used or {}
+    if used.get("used"):
+        prepared = f"{used.get('kernels', 0)} kernels compiled before the stop"
+        if summary.prepared is not None:
+            prepared = summary.prepared.line()
+    else:
+        why = used.get("reason") or (summary.prepared.reason if summary.prepared is not None else "")
+        prepared = "compiled after the stop" + (f": {why}" if why else "")
+    split = (tune or {}).get("time_split") or {}
+    return {"total": d.total, "parts": list(d.parts().items()), "prepared": prepared,
+            "split": [(k, v) for k, v in split.items() if k not in ("wall", "batch_sizes") and finite(v) is not None],
+            "tune_wall_s": (tune or {}).get("wall_s")}
+
+
 def _facts(p: ProbeFacts, tune: dict | None) -> list[tuple[str, str]]:
     t = tune or {}
     model = p.model
@@ -295,7 +318,7 @@ def load_run(run_dir: Path) -> dict:
         rows = _kernel_rows(tune)
         shown = {"bench_before", "bench_after", "installed", "speedup_vs_default", "reaped", "plan", "provider",
                  "throughput_change_pct", "speedup_measured_on", "runner_trial", "collected",
-                 "log_other_invocations", "recover_restart"}
+                 "log_other_invocations", "recover_restart", "downtime", "prepared", "prepared_used"}
         hosts.append({
             "name": name, "anchor": f"host-{i}", "outcome": rc.get("outcome", "not started"),
             "cause": rc.get("cause") or "",
@@ -323,6 +346,7 @@ def load_run(run_dir: Path) -> dict:
             "collected": [c for c in summary.collected or [] if isinstance(c, dict)],
             "other_invocations": [o for o in summary.log_other_invocations or [] if isinstance(o, dict)],
             "recover_restart": summary.recover_restart,
+            "downtime": _downtime(summary, tune),
         })
 
     groups = []

@@ -228,6 +228,26 @@ def speedup_text(summary: RunSummary) -> str:
     return text
 
 
+def downtime_text(summary: RunSummary) -> str:
+    """The unit's downtime on a host as the terminal and the HTML report show it: the total, its
+    parts (stop, tune, install, start, readiness, seconds, from the steps' own clocks:
+    :func:`orchestrator.facts.downtime.downtime`) and whether the kernels were compiled before the
+    stop; ``-`` when this run did not stop the unit."""
+    d = summary.downtime
+    if d is None:
+        return "-"
+    p = d.parts()
+    lines = [f"{d.total:.1f} s" if d.total is not None else "not back",
+             f"stop {p['stop']:.1f}, tune {p['tune']:.1f}, install {p['install']:.1f}",
+             f"start {p['start']:.1f}, readiness {p['readiness']:.1f}"]
+    used = summary.prepared_used or {}
+    if used.get("used"):
+        lines.append(f"{used.get('kernels', 0)} kernels prepared before the stop")
+    elif summary.prepared is not None or used:
+        lines.append("compiled after the stop")
+    return "\n".join(lines)
+
+
 def _summary_fields(r) -> list[tuple[str, str]]:
     s: RunSummary = r.summary
     files = "\n".join(str(p).rsplit("/", 1)[-1] for p in (s.installed or []))
@@ -268,7 +288,8 @@ def _summary_fields(r) -> list[tuple[str, str]]:
         tp += "\ncollected: " + ", ".join(f"run {c.get('run_id')}: {c.get('what')}" for c in s.collected)
     if s.before_loaded and s.before_loaded.get("text"):  # what the "before" arm really ran (its log)
         tp += f"\nbefore: {s.before_loaded['text']}"
-    return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp)]
+    return [("files", files), ("kernel speedup vs default", speedup_text(s)), ("output tok/s before → after", tp),
+            ("unit downtime", downtime_text(s))]
 
 
 def _block_fields(r) -> list[tuple[str, str]]:
@@ -293,7 +314,7 @@ def summary_table(recaps: dict) -> Table:
     measurement, named), output throughput before -> after; causes are printed below it by
     :func:`print_summary`. Columns do not wrap."""
     t = Table(title="SUMMARY")
-    for label in ("host", "files", "kernel speedup vs default", "output tok/s before → after"):
+    for label in ("host", "files", "kernel speedup vs default", "output tok/s before → after", "unit downtime"):
         t.add_column(label, no_wrap=True)
     for name, r in recaps.items():
         t.add_row(name, *(Text(v) for _, v in _summary_fields(r)))

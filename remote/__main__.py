@@ -22,6 +22,7 @@ COMMANDS = {
     "probe": ".probe",
     "names": ".names",
     "tune": ".tuning.command",
+    "prepare": ".tuning.prepare",
     "reap": ".host.reap",
     "xid": ".host.xid",
     "port": ".host.port",

@@ -43,6 +43,11 @@ DEFAULT_ENGINE = ENGINE_NAMES[0]
 #: ``bench --tool``: orch's own benchmark client, or an engine's own (``Engine.bench_tool``, named
 #: after the engine)
 BENCH_TOOLS: tuple[str, ...] = ("builtin", *ENGINE_NAMES)
+#: ``tune --budget`` and the inventory's ``orch_tune_budget``: seconds of GPU timing per GPU a tune may
+#: spend on all its batch sizes (remote/tuning/tuner/floor.py). Sized so that the 18-batch-size int4
+#: tune of Mixtral-8x7B (E=8, N=7168, hidden 4096, top-k 2, int4_w4a16) fits in 5 minutes on one
+#: H200 (docs/benchmarks.md §4.7).
+DEFAULT_TUNE_BUDGET_S = 120.0
 
 #: ``tune --provider``: whose kernel the tuner times; ``auto`` resolves to one of
 #: :data:`RESOLVED_PROVIDERS` on the host (``remote.tuning.support.resolve_provider_name``).

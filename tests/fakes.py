@@ -168,6 +168,11 @@ class FakePayload:
             return answer(args, request)
         return answer
 
+    def started(self, unit: str) -> bool:
+        """Whether this client started the transient unit ``unit`` (the real client's reattach
+        question): a fake starts none."""
+        return False
+
 
 def typed_facts(variables: dict[str, Any]) -> dict[str, Any]:
     """``variables`` with each fact given as JSON (a dict for a record) turned into the typed object

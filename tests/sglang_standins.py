@@ -75,9 +75,13 @@ OP_STANDINS = {
     "gelu_and_mul": "as silu_and_mul, GELU",
     "moe_sum_reduce": "sgl_kernel's top-k sum; torch.sum over the top-k axis times the scaling factor",
     "sglang_per_token_group_quant_fp8": "SGLang's JIT per-token-group fp8 quantization of the activations "
-                                        "(fp8 block configs); torch, same scales (amax / 448, eps 1e-10)",
+                                        "(fp8 block configs); on a GPU one Triton kernel shared with "
+                                        "per_token_group_quant (same scales: amax / 448, eps 1e-10), torch on "
+                                        "the CPU",
     "per_token_group_quant": "SGLang's JIT group quantization of the sorted TMA down input (fp8 block) and of "
-                             "int8 block activations (out_dtype int8); torch, every row",
+                             "int8 block activations (out_dtype int8); skips the padding rows the real kernel "
+                             "skips (whole warps of them) and leaves them unwritten; the same Triton kernel on "
+                             "a GPU, torch on the CPU (see group_quant_keep)",
     "sgl_per_token_quant_fp8": "SGLang's JIT per-token fp8 quantization (per-channel fp8 weights); torch, "
                                "amax / 448 per row",
     "sgl_per_tensor_quant_fp8": "SGLang's JIT per-tensor fp8 quantization (per-tensor fp8 weights); torch, "
@@ -492,23 +496,173 @@ def per_token_quant_int8(x, scale_dtype=None, cal_sum=False):
     return q, s
 
 
-def sglang_per_token_group_quant_fp8(x, group_size, eps=1e-10, column_major_scales=False, *a, **k):
-    """Stand-in for SGLang's JIT ``sglang_per_token_group_quant_fp8`` (row-major scales)."""
-    if column_major_scales:
-        raise NotImplementedError("stand-in: row-major scales only")
-    return _group_quant(x, group_size)
+def sglang_per_token_group_quant_fp8(x, group_size, eps=1e-10, column_major_scales=False, scale_tma_aligned=False,
+                                     scale_ue8m0=False, fuse_silu_and_mul=False, masked_m=None, *, output_q=None,
+                                     output_s=None):
+    """Stand-in for SGLang's JIT ``sglang_per_token_group_quant_fp8`` (row-major float32 scales, every
+    row: the call SGLang 0.5.23's ``invoke_fused_moe_kernel`` makes for the up GEMM and the non-TMA
+    down GEMM of fp8 block configs). Runs :func:`group_quant`: on a GPU the same Triton kernel as
+    :func:`per_token_group_quant`, so both down paths (TMA and not) pay the same per-row cost.
+    Raises NotImplementedError for what the stand-in does not do (column-major or UE8M0 scales, the
+    fused SiLU, the masked layout) rather than compute it wrong."""
+    if column_major_scales or scale_ue8m0 or fuse_silu_and_mul or masked_m is not None:
+        raise NotImplementedError("stand-in: row-major float32 scales of a flat input only")
+    return group_quant(x, group_size, None, output_q=output_q, output_s=output_s)
 
 
-def per_token_group_quant(input, output_q=None, output_s=None, group_size=128, *a, out_dtype=None, **k):
-    """Stand-in for SGLang's JIT ``per_token_group_quant`` (quantizes every row; fp8, or int8
-    with ``out_dtype=torch.int8``)."""
-    q, s = _group_quant(input, group_size, out_dtype)
-    if output_q is not None:
-        output_q.copy_(q)
-        q = output_q
-    if output_s is not None:
-        output_s.copy_(s)
-        s = output_s
+def per_token_group_quant(input, output_q=None, output_s=None, group_size=128, scale_ue8m0=False,
+                          fuse_silu_and_mul=False, masked_m=None, expected_m=None, *, out_dtype=None,
+                          column_major_scales=False, sorted_token_ids=None, num_tokens_post_padded=None,
+                          num_valid_tokens=0, silu_and_mul_mode="legacy"):
+    """Stand-in for SGLang's JIT ``per_token_group_quant`` (SGLang 0.5.23
+    ``kernels/ops/quantization/per_token_group_quant.py``; fp8, or int8 with ``out_dtype=torch.int8``).
+
+    With ``sorted_token_ids`` (the sorted, block-padded layout of the down-TMA path,
+    ``fused_experts_impl``), it does the work the real kernel does: rows at or past
+    ``num_tokens_post_padded`` or holding a padding slot (``sorted_token_ids[row] >= num_valid_tokens``)
+    are skipped and left unwritten, by whole warps as the real kernel skips them
+    (:func:`group_quant_keep`). What it cannot match: the real kernel is one CUDA kernel of 8-lane
+    subwarps per group with vector loads; the stand-in is a Triton kernel of one program per row
+    (same bytes read and written, same rows, its own speed), and torch on the CPU. Raises
+    NotImplementedError for the variants it does not do (UE8M0 or column-major scales, the fused
+    SiLU, the masked layout)."""
+    if scale_ue8m0 or fuse_silu_and_mul or masked_m is not None or column_major_scales:
+        raise NotImplementedError("stand-in: row-major float32 scales of a flat or sorted input only")
+    if output_q is not None and out_dtype is None:
+        out_dtype = output_q.dtype
+    sorted_layout = None
+    if sorted_token_ids is not None:
+        sorted_layout = (sorted_token_ids, num_tokens_post_padded, int(num_valid_tokens))
+    return group_quant(input, group_size, out_dtype, output_q=output_q, output_s=output_s, sorted_layout=sorted_layout)
+
+
+#: SGLang 0.5.23 ``kernels/jit/csrc/gemm/per_token_group_quant.cuh``: ``kVecSize = 32 / 2`` elements per
+#: lane, ``kNumLanes = group_size / kVecSize`` lanes per group, so a 32-thread warp covers
+#: ``32 / kNumLanes`` consecutive (row, group) work items; a warp exits only when every row it covers is
+#: padding ("only warps whose rows are all padding exit; a mixed warp also quantizes its padding rows").
+_VEC = 16
+
+
+def group_quant_keep(rows: int, num_groups: int, group_size: int, sorted_token_ids, num_tokens_post_padded,
+                     num_valid_tokens: int):
+    """The (row, group) work items SGLang's sorted-layout kernel computes: bool [rows, num_groups].
+
+    A row is padding when ``row >= num_tokens_post_padded`` or ``sorted_token_ids[row] >=
+    num_valid_tokens``; work item ``row * num_groups + group`` belongs to warp ``item // (32 //
+    (group_size // 16))``; a warp whose rows are all padding skips all its items. Torch, no host
+    synchronisation (graph-safe)."""
+    import torch
+    dev = sorted_token_ids.device
+    r = torch.arange(rows, device=dev)
+    skip = (r >= num_tokens_post_padded.reshape(-1)[0].to(torch.int64)) | (
+        sorted_token_ids[:rows].to(torch.int64) >= int(num_valid_tokens))
+    per_warp = max(1, 32 // max(1, group_size // _VEC))
+    item = torch.arange(rows * num_groups, device=dev)
+    warp = item // per_warp
+    n_warps = (rows * num_groups + per_warp - 1) // per_warp
+    live = torch.zeros(n_warps, dtype=torch.int32, device=dev)
+    live.scatter_reduce_(0, warp, (~skip[item // num_groups]).to(torch.int32), reduce="amax")
+    return live[warp].bool().reshape(rows, num_groups)
+
+
+_GQ_KERNEL = None
+
+
+def _gq_kernel():
+    global _GQ_KERNEL
+    if _GQ_KERNEL is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _group_quant_rows(x_ptr, q_ptr, s_ptr, sorted_ptr, ntpp_ptr, num_valid, rows, G,
+                              GS: tl.constexpr, G_PAD: tl.constexpr, PER_WARP: tl.constexpr, SPAN: tl.constexpr,
+                              SORTED: tl.constexpr, INT8: tl.constexpr):
+            # one program per row; with SORTED, a group is computed when its warp (PER_WARP consecutive
+            # (row, group) items) covers at least one non-padding row, as SGLang's kernel does
+            row = tl.program_id(0)
+            g = tl.arange(0, G_PAD)
+            gm = g < G
+            if SORTED:
+                ntpp = tl.load(ntpp_ptr)
+                item = row * G + g
+                first = (item // PER_WARP) * PER_WARP
+                last = tl.minimum(first + PER_WARP - 1, rows * G - 1)
+                lo = first // G
+                hi = last // G
+                keep = tl.zeros([G_PAD], dtype=tl.int1)
+                for j in tl.static_range(SPAN):
+                    rj = lo + j
+                    inr = (rj <= hi) & (rj < rows)
+                    sid = tl.load(sorted_ptr + rj, mask=inr & gm, other=num_valid)
+                    keep = keep | (inr & (rj < ntpp) & (sid < num_valid))
+                keep = keep & gm
+            else:
+                keep = gm
+            if tl.max(keep.to(tl.int32), axis=0) == 0:
+                return
+            offs = g[:, None] * GS + tl.arange(0, GS)[None, :]
+            m = keep[:, None]
+            x = tl.load(x_ptr + row * G * GS + offs, mask=m, other=0.0).to(tl.float32)
+            amax = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-10)
+            if INT8:
+                scale = amax / 127.0
+                v = x / scale[:, None]
+                v = tl.where(v >= 0, tl.floor(v + 0.5), -tl.floor(-v + 0.5))
+                v = tl.minimum(tl.maximum(v, -128.0), 127.0)
+            else:
+                scale = amax / 448.0
+                v = tl.minimum(tl.maximum(x / scale[:, None], -448.0), 448.0)
+            tl.store(q_ptr + row * G * GS + offs, v.to(q_ptr.dtype.element_ty), mask=m)
+            tl.store(s_ptr + row * G + g, scale, mask=keep)
+
+        _GQ_KERNEL = _group_quant_rows
+    return _GQ_KERNEL
+
+
+def group_quant(x, group_size, out_dtype=None, output_q=None, output_s=None, sorted_layout=None, use_triton=None):
+    """Per-token-group quantization of ``x`` [rows, cols] (fp8 e4m3: scale amax / 448; int8 with
+    ``out_dtype=torch.int8``: amax / 127, rounded half away from zero; amax at least 1e-10):
+    ``(q [rows, cols], scales float32 [rows, cols / group_size])``. ``sorted_layout``:
+    ``(sorted_token_ids, num_tokens_post_padded, num_valid_tokens)``: only the work items of
+    :func:`group_quant_keep` are written, the rest keep whatever ``output_q``/``output_s`` held.
+    ``use_triton`` (default: on a GPU): the Triton kernel; else torch (the CPU: Triton's interpreter
+    casts fp32 to fp8 wrongly)."""
+    import torch
+    import triton
+
+    x2 = x.reshape(-1, x.shape[-1])
+    rows, cols = x2.shape
+    if cols % group_size:
+        raise ValueError(f"{cols} columns are not a multiple of the group size {group_size}")
+    G = cols // group_size
+    qd = out_dtype or (output_q.dtype if output_q is not None else torch.float8_e4m3fn)
+    q = output_q if output_q is not None else torch.empty(x.shape, dtype=qd, device=x.device)
+    s = output_s if output_s is not None else torch.empty((*x.shape[:-1], G), dtype=torch.float32, device=x.device)
+    if use_triton is None:
+        use_triton = x.is_cuda
+    if rows == 0:
+        return q, s
+    if use_triton:
+        per_warp = max(1, 32 // max(1, group_size // _VEC))
+        span = per_warp // G + 2 if G < per_warp else 2
+        st, ntpp, nv = sorted_layout if sorted_layout is not None else (None, None, 0)
+        dummy = torch.zeros(1, dtype=torch.int32, device=x.device)
+        _gq_kernel()[(rows,)](x2.contiguous(), q.reshape(rows, cols), s.reshape(rows, G),
+                              st if st is not None else dummy, ntpp if ntpp is not None else dummy, int(nv), rows, G,
+                              GS=group_size, G_PAD=triton.next_power_of_2(G), PER_WARP=per_warp, SPAN=span,
+                              SORTED=sorted_layout is not None, INT8=qd == torch.int8)
+        return q, s
+    qq, ss = _group_quant(x2, group_size, qd if qd == torch.int8 else None)
+    if sorted_layout is None:
+        q.reshape(rows, cols).copy_(qq)
+        s.reshape(rows, G).copy_(ss)
+        return q, s
+    keep = group_quant_keep(rows, G, group_size, *sorted_layout)
+    # fp8 and int8 are one byte each: select on the bytes (torch.where has no fp8 kernel on the CPU)
+    qv, sv = q.reshape(rows, G, group_size).view(torch.uint8), s.reshape(rows, G)
+    qv.copy_(torch.where(keep.unsqueeze(2), qq.reshape(rows, G, group_size).view(torch.uint8), qv))
+    sv.copy_(torch.where(keep, ss, sv))
     return q, s
 
 
@@ -643,7 +797,8 @@ def patch_ops(modules, follow_cuda_align: bool = False, bind_activation: bool = 
     interpreter) and the :func:`moe_align_block_size` stand-in above that.
     ``bind_activation`` (CPU tests): bind :func:`silu_and_mul` in modules that define
     ``fused_experts`` but bound no ``silu_and_mul`` (SGLang binds it on CUDA only), so the
-    provider's ``down`` timing includes the activation as on a GPU.
+    provider's ``down`` timing includes the activation as on a GPU; likewise :func:`moe_sum_reduce`
+    where the top-k sum (``moe_combine_topk``) lacks it.
     On the CPU (``follow_cuda_align``) SGLang's Triton ``per_token_group_quant_fp8`` is stood in
     too: under ``TRITON_INTERPRET=1`` its fp32 -> fp8 cast stores wrong values (seen: off by two
     fp8 steps), which is the interpreter's, not the GPU's, behaviour.
@@ -687,6 +842,11 @@ def patch_ops(modules, follow_cuda_align: bool = False, bind_activation: bool = 
             if "fused_experts" in vars(mod) and "silu_and_mul" not in vars(mod):
                 mod.silu_and_mul = silu_and_mul
                 done.append(f"{mod.__name__}.silu_and_mul")
+            if "moe_combine_topk" in vars(mod) and "moe_sum_reduce" not in vars(mod):
+                # SGLang 0.5.23 binds sgl_kernel's moe_sum_reduce on CUDA only; with _is_cuda followed
+                # (follow_cuda_align) its top-k sum calls it for top-k > 2 (a fused shared expert: top-k + 1)
+                mod.moe_sum_reduce = moe_sum_reduce
+                done.append(f"{mod.__name__}.moe_sum_reduce")
     ops = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul, "moe_sum_reduce": moe_sum_reduce,
            "sglang_per_token_group_quant_fp8": sglang_per_token_group_quant_fp8,
            "per_token_group_quant": per_token_group_quant}

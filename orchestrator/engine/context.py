@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ..connection.deadline import time_left
 from ..facts.catalog import HostFacts
+from ..facts.downtime import Phase, downtime
 from ..facts.summary import RunSummary
 from ..records.layout import host_dir
 
@@ -111,6 +112,8 @@ class HostRun:
     link_given_up: bool = False
     summary: RunSummary = field(default_factory=RunSummary)
     on_done: list[Callable[[Any], None]] = field(default_factory=list)
+    #: the steps that bound the unit's downtime, as they ran (:meth:`HostContext.mark_phase`)
+    phases: list[Phase] = field(default_factory=list)
 
     def when_done(self, fn: Callable[[Any], None]) -> None:
         """Run ``fn(ctx)`` when the host's play ends (once, however often it is asked)."""
@@ -152,6 +155,8 @@ class HostContext:
         self.task_check: bool | None = None
         #: which run of the running task this is: 2 and more after a lost link (a ``rerun`` task)
         self.attempt = 1
+        #: when the running task began (wall clock, seconds since the epoch; set by the engine)
+        self.step_started: float | None = None
 
     @property
     def check(self) -> bool:
@@ -166,6 +171,16 @@ class HostContext:
     def deadline(self, timeout: float) -> float:
         """``time.monotonic()`` value at which a wait of ``timeout`` s (cut as :meth:`remaining`) ends."""
         return time.monotonic() + self.remaining(timeout)
+
+    def mark_phase(self, name: str) -> None:
+        """Record that the running step, one of the downtime's parts (``stop``, ``tune``,
+        ``install``, ``start``, ``readiness``: :data:`orchestrator.facts.downtime.PARTS`), ran from
+        its start until now, and update the run summary's ``downtime``."""
+        now = time.time()
+        self.run.phases.append(Phase(name, self.step_started if self.step_started is not None else now, now))
+        s = self.run.summary
+        used = bool(s.prepared_used and s.prepared_used.get("used"))
+        s.downtime = downtime(self.run.phases, prepared=used)
 
     def emit(self, event: str, **fields: Any) -> None:
         """Record an event for this host in the run's ``events.jsonl``."""

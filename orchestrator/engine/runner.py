@@ -313,6 +313,7 @@ class Engine:
         args = spec.coerce(templating.render(task.args, ctx.vars))
         ctx.task_check = task.check_mode
         clock.append(time.monotonic())
+        ctx.step_started = time.time()
         try:
             with task_deadline(task.timeout):
                 result = spec.fn(ctx, **args)
@@ -336,6 +337,8 @@ class Engine:
 
     def _record(self, ctx: HostContext, recap: HostRecap, task: Task, result: TaskResult) -> None:
         recap.count(result.status if result.status in (OK, CHANGED, FAILED, SKIPPED, UNREACHABLE) else OK)
+        started = ctx.step_started
         self.emit("task", host=ctx.name, task=task.name, module=task.module, status=result.status,
-                  msg=result.msg, data=result.data)
+                  msg=result.msg, data=result.data, **({"start": round(started, 3)} if started else {}))
+        ctx.step_started = None
         self.reporter.task_result(ctx.name, task.name, result)

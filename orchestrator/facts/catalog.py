@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from remote.gpus import GpuVendor, vendor_for
 
 from .bench import BenchResult
+from .downtime import PreparedTune
 from .gpu_health import GpuHealth
 from .plan import Endpoint, Plan
 from .probe import ProbeFacts
@@ -120,6 +121,8 @@ class HostFacts:
     config_source = Fact("orch_config_source", str)
     #: the host's part in its group (config_source)
     group_role = Fact("orch_group_role", GroupRole)
+    #: the tune's candidates compiled before the stop, or why not (prepare_tune)
+    prepared = Fact("orch_prepared", PreparedTune)
     #: the files to install are the installed ones, and the last start loaded them (compare_installed)
     unchanged = Fact("orch_unchanged", bool)
     #: the paths the install wrote, ``list[str]`` (install)

@@ -1,6 +1,7 @@
 """The host's GPUs as facts, through the host's GPU vendor (:class:`remote.gpus.GpuVendor`, the
 fact ``orch_gpu_vendor``): the GPU table (index, UUID, bus id, partitions, device file) and the
-device files a visible-devices value (``CUDA_VISIBLE_DEVICES`` for NVIDIA) names. The vendor owns
+device files a visible-devices value (``CUDA_VISIBLE_DEVICES`` for NVIDIA) names, and the driver's
+version (what a CDI spec's driver libraries are compared with). The vendor owns
 the queries and their parsing (``remote/gpus/nvidia.py`` for NVIDIA, with the recorded real outputs
 it is tested on); this module runs them on the host, read-only.
 """
@@ -33,3 +34,16 @@ def gather_gpus(connection, vendor: GpuVendor) -> tuple[list, str | None]:
         return res.ok, res.stdout, res.stderr
 
     return vendor.gather(run)
+
+
+def driver_version(connection, vendor: GpuVendor) -> str | None:
+    """The host's GPU driver version (``550.54.15``) as ``vendor`` reads it
+    (:meth:`remote.gpus.GpuVendor.driver_version`: its queries, its parsing), None when it cannot
+    tell. Read-only."""
+
+    def run(argv: list[str]) -> tuple[bool, str, str]:
+        # a query that fails is an answer: the vendor tries its next one, or says it cannot tell
+        res = connection.run(argv, check=False, timeout=30)
+        return res.ok, res.stdout, res.stderr
+
+    return vendor.driver_version(run)

@@ -13,6 +13,9 @@ denied"), so least privilege holds for what needs no root.
 
 from __future__ import annotations
 
+import posixpath
+import re
+import shlex
 from typing import Literal
 
 from ..errors import OrchError
@@ -77,6 +80,40 @@ def is_executable(connection, path: str, timeout: float = 30) -> bool:
     """Whether ``path`` is a file the login user may execute (``test -x``: its exit status is the
     answer)."""
     return connection.run(["test", "-x", path], check=False, timeout=timeout).ok
+
+
+def is_folder(connection, path: str, timeout: float = 30) -> bool:
+    """Whether ``path`` is a folder on the host (``test -d``, through sudo: a server's working
+    directory may be root's; its exit status is the answer)."""
+    return connection.run(["test", "-d", path], check=False, become=True, timeout=timeout).ok
+
+
+def files_in_folders(connection, folders: list[str] | tuple[str, ...], suffixes: tuple[str, ...],
+                     timeout: float = 30) -> list[str]:
+    """The plain files directly in each of ``folders`` whose name ends in one of ``suffixes``
+    (``.yaml``), folder by folder in the order given, then suffix by suffix, each as the shell's
+    glob sorts them; through sudo (root's folders). A folder that is missing adds nothing; [] when
+    the listing cannot run. Raises ValueError for a suffix that is not ``.`` and letters or digits
+    (it is written into the shell's glob)."""
+    if not all(re.fullmatch(r"\.[A-Za-z0-9]+", s) for s in suffixes):
+        raise ValueError(f"files_in_folders: suffixes must be .WORD: {suffixes!r}")
+    dirs = " ".join(shlex.quote(d) for d in folders)
+    globs = " ".join(f'"$d"/*{s}' for s in suffixes)
+    script = f"for d in {dirs}; do for f in {globs}; do [ -f \"$f\" ] && printf '%s\\n' \"$f\"; done; done; true"
+    # the listing ends in `true`: only a refused sudo fails it, and then no file is known
+    res = connection.run(["sh", "-c", script], check=False, become=True, timeout=timeout)
+    return [line for line in res.stdout.splitlines() if line] if res.ok else []
+
+
+def missing_paths(connection, paths: list[str], timeout: float = 30) -> list[str]:
+    """Those of ``paths`` (absolute; a relative one is not asked about) that do not exist on the host
+    (``[ -e ]``, one command, through sudo: root's folders); [] when the check cannot run."""
+    paths = [p for p in paths if posixpath.isabs(p)]
+    if not paths:
+        return []
+    res = connection.run(["sh", "-c", 'for p; do [ -e "$p" ] || printf "%s\\n" "$p"; done', "sh", *paths],
+                         check=False, become=True, timeout=timeout)
+    return [line for line in res.stdout.splitlines() if line] if res.ok else []
 
 
 def command_path(connection, name: str, search_path: str, timeout: float = 60) -> str | None:

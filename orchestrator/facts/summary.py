@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .bench import BenchSummary
+from .downtime import Downtime, PreparedTune
 from .plan import Endpoint, Plan
 from .runner_trial import RunnerTrial
 from .schema import Record, fields_from_dict, from_dict, optional, to_dict
@@ -115,6 +116,14 @@ class RunSummary(Record):
     #: what the host's dead-man did for unfinished runs (remote/host/deadman.py's report with
     #: ``run_id``), as ``orch recover`` found it
     deadman: list[dict[str, Any]] | None = None
+    #: the tune's preparation before the stop (prepare_tune; ``used`` set by the tune when it took
+    #: the prepared kernels): :class:`orchestrator.facts.downtime.PreparedTune`
+    prepared: PreparedTune | None = None
+    #: whether the tune took the prepared kernels, and why not (its report's ``prepared``)
+    prepared_used: dict[str, Any] | None = None
+    #: the unit's downtime split into stop, tune, install, start and readiness, seconds
+    #: (:func:`orchestrator.facts.downtime.downtime`)
+    downtime: Downtime | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_given", {f.name for f in dataclasses.fields(self)

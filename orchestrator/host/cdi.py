@@ -13,19 +13,30 @@ names is gone (podman #26233, nixpkgs #353059), or injects libraries of another 
 kernel module. orch's stop and start would hit exactly that, so :func:`cdi_refusal` refuses first,
 naming the file and the command that regenerates it.
 
-NVIDIA's device kind only (``nvidia.com/gpu``); a unit that takes its GPUs through ``--gpus``
-(the NVIDIA runtime hook, which reads the driver at each start) is not checked. Read only.
+The GPU vendor's knowledge comes through :class:`remote.gpus.GpuVendor`: the CDI kind of its GPUs
+(:attr:`~remote.gpus.GpuVendor.cdi_kind`, NVIDIA's ``nvidia.com/gpu``), its driver's version
+(:meth:`~remote.gpus.GpuVendor.driver_version`, read by :func:`orchestrator.facts.gpus.driver_version`)
+and the command that regenerates its spec (:meth:`~remote.gpus.GpuVendor.cdi_generate_command`); a
+device of a kind no vendor claims is not checked, nor a unit that takes its GPUs through ``--gpus``
+(the vendor's runtime hook, which reads the driver at each start). The host is read through fact
+helpers (:mod:`orchestrator.facts.hostfiles`). Read only.
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
 
 import yaml
 
+from remote.gpus import VENDORS, GpuVendor
+
+from ..facts.gpus import driver_version
+from ..facts.hostfiles import HostFileError, files_in_folders, missing_paths, read_file
+
 #: the CDI spec folders, lowest precedence first (a later one's spec of the same kind wins)
 SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+#: the file names a CDI registry reads in them (the specification: YAML or JSON)
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 #: largest spec file read (nvidia-ctk's are tens of KiB)
 MAX_SPEC_BYTES = 4 * 1024 * 1024
 #: a versioned shared library's version suffix (``libcuda.so.550.54.15`` -> ``550.54.15``)
@@ -75,10 +86,11 @@ def library_versions(paths: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def stale_reason(spec_file: str, device: str, paths: list[str], missing: list[str], driver: str | None) -> str | None:
+def stale_reason(spec_file: str, device: str, paths: list[str], missing: list[str], driver: str | None,
+                 vendor: GpuVendor) -> str | None:
     """Why the spec ``spec_file`` for ``device`` would fail the container's next start, or None.
     ``paths``: what it names (:func:`spec_paths`); ``missing``: those not on the host; ``driver``:
-    the driver's version now (None: not known). Pure."""
+    the driver's version now (None: not known); ``vendor``: whose spec it is (the fix's command). Pure."""
     libs = library_versions(paths)
     other = sorted(v for v in libs if driver and v != driver)
     why = []
@@ -91,79 +103,60 @@ def stale_reason(spec_file: str, device: str, paths: list[str], missing: list[st
         return None
     return (f"the CDI spec {spec_file} for {device} is stale ({'; '.join(why)}): it was generated for another "
             "driver (upgraded since?). The running container works, but its next start would fail, so orch does "
-            f"not stop it. Regenerate the spec first: nvidia-ctk cdi generate --output={spec_file} (then "
-            "`nvidia-ctk cdi list`); nothing was stopped")
+            f"not stop it. Regenerate the spec first: {vendor.cdi_generate_command(spec_file)} (then "
+            f"`{vendor.cdi_list_command}`); nothing was stopped")
 
 
 def _read_specs(connection) -> list[tuple[str, dict]]:
     """``(path, spec)`` of every readable CDI spec file on the host, lowest precedence first."""
-    dirs = " ".join(SPEC_DIRS)
-    res = connection.run(["sh", "-c", f"for d in {dirs}; do for f in \"$d\"/*.yaml \"$d\"/*.yml \"$d\"/*.json; do "
-                                      "[ -f \"$f\" ] && printf '%s\\n' \"$f\"; done; done; true"],
-                         check=False, become=True, timeout=30)
     out = []
-    for path in res.stdout.splitlines() if res.ok else []:
-        got = connection.run(["head", "-c", str(MAX_SPEC_BYTES), "--", path], check=False, become=True, timeout=30)
+    for path in files_in_folders(connection, SPEC_DIRS, SPEC_SUFFIXES):
         try:
-            spec = yaml.safe_load(got.stdout) if got.ok else None
-        except yaml.YAMLError:
-            spec = None
+            text = read_file(connection, path, limit=MAX_SPEC_BYTES, become="root", timeout=30)
+            spec = yaml.safe_load(text) if text is not None else None
+        except (HostFileError, yaml.YAMLError):
+            spec = None  # unreadable, too large or not YAML: no CDI registry loads it either
         if isinstance(spec, dict):
             out.append((path, spec))
     return out
 
 
-def driver_version(connection) -> str | None:
-    """The NVIDIA driver's version on the host: ``nvidia-smi --query-gpu=driver_version``, else the
-    kernel module's ``/sys/module/nvidia/version``; None when neither answers."""
-    res = connection.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], check=False,
-                         timeout=30)
-    first = (res.stdout.splitlines() or [""])[0].strip() if res.ok else ""
-    if re.fullmatch(r"\d+\.\d+(\.\d+)?", first):
-        return first
-    res = connection.run(["cat", "/sys/module/nvidia/version"], check=False, timeout=30)
-    text = res.stdout.strip() if res.ok else ""
-    return text if re.fullmatch(r"\d+\.\d+(\.\d+)?", text) else None
+def _vendor_of(kind: str, vendors: tuple[GpuVendor, ...] | None) -> GpuVendor | None:
+    """The vendor whose GPUs are the CDI kind ``kind`` (None: no vendor orch knows)."""
+    return next((v for v in vendors or VENDORS if v.cdi_kind and v.cdi_kind == kind), None)
 
 
-def cdi_refusal(connection, run) -> str | None:
+def cdi_refusal(connection, run, vendors: tuple[GpuVendor, ...] | None = None) -> str | None:
     """Why the container unit running ``run`` must not be stopped (its GPU path through CDI would
-    not come back: module docstring), or None (no CDI device, or every spec it uses is current)."""
-    devices = cdi_devices(run)
+    not come back: module docstring), or None (no CDI device of a vendor orch knows, or every spec
+    it uses is current). ``vendors``: the GPU vendors whose CDI kinds are checked (None:
+    :data:`remote.gpus.VENDORS`)."""
+    devices = [(d, v) for d in cdi_devices(run) if (v := _vendor_of(d.partition("=")[0], vendors)) is not None]
     if not devices:
         return None
     specs = _read_specs(connection)
-    driver = None
+    drivers: dict[str, str | None] = {}
     problems = []
-    for device in devices:
+    for device, vendor in devices:
         kind, _, name = device.partition("=")
         found = [(p, s) for p, s in specs if s.get("kind") == kind]
         if not found:
             problems.append(f"no CDI spec in {' or '.join(SPEC_DIRS)} defines {kind} (the container's --device "
                             f"{device}): its next start would fail, so orch does not stop it. Generate one first: "
-                            f"nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml; nothing was stopped")
+                            f"{vendor.cdi_generate_command(vendor.cdi_spec_file)}; nothing was stopped")
             continue
         path, spec = found[-1]  # /var/run/cdi over /etc/cdi, as the CDI registry resolves them
         names = [name] if name != "all" else ["all"]
         if not any(isinstance(d, dict) and str(d.get("name")) in names for d in spec.get("devices") or []):
             problems.append(f"the CDI spec {path} defines no device {name!r} of {kind}: regenerate it "
-                            f"(nvidia-ctk cdi generate --output={path}); nothing was stopped")
+                            f"({vendor.cdi_generate_command(path)}); nothing was stopped")
             continue
         paths = spec_paths(spec, names)
-        missing = _missing(connection, paths)
-        if driver is None:
-            driver = driver_version(connection)
-        why = stale_reason(path, device, paths, missing, driver)
+        missing = missing_paths(connection, paths)
+        if vendor.name not in drivers:
+            drivers[vendor.name] = driver_version(connection, vendor)
+        why = stale_reason(path, device, paths, missing, drivers[vendor.name], vendor)
         if why:
             problems.append(why)
     return "; ".join(problems) or None
 
-
-def _missing(connection, paths: list[str]) -> list[str]:
-    """Those of ``paths`` that do not exist on the host (one command; a path is absolute)."""
-    paths = [p for p in paths if posixpath.isabs(p)]
-    if not paths:
-        return []
-    res = connection.run(["sh", "-c", 'for p; do [ -e "$p" ] || printf "%s\\n" "$p"; done', "sh", *paths],
-                         check=False, become=True, timeout=30)
-    return [line for line in res.stdout.splitlines() if line] if res.ok else []

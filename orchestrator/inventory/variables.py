@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from remote.engines import engine_named
-from remote.protocol import DEFAULT_ENGINE, DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, ENGINE_NAMES, PROVIDER_NAMES, SEARCH_SPACES
+from remote.protocol import (DEFAULT_ENGINE, DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, DEFAULT_TUNE_BUDGET_S, ENGINE_NAMES,
+                             PROVIDER_NAMES, SEARCH_SPACES)
 
 from remote.gpus import VENDORS as GPU_VENDORS
 
@@ -111,6 +112,19 @@ def _seconds(spec: "VarSpec", value: Any) -> float:
     except ValueError:
         n = None
     if n is None or not (n > 0) or n == float("inf"):
+        raise _fail(spec, value)
+    return int(n) if n == int(n) else n
+
+
+def _nonneg_number(spec: "VarSpec", value: Any) -> float:
+    """A finite number >= 0 (int when whole)."""
+    if isinstance(value, bool):
+        raise _fail(spec, value)
+    try:
+        n = float(value) if isinstance(value, (int, float, str)) else None
+    except ValueError:
+        n = None
+    if n is None or not (n >= 0) or n == float("inf"):
         raise _fail(spec, value)
     return int(n) if n == int(n) else n
 
@@ -362,9 +376,21 @@ _SPECS: list[VarSpec] = [
             f"Batch sizes M to tune (default: the engine's tuning list, {engine_named(None).display_name}'s "
             + ", ".join(map(str, engine_named(None).default_batch_sizes)) + ", for every space).", _posint_list),
     _choice_var("orch_tune_space", SEARCH_SPACES, DEFAULT_SEARCH_SPACE, "Size of the kernel search space."),
+    VarSpec("orch_tune_budget", "seconds", "a number of seconds >= 0", DEFAULT_TUNE_BUDGET_S,
+            "Seconds of GPU timing per GPU the tune may spend on all its batch sizes (0: unbounded); the "
+            "tune report says what it cut ([docs/tuning.md](docs/tuning.md)).", _nonneg_number),
+    VarSpec("orch_tune_routing_file", "str", "a path on the host", None,
+            "Recorded routing the tune times candidates with, on the host, in a format the unit's engine "
+            "records ([docs/tuning.md](docs/tuning.md) lists them; default: random router logits, the fused "
+            "shared expert in every row where the engine fuses it).", _abs_path),
+    VarSpec("orch_tune_routing_skew", "float", "a number >= 0", 0,
+            "What-if skew of the expert loads the tune times with (0: as recorded, or uniform).", _nonneg_number),
     VarSpec("orch_tune_memory_max", "int", "a positive number of bytes", None,
             "MemoryMax= of the tuner's transient unit, in bytes (default: 80% of the host's MemAvailable "
             "when the tune starts); above it the kernel ends the tuner only.", _int_range(1, None)),
+    VarSpec("orch_prepare", "bool", "a boolean", True,
+            "Compile the tune's candidates before the unit stops, on the host's CPUs while the server "
+            "serves (docs/tuning.md); false: compile after the stop.", _bool),
     VarSpec("orch_triton_interpret", "bool", "a boolean", False,
             "Run the tuner with TRITON_INTERPRET=1 (CPU test beds only).", _bool),
     VarSpec("orch_ready_timeout", "seconds", "a positive number of seconds", 1800,

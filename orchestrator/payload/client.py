@@ -98,7 +98,7 @@ class PayloadClient:
         #: of the start (:meth:`call_in_unit` reattaches to one of them; :meth:`started` asks)
         self._units: dict[str, float] = {}
 
-    def in_container(self, run, interpreter: str, commands=("probe", "tune")) -> None:
+    def in_container(self, run, interpreter: str, commands=("probe", "prepare", "tune")) -> None:
         """Run ``commands`` inside a fresh ``--rm`` container of the container unit ``run``
         (:class:`orchestrator.facts.container.ContainerRun`) with the image's ``interpreter``,
         the unit's GPU, mount and environment options and this payload mounted read-only
@@ -298,7 +298,7 @@ class PayloadClient:
     def call_in_unit(self, command: str, args: list[str], unit: str, *, memory_max: int | None = None,
                      timeout: float | None = None, on_progress: Callable[[dict], None] | None = None,
                      poll_s: float = POLL_S, ticket: dict | None = None,
-                     environment: dict[str, str] | None = None) -> dict:
+                     environment: dict[str, str] | None = None, properties: list[str] | None = None) -> dict:
         """Run one payload command as the transient systemd unit ``unit`` (:meth:`start_unit`) and
         return the ``data`` of its ``result`` line.
 
@@ -314,7 +314,8 @@ class PayloadClient:
         ran: the caller may fall back to :meth:`call`); :class:`PayloadFailed` on an ``error``
         line, on ``Result=oom-kill`` (kind ``out of host memory``), or an end without a result
         line (``crash``); :class:`Cancelled` after an interrupt; connection errors past the retries.
-        ``ticket`` and ``environment``: as :meth:`start_unit`.
+        ``ticket`` and ``environment``: as :meth:`start_unit`. ``properties``: more unit properties
+        (systemd.exec(5), ``Nice=10`` for the prepare step, which runs beside the serving server).
         """
         timeout = clamp(timeout)
         t = self.connection
@@ -330,6 +331,7 @@ class PayloadClient:
                 props.append(f"MemoryMax={int(memory_max)}")
             if timeout:
                 props.append(f"RuntimeMaxSec={int(timeout)}")
+            props += list(properties or [])
             # noted before the launch: a link lost while it is under way must lead to a reattach,
             # never to a second launch that would remove the running unit's output
             started = self._units[unit] = time.monotonic()

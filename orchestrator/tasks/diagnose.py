@@ -18,7 +18,7 @@ Verdicts (one per host):
 - ``broken``: a config file the engine would read is invalid (the server crashes at start),
   or an unparsable ``configs/triton_*`` folder breaks the engine's fallback sort (ValueError), or an
   empty or relative config-dir variable points at a folder that does not exist
-  (:class:`orchestrator.host.hazards.RootHazards`; each such entry is also a note, ``will-crash``
+  (:class:`remote.engines.RootHazards`; each such entry is also a note, ``will-crash``
   or ``not-loaded``, with its path). An installed up/``_down`` pair that disagrees on BLOCK_SIZE_M
   at some batch size is a warning note (SGLang 0.5.23 overrides the down value), and so is the
   server's own Triton cache on a shared filesystem, with kernels of another GPU architecture or
@@ -44,7 +44,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.engines import AutotuneState, Engine, MoeLogReport, MoeRunner, engine_named, probe_view
+from remote.engines import AutotuneState, Engine, MoeLogReport, MoeRunner, RootHazards, engine_named, probe_view
 
 from ..engine.results import TaskResult
 from ..engine.task import READ_ONLY, task
@@ -58,7 +58,7 @@ from ..facts.schema import from_dict
 from ..facts.unit import ServerArgs, UnitFacts
 from ..host.autotune import autotune_state
 from ..host.devices import unit_gpu_devices
-from ..host.hazards import RootHazards, bypass_reason, pair_mismatch, root_hazards, triton_cache_note
+from ..host.hazards import bypass_reason, pair_mismatch, root_hazards, triton_cache_note
 from ..host.records import records
 
 
@@ -78,7 +78,7 @@ class DoctorFacts:
     would load (None: absent or unreadable), compared across the ranks of a multi-node server;
     ``engine``: whose rules classify (None: the unit's, ``UnitFacts.engine``);
     ``unfinished``/``lock``: runs an orch controller left unfinished, and the host lock;
-    ``hazards``: the configs root's :class:`~orchestrator.host.hazards.RootHazards`;
+    ``hazards``: the configs root's :class:`~remote.engines.RootHazards`;
     ``pair_mismatch``: the warning for an installed pair that disagrees on BLOCK_SIZE_M (None: none).
     """
 
@@ -191,7 +191,7 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
                f"{posixpath.basename(i['would_load'])} is invalid (a start would crash): {i['error']}"
                for i in (up, down) if i["error"] and i["would_load"]]
     hazards = f.hazards or RootHazards()
-    bypass = bypass_reason(unit, probe)
+    bypass = bypass_reason(engine, unit, probe)
     row.update(bypass=bypass, hazards={"entries": hazards.entries, "config_dir": hazards.config_dir},
                pair_mismatch=f.pair_mismatch)
     if f.unfinished:
@@ -373,9 +373,9 @@ def gather(ctx, unit: str) -> DoctorFacts:
     if any(errors.values()):
         f.installed_by_run = _run_that_wrote(ctx, [loads[r] for r, e in errors.items() if e])
     f.unfinished, f.lock = _unfinished(ctx)
-    f.hazards = root_hazards(ctx.connection, facts, probe)
+    f.hazards = root_hazards(ctx.connection, engine, facts, probe)
     if not any(errors.values()) and probe.existing_file("down").read_by_engine:
-        f.pair_mismatch = pair_mismatch(ctx.connection, loads.get("up"), loads.get("down"), probe.engine.version)
+        f.pair_mismatch = pair_mismatch(ctx.connection, engine, loads.get("up"), loads.get("down"), probe.engine.version)
     return f
 
 

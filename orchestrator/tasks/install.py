@@ -89,6 +89,8 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     (ctx.host_dir / INSTALL_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     changed = any(f.get("action") != "unchanged" for f in manifest.get("files") or [{}])
     result = TaskResult.changed if changed else TaskResult.ok
+    if ctx.run.stopped_by_orch:  # a part of the unit's downtime (orchestrator.facts.downtime)
+        ctx.mark_phase("install")
     where = f" (on the host in {write_dir})" if write_dir != dest_dir else ""
     return result(("installed " if changed else "already installed ") + ", ".join(paths) + where,
                   facts={"orch_installed": paths}, manifest=manifest, paths=paths)

@@ -205,6 +205,18 @@ def multi_node_reason(server: ServerArgs, group: ServerGroup | None = None, coor
             "same model, GPU and TP), `orch configs export`, install the files on every node, restart all ranks")
 
 
+def steps_line(prepare: bool, capability: str | None) -> str:
+    """What a tune run would do from here, for ``--check`` (playbooks/tune.yaml): with ``prepare``
+    (``orch_prepare``) the candidates are compiled before the stop, so the unit is down for the GPU
+    timing only (docs/tuning.md). Pure."""
+    target = f"compute capability {capability}" if capability else "the GPU's compute capability"
+    if prepare:
+        return (f"would prepare the tune before the stop (compile its candidates for {target} on the host's CPUs "
+                "while the unit serves: no CUDA context, niced, half the cores), then stop the unit, time the "
+                "prepared kernels on the GPU, install, start and wait for readiness")
+    return "would stop the unit, compile and time the candidates (orch_prepare is false), install, start and wait"
+
+
 @task("plan", rerun=True, check_mode=READ_ONLY, sets=("orch_plan", "orch_endpoint"), aliases={"unit": "name", "service": "name"})
 def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     """Decide what a tune does on this host (``orch_plan``): tune, or skip for a MoE runner that
@@ -245,7 +257,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     install_dir = probe_data.install_dir
     if not install_dir or not names.get("up"):
         raise TaskFailed("probe did not report the config folder and file names")
-    bypass = bypass_reason(ctx.facts.unit, probe_data)
+    bypass = bypass_reason(engine, ctx.facts.unit, probe_data)
     if bypass:  # the server never reads the files (issue 32 row 13): nothing to tune, nothing stopped
         p = Plan(action="skip", reason=bypass, backend=backend, install_dir=install_dir)
         ctx.run.summary.plan = p
@@ -280,7 +292,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
         existing = {k: False for k in paths}
     action = "tune" if runner.reads_triton_configs else "skip"
     if action == "tune":  # issue 32 row 12: a root the engine's lookup crashes on, or reads from elsewhere
-        refusal = plan_refusal(root_hazards(ctx.connection, ctx.facts.unit, probe_data), install_dir,
+        refusal = plan_refusal(root_hazards(ctx.connection, engine, ctx.facts.unit, probe_data), install_dir,
                                probe_data.engine.configs_root)
         if refusal:
             raise TaskFailed(refusal)
@@ -320,4 +332,6 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     if ctx.check:
         cmd = shlex.join(ctx.facts.unit.exec_start if ctx.facts.unit is not None else [])
         lines = [f"check mode: unit runs `{cmd}`", f"MoE backend {backend}"] + lines
+        lines.append(steps_line(bool(ctx.vars.get("orch_prepare", True)),
+                                ctx.vars.get("orch_gpu_capability") or probe_data.capability))
     return TaskResult.ok("; ".join(lines), facts={"orch_plan": p, "orch_endpoint": endpoint}, **p.to_dict())

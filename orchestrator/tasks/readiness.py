@@ -156,6 +156,8 @@ def wait_ready(ctx, name: str, timeout: float, generate_timeout: float = 60.0,
     before = ctx.facts.unit.main_pid if ctx.facts.unit is not None and ctx.run.started_by_orch else None
     answering = check_answering_process(ctx, unit, "readiness", not_pid=before)
     took = round(time.monotonic() - start, 1)
+    if ctx.run.started_by_orch:  # the end of the unit's downtime (orchestrator.facts.downtime)
+        ctx.mark_phase("readiness")
     how = "" if health == 200 else f"; {engine.health_path} answered {health}, a one-token generation returned a token"
     return TaskResult.ok(f"ready at {url} (from the {endpoint.via}) after {took} s{how}", seconds=took, url=url,
                          health=health, answering=answering)

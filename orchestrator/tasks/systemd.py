@@ -248,6 +248,7 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
             _wait_state(ctx, handle, {"inactive", "failed"}, timeout, set())
         ended = end_leftover_container(ctx, unit, timeout)
         ctx.emit("service_stopped", unit=unit)
+        ctx.mark_phase("stop")  # the unit's downtime starts with this step (orchestrator.facts.downtime)
         if group is not None and group.rank == 0:
             meet(ctx, "rank 0 stopped", among=[])
         return TaskResult.changed(f"{unit} stopped" + (f"; its container {' and '.join(ended)} through the runtime"
@@ -290,6 +291,7 @@ def service(ctx, name: str, state: Literal["stopped", "started", "restarted"], t
     if group is not None and group.rank == 0:
         seen = "; " + wait_rendezvous(ctx, unit, timeout)
         _rank0_up(ctx, up)
+    ctx.mark_phase("start")
     return TaskResult.changed(f"{unit} {verb}ed{seen}")
 
 

@@ -4,7 +4,7 @@
 - :mod:`remote.engines.interface`: :class:`~remote.engines.interface.Engine`, everything orch needs
   from an inference engine, and :class:`~remote.engines.interface.ServerArgs`;
 - :mod:`remote.engines.records`: the records that cross that interface (MoE runner, start-up log,
-  autotune cache, generation);
+  autotune cache, generation, the configs root's hazards);
 - :mod:`remote.engines.launch`: the launch wrappers every engine's units use (``numactl``,
   ``uv run``, ``conda run``, ...) and :class:`~remote.engines.launch.Launch`;
 - :mod:`remote.engines.triton_moe`: what every engine that runs the fused-MoE Triton kernel with
@@ -33,14 +33,14 @@ from .launch import ContainerHook, Launch, LaunchError, activates_environment, s
 from .launch import refusal as _refusal
 from .launch import resolve as _resolve
 from .records import (AutotuneLog, AutotuneState, Generation, HttpRequest, MoeLogLine, MoeLogReport, MoeRunner,
-                      RunnerLine)
+                      RootHazards, RunnerLine)
 from .sglang.engine import ENGINE as _SGLANG
 from .triton_moe.configfile import check_down_matches_up, dumps_config, load_config_file, loads_config, validate_config
 from .triton_moe.shape import MoeShape
 from .vllm.engine import ENGINE as _VLLM
 
 __all__ = ["ENGINES", "AutotuneLog", "AutotuneState", "ContainerHook", "Engine", "EngineError", "Generation",
-           "HttpRequest", "Launch", "LaunchError", "MoeLogLine", "MoeLogReport", "MoeRunner", "MoeShape", "RunnerLine", "ServerArgs",
+           "HttpRequest", "Launch", "LaunchError", "MoeLogLine", "MoeLogReport", "MoeRunner", "MoeShape", "RootHazards", "RunnerLine", "ServerArgs",
            "activates_environment", "add_model_flags", "check_down_matches_up", "device_name_arg", "dumps_config",
            "engine_for",
            "engine_named", "launch_refusal", "load_config_file", "loads_config", "probe_view", "servers_phrase",

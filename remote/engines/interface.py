@@ -31,7 +31,11 @@ Sections (docs/architecture.md lists which module implements each method, per en
    :meth:`Engine.device_name_hint`, :meth:`Engine.parse_config_file_name`,
    :attr:`Engine.default_batch_sizes`;
 5. where the server looks for config files: :meth:`Engine.lookup` (package tree, layouts, the
-   config-dir variable, release fallbacks; run by the payload's ``probe`` on the host);
+   config-dir variable, release fallbacks; run by the payload's ``probe`` on the host), and what
+   makes the files moot or dangerous: :meth:`Engine.files_bypassed` (flags with which the server
+   never reads them), :meth:`Engine.root_hazards` (a configs root the lookup crashes on or a
+   config-dir variable that moves it), :meth:`Engine.pair_mismatch` (an up/down pair the server
+   cannot run as measured);
 6. the log model: :meth:`Engine.last_start_at`, :meth:`Engine.parse_log`,
    :meth:`Engine.verify_loaded`, :meth:`Engine.role_of`;
 7. the MoE runner: :meth:`Engine.moe_runner`, :meth:`Engine.runner_candidates`,
@@ -56,7 +60,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 from .errors import EngineError
 from .launch import ContainerHook, EntryPoints, Launch
-from .records import AutotuneState, Generation, HttpRequest, MoeLogReport, MoeRunner
+from .records import AutotuneState, Generation, HttpRequest, MoeLogReport, MoeRunner, RootHazards
 
 
 @runtime_checkable
@@ -215,6 +219,32 @@ class Engine(Protocol):
         ``fallback_error``, ``read_by_engine``) and ``unparsable_folders``; ``warnings`` gets what
         the operator should read."""
 
+    def files_bypassed(self, server: ServerArgs, version: str | None) -> str | None:
+        """Why the server started with ``server`` never reads the Triton config files whatever its
+        MoE runner, under the engine release ``version`` (None: unknown, taken as the newest
+        release's rules): one sentence naming the flag and the engine code that bypasses the files;
+        None when it may read them. ``plan`` skips such a server before anything is stopped and
+        ``orch doctor`` calls it ``not-applicable``."""
+
+    def root_hazards(self, *, configs_root: str | None, unparsable: list[str], misses: Mapping[str, bool],
+                     loader_rules: Mapping[str, Any], environment: Mapping[str, str], working_directory: str | None,
+                     folder_exists: Callable[[str], bool | None]) -> RootHazards:
+        """What in the server's configs root makes it crash or read elsewhere, as a
+        :class:`~remote.engines.records.RootHazards`. ``configs_root``: the probed root (None: none);
+        ``unparsable``: its entries the lookup cannot parse (the probe's ``unparsable_folders``);
+        ``misses``: role -> whether a lookup the server makes finds no exact file for that role;
+        ``loader_rules``: the probe's rules of this release; ``environment``: what the server gets;
+        ``working_directory``: the unit's (None: the service manager's default);
+        ``folder_exists(path)``: whether a folder is on the host (None: cannot be told), called only
+        for a folder a config-dir variable points the server at. Raises nothing."""
+
+    def pair_mismatch(self, up: Mapping[str, Any], down: Mapping[str, Any], version: str | None) -> str | None:
+        """The warning for an installed up/down config pair (``up``, ``down``: the files as loaded,
+        batch size M key -> entry, in the files' order) that disagrees where the engine release
+        ``version`` (None: unknown, the newest rules) needs the two GEMMs to agree, in the words of
+        that release's rule (the server dies, or runs a tile nobody measured); None when they agree
+        or a table cannot be read that way (the config validator reports those)."""
+
     # --------------------------------------------------------------------------- 6. the log model
 
     def last_start_at(self, text: str) -> int:
@@ -327,6 +357,13 @@ class Engine(Protocol):
     def provider_missing(self) -> str | None:
         """Why the provider cannot run on this host (read from disk, nothing imported: the probe runs
         beside a serving unit), None when it can."""
+
+    def load_recorded_routing(self, path: str) -> Any:
+        """A routing the engine recorded (``orch_tune_routing_file``, on the host) as the fields of a
+        ``remote.tuning.tuner.routing.Recorded`` (``kind``, ``source``, ``rows``: top-k ids
+        [tokens, k], or ``shares``: per-expert shares, ``files``); raises ``ValueError`` naming the
+        file for a file it cannot read, or for an engine that records no routing orch reads. Loads
+        torch (the tuner only calls it)."""
 
 
 def satisfies(engine: object) -> list[str]:

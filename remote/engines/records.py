@@ -8,6 +8,7 @@ the controller reads only these fields and predicates, never an engine's name fo
 - :class:`MoeLogLine`, :class:`RunnerLine`, :class:`MoeLogReport`: what one server start logged
   about its MoE config lookups (loaded, fallback, default, a missing down file) and its runner;
 - :class:`AutotuneLog`, :class:`AutotuneState`: a start-up autotune whose cache is host state;
+- :class:`RootHazards`: what in a server's configs root makes it crash or read another folder;
 - :class:`HttpRequest`, :class:`Generation`: a request to the server and a generation's answer.
 """
 
@@ -215,6 +216,47 @@ class AutotuneState:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the fields."""
         return asdict(self)
+
+
+# ----------------------------------------------------------------------------- the configs root
+
+
+@dataclass
+class RootHazards:
+    """What in a server's configs root makes a start or a lookup crash, or makes the server read
+    another folder than the one orch probed (``Engine.root_hazards``; ``plan`` refuses to install
+    into such a root, ``orch doctor`` names each hazard with its path).
+
+    ``entries``: entries of the configs root the engine's lookup cannot parse, each ``{"path",
+    "state", "why"}`` (``state``: ``will-crash``, a lookup the server makes lists the root and dies
+    on the entry; ``not-loaded``, never read as things stand); ``config_dir``: the engine's
+    config-dir variable set but empty or relative, ``{"value", "configs_root", "why", "exists",
+    "state"}`` (``configs_root``: the folder the server then reads, resolved against its working
+    directory; ``exists``: whether that folder is on the host, None when not checked, a container's;
+    ``state``: ``will-crash`` when a lookup would die on it, else ``not-loaded``: orch's probe and the
+    engine's own folder are not what the server reads), or None; ``install_refusal``: the engine's
+    sentence refusing an install into the root while ``entries`` are there (None: no entry).
+    """
+
+    entries: list[dict] = field(default_factory=list)
+    config_dir: dict | None = None
+    install_refusal: str | None = None
+
+    @property
+    def will_crash(self) -> list[str]:
+        """The reasons a start or a lookup of this server dies, one per hazard."""
+        out = [f"{e['path']}: {e['why']}" for e in self.entries if e["state"] == "will-crash"]
+        if self.config_dir and self.config_dir.get("state") == "will-crash":
+            out.append(f"{self.config_dir['configs_root']} does not exist: {self.config_dir['why']}")
+        return out
+
+    def notes(self) -> list[str]:
+        """One line per hazard, with its state and path."""
+        out = [f"{e['state']}: {e['path']}: {e['why']}" for e in self.entries]
+        if self.config_dir:
+            out.append(f"{self.config_dir.get('state') or 'not-loaded'}: {self.config_dir['configs_root']}: "
+                       f"{self.config_dir['why']}")
+        return out
 
 
 # ----------------------------------------------------------------------------- requests

@@ -21,7 +21,10 @@ A vendor (:class:`GpuVendor`) says:
 - its kernel log error lines (Xid) and which of them lose a GPU (:meth:`GpuVendor.errors_in_log`,
   :meth:`GpuVendor.describe_error`);
 - its container toolkit, whose hooks a ``systemctl daemon-reload`` can undo
-  (:attr:`GpuVendor.container_toolkit_paths`), and its CDI device kind (:attr:`GpuVendor.cdi_kind`).
+  (:attr:`GpuVendor.container_toolkit_paths`), its CDI device kind (:attr:`GpuVendor.cdi_kind`), the
+  command that regenerates its CDI spec (:meth:`GpuVendor.cdi_generate_command`,
+  :attr:`GpuVendor.cdi_spec_file`, :attr:`GpuVendor.cdi_list_command`) and the driver's version that
+  spec must match (:meth:`GpuVendor.driver_version`).
 
 :data:`VENDORS` lists the vendors orch knows; :func:`vendor_for` picks one for a device name. A
 second vendor is one more module here (``rocm.py``: ``amd-smi``, ``/dev/kfd``,

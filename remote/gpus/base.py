@@ -43,6 +43,10 @@ class GpuVendor:
     container_toolkit_paths: ClassVar[tuple[str, ...]] = ()
     #: the Container Device Interface kind of its GPUs (``--device KIND=ID``)
     cdi_kind: ClassVar[str] = ""
+    #: where the vendor's CDI spec generator writes the spec of :attr:`cdi_kind` by default
+    cdi_spec_file: ClassVar[str] = ""
+    #: the command that lists the CDI devices the installed specs define (for messages)
+    cdi_list_command: ClassVar[str] = ""
     #: what the vendor calls a GPU error line of the kernel log, and where its codes are defined
     error_name: ClassVar[str] = ""
     error_catalog: ClassVar[str] = ""
@@ -101,6 +105,18 @@ class GpuVendor:
         gpus = self.gpu_table(outputs)
         return gpus, self.table_problem(gpus)
 
+    # ------------------------------------------------------------- the driver and its CDI spec (controller side)
+    def driver_version(self, run: Runner) -> str | None:
+        """The GPU driver's version on the host (``MAJOR.MINOR[.PATCH]``, as its versioned user-space
+        libraries are named) through ``run`` (:data:`Runner`: the vendor's read-only queries, in
+        order, until one answers); None when none tells."""
+        raise NotImplementedError
+
+    def cdi_generate_command(self, path: str) -> str:
+        """The command that writes the CDI spec of :attr:`cdi_kind` to ``path`` for the driver
+        installed now (for a message that asks the operator to run it)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------- on the host (payload side)
     def health(self, tool: str | None, timeout_s: float) -> dict:
         """Whether the management tool answers within ``timeout_s`` s, and the GPUs' partition mode:
@@ -118,6 +134,12 @@ class GpuVendor:
         server's :attr:`visible_devices_env` value (None: unset). ``(capability or None, what
         happened)``; a vendor that cannot tell returns None and says so."""
         return None, f"{self.smi or 'the GPU vendor'} gives no compute capability"
+
+    def capability_and_name(self, tool: str | None, timeout_s: float) -> tuple[str, str] | None:
+        """GPU 0's ``(compute capability "MAJOR.MINOR", name)`` as the management tool ``tool``
+        (None: the one on PATH) gives them within ``timeout_s`` s, without a compute context (the
+        prepare step compiles for it while the server holds the GPU); None when it cannot tell."""
+        return None
 
     def errors_in_log(self, text: str) -> list[dict]:
         """The vendor's GPU error lines of a kernel log text, in order: ``[{"pci", "code", "text",

@@ -28,7 +28,10 @@ may hold them, Xid lines, MIG, ``CUDA_VISIBLE_DEVICES``. Standard library only.
   is not given (sglang #2933, vllm #7211).
 - **Container toolkit**: ``nvidia-container-runtime`` (and its hook, ``nvidia-ctk``) set up a
   container's device access outside systemd, which a ``systemctl daemon-reload`` can undo
-  (NVIDIA/nvidia-container-toolkit #48); CDI names its GPUs ``nvidia.com/gpu=ID``.
+  (NVIDIA/nvidia-container-toolkit #48); CDI names its GPUs ``nvidia.com/gpu=ID``, in the spec
+  ``nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`` writes for the driver installed then
+  (its versioned libraries, ``libcuda.so.550.54.15``); the driver's version is
+  ``nvidia-smi --query-gpu=driver_version``, else the kernel module's ``/sys/module/nvidia/version``.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ _KMSG_HEAD = re.compile(r"^\d+,\d+,(\d+),[^;]*;")
 #: torch's names of NVIDIA boards (``NVIDIA ...`` since 2020; older families by their own name)
 NAME_PREFIXES = ("NVIDIA", "Tesla", "Quadro", "GeForce", "TITAN")
 _DEVICE = re.compile(r"/dev/nvidia(\d+)")
+#: a driver version as nvidia-smi and ``/sys/module/nvidia/version`` print it (``550.54.15``)
+_DRIVER_VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
 
 
 # ----------------------------------------------------------------------------- the GPU table
@@ -328,6 +333,32 @@ def smi_capability(path: str | None, timeout_s: float, visible: str | None) -> t
     return pick_capability(parse_compute_caps(r.stdout), visible)
 
 
+#: ``nvidia-smi`` query of GPU 0's compute capability and name (NVML: no CUDA context)
+CAP_NAME_QUERY = ["--query-gpu=compute_cap,name", "--format=csv,noheader"]
+
+
+def parse_cap_name(text: str) -> tuple[str, str] | None:
+    """The first GPU's ``(compute capability, name)`` of ``nvidia-smi --query-gpu=compute_cap,name
+    --format=csv,noheader`` output (``9.0, NVIDIA H200``); None when no line has a capability (an old
+    driver prints ``[N/A]`` or rejects the field). Pure."""
+    for line in text.splitlines():
+        cap, _, name = line.partition(",")
+        if re.fullmatch(r"\s*\d+\.\d+\s*", cap):
+            return cap.strip(), name.strip()
+    return None
+
+
+def smi_cap_name(path: str | None, timeout_s: float) -> tuple[str, str] | None:
+    """GPU 0's ``(compute capability, name)`` from ``nvidia-smi`` under a deadline
+    (:func:`parse_cap_name`), or None when nvidia-smi is absent, fails or does not know the field
+    (drivers before 510)."""
+    exe = path or shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    r = run_bounded([exe, *CAP_NAME_QUERY], timeout_s)
+    return parse_cap_name(r.stdout) if r.ok else None
+
+
 def parse_xid_line(line: str) -> dict | None:
     """One kernel log line (dmesg's ``[secs] text``, a ``/dev/kmsg`` record, or bare text) ->
     ``{"pci", "code", "text", "time_s", "fatal"}`` when it is an ``NVRM: Xid`` line, else None.
@@ -374,6 +405,9 @@ class NvidiaGpus(GpuVendor):
         "/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime-hook", "/usr/bin/nvidia-ctk",
         "/etc/nvidia-container-runtime/config.toml")
     cdi_kind: ClassVar[str] = "nvidia.com/gpu"
+    #: ``nvidia-ctk cdi generate``'s usual output (the toolkit's CDI guide)
+    cdi_spec_file: ClassVar[str] = "/etc/cdi/nvidia.yaml"
+    cdi_list_command: ClassVar[str] = "nvidia-ctk cdi list"
     error_name: ClassVar[str] = "Xid"
     error_catalog: ClassVar[str] = "NVIDIA Xid catalog"
     #: the toolkit's own issue: a daemon-reload can take the GPUs away from its containers
@@ -420,8 +454,24 @@ class NvidiaGpus(GpuVendor):
     def capability(self, tool: str | None, timeout_s: float, visible: str | None) -> tuple[str | None, str]:
         return smi_capability(tool, timeout_s, visible)
 
+    def capability_and_name(self, tool: str | None, timeout_s: float) -> tuple[str, str] | None:
+        return smi_cap_name(tool, timeout_s)
+
     def errors_in_log(self, text: str) -> list[dict]:
         return parse_xids(text)
+
+    def driver_version(self, run) -> str | None:
+        ok, out, _ = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        first = (out.splitlines() or [""])[0].strip() if ok else ""
+        if _DRIVER_VERSION.fullmatch(first):
+            return first
+        # without nvidia-smi (or with it failing) the loaded kernel module still says its version
+        ok, out, _ = run(["cat", "/sys/module/nvidia/version"])
+        text = out.strip() if ok else ""
+        return text if _DRIVER_VERSION.fullmatch(text) else None
+
+    def cdi_generate_command(self, path: str) -> str:
+        return f"nvidia-ctk cdi generate --output={path}"
 
     def describe_error(self, code: int, pci: str, time_s: float | None, text: str) -> str:
         at = f" (at {time_s:g} s since boot)" if time_s is not None else ""

@@ -56,12 +56,26 @@ def fresh_cache(root: Path, tag: str) -> Path:
     return path
 
 
-def tune_with_cache(run_once: Callable[[], dict], root: Path, tag: str, log: Callable[[str, str], None]) -> dict:
+def use_cache(path: Path) -> Path:
+    """Point ``TRITON_CACHE_DIR`` (and ``TMPDIR``, as :func:`fresh_cache`) at an existing cache
+    folder ``path``: the one ``python -m remote prepare`` filled before the stop. Returns it."""
+    path = Path(path)
+    (path / "tmp").mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.environ["TRITON_CACHE_DIR"] = str(path)
+    os.environ["TMPDIR"] = str(path / "tmp")
+    os.environ["TRITON_STORE_BINARY_ONLY"] = "1"  # as the prepare stored its kernels
+    tempfile.tempdir = None
+    return path
+
+
+def tune_with_cache(run_once: Callable[[], dict], root: Path, tag: str, log: Callable[[str, str], None],
+                    prepared: Path | None = None) -> dict:
     """Run ``run_once`` (returns ``{batch size: error text}`` of the batch sizes that failed; it
-    tunes only what is not done yet) with a fresh cache (:func:`fresh_cache`); when an error is a
-    cache error, move that cache aside and run once more with a new one. Returns
-    ``{"errors", "cache", "moved_aside": path | None}``; the last cache is removed."""
-    cache = fresh_cache(root, tag)
+    tunes only what is not done yet) with a fresh cache (:func:`fresh_cache`), or the ``prepared``
+    one (:func:`use_cache`); when an error is a cache error, move that cache aside and run once
+    more with a new one. Returns ``{"errors", "cache", "moved_aside": path | None}``; the last
+    cache is removed (a prepared one too: it served this tune)."""
+    cache = use_cache(prepared) if prepared is not None else fresh_cache(root, tag)
     aside = None
     try:
         errors = run_once()

@@ -41,6 +41,28 @@ screening"): ``adaptive`` (default) shortens the graph of a candidate slower tha
 replay lasts about 1 ms; ``fixed`` always captures 10 calls. Each batch size's ``screen`` in the
 report counts the shortened measurements and the graph calls saved.
 
+``--budget SECONDS`` (default :data:`remote.protocol.DEFAULT_TUNE_BUDGET_S`; 0: unbounded): seconds of
+GPU timing per GPU for all batch sizes (the inventory's ``orch_tune_budget``), split over the batch
+sizes by their expected cost; each batch size's search stops screening and refining when its share is
+spent, and candidates whose bandwidth/FLOP floor exceeds the time to beat are never timed
+(remote/tuning/tuner/floor.py). Each batch size's ``budget`` in the report says what was cut; the
+report's ``budget`` sums it up. No budget applies on the CPU (the interpreter's times are not GPU time).
+
+Routing (remote/tuning/tuner/routing.py): candidates are timed with the routing the server runs.
+Where SGLang fuses the shared expert into the routed GEMM (the model's shape says so), every row
+also runs it: top-(k+1) over E experts. ``--routing-file PATH`` (``orch_tune_routing_file``): a
+recorded routing on the host, SGLang's ``--topk-ids-dir`` folder of its separate tuner or a file of
+it, or an expert-distribution dump of SGLang's recorder (``stat`` or ``per_token``);
+``--routing-skew S`` (``orch_tune_routing_skew``, >= 0): a what-if skew of the expert loads. Each
+batch size's ``routing`` in the report says what it was timed with. A routing file that cannot be
+read or does not fit the shape is ``bad_input`` naming the file.
+
+Second opinion (remote/tuning/tuner/opinion.py): after each batch size's search, the tuned pair,
+SGLang's default and the shipped pair are timed again as the whole fused MoE on fresh inputs
+(interleaved rounds, the spread reported in ``second_opinion``); a pick slower there than the
+shipped entry (than the default where nothing is shipped) is replaced by it (``replaced``), and the
+speedups of the report are the second opinion's.
+
 ``--provider``: ``auto`` times the engine's own fused-MoE entry (``--engine``; SGLang's) when it is installed, else orch's
 builtin kernel (:func:`remote.tuning.support.resolve_provider_name`, the answer the probe
 reports as ``tuner_provider``).
@@ -68,6 +90,7 @@ finished ones; or ``--provider auto`` resolved to sglang but SGLang's entry does
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -77,10 +100,13 @@ from typing import Any
 
 from .. import PAYLOAD_VERSION
 from ..host.fs import atomic_write
-from ..protocol import (DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, PROVIDER_NAMES, SEARCH_SPACES, PayloadError, log,
-                        progress)
-from ..engines import add_model_flags, engine_named, shape_from_args
-from .support import quant_entry, unsupported_reason
+from ..protocol import (DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, DEFAULT_TUNE_BUDGET_S, PROVIDER_NAMES, SEARCH_SPACES,
+                        PayloadError, log, progress)
+from ..engines import add_model_flags, engine_named
+from .inputs import load_shipped as _load_shipped
+from .inputs import parse_batch_sizes
+from .inputs import quant_of as _quant_of
+from .inputs import resolve_shape as _resolve_shape
 from .tuner.driver import COMPILE_MODES, DEFAULT_COMPILE_MODE
 from .tuner.search import DEFAULT_SCREEN, SCREEN_PROTOCOLS
 from .tuner.events import Done, Error, Event, Fatal, Log, Progress
@@ -105,34 +131,50 @@ def add_arguments(p) -> None:
                    help="auto/target: compile candidates for the GPU's target in CPU processes without CUDA "
                         "(fallback: context, the reason in the report); context: worker processes with a CUDA "
                         "context (their number capped by GPU memory)")
+    p.add_argument("--budget", type=_nonneg_float, default=DEFAULT_TUNE_BUDGET_S,
+                   help="seconds of GPU timing per GPU for all batch sizes (0: unbounded); the report says "
+                        "what it cut")
+    p.add_argument("--routing-file", default=None,
+                   help="a routing the engine recorded, in its own format (docs/tuning.md lists them)")
+    p.add_argument("--routing-skew", type=_nonneg_float, default=0.0,
+                   help="what-if skew of the expert loads (>= 0; 0: as recorded, or uniform)")
+    p.add_argument("--prepared", default=None,
+                   help="a prepared folder (python -m remote prepare, before the stop): its compiled candidates are "
+                        "used when its manifest matches this GPU, Triton, engine and shape; else refused, naming why")
     p.add_argument("--screen", choices=tuple(SCREEN_PROTOCOLS), default=DEFAULT_SCREEN,
                    help="fast search's screening: adaptive (a graph of fewer calls for candidates slower than "
                         "100 us, each replay about 1 ms) or fixed (a graph of 10 calls, 3 replays)")
 
 
-def parse_batch_sizes(text: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]`` (sorted, unique, each >= 1). Raises PayloadError bad_input."""
+def _nonneg_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
     try:
-        vals = sorted({int(x) for x in str(text).split(",") if x.strip()})
+        v = float(text)
     except ValueError:
-        raise PayloadError("bad_input", f"--batch-sizes: not a list of integers: {text!r}") from None
-    if not vals or vals[0] < 1:
-        raise PayloadError("bad_input", f"--batch-sizes: need positive integers: {text!r}")
-    return vals
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (v >= 0.0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return v
 
 
-def _resolve_shape(args) -> tuple[dict, dict, Any]:
-    """``(shape, naming, the engine's shape record)`` of the model flags (:func:`remote.engines.shape_from_args`):
-    shape {E,N,hidden,topk}; naming {dtype_selector, block_shape, per_channel_quant, weight_dtype,
-    act_dtype, shape_source, notes}."""
-    ms, source = shape_from_args(args)
-    # SGLang's upstream tuner uses num_experts_per_tok (not the runtime top-k with a
-    # fused shared expert) unless given recorded topk ids; so do we.
-    shape = dict(E=ms.E, N=ms.N, hidden=ms.hidden, topk=ms.topk)
-    return shape, dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape,
-                       per_channel_quant=ms.per_channel_quant, weight_dtype=ms.weight_dtype,
-                       act_dtype=ms.act_dtype, shape_source=source, notes=list(ms.notes),
-                       group_size=ms.group_size, has_zp=ms.has_zp, gated=ms.gated), ms
+def tune_routing(args, shape: dict, naming: dict):
+    """The :class:`remote.tuning.tuner.routing.Routing` of this tune: the fused shared experts of the
+    shape (``naming["shared_experts"]``), ``--routing-file`` and ``--routing-skew``; a routing file is
+    read and checked against the shape here (PayloadError ``bad_input`` naming it when it does not
+    fit, ``not_found`` when it is absent)."""
+    from .tuner.routing import Routing, RoutingError, load_recorded, make
+    path = getattr(args, "routing_file", None) or None
+    if path is not None and not os.path.exists(path):
+        raise PayloadError("not_found", f"--routing-file {path}: no such file or folder")
+    try:
+        rt = Routing(shared=int(naming.get("shared_experts") or 0), file=path,
+                     skew=float(getattr(args, "routing_skew", 0.0) or 0.0),
+                     engine=getattr(args, "engine", None) if path is not None else None)
+        if path is not None:
+            make(rt, 1, shape["E"], shape["topk"], 0, "cpu", load_recorded(path, rt.engine))
+    except RoutingError as exc:
+        raise PayloadError("bad_input", f"--routing-file/--routing-skew: {exc}") from None
+    return rt
 
 
 def _devices(gpus: str) -> list[str]:
@@ -152,28 +194,8 @@ def _devices(gpus: str) -> list[str]:
     return [f"cuda:{i}" for i in idx]
 
 
-def _load_shipped(path: str | None) -> dict | None:
-    if not path:
-        return None
-    from ..engines.triton_moe.configfile import load_config_file
-    p = Path(path)
-    if not p.is_file():
-        raise PayloadError("not_found", f"--shipped-config {path}: no such file")
-    up = load_config_file(p)
-    down_path = p.with_name(p.name[: -len(".json")] + "_down.json")
-    down = load_config_file(down_path) if down_path.is_file() else None
-    return {"up": up, "down": down, "path": str(p), "down_path": str(down_path) if down else None}
 
 
-def _quant_of(naming: dict, provider: str):
-    """The tuner spec's ``quant`` entry for the file's selectors: ``None`` (bf16/fp16/fp32
-    weights) or :meth:`remote.tuning.kernel.formats.WeightFormat.to_dict` (``{"dtype",
-    "block_shape", "per_channel", "group_size", "has_zp"}``). Raises PayloadError bad_input with
-    :func:`unsupported_reason` for what ``provider``'s kernel does not run."""
-    why = unsupported_reason(naming, provider)
-    if why:
-        raise PayloadError("bad_input", why)
-    return quant_entry(naming)
 
 
 def total_split(per_m: dict, resumed: list) -> dict:
@@ -191,12 +213,79 @@ def total_split(per_m: dict, resumed: list) -> dict:
     return dict(out, batch_sizes=n)
 
 
+def _stat(path: str | None) -> list | None:
+    """``[size, mtime]`` of a file, or of a folder's newest file (None when absent)."""
+    if not path:
+        return None
+    try:
+        if os.path.isdir(path):
+            st = [os.stat(os.path.join(path, f)) for f in sorted(os.listdir(path))]
+            return [sum(x.st_size for x in st), max((x.st_mtime for x in st), default=0.0)]
+        st = os.stat(path)
+        return [st.st_size, st.st_mtime]
+    except OSError:
+        return None
+
+
+def budget_summary(per_m: dict, resumed: list, budget_s: float | None, cpu: bool) -> dict:
+    """The report's ``budget``: ``seconds`` (per GPU; None: unbounded), ``search_gpu_s`` (the
+    searches' timer seconds, summed over batch sizes and GPUs), and per batch size what was cut
+    (``cut``: floor-pruned, budget-cut, race-stopped candidates and stages cut; only those that cut
+    something), ``replaced`` (batch sizes whose pick the second opinion replaced)."""
+    cut, spent, replaced = {}, 0.0, {}
+    for M, r in per_m.items():
+        if int(M) in resumed:
+            continue
+        spent += float(r.get("search_gpu_s") or 0.0)
+        b = r.get("budget") or {}
+        if b.get("pruned_floor") or b.get("pruned_budget") or b.get("race_stopped") or b.get("stages_cut"):
+            cut[M] = {k: b.get(k) for k in ("limit_s", "spent_s", "pruned_floor", "pruned_budget", "race_stopped",
+                                            "stages_cut")}
+        if r.get("replaced"):
+            replaced[M] = r["replaced"]["by"]
+    return {"seconds": None if cpu else budget_s, "per": "GPU", "search_gpu_s": round(spent, 3),
+            "note": "no budget on the CPU (interpreter)" if cpu else None, "cut": cut, "replaced": replaced}
+
+
 def _compile_info(per_m: dict, resumed: list) -> dict | None:
     """How candidates were compiled (the last batch size's compiler stats: mode, workers,
     fallback reason, compile requests sent)."""
     last = [r.get("compile") for M, r in sorted(per_m.items(), key=lambda kv: int(kv[0]))
             if int(M) not in resumed and r.get("compile")]
     return last[-1] if last else None
+
+
+def _take_prepared(path: str | None, provider, engine_info, shape, dtype, sel, quant, cpu: bool, devices,
+                   triton_version: str) -> dict:
+    """What the tune takes from ``--prepared`` (:mod:`remote.tuning.tuner.prepared`): ``{"used":
+    False, "reason"}`` without one or when its manifest does not match this GPU's compute
+    capability, Triton, engine release, payload, shape, dtype or quantization (the reason is
+    logged, and the tune compiles as without one); else ``{"used": True, "dir", "cache",
+    "kernels", "failed", "prepare_s", "cut", "gpu", "idents"}`` (``idents``: the compile requests
+    already compiled, taken out for the tuner spec)."""
+    if not path:
+        return {"used": False, "reason": "no prepared folder (compiled after the stop)"}
+    from .. import PAYLOAD_VERSION as payload_version
+    from .tuner import prepared
+    cap = None
+    if not cpu:
+        import torch
+        cap = tuple(torch.cuda.get_device_capability(torch.device(devices[0])))
+    engine = {"provider": provider.name, "version": engine_info["version"] if engine_info else payload_version}
+    expect = prepared.expectation(payload_version=payload_version, triton_version=triton_version, engine=engine,
+                                  shape=shape, dtype=dtype, naming=sel, quant=quant, interpret=cpu, capability=cap)
+    manifest, why = prepared.load(Path(path), expect)
+    if manifest is None:
+        log(f"prepared folder {path} refused: {why}; compiling after the stop as without one", "warning")
+        return {"used": False, "dir": path, "reason": why}
+    kernels = manifest.get("kernels") or {}
+    stats = manifest.get("stats") or {}
+    log(f"prepared before the stop: {len(kernels.get('compiled') or [])} kernels compiled in "
+        f"{stats.get('compile_s')} s ({path})")
+    return {"used": True, "dir": path, "cache": str(prepared.cache_dir(Path(path), manifest)),
+            "kernels": len(kernels.get("compiled") or []), "failed": len(kernels.get("failed") or {}),
+            "prepare_s": stats.get("seconds"), "cut": bool(stats.get("cut")), "gpu": manifest.get("gpu"),
+            "nothing_compiled": stats.get("nothing_compiled"), "idents": list(kernels.get("compiled") or [])}
 
 
 def run(args) -> dict:
@@ -243,11 +332,17 @@ def run(args) -> dict:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    prep = _take_prepared(getattr(args, "prepared", None), provider, engine_info, shape, dtype, sel, quant, cpu,
+                          devices, triton.__version__)
     from .tuner import checkpoint
+    routing = tune_routing(args, shape, naming)
+    # a routing other than random logits is part of the key (the recording's size and time too: another
+    # recording under the same name is another tune)
+    rkey = {} if routing.synthetic else {"routing": dict(routing.to_dict(), file_stat=_stat(routing.file))}
     key, key_id = checkpoint.run_key(shape=shape, dtype=dtype, naming=sel, space=args.space, device=device_name,
                                      triton=triton.__version__, provider=provider.name, seed=args.seed,
                                      engine_version=engine_info["version"] if engine_info else None,
-                                     payload=PAYLOAD_VERSION, interpret=cpu)
+                                     payload=PAYLOAD_VERSION, interpret=cpu, **rkey)
     done: dict = {}
     if not args.no_resume:
         done, why = checkpoint.load(out, key_id)
@@ -263,7 +358,8 @@ def run(args) -> dict:
                 dtype_selector=naming["dtype_selector"], block_shape=naming["block_shape"], quant=quant,
                 shipped=({"up": shipped["up"], "down": shipped["down"]} if shipped else None),
                 check=not args.no_check, compile_mode=getattr(args, "compile_mode", DEFAULT_COMPILE_MODE),
-                screen=getattr(args, "screen", DEFAULT_SCREEN))
+                screen=getattr(args, "screen", DEFAULT_SCREEN), routing=routing.to_dict(),
+                budget_s=getattr(args, "budget", None) or None, prepared=prep.pop("idents", None))
     errors: dict = {}
     t0 = time.time()
     n_new = [0]
@@ -307,7 +403,8 @@ def run(args) -> dict:
 
     # the tuner's own Triton cache, fresh for this run (never the server's); see .cache
     from .cache import tune_with_cache
-    cache = tune_with_cache(run_once, out / "triton-cache", os.environ.get("ORCH_TAG") or f"pid{os.getpid()}", log)
+    cache = tune_with_cache(run_once, out / "triton-cache", os.environ.get("ORCH_TAG") or f"pid{os.getpid()}", log,
+                            prepared=Path(prep["cache"]) if prep.get("used") else None)
     if fatal:
         # out of GPU memory for what every candidate needs: the traceback goes to stderr (the
         # controller shows its tail), the finished batch sizes stay in the checkpoint
@@ -344,7 +441,10 @@ def run(args) -> dict:
         "provider_fallback_reason": getattr(provider, "fallback_reason", None),
         "wall_s": round(time.time() - t0, 3), "time_split": total_split(per_m, resumed),
         "compile": _compile_info(per_m, resumed),
+        "routing": routing.describe(),
+        "budget": budget_summary(per_m, resumed, getattr(args, "budget", None) or None, cpu),
         "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},
+        "prepared": prep,
     }
     rpath = out / "report.json"
     atomic_write(str(rpath), (json.dumps(report, indent=1, sort_keys=True, default=str) + "\n").encode("utf-8"))
@@ -355,6 +455,7 @@ def run(args) -> dict:
         "batch_sizes": batch_sizes, "space": args.space, "device_name": device_name,
         "triton_version": triton.__version__, "resumed": resumed,
         "triton_cache": {"dir": cache["cache"], "moved_aside": cache["moved_aside"]},
+        "prepared": prep, "wall_s": report["wall_s"], "time_split": report["time_split"],
         "speedup_vs_default": {str(M): done[str(M)].get("speedup_vs_default") for M in batch_sizes},
         "speedup_vs_shipped": ({str(M): done[str(M)].get("speedup_vs_shipped") for M in batch_sizes}
                                if shipped else None),

@@ -622,7 +622,9 @@ def test_recover_collects_a_finished_tune_and_the_next_tune_reuses_it_without_tu
     bed, h, inv, tree = _ready_bed(testbed_factory, tmp_path)
     state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
     unit = f"orch-tune-{rid}.service"
-    _gate(h, "systemctl", "reset-failed")  # the controller's first call after the unit ended
+    # the controller's first call after the tune's unit ended: its second reset-failed (the first
+    # one unloads the prepare step's unit, orch-prepare-RUN, before the stop)
+    _gate(h, "systemctl", "reset-failed 2")
     proc = _popen(["tune", str(inv), "--service", "sglang-qwen"], state, rid, log)
     try:
         _wait_file(h, proc, "entered-systemctl")

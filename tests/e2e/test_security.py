@@ -227,11 +227,12 @@ def test_tune_as_non_root_user_uses_sudo_only_for_root_steps(testbed_factory, tm
     for step in ("version", "probe", "lock acquire", "reap", "tune", "install --request", "lock release"):
         assert ran(lambda c: f" -m remote {step}" in c), step
     # reading the server's unit needs no root: it ran as orchop, never through sudo (the state of
-    # the transient units root started, the tuner's orch-tune-RUN and the host's dead-man
-    # orch-deadman-RUN, is read through sudo)
+    # the transient units root started, the tuner's orch-tune-RUN, the prepare step's
+    # orch-prepare-RUN and the host's dead-man orch-deadman-RUN, is read through sudo)
     assert not ran(lambda c: c.startswith("/usr/bin/systemctl ") and c.split()[1] in ("show", "cat", "is-active")
-                   and "orch-tune-" not in c and "orch-deadman-" not in c), \
+                   and "orch-tune-" not in c and "orch-prepare-" not in c and "orch-deadman-" not in c), \
         commands
+    assert ran(lambda c: " -m remote prepare" in c), "the prepare step ran through sudo, as the tune does"
     assert any(e["event"] == "task" and e["module"] == "unit_facts" and e["status"] == "ok" for e in events)
     # no staged copy left behind; the password appears nowhere
     assert not [p for p in h.sh("ls -A /tmp").stdout.split() if p.startswith("orch-xfer.")]

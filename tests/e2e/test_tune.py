@@ -8,6 +8,8 @@ payload tunes the builtin Triton kernel on the CPU (TRITON_INTERPRET=1, smoke sp
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -83,6 +85,72 @@ def test_tune_two_hosts_end_to_end(testbed_factory, tmp_path):
     assert "PLAY RECAP" in proc.stderr and "SUMMARY" in proc.stderr
 
 
+HEALTH = ("import sys,urllib.request\n"
+          "print(urllib.request.urlopen(sys.argv[1],timeout=5).status)\n")
+
+
+def _watch_prepare(h, seen: list, stop: threading.Event) -> None:
+    """While orch runs: each time the prepare step's transient unit (``orch-prepare-<run id>``) is
+    active on ``h``, ask the stand-in server ``/health`` and keep ``(unit, status, time)`` when the
+    prepare unit was still active after the answer came."""
+    while not stop.is_set():
+        names = [n[:-len(".service")] for n in h.sh("ls /run/systemd/system", check=False).stdout.split()
+                 if n.startswith("orch-prepare-") and n.endswith(".service")]
+        for unit in names:
+            if h.unit_state(unit) != "active":
+                continue
+            status = h.py(HEALTH, h.url + "/health", check=False).stdout.strip()
+            if h.unit_state(unit) == "active":
+                seen.append((unit, status, time.time(), h.unit_state()))
+
+
+def test_prepare_runs_while_the_unit_serves_and_the_recap_splits_the_downtime(testbed_factory, tmp_path):
+    """The prepare step runs before the stop, in its own transient unit, while the stand-in server
+    answers; the recap (terminal and --json), the run record and the HTML report carry the unit's
+    downtime split into stop, tune, install, start and readiness, from the steps' own clocks."""
+    from orchestrator import report as rep
+
+    bed = testbed_factory(1)
+    h = bed.hosts[0]
+    inv = inventory(bed, tmp_path / "hosts.yaml", orch_bench=False)
+    h.wait_http("/health")
+    seen: list = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_prepare, args=(h, seen, stop), daemon=True)
+    watcher.start()
+    try:
+        proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
+    finally:
+        stop.set()
+        watcher.join(timeout=120)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    result = recap(proc)
+    r = result["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    # the server answered while the prepare step ran, in the prepare's own unit, with the unit active
+    unit = f"orch-prepare-{result['run_id']}"
+    assert any(u == unit and status == "200" and state == "active" for u, status, _, state in seen), seen
+    s = r["summary"]
+    assert s["prepared"]["ok"] is True and s["prepared"]["how"] == f"{unit}.service"
+    assert s["prepared"]["nice"] == 10 and "compiles nothing" in s["prepared"]["reason"]  # the interpreter
+    assert s["prepared_used"]["used"] is True
+    # the downtime: its parts follow each other from the stop's start to the end of the readiness wait
+    d = s["downtime"]
+    parts = [d[k] for k in ("stop", "tune", "install", "start", "readiness")]
+    assert d["ended"] and all(p > 0 for p in parts) and d["total"] == pytest.approx(sum(parts), abs=0.01)
+    events = [json.loads(x) for x in (tmp_path / "state" / "runs" / result["run_id"] / "events.jsonl")
+              .read_text().splitlines()]
+    tasks = {e["module"]: e for e in events if e.get("event") == "task" and e.get("host") == h.name}
+    stopped = next(e for e in events if e.get("module") == "service" and e.get("msg", "").endswith("stopped"))
+    assert tasks["prepare_tune"]["time"] <= d["stopped_at"] == pytest.approx(stopped["start"], abs=0.01)
+    assert d["back_at"] == pytest.approx(tasks["wait_ready"]["time"], abs=1.0)
+    assert any(t < d["stopped_at"] for _, _, t, _ in seen)
+    # the terminal recap and the HTML report show it
+    assert "unit downtime" in proc.stderr and f"{d['total']:.1f} s" in proc.stderr
+    html = rep.build_report(tmp_path / "state" / "runs" / result["run_id"], plots=False).read_text()
+    assert "<h3>Unit downtime</h3>" in html and f"The unit was down for <b>{d['total']:.1f} s</b>" in html
+
+
 def test_check_mode_changes_nothing(testbed_factory, tmp_path):
     bed = testbed_factory(1)
     h = bed.hosts[0]
@@ -92,8 +160,9 @@ def test_check_mode_changes_nothing(testbed_factory, tmp_path):
     proc = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", state_dir=tmp_path / "state")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert _snapshot(h) == snap
-    # it said what it would do: the exact paths, new files
+    # it said what it would do: the exact paths, new files, and the prepare step before the stop
     assert f"would write {h.triton_dir}/{UP} (new)" in proc.stderr.replace("\n", "")
+    assert "would prepare the tune before the stop" in " ".join(proc.stderr.split())
     assert recap(proc)["hosts"][h.name]["outcome"] == "check"
 
 

@@ -33,6 +33,8 @@ script gives orch's use of ``systemd-run`` (systemd-run(1), systemd 252) the sam
   (``exited``/``killed``) and ``$EXIT_STATUS`` (the status, or the signal's name) in its
   environment (systemd.exec(5)); the line is split into words with shell quoting and ``$$`` becomes
   ``$`` (systemd.service(5)); other ``$VAR`` substitution of systemd is not stood in for.
+- ``Nice=N``: COMMAND starts at niceness N (systemd.exec(5) ``Nice=``), as systemd sets it before
+  the exec.
 - What docker-systemctl-replacement cannot keep (``Result``, ``ExecMainCode``, ``ExecMainStatus``)
   the supervisor writes to ``/run/systemd/transient/NAME.service.result`` (JSON), and the bed's
   ``systemctl`` shim (``tests/testbed/systemctl_shim.py``) answers ``show``/``is-active``/
@@ -330,8 +332,10 @@ def supervise(name: str) -> int:
     env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", **spec["setenv"], **_unit_environment(props)}
     out = _open_output(last.get("StandardOutput"))
     err = _open_output(last.get("StandardError"))
+    nice = int(last["Nice"]) if "Nice" in last else 0
     child = subprocess.Popen(spec["command"], env=env, cwd=spec["cwd"], stdin=subprocess.DEVNULL,
-                             stdout=out, stderr=err, process_group=0)
+                             stdout=out, stderr=err, process_group=0,
+                             preexec_fn=(lambda: os.nice(nice)) if nice > 0 else None)
     stopping = {"sig": None}
 
     def forward(sig, _frame):

@@ -18,12 +18,16 @@ Both rules are SGLang 0.5.23's ``get_moe_configs``
    Releases that read the variable: loader rule ``config_dir_env`` (0.5.3+).
 
 ``tests/unit/remote/engines/sglang/test_config_root_oracle.py`` runs the real loaders of every covered
-release against both. Standard library only.
+release against both. :func:`root_hazards` applies both to one server (``Engine.root_hazards``).
+Standard library only.
 """
 
 from __future__ import annotations
 
 import posixpath
+from typing import Any, Callable, Mapping
+
+from ..records import RootHazards
 
 ENV = "SGLANG_MOE_CONFIG_DIR"
 
@@ -73,3 +77,37 @@ def relative_config_dir(environment: dict[str, str], rules: dict, working_direct
            "it lists that folder (FileNotFoundError when it does not exist). Set an absolute path, or remove the "
            "variable to use SGLang's own folder")
     return {"value": value, "configs_root": root, "why": why}
+
+
+def install_refusal(configs_root: str, entries: list[dict]) -> str:
+    """Why orch does not install into ``configs_root`` while it holds the unparsable ``entries``
+    (:func:`entry_states`): one sentence naming each entry with its state, how to clear it (an
+    entry whose name does not start with ``triton_`` is not listed by rule 1), and that nothing
+    was stopped. Pure."""
+    bad = "; ".join(f"{e['path']} ({e['state']}: {e['why']})" for e in entries)
+    return (f"the configs root {configs_root} holds an entry SGLang's version sort cannot parse: {bad}. orch does "
+            "not install into such a root: move it out of the folder or rename it so that it does not start with "
+            "triton_ (e.g. backup-triton_3_6_0); nothing was stopped")
+
+
+def root_hazards(*, configs_root: str | None, unparsable: list[str], misses: Mapping[str, bool],
+                 loader_rules: Mapping[str, Any], environment: Mapping[str, str], working_directory: str | None,
+                 folder_exists: Callable[[str], bool | None]) -> RootHazards:
+    """Both rules of the module docstring for one server, as a
+    :class:`~remote.engines.records.RootHazards` (``Engine.root_hazards`` documents the arguments):
+    the unparsable entries of ``configs_root`` (:func:`entry_states`, with :func:`install_refusal`)
+    and an empty or relative ``SGLANG_MOE_CONFIG_DIR`` (:func:`relative_config_dir`), whose state is
+    ``will-crash`` when ``folder_exists`` says the folder SGLang then reads is missing (on a miss
+    ``os.listdir`` of it raises FileNotFoundError), else ``not-loaded``."""
+    rules = dict(loader_rules or {})
+    out = RootHazards()
+    if configs_root and unparsable:
+        out.entries = entry_states(configs_root, list(unparsable), dict(misses), rules)
+        out.install_refusal = install_refusal(configs_root, out.entries)
+    found = relative_config_dir(dict(environment), rules, working_directory)
+    if found is not None:
+        exists = folder_exists(found["configs_root"])
+        found["exists"] = exists
+        found["state"] = "will-crash" if exists is False else "not-loaded"
+        out.config_dir = found
+    return out

@@ -13,9 +13,9 @@ import argparse
 from typing import Any, Callable, Mapping
 
 from ..launch import ContainerHook, Launch
-from ..records import AutotuneState, Generation, HttpRequest, MoeLogReport, MoeRunner
-from . import (autotune, defaults, env, http, kernel_roles, launcher, lookup, model_flags, moe_log, naming, runner_choices, server_args,
-               server_config)
+from ..records import AutotuneState, Generation, HttpRequest, MoeLogReport, MoeRunner, RootHazards
+from . import (autotune, bypass, config_root, defaults, env, http, kernel_roles, launcher, lookup, model_flags, moe_log,
+               naming, pairs, runner_choices, server_args, server_config)
 from . import runner as runner_rules
 
 
@@ -113,6 +113,25 @@ class SglangEngine:
         """:func:`remote.engines.sglang.lookup.lookup_facts`."""
         return lookup.lookup_facts(config_dir=config_dir, triton_version=triton_version, device_name=device_name,
                                    shape=shape, warnings=warnings)
+
+    # 5b. what makes the files moot or dangerous (bypass.py, config_root.py, pairs.py)
+    def files_bypassed(self, server: server_args.ServerArgs, version: str | None) -> str | None:
+        """:func:`remote.engines.sglang.bypass.files_bypassed` of the launch arguments and
+        ``--enable-deterministic-inference``."""
+        return bypass.files_bypassed(list(server.launch_args or []), bool(server.enable_deterministic_inference),
+                                     version)
+
+    def root_hazards(self, *, configs_root: str | None, unparsable: list[str], misses: Mapping[str, bool],
+                     loader_rules: Mapping[str, Any], environment: Mapping[str, str], working_directory: str | None,
+                     folder_exists: Callable[[str], bool | None]) -> RootHazards:
+        """:func:`remote.engines.sglang.config_root.root_hazards`."""
+        return config_root.root_hazards(configs_root=configs_root, unparsable=unparsable, misses=misses,
+                                        loader_rules=loader_rules, environment=environment,
+                                        working_directory=working_directory, folder_exists=folder_exists)
+
+    def pair_mismatch(self, up: Mapping[str, Any], down: Mapping[str, Any], version: str | None) -> str | None:
+        """:func:`remote.engines.sglang.pairs.mismatch_warning`."""
+        return pairs.mismatch_warning(dict(up), dict(down), version)
 
     # 6. the log model (moe_log.py)
     def last_start_at(self, text: str) -> int:
@@ -220,6 +239,12 @@ class SglangEngine:
     def provider_missing(self) -> str | None:
         """:func:`remote.engines.sglang.kernel_roles.sglang_entry_missing`."""
         return kernel_roles.sglang_entry_missing()
+
+    def load_recorded_routing(self, path: str) -> Any:
+        """:func:`remote.engines.sglang.routing_files.load_recorded`."""
+        from . import routing_files
+
+        return routing_files.load_recorded(path)
 
 
 #: SGLang, the engine object the registry holds

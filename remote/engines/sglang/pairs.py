@@ -14,7 +14,7 @@ BLOCK_SIZE_M differ, what happens depends on the release (:data:`MISMATCH_RULES`
   tile nobody measured.
 
 Releases before 0.5.5 read no ``_down`` file. :func:`block_m_mismatches` finds every M where a pair
-disagrees; ``tests/unit/remote/engines/sglang/test_pairs_oracle.py`` holds it and the table against
+disagrees (:func:`mismatch_warning`: ``Engine.pair_mismatch``); ``tests/unit/remote/engines/sglang/test_pairs_oracle.py`` holds it and the table against
 each release's own ``try_get_optimal_moe_config``. Standard library only.
 """
 
@@ -96,3 +96,11 @@ def describe(mismatches: list[dict], sglang_version: str | None) -> str:
         return (head + f"SGLang {release} overrides the down BLOCK_SIZE_M with the up one, so the down config that "
                 "runs there was never measured; re-tune to write a matching pair")
     return head + f"SGLang {release} reads no _down file"
+
+
+def mismatch_warning(up: dict[str, Any], down: dict[str, Any], sglang_version: str | None) -> str | None:
+    """:func:`describe` of :func:`block_m_mismatches` of the pair ``up``/``down`` under SGLang
+    ``sglang_version``, or None when they agree (or a table is not one :func:`block_m_mismatches`
+    reads). Pure."""
+    found = block_m_mismatches(dict(up), dict(down))
+    return describe(found, sglang_version) if found else None

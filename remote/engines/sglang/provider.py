@@ -265,6 +265,26 @@ class SglangKernel:
             return self.get_moe_configs(E, N, dtype_sel, bn, bk, **kw)
         return self.get_moe_configs(E, N, dtype_sel, **kw)
 
+    def align_shapes(self, topk_ids, block_m: int, num_experts: int):
+        """SGLang's ``moe_align_block_size`` output tensors, allocated by SGLang's own Python with
+        the sizes the server's launch gets, but not filled: the compiled ops and Triton launches it
+        calls (module-level functions of SGLang's alignment module other than the entry itself) do
+        nothing meanwhile. For a process without a GPU that only captures compile requests
+        (``python -m remote prepare``): a kernel is specialised on these sizes (``EM`` =
+        ``sorted_token_ids.shape[0]``), never on their values. Raises what SGLang's code raises
+        where a release's alignment is a compiled op through and through."""
+        mod = self.align_module
+        stubbed = {n: v for n, v in vars(mod).items()
+                   if callable(v) and not isinstance(v, type) and v is not self.align
+                   and str(getattr(v, "__module__", "") or "").startswith(("sglang", "sgl_kernel"))}
+        try:
+            for n in stubbed:
+                setattr(mod, n, lambda *a, **k: None)
+            return self.align(topk_ids, int(block_m), num_experts)
+        finally:
+            for n, v in stubbed.items():
+                setattr(mod, n, v)
+
     def clear_config_cache(self) -> None:
         """Drop SGLang's in-process config cache (``get_moe_configs`` is an lru_cache)."""
         clear = getattr(self.get_moe_configs, "cache_clear", None)
@@ -316,14 +336,23 @@ class SglangProblem:
     filled with random values so the activation never sees garbage), ``cache2`` [rows, N]
     (down input), ``cache3`` [M, top_k, hidden] (down output). ``weights``: reuse
     ``(w1, w2, (w1_scale, w2_scale) | None)`` of another batch size; ``empty_weights``:
-    uninitialised weights (compiling only).
+    uninitialised weights (compiling only); ``shape_only``: uninitialised weights and buffers, and
+    the alignment's tensors allocated but not computed (:meth:`SglangKernel.align_shapes`), for
+    capturing compile requests on the CPU (``python -m remote prepare``). ``routing``: the tune's
+    :class:`remote.tuning.tuner.routing.Routing` (or its dict; None: random router logits): with a
+    fused shared expert every row also runs expert ``E - 1`` (``top_k`` is then the routed experts
+    and ``self.top_k`` the kernel's top-k, as SGLang's ``select_experts`` returns it), a recorded
+    routing or a skew replace the random logits; ``routing_info`` says what was timed.
     """
 
     def __init__(self, kernel: SglangKernel, E: int, N: int, hidden: int, top_k: int, M: int, dtype, device,
-                 seed: int, weights=None, quant=None, empty_weights: bool = False):
+                 seed: int, weights=None, quant=None, empty_weights: bool = False, routing=None,
+                 shape_only: bool = False):
         from ...tuning.kernel.reference import route
 
         self.k = kernel
+        self.shape_only = shape_only
+        empty_weights = empty_weights or shape_only
         self.E, self.N, self.hidden, self.top_k, self.M = E, N, hidden, top_k, M
         self.dtype, self.device = dtype, torch.device(device)
         self.quant = quant
@@ -357,10 +386,21 @@ class SglangProblem:
         self.w1_scale, self.w2_scale, self.w1_zp, self.w2_zp = scales if scales else (None, None, None, None)
         self.x = torch.randn(M, hidden, generator=gen, device=self.device).to(dtype)
         self.router_logits = torch.randn(M, E, generator=gen, device=self.device)
-        self.topk_weights, self.topk_ids = route(M, E, top_k, logits=self.router_logits)
+        from ...tuning.tuner.routing import Routing, info_of, make
+        rt = routing if isinstance(routing, Routing) else Routing.from_dict(routing)
+        if rt.synthetic:
+            self.topk_weights, self.topk_ids = route(M, E, top_k, logits=self.router_logits)
+            self.routing_info = info_of(rt, self.topk_ids, E)
+        else:
+            self.topk_weights, self.topk_ids, self.routing_info = make(rt, M, E, top_k, seed, self.device)
+            top_k = self.top_k = int(self.topk_ids.shape[1])
         rows = self.rows(256, True)
-        self.cache1 = torch.randn(rows, 2 * N, generator=gen, device=self.device).to(dtype)
-        self.cache2 = torch.randn(rows, N, generator=gen, device=self.device).to(dtype)
+        if shape_only:
+            self.cache1 = torch.empty(rows, 2 * N, device=self.device, dtype=dtype)
+            self.cache2 = torch.empty(rows, N, device=self.device, dtype=dtype)
+        else:
+            self.cache1 = torch.randn(rows, 2 * N, generator=gen, device=self.device).to(dtype)
+            self.cache2 = torch.randn(rows, N, generator=gen, device=self.device).to(dtype)
         self.cache3 = torch.zeros(M, top_k, hidden, device=self.device, dtype=dtype)
         self._routing = {}
 
@@ -391,7 +431,8 @@ class SglangProblem:
         """SGLang's ``moe_align_block_size`` for ``block_m`` (cached):
         ``(sorted_token_ids, expert_ids, num_tokens_post_padded)``."""
         if block_m not in self._routing:
-            self._routing[block_m] = self.k.align(self.topk_ids, int(block_m), self.E)
+            align = self.k.align_shapes if self.shape_only else self.k.align
+            self._routing[block_m] = align(self.topk_ids, int(block_m), self.E)
         return self._routing[block_m]
 
 
@@ -498,14 +539,36 @@ class SglangProvider:
     # ------------------------------------------------------------------ problems
 
     def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None,
-                     quant=None, empty_weights: bool = False) -> SglangProblem:
+                     quant=None, empty_weights: bool = False, routing=None, shape_only: bool = False) -> SglangProblem:
         """A :class:`SglangProblem` for ``shape`` (E, N, hidden, topk; N as the file names it, i.e.
         the stored ``w2.shape[2]``, half the intermediate size for int4) and batch size M; ``quant``
-        as the tuner spec's entry (:func:`remote.tuning.kernel.formats.from_quant`)."""
+        as the tuner spec's entry (:func:`remote.tuning.kernel.formats.from_quant`); ``routing`` the
+        spec's routing entry (:class:`remote.tuning.tuner.routing.Routing`, None: random logits);
+        ``shape_only``: see :class:`SglangProblem`."""
         fmt = formats.from_quant(quant)
         N = shape["N"] * 2 if fmt is not None and fmt.packed else shape["N"]
         return SglangProblem(self.k, shape["E"], N, shape["hidden"], shape["topk"], M, DTYPES[dtype],
-                             device, seed, weights, fmt, empty_weights=empty_weights)
+                             device, seed, weights, fmt, empty_weights=empty_weights, routing=routing,
+                             shape_only=shape_only)
+
+    def floor_inputs(self, p: SglangProblem):
+        """What the floor of :mod:`remote.tuning.tuner.floor` needs of problem ``p``
+        (:class:`~remote.tuning.tuner.floor.GemmShape`): weight bits and scale bytes per weight of the
+        format, activation bytes the GEMMs read (1 for w8a8, whose activations SGLang quantizes), and
+        the MMA class (fp8/int8 for w8a8; bf16 for 16-bit weights and the weight-only formats, which
+        SGLang's ``fused_moe_kernel_gptq_awq`` dequantizes to the activation dtype)."""
+        from ...tuning.tuner.floor import GemmShape
+        from ...tuning.tuner.routing import expert_counts
+        q = p.quant
+        w_bits, a_bytes, mma, scale = 8 * p.dtype.itemsize, p.dtype.itemsize, "bf16", 0.0
+        if q is not None:
+            if q.weight_only:
+                w_bits = 4 if q.packed else 8
+                scale = (p.dtype.itemsize + (0.5 if q.has_zp else 0.0)) / max(1, int(q.group_size))
+            else:
+                w_bits, a_bytes, mma = 8, 1, ("fp8" if q.dtype == "fp8_w8a8" else "int8")
+        return GemmShape(E=p.E, N=p.N, hidden=p.hidden, M=p.M, counts=tuple(expert_counts(p.topk_ids, p.E)),
+                         w_bits=w_bits, a_bytes=a_bytes, mma=mma, scale_bytes=scale)
 
     def default_config(self, p: SglangProblem) -> dict:
         """SGLang's default config for this problem (``get_default_config``)."""
@@ -542,6 +605,11 @@ class SglangProvider:
         else:
             kw.update(A=p.cache2[: p.rows(bm, tma)], B=p.w2, C=p.cache3, A_scale=None, B_scale=p.w2_scale,
                       B_zp=p.w2_zp, mul_routed_weight=True, top_k=1)
+            if "router_topk" in self.k.invoke_params:
+                # SGLang 0.5.11-0.5.23 fused_moe.py passes router_topk=topk to the down GEMM (the
+                # kernel's ROUTER_TOPK constexpr, read only on fused-output paths): the same kernel,
+                # so the server's launch finds the tuner's binary instead of compiling another
+                kw["router_topk"] = p.top_k
             flags = {"a_use_tma": True, "b_use_tma": True} if tma else {}
         for f in flags:
             if f not in self.k.invoke_params:
@@ -732,9 +800,12 @@ class SglangProvider:
 
     # ------------------------------------------------------------------ compile
 
-    def precompile_args(self, shape, dtype, quant=None):
-        """Picklable arguments of :func:`compile_one` (the batch size is added per job)."""
-        return dict(shape=dict(shape), dtype=dtype, quant=quant)
+    def precompile_args(self, shape, dtype, quant=None, routing=None):
+        """Picklable arguments of :func:`compile_one` (the batch size is added per job). ``routing``:
+        the spec's routing entry; the workers get its fused shared experts only (the kernel is
+        specialised on the top-k and the buffer sizes, which the routing's values do not change)."""
+        shared = int((routing or {}).get("shared") or 0)
+        return dict(shape=dict(shape), dtype=dtype, quant=quant, **({"routing": {"shared": shared}} if shared else {}))
 
     def compile_workers(self, shape: dict, dtype: str, quant, device: str) -> int:
         """How many compile processes fit: each holds the problem's weights and buffers on the
@@ -762,14 +833,28 @@ class SglangProvider:
         specialises the real tensors, TMA descriptors and launch options, and Triton's launch path
         hands them to ``compile``); ``[]`` for a kernel already loaded in this process. Raises
         :class:`remote.tuning.tuner.aot.CaptureError` when the launch path cannot be captured, and
-        whatever SGLang's launch code raises for a config it rejects."""
+        whatever SGLang's launch code raises for a config it rejects. ``up_sorted``: the up GEMM as
+        the server launches it when the down GEMM uses TMA (:meth:`server_variants`)."""
         from ...tuning.tuner import aot
         fns = aot.jit_functions(self.k.kernel_module)
         out = []
         for gemm in (("up", "down") if kind == "joint" else (kind,)):
-            kw = self._launch_kwargs(p, gemm, cfg)  # routing computed here, outside the capture
+            kw = self._launch_kwargs(p, "up" if gemm == "up_sorted" else gemm, cfg)  # routing computed here
+            if gemm == "up_sorted":
+                kw["c_sorted"] = True
             out += aot.capture(fns, lambda kw=kw: self.k.invoke(**kw))
         return out
+
+    def server_variants(self, p: SglangProblem, kind: str) -> tuple[str, ...]:
+        """Other launches the server makes of GEMM ``kind`` with the same config, as kinds of
+        :meth:`kernel_specs`: SGLang 0.5.23 ``fused_moe.py`` launches the up GEMM with
+        ``c_sorted=down_moe_use_tma`` (its output in the sorted, block-padded layout the TMA down GEMM
+        reads), another kernel than the up GEMM timed alone; ``("up_sorted",)`` for ``up`` where the
+        down GEMM may use TMA here, else ``()``. The prepare step compiles these too, so the
+        whole-kernel stage after the stop finds them (``python -m remote prepare``)."""
+        if kind == "up" and "down" in self.tma_kinds_for(p) and "c_sorted" in self.k.invoke_params:
+            return ("up_sorted",)
+        return ()
 
     compile_target = "remote.engines.sglang.provider:compile_one"
     #: SGLang's kernel is specialised on M-dependent integers: candidates compile per batch size
@@ -779,7 +864,7 @@ class SglangProvider:
 _worker_state: dict = {}
 
 
-def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: int = 1):
+def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: int = 1, routing=None):
     """Compile SGLang's GEMM for (kind, cfg) at batch size M without launching it (worker
     processes of :class:`remote.tuning.tuner.compile.Compiler`). SGLang's own launch code runs with
     its kernels switched to Triton's compile-only mode (``JITFunction.run(warmup=True)``) on
@@ -797,12 +882,13 @@ def compile_one(kind: str, cfg: dict, shape: dict, dtype: str, quant=None, M: in
                         obj.run = (lambda _run: lambda *a, **kw: _run(*a, **dict(kw, warmup=True)))(run)
             st["provider"] = prov
         prov = st["provider"]
-        key = (M, json.dumps(shape, sort_keys=True), dtype, json.dumps(quant))
+        key = (M, json.dumps(shape, sort_keys=True), dtype, json.dumps(quant), json.dumps(routing))
         if st.get("key") != key:
             st.pop("problem", None)
             # the real shapes (uninitialised weights): every integer the kernel is specialised on
             # (strides, descriptor shapes, alignment sizes) matches the timing process's launch
-            st["problem"] = prov.make_problem(shape, M, dtype, "cuda", 0, quant=quant, empty_weights=True)
+            st["problem"] = prov.make_problem(shape, M, dtype, "cuda", 0, quant=quant, empty_weights=True,
+                                              routing=routing)
             st["key"] = key
         p = st["problem"]
         if kind == "down":  # compile the GEMM only (the activation kernel does not depend on cfg)

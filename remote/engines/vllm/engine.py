@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from ...protocol import BadInput
 from ..launch import ContainerHook, Launch
-from ..records import AutotuneState, Generation, HttpRequest, MoeLogReport, MoeRunner
+from ..records import AutotuneState, Generation, HttpRequest, MoeLogReport, MoeRunner, RootHazards
 from . import autotune, env, http, launcher, lookup, model_flags, moe_log, naming, server_args
 from . import runner as runner_rules
 
@@ -126,6 +126,24 @@ class VllmEngine:
         """:func:`remote.engines.vllm.lookup.lookup_facts`."""
         return lookup.lookup_facts(config_dir=config_dir, triton_version=triton_version, device_name=device_name,
                                    shape=shape, warnings=warnings)
+
+    def files_bypassed(self, server: server_args.ServerArgs, version: str | None) -> str | None:
+        """None: no vLLM server flag makes it skip the files (``VLLM_BATCH_INVARIANT=1``, which does,
+        is an environment variable: the probe's lookup sees it, ``would_load`` None)."""
+        return None
+
+    def root_hazards(self, *, configs_root: str | None, unparsable: list[str], misses: Mapping[str, bool],
+                     loader_rules: Mapping[str, Any], environment: Mapping[str, str], working_directory: str | None,
+                     folder_exists: Callable[[str], bool | None]) -> RootHazards:
+        """:func:`remote.engines.vllm.lookup.root_hazards` (vLLM lists no folder, so no entry can
+        crash its lookup; an empty or relative ``VLLM_TUNED_CONFIG_FOLDER`` is read from the
+        server's working directory)."""
+        return lookup.root_hazards(environment, working_directory, folder_exists)
+
+    def pair_mismatch(self, up: Mapping[str, Any], down: Mapping[str, Any], version: str | None) -> str | None:
+        """None: vLLM runs one file for both GEMMs (0.34.0's ``_down.json`` is the down GEMM's own TMA
+        config, read alone: ``experts/triton_moe.py`` ``TritonExperts.apply``), so no pair must agree."""
+        return None
 
     # 6. the log model (moe_log.py)
     def last_start_at(self, text: str) -> int:
@@ -241,6 +259,10 @@ class VllmEngine:
         except OSError as exc:
             return f"cannot look for vLLM's fused-MoE kernel: {exc}"
         return None
+
+    def load_recorded_routing(self, path: str) -> Any:
+        """Raises ``ValueError``: orch reads no routing vLLM records (``orch_tune_routing_file``)."""
+        raise ValueError(f"{path}: orch reads no routing file recorded by vLLM")
 
 
 #: vLLM, the engine object the registry holds

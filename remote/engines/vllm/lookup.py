@@ -279,3 +279,22 @@ def lookup_facts(*, config_dir: str | None, triton_version: str | None, device_n
     return {"triton_folder": None, "exact_folder": None, "engine": found, "file_names": file_names,
             "install_dir": install_dir, "install_dir_exists": bool(install_dir and os.path.isdir(install_dir)),
             "existing": existing, "unparsable_folders": []}
+
+
+def root_hazards(environment: Any, working_directory: str | None, folder_exists: Any):
+    """The :class:`~remote.engines.records.RootHazards` of a vLLM server: no ``entries`` (vLLM's
+    lookup joins a name to each folder and never lists one, ``get_moe_configs``); ``config_dir`` when
+    the server's ``VLLM_TUNED_CONFIG_FOLDER`` is set but empty or relative: vLLM joins it to its working
+    directory (``working_directory``, else ``/``, systemd's default) and finds no file where orch's
+    probe looked, so the tuned files are ``not-loaded`` (never a crash: a missing folder is a
+    missing file)."""
+    from ..records import RootHazards
+
+    value = environment.get(TUNED_FOLDER_ENV)
+    if value is None or value.startswith("/"):
+        return RootHazards()
+    root = os.path.normpath(os.path.join(working_directory or "/", value))
+    why = (f"{TUNED_FOLDER_ENV}={value!r} is {'empty' if not value else 'relative'}: vLLM reads it from the "
+           f"server's working directory ({root}), not where orch looks")
+    return RootHazards(config_dir={"value": value, "configs_root": root, "why": why, "exists": folder_exists(root),
+                                   "state": "not-loaded"})

@@ -25,7 +25,8 @@ def quant_spec(quant):
 
 class Problem:
     """Inputs for one batch size M: random x [M, hidden], routing from a softmax top-k of
-    random logits, shared weights, and reusable buffers. Inputs are never zeros.
+    random logits (or the tune's :class:`remote.tuning.tuner.routing.Routing`: fused shared expert,
+    recorded routing, skew), shared weights, and reusable buffers. Inputs are never zeros.
 
     ``weights``: ``(w1 [E, 2N, hidden], w2 [E, hidden, N], qw)`` reused across batch sizes of
     a worker (regenerated only when absent). ``seed`` seeds x and the routing logits.
@@ -34,10 +35,13 @@ class Problem:
     :class:`remote.tuning.kernel.quant.QuantWeights`), x and the down GEMM's input are also kept
     quantized (``xq``/``xs``, ``aq``/``as_``) so a single GEMM is timed without the
     quantization step, which no config changes.
+    ``routing``: a :class:`remote.tuning.tuner.routing.Routing` (or its dict), None for the synthetic
+    routing; ``top_k`` is then the routed experts per token and ``self.top_k`` the kernel's (fused
+    shared experts added); ``routing_info`` says what was timed.
     """
 
     def __init__(self, E: int, N: int, hidden: int, top_k: int, M: int, dtype: torch.dtype, device: str,
-                 seed: int, weights=None, quant=None):
+                 seed: int, weights=None, quant=None, routing=None):
         from ..kernel.fused_moe import make_buffers
         from ..kernel.reference import route
 
@@ -61,7 +65,14 @@ class Problem:
         self.w1, self.w2, self.qw = weights
         self.x = torch.randn(M, hidden, generator=gen, device=self.device, dtype=torch.float32).to(dtype)
         logits = torch.randn(M, E, generator=gen, device=self.device, dtype=torch.float32)
-        self.topk_weights, self.topk_ids = route(M, E, top_k, logits=logits)
+        from ..tuner.routing import Routing, info_of, make
+        rt = routing if isinstance(routing, Routing) else Routing.from_dict(routing)
+        if rt.synthetic:
+            self.topk_weights, self.topk_ids = route(M, E, top_k, logits=logits)
+            self.routing_info = info_of(rt, self.topk_ids, E)
+        else:
+            self.topk_weights, self.topk_ids, self.routing_info = make(rt, M, E, top_k, seed, self.device)
+            top_k = self.top_k = int(self.topk_ids.shape[1])
         self.flat_weights = self.topk_weights.reshape(-1).contiguous()
         self.buffers = make_buffers(M, top_k, N, hidden, dtype, self.device, fill=0.0)
         # the down GEMM's input gets real (random, non-zero) activations
@@ -93,11 +104,23 @@ class BuiltinProvider:
     separable = True
 
     def make_problem(self, shape: dict, M: int, dtype: str, device: str, seed: int, weights=None,
-                     quant=None) -> Problem:
+                     quant=None, routing=None) -> Problem:
         """A :class:`Problem` for ``shape`` (keys E, N, hidden, topk) and batch size M;
-        ``quant`` as the tuner spec's entry (see :func:`quant_spec`)."""
+        ``quant`` as the tuner spec's entry (see :func:`quant_spec`); ``routing`` the spec's routing
+        entry (:class:`remote.tuning.tuner.routing.Routing` dict, None: synthetic)."""
         return Problem(shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype], device, seed,
-                       weights, quant_spec(quant))
+                       weights, quant_spec(quant), routing=routing)
+
+    def floor_inputs(self, p: Problem):
+        """What the floor of :mod:`remote.tuning.tuner.floor` needs of problem ``p``
+        (:class:`~remote.tuning.tuner.floor.GemmShape`): fp8 weights and activations are 1 byte and run
+        fp8 MMAs; 16-bit ones bf16 MMAs."""
+        from ..tuner.floor import GemmShape
+        from ..tuner.routing import expert_counts
+        fp8 = p.qw is not None
+        return GemmShape(E=p.E, N=p.N, hidden=p.hidden, M=p.M, counts=tuple(expert_counts(p.topk_ids, p.E)),
+                         w_bits=8 if fp8 else 8 * p.dtype.itemsize, a_bytes=1 if fp8 else p.dtype.itemsize,
+                         mma="fp8" if fp8 else "bf16")
 
     def gemm_fn(self, p: Problem, kind: str, cfg: dict):
         """A zero-argument callable launching one GEMM (``up`` or ``down``) with ``cfg``.
@@ -151,9 +174,11 @@ class BuiltinProvider:
     compile_target = "remote.tuning.providers.builtin:compile_one"
     compile_per_batch = False
 
-    def precompile_args(self, shape: dict, dtype: str, quant=None) -> dict:
-        """Picklable arguments for :func:`compile_one`."""
-        return dict(dtype=dtype, E=shape["E"], N=shape["N"], hidden=shape["hidden"], top_k=shape["topk"],
+    def precompile_args(self, shape: dict, dtype: str, quant=None, routing=None) -> dict:
+        """Picklable arguments for :func:`compile_one` (``routing``: the spec's entry; its fused shared
+        experts add to the kernel's top-k)."""
+        shared = int((routing or {}).get("shared") or 0)
+        return dict(dtype=dtype, E=shape["E"], N=shape["N"], hidden=shape["hidden"], top_k=shape["topk"] + shared,
                     quant=quant)
 
 

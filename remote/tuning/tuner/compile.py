@@ -181,12 +181,18 @@ class TargetCompiler:
     (``fallback_reason`` says why; it goes to the tune report). Stats: ``seconds`` (time waiting
     for compiles), ``capture_s`` (time capturing), ``sent`` (compile requests sent), ``mode``
     (``"target"``, or ``"context"`` after a fallback).
+
+    ``prepared``: identities (:meth:`~.aot.KernelSpec.ident`) of compile requests already
+    compiled into this process's Triton cache before the unit stopped (``python -m remote
+    prepare``, :mod:`.prepared`): such a request is not sent again (``prepared_jobs`` counts the jobs
+    whose requests were all prepared, ``sent`` the rest), and the worker processes are started
+    without waiting for them, so the first launches of prepared kernels go on while they start (on
+    the H200 the wait for 15 workers took about 20 s, docs/benchmarks.md §4.8).
     """
 
     mode = "target"
 
-    def __init__(self, workers: int | None = None, fallback=None):
-        from .aot import worker_init
+    def __init__(self, workers: int | None = None, fallback=None, prepared=None):
         self.workers = workers or max(1, (os.cpu_count() or 2) - 1)
         self.enabled = True
         self.failed: dict = {}
@@ -205,20 +211,38 @@ class TargetCompiler:
         self.launch_hits = 0
         self.launch_compiles = 0
         self._names: set = set()
-        self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
-                                            initializer=worker_init)
-        self._start_workers()
+        self.prepared = 0
+        self.prepared_jobs = 0
+        self._pool = None
+        if prepared is not None:
+            done = cf.Future()
+            done.set_result((True, ""))
+            self._specs = {ident: done for ident in prepared}
+            self.prepared = len(self._specs)
+        self._ensure_pool(wait=prepared is None)
         self._listen()
 
-    def _start_workers(self) -> None:
+    def _ensure_pool(self, wait: bool = True):
+        """The worker pool, started now if it is not yet (``wait``: until every worker is up)."""
+        if self._pool is None:
+            from .aot import worker_init
+            self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
+                                                initializer=worker_init)
+            self._start_workers(wait)
+        return self._pool
+
+    def _start_workers(self, wait: bool = True) -> None:
         """Start every worker now with no GPU visible from its first instruction (a site hook that
         imports torch runs before the initializer). This process's CUDA is initialised already
-        (the timer's buffers), so the environment change for the spawn does not reach it."""
+        (the timer's buffers), so the environment change for the spawn does not reach it. Each
+        ``submit`` spawns its process before it returns (a spawned pool starts one per job while
+        none is idle), so the environment holds for every worker also without ``wait``."""
         from .aot import HIDE_GPUS
         saved = {k: os.environ.get(k) for k in HIDE_GPUS}
         os.environ.update(HIDE_GPUS)
         try:
-            for f in [self._pool.submit(os.getpid) for _ in range(self.workers)]:
+            futs = [self._pool.submit(os.getpid) for _ in range(self.workers)]
+            for f in futs if wait else ():
                 f.result()
         finally:
             for k, v in saved.items():
@@ -296,9 +320,12 @@ class TargetCompiler:
                 continue
             self.capture_s += time.perf_counter() - t0
             new = [s for s in specs if s.ident() not in self._specs]
+            if self.prepared and specs and not new:
+                self.prepared_jobs += 1
+                self._names.update(s.fn for s in specs)  # their first launches count as hits or compiles
             if new:
                 try:
-                    fut = self._pool.submit(_compile_job, new)
+                    fut = self._ensure_pool().submit(_compile_job, new)
                 except (cf.process.BrokenProcessPool, RuntimeError) as exc:
                     self._fall_back(f"CPU compile workers unavailable: {type(exc).__name__}: {exc}")
                     return out
@@ -351,6 +378,8 @@ class TargetCompiler:
         """What the tune report records about compilation."""
         return {"mode": self.mode, "workers": self.workers if self._inner is None else None,
                 "fallback_reason": self.fallback_reason, "sent": self.sent, "failed": len(self.failed),
+                "prepared": self.prepared, "prepared_jobs": self.prepared_jobs,
+                "pool_started": self._pool is not None or self._inner is not None,
                 "launch_cache_hits": self.launch_hits, "launch_compiles": self.launch_compiles,
                 "notes": sorted(self.notes),
                 "capture_s": round(self.capture_s, 3), "wait_s": round(self.seconds + (self._inner.seconds

@@ -6,7 +6,17 @@ A ``spec`` is a plain dict (picklable): ``shape`` {E, N, hidden, topk}, ``dtype`
 ``dtype_selector``, ``block_shape``, ``shipped`` ({"up": cfg-dict, "down": cfg-dict|None}
 or None), ``check`` (bool: verify tuned configs against the float64 reference), ``quant``
 (``None``, or ``{"block_shape": None | [bn, bk]}`` for fp8_w8a8: ``dtype`` is then the
-activation/output dtype and the weights are fp8 e4m3).
+activation/output dtype and the weights are fp8 e4m3), ``routing`` (the
+:class:`~.routing.Routing` dict every problem is built with: fused shared expert, recorded routing,
+skew; None: random router logits), ``budget_s`` (seconds of GPU timing per GPU for all its batch
+sizes, :mod:`.floor`; None or 0: unbounded; no budget applies on the CPU, whose times are the
+interpreter's) and ``ceilings`` (the :class:`~.floor.Ceilings` dict the floor uses instead of the
+device's: tests).
+
+Per batch size: the search (with its share of the budget and the floor rule), then the second
+opinion (:mod:`.opinion`: the tuned pair, SGLang's default and the shipped pair timed again on fresh
+inputs; a pick slower there than the shipped entry, or than the default where nothing is shipped,
+is replaced by it), then the correctness check.
 
 Events passed to ``emit(event)`` are the records of :mod:`remote.tuning.tuner.events`:
 :class:`~.events.Progress`, :class:`~.events.Log`, :class:`~.events.Done`, :class:`~.events.Error`
@@ -89,6 +99,21 @@ def check_tuned(provider, problem, up: dict, down: dict) -> tuple[bool, dict]:
     return err < out["rel_err_bar"], out
 
 
+def make_problem(provider, shape: dict, M: int, dtype: str, device: str, seed: int, weights, quant, routing):
+    """``provider.make_problem`` with the tune's routing (:mod:`.routing`). A provider whose
+    ``make_problem`` takes no ``routing`` runs the synthetic routing only: ValueError when the tune
+    asks for another (a fused shared expert, a recording, a skew)."""
+    import inspect
+
+    from .routing import Routing
+    if "routing" in inspect.signature(provider.make_problem).parameters:
+        return provider.make_problem(shape, M, dtype, device, seed, weights, quant=quant, routing=routing)
+    if not Routing.from_dict(routing).synthetic:
+        raise ValueError(f"the {provider.name} provider times no routing but random router logits; this tune asks "
+                         f"for {Routing.from_dict(routing).describe()}")
+    return provider.make_problem(shape, M, dtype, device, seed, weights, quant=quant)
+
+
 def shipped_pair(shipped: dict | None, M: int):
     """SGLang 0.5.23's choice from a shipped up/down config pair for M: the entry with the
     key closest to M of each file; a missing down file reuses the up entry without TMA; a
@@ -110,8 +135,10 @@ def shipped_pair(shipped: dict | None, M: int):
 def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> None:
     """Tune ``batch_sizes`` one after another on ``device`` (``cuda:i`` or ``cpu``)."""
     from ..providers import get_provider
+    from . import floor as fl
     from . import space as sp
     from .compile import Compiler
+    from .opinion import second_opinion, verdict as opinion_verdict
     from .search import Evaluator, search
     from .timing import Timer
 
@@ -127,16 +154,37 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
     elem = 1 if quant is not None else {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
     block_k = int(quant["block_shape"][1]) if quant and quant.get("block_shape") else None
     shape = spec["shape"]
+    routing = spec.get("routing")
+    ceil = fl.Ceilings.from_dict(spec["ceilings"]) if spec.get("ceilings") else None
+    budget_s = float(spec.get("budget_s") or 0) or None
+    if cpu:
+        budget_s = None  # the interpreter's wall clock is not GPU time
     weights = None
     prev = None  # this worker's last winner: warm start for the next batch size
+    plan = None  # {M: expected cost} of the batch sizes (the budget's split)
+    t_budget0 = timer.stats.seconds
     try:
-        for M in batch_sizes:
+        for i_m, M in enumerate(batch_sizes):
             t_start = time.perf_counter()
             try:
-                p = provider.make_problem(shape, M, spec["dtype"], device, spec["seed"] + M, weights, quant=quant)
+                p = make_problem(provider, shape, M, spec["dtype"], device, spec["seed"] + M, weights, quant, routing)
                 weights = p.weights
                 ev = Evaluator(provider, p, timer, compiler, log=lambda m, lvl="info": emit(Log(m, lvl)), cpu=cpu,
                                screen=spec.get("screen") or DEFAULT_SCREEN)
+                floors = None
+                if ceil is None and not cpu:
+                    ceil = fl.device_ceilings(device)
+                if ceil is not None and callable(getattr(provider, "floor_inputs", None)):
+                    g = provider.floor_inputs(p)
+                    floors = fl.Floors(g, ceil)
+                    ev.pruner = fl.Pruner(floors, ev.kinds)
+                    if plan is None:
+                        plan = {m: fl.cost_weight(fl.Floors(fl.planned(g, m), ceil).planned_whole_us())
+                                for m in batch_sizes}
+                if budget_s is not None:
+                    left = budget_s - (timer.stats.seconds - t_budget0)
+                    w = {m: (plan or {}).get(m, 1.0) for m in batch_sizes[i_m:]}
+                    ev.budget = fl.Budget(fl.allocate(left, w, M), timer)
                 short0 = (timer.stats.shortened, timer.stats.calls_saved)
                 own_default = getattr(provider, "default_config", None)
                 default = (own_default(p) if own_default else
@@ -148,17 +196,40 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 prefer = ([("shipped", sh[0], sh[1])] if sh else []) + [("default", default, default)]
                 split0 = _split_marks(compiler, timer)
                 t_m = time.perf_counter()
-                res = search(ev, spec["space"], M, shape["E"], shape["topk"], smem, elem,
+                res = search(ev, spec["space"], M, shape["E"], getattr(p, "top_k", shape["topk"]), smem, elem,
                              progress=lambda best, M=M: emit(Progress(M, best)), hints=hints, block_k=block_k,
                              prefer=prefer)
                 t_search, split1 = time.perf_counter(), _split_marks(compiler, timer)
-                prev = (res["up"], res["down"])
+                res["routing"] = dict(getattr(p, "routing_info", None) or {"kind": "synthetic"})
+                res["budget"] = dict(ev.budget.report(), floor=("on: " + ceil.source) if ev.pruner is not None else
+                                     "off: the device's ceilings are unknown here")
                 # SGLang's kernel: "default" is what the server does without a file
                 no_file = (None, None) if own_default else (default, default)
-                variants = {"default": no_file, "tuned": (res["up"], res["down"])}
+                variants = {"tuned": (res["up"], res["down"]), "default": no_file}
                 if sh:
                     variants["shipped"] = sh
-                times = compare(provider, p, timer, variants, cpu)
+                # the second opinion: fresh inputs (another seed, the same routing), interleaved rounds
+                p2 = make_problem(provider, shape, M, spec["dtype"], device, spec["seed"] + 100003 + M, weights, quant,
+                                  routing)
+                tags = {f.get("tag"): f.get("whole_us") for f in res.get("final") or []}
+                est = {"tuned": res.get("whole_us"), "default": tags.get("default"), "shipped": tags.get("shipped")}
+                op = second_opinion(provider, p2, timer, variants, cpu, estimates=est)
+                del p2
+                baseline = "shipped" if sh else "default"
+                replace, why = opinion_verdict(op, baseline)
+                op["baseline"], op["verdict"] = baseline, why
+                if replace:
+                    up_b, down_b = variants[baseline] if variants[baseline][0] is not None else (default, default)
+                    res["replaced"] = {"by": baseline, "search_pick": {"up": res["up"], "down": res["down"]},
+                                       "why": why}
+                    res["up"], res["down"] = dict(up_b), dict(down_b, BLOCK_SIZE_M=up_b["BLOCK_SIZE_M"])
+                    res["pick"] = f"{baseline} (replaced after the second opinion)"
+                    emit(Log(f"M={M}: {why}", "warning"))
+                res["second_opinion"] = op
+                times = dict(op["us"])
+                if replace:  # what is written now is the baseline: its time is the tuned time
+                    times["tuned"] = times[baseline]
+                prev = (res["up"], res["down"])
                 t_compare = time.perf_counter()
                 res["default_config"] = default
                 res["default_us"] = times["default"]
@@ -168,8 +239,8 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 res["speedup_vs_default"] = _ratio(times["default"], times["tuned"])
                 res["speedup_vs_shipped"] = _ratio(times.get("shipped"), times["tuned"])
                 if spec.get("check", True):
-                    small = provider.make_problem(shape, min(M, 256), spec["dtype"], device, spec["seed"] + 7 * M,
-                                                  weights, quant=quant)
+                    small = make_problem(provider, shape, min(M, 256), spec["dtype"], device, spec["seed"] + 7 * M,
+                                         weights, quant, routing)
                     if hasattr(compiler, "bind") and getattr(small, "M", M) != M:  # other specialisations
                         compiler.bind(provider, small)
                         compiler.compile([("up", res["up"]), ("down", res["down"])], M=small.M)
@@ -222,7 +293,10 @@ def make_compiler(provider, spec: dict, device: str):
     (:func:`.aot.available`); else, or with ``spec["compile_mode"] == "context"``, a
     :class:`~.compile.Compiler` whose workers hold a CUDA context (their number capped by the
     provider's ``compile_workers``, i.e. GPU memory). ``fallback_reason`` of the result says why
-    the target path was not taken (None when it was). Raises ValueError for an unknown mode."""
+    the target path was not taken (None when it was). ``spec["prepared"]``: identities of compile
+    requests compiled before the stop (``python -m remote prepare``), handed to the
+    :class:`~.compile.TargetCompiler` (not sent again; its workers start at the first other one).
+    Raises ValueError for an unknown mode."""
     from . import aot
     from .compile import Compiler, TargetCompiler
     mode = spec.get("compile_mode") or DEFAULT_COMPILE_MODE
@@ -237,7 +311,12 @@ def make_compiler(provider, spec: dict, device: str):
         if fits is not None:
             cap = fits(spec["shape"], spec["dtype"], spec.get("quant"), device)
             n = min(n, cap) if n else cap
-        return Compiler(provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")),
+        import inspect
+        takes = "routing" in inspect.signature(provider.precompile_args).parameters
+        pargs = (provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant"), routing=spec["routing"])
+                 if spec.get("routing") and takes else
+                 provider.precompile_args(spec["shape"], spec["dtype"], spec.get("quant")))
+        return Compiler(pargs,
                         provider.compile_target, device_index=idx, workers=n,
                         per_batch=getattr(provider, "compile_per_batch", False))
 
@@ -246,7 +325,7 @@ def make_compiler(provider, spec: dict, device: str):
                             else f"the {provider.name} provider hands over no compile requests (kernel_specs)"))
     if not why:
         try:
-            return TargetCompiler(workers=workers, fallback=context)
+            return TargetCompiler(workers=workers, fallback=context, prepared=spec.get("prepared"))
         except Exception as exc:  # e.g. the CPU workers could not start
             why = f"CPU compile workers did not start: {type(exc).__name__}: {str(exc)[:200]}"
     c = context()

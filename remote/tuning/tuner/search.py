@@ -30,13 +30,30 @@ newer), TMA on/off is one more coordinate: ``full`` times every config both ways
 adds it to the neighbours of coordinate descent and tries the hints both ways.
 - ``smoke``: the few configs of ``space.smoke_space`` (CPU test bed).
 Candidates that fail to compile or launch are logged and skipped.
+
+Bounded time (``Evaluator.budget``, a :class:`~.floor.Budget`: this batch size's share of
+``tune --budget``; ``Evaluator.pruner``, a :class:`~.floor.Pruner`: the bandwidth/FLOP floor of each
+candidate, ``remote.tuning.tuner.floor``). With a budget, ``fast`` screens the hints and the
+caller's preferred configs first (always timed), then the seeds round-robin over BLOCK_SIZE_M, each
+BLOCK_SIZE_M's seeds in the order of their floors (so a cut leaves every BLOCK_SIZE_M sampled), and
+each stage stops timing new candidates once its part of the share is spent (:data:`STAGE_SHARE`:
+screening, refinement rounds, finalists' re-timing; the whole-kernel stage times the preferred pairs
+and as many finalist pairs as the rest allows, at least one). A screening measurement whose one call
+is already :data:`RACE` times slower than the time to beat at its BLOCK_SIZE_M stops there (the
+timer's race cut-off). Without a budget nothing is cut and the order is the earlier one. The floor
+rule applies with or without a budget, wherever the device's ceilings are known: a candidate whose
+floor exceeds the time to beat is not timed. The counts land in the batch size's ``budget`` report
+entry. Kernels already measured slower than 1 ms keep 10 full-protocol replays of a shorter graph
+(``timing.SLOW_CALL_US``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 from . import space as sp
+from .floor import SLOW_CALL_US, SLOW_REPLAY_US, Budget
 
 FULL_PROTOCOL = dict(n_calls=10, reps=10)
 #: Whole-kernel times within this fraction of the fastest are a tie: timing noise on the H200 (two tunes of one
@@ -54,6 +71,13 @@ SCREEN_PROTOCOLS = {"adaptive": ADAPTIVE_SCREEN_PROTOCOL, "fixed": SCREEN_PROTOC
 #: the ``--screen`` value when none is given
 DEFAULT_SCREEN = "adaptive"
 CPU_PROTOCOL = dict(n_calls=1, reps=1)
+#: With a budget: the fraction of the batch size's share each stage may have spent when it times a
+#: new candidate (screening, refinement rounds, finalists re-timed with the full protocol); the
+#: whole-kernel stage gets the rest.
+STAGE_SHARE = {"screen": 0.45, "refine": 0.75, "final": 0.88}
+#: Race cut-off of a screening measurement with a budget: its one call exceeds the time to beat at
+#: its BLOCK_SIZE_M by more than this fraction (far beyond timing noise: it cannot win).
+RACE = 0.5
 
 
 class Evaluator:
@@ -65,11 +89,20 @@ class Evaluator:
     ``log``: callable(msg, level) for skipped candidates. ``cpu``: use the CPU protocol.
     ``screen``: the ``fast`` search's screening protocol, ``"adaptive"`` (fewer graph calls for
     slow candidates, :data:`ADAPTIVE_SCREEN_PROTOCOL`) or ``"fixed"`` (:data:`SCREEN_PROTOCOL`);
-    ValueError for another name.
+    ValueError for another name. ``budget``: this batch size's :class:`~.floor.Budget` (default:
+    unbounded); ``pruner``: the floor rule (:class:`~.floor.Pruner`) or None (module docstring).
     """
 
-    def __init__(self, provider, problem, timer, compiler=None, log=None, cpu=False, screen: str = DEFAULT_SCREEN):
+    def __init__(self, provider, problem, timer, compiler=None, log=None, cpu=False, screen: str = DEFAULT_SCREEN,
+                 budget: Budget | None = None, pruner=None):
         self.provider, self.p, self.timer, self.compiler = provider, problem, timer, compiler
+        #: this batch size's share of the tune's budget (``limit_s`` None: unbounded) and its counters
+        self.budget = budget if budget is not None else Budget(None, timer)
+        #: the floor rule (:class:`~.floor.Pruner`), or None where the device's ceilings are unknown
+        self.pruner = pruner
+        #: best measured time per GEMM and BLOCK_SIZE_M ``{kind: {bm: us}}`` (the floor rule's and the
+        #: race cut-off's time to beat)
+        self.best: dict = {}
         if screen not in SCREEN_PROTOCOLS:
             raise ValueError(f"screen must be one of {sorted(SCREEN_PROTOCOLS)}, got {screen!r}")
         #: the screening protocol of the ``fast`` search (``screen``: a key of SCREEN_PROTOCOLS)
@@ -97,6 +130,61 @@ class Evaluator:
             c["USE_TMA"] = True
         return c
 
+    @property
+    def bounded(self) -> bool:
+        """A budget limits this batch size's search."""
+        return self.budget.limit_s is not None
+
+    def known_us(self, kind: str, key: tuple) -> float | None:
+        """The least time any protocol measured for ``(kind, key)``, or None."""
+        ts = [v for (k, kk, _p), v in self.cache.items() if k == kind and kk == key and v is not None]
+        return min(ts) if ts else None
+
+    def _note_best(self, kind: str, key: tuple, us: float) -> None:
+        bm = int(key[0])
+        cur = self.best.setdefault(kind, {}).get(bm)
+        if cur is None or us < cur:
+            self.best[kind][bm] = us
+
+    def _floor_why(self, kind: str, cfg: dict) -> str | None:
+        if self.pruner is None or kind not in ("up", "down", "joint"):
+            return None
+        try:
+            return self.pruner.why(kind, cfg, self.best)
+        except Exception:  # a floor that cannot be computed prunes nothing
+            return None
+
+    def cutoff_us(self, kind: str, bm: int) -> float | None:
+        """The race cut-off of a screening measurement at BLOCK_SIZE_M ``bm`` (module docstring),
+        or None (no budget, nothing measured yet)."""
+        if not self.bounded:
+            return None
+        to_beat = []
+        same = (self.best.get(kind) or {}).get(bm)
+        if same is not None:
+            to_beat.append(same)
+        others = [k for k in self.kinds if k != kind]
+        if others and all(self.best.get(k) for k in self.kinds):
+            common = set.intersection(*[set(self.best[k]) for k in self.kinds])
+            if common:
+                total = min(sum(self.best[k][b] for k in self.kinds) for b in common)
+                lb = 0.0
+                if self.pruner is not None:
+                    lb = sum(self.pruner.f.min_gemm_us(k, bm) for k in others)
+                to_beat.append(total - lb)
+        return (1 + RACE) * max(to_beat) if to_beat else None
+
+    def _protocol_for(self, kind: str, key: tuple, protocol: dict) -> dict:
+        """The protocol ``protocol`` with the slow-kernel rule: a full-protocol measurement (no
+        ``replay_us``) of a candidate already measured slower than ``timing.SLOW_CALL_US`` gets
+        ``replay_us = timing.SLOW_REPLAY_US`` (10 replays of a shorter graph)."""
+        if self.cpu or protocol.get("replay_us"):
+            return protocol
+        t = self.known_us(kind, key)
+        if t is not None and t >= SLOW_CALL_US:
+            return dict(protocol, replay_us=SLOW_REPLAY_US)
+        return protocol
+
     def _fn(self, kind, cfg):
         if kind == "joint" and not self._joint_gemm:
             return self.provider.full_fn(self.p, cfg, cfg)
@@ -108,19 +196,34 @@ class Evaluator:
         import statistics
         proto = CPU_PROTOCOL if self.cpu else FULL_PROTOCOL
         samples: dict = {pr: [] for pr in pairs}
+        protos = {pr: proto if self.cpu else self._pair_protocol(pr) for pr in pairs}
         for _ in range(1 if self.cpu else max(1, rounds)):
             for pr in pairs:
                 if samples[pr] is None:
                     continue
                 try:
                     samples[pr].append(self.timer.time(self.provider.full_fn(self.p, sp.from_key(pr[0]),
-                                                                             sp.from_key(pr[1])), **proto))
+                                                                             sp.from_key(pr[1])), **protos[pr]))
                     self.evaluated += 1
                 except Exception as exc:
                     samples[pr] = None
                     self.failed += 1
                     self.log(f"skip whole {pr}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
         return {pr: statistics.median(v) for pr, v in samples.items() if v}
+
+    def pair_estimate_us(self, pr: tuple) -> float | None:
+        """A whole-kernel time estimate of ``(up_key, down_key)`` from its GEMMs' measured times
+        (the joint config's for a joint provider), or None."""
+        if "joint" in self.kinds:
+            return self.known_us("joint", pr[0])
+        u, d = self.known_us("up", pr[0]), self.known_us("down", pr[1])
+        return None if u is None or d is None else u + d
+
+    def _pair_protocol(self, pr: tuple) -> dict:
+        t = self.pair_estimate_us(pr)
+        if t is not None and t >= SLOW_CALL_US:
+            return dict(FULL_PROTOCOL, replay_us=SLOW_REPLAY_US)
+        return FULL_PROTOCOL
 
     def prefetch(self, kind: str, cfgs: list[dict]) -> None:
         """Start compiling ``cfgs`` for ``kind`` in the compile workers without timing them (a later
@@ -138,8 +241,14 @@ class Evaluator:
         if todo:
             self.compiler.submit(((kind, c) for c in todo.values()), M=getattr(self.p, "M", None))
 
-    def measure(self, kind: str, cfgs: list[dict], protocol: dict) -> dict:
-        """Time ``cfgs`` for ``kind``; returns ``{cfg_key: microseconds}`` (failures absent)."""
+    def measure(self, kind: str, cfgs: list[dict], protocol: dict, stage: str | None = None,
+                mandatory: int = 0) -> dict:
+        """Time ``cfgs`` for ``kind``; returns ``{cfg_key: microseconds}`` (failures absent).
+
+        ``stage``: a key of :data:`STAGE_SHARE`; with a budget, a candidate after the first
+        ``mandatory`` (deduplicated) ones is not timed once that stage's part of the budget is
+        spent (counted in ``budget.pruned_budget``). Candidates the floor rule rules out are not
+        timed (``budget.pruned_floor``), except the ``mandatory`` ones."""
         if self.cpu:
             protocol = CPU_PROTOCOL
         pname = (protocol["n_calls"], protocol["reps"], protocol.get("replay_us"))
@@ -147,24 +256,46 @@ class Evaluator:
         for c in cfgs:
             c = self.clean(kind, c)
             uniq[sp.cfg_key(c)] = c
+        must = set(list(uniq)[:max(0, mandatory)])
         todo = [k for k in uniq if (kind, k, pname) not in self.cache]
+        frac = STAGE_SHARE.get(stage, 1.0) if stage else 1.0
+        skipped = {"budget": 0}
+
+        def run(key):
+            if key not in must:
+                if self.bounded and stage and self.budget.over(frac):
+                    skipped["budget"] += 1
+                    return
+                why = self._floor_why(kind, uniq[key])
+                if why:
+                    self.budget.pruned_floor += 1
+                    if len(self.budget.reasons) < 3:
+                        self.budget.reasons.append(f"{kind} {sp.from_key(key)}: {why}")
+                    self.cache[(kind, key, pname)] = None
+                    return
+            self._time(kind, key, uniq[key], protocol, pname)
+
         if self.compiler is not None and (kind != "joint" or self._joint_gemm):
             # compile in parallel; time each config as soon as its binary is ready, while the
             # others still compile (a failed ahead-of-time compile is only logged: the launch
             # below retries in this process and decides whether the candidate is skipped)
             import concurrent.futures as cf
-            futs = self.compiler.submit(((kind, uniq[k]) for k in todo), M=getattr(self.p, "M", None))
+            send = [k for k in todo if k in must or not self._floor_why(kind, uniq[k])]
+            futs = self.compiler.submit(((kind, uniq[k]) for k in send), M=getattr(self.p, "M", None))
             for key in [k for k in todo if (kind, k) not in futs]:
-                self._time(kind, key, uniq[key], protocol, pname)
+                run(key)
             by_fut = {f: key[1] for key, f in futs.items()}
             for f in _waited(cf.as_completed(by_fut), self.compiler):
                 key = by_fut[f]
                 err = self.compiler.wait((kind, key), f)
                 if err:
                     self.log(f"precompile {kind} {sp.from_key(key)} failed: {err}", "debug")
-                self._time(kind, key, uniq[key], protocol, pname)
+                run(key)
         for key in todo:
-            self._time(kind, key, uniq[key], protocol, pname)
+            if (kind, key, pname) not in self.cache:
+                run(key)
+        if skipped["budget"]:
+            self.budget.cut(stage, skipped["budget"])
         out = {}
         for key in uniq:
             v = self.cache.get((kind, key, pname))
@@ -176,9 +307,19 @@ class Evaluator:
         ck = (kind, key, pname)
         if ck in self.cache:
             return
+        proto = self._protocol_for(kind, key, protocol)
+        if protocol.get("replay_us") and self.bounded and not self.cpu:  # a screening measurement
+            cut = self.cutoff_us(kind, int(key[0]))
+            if cut is not None:
+                proto = dict(proto, cutoff_us=cut)
         try:
-            self.cache[ck] = self.timer.time(self._fn(kind, cfg), **protocol)
+            stats = getattr(self.timer, "stats", None)  # a timer may keep none (the Timer protocol is time())
+            before = getattr(stats, "race_stopped", 0)
+            self.cache[ck] = self.timer.time(self._fn(kind, cfg), **proto)
+            if getattr(stats, "race_stopped", 0) > before:
+                self.budget.race_stopped += 1
             self.evaluated += 1
+            self._note_best(kind, key, self.cache[ck])
         except Exception as exc:  # OutOfResources, compile errors, launch failures
             self.cache[ck] = None
             self.failed += 1
@@ -276,6 +417,8 @@ def _whole_stage(ev: Evaluator, times_by_kind: dict, prefer=None):
     tagged = _prefer_keys(ev, prefer)
     if ev.cpu:
         tagged = tagged[:1]
+    if ev.bounded and not ev.cpu:
+        pairs = _pairs_within_budget(ev, pairs, [pr for _, pr in tagged])
     cands = list(dict.fromkeys(pairs + [pr for _, pr in tagged]))
     t = ev.whole(cands, WHOLE_ROUNDS)
     if not t:
@@ -296,6 +439,35 @@ def _whole_stage(ev: Evaluator, times_by_kind: dict, prefer=None):
             ts[kind] = times_by_kind[kind][key]
     ev.pick_reason = why
     return u[0], ({"joint": u} if "joint" in times_by_kind else {"up": u, "down": d}), ts, t[pick], final
+
+
+def whole_cost_s(t_us: float | None) -> float:
+    """Expected timer seconds of one whole-kernel measurement (full protocol, with the slow-kernel
+    rule) of a kernel taking ``t_us``: the eager launch, 11 replays of the graph, and capture
+    overhead (:data:`~.floor.MEASUREMENT_OVERHEAD_S`)."""
+    from .floor import MEASUREMENT_OVERHEAD_S
+    if t_us is None:
+        return 0.05
+    n = FULL_PROTOCOL["n_calls"] if t_us < SLOW_CALL_US else max(1, math.ceil(SLOW_REPLAY_US / t_us))
+    return MEASUREMENT_OVERHEAD_S + (FULL_PROTOCOL["reps"] + 1) * n * t_us * 1e-6 + 2 * t_us * 1e-6
+
+
+def _pairs_within_budget(ev: Evaluator, pairs: list, preferred: list) -> list:
+    """The finalist pairs (best first) the rest of the budget can time as whole kernels over
+    :data:`WHOLE_ROUNDS` rounds beside the ``preferred`` pairs (always timed): at least one."""
+    left = ev.budget.left(1.0)
+    est = {pr: whole_cost_s(ev.pair_estimate_us(pr)) * WHOLE_ROUNDS for pr in list(pairs) + list(preferred)}
+    left -= sum(est[pr] for pr in preferred)
+    ranked = sorted(pairs, key=lambda pr: ev.pair_estimate_us(pr) or math.inf)
+    keep = []
+    for pr in ranked:
+        if keep and (pr in preferred or est[pr] > left):
+            continue
+        keep.append(pr)
+        if pr not in preferred:
+            left -= est[pr]
+    ev.budget.cut("whole", len([p for p in pairs if p not in keep and p not in preferred]))
+    return keep
 
 
 def _decide(ev: Evaluator, times_by_kind: dict, prefer=None):
@@ -336,7 +508,7 @@ def search_fixed(ev: Evaluator, cfgs: list[dict], space: str, progress=None, pre
     times = {}
     for kind in ev.kinds:
         kcfgs = cfgs + ([sp.with_tma(c, True) for c in cfgs] if kind in ev.tma_kinds else [])
-        times[kind] = ev.measure(kind, kcfgs, FULL_PROTOCOL)
+        times[kind] = ev.measure(kind, kcfgs, FULL_PROTOCOL, stage="final" if ev.bounded else None)
         if progress and times[kind]:
             progress(min(times[kind].values()))
     bm, picks, ts, whole, final = _decide(ev, times, prefer)
@@ -364,9 +536,26 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
                     extra[kind].append(c)
                     if kind in ev.tma_kinds:
                         extra[kind].append(sp.with_tma(c, not c.get("USE_TMA")))
+    kseeds = {kind: _ordered_seeds(ev, kind, seeds) if ev.bounded else seeds for kind in ev.kinds}
     for kind in ev.kinds:  # every GEMM's seeds compile at once (the workers stay busy while the first is timed)
-        ev.prefetch(kind, seeds + extra[kind])
-    screened = {kind: ev.measure(kind, seeds + extra[kind], ev.screen) for kind in ev.kinds}
+        ev.prefetch(kind, extra[kind] + kseeds[kind] if ev.bounded else kseeds[kind] + extra[kind])
+    if ev.bounded:
+        # the hints and the preferred configs first, always timed; then the seeds until the screening share
+        # is spent (both GEMMs alternate in slices, so a cut leaves them sampled alike)
+        # (and the first seed of every BLOCK_SIZE_M: each BLOCK_SIZE_M is ranked on something)
+        screened = {}
+        for kind in ev.kinds:
+            first = _first_round(kseeds[kind])
+            screened[kind] = ev.measure(kind, extra[kind] + kseeds[kind][:first], ev.screen,
+                                        mandatory=len(extra[kind]) + first)
+        slices = {kind: [kseeds[kind][i:i + 8] for i in range(_first_round(kseeds[kind]), len(kseeds[kind]), 8)]
+                  for kind in ev.kinds}
+        for i in range(max((len(v) for v in slices.values()), default=0)):
+            for kind in ev.kinds:
+                if i < len(slices[kind]):
+                    screened[kind].update(ev.measure(kind, slices[kind][i], ev.screen, stage="screen"))
+    else:
+        screened = {kind: ev.measure(kind, seeds + extra[kind], ev.screen) for kind in ev.kinds}
     # rank BLOCK_SIZE_M by the sum of each GEMM's best seed
     bm_rank = []
     bms = set.intersection(*[{k[0] for k in t} for t in screened.values()])
@@ -388,7 +577,10 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
             t = screened[kind]
             frontier = sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:n_frontier]
             states.append({"bm": bm, "kind": kind, "frontier": frontier, "seen": set(frontier)})
-    for _ in range(max_rounds):
+    for rnd in range(max_rounds):
+        if ev.bounded and ev.budget.over(STAGE_SHARE["refine"]):
+            ev.budget.stages_cut.append(f"refine: stopped before round {rnd + 1} of {max_rounds}")
+            break
         for st in states:
             cands = []
             for key in st["frontier"]:
@@ -407,7 +599,7 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
                 continue
             t = screened[kind]
             before = min(t[k] for k in t if k[0] == bm)
-            t.update(ev.measure(kind, cands, ev.screen))
+            t.update(ev.measure(kind, cands, ev.screen, stage="refine" if ev.bounded else None))
             ranked = sorted((k for k in t if k[0] == bm), key=lambda k: t[k])
             new_frontier = [k for k in ranked[:n_frontier] if k not in st["frontier"]]
             if t[ranked[0]] >= before * 0.999 and not new_frontier:
@@ -422,12 +614,51 @@ def search_fast(ev: Evaluator, M: int, E: int, top_k: int, feasible, progress=No
     final = {}
     for kind in ev.kinds:
         t = screened[kind]
-        top = []
-        for bm in finalists:
-            top += sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:n_final]
-        final[kind] = ev.measure(kind, [sp.from_key(k) for k in top], FULL_PROTOCOL)
+        per_bm = [sorted((k for k in t if k[0] == bm), key=lambda k: t[k])[:n_final] for bm in finalists]
+        if ev.bounded:
+            # the best of each BLOCK_SIZE_M first (always re-timed), then the next best of each, ...
+            top = [lst[i] for i in range(n_final) for lst in per_bm if i < len(lst)]
+            final[kind] = ev.measure(kind, [sp.from_key(k) for k in top], FULL_PROTOCOL, stage="final",
+                                     mandatory=len([x for x in per_bm if x]))
+        else:
+            top = [k for lst in per_bm for k in lst]
+            final[kind] = ev.measure(kind, [sp.from_key(k) for k in top], FULL_PROTOCOL)
     bm, picks, ts, whole, fin = _decide(ev, final, prefer)
     return _result(bm, picks, ts, ev, t0, gpu0, "fast", whole, fin)
+
+
+def _first_round(ordered: list) -> int:
+    """How many of :func:`_ordered_seeds`' list make its first round (one seed, and its ``USE_TMA``
+    twin, per BLOCK_SIZE_M)."""
+    seen, n = set(), 0
+    for c in ordered:
+        bm = int(c["BLOCK_SIZE_M"])
+        if bm in seen and not c.get("USE_TMA"):
+            break
+        seen.add(bm)
+        n += 1
+    return n
+
+
+def _ordered_seeds(ev: Evaluator, kind: str, seeds: list) -> list:
+    """Seeds for a budgeted screen: round-robin over BLOCK_SIZE_M, each BLOCK_SIZE_M's seeds by
+    ascending floor (their order when no floor is known), each followed by its ``USE_TMA`` twin for
+    a GEMM in ``tma_kinds`` (SGLang's separate tuner times every down config both ways)."""
+    by_bm: dict = {}
+    for c in seeds:
+        by_bm.setdefault(int(c["BLOCK_SIZE_M"]), []).append(c)
+    if ev.pruner is not None and kind in ("up", "down", "joint"):
+        for bm in by_bm:
+            by_bm[bm].sort(key=lambda c: ev.pruner.f.gemm_us(kind, c))
+    out = []
+    for i in range(max((len(v) for v in by_bm.values()), default=0)):
+        for bm in sorted(by_bm):
+            if i < len(by_bm[bm]):
+                c = by_bm[bm][i]
+                out.append(c)
+                if kind in ev.tma_kinds:
+                    out.append(sp.with_tma(c, True))
+    return out
 
 
 def search(ev: Evaluator, space: str, M: int, E: int, top_k: int, smem_limit, elem_bytes: int, dims=None,

@@ -14,7 +14,15 @@ graph of 10 calls of a slow candidate (int4 candidates at M=3072 averaged about 
 costs 41 runs of it. With ``replay_us`` set, a graph of one call, replayed after an L2 flush and timed with CUDA
 events, gives the candidate's time t; the graph then holds ``ceil(replay_us / t)`` calls (at most ``n_calls``,
 at least 1), so every replay lasts about ``replay_us`` or longer. Fast kernels (t below
-``replay_us / n_calls``) keep the full graph; the final measurements use the fixed protocol.
+``replay_us / n_calls``) keep the full graph; the final measurements use the fixed protocol, except
+for kernels the search already measured slower than :data:`SLOW_CALL_US` (a graph of 10 such calls,
+replayed 11 times, costs over 100 runs of a multi-millisecond kernel): they keep 10 replays of a
+graph of ``ceil(`` :data:`SLOW_REPLAY_US` ``/ t)`` calls (``remote.tuning.tuner.search``).
+
+Race cut-off (``cutoff_us``): a screening measurement of a candidate whose one call (above) already
+took longer than ``cutoff_us`` stops there and returns that one call's time: the search sets the
+cut-off well above the time to beat (``search.RACE``), so such a candidate cannot win, and ranking
+it needs no more runs (``TimerStats.race_stopped``).
 
 CPU protocol (TRITON_INTERPRET=1): median wall clock of ``reps`` calls. These numbers
 measure the Python interpreter of Triton, not a GPU: they mean nothing for performance and
@@ -43,6 +51,8 @@ class TimerStats:
     #: adaptive screening: calls whose graph was shortened, and the graph calls saved
     shortened: int = 0
     calls_saved: int = 0
+    #: measurements stopped after one call by the race cut-off (``cutoff_us``)
+    race_stopped: int = 0
     errors: list = field(default_factory=list)
 
 
@@ -72,19 +82,22 @@ class Timer:
         self.stats.first_s = first  # warm-up is not a candidate's first launch
         self._warm = True
 
-    def time(self, fn, n_calls: int = 10, reps: int = 10, replay_us: float | None = None) -> float:
+    def time(self, fn, n_calls: int = 10, reps: int = 10, replay_us: float | None = None,
+             cutoff_us: float | None = None) -> float:
         """Median time of one call of ``fn`` in microseconds (see module docstring).
 
         ``replay_us``: adaptive screening on a GPU (module docstring): the graph holds
         ``min(n_calls, ceil(replay_us / t))`` calls, t being one call timed as a graph of one (µs); None:
         always ``n_calls``. Ignored on the CPU.
+        ``cutoff_us``: with ``replay_us``, stop after the one-call measurement when t exceeds it and
+        return t (module docstring, "Race cut-off"); ignored on the CPU and without ``replay_us``.
         Exceptions from ``fn`` (compile errors, OutOfResources) propagate; the caller
         decides to skip the candidate.
         """
         t0 = time.perf_counter()
         try:
             if self.cuda:
-                return self._time_cuda(fn, n_calls, reps, replay_us)
+                return self._time_cuda(fn, n_calls, reps, replay_us, cutoff_us)
             return self._time_cpu(fn, reps)
         finally:
             self.stats.seconds += time.perf_counter() - t0
@@ -101,14 +114,19 @@ class Timer:
             ts.append(time.perf_counter() - t)
         return statistics.median(ts) * 1e6
 
-    def _time_cuda(self, fn, n_calls: int, reps: int, replay_us: float | None = None) -> float:
+    def _time_cuda(self, fn, n_calls: int, reps: int, replay_us: float | None = None,
+                   cutoff_us: float | None = None) -> float:
         with torch.cuda.device(self.device):
             t0 = time.perf_counter()
             fn()
             torch.cuda.synchronize()
             self.stats.first_s += time.perf_counter() - t0
             if replay_us:
-                n = graph_calls(self._one_call_us(fn), n_calls, replay_us)
+                one = self._one_call_us(fn)
+                if cutoff_us is not None and one > cutoff_us:
+                    self.stats.race_stopped += 1
+                    return one
+                n = graph_calls(one, n_calls, replay_us)
                 if n < n_calls:
                     self.stats.shortened += 1
                     self.stats.calls_saved += n_calls - n
@@ -163,3 +181,8 @@ def graph_calls(one_call_us: float, n_calls: int, replay_us: float) -> int:
     if not one_call_us or one_call_us <= 0:
         return n_calls
     return max(1, min(n_calls, math.ceil(replay_us / one_call_us)))
+
+
+# the slow-kernel protocol's thresholds live with the torch-free floor rules (floor.py), where the
+# search (imported by the torch-free tune command) reads them too
+from .floor import SLOW_CALL_US, SLOW_REPLAY_US  # noqa: E402,F401

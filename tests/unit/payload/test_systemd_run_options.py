@@ -22,8 +22,9 @@ UNIT = "orch-tune-20260101T000000Z-tune-abcdef.service"
 TRANSIENT_SETTINGS = Path("/usr/share/doc/systemd/TRANSIENT-SETTINGS.md.gz")
 
 
-def _launch() -> list[str]:
-    """The ``systemd-run`` command line orch runs for a tune (memory limit and timeout set)."""
+def _launch(properties: list[str] | None = None) -> list[str]:
+    """The ``systemd-run`` command line orch runs for a tune (memory limit and timeout set), or with
+    ``properties`` for the prepare step (``Nice=``, orchestrator/tasks/tune.py prepare_tune)."""
     client, conn = _client([
         (r"^systemd-run --version", (0, "systemd 252 (252.38-1~deb12u1)\n", "")),  # has --collect
         (r"^systemd-run ", (0, "", "")),
@@ -32,7 +33,7 @@ def _launch() -> list[str]:
         (r"", (0, "", "")),
     ])
     client.call_in_unit("tune", ["--space", "smoke"], UNIT, memory_max=123, timeout=600, poll_s=0,
-                        environment={"CUDA_HOME": "/usr/local/cuda"})
+                        environment={"CUDA_HOME": "/usr/local/cuda"}, properties=properties)
     launch = next(a for a, _ in conn.calls if a[0] == "systemd-run" and "--version" not in a)
     return launch[1:launch.index("--")]
 
@@ -48,16 +49,20 @@ def _split(opts: list[str]) -> tuple[set[str], dict[str, str]]:
     return names, props
 
 
-def test_every_option_and_property_orch_passes_is_a_verified_systemd_name():
-    names, props = _split(_launch())
+@pytest.mark.parametrize("properties", [None, ["Nice=10"]])
+def test_every_option_and_property_orch_passes_is_a_verified_systemd_name(properties):
+    names, props = _split(_launch(properties))
     assert "--collect" in names and {"EnvironmentFile", "ExecStopPost"} <= set(props)  # issue 32 rows 10, 15
     assert names <= set(VERIFIED["options"]), names - set(VERIFIED["options"])
     assert set(props) <= set(VERIFIED["properties"]), set(props) - set(VERIFIED["properties"])
     for key, value in props.items():  # the value's form is the documented one
         forms = VERIFIED["properties"][key]["values"]
         ok = {"file:": value.startswith("file:/"), "bytes": value.isdigit(), "seconds": value.isdigit(),
-              "path": value.startswith("/"), "command": value.startswith("/bin/sh -c '") and value.endswith("'")}
+              "path": value.startswith("/"), "command": value.startswith("/bin/sh -c '") and value.endswith("'"),
+              "integer": value.lstrip("-").isdigit() and -20 <= int(value) <= 19}
         assert any(ok[f] for f in forms), (key, value)
+    if properties:
+        assert props["Nice"] == "10"
 
 
 @pytest.mark.skipif(shutil.which("systemd-run") is None, reason="no systemd-run on this machine")

@@ -90,10 +90,34 @@ def test_nvidia_implements_every_method_of_the_interface():
     missing = sorted(n for n in base - {"gather"} if vars(NvidiaGpus).get(n) is None)
     assert not missing, missing
     constants = ("smi", "visible_devices_env", "device_glob", "gpu_device_glob", "protected_processes",
-                 "container_toolkit_paths", "cdi_kind", "error_name", "error_catalog")
+                 "container_toolkit_paths", "cdi_kind", "cdi_spec_file", "cdi_list_command", "error_name",
+                 "error_catalog")
     assert all(getattr(NVIDIA, c) for c in constants)
     assert NVIDIA.device_file(3) == "/dev/nvidia3" and NVIDIA.device_index("/dev/nvidia3") == 3
     assert NVIDIA.device_index("/dev/nvidiactl") is None and NVIDIA.is_device_file("/dev/nvidiactl")
+
+
+def test_nvidias_driver_version_and_cdi_spec_command():
+    """The driver's version a CDI spec is compared with: nvidia-smi's, else the kernel module's
+    (``/sys/module/nvidia/version``), else unknown; the command that regenerates the spec."""
+    def runner(answers):
+        asked = []
+
+        def run(argv):
+            asked.append(" ".join(argv))
+            return answers.get(argv[0], (False, "", "not found"))
+
+        return run, asked
+
+    run, asked = runner({"nvidia-smi": (True, "560.35.03\n560.35.03\n", "")})
+    assert NVIDIA.driver_version(run) == "560.35.03"
+    assert asked == ["nvidia-smi --query-gpu=driver_version --format=csv,noheader"]
+    run, asked = runner({"nvidia-smi": (False, "", "NVIDIA-SMI has failed"), "cat": (True, "550.54.15\n", "")})
+    assert NVIDIA.driver_version(run) == "550.54.15" and asked[-1] == "cat /sys/module/nvidia/version"
+    run, _ = runner({"nvidia-smi": (True, "[N/A]\n", ""), "cat": (False, "", "No such file")})
+    assert NVIDIA.driver_version(run) is None
+    assert NVIDIA.cdi_generate_command("/etc/cdi/x.yaml") == "nvidia-ctk cdi generate --output=/etc/cdi/x.yaml"
+    assert NVIDIA.cdi_spec_file == "/etc/cdi/nvidia.yaml" and NVIDIA.cdi_list_command == "nvidia-ctk cdi list"
 
 
 def _ctx(tmp_path, vendor, env, **more):

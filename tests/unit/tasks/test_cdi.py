@@ -110,3 +110,46 @@ def test_the_probe_task_refuses_before_its_own_container_runs(tmp_path):
     ctx = make_ctx(tmp_path, {"orch_unit": unit}, connection=conn)  # no payload: none may be called
     with pytest.raises(TaskFailed, match="nvidia-ctk cdi generate"):
         TASKS["probe"].fn(ctx)
+
+
+def test_the_driver_and_the_fix_are_the_gpu_vendors():
+    """The check speaks the vendor of the device's CDI kind (``remote.gpus.GpuVendor``): its driver
+    query and its generator's command; the kernel module answers when nvidia-smi does not."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from remote.gpus import GpuVendor
+    from remote.gpus.nvidia import NVIDIA
+
+    @dataclass(frozen=True)
+    class OtherGpus(GpuVendor):
+        cdi_kind: ClassVar[str] = "example.com/gpu"
+        cdi_spec_file: ClassVar[str] = "/etc/cdi/example.yaml"
+        cdi_list_command: ClassVar[str] = "example-cdi list"
+
+        def driver_version(self, run):
+            ok, out, _ = run(["example-smi", "--driver"])
+            return out.strip() if ok else None
+
+        def cdi_generate_command(self, path):
+            return f"example-cdi generate {path}"
+
+    other = OtherGpus("example")
+    spec = SPEC.replace("nvidia.com/gpu", "example.com/gpu")
+    run = parse_container_run(["/usr/bin/podman", "run", "--device", "nvidia.com/gpu=all", "img"])
+    run.gpus.options[-1] = "example.com/gpu=all"  # a kind the parser knows only for vendors orch ships
+    conn = ScriptedConnection([(r"^sh -c for d in /etc/cdi", "/etc/cdi/example.yaml\n"),
+                               (r"^head -c \d+ -- /etc/cdi/example.yaml$", spec),
+                               (r"^sh -c for p; do", ""), (r"^example-smi --driver$", "560.35.03\n")])
+    why = cdi_refusal(conn, run, vendors=(NVIDIA, other))
+    assert "while the driver is 560.35.03" in why
+    assert "Regenerate the spec first: example-cdi generate /etc/cdi/example.yaml (then `example-cdi list`)" in why
+    assert not any(c.startswith("nvidia-smi") for c in conn.commands())
+    why = cdi_refusal(ScriptedConnection([(r"^sh -c for d in /etc/cdi", "")]), run, vendors=(NVIDIA, other))
+    assert "Generate one first: example-cdi generate /etc/cdi/example.yaml; nothing was stopped" in why
+    # a kind no vendor of the list claims is not checked (no host command at all)
+    assert cdi_refusal(ScriptedConnection([]), run, vendors=(NVIDIA,)) is None
+    # nvidia-smi failing: the kernel module's version decides
+    fallback = host({"/etc/cdi/nvidia.yaml": SPEC}, [], "x")
+    fallback.on(r"^nvidia-smi ", (9, "", "NVIDIA-SMI has failed")).on(r"^cat /sys/module/nvidia/version$", "560.35.03\n")
+    assert "while the driver is 560.35.03" in cdi_refusal(fallback, parse_container_run(RUN))

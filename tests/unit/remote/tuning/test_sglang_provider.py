@@ -397,3 +397,33 @@ def test_down_tma_only_where_sglangs_kernel_computes_it():
              dict(bf16=None, fp8_block=fp8_block, int8_channel=int8_channel, fp8_tensor=fp8_tensor, int4=int4).items()}
     assert kinds == dict(bf16={"up", "down"}, fp8_block={"up", "down"}, int8_channel={"up"},
                          fp8_tensor={"up"}, int4=set())
+
+
+def test_fused_shared_expert_routing_on_the_real_release():
+    """With the server's routing of a fused shared expert (top-2 routed + the shared one, id E - 1),
+    SGLang 0.5.23's GEMMs and its whole ``fused_experts`` run top-3 over E = 9: the problem's buffers
+    hold 3 rows a token (a buffer sized for the routed top-k alone is written past its end), the
+    down GEMM writes every row, and the whole kernel matches the float64 reference."""
+    r = run_release("0.5.23", """
+        from remote.tuning.kernel.reference import fused_moe_reference, relative_error
+        shape = dict(E=9, N=64, hidden=128, topk=2)
+        out = {}
+        for M in (3, 40):  # 9 rows: SGLang's Triton alignment; 120: the CUDA one (stood in)
+            p = P.make_problem(shape, M, "float16", "cpu", M, routing={"shared": 1})
+            p.cache3.fill_(float("nan"))
+            for kind in P.kinds:
+                P.gemm_fn(p, kind, CFG)()
+            ref = fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids)
+            out[M] = {"top_k": p.top_k, "cache3": list(p.cache3.shape), "shared_col": p.topk_ids[:, -1].tolist(),
+                      "nan": bool(torch.isnan(p.cache3).any()), "info": p.routing_info,
+                      "whole": relative_error(P.full_fn(p, CFG, CFG)(), ref),
+                      "default": relative_error(P.full_fn(p, None, None)(), ref)}
+        P.close()
+        emit(out)
+    """)
+    for M, o in r.items():
+        M = int(M)
+        assert o["top_k"] == 3 and o["cache3"] == [M, 3, 128] and o["shared_col"] == [8] * M
+        assert not o["nan"], "the down GEMM wrote every (token, expert) row"
+        assert o["info"]["shared_expert"] and o["info"]["max_load"] == M
+        assert o["whole"] < 1e-2 and o["default"] < 1e-2, o

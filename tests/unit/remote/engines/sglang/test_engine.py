@@ -104,3 +104,54 @@ def test_the_cache_root_is_sglangs(env, workdir, home, want):
     assert ENGINE.autotune_cache_root(env, workdir, home) == want
     if want:
         assert ENGINE.autotune_cache_dir(want) == want + "/flashinfer/autotune"
+
+
+def test_the_hazard_methods_answer_as_their_modules():
+    """``files_bypassed``, ``root_hazards`` and ``pair_mismatch`` hand the controller's facts to
+    ``bypass.py``, ``config_root.py`` and ``pairs.py`` (issue 32 rows 12-14), whose oracle tests hold
+    them against the real releases."""
+    from remote.engines import RootHazards
+    from remote.engines.sglang import bypass, config_root, pairs
+
+    det = server_args.parse_launch_args(["--model-path", "/m", "--enable-deterministic-inference"])
+    assert ENGINE.files_bypassed(det, "0.5.23") == bypass.files_bypassed(det.launch_args, True, "0.5.23")
+    assert ENGINE.files_bypassed(det, "0.5.23").startswith("--enable-deterministic-inference is set")
+    assert ENGINE.files_bypassed(det, "0.5.4") is None  # 0.5.4 takes the flag but still reads the files
+    kt = server_args.parse_launch_args(["--model-path", "/m", "--kt-weight-path", "/w", "--kt-num-gpu-experts", "8"])
+    assert "--kt-num-gpu-experts 8" in ENGINE.files_bypassed(kt, None)
+    assert ENGINE.files_bypassed(server_args.parse_launch_args(["--model-path", "/m"]), None) is None
+
+    asked = []
+
+    def exists(path):
+        asked.append(path)
+        return False
+
+    rules = {"fallback": "scan", "config_dir_env": True}
+    got = ENGINE.root_hazards(configs_root="/c", unparsable=["triton_3_6_0.bak"], misses={"up": True, "down": False},
+                              loader_rules=rules, environment={"SGLANG_MOE_CONFIG_DIR": ""}, working_directory="/srv",
+                              folder_exists=exists)
+    assert isinstance(got, RootHazards) and asked == ["/srv/configs"]
+    assert got.entries == config_root.entry_states("/c", ["triton_3_6_0.bak"], {"up": True, "down": False}, rules)
+    assert got.entries[0]["state"] == "will-crash" and got.config_dir["state"] == "will-crash"
+    assert got.install_refusal.startswith("the configs root /c holds an entry SGLang's version sort cannot parse: "
+                                          "/c/triton_3_6_0.bak (will-crash: ")
+    assert got.will_crash[-1].startswith("/srv/configs does not exist: SGLANG_MOE_CONFIG_DIR is set but empty")
+    # a folder that is there, or one that cannot be checked: the server reads elsewhere, it does not crash
+    there = ENGINE.root_hazards(configs_root="/c", unparsable=[], misses={}, loader_rules=rules,
+                                environment={"SGLANG_MOE_CONFIG_DIR": "rel"}, working_directory=None,
+                                folder_exists=lambda path: None)
+    assert there.entries == [] and there.install_refusal is None
+    assert there.config_dir["configs_root"] == "/rel/configs" and there.config_dir["state"] == "not-loaded"
+    asked.clear()
+    clean = ENGINE.root_hazards(configs_root="/c", unparsable=[], misses={}, loader_rules=rules,
+                                environment={"SGLANG_MOE_CONFIG_DIR": "/abs"}, working_directory=None,
+                                folder_exists=exists)
+    assert clean == RootHazards() and asked == []  # nothing to check: the host is not asked
+
+    up = {"1": {"BLOCK_SIZE_M": 16}, "64": {"BLOCK_SIZE_M": 64}}
+    down = {"1": {"BLOCK_SIZE_M": 16}, "64": {"BLOCK_SIZE_M": 32}}
+    want = pairs.describe(pairs.block_m_mismatches(up, down), "0.5.8")
+    assert ENGINE.pair_mismatch(up, down, "0.5.8") == want and "asserts they match" in want
+    assert "overrides the down BLOCK_SIZE_M" in ENGINE.pair_mismatch(up, down, None)
+    assert ENGINE.pair_mismatch(up, dict(up), "0.5.8") is None

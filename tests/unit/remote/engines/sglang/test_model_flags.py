@@ -30,7 +30,8 @@ MODEL = DATA / "models" / "Qwen3-30B-A3B.json"
 #: Each command's flags that are not model flags (its own options).
 OWN_FLAGS = {
     "tune": {"--batch-sizes", "--space", "--out", "--provider", "--gpus", "--seed", "--no-resume", "--no-check",
-             "--shipped-config", "--compile-mode", "--screen"},
+             "--shipped-config", "--compile-mode", "--screen", "--budget", "--routing-file", "--routing-skew",
+             "--prepared"},
     "names": set(),
     "probe": {"--moe-config-dir", "--capability", "--work-dir", "--autotune-cache-root", "--server-triton-cache"},
     "config-names": {"--json", "--probe"},

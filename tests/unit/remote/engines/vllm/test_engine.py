@@ -300,3 +300,20 @@ def test_model_facts_reads_the_checkpoint():
 
 def test_the_interface_binds_to_the_modules():
     assert ENGINE.parse_log.__doc__ and moe_log.START_MARKERS and ENGINE.runner_flag == runner.MOE_BACKEND_FLAG
+
+
+def test_hazards_bypass_and_pairs():
+    sa = server_args.parse_server_args(["serve", "/m"])
+    assert ENGINE.files_bypassed(sa, "0.34.0") is None
+    none = ENGINE.root_hazards(configs_root="/c", unparsable=[], misses={}, loader_rules={},
+                               environment={"VLLM_TUNED_CONFIG_FOLDER": "/abs"}, working_directory=None,
+                               folder_exists=lambda p: True)
+    assert none.entries == [] and none.config_dir is None and none.will_crash == []
+    rel = ENGINE.root_hazards(configs_root="/c", unparsable=[], misses={}, loader_rules={},
+                              environment={"VLLM_TUNED_CONFIG_FOLDER": "moe"}, working_directory="/srv",
+                              folder_exists=lambda p: p == "/srv/moe")
+    assert rel.config_dir["configs_root"] == "/srv/moe" and rel.config_dir["state"] == "not-loaded"
+    assert rel.config_dir["exists"] is True and rel.will_crash == []  # a missing file, never a crash
+    assert ENGINE.pair_mismatch({"1": {"BLOCK_SIZE_M": 16}}, {"1": {"BLOCK_SIZE_M": 64}}, "0.34.0") is None
+    with pytest.raises(ValueError, match="no routing file"):
+        ENGINE.load_recorded_routing("/r.pt")
