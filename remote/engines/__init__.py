@@ -41,7 +41,7 @@ from .vllm.engine import ENGINE as _VLLM
 
 __all__ = ["ENGINES", "AutotuneLog", "AutotuneState", "ContainerHook", "Engine", "EngineError", "Generation",
            "HttpRequest", "Launch", "LaunchError", "MoeLogLine", "MoeLogReport", "MoeRunner", "MoeShape", "RootHazards", "RunnerLine", "ServerArgs",
-           "activates_environment", "add_model_flags", "check_down_matches_up", "device_name_arg", "dumps_config",
+           "activates_environment", "add_model_flags", "check_down_matches_up", "container_command", "device_name_arg", "dumps_config",
            "engine_for",
            "engine_named", "launch_refusal", "load_config_file", "loads_config", "probe_view", "servers_phrase",
            "shape_from_args",
@@ -77,6 +77,20 @@ def engine_for(exec_start: list[str], *, name: str | None = None, prefixes: str 
     launch = _resolve(exec_start, [e.entry_points for e in ENGINES.values()], prefixes=prefixes, workdir=workdir,
                       environment=environment, container=container)
     return ENGINES[launch.engine], launch
+
+
+def container_command(image: str, entrypoint: str | None, command: list[str]) -> list[str]:
+    """The command a container run starts: ``--entrypoint`` (``entrypoint``) followed by the words
+    after the image (``command``); else, for an engine's own server image
+    (``EntryPoints.image_entrypoint``: vLLM's ``vllm/vllm-openai``), that image's entry point
+    followed by them; else ``command`` as written."""
+    if entrypoint:
+        return [entrypoint, *command]
+    for engine in ENGINES.values():
+        own = engine.entry_points.image_entrypoint(image)
+        if own:
+            return [*own, *command]
+    return list(command)
 
 
 def launch_refusal(exec_start: list[str], why: str, name: str | None = None) -> str:

@@ -259,3 +259,25 @@ def test_one_run_tunes_a_mixed_fleet(mixed):
     assert b["summary"]["plan"]["paths"] == {"up": f"{OWN}/{NAME}"}
     assert f"Using configuration from {OWN}/{NAME} for MoE layer." in bed.host("gpu-b").unit_log()
     assert "Using MoE kernel config from" in sg.unit_log()
+
+
+def test_the_vllm_image_is_read_and_planned_into_its_mounted_tuned_folder(testbed_factory, tmp_path):
+    """``docker run ... vllm/vllm-openai:vX --model ...`` (the image's own entry point) with
+    ``-v /srv/moe:/moe -e VLLM_TUNED_CONFIG_FOLDER=/moe``: orch recognises vLLM behind the image,
+    probes inside a container of the image (its entry point cleared), and plans the file as the
+    server sees it, /moe/<name>, written on the host into /srv/moe; ``--check`` stops nothing.
+    (The stand-in image has no torch, so the tune itself is not run here.)"""
+    bed = testbed_factory(1, {0: HOST_PRESETS["vllm-container"]})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    doc = recap(orch("doctor", str(inv), "--json", state_dir=tmp_path / "doc"))
+    assert doc[h.name]["verdict"] == "default" and doc[h.name].get("engine") == "vllm", doc[h.name]
+    pid = _main_pid(h)
+    proc = orch("tune", str(inv), "--check", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    plan = r["summary"]["plan"]
+    assert plan["action"] == "tune" and plan["paths"] == {"up": f"/moe/{NAME}"} and not plan.get("dropin"), plan
+    assert "/moe in the docker container vllm is the host folder /srv/moe" in proc.stderr
+    assert _main_pid(h) == pid and h.sh(f"test -e /srv/moe/{NAME}", check=False).returncode != 0

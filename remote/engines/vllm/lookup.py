@@ -263,14 +263,18 @@ def lookup_facts(*, config_dir: str | None, triton_version: str | None, device_n
         file_names = shape.file_names(device_name)
     install_dir = found["configs_root"]
     existing: dict[str, Any] | None = None
-    if file_names and found["shipped_configs_root"]:
+    if file_names:
+        # every role is answered, whether vLLM is found here or not: which roles it reads is its
+        # release's rule (a probe that finds no package still must not ask for a _down file)
         existing = {}
         tuned = found["configs_root"] if config_dir else None
         for role, name in file_names.items():
+            tried = search_paths(name, found["package_dir"], tuned) if found["package_dir"] else (
+                [os.path.join(tuned, name)] if tuned else [])
             res = resolve(name, found["package_dir"], tuned,
-                          batch_invariant=os.environ.get(BATCH_INVARIANT_ENV, "").strip() == "1")
-            folders = [os.path.dirname(p) for p in search_paths(name, found["package_dir"], tuned)
-                       if os.path.exists(p)]
+                          batch_invariant=os.environ.get(BATCH_INVARIANT_ENV, "").strip() == "1") \
+                if found["package_dir"] else {"path": next((p for p in tried if os.path.exists(p)), None)}
+            folders = [os.path.dirname(p) for p in tried if os.path.exists(p)]
             read = role == "up" or reads_down_file(found["version"] or "0", shape.dtype_selector, shape.block_shape)
             existing[role] = {"folders": folders, "would_load": res["path"] if read else None,
                               "fallback_error": None,

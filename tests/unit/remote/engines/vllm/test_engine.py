@@ -317,3 +317,29 @@ def test_hazards_bypass_and_pairs():
     assert ENGINE.pair_mismatch({"1": {"BLOCK_SIZE_M": 16}}, {"1": {"BLOCK_SIZE_M": 64}}, "0.34.0") is None
     with pytest.raises(ValueError, match="no routing file"):
         ENGINE.load_recorded_routing("/r.pt")
+
+
+def test_the_vllm_image_runs_its_entry_point():
+    from remote.engines import container_command
+
+    assert container_command("docker.io/vllm/vllm-openai:v0.34.0", None, ["--model", "/m"]) == [
+        "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"]
+    assert container_command("vllm/vllm-openai", "vllm", ["serve", "/m"]) == ["vllm", "serve", "/m"]
+    assert container_command("lmsysorg/sglang:v0.5.23", None, ["python3", "-m", "sglang.launch_server"]) == [
+        "python3", "-m", "sglang.launch_server"]
+    found, launch = engine_for(container_command("vllm/vllm-openai:latest", None, ["--model", "/m", "-tp", "2"]))
+    assert found is ENGINE and launch.server_argv == ["--model", "/m", "-tp", "2"]
+
+
+def test_lookup_without_vllm_here_still_reads_no_down_file(tmp_path, monkeypatch):
+    """A probe that finds no vLLM package (a container's image path, a broken install) still answers
+    every role: the _down file is not read (no shipped folder to search)."""
+    monkeypatch.setattr(lookup, "package_dirs", lambda: [])
+    shape, _ = ENGINE.shape_from_args(_args(model_config=os.path.join(MODELS, "Qwen3-30B-A3B.json")))
+    (tmp_path / NAME).write_text("{}")
+    warnings: list[str] = []
+    found = ENGINE.lookup(config_dir=str(tmp_path), triton_version=None, device_name="NVIDIA_H200", shape=shape,
+                          warnings=warnings)
+    assert found["existing"]["down"]["read_by_engine"] is False and found["existing"]["up"]["read_by_engine"]
+    assert found["existing"]["up"]["would_load"] == str(tmp_path / NAME)
+    assert "vllm is not installed for this interpreter" in warnings
