@@ -15,7 +15,6 @@ import shlex
 
 from remote.engines import Engine, MoeLogReport, MoeRunner, engine_named, probe_view
 from remote.gpus import vendor_for
-
 from remote.protocol import CONFIGS_DROPIN_NAME
 
 from ..engine.results import TaskFailed, TaskResult
@@ -130,8 +129,6 @@ def reconcile(derived: dict[str, str], logged: dict[str, str],
         paths[role] = want
         notes.append(f"{role}: using the server's own lookup {want} (orch derived {path})")
     return paths, "log", notes
-
-
 
 
 def own_folder(ctx, name: str, install_dir: str) -> dict | None:
