@@ -656,15 +656,17 @@ def report_after_run(run_dir: Path, console) -> Path | None:
     Never raises (a report failure must not change the command's exit status); skipped,
     with a note, when matplotlib is not installed.
     """
+    from .ui import print_wrapped  # wrapped at spaces, a long path whole on its own line
+
     try:
         if not have_matplotlib():
-            console.print("report: skipped (matplotlib, a dependency of orch, is not installed: pip install "
-                          f"matplotlib, then orch report {Path(run_dir).name})", markup=False)
+            print_wrapped(console, "report: skipped (matplotlib, a dependency of orch, is not installed: pip install "
+                          f"matplotlib, then orch report {Path(run_dir).name})")
             return None
         path, kept = write_report(run_dir)
-        console.print(f"report: {path}" + (f" (the earlier, different report is kept as {kept})" if kept else ""),
-                      markup=False)
+        print_wrapped(console, f"report: {path}" + (f" (the earlier, different report is kept as {kept})"
+                                                     if kept else ""))
         return path
     except Exception as exc:  # noqa: BLE001 - reporting is best effort here
-        console.print(f"report: not written: {type(exc).__name__}: {exc}", markup=False)
+        print_wrapped(console, f"report: not written: {type(exc).__name__}: {exc}")
         return None

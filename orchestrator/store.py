@@ -167,8 +167,24 @@ class ConfigStore:
         return hits[0]
 
     def import_tree(self, src: Path, key: dict, provenance: dict) -> Entry:
-        """Import files tuned elsewhere (a folder with the up and optional ``_down`` file), validated."""
+        """Import files tuned elsewhere (a folder with the up and optional ``_down`` file), validated.
+
+        A folder ``orch configs export`` wrote carries its entry's ``provenance.json``: where and
+        when the files were tuned (host, run id, provider, versions) is kept, under ``provenance``'s
+        own keys, and the time they were first stored becomes ``tuned_at``; ``imported_from`` names
+        ``src``. Raises :class:`StoreError` for an invalid file, naming it."""
         src = Path(src)
+        exported = src / PROVENANCE_FILE
+        if exported.exists():
+            try:
+                earlier = json.loads(exported.read_text())
+            except ValueError as exc:
+                raise StoreError(f"{exported}: not JSON: {exc}") from None
+            if not isinstance(earlier, dict):
+                raise StoreError(f"{exported}: a provenance is a JSON object, got {type(earlier).__name__}")
+            kept = {k: v for k, v in earlier.items() if k not in ("files", "stored", "imported_from", "tuned_at")}
+            provenance = {**kept, **{k: v for k, v in provenance.items() if v is not None},
+                          "tuned_at": earlier.get("tuned_at") or earlier.get("stored")}
         jsons = sorted(p for p in src.glob("*.json") if p.name.startswith("E=") and p.name != REPORT_FILE)
         up = [p for p in jsons if not p.stem.endswith("_down")]
         down = [p for p in jsons if p.stem.endswith("_down")]
@@ -185,3 +201,27 @@ class ConfigStore:
                 raise StoreError(f"{src}: {exc.msg}") from None
         rep = src / REPORT_FILE
         return self.put(key, files, rep if rep.exists() else None, dict(provenance, imported_from=str(src)))
+
+
+def provenance_text(prov: dict) -> str:
+    """Where a store entry comes from, for messages: ``tuned on gpu-a at 2026-12-03T22:42:47+00:00,
+    run 20261203T224228Z-tune-c7eac4``, and for an imported entry ``; imported from DIR at TIME``.
+    An import of files with no record of their host says so instead of naming ``None``."""
+    host, run = prov.get("host"), prov.get("run_id")
+    when = prov.get("tuned_at") or (None if prov.get("imported_from") else prov.get("stored"))
+    text = (f"tuned on {host}" if host else "tuned on a host the import does not name") \
+        + (f" at {when}" if when else "") + (f", run {run}" if run else "")
+    if prov.get("imported_from"):
+        text += f"; imported from {prov['imported_from']} at {prov.get('stored')}"
+    return text
+
+
+def measured_on(prov: dict) -> str | None:
+    """Who measured a store entry's kernel speedup (its ``report.json``), as the summary names it:
+    ``gpu-a (run R)``, ``the imported files' tuner (DIR)`` when the import names no host, None
+    for an entry neither tuned here nor imported."""
+    if prov.get("host"):
+        return f"{prov['host']}" + (f" (run {prov['run_id']})" if prov.get("run_id") else "")
+    if prov.get("imported_from"):
+        return f"the imported files' tuner ({prov['imported_from']})"
+    return None

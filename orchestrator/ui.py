@@ -2,14 +2,23 @@
 
 Uses rich. Everything goes to stderr except ``--json`` output, so stdout stays
 machine-readable.
+
+The output rules, on a terminal and into a pipe or a file alike (``tests/unit/cli/test_output_width.py``):
+a line is broken only at spaces (:func:`wrap_words`) to fit the width (the terminal's, else
+``$COLUMNS``, else 80); a word wider than the line (a path, a URL, a file name) is put whole on a
+line of its own, the one kind of line that may be wider; a table is printed only when it fits,
+else one block per host (:func:`print_table_or_blocks`), and a table's cells are never cut
+(``unreachab…``); without a terminal no line ends in padding (:class:`OrchConsole`).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
-from rich.console import Console, Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.padding import Padding
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -20,6 +29,69 @@ from .facts.legacy import LEGACY_ENGINE
 from .facts.summary import RunSummary, speedup_stats
 
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "skipped": "cyan", "unreachable": "bold magenta"}
+
+#: the end of a line: spaces before it (a table's or a block's padding), then any closing style codes
+_PADDED_EOL = re.compile(r" +((?:\x1b\[[0-9;]*m)*)(?=\n|$)")
+
+
+class OrchConsole(Console):
+    """rich's Console, which into a pipe or a file writes no line that ends in spaces: rich pads
+    every line of a table's title, a grid or a block to the width, and a log full of trailing
+    blanks is what ``grep`` and ``diff`` users stumble on. On a terminal it is rich's own."""
+
+    def _render_buffer(self, buffer) -> str:  # rich's one place where the output text is made
+        text = super()._render_buffer(buffer)
+        return text if self.is_terminal else _PADDED_EOL.sub(r"\1", text)
+
+
+def make_console(stderr: bool = False) -> Console:
+    """The console orch's commands print with (:class:`OrchConsole`; stderr for the progress of a
+    run, stdout for a command's result)."""
+    return OrchConsole(stderr=stderr, highlight=False)
+
+
+def wrap_words(text: str, width: int, indent: int = 0) -> list[str]:
+    """``text`` (one line, its own leading spaces kept) as lines of at most ``width`` cells,
+    broken only at spaces; the lines after the first start with ``indent`` spaces. A word wider
+    than a line (a path, a URL, an fp8 file name) is put whole on a line of its own, the one line
+    that may be wider than ``width``: a path broken in two can be neither copied nor found with
+    grep. A line that fits is returned as it is."""
+    if cell_len(text) <= width:
+        return [text]
+    lead = text[:len(text) - len(text.lstrip(" "))]
+    lines: list[str] = []
+    cur, gap = lead, ""  # gap: the spaces before the next word, as the text has them
+    for word, spaces in re.findall(r"(\S+)(\s*)", text[len(lead):]):
+        if cur.strip() and cell_len(cur) + cell_len(gap) + cell_len(word) > width:
+            lines.append(cur)
+            cur = " " * indent + word
+        else:
+            cur += gap + word
+        gap = spaces
+    lines.append(cur)
+    return lines
+
+
+def wrap_block(text: str, width: int, indent: int = 0, more: int = 2) -> list[str]:
+    """Every line of a multi-line ``text`` through :func:`wrap_words` at ``width`` with ``indent``
+    spaces before it; the wrapped continuation of a line is indented ``more`` spaces further."""
+    out: list[str] = []
+    for line in (text.split("\n") if text else [""]):
+        out += wrap_words(" " * indent + line, width, indent + more)
+    return out
+
+
+def print_wrapped(console: Console, text: str | Text, indent: int = 2, style: str | None = None) -> None:
+    """Print prose (a message, a cause) wrapped at spaces to the console's width
+    (:func:`wrap_words`; continuation lines indented ``indent``), never folded inside a word.
+    ``text`` is plain (never rich markup: it may come from a host)."""
+    plain = text.plain if isinstance(text, Text) else str(text)
+    if not isinstance(getattr(console, "width", None), int):  # not a rich console: one print, unwrapped
+        console.print(plain, soft_wrap=True)
+        return
+    for line in plain.split("\n"):
+        for part in wrap_words(line, console.width, indent):
+            console.print(Text(part, style=style or ""), soft_wrap=True)
 
 
 class Reporter:
@@ -37,7 +109,7 @@ class Reporter:
 
     def __init__(self, console: Console | None = None, verbose: bool = False,
                  progress_interval: float | None = None):
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or make_console(stderr=True)
         self.verbose = verbose
         self.progress_interval = PROGRESS_INTERVAL_S if progress_interval is None else progress_interval
         self._lock = threading.Lock()
@@ -79,41 +151,31 @@ class Reporter:
         with self._lock:
             lines = [plain_progress_line(host, st, now) for host, st in sorted(self._plain.items())]
             for ln in lines:
-                self.console.print(ln, markup=False, highlight=False, soft_wrap=True)
+                print_wrapped(self.console, ln, indent=6)
         return lines
 
     def line(self, text: str) -> None:
+        """Print one plain line (wrapped at spaces, :func:`wrap_words`)."""
         with self._lock:
-            self.console.print(text, markup=False)
+            print_wrapped(self.console, text, indent=4)
 
     def task_result(self, host: str, task: str, result) -> None:
-        """Print ``status host task — msg``. On a terminal: wrapped at spaces to its width with the
-        continuation lines under the host, the lines of a multi-line ``msg`` after the first
-        indented a little more (nothing is cut mid-word, except a word wider than the terminal).
-        Into a file or a pipe: each line of ``msg`` whole, never wrapped."""
+        """Print ``status host task — msg`` wrapped at spaces to the width of the terminal (or of
+        ``$COLUMNS``/80 into a file or a pipe): the status right-aligned in 11 columns, the
+        wrapped part of the first line under the host, the lines of a multi-line ``msg`` after
+        the first indented a little more (:func:`task_lines`). Nothing is cut inside a word: a path
+        wider than the line is put whole on a line of its own."""
         style = STYLE.get(result.status, "white")
         msg = result.msg if (self.verbose or len(result.msg) < 2000) else result.msg[:2000] + " ..."
-        first, *rest = msg.split("\n") if msg else [""]
-        text = Text()
-        text.append(host, style="bold")
-        text.append(f" {task}")
-        if first:
-            text.append(f" — {first}")
-        if not self.console.is_terminal:  # a log file or a pipe: whole lines, never wrapped
-            whole = Text(f"{result.status:>11} ", style=style) + text
-            for extra in rest:
-                whole.append("\n" + " " * 14 + extra)
-            with self._lock:
-                self.console.print(whole, soft_wrap=True)
-                self._plain.pop(host, None)  # the host's step that reported progress has ended
-            return
-        line = Table.grid(padding=(0, 1))
-        line.add_column(no_wrap=True, width=11, justify="right")
-        line.add_column(overflow="fold")
-        line.add_row(Text(result.status, style=style),
-                     Group(text, Padding(Text("\n".join(rest)), (0, 0, 0, 2))) if rest else text)
+        lines = task_lines(result.status, host, task, msg, self.console.width)
+        head = Text(lines[0])
+        head.stylize(style, 0, 11)
+        head.stylize("bold", 12, 12 + len(host))
         with self._lock:
-            self.console.print(line)
+            self.console.print(head, soft_wrap=True)
+            for line in lines[1:]:
+                self.console.print(Text(line), soft_wrap=True)
+            self._plain.pop(host, None)  # the host's step that reported progress has ended
         if host in self._bars and self._progress is not None and task.startswith("Tune"):
             self._progress.update(self._bars[host], visible=False)
 
@@ -135,6 +197,17 @@ class Reporter:
 
 #: seconds between two plain progress lines of a host when output is not a terminal
 PROGRESS_INTERVAL_S = 30.0
+
+
+def task_lines(status: str, host: str, task: str, msg: str, width: int) -> list[str]:
+    """The lines of one task result (:meth:`Reporter.task_result`) at ``width`` columns: the
+    first line's continuations start under the host (column 12), the further lines of ``msg`` at
+    column 14 and their continuations at 16 (:func:`wrap_words`)."""
+    first, *rest = msg.split("\n") if msg else [""]
+    lines = wrap_words(f"{status:>11} {host} {task}" + (f" — {first}" if first else ""), width, 12)
+    for extra in rest:
+        lines += wrap_words(" " * 14 + extra, width, 16)
+    return lines
 
 
 def _duration(seconds: float) -> str:
@@ -163,16 +236,48 @@ def plain_progress_line(host: str, st: dict, now: float) -> str:
     return text + (f", about {_duration(left)} left" if left is not None and done < total else "")
 
 
+RECAP_COUNTS = ("ok", "changed", "unreachable", "failed", "skipped", "rescued")
+
+
+def _outcome_style(r) -> str:
+    return "red" if r.is_failure else ("green" if r.outcome in ("completed", "check") else "yellow")
+
+
 def recap_table(recaps: dict, title: str = "PLAY RECAP") -> Table:
-    """Ansible-style recap: one row per host with ok/changed/failed/unreachable/skipped/rescued."""
+    """Ansible-style recap: one row per host with ok/changed/failed/unreachable/skipped/rescued.
+    Its cells never wrap or get cut: :func:`print_recap` prints it only when it fits."""
     t = Table(title=title, show_lines=False)
-    for col in ("host", "ok", "changed", "unreachable", "failed", "skipped", "rescued", "outcome"):
-        t.add_column(col, justify="left" if col in ("host", "outcome") else "right")
+    for col in ("host", *RECAP_COUNTS, "outcome"):
+        t.add_column(col, justify="left" if col in ("host", "outcome") else "right", no_wrap=True)
     for name, r in recaps.items():
-        style = "red" if r.is_failure else ("green" if r.outcome in ("completed", "check") else "yellow")
-        t.add_row(name, str(r.ok), str(r.changed), str(r.unreachable), str(r.failed), str(r.skipped),
-                  str(r.rescued), f"[{style}]{r.outcome}[/]")
+        t.add_row(name, *(str(getattr(r, c)) for c in RECAP_COUNTS), Text(r.outcome, style=_outcome_style(r)))
     return t
+
+
+def recap_lines(recaps: dict) -> list[Text]:
+    """The recap much as Ansible prints it, one line per host (``gpu-a : completed  ok=20
+    changed=6 unreachable=0 failed=0 skipped=0 rescued=0``), for a terminal too narrow for
+    :func:`recap_table`: the counts keep their names, so none is cut to ``unreachab…``."""
+    out = []
+    for name, r in recaps.items():
+        line = Text.assemble((name, "bold"), " : ", (r.outcome, _outcome_style(r)), "  ")
+        line.append(" ".join(f"{c}={getattr(r, c)}" for c in RECAP_COUNTS))
+        out.append(line)
+    return out
+
+
+def print_recap(console: Console, recaps: dict, title: str = "PLAY RECAP") -> None:
+    """The recap table when it fits ``console.width``, else its title and one line per host
+    (:func:`recap_lines`, wrapped at spaces)."""
+    table = recap_table(recaps, title)
+    if fits(console, table):
+        console.print(table)
+        return
+    console.print(Text(title, style="bold"))
+    for line in recap_lines(recaps):
+        for i, part in enumerate(wrap_words(line.plain, console.width, 4)):
+            # the first part is the line's start, spaces as they were: it keeps the host's style
+            console.print(line[:len(part)] if i == 0 else Text(part), soft_wrap=True)
 
 
 def natural_width(console: Console, renderable: RenderableType) -> int:
@@ -185,17 +290,52 @@ def fits(console: Console, renderable: RenderableType) -> bool:
     return natural_width(console, renderable) <= console.width
 
 
+class FieldBlock:
+    """One host's block for terminals too narrow for a table (:func:`field_block`): ``title`` on
+    its own line, then one ``label  value`` row per field, labels in a column; each line of a value
+    is wrapped at spaces within the width (:func:`wrap_words`) and its further lines stay under
+    it. A word wider than the room (a path) is put whole on a line of its own. Values are plain
+    text (never rich markup: they come from hosts)."""
+
+    def __init__(self, title: Text | str, fields: list[tuple[str, str | Text]], indent: int = 2):
+        self.title = title if isinstance(title, Text) else Text(str(title), style="bold")
+        self.fields = [(str(label), value.plain if isinstance(value, Text) else str(value))
+                       for label, value in fields]
+        self.indent = indent
+
+    def lines(self, width: int) -> list[Text]:
+        """The block's lines at ``width`` cells (styles: the title's, the labels dim)."""
+        out = [self.title]
+        label_w = max([cell_len(label) for label, _ in self.fields] or [0])
+        col = self.indent + label_w + 2
+        for label, value in self.fields:
+            first = True
+            for vline in (value.split("\n") if value else [""]):
+                for part in wrap_words(" " * col + vline, width, col):
+                    line = Text(" " * self.indent)
+                    line.append(label.ljust(label_w) if first else " " * label_w, style="dim")
+                    line.append(part[self.indent + label_w:])
+                    out.append(line)
+                    first = False
+        return out
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for line in self.lines(options.max_width):
+            line.no_wrap = True
+            line.overflow = "ignore"
+            yield line
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        widest = max(cell_len(line.plain) for line in self.lines(1 << 20))
+        return Measurement(min(widest, options.max_width), widest)
+
+
 def field_block(title: Text | str, fields: list[tuple[str, str | Text]]) -> RenderableType:
     """One host's block for terminals too narrow for a table: ``title`` on its own line, then one
     ``label  value`` row per field; a value wraps at spaces within the terminal and its further
-    lines stay under it. Values are plain text (never rich markup: they come from hosts)."""
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True, style="dim")
-    grid.add_column(overflow="fold")
-    for label, value in fields:
-        grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
-    return Group(title if isinstance(title, Text) else Text(str(title), style="bold"),
-                 Padding(grid, (0, 0, 0, 2), expand=False))
+    lines stay under it (:class:`FieldBlock`). Values are plain text (never rich markup: they
+    come from hosts)."""
+    return FieldBlock(title, fields)
 
 
 def print_table_or_blocks(console: Console, table: Table, blocks: list[RenderableType]) -> None:
@@ -271,11 +411,11 @@ def _summary_fields(r) -> list[tuple[str, str]]:
         t = s.runner_trial
         tp = "\n".join(f"{r.runner}{' (unit)' if r.reference else ''}: {r.top() or 0:.1f}, agreement "
                        f"{'-' if r.agreement is None else f'{r.agreement:.0%}'}, "
-                       f"{'KEPT' if r.kept else (r.why or 'not kept')[:60]}" for r in t.candidates)
+                       f"{'KEPT' if r.kept else (r.why or 'not kept')}" for r in t.candidates)
         if t.measured_on:
             tp += f"\nmeasured on {t.measured_on} (same tuning group), reused here"
         if t.measuring_failed:
-            tp += f"\nmeasuring host {t.measuring_failed[:80]} (no verdict): measured here"
+            tp += f"\nmeasuring host {t.measuring_failed} (no verdict): measured here"
         files = files if t.changed else "-"
     if s.sigkilled:  # sglang #22779: say it; the benchmark after checked every request for tokens
         tp += "\nSIGKILL: " + ", ".join(f"pid {k.get('pid')} ({k.get('by')})" for k in s.sigkilled)
@@ -331,11 +471,17 @@ def print_summary(console: Console, recaps: dict) -> None:
                                                for name, r in recaps.items()])
         return
     console.print(table)
-    causes = Table.grid(padding=(0, 2))
-    causes.add_column(no_wrap=True, style="bold")
-    causes.add_column(overflow="fold")
-    for name, r in recaps.items():
-        if r.cause:
-            causes.add_row(name, Text(r.cause))
-    if causes.row_count:
-        console.print(causes)
+    causes = [(name, r.cause) for name, r in recaps.items() if r.cause]
+    if causes:
+        print_causes(console, causes)
+
+
+def print_causes(console: Console, rows: list[tuple[str, str]]) -> None:
+    """``host  cause`` rows under a table, the host in bold and the cause wrapped at spaces under
+    itself (:class:`FieldBlock`'s layout without a title)."""
+    width = max(cell_len(h) for h, _ in rows)
+    for host, cause in rows:
+        for i, part in enumerate(wrap_block(str(cause), console.width - width - 2, 0)):
+            line = Text(host.ljust(width) if i == 0 else " " * width, style="bold" if i == 0 else "")
+            line.append("  " + part)
+            console.print(line, soft_wrap=True)

@@ -23,13 +23,14 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import subprocess
 import sys
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from tests.waiting import STALL_S, Stalled, files_state, run_watched
+from tests.waiting import STALL_S, files_state
 
 
 def cache_root() -> Path:
@@ -57,10 +58,17 @@ class ReleaseUnavailable(RuntimeError):
     """The wheel of a release could not be downloaded (the message has pip's own words)."""
 
 
+#: why a wheel is downloaded, said on the line that announces it
+WHY = ("the test bed's stand-in SGLang and the oracle tests run this release's own code; downloaded once, "
+       "kept for later runs")
+
+
 def wheel(version: str) -> Path:
     """Path of the wheel of ``sglang==version`` in the cache, downloading it when absent.
 
-    Raises :class:`ReleaseUnavailable` when pip cannot fetch it.
+    A download is announced by one line on stderr: what (the release and the wheel's file), why
+    (:data:`WHY`), where to and its size (pip's own figure as the download starts, else the
+    file's once saved). Raises :class:`ReleaseUnavailable` when pip cannot fetch it.
     """
     root = cache_root()
     wheels = root / "wheels"
@@ -69,20 +77,80 @@ def wheel(version: str) -> Path:
         if found:
             return found[0]
         wheels.mkdir(parents=True, exist_ok=True)
-        tmp = root / "tmp"
-        tmp.mkdir(exist_ok=True)
-        try:
-            # no wall time: pip's download grows its temp files; a stall of STALL_S is no answer
-            proc = run_watched([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                                "-q", "-d", str(wheels), f"sglang=={version}"], env=dict(os.environ, TMPDIR=str(tmp)),
-                               progress=[lambda: files_state(tmp), lambda: files_state(wheels)])
-            why = (proc.stderr.strip().splitlines() or ["no wheel saved"])[-1] if proc.returncode else "no wheel saved"
-        except Stalled:
-            proc, why = None, f"no answer from the package registry for {STALL_S:g} s"
+        said, out = _pip_download(version, wheels)
         found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-        if proc is None or proc.returncode != 0 or not found:
+        if out.returncode != 0 or not found:
+            why = out.why or (out.lines[-1] if out.returncode and out.lines else "no wheel saved")
             raise ReleaseUnavailable(unavailable_message(version, wheels, why))
+        if not said:
+            print(download_line(version, found[0].name, f"{found[0].stat().st_size / 1e6:.1f} MB", wheels),
+                  file=sys.stderr, flush=True)
         return found[0]
+
+
+def download_line(version: str, name: str, size: str, wheels: Path) -> str:
+    """The one line that announces the download of a release's wheel: what, why, where, size."""
+    return f"download: SGLang {version} ({name}, {size}) into {wheels}: {WHY}"
+
+
+class _Pip:
+    """What ``pip download`` left: its exit status, its output lines, why it failed (or "")."""
+
+    def __init__(self):
+        self.returncode, self.lines, self.why = 0, [], ""
+
+
+def _pip_download(version: str, wheels: Path) -> tuple[bool, _Pip]:
+    """Run ``pip download --no-deps sglang==version`` into ``wheels``, printing the download's one
+    line (:func:`download_line`) as soon as pip names the file and its size. No wall time: while
+    pip's temp files or the wheel folder grow it is working; :data:`tests.waiting.STALL_S` of no
+    change ends it (a registry that never answers). Returns (whether the line was printed, pip's result)."""
+    import re
+    import threading
+    import time
+
+    out = _Pip()
+    tmp = wheels.parent / "tmp"
+    tmp.mkdir(exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                             "--progress-bar", "off", "-d", str(wheels), f"sglang=={version}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp)))
+    stalled = threading.Event()
+
+    def watch():
+        seen, moved = (files_state(tmp), files_state(wheels), len(out.lines)), time.monotonic()
+        while proc.poll() is None:
+            time.sleep(1)
+            now = (files_state(tmp), files_state(wheels), len(out.lines))
+            if now != seen:
+                seen, moved = now, time.monotonic()
+            elif time.monotonic() - moved > STALL_S:
+                stalled.set()
+                proc.kill()
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    said = False
+    try:
+        for line in proc.stdout:
+            out.lines.append(line.rstrip())
+            m = re.match(r"\s*Downloading (\S+\.whl) \(([^)]+)\)", line)
+            if m and not said:
+                print(download_line(version, m.group(1).rsplit("/", 1)[-1], m.group(2), wheels), file=sys.stderr,
+                      flush=True)
+                said = True
+        out.returncode = proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if stalled.is_set():
+        out.why = f"no answer from the package registry for {STALL_S:g} s"
+    else:
+        errors = [ln for ln in out.lines if ln.startswith("ERROR")]
+        out.why = errors[-1] if errors and out.returncode else ""
+    return said, out
 
 
 def unavailable_message(version: str, wheels: Path, why: str) -> str:

@@ -1,4 +1,5 @@
-"""The README documents what the code does: its variable table, commands and playbooks."""
+"""The README and docs/ document what the code does: the variable table, commands, playbooks,
+timings, costs and downloads, each claim held against the code or the page it comes from."""
 
 import os
 import re
@@ -12,16 +13,33 @@ from tests.waiting import run_watched
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def doc(name: str) -> str:
+    return (ROOT / "docs" / name).read_text()
+
+
+def test_readme_is_short():
+    """The README is a page to start from (what orch is, set-up, the demo, the tests, a real
+    fleet, links); the reference lives in docs/, one page per topic."""
+    assert len(README.encode()) <= 10_240
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    for page in DOCS:
+        assert f"](docs/{page.name}" in README, page.name
 
 
 def test_variable_table_is_current():
-    assert known_vars_markdown().strip() in README
+    assert known_vars_markdown().strip() in doc("inventory.md")
 
 
 def test_every_command_is_documented():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name in sub.choices:
         assert f"orch {name}" in README, name
+        assert f"`orch {name}" in doc("commands.md"), name
 
 
 def test_readme_commands_exist():
@@ -40,10 +58,12 @@ def test_task_reference_is_current():
 
 
 def console_examples() -> list[tuple[str, str]]:
-    """``(command, expected stdout)`` of every ``$ `` line in the README's ```console blocks: the
-    lines after a command, up to the next ``$ `` line or the block's end, are its output."""
+    """``(command, expected stdout)`` of every ``$ `` line in the ```console blocks of the README
+    and of docs/: the lines after a command, up to the next ``$ `` line or the block's end, are its
+    output."""
     out = []
-    for block in re.findall(r"^```console\n(.*?)^```", README, re.S | re.M):
+    text = "\n".join([README, *(p.read_text() for p in DOCS)])
+    for block in re.findall(r"^```console\n(.*?)^```", text, re.S | re.M):
         for part in re.split(r"^\$ ", block, flags=re.M)[1:]:
             command, _, output = part.partition("\n")
             out.append((command, output))
@@ -70,20 +90,24 @@ def test_console_examples_print_what_the_readme_says():
 
 
 def test_supported_releases_and_architectures_are_what_the_tests_cover():
-    """The README's releases table is docs/sglang-releases.md's (whose rows the oracle tests compute
-    from each release's code), and its list of families is the model table's."""
+    """The README counts the releases of docs/sglang-releases.md's table (whose rows the oracle
+    tests compute from each release's code) and the families of the model table, whose list
+    docs/sglang-models.md carries as generated."""
     from remote.engines.sglang.architectures import ARCHITECTURES
+    from tests.sglang_loader import ORACLE_RELEASES
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "sglang-releases.md").read_text()
-    i = doc.index("| Release | Lookup module |")
-    assert doc[i:doc.index("\n\n", i)] in README
-    families = "; ".join(dict.fromkeys(r.family for r in ARCHITECTURES)) + "."
-    assert "<!-- generated: remote.engines.sglang.architectures.ARCHITECTURES families -->\n" + families in README
+    releases = doc("sglang-releases.md")
+    i = releases.index("| Release | Lookup module |")
+    rows = [ln for ln in releases[i:releases.index("\n\n", i)].splitlines()[2:] if ln.startswith("|")]
+    assert len(rows) == len(ORACLE_RELEASES)
+    names = list(dict.fromkeys(r.family for r in ARCHITECTURES))
+    assert f"the {len(rows)} SGLang releases and {len(names)} model families orch follows" in README
+    families = "; ".join(names) + "."
+    assert ("<!-- generated: remote.engines.sglang.architectures.ARCHITECTURES families -->\n" + families
+            in doc("sglang-models.md"))
 
 
 # ----------------------------------------------------------------------------- claims that can be checked
-
-DOCS = sorted((ROOT / "docs").glob("*.md"))
 
 
 def slug(heading: str) -> str:
@@ -128,25 +152,27 @@ def test_links_and_anchors_resolve():
 
 def test_repository_paths_named_in_the_readme_exist():
     """Paths in backquotes that look like the repository's own (scripts/, docs/, tests/, playbooks/,
-    inventories/, remote/, orchestrator/, bench/) exist; a glob or a placeholder is left alone."""
+    inventories/, remote/, orchestrator/, bench/) in the README and docs/ exist; a glob or a
+    placeholder is left alone."""
     named = set(re.findall(r"`((?:scripts|docs|tests|playbooks|inventories|remote|orchestrator|bench|\.ci)/"
-                           r"[\w./-]*)`", README))
+                           r"[\w./-]*)`", "\n".join([README, *(p.read_text() for p in DOCS)])))
     assert named
     # written by the demo (tests/testbed `up`), not part of a clone
     written = {"inventories/testbed.yaml"}
     assert 'REPO / "inventories" / "testbed.yaml"' in (ROOT / "tests" / "testbed" / "__main__.py").read_text()
     for path in sorted(named - written):
-        if any(c in path for c in "*<>{"):
+        if any(c in path for c in "*<>{") or "..." in path:
             continue
         assert (ROOT / path).exists(), path
 
 
 def test_commands_and_flags_named_in_the_readme_exist():
-    """Every ``orch CMD`` in a code span or block is a command, and every ``--flag`` on the same
-    line after it is one of that command's flags."""
+    """Every ``orch CMD`` in a code span or block of the README and docs/ is a command, and every
+    ``--flag`` on the same line after it is one of that command's flags."""
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    spans = re.findall(r"`([^`\n]+)`", README) + [ln for ln in README.splitlines() if ln.startswith("    ")]
+    text = "\n".join([README, *(p.read_text() for p in DOCS)])
+    spans = re.findall(r"`([^`\n]+)`", text) + [ln for ln in text.splitlines() if ln.startswith("    ")]
     seen = 0
     for span in spans:
         lead = re.match(r"\s*(?:\.venv/bin/)?orch ([a-z][\w-]*)", span)
@@ -168,17 +194,24 @@ def test_commands_and_flags_named_in_the_readme_exist():
 
 
 def test_timings_are_the_recorded_ones():
-    """The README's timings are docs/timings.md's measurements, rounded to minutes."""
-    rows = {}
-    for line in (ROOT / "docs" / "timings.md").read_text().splitlines():
+    """The README's timings are docs/timings.md's measurements, rounded to minutes, with the
+    test count the suite's row records."""
+    rows, counts = {}, {}
+    for line in doc("timings.md").splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) == 3 and cells[1].isdigit():
-            rows[cells[0].split("`")[1]] = int(cells[1])
+            key = cells[0].split("`")[1]
+            rows[key] = int(cells[1])
+            count = re.search(r"([\d,]+) tests", cells[0])
+            if count:
+                counts[key] = count.group(1)
     minutes = {k: round(v / 60) for k, v in rows.items()}
-    assert f"the whole suite about {minutes['bash scripts/test.sh']} minutes on CI" in README
-    assert f"the demo about\n{minutes['bash scripts/demo.sh']} minutes" in README
-    assert f"about {minutes['bash scripts/setup.sh']} minutes on that machine" in README
-    assert "quick tier a few minutes" in README
+    quick = minutes['bash scripts/test.sh -m "not testbed"']
+    text = " ".join(README.split())
+    assert (f"set-up about {minutes['bash scripts/setup.sh']} minutes, the demo about "
+            f"{minutes['bash scripts/demo.sh']} minutes with set-up included, the quick tier about "
+            f"{quick} minutes and the whole suite about "
+            f"{minutes['bash scripts/test.sh']} minutes ({counts['bash scripts/test.sh']} tests)") in text
 
 
 def test_gpu_cost_is_what_the_benchmarks_measured():
@@ -200,12 +233,15 @@ def test_network_and_disk_claims():
     from orchestrator.ui import PROGRESS_INTERVAL_S
     from tests.sglang_releases import needed_releases
 
-    assert f"{len(needed_releases())}\n  releases" in README or f"{len(needed_releases())} releases" in README
-    assert "`~/.cache/orch/sglang`" in README and "`.venv/bin/python -m tests.sglang_releases`" in README
+    setup = doc("setup.md")
+    assert f"{len(needed_releases())}\n  releases" in setup or f"{len(needed_releases())} releases" in setup
+    assert "`~/.cache/orch/sglang`" in README and "`.venv/bin/python -m tests.sglang_releases`" in setup
     testbed = (ROOT / "tests" / "testbed" / "__main__.py").read_text()
     assert "bash scripts/demo.sh down" in testbed  # what `up` tells, the README's words
     assert "exec .venv/bin/python -m tests.testbed down" in (ROOT / "scripts" / "demo.sh").read_text()
-    assert "def leftovers" in testbed and "bash scripts/demo.sh down" in README
+    assert "def leftovers" in testbed and "bash scripts/demo.sh down" in README and "`bash scripts/demo.sh down`" in setup
+    for kept in ("/run/orchtb/.lock", "`.setup/installed-packages`", "`~/.local/state/orch/`"):
+        assert kept in setup, kept  # what `down` names (tests/unit/test_sglang_cache.py holds it does)
     assert f"every {PROGRESS_INTERVAL_S:g} s" in README
     # the demo's inventory logs in as root (tests/testbed/bed.py makes each host's SSH user root)
     assert "the demo's inventory logs in as `root`" in README.replace("\n", " ")
@@ -214,3 +250,24 @@ def test_network_and_disk_claims():
 
 def test_no_internal_issue_numbers_in_readme_anchors():
     assert not re.search(r"#[\w-]*issue-\d+", README)
+
+
+def test_bench_results_stay_small_and_every_cited_file_is_there():
+    """bench/results keeps summaries and config files plain and larger raw files gzip-compressed
+    (its README): no plain file over 16 KB, under 500 KB in all; every results file that
+    docs/benchmarks.md or a results README names exists (a compressed one under its ``.gz`` name)."""
+    results = ROOT / "bench" / "results"
+    files = [p for p in results.rglob("*") if p.is_file()]
+    plain = [p for p in files if p.suffix != ".gz" and p.name != "README.md" and p.stat().st_size > 16_000]
+    assert not plain, plain
+    assert sum(p.stat().st_size for p in files) < 500_000
+    names = {p.name for p in files}
+    for doc in [ROOT / "docs" / "benchmarks.md", *results.rglob("README.md")]:
+        for name in re.findall(r"`(?:[\w./-]*/)?([\w.=,-]+\.(?:json|log|txt)(?:\.gz)?)`", doc.read_text()):
+            # a name of a file kept compressed must say .gz (a name of no results file, such as
+            # the script's default output or a model config, is not checked, nor the tuner's
+            # report.json and checkpoint.json as names of what a tune writes)
+            if name in ("report.json", "checkpoint.json"):
+                continue
+            assert name in names or name + ".gz" not in names, f"{doc}: {name} is kept as {name}.gz"
+            assert not name.endswith(".gz") or name in names, f"{doc}: {name} is not in bench/results"

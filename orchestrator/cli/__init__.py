@@ -11,6 +11,8 @@ names what was wrong in one line), 130 when interrupted.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 
 from .. import __version__
@@ -25,7 +27,49 @@ class ArgumentParser(argparse.ArgumentParser):
     are of this class too (``add_subparsers`` makes them with the parent's class)."""
 
     def error(self, message: str):
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:  # a misspelt command or choice: the closest one, as for an option (:func:`suggestion`)
+            close = difflib.get_close_matches(m.group(1), re.findall(r"'([^']*)'", m.group(2)), n=1, cutoff=0.6)
+            if close:
+                message += f" (did you mean {close[0]}?)"
         raise UsageError(f"{message}; see '{self.prog} --help'")
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's ``parse_args``, whose error for an unknown option names the command it was
+        given to and the closest option that command has (``--chek``: did you mean ``--check``?),
+        as git does for a misspelt command (argparse of Python 3.11 suggests nothing)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._command_parser(ns) or self
+            raise UsageError(f"unrecognized arguments: {' '.join(extras)}{suggestion(parser, extras)}; "
+                             f"see '{parser.prog} --help'")
+        return ns
+
+    def _command_parser(self, ns) -> argparse.ArgumentParser | None:
+        """The sub-parser of the command ``ns`` was parsed for, or None."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action.choices.get(getattr(ns, action.dest, None) or "")
+        return None
+
+
+def options_of(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` (``--check``, ``-l``, ...)."""
+    return [o for a in parser._actions for o in a.option_strings]
+
+
+def suggestion(parser: argparse.ArgumentParser, words: list[str]) -> str:
+    """`` (did you mean --check?)`` for the first of ``words`` that looks like a misspelt option
+    of ``parser`` (difflib's closest match, ratio at least 0.75), else ``""``. The close choices of
+    a misspelt command come from the same rule (:func:`main`)."""
+    for word in words:
+        if word.startswith("--"):
+            flag = word.split("=", 1)[0]
+            close = difflib.get_close_matches(flag, [o for o in options_of(parser) if o.startswith("--")],
+                                              n=1, cutoff=0.75)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``orch`` console script; returns the exit status."""
+    from ..records.controller import quiet_library_logs
+
+    quiet_library_logs()  # no library traceback on the operator's terminal (a run's debug.log keeps it)
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from remote.protocol import BENCH_TOOLS
 
-from ..ui import field_block, fits, print_table_or_blocks
+from ..ui import field_block, fits, make_console, print_table_or_blocks
 from ..errors import UsageError
 from ..records.layout import BENCH_LABEL, BENCH_SUMMARY, bench_file, host_dir
 from .common import add_batch_flags, add_host_flags, batching, checked_as, positive_seconds
@@ -117,7 +117,7 @@ def cmd_bench(args) -> int:
     extra.update(bench_level_timeout=positive_seconds("--level-timeout", args.level_timeout),
                  bench_tool=args.bench_tool)
     res = run_playbook("bench", args.inventory, limit=args.limit, service=args.service, extra=extra,
-                       batching=batching(args), state_dir=args.state_dir,
+                       batching=batching(args), state_dir=args.state_dir, read_only=True,
                        accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose)
     recaps, record = res.recaps, res.record
     results = {}
@@ -129,5 +129,5 @@ def cmd_bench(args) -> int:
     if args.json:
         print(json.dumps({"run_id": record.run_id, "hosts": results}, indent=2, default=str))
     else:
-        print_bench(Console(), recaps, results)
+        print_bench(make_console(), recaps, results)
     return 1 if any(r.is_failure for r in recaps.values()) else 0

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..records import default_state_dir
 from ..store import KEY_FIELDS, KEY_FILE, PROVENANCE_FILE, ConfigStore, StoreError, read_key
+from ..ui import field_block, make_console, print_table_or_blocks
 
 
 def add_parser(sub) -> None:
@@ -22,6 +24,35 @@ def add_parser(sub) -> None:
     st.add_argument("--state-dir", type=Path)
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_configs)
+
+
+ENTRY_COLUMNS = ("hash", "device", "triton", "E/N", "selectors", "space", "tuned on", "stored")
+
+
+def entry_fields(e) -> list[tuple[str, str]]:
+    """``(column, text)`` of one store entry (:data:`ENTRY_COLUMNS`): the hash ``orch configs
+    show/export`` take, the key's device, Triton, E/N, selectors and space, who tuned it (or the
+    folder it was imported from) and when it was stored, each whole."""
+    k, p = e.key, e.provenance
+    sel = ",".join(str(x) for x in (k.get("dtype_selector"), k.get("block_shape")) if x) or "-"
+    who = p.get("host") or (f"imported from {p['imported_from']}" if p.get("imported_from") else "-")
+    return [("hash", e.hash), ("device", str(k.get("device_name"))), ("triton", str(k.get("triton_version"))),
+            ("E/N", f"{k.get('E')}/{k.get('N')}"), ("selectors", sel), ("space", str(k.get("space"))),
+            ("tuned on", str(who)), ("stored", str(p.get("stored")))]
+
+
+def print_entries(console: Console, store: ConfigStore, entries: list) -> None:
+    """The store's entries as a table when it fits ``console.width`` (no cell is wrapped or cut),
+    else one block per entry: the hash on its own line, then one ``label  value`` row per field,
+    so a timestamp or a device name is never split across lines."""
+    title = f"tuned configs in {store.root}"
+    t = Table(title=title)
+    for col in ENTRY_COLUMNS:
+        t.add_column(col, no_wrap=True)
+    for e in entries:
+        t.add_row(*(Text(v) for _, v in entry_fields(e)))
+    blocks = [field_block(e.hash, entry_fields(e)[1:]) for e in entries]
+    print_table_or_blocks(console, t, blocks)
 
 
 def cmd_configs(args) -> int:
@@ -36,24 +67,13 @@ def cmd_configs(args) -> int:
 
 def _action(args) -> int:
     store = ConfigStore(args.state_dir or default_state_dir())
-    out = Console()
+    out = make_console()
     if args.action == "list":
         entries = store.list()
         if args.json:
             print(json.dumps([{"hash": e.hash, "key": e.key, "provenance": e.provenance} for e in entries], indent=2))
             return 0
-        t = Table(title=f"tuned configs in {store.root}")
-        # the hash is what `orch configs show/export` take: never wrapped or cut; every other
-        # column folds (all its characters kept, over several lines) on a narrow terminal
-        t.add_column("hash", no_wrap=True, min_width=max([len(e.hash) for e in entries] or [4]))
-        for col in ("device", "triton", "E/N", "selectors", "space", "tuned on", "stored"):
-            t.add_column(col, overflow="fold")
-        for e in entries:
-            k, p = e.key, e.provenance
-            sel = ",".join(str(x) for x in (k.get("dtype_selector"), k.get("block_shape")) if x) or "-"
-            t.add_row(e.hash, str(k.get("device_name")), str(k.get("triton_version")), f"{k.get('E')}/{k.get('N')}",
-                      sel, str(k.get("space")), str(p.get("host") or p.get("imported_from")), str(p.get("stored")))
-        out.print(t)
+        print_entries(out, store, entries)
         return 0
     if not args.target:
         raise StoreError(f"configs {args.action}: give an entry hash prefix" + (" or a folder" if args.action == "import" else ""))

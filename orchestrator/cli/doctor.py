@@ -21,7 +21,7 @@ from rich.text import Text
 from ..facts.legacy import DOCTOR_KEYS, LEGACY_ENGINE, renamed
 
 from ..records.layout import DOCTOR
-from ..ui import field_block, fits, print_table_or_blocks
+from ..ui import field_block, fits, make_console, print_causes, print_table_or_blocks
 
 from .common import add_host_flags, batching
 from .run import run_playbook
@@ -242,20 +242,16 @@ def print_doctor(rows: dict[str, dict], console: Console) -> None:
         print_table_or_blocks(console, table, doctor_blocks(rows))
         return
     console.print(table)
-    reasons = Table.grid(padding=(0, 2))
-    reasons.add_column(no_wrap=True, style="bold")
-    reasons.add_column(no_wrap=True)
-    reasons.add_column(overflow="fold")
-    for host, r in rows.items():
-        reasons.add_row(host, _verdict(r), Text(verdict_reason(r)))
-    console.print(reasons)
+    width = max(len(h) for h in rows)
+    print_causes(console, [(f"{host.ljust(width)}  {_verdict(r).plain}", verdict_reason(r)) for host, r in rows.items()])
 
 
 def cmd_doctor(args) -> int:
     """Run the doctor playbook and print the table (or ``--json``); exit 0 only if all hosts are fine."""
     res = run_playbook("doctor", args.inventory, limit=args.limit, service=args.service, check=True,
                        batching=batching(args), state_dir=args.state_dir,
-                       accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose, multi_node=True)
+                       accept_new_host_keys=args.accept_new_host_keys, remember_host_keys=True,
+                       verbose=args.verbose, multi_node=True)
     recaps, record = res.recaps, res.record
     rows = {}
     for host, r in recaps.items():
@@ -271,7 +267,7 @@ def cmd_doctor(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
-        print_doctor(rows, Console())
+        print_doctor(rows, make_console())
     if args.fix and not args.json:  # with --json the command is each row's "fix"
         for host, row in rows.items():
             if row["fix"]:

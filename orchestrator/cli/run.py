@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 
 from remote.protocol import is_run_id
 
@@ -34,7 +33,7 @@ from ..inventory import effective_vars, load_inventory
 from ..records import RunRecord, default_state_dir, new_run_id
 from ..records.layout import HOSTS, RECAP, RESULT, RUN
 from ..tasks import RENAMED, TASKS
-from ..ui import Reporter
+from ..ui import Reporter, make_console, print_wrapped
 
 
 @dataclass
@@ -167,7 +166,8 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit,
 
     # its connections stay open for the play (options.connections): a run logs in once per host
     quiet = RunOptions(run_id=options.run_id, run_dir=options.run_dir, check=True,
-                       accept_new_host_keys=options.accept_new_host_keys, extra=dict(options.extra),
+                       accept_new_host_keys=options.accept_new_host_keys,
+                       remember_host_keys=options.remember_host_keys, extra=dict(options.extra),
                        cancel=options.cancel, state_dir=options.state_dir, connections=options.connections,
                        keep_connections=True)
     recaps = Engine(TASKS, quiet, _Quiet(), capture).run_play(play, hosts, hostvars, forks=forks)
@@ -183,7 +183,8 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
                  accept_new_host_keys: bool = False, leave_stopped: bool = False, retune: bool = False,
                  fleet: Any = None, run_id: str | None = None, verbose: bool = False,
                  console: Console | None = None, label: str | None = None,
-                 multi_node: bool = False) -> RunResult:
+                 multi_node: bool = False, read_only: bool | None = None,
+                 remember_host_keys: bool | None = None) -> RunResult:
     """Run a playbook over the inventory's hosts that ``limit`` selects.
 
     ``playbook``: a bundled playbook's name (``tune``, ``doctor``, ...) or a path. ``extra``:
@@ -192,6 +193,11 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
     hosts (:class:`orchestrator.fleet.GroupCoordinator`). ``multi_node``: find the ranks of
     multi-node servers before the play (:func:`find_servers`; always with ``fleet``), so
     ``orch rollback``, ``recover`` and ``doctor`` batch and coordinate them as ``orch tune`` does.
+    ``read_only`` (default ``check``): the run changes no host by design (``run.json``
+    ``read_only``; ``orch bench`` too: it only loads the server), so ``orch report latest`` passes
+    over it. ``remember_host_keys`` (default: not ``check``): write the keys
+    ``--accept-new-host-keys`` accepts into known_hosts; a ``--check`` run writes none (it trusts
+    them for the run), while ``orch doctor`` and ``orch runs``, read-only on the hosts, remember them.
     Returns a :class:`RunResult`; the
     record holds ``run.json``, ``events.jsonl``, ``recap.json`` and each host's ``result.json``.
     Raises :class:`~orchestrator.inventory.InventoryError` /
@@ -201,7 +207,7 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
     """
     batching = check_batching(batching or Batching())
     check_run_id("--run-id", run_id)
-    console = console or Console(stderr=True, highlight=False)
+    console = console or make_console(stderr=True)
     is_path = isinstance(playbook, Path) or "/" in str(playbook) or str(playbook).endswith((".yaml", ".yml"))
     name = label or (Path(playbook).stem if is_path else str(playbook))
     pb_path = Path(playbook) if is_path else builtin_playbook(str(playbook))
@@ -214,12 +220,14 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
     state_dir = Path(state_dir or default_state_dir())
     record = open_record(state_dir, run_id)
     options = RunOptions(run_id=run_id, run_dir=record.dir, check=check, accept_new_host_keys=accept_new_host_keys,
+                         remember_host_keys=(not check) if remember_host_keys is None else remember_host_keys,
                          leave_stopped=leave_stopped, echo_output=verbose, extra=dict(extra or {}),
                          state_dir=state_dir, retune=retune, fleet=fleet, hooks=[fleet] if fleet is not None else [])
-    # read_only: a run that changes no host by design (doctor, runs, --check); `orch report
+    # read_only: a run that changes no host by design (doctor, runs, bench, --check); `orch report
     # latest` and the run listing pass over such runs (orchestrator.report.is_read_only)
+    read_only = check if read_only is None else read_only
     record.write_json(RUN, {"run_id": run_id, "command": sys.argv, "inventory": str(inventory),
-                            "playbook": str(pb_path), "name": name, "check": check, "read_only": check,
+                            "playbook": str(pb_path), "name": name, "check": check, "read_only": read_only,
                             "hosts": [h.name for h in hosts]})
     old = _install_signal_handlers(options.cancel, console)
     recaps: dict[str, HostRecap] = {}
@@ -228,7 +236,7 @@ def run_playbook(playbook: str | Path, inventory: str | Path, *, limit: str | No
     try:
         with Reporter(console, verbose=verbose) as reporter:
             for warning in inv.warnings:
-                console.print(f"[yellow]warning:[/] {escape(warning)}")
+                print_wrapped(console, f"warning: {warning}")
             console.print(f"orch {name} run [bold]{run_id}[/] on {len(hosts)} host(s)"
                           + (" [cyan](check mode)[/]" if check else ""))
             if fleet is not None or multi_node:  # the ranks of a multi-node server are one unit of work

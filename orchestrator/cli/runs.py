@@ -3,14 +3,17 @@ controllers were used)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..errors import UsageError
 from ..facts.summary import RunSummary
-from ..ui import field_block, fits, print_table_or_blocks
+from ..inventory import load_inventory
+from ..ui import field_block, fits, make_console, print_table_or_blocks
 from .common import add_host_flags, batching
 from .run import run_playbook
 
@@ -82,9 +85,24 @@ def print_runs(console: Console, recaps: dict, only_host: str | None = None) -> 
         console.print(field_block(Text.assemble((host, "bold"), "  ", (r.outcome, "red")), [("cause", r.cause)]))
 
 
+def host_limit(inventory: str, host: str | None, limit: str | None) -> str | None:
+    """The ``--limit`` pattern for ``--host H`` (with ``--limit`` too: their intersection). A name
+    that is no host of the inventory is a :class:`UsageError` naming ``--host`` (not ``--limit``,
+    which the operator did not give) and the closest host name, before any host is contacted."""
+    if not host:
+        return limit
+    names = [h.name for h in load_inventory(inventory).hosts]
+    if host not in names:
+        close = difflib.get_close_matches(host, names, n=1)
+        raise UsageError(f"--host {host!r}: no host of that name in {inventory}"
+                         + (f" (did you mean {close[0]!r}?)" if close else f" (its hosts: {', '.join(names)})"))
+    return f"{limit},&{host}" if limit else host
+
+
 def cmd_runs(args) -> int:
     """Run ``playbooks/runs.yaml`` over the inventory and print the run records (or JSON)."""
-    res = run_playbook("runs", args.inventory, limit=args.host or args.limit, service=args.service, check=True,
+    limit = host_limit(args.inventory, args.host, args.limit)
+    res = run_playbook("runs", args.inventory, limit=limit, service=args.service, check=True, remember_host_keys=True,
                        batching=batching(args), state_dir=args.state_dir,
                        accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose)
     recaps = res.recaps
@@ -93,5 +111,5 @@ def cmd_runs(args) -> int:
         print(json.dumps({h: {"outcome": r.outcome, "cause": r.cause, "runs": r.summary.runs}
                           for h, r in recaps.items()}, indent=2, default=str))
     else:
-        print_runs(Console(), recaps, args.host)
+        print_runs(make_console(), recaps, args.host)
     return 1 if any(r.is_failure for r in recaps.values()) else 0

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, add_batch_flags, add_host_flags, batching, checked_as
 from .run import RunResult, check_run_id, recap_dict, run_playbook
+from ..ui import make_console
 
 
 def add_parser(sub) -> None:
@@ -59,13 +60,13 @@ def add_parser(sub) -> None:
 def _finish(args, res: RunResult, console: Console, check: bool) -> int:
     """Print the recap (and summary), write the report, ``--json``; the exit status."""
     from ..report import report_after_run
-    from ..ui import print_summary, recap_table
+    from ..ui import print_recap, print_summary, print_wrapped
 
     res.record.close()
-    console.print(recap_table(res.recaps))
+    print_recap(console, res.recaps)
     if not check:
         print_summary(console, res.recaps)
-    console.print(f"run record: {res.record.dir}")
+    print_wrapped(console, f"run record: {res.record.dir}")
     if not check:
         report_after_run(res.record.dir, console)  # never raises
     if args.json:
@@ -77,7 +78,7 @@ def _finish(args, res: RunResult, console: Console, check: bool) -> int:
 
 
 def _run(args, playbook, extra: dict, **kw) -> int:
-    console = Console(stderr=True, highlight=False)
+    console = make_console(stderr=True)
     res = run_playbook(playbook, args.inventory, limit=args.limit, service=args.service, extra=extra,
                        check=args.check, batching=batching(args), state_dir=args.state_dir,
                        accept_new_host_keys=args.accept_new_host_keys, run_id=args.run_id, verbose=args.verbose,

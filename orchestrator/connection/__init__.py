@@ -8,7 +8,7 @@ from .base import (BecomeFailed, CommandFailed, CommandResult, CommandTimeout, C
 
 
 def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
-            echo_output: bool = False) -> Connection:
+            echo_output: bool = False, remember_host_keys: bool = True) -> Connection:
     """Build the connection for inventory host ``name`` from its merged variables.
 
     Reads ``ansible_connection`` (``ssh`` or ``local``), ``ansible_host``, ``ansible_port``,
@@ -21,7 +21,8 @@ def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
     and for SSH what ``~/.ssh/config`` and ``/etc/ssh/ssh_config`` say, as OpenSSH would
     (:func:`orchestrator.connection.route.resolve_route`). The SSH connection is opened here so
     an unreachable host fails at once with :class:`HostUnreachable`; settings orch cannot follow
-    raise :class:`~orchestrator.connection.route.RouteError`.
+    raise :class:`~orchestrator.connection.route.RouteError`. ``remember_host_keys`` False (check
+    mode): a key ``accept_new_host_keys`` accepts is trusted for this run and written nowhere.
     """
     common = dict(
         become=bool(var(hostvars, "ansible_become")),
@@ -41,7 +42,7 @@ def connect(name: str, hostvars: dict, *, accept_new_host_keys: bool = False,
 
     # Fabric's Config reads ~/.ssh/config then /etc/ssh/ssh_config (first value wins, as in OpenSSH)
     route = resolve_route(name, hostvars, fabric.Config().base_ssh_config)
-    conn = SSHConnection(name, route, accept_new_host_keys=accept_new_host_keys,
+    conn = SSHConnection(name, route, accept_new_host_keys=accept_new_host_keys, remember_host_keys=remember_host_keys,
                          connect_timeout=float(var(hostvars, "orch_connect_timeout")),
                          max_handshakes=int(var(hostvars, "orch_ssh_max_handshakes")),
                          max_sessions=int(var(hostvars, "orch_ssh_max_sessions")), **common)

@@ -62,6 +62,13 @@ class HostKeyRefused(paramiko.SSHException):
     whole message (host, endpoint, key fingerprint, files searched, what to do)."""
 
 
+@internal_error("SSHConnection._handshake raises it for a server that sent no banner; "
+                "SSHConnection._login turns it into HostUnreachable")
+class NoBanner(paramiko.SSHException):
+    """The server accepted the TCP connection and sent no SSH banner before the connect timeout
+    (Paramiko then reports only ``No existing session``); ``str()`` is the whole message."""
+
+
 class ServerAlive:
     """OpenSSH's ``ServerAliveInterval``/``ServerAliveCountMax`` for one Paramiko transport.
 
@@ -119,16 +126,23 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
     ``endpoint`` says which name to look up (``key_name``) and in which files; ``host`` is the
     inventory host (messages start with it); ``accept_new`` appends a key never seen for the name
     to ``endpoint.user_known_hosts[0]`` (OpenSSH ``StrictHostKeyChecking=accept-new``): never a
-    changed or revoked key, and never one of a host listed only under ``@cert-authority``.
+    changed or revoked key, and never one of a host listed only under ``@cert-authority``. With
+    ``remember`` False (check mode: it changes nothing, the controller's files included) such a
+    key is trusted for the life of this process only and no file is written. What was accepted
+    is said in :attr:`notes` (one line each), which the ``connect`` task shows.
     Raises :class:`HostKeyRefused`.
     """
 
     _lock = threading.Lock()  # one writer of known_hosts at a time in this process
+    #: (name, key type, base64) of keys accepted in check mode: trusted until the process ends
+    _this_run: set[tuple[str, str, str]] = set()
 
-    def __init__(self, endpoint: Endpoint, host: str, accept_new: bool = False):
+    def __init__(self, endpoint: Endpoint, host: str, accept_new: bool = False, remember: bool = True):
         self.endpoint = endpoint
         self.host = host
         self.accept_new = accept_new
+        self.remember = remember
+        self.notes: list[str] = []
 
     def missing_host_key(self, client, hostname, key) -> None:
         ep = self.endpoint
@@ -137,15 +151,25 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         verdict = check_host_key(lines, ep.key_name, key.get_name(), key.get_base64())
         if verdict.status == TRUSTED:
             return
+        seen = (ep.key_name, key.get_name(), key.get_base64())
+        if verdict.status == UNKNOWN and seen in self._this_run:
+            return  # accepted earlier in this check-mode run
         if verdict.status == UNKNOWN and self.accept_new and ep.user_known_hosts:
             with self._lock:  # another host may have added it meanwhile (a shared jump host)
                 lines, absent = read_known_hosts(files)
                 verdict = check_host_key(lines, ep.key_name, key.get_name(), key.get_base64())
                 if verdict.status == UNKNOWN:
                     path = ep.user_known_hosts[0]
+                    what = f"the new host key of {ep.label} ({key.get_name()} {key.fingerprint})"
+                    if not self.remember:
+                        self._this_run.add(seen)
+                        self.notes.append(f"check mode: accepted {what} for this run only; {path} is not "
+                                          "written (run without --check to remember it)")
+                        return
                     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
                     with open(path, "a", encoding="ascii") as fh:
                         fh.write(format_line(ep.key_name, key.get_name(), key.get_base64()))
+                    self.notes.append(f"added {what} to {path}")
                     return
             if verdict.status == TRUSTED:
                 return
@@ -261,9 +285,9 @@ class _SharedHop:
     _all_lock = threading.Lock()
 
     def __init__(self, chain: tuple[Endpoint, ...], via: "_SharedHop | None", accept_new: bool,
-                 connect_timeout: float):
+                 connect_timeout: float, remember: bool = True):
         self.chain, self.endpoint, self.via = chain, chain[-1], via
-        self.policy = KnownHostsPolicy(self.endpoint, "?", accept_new)
+        self.policy = KnownHostsPolicy(self.endpoint, "?", accept_new, remember)
         self.conn = _fabric(self.endpoint, connect_timeout, self.policy, hop=True)
         self.gate_key = _gate_key(chain)
         self.connect_timeout = connect_timeout
@@ -272,14 +296,16 @@ class _SharedHop:
         self._lock = threading.Lock()  # one login at a time; the others wait and reuse it
 
     @classmethod
-    def get(cls, chain: tuple[Endpoint, ...], accept_new: bool, connect_timeout: float) -> "_SharedHop":
-        """The process's shared hop for ``chain`` (made, not opened, on first use)."""
-        via = cls.get(chain[:-1], accept_new, connect_timeout) if len(chain) > 1 else None
-        key = (chain, bool(accept_new), float(connect_timeout))
+    def get(cls, chain: tuple[Endpoint, ...], accept_new: bool, connect_timeout: float,
+            remember: bool = True) -> "_SharedHop":
+        """The process's shared hop for ``chain`` (made, not opened, on first use); ``remember``:
+        as :class:`KnownHostsPolicy`'s."""
+        via = cls.get(chain[:-1], accept_new, connect_timeout, remember) if len(chain) > 1 else None
+        key = (chain, bool(accept_new), float(connect_timeout), bool(remember))
         with cls._all_lock:
             hop = cls._all.get(key)
             if hop is None:
-                hop = cls._all[key] = cls(chain, via, accept_new, connect_timeout)
+                hop = cls._all[key] = cls(chain, via, accept_new, connect_timeout, remember)
             return hop
 
     def open(self, owner: "SSHConnection") -> None:
@@ -337,7 +363,9 @@ class SSHConnection(Connection):
     :func:`orchestrator.connection.route.resolve_route`) says where to connect, as whom, with
     which keys, through which jump hosts, and which known_hosts files to trust.
     ``connect_timeout`` (seconds) bounds the TCP connect, the banner, the authentication and a jump
-    host's channel to the next hop. Jump hosts are :class:`_SharedHop` logins shared with the
+    host's channel to the next hop. ``remember_host_keys`` False (check mode): a key
+    ``accept_new_host_keys`` accepts is trusted for this process only, no known_hosts file is
+    written (:class:`KnownHostsPolicy`); :meth:`host_key_notes` says what was accepted. Jump hosts are :class:`_SharedHop` logins shared with the
     other hosts behind them. ``max_handshakes`` (``orch_ssh_max_handshakes``) bounds the handshakes
     in flight to one server (each jump host, this host) from this process; a handshake the server
     drops before login is retried (:func:`~orchestrator.connection.handshake.handshake_retrying`).
@@ -349,7 +377,7 @@ class SSHConnection(Connection):
     """
 
     def __init__(self, host: str, route: Route, accept_new_host_keys: bool = False, connect_timeout: float = 15.0,
-                 max_handshakes: int = 8, max_sessions: int = 8, **kw):
+                 max_handshakes: int = 8, max_sessions: int = 8, remember_host_keys: bool = True, **kw):
         super().__init__(host, **kw)
         self.route = route
         self.accept_new_host_keys = accept_new_host_keys
@@ -357,9 +385,10 @@ class SSHConnection(Connection):
         self.max_handshakes = int(max_handshakes)
         self.sessions = SessionSlots(max_sessions)
         self._alive: ServerAlive | None = None
-        self._via = _SharedHop.get(route.hops, accept_new_host_keys, connect_timeout) if route.hops else None
-        self._conn = _fabric(route.target, connect_timeout,
-                             KnownHostsPolicy(route.target, host, accept_new_host_keys), hop=False)
+        self._via = (_SharedHop.get(route.hops, accept_new_host_keys, connect_timeout, remember_host_keys)
+                     if route.hops else None)
+        self._policy = KnownHostsPolicy(route.target, host, accept_new_host_keys, remember_host_keys)
+        self._conn = _fabric(route.target, connect_timeout, self._policy, hop=False)
         self._gate_key = _gate_key(route.hops + (route.target,))
         self.login_user = self._conn.user  # as resolved (inventory, ~/.ssh/config, else the local user)
         self._no_sftp: str | None = None  # why SFTP is unavailable, once seen
@@ -367,6 +396,22 @@ class SSHConnection(Connection):
         # the lock heartbeat and the cancel watcher run commands from their own threads: one
         # (re)connect at a time, so a dropped link is reopened once, not raced
         self._open_lock = threading.RLock()
+
+    def host_key_notes(self, clear: bool = True) -> list[str]:
+        """What the host-key checks of this connection's logins accepted (its jump hosts' too)
+        since the last call that cleared them, one line each: a key added to known_hosts, or in
+        check mode one trusted for this run only. ``clear`` False leaves them for a later call."""
+        policies = []
+        hop = self._via
+        while hop is not None:
+            policies.insert(0, hop.policy)
+            hop = hop.via
+        out: list[str] = []
+        for policy in [*policies, self._policy]:
+            out += policy.notes
+            if clear:
+                policy.notes = []
+        return out
 
     @property
     def address(self) -> str:
@@ -406,7 +451,7 @@ class SSHConnection(Connection):
             for attempt in retrying:
                 with attempt, gate.slot(self.max_handshakes):
                     self._handshake(ep, conn, via)
-        except HostKeyRefused as exc:
+        except (HostKeyRefused, NoBanner) as exc:
             raise HostUnreachable(str(exc)) from None
         except paramiko.AuthenticationException as exc:
             raise HostUnreachable(self._auth_failed(ep, conn, exc)) from None
@@ -445,8 +490,15 @@ class SSHConnection(Connection):
             conn.connect_kwargs["sock"] = via.channel(self, ep)
         try:
             conn.open()
-        except BaseException:
+        except BaseException as exc:
+            transport = conn.client.get_transport()
+            silent = (transport is not None and not transport.remote_version
+                      and isinstance(exc, paramiko.SSHException) and not is_handshake_drop(exc))
             conn.client.close()
+            if silent:  # Paramiko's own words ("No existing session") hide what happened
+                raise NoBanner(f"{self.host}: {ep.label}: the server accepted the TCP connection but sent no SSH "
+                               f"banner within {self.connect_timeout:g} s (no SSH server on this port, or a hung "
+                               "sshd)") from exc
             raise
         finally:
             conn.connect_kwargs.pop("sock", None)

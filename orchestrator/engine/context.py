@@ -35,6 +35,9 @@ class RunOptions:
     run_dir: Path
     check: bool = False
     accept_new_host_keys: bool = False
+    #: write the keys ``accept_new_host_keys`` accepts into known_hosts; False in check mode
+    #: (``--check`` changes nothing, the controller's files included: a key is trusted for the run)
+    remember_host_keys: bool = True
     leave_stopped: bool = False
     echo_output: bool = False
     extra: dict[str, Any] = field(default_factory=dict)

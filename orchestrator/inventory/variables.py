@@ -378,10 +378,10 @@ _SPECS: list[VarSpec] = [
     _choice_var("orch_tune_space", SEARCH_SPACES, DEFAULT_SEARCH_SPACE, "Size of the kernel search space."),
     VarSpec("orch_tune_budget", "seconds", "a number of seconds >= 0", DEFAULT_TUNE_BUDGET_S,
             "Seconds of GPU timing per GPU the tune may spend on all its batch sizes (0: unbounded); the "
-            "tune report says what it cut ([docs/tuning.md](docs/tuning.md)).", _nonneg_number),
+            "tune report says what it cut ([tuning.md](tuning.md)).", _nonneg_number),
     VarSpec("orch_tune_routing_file", "str", "a path on the host", None,
             "Recorded routing the tune times candidates with, on the host, in a format the unit's engine "
-            "records ([docs/tuning.md](docs/tuning.md) lists them; default: random router logits, the fused "
+            "records ([tuning.md](tuning.md) lists them; default: random router logits, the fused "
             "shared expert in every row where the engine fuses it).", _abs_path),
     VarSpec("orch_tune_routing_skew", "float", "a number >= 0", 0,
             "What-if skew of the expert loads the tune times with (0: as recorded, or uniform).", _nonneg_number),
@@ -457,7 +457,7 @@ _SPECS: list[VarSpec] = [
             "Roll back when throughput drops by more than this percentage.", _percent),
     VarSpec("orch_moe_runners", "str", "runner names separated by commas, or auto", None,
             "Runner trial (`orch tune --moe-runners`): the MoE runners to start and compare "
-            "([docs/runners-trial.md](docs/runners-trial.md)).", _text),
+            "([runners-trial.md](runners-trial.md)).", _text),
     VarSpec("orch_runner_check_prompts", "path", "a path", None,
             "Runner trial: a file of check prompts on the controller (one per line; default the set "
             "shipped with orch).", _local_path),

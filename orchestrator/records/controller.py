@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import os
 import secrets
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_text
-from .layout import EVENTS, RUNS
+from .layout import DEBUG_LOG, EVENTS, RUNS
 
 
 def default_state_dir() -> Path:
@@ -41,7 +42,12 @@ def _scrub(obj: Any) -> Any:
 
 
 class RunRecord:
-    """Creates ``<state_dir>/runs/<run_id>/`` and appends events to ``events.jsonl`` (:data:`~.layout.EVENTS`)."""
+    """Creates ``<state_dir>/runs/<run_id>/`` and appends events to ``events.jsonl`` (:data:`~.layout.EVENTS`).
+
+    While it is open, what the libraries log at WARNING and above (Paramiko's tracebacks of a
+    failed handshake, from its transport thread) goes to ``debug.log`` (:data:`~.layout.DEBUG_LOG`,
+    made on the first such line) instead of the operator's terminal: the task's own message says
+    what happened in one line (:func:`quiet_library_logs`)."""
 
     def __init__(self, state_dir: Path, run_id: str):
         self.run_id = run_id
@@ -50,6 +56,11 @@ class RunRecord:
         os.chmod(self.dir, 0o700)
         self._lock = threading.Lock()
         self._events = open(self.dir / EVENTS, "a", encoding="utf-8")
+        self._log = logging.FileHandler(self.dir / DEBUG_LOG, encoding="utf-8", delay=True)
+        self._log.setLevel(logging.WARNING)
+        self._log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s"))
+        quiet_library_logs()
+        logging.getLogger().addHandler(self._log)
 
     def emit(self, event: str, **fields: Any) -> None:
         """Append one event (``time`` in Unix seconds, ``event`` name, fields)."""
@@ -68,6 +79,17 @@ class RunRecord:
     def close(self) -> None:
         with self._lock:
             self._events.close()
+        logging.getLogger().removeHandler(self._log)
+        self._log.close()
+
+
+def quiet_library_logs() -> None:
+    """Keep what libraries log off the terminal: give the root logger a handler that drops it, so
+    Python's last-resort handler (which prints WARNING and above, tracebacks included, to stderr)
+    is never used. A run's record adds the handler that keeps it (:class:`RunRecord`)."""
+    root = logging.getLogger()
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        root.addHandler(logging.NullHandler())
 
 
 def read_events(run_dir: Path) -> list[dict]:

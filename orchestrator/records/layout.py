@@ -8,6 +8,8 @@ Layout (``<state_dir>/runs/<run_id>/``)::
     bench.json            every host's benchmark (`orch bench`)
     doctor.json           every unit's diagnosis (`orch doctor`)
     report.html           the HTML report (`orch report`, or after `orch tune`)
+    debug.log             warnings and errors the libraries logged (Paramiko's tracebacks of a
+                          failed handshake), kept out of the terminal; made only when one came
     hosts/<host>/         probe.json, install_manifest.json, configs/*.json (the tuned up and down
                           files), report.json (the tuner's), bench_<label>.json (one per bench
                           task: bench_before.json, bench_after.json, bench_bench.json), result.json,
@@ -29,6 +31,8 @@ RECAP = "recap.json"
 BENCH_SUMMARY = "bench.json"
 DOCTOR = "doctor.json"
 REPORT_HTML = "report.html"
+#: Warnings and errors logged by the libraries (Python's logging) while the run was open.
+DEBUG_LOG = "debug.log"
 #: The folder of a run holding one folder per host.
 HOSTS = "hosts"
 

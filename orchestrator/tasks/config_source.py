@@ -25,7 +25,7 @@ from ..facts.catalog import GroupRole, TuningKey
 from ..facts.summary import ConfigSource
 from ..host.sharing import write_configs
 from ..records.layout import TUNE_REPORT
-from ..store import ConfigStore, key_hash, tuning_key
+from ..store import ConfigStore, key_hash, measured_on, provenance_text, tuning_key
 
 FACTS = ("orch_tuning_key", "orch_config_source", "orch_group_role")
 
@@ -64,14 +64,13 @@ def config_source(ctx, space: Literal[SEARCH_SPACES], batch_sizes: list[int] | N
             groups.report_key(ctx.name, "store:" + kh)
         prov = entry.provenance
         facts["orch_config_source"] = "store"
-        msg = f"reusing stored result {kh} (tuned on {prov.get('host')} at {prov.get('stored')}, run {prov.get('run_id')})"
+        msg = f"reusing stored result {kh} ({provenance_text(prov)})"
         if not ctx.check:
             configs = {role: json.loads(p.read_text()) for role, p in entry.files.items()}
             ctx.run.tuned_files = write_configs(ctx, configs, names)
             if entry.report:
                 (ctx.host_dir / TUNE_REPORT).write_text(entry.report.read_text())
-                reused_speedup(ctx, json.loads(entry.report.read_text()),
-                               f"{prov.get('host')} (run {prov.get('run_id')})" if prov.get("host") else None)
+                reused_speedup(ctx, json.loads(entry.report.read_text()), measured_on(prov))
         ctx.run.summary.config_source = ConfigSource("store", kh)
         return TaskResult.ok(msg, facts=facts, source="store", key=kh)
     why = probe.untunable_reason(provider)

@@ -47,22 +47,27 @@ def connect(ctx, require_root: bool = True) -> TaskResult:
                 pass
     if ctx.connection is None:
         ctx.connection = _connect(ctx.name, ctx.vars, accept_new_host_keys=ctx.options.accept_new_host_keys,
-                                 echo_output=ctx.options.echo_output)
+                                 echo_output=ctx.options.echo_output,
+                                 remember_host_keys=ctx.options.remember_host_keys)
         ctx.connection.orch_login = login
     t = ctx.connection
+    # the host keys this login accepted (added to known_hosts, or in check mode trusted for the
+    # run only); the discovery pass leaves them for the play's own connect to say
+    notes = getattr(t, "host_key_notes", lambda clear=True: [])(clear=not ctx.options.keep_connections)
+    keys = "".join(f"\n{n}" for n in notes)
     who = t.run(["id", "-un"], timeout=30).stdout.strip()
     if t.become:
         as_ = t.run(["id", "-un"], become=True, timeout=60).stdout.strip()
         if require_root and who != "root" and as_ != "root":
             raise TaskFailed(f"{ctx.name}: logged in as {who} and ansible_become_user is {as_}, not root: orch "
                              f"needs root on the host for {_state_dir(ctx)}, the unit and the GPU processes")
-        return TaskResult.ok(f"connected as {who}, sudo to {as_} for the steps that need root", user=who,
-                             become_user=as_)
+        return TaskResult.ok(f"connected as {who}, sudo to {as_} for the steps that need root{keys}", user=who,
+                             become_user=as_, host_keys=notes)
     if require_root and who != "root":
         raise TaskFailed(f"{ctx.name}: logged in as {who}, not root, and ansible_become is not set: permission "
                          f"denied for {_state_dir(ctx)} (root-only), the unit and the GPU processes; set "
                          f"ansible_become: true (and ansible_become_password) for {who}")
-    return TaskResult.ok(f"connected as {who}", user=who)
+    return TaskResult.ok(f"connected as {who}{keys}", user=who, host_keys=notes)
 
 
 #: the variables a connection is built from (orchestrator.connection.connect and

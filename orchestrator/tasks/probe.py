@@ -300,7 +300,10 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
              # None: a folder the server's log named, not probed (the install creates it when missing)
              install_dir_exists=bool(probe_data.install_dir_exists) if same_dir else None, dropin=dropin)
     ctx.run.summary.plan = p
-    lines = [f"would write {paths[k]} ({'replace' if existing.get(k) else 'new'})" for k in sorted(paths)]
+    # an installed file is replaced only when the new bytes differ: the compare step (or the
+    # install) tells, so the plan does not say "replace" before anything is known
+    lines = [(f"installed {paths[k]} (replaced only if the new file differs)" if existing.get(k)
+              else f"would write {paths[k]} (new)") for k in sorted(paths)]
     lines += [f"no {r} file: {engine.display_name} {probe_data.engine.version or ''} does not read one".replace(
         "  ", " ") for r in skipped_roles]
     if dropin is not None:
@@ -331,4 +334,5 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
         lines = [f"check mode: unit runs `{cmd}`", f"MoE backend {backend}"] + lines
         lines.append(steps_line(bool(ctx.vars.get("orch_prepare", True)),
                                 ctx.vars.get("orch_gpu_capability") or probe_data.capability))
-    return TaskResult.ok("; ".join(lines), facts={"orch_plan": p, "orch_endpoint": endpoint}, **p.to_dict())
+    # one statement a line: at 80 columns each path then stands on its own line, whole
+    return TaskResult.ok("\n".join(lines), facts={"orch_plan": p, "orch_endpoint": endpoint}, **p.to_dict())

@@ -287,7 +287,9 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     starts on them: they are installed as this run's sub-run (backed up first), the start must load
     them, and they are put back to their bytes unless it is kept. When the unit's own runner is
     Triton, that candidate is measured too (the reference ran on the old files). Sets
-    ``orch_runner_trial``; ``changed`` when the unit now runs another runner or other Triton files."""
+    ``orch_runner_trial``; the trial's ``changed`` when the unit now runs another runner or other
+    Triton files; the task's status is ``changed`` also when it restarted the unit and put it back
+    (``restarts``: a restart is a change), ``ok`` only when it started nothing."""
     trial = ctx.facts.runner_trial
     if trial is None or not trial.candidates or not trial.candidates[0].reference:
         raise TaskFailed("no reference measured (orch_runner_trial): run runner_reference before runner_trial")
@@ -306,6 +308,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     fresh = _fresh_triton(ctx) and bool(ctx.run.tuned_files)
     tf = ctx.facts.runner_triton
     dropin_written = False
+    restarts = 0  # starts of the unit by this task: each is a change (the server was down meanwhile)
 
     def measure(row: RunnerCandidate, label: str) -> None:
         answers = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
@@ -337,6 +340,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
                                                  else f"{src.describe()}, restart"))
                 dropin_written = True  # before the write: a failed write may still have changed it
                 _set_runner(ctx, name, src, words, src_text, cand)
+            restarts += 1  # counted before the start: a failed start restarted the unit too
             row.ready_s, text = restart_ready(ctx, ctx.facts.unit_handle(name), endpoint, start_timeout, ready_timeout)
             row.log_runner = logged_runner(text, engine)
             if row.log_runner not in (cand, None) and not (own and ref_flag == "auto"):
@@ -384,7 +388,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
         ctx.run.summary.installed = [p for p in installed if p] or None
     else:
         if best is not None:
-            best.why = f"{gain:+.1f}% output tok/s: within the {float(min_gain):g}% noise threshold"
+            best.why = not_kept_why(gain, float(min_gain), ref_row.runner)
         ref_row.kept, ref_row.why = True, "the unit keeps its runner"
         trial.kept = ref_flag
         if dropin_written:  # back to its bytes; the run's record then shows no change
@@ -394,6 +398,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     if ctx.run.install_attempted:
         if src.kind == "dropin":
             daemon_reload(ctx, ctx.facts.unit_handle(name))
+        restarts += 1
         _ready, text = restart_ready(ctx, ctx.facts.unit_handle(name), endpoint, start_timeout, ready_timeout)
         shown = logged_runner(text, engine)
         want = trial.kept if trial.changed and not kept_own else ref_row.log_runner
@@ -413,8 +418,21 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     rows = "; ".join(f"{r.runner}{' (tuned files)' if r.triton_files else ''}: {r.top() or 0:.1f} tok/s, agreement "
                      f"{'-' if r.agreement is None else f'{r.agreement:.0%}'}, "
                      f"{'kept' if r.kept else r.why}" for r in trial.candidates)
-    result = TaskResult.changed if trial.changed else TaskResult.ok
-    return result(f"kept {trial.kept}: {rows}", facts={"orch_runner_trial": trial}, **trial.to_dict())
+    # a restart is a change (the server stopped serving meanwhile), also when the unit ends as it was
+    result = TaskResult.changed if trial.changed or restarts else TaskResult.ok
+    restarted = (f"; the unit restarted {restarts} time{'s' if restarts != 1 else ''}"
+                 + ("" if trial.changed else ", and runs as before") if restarts else "")
+    return result(f"kept {trial.kept}: {rows}{restarted}", facts={"orch_runner_trial": trial}, restarts=restarts,
+                  **trial.to_dict())
+
+
+def not_kept_why(gain: float, min_gain: float, reference: str) -> str:
+    """Why the fastest passing candidate was not kept: its change of output tokens/s against the
+    unit's runner (``gain``, percent; at most ``min_gain``, else it is kept) said as it is: within
+    the noise threshold only when ``|gain| <= min_gain``; a larger drop is a slower runner."""
+    if gain < -min_gain:
+        return f"{gain:+.1f}% output tok/s: slower than {reference} (the unit's runner)"
+    return f"{gain:+.1f}% output tok/s: within the {min_gain:g}% noise threshold"
 
 
 def _dropin_as_before(ctx, name: str) -> dict:

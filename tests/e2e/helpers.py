@@ -57,6 +57,13 @@ def orch(*args: str, state_dir: Path, env: dict | None = None, prefix: list[str]
                        what=f"orch {' '.join(args[:1])}", cwd=REPO, env=full_env)
 
 
+def flat(text: str) -> str:
+    """``text`` with every run of whitespace (line breaks and the indent of wrapped lines) made one
+    space: orch wraps its output at spaces to the width ($COLUMNS, 200 here), so a message is
+    looked for in the flattened text (a path is never broken: it stays one word)."""
+    return " ".join(text.split())
+
+
 def recap(proc: subprocess.CompletedProcess) -> dict:
     """The ``--json`` recap printed on stdout (fails with the stderr tail if absent)."""
     try:

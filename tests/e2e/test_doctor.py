@@ -33,7 +33,7 @@ import re
 import pytest
 import yaml
 
-from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.helpers import REPO, inventory, orch, recap
 
 pytestmark = pytest.mark.testbed
 
@@ -285,6 +285,43 @@ def test_narrow_terminal_gets_one_block_per_host(doctored):
     for name in (UP, DOWN):
         assert any(name in line for line in body.splitlines())
     assert set(fixes) == {h for h, r in doctored["rows"].items() if r["fix"]}
+
+
+def _blocks(text: str) -> dict[str, list[str]]:
+    """``host -> its block's lines`` (the ``host  verdict`` line first) of doctor's narrow output."""
+    blocks: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        head = re.match(r"^(gpu-\w+)  \S+$", line)
+        if head:
+            current = blocks.setdefault(head.group(1), [])
+        elif not line.startswith("  "):
+            current = None  # a blank line or a --fix line ends the block
+        if current is not None:
+            current.append(line)
+    return blocks
+
+
+def test_the_docs_sample_is_real_output(doctored):
+    """docs/doctor.md's sample is this output at 100 columns: the same hosts in the same order,
+    each with its verdict, the first line of its reason, the MoE runner's line, and the same lines
+    from "device name" on (no path of the machine appears there), the --fix commands with the
+    inventory's path shortened. Regenerate it from `pytest -s tests/e2e/test_doctor.py`."""
+    page = (REPO / "docs" / "doctor.md").read_text()
+    sample = page.split("```text\n", 1)[1].split("```", 1)[0]
+    real = doctored["narrow"].stdout
+    want, got = _blocks(sample), _blocks(real)
+    assert list(want) == list(got) == list(EXPECTED)
+    for host in got:
+        assert want[host][:2] == got[host][:2], host  # verdict and the reason's first line
+        runner = [ln for ln in got[host] if "· MoE runner " in ln or "runner " in ln.split("  ")[-1]]
+        assert runner and all(ln in want[host] for ln in runner), (host, runner)
+        tail = got[host][next(i for i, ln in enumerate(got[host]) if ln.startswith("  device name")):]
+        assert tail == want[host][-len(tail):], host
+    fixes = [re.sub(r" \S*hosts\.yaml ", " hosts.yaml ", ln) for ln in real.splitlines() if re.match(r"^gpu-\w+: ", ln)]
+    tune_id = doctored["tune_id"]
+    assert fixes == [ln.replace(re.search(r"--to (\S+)", ln).group(1), tune_id) if "--to " in ln else ln
+                     for ln in sample.splitlines() if re.match(r"^gpu-\w+: ", ln)]
 
 
 def test_exit_zero_when_all_tuned_or_not_triton(doctored):

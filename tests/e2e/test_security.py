@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.payload.bundle import build_bundle
-from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.helpers import flat, inventory, orch, recap
 from tests.testbed.bed import SUDO_LOG
 from tests.paths import REPO
 from tests.waiting import CEILING_S, process_ended, wait_until
@@ -49,9 +49,20 @@ def test_host_keys_unknown_refused_accept_new_adds_only_new_changed_always_refus
     assert r["outcome"] == "unreachable" and "unknown host key" in r["cause"] and str(kh) in r["cause"], r
     assert not kh.exists()
 
-    # --accept-new-host-keys: exactly the host's real key is added, then it is trusted without the flag
+    # --check --accept-new-host-keys: the host is reached with its key trusted for that run only;
+    # check mode writes nothing, known_hosts included, and says so
     proc, res = _check(inv, tmp_path / "s2", "--accept-new-host-keys")
     assert proc.returncode == 0 and res["hosts"][h.name]["outcome"] == "check", proc.stderr[-3000:]
+    assert not kh.exists()
+    assert not (tmp_path / "s2" / "store").exists(), "check mode stores no config"
+    assert [p.name for p in (tmp_path / "s2" / "runs").iterdir()] == [res["run_id"]]  # its record (documented)
+    assert f"check mode: accepted the new host key of {h.address}:22" in flat(proc.stderr), proc.stderr[-3000:]
+    assert f"for this run only; {kh} is not written" in flat(proc.stderr)
+    # `orch runs --accept-new-host-keys` (read-only on the hosts, no check mode) remembers it:
+    # exactly the host's real key is added, then it is trusted without the flag
+    runs = orch("runs", str(inv), "--accept-new-host-keys", "--json", state_dir=tmp_path / "s2r")
+    assert runs.returncode == 0, runs.stderr[-3000:]
+    assert f"added the new host key of {h.address}:22" in flat(runs.stderr)
     lines = kh.read_text().splitlines()
     assert len(lines) == 1 and lines[0].split() == real_line.split(), (lines, real_line)
     proc, res = _check(inv, tmp_path / "s3")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.helpers import flat, inventory, orch, recap
 from tests.waiting import files_state, wait_until
 
 pytestmark = pytest.mark.testbed
@@ -26,7 +26,7 @@ def test_release_without_down_lookup_gets_and_proves_only_the_up_file(testbed_fa
     inv = inventory(bed, tmp_path / "hosts.yaml", orch_tune_provider="builtin")
     check = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", state_dir=tmp_path / "state")
     assert check.returncode == 0, check.stderr[-4000:]
-    assert "no down file: SGLang 0.5.0rc2 does not read one" in check.stderr
+    assert "no down file: SGLang 0.5.0rc2 does not read one" in flat(check.stderr)
     proc = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
     assert proc.returncode == 0, proc.stderr[-6000:]
     r = recap(proc)["hosts"][h.name]

@@ -120,11 +120,18 @@ def test_bastion_jump_host_three_ways_keys_checked_on_every_hop(testbed_factory,
     assert changed.read_text() == f"{_key_line(bed, gpu)}\n{bastion.address} {pub[0]} {pub[1]}\n"
     assert len(_accepted(gpu)) == before
 
-    # --accept-new-host-keys: both hops' real keys are added, and trusted afterwards without the flag
+    # --check --accept-new-host-keys: both hops are reached, their keys trusted for that run only
+    # (check mode writes nothing, known_hosts included); `orch runs --accept-new-host-keys` adds
+    # both real keys, trusted afterwards without the flag
     fresh = tmp_path / "kh_fresh"
     inv6 = write_inventory(bed, tmp_path / "fresh.yaml", ["gpu-a"], orch_known_hosts=str(fresh))
     proc, r = check(inv6, tmp_path / "s6", h1, etc, "--accept-new-host-keys")
     assert proc.returncode == 0 and r["outcome"] == "check", (r, proc.stderr[-3000:])
+    assert not fresh.exists()
+    said = " ".join(proc.stderr.split())
+    assert said.count("check mode: accepted the new host key of") == 2, proc.stderr[-3000:]
+    proc, _res = run_orch("runs", str(inv6), "--accept-new-host-keys", state=tmp_path / "s6r", home_dir=h1, etc=etc)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(fresh.read_text().splitlines()) == sorted([_key_line(bed, bastion), _key_line(bed, gpu)])
     proc, r = check(inv6, tmp_path / "s7", h1, etc)
     assert proc.returncode == 0 and len(fresh.read_text().splitlines()) == 2

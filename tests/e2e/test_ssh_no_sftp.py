@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.helpers import flat, inventory, orch, recap
 from tests.testbed.bed import SUDO_LOG
 from tests.waiting import CEILING_S
 
@@ -52,7 +52,7 @@ def test_tune_without_sftp_copies_over_the_exec_channel(testbed_factory, tmp_pat
     assert proc.returncode == 0, proc.stderr[-6000:]
     res = recap(proc)
     assert res["hosts"][h.name]["outcome"] == "completed", res["hosts"][h.name]
-    assert "no SFTP on this host" in proc.stderr and "copying files over the exec channel" in proc.stderr
+    assert "no SFTP on this host" in flat(proc.stderr) and "copying files over the exec channel" in flat(proc.stderr)
 
     # installed, loaded, and the tuned files came back whole (what the host has, byte for byte)
     fetched = state / "runs" / res["run_id"] / "hosts" / h.name / "configs"

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.helpers import flat, inventory, orch, recap
 
 pytestmark = pytest.mark.testbed
 
@@ -161,8 +161,8 @@ def test_check_mode_changes_nothing(testbed_factory, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert _snapshot(h) == snap
     # it said what it would do: the exact paths, new files, and the prepare step before the stop
-    assert f"would write {h.triton_dir}/{UP} (new)" in proc.stderr.replace("\n", "")
-    assert "would prepare the tune before the stop" in " ".join(proc.stderr.split())
+    assert f"would write {h.triton_dir}/{UP} (new)" in flat(proc.stderr)
+    assert "would prepare the tune before the stop" in flat(proc.stderr)
     assert recap(proc)["hosts"][h.name]["outcome"] == "check"
 
 
@@ -254,8 +254,10 @@ def test_rerun_with_the_same_files_changes_nothing(testbed_factory, tmp_path):
     snap = _snapshot(h)
     check = orch("tune", str(inv), "--service", "sglang-qwen", "--check", "--json", state_dir=tmp_path / "state")
     assert check.returncode == 0, check.stderr[-4000:]
-    text = check.stderr.replace("\n", " ")
+    text = flat(check.stderr)
     assert "unchanged:" in text and "nothing would be written, stopped" in text, text[-4000:]
+    # the plan, before the compare step knows, does not say the installed files would be replaced
+    assert "(replace)" not in text and "(replaced only if the new file differs)" in text, text[-4000:]
     again = orch("tune", str(inv), "--service", "sglang-qwen", "--json", state_dir=tmp_path / "state")
     assert again.returncode == 0, again.stderr[-6000:]
     r = recap(again)["hosts"][h.name]

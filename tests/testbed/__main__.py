@@ -64,16 +64,17 @@ def cmd_up(args: argparse.Namespace) -> int:
         for path in (inventory, known):
             path.unlink(missing_ok=True)
         raise
+    # one fact a line, so that each reads at 80 columns (a long path stands on its own line)
     print(f"test bed {bed.bed_id}: {len(bed.hosts)} host(s), work folder {bed.workdir}")
     for h in bed.hosts:
-        print(f"  {h.name}: ssh root@{h.address} (namespace {h.ns}), unit {h.unit}.service, "
-              f"configs {h.config_dir}")
+        print(f"  {h.name}: ssh root@{h.address} (namespace {h.ns}), unit {h.unit}.service")
+        print(f"    configs {h.config_dir}")
     print(f"  key: {bed.key_path}")
     print(f"  known_hosts: {known}")
     print(f"  inventory: {inventory}")
     h = bed.hosts[0]
-    print(f"  try: ssh -i {bed.key_path} -o UserKnownHostsFile={known} root@{h.address} "
-          f"'ls /dev/nvidia*; systemctl status {h.unit}'")
+    print(f"  try: ssh -i {bed.key_path} \\\n         -o UserKnownHostsFile={known} \\\n"
+          f"         root@{h.address} 'ls /dev/nvidia*; systemctl status {h.unit}'")
     default = _same_file(str(inventory), str(REPO / "inventories" / "testbed.yaml"))
     print("  remove with: " + ("bash scripts/demo.sh down (or python -m tests.testbed down)" if default
                               else f"python -m tests.testbed down --inventory {inventory}"))
@@ -124,7 +125,11 @@ def cmd_down(args: argparse.Namespace) -> int:
 def leftovers() -> list[str]:
     """What ``down`` leaves on this machine on purpose, one line each with its size where it
     exists and how to remove it: the SGLang wheel cache (``tests/sglang_releases.py``), orch's
-    run records and config store (its default state dir), the virtual environment."""
+    run records and config store (its default state dir), the virtual environment, the beds' lock
+    file (``/run/orchtb/.lock``: kept so beds started meanwhile share one lock; tmpfs, gone at the
+    next boot), and the system packages ``scripts/setup.sh`` installed (its record,
+    ``.setup/installed-packages``, or ``$ORCH_SETUP_DIR``'s, with the apt-get command that removes
+    them)."""
     from orchestrator.records import default_state_dir
     from tests.sglang_releases import cache_root
 
@@ -133,11 +138,25 @@ def leftovers() -> list[str]:
         return f"{total / 1e6:.0f} MB"
 
     out = ["left on this machine (remove by hand if you want the space back):"]
-    for path, what in ((cache_root(), "SGLang wheels and their unpacked sources, read by the test bed and the tests"),
+    for path, what in ((cache_root(), "SGLang wheels and their sources (the test bed, the tests)"),
                        (default_state_dir(), "orch's run records and tuned-config store"),
                        (REPO / ".venv", "orch's virtual environment (scripts/setup.sh)")):
         if path.exists():
-            out.append(f"  {path} ({size(path)}): {what}; rm -rf {path}")
+            out += [f"  {path} ({size(path)}): {what}", f"    remove: rm -rf {path}"]
+    lock = bedmod.STATE_ROOT / ".lock"
+    if lock.exists():
+        out += [f"  {lock} (empty): the test beds' lock, kept so that beds started",
+                "    meanwhile share one lock; on tmpfs, gone at the next boot",
+                f"    remove: rm -r {bedmod.STATE_ROOT} (once no test bed runs)"]
+    record = Path(os.environ.get("ORCH_SETUP_DIR") or REPO / ".setup") / "installed-packages"
+    packages = list(dict.fromkeys(record.read_text().split())) if record.exists() else []
+    if packages:
+        out += [f"  system packages scripts/setup.sh installed: {' '.join(packages)}",
+                f"    (its record: {record})",
+                f"    remove: apt-get remove --autoremove {' '.join(packages)}"]
+    else:
+        out += ["  system packages: scripts/setup.sh installed none here (they were",
+                "    present); the list and why: tests/testbed/setup.sh"]
     return out
 
 

@@ -313,8 +313,29 @@ def test_latest_is_the_last_run_that_changed_or_tried_to_change_hosts(tmp_path, 
     assert rep.is_read_only(runs / "20991231T000001Z-tune-bbbbbb")
 
 
+def test_a_failed_bench_run_is_not_latest(tmp_path, capsys):
+    """`orch bench` loads the servers and changes no host: its run is read-only, so `orch report
+    latest` passes over it even when it failed (the README promises the last run that changed or
+    tried to change hosts). Its one host refuses SSH at once (a closed loopback port)."""
+    import socket
+
+    state, run_dir = _state(tmp_path)
+    with socket.socket() as sock:  # a port nothing listens on: the connect is refused at once
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"all:\n  hosts:\n    gpu-z:\n      ansible_host: 127.0.0.1\n      ansible_port: {port}\n")
+    assert main(["bench", str(inv), "--service", "sglang-qwen", "--state-dir", str(state)]) == 1
+    capsys.readouterr()
+    bench = [d for d in (state / "runs").iterdir() if "-bench-" in d.name]
+    assert len(bench) == 1 and _load(bench[0] / "run.json")["read_only"] is True
+    assert _load(bench[0] / "recap.json")["gpu-z"]["outcome"] == "unreachable"
+    assert rep.find_run_dir("latest", state) == run_dir
+
+
 def test_run_json_marks_read_only_runs(tmp_path):
-    """run_playbook writes read_only (= check: doctor, runs and --check all run checked)."""
+    """run_playbook writes read_only (= check: doctor, runs and --check all run checked; or given:
+    `orch bench`, which changes no host)."""
     from orchestrator.cli.run import run_playbook
 
     inv = tmp_path / "inv.yaml"
@@ -327,6 +348,9 @@ def test_run_json_marks_read_only_runs(tmp_path):
         run = _load(res.record.dir / "run.json")
         assert run["read_only"] is check and run["name"] == "pb"
         assert rep.is_read_only(res.record.dir) is check
+    res = run_playbook(pb, inv, check=False, read_only=True, state_dir=tmp_path / "s")
+    res.record.close()
+    assert _load(res.record.dir / "run.json")["read_only"] is True and rep.is_read_only(res.record.dir)
 
 
 def test_doctor_report_shows_the_verdicts(tmp_path):

@@ -80,3 +80,47 @@ def test_testbed_down_says_what_it_leaves(cache, tmp_path, monkeypatch):
     import shutil
     shutil.rmtree(cache)
     assert str(cache) not in "\n".join(leftovers())  # only what exists is named
+
+
+def test_testbed_down_names_the_lock_and_the_packages_setup_installed(tmp_path, monkeypatch):
+    """`down` names the beds' lock file it keeps (``/run/orchtb/.lock``) and the system packages
+    scripts/setup.sh installed (its record), with the command that removes each; with no record,
+    that set-up installed none."""
+    from tests.testbed import bed as bedmod
+    from tests.testbed.__main__ import leftovers
+
+    monkeypatch.setattr(bedmod, "STATE_ROOT", tmp_path / "orchtb")
+    monkeypatch.setenv("ORCH_SETUP_DIR", str(tmp_path / "setup"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    text = "\n".join(leftovers())
+    assert "lock" not in text and "system packages: scripts/setup.sh installed none here" in text
+    (tmp_path / "orchtb").mkdir()
+    (tmp_path / "orchtb" / ".lock").write_text("")
+    (tmp_path / "setup").mkdir()
+    (tmp_path / "setup" / "installed-packages").write_text("numactl\npodman\ncrun\npodman\n")
+    lines = leftovers()
+    assert f"  {tmp_path / 'orchtb' / '.lock'} (empty): the test beds' lock, kept so that beds started" in lines
+    assert f"    remove: rm -r {tmp_path / 'orchtb'} (once no test bed runs)" in lines
+    assert "  system packages scripts/setup.sh installed: numactl podman crun" in lines
+    assert "    remove: apt-get remove --autoremove numactl podman crun" in lines
+
+
+def test_a_download_says_what_why_and_the_size_in_one_line(cache, tmp_path, monkeypatch, capsys):
+    """A wheel fetched (here from a local folder pip is pointed at, as a mirror would serve it) is
+    announced in one line on stderr: the release, the file and its size, the cache folder, and why
+    the tests and the demo need it. A cached wheel is used silently."""
+    built = _fake_wheel(tmp_path / "mirror", "9.9.8")
+    with zipfile.ZipFile(built, "a") as zf:  # the metadata pip checks before it saves a wheel
+        info = "sglang-9.9.8.dist-info"
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: sglang\nVersion: 9.9.8\n")
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{info}/RECORD", "")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(built.parent))
+    got = sr.wheel("9.9.8")
+    assert got.read_bytes() == built.read_bytes()
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("download:")]
+    size = f"{built.stat().st_size / 1e6:.1f} MB"
+    assert lines == [f"download: SGLang 9.9.8 ({built.name}, {size}) into {cache / 'wheels'}: {sr.WHY}"]
+    assert "stand-in SGLang" in sr.WHY and "downloaded once" in sr.WHY
+    sr.wheel("9.9.8")
+    assert "download:" not in capsys.readouterr().err

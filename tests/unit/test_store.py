@@ -100,12 +100,12 @@ def _column(text: str, header: str) -> list[str]:
     return cells
 
 
-def test_configs_list_at_80_columns_keeps_the_hash_and_device_whole(tmp_path):
+def test_configs_list_at_80_columns_keeps_the_hash_device_and_time_whole(tmp_path):
     """On an 80-column terminal (and without one: rich then takes COLUMNS or 80), `orch configs
-    list` shows each entry's hash on one line, uncut, and folds the long device name instead of
-    cutting it with an ellipsis."""
+    list` shows each entry's hash, its long device name and its timestamp each whole on one line
+    (one block per entry: the table does not fit), cut nowhere and never folded over lines; at
+    200 columns it is a table whose cells are whole. Into a pipe no line ends in spaces."""
     import os
-    import subprocess
     import sys
 
     from tests.paths import REPO
@@ -117,14 +117,92 @@ def test_configs_list_at_80_columns_keeps_the_hash_and_device_whole(tmp_path):
     up.write_text(json.dumps(CFG))
     e = ConfigStore(tmp_path / "state").put(tuning_key(dict(PROBE, device_name=rtx), "fast", [1], "builtin"),
                                             {"up": up}, None, {"host": "gpu-with-a-long-name-07", "run_id": "r1"})
-    proc = run_watched([sys.executable, "-m", "orchestrator", "configs", "list", "--state-dir",
-                           str(tmp_path / "state")], cwd=REPO, env=dict(os.environ, COLUMNS="80"))
-    assert proc.returncode == 0, proc.stderr
-    assert all(len(ln) <= 80 for ln in proc.stdout.splitlines()), proc.stdout
-    assert "…" not in proc.stdout
-    assert _column(proc.stdout, "hash") == [e.hash]
-    assert any(e.hash in ln for ln in proc.stdout.splitlines())
-    assert _column(proc.stdout, "device") == [rtx]
+    stored = e.provenance["stored"]
+
+    def listed(columns: str) -> str:
+        proc = run_watched([sys.executable, "-m", "orchestrator", "configs", "list", "--state-dir",
+                            str(tmp_path / "state")], cwd=REPO, env=dict(os.environ, COLUMNS=columns))
+        assert proc.returncode == 0, proc.stderr
+        assert all(len(ln) <= int(columns) and ln == ln.rstrip() for ln in proc.stdout.splitlines()), proc.stdout
+        assert "…" not in proc.stdout
+        return proc.stdout
+
+    narrow = listed("80").splitlines()
+    assert e.hash in narrow
+    for label, value in (("device", rtx), ("stored", stored), ("tuned on", "gpu-with-a-long-name-07")):
+        assert any(ln.split() == [*label.split(), value] for ln in narrow), (label, narrow)
+    wide = listed("200")
+    assert _column(wide, "hash") == [e.hash] and _column(wide, "device") == [rtx]
+    assert _column(wide, "stored") == [stored]
+    assert any(e.hash in ln and rtx in ln and stored in ln for ln in wide.splitlines())
+
+
+def test_an_imported_export_keeps_where_it_was_tuned(tmp_path, capsys):
+    """`orch configs export` then `orch configs import` elsewhere: the entry still names the host
+    and run that tuned it (not ``None``), when it was tuned, and where it was imported from; the
+    tune that reuses it says so and shows the kernel speedup measured there."""
+    from orchestrator.store import measured_on, provenance_text
+
+    src = tmp_path / "tuned"
+    src.mkdir()
+    up = src / "E=128,N=768,device_name=NVIDIA_H200.json"
+    up.write_text(json.dumps(CFG))
+    (src / "report.json").write_text(json.dumps({"batch_sizes": {"1": {"speedup_vs_default": 1.5}}}))
+    key = tuning_key(PROBE, "fast", [1], "builtin")
+    e = ConfigStore(tmp_path / "a").put(key, {"up": up}, src / "report.json",
+                                        {"host": "gpu-a", "run_id": "20261203T224228Z-tune-c7eac4"})
+    out = tmp_path / "exported"
+    assert main(["configs", "export", e.hash, "--out", str(out), "--state-dir", str(tmp_path / "a")]) == 0
+    assert main(["configs", "import", str(out), "--state-dir", str(tmp_path / "b")]) == 0
+    got = ConfigStore(tmp_path / "b").get(key)
+    prov = got.provenance
+    assert prov["host"] == "gpu-a" and prov["run_id"] == "20261203T224228Z-tune-c7eac4"
+    assert prov["tuned_at"] == e.provenance["stored"] and prov["imported_from"] == str(out)
+    text = provenance_text(prov)
+    assert "None" not in text
+    assert text.startswith(f"tuned on gpu-a at {e.provenance['stored']}, run 20261203T224228Z-tune-c7eac4")
+    assert f"imported from {out} at " in text
+    assert measured_on(prov) == "gpu-a (run 20261203T224228Z-tune-c7eac4)" and got.report is not None
+    # files with no record of their tuner: said, not "None"
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / up.name).write_text(up.read_text())
+    (bare / "key.json").write_text(json.dumps(key))
+    assert main(["configs", "import", str(bare), "--state-dir", str(tmp_path / "c")]) == 0
+    prov = ConfigStore(tmp_path / "c").get(key).provenance
+    assert "None" not in provenance_text(prov) and "a host the import does not name" in provenance_text(prov)
+    assert measured_on(prov) == f"the imported files' tuner ({bare})"
+    capsys.readouterr()
+
+
+def test_a_tune_reusing_an_imported_entry_names_its_tuner_and_keeps_its_speedup(tmp_path, capsys):
+    """The `config_source` task on a store whose entry came from `orch configs import` of an
+    export: its message names the host and run that tuned the files (never "tuned on None ... run
+    None"), and the host's summary carries the speedup measured there, named."""
+    from orchestrator.tasks import TASKS
+    from tests.fakes import make_ctx
+
+    src = tmp_path / "tuned"
+    src.mkdir()
+    up = src / "E=128,N=768,device_name=NVIDIA_H200.json"
+    up.write_text(json.dumps(CFG))
+    (src / "report.json").write_text(json.dumps({"batch_sizes": {"1": {"speedup_vs_default": 1.5},
+                                                                 "4": {"speedup_vs_default": 2.0}}}))
+    key = tuning_key(PROBE, "fast", [1], "builtin")
+    e = ConfigStore(tmp_path / "a").put(key, {"up": up}, src / "report.json", {"host": "gpu-a", "run_id": "r1"})
+    out = tmp_path / "exported"
+    assert main(["configs", "export", e.hash, "--out", str(out), "--state-dir", str(tmp_path / "a")]) == 0
+    assert main(["configs", "import", str(out), "--state-dir", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    probe = dict(PROBE, install_dir="/opt/sg/configs/triton_3_6_0", file_names={"up": up.name})
+    ctx = make_ctx(tmp_path, {"orch_probe": probe}, state_dir=tmp_path / "b")
+    res = TASKS["config_source"].fn(ctx, space="fast", batch_sizes=[1], provider="builtin")
+    assert res.status == "ok" and "None" not in res.msg, res.msg
+    assert res.msg.startswith(f"reusing stored result {e.hash} (tuned on gpu-a at {e.provenance['stored']}, run r1; "
+                              f"imported from {out} at "), res.msg
+    summary = ctx.run.summary
+    assert summary.speedup_measured_on == "gpu-a (run r1)"
+    assert summary.speedup_vs_default == {"1": 1.5, "4": 2.0}
 
 
 def test_an_entry_of_a_store_before_engines_were_named_is_found(tmp_path, capsys):

@@ -62,3 +62,53 @@ def test_bad_flag_values_are_one_line_exit_2(tmp_path, capsys):
     assert "--concurrency: expected positive integers" in capsys.readouterr().err
     assert main(["config-names", "--model-config", str(tmp_path / "nope.json"), "--device-name", "NVIDIA H200"]) == 2
     assert "nope.json" in capsys.readouterr().err
+
+
+def _misspelt(option: str) -> str:
+    """``option`` with its second-to-last letter dropped (``--check`` -> ``--chek``): no prefix of
+    any option, so argparse's abbreviations do not accept it."""
+    return option[:-2] + option[-1]
+
+
+def _long_options() -> list[tuple[str, str]]:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return [(name, o) for name, p in sub.choices.items() for a in p._actions for o in a.option_strings
+            if o.startswith("--") and len(o) > 5]
+
+
+@pytest.mark.parametrize("command, option", _long_options(), ids=[f"{c} {o}" for c, o in _long_options()])
+def test_a_misspelt_option_gets_did_you_mean(tmp_path, capsys, command, option):
+    """Every long option of every command, misspelt, is refused in one line that names the
+    command's help and the option meant (``--chek``: did you mean --check?)."""
+    argv = {"config-names": [command], "report": [command, "latest"], "configs": [command, "list"]}.get(
+        command, [command, str(tmp_path / "hosts.yaml")])
+    assert main([*argv, _misspelt(option)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("orch: error: unrecognized arguments: "), err
+    assert f"(did you mean {option}?)" in err and f"see 'orch {command} --help'" in err, err
+
+
+def test_a_misspelt_command_or_choice_gets_did_you_mean(capsys):
+    assert main(["tunee", "x"]) == 2
+    assert "(did you mean tune?)" in capsys.readouterr().err
+    assert main(["configs", "lsit"]) == 2
+    assert "(did you mean list?)" in capsys.readouterr().err
+    assert main(["tune", "x", "--nothing-like-it"]) == 2
+    assert "did you mean" not in capsys.readouterr().err  # no guess when nothing is close
+
+
+def test_runs_host_names_host_not_limit(tmp_path, capsys):
+    """`orch runs --host gpu-z`: the error names the flag given (--host) and the closest host,
+    before anything runs; with --limit too, the two are intersected."""
+    from orchestrator.cli.runs import host_limit
+
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("all:\n  hosts:\n    gpu-a: {ansible_connection: local}\n    gpu-b: {ansible_connection: local}\n")
+    assert main(["runs", str(inv), "--host", "gpu-z", "--state-dir", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("orch: error: --host 'gpu-z': no host of that name in ") and "--limit" not in err
+    assert "did you mean 'gpu-a'?" in err or "did you mean 'gpu-b'?" in err
+    assert not (tmp_path / "s").exists()
+    assert host_limit(str(inv), "gpu-a", None) == "gpu-a"
+    assert host_limit(str(inv), "gpu-a", "all") == "all,&gpu-a"
+    assert host_limit(str(inv), None, "gpu-b") == "gpu-b"

@@ -1,11 +1,13 @@
-"""Terminal output fits the terminal and cuts nothing essential.
+"""Terminal output fits the terminal and cuts nothing essential, on a terminal and into a pipe.
 
 ``orch doctor``, ``orch runs``, ``orch bench``, the tune summary and the reaper's task line are
 rendered with rich at 80, 150 and 250 columns (``Console(width=..., record=True)``): no line is
-wider than the terminal; verdicts, their reasons, file names, PIDs and command lines appear
-whole (a name on one line; a long text, once the line breaks and indents are joined, word for
-word: it was wrapped at spaces, never inside a word); narrow terminals get one block per host
-instead of a table.
+wider than the terminal, except a path or a URL alone on its line (a path is never broken);
+verdicts, their reasons, file names, PIDs and command lines appear whole (a name on one line; a
+long text, once the line breaks and indents are joined, word for word: it was wrapped at spaces,
+never inside a word); narrow terminals get one block per host instead of a table. Into a pipe
+(:class:`orchestrator.ui.OrchConsole` without a terminal, 80 columns) the same rules hold and no
+line ends in padding.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from orchestrator.engine.results import HostRecap, TaskResult
 from orchestrator.facts.summary import RunSummary
 from orchestrator.cli.runs import print_runs
 from orchestrator.tasks.reap import reap_message
-from orchestrator.ui import Reporter, print_summary
+from orchestrator.ui import OrchConsole, Reporter, print_recap, print_summary
 
 WIDTHS = [80, 150, 250]
 UP = "E=8,N=64,device_name=NVIDIA_H200.json"
@@ -33,13 +35,35 @@ HOLDER = ("sglang::scheduler_TP0 /srv/orch-checkout/tests/testbed/holder.py --co
 PERSISTENCED = "nvidia-persistenced /srv/orch-checkout/tests/testbed/holder.py --comm nvidia-persistenced /dev/nvidia0"
 
 
+def lone_path(line: str) -> bool:
+    """True for a line that is one path or URL and nothing else (indent aside): the one line the
+    output rules let be wider than the terminal, since breaking it would break the path."""
+    words = line.split()
+    return len(words) == 1 and "/" in words[0]
+
+
 def render(width: int, draw) -> str:
     """Text that ``draw(console)`` prints on a terminal ``width`` columns wide (styles dropped)."""
     console = Console(width=width, record=True, file=io.StringIO(), color_system=None, force_terminal=True)
     draw(console)
     text = console.export_text()
-    too_wide = [line for line in text.splitlines() if cell_len(line) > width]
+    too_wide = [line for line in text.splitlines() if cell_len(line) > width and not lone_path(line)]
     assert not too_wide, f"{len(too_wide)} line(s) wider than {width}: {too_wide[:3]}"
+    return text
+
+
+def piped(draw, width: int = 80) -> str:
+    """What ``draw(console)`` writes into a pipe (orch's console without a terminal, ``width``
+    columns as rich takes from ``$COLUMNS``): every line at most ``width`` cells or a lone path,
+    and none ending in spaces."""
+    out = io.StringIO()
+    draw(OrchConsole(width=width, file=out, color_system=None))
+    text = out.getvalue()
+    assert "\x1b" not in text
+    too_wide = [line for line in text.splitlines() if cell_len(line) > width and not lone_path(line)]
+    assert not too_wide, f"{len(too_wide)} line(s) wider than {width}: {too_wide[:3]}"
+    padded = [line for line in text.splitlines() if line != line.rstrip()]
+    assert not padded, f"{len(padded)} line(s) end in spaces: {padded[:3]}"
     return text
 
 
@@ -190,13 +214,74 @@ def test_summary_fits_and_names_where_the_speedup_was_measured(width):
     assert_wrapped_at_spaces(text, recaps["gpu-c"].cause)
 
 
-def test_task_lines_into_a_file_are_whole():
-    """Into a pipe or a log file (not a terminal), each line of a task's message is printed whole,
-    so grep finds it; the lines after the first are indented."""
+def test_task_lines_into_a_pipe_wrap_at_spaces_and_keep_names_whole():
+    """Into a pipe or a log file (not a terminal), a task's message is wrapped at spaces to the
+    width (80 when $COLUMNS says nothing), the lines after the first indented; grep still finds
+    the pid with its signal and the command line's path whole on one line. No line ends in spaces."""
     msg = reap_message([{"pid": 4242, "cmdline": HOLDER, "signal": "SIGTERM"}], [])
-    out = io.StringIO()
-    Reporter(Console(width=80, file=out, color_system=None)).task_result(
-        "gpu-a", "Reap leftover GPU processes", TaskResult("changed", msg))
-    assert out.getvalue().splitlines() == [
-        "    changed gpu-a Reap leftover GPU processes — killed 1 leftover GPU process(es)",
-        f"              killed pid 4242 by SIGTERM: {HOLDER}"]
+    text = piped(lambda c: Reporter(c).task_result("gpu-a", "Reap leftover GPU processes",
+                                                   TaskResult("changed", msg)))
+    lines = text.splitlines()
+    assert lines[0].startswith("    changed gpu-a Reap leftover GPU processes — killed 1 leftover GPU")
+    assert all(ln.startswith(" " * 12) for ln in lines[1:])
+    assert_whole(text, "killed pid 4242 by SIGTERM:", "/srv/orch-checkout/tests/testbed/holder.py")
+    assert_wrapped_at_spaces(text, f"killed pid 4242 by SIGTERM: {HOLDER}")
+
+
+LONG_DIR = "/opt/sglang/sglang/srt/layers/moe/moe_runner/triton_utils/configs/triton_3_9_0"
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_a_path_wider_than_the_line_stands_whole_on_its_own_line(terminal):
+    """The plan's paths (118 characters on the test bed) never break at 80 columns: each is a line
+    of its own, the one kind of line wider than the terminal; the words around them wrap at spaces."""
+    up, down = f"{LONG_DIR}/{UP}", f"{LONG_DIR}/{DOWN}"
+    msg = (f"would write {down} (new)\ninstalled {up} (replaced only if the new file differs)\n"
+           "server answers at http://127.0.0.1:30000 (from the host)")
+
+    def draw(c):
+        Reporter(c).task_result("gpu-a", "Plan the files to write", TaskResult("ok", msg))
+
+    text = render(80, draw) if terminal else piped(draw)
+    lines = text.splitlines()
+    for path in (up, down):
+        assert any(ln.strip() == path for ln in lines), text
+    assert_whole(text, "http://127.0.0.1:30000")
+    assert_wrapped_at_spaces(text, msg)
+
+
+def _recaps_with_a_long_name() -> dict:
+    return {"gpu-a": HostRecap("gpu-a", outcome="completed", ok=20, changed=6),
+            "orchtb-3f2a-rack-17-gpu-b": HostRecap("orchtb-3f2a-rack-17-gpu-b", outcome="unreachable", unreachable=1,
+                                                   cause="10.213.2.2:22: connection refused")}
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_the_recap_never_cuts_a_column(terminal):
+    """The recap is a table when it fits; at 80 columns with a long host name it is one line per
+    host, Ansible's way, each count with its whole name: never ``unreachab…``."""
+    recaps = _recaps_with_a_long_name()
+    text = render(80, lambda c: print_recap(c, recaps)) if terminal else piped(lambda c: print_recap(c, recaps))
+    assert "…" not in text and "┃" not in text
+    assert_whole(text, "gpu-a : completed", "orchtb-3f2a-rack-17-gpu-b : unreachable")
+    assert_wrapped_at_spaces(text, "ok=20 changed=6 unreachable=0 failed=0 skipped=0 rescued=0",
+                             "ok=0 changed=0 unreachable=1 failed=0 skipped=0 rescued=0")
+    wide = render(150, lambda c: print_recap(c, recaps))
+    assert "┃" in wide and "unreachable" in wide and "…" not in wide
+
+
+def test_piped_tables_and_blocks_carry_no_padding():
+    """A table's centred title, the summary's blocks and the causes under a table: into a pipe no
+    line ends in spaces (rich pads them all to the width)."""
+    installed = [f"{LONG_DIR}/{UP}", f"{LONG_DIR}/{DOWN}"]
+    recaps = {"gpu-a": HostRecap("gpu-a", outcome="completed", summary=RunSummary(
+                  installed=installed, speedup_vs_default={"1": 1.5, "4": 2.0})),
+              "gpu-c": HostRecap("gpu-c", outcome="failed", cause="the server did not become ready within 60 s "
+                                                                  "after the start; the old files were restored")}
+    for width in (80, 250):
+        text = piped(lambda c: (print_recap(c, recaps), print_summary(c, recaps)), width)
+        assert_whole(text, UP, DOWN, "PLAY RECAP", "SUMMARY")
+        assert_wrapped_at_spaces(text, recaps["gpu-c"].cause)
+    text = piped(lambda c: print_doctor(ROWS, c))
+    for row in ROWS.values():
+        assert_wrapped_at_spaces(text, verdict_reason(row))

@@ -146,6 +146,10 @@ class _FakeFabric:
     def close(self):
         self.closes += 1
 
+    def get_transport(self):
+        """Paramiko's ``SSHClient.get_transport``: none here (the banner check has nothing to read)."""
+        return None
+
 
 @pytest.fixture
 def no_backoff(monkeypatch):

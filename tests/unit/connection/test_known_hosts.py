@@ -200,3 +200,28 @@ def test_known_key_types_become_paramikos_host_key_algorithms(tmp_path, keys):
     assert not {"rsa-sha2-512", "rsa-sha2-256"} & set(disabled)  # an ssh-rsa line allows the SHA-2 signatures
     (tmp_path / "user_kh").write_text("")
     assert _key_algorithms(_endpoint(tmp_path)) == {}  # unknown host: Paramiko's own preference
+
+
+def test_check_mode_accepts_a_new_key_for_the_run_and_writes_nothing(tmp_path, keys, monkeypatch):
+    """`--check --accept-new-host-keys`: check mode changes nothing, the controller's files
+    included. The new key is trusted for the rest of the run (a later login of the same process:
+    a reconnect, another host behind the same jump host) and said in the policy's notes; no
+    known_hosts file is created. A real run (``remember``) writes it and says where."""
+    monkeypatch.setattr(KnownHostsPolicy, "_this_run", set())  # this test's process-wide trust only
+    kt, a, _ = keys["a"]
+    ep = _endpoint(tmp_path)
+    policy = KnownHostsPolicy(ep, "gpu-a", accept_new=True, remember=False)
+    policy.missing_host_key(None, "x", _pkey(keys["a"]))
+    assert not (tmp_path / "user_kh").exists() and not (tmp_path / "global_kh").exists()
+    (note,) = policy.notes
+    assert note.startswith("check mode: accepted the new host key of 10.0.0.1:22 (ssh-ed25519 SHA256:")
+    assert f"for this run only; {tmp_path / 'user_kh'} is not written" in note
+    KnownHostsPolicy(ep, "gpu-a", accept_new=False).missing_host_key(None, "x", _pkey(keys["a"]))  # trusted now
+    with pytest.raises(HostKeyRefused):  # another key of the same name is still unknown
+        KnownHostsPolicy(ep, "gpu-a", accept_new=False).missing_host_key(None, "x", _pkey(keys["b"]))
+    remembering = KnownHostsPolicy(_endpoint(tmp_path / "sub"), "gpu-a", accept_new=True)
+    (tmp_path / "sub").mkdir()
+    remembering.missing_host_key(None, "x", _pkey(keys["b"]))
+    assert (tmp_path / "sub" / "user_kh").read_text() == f"10.0.0.1 {kt} {keys['b'][1]}\n"
+    assert remembering.notes == [f"added the new host key of 10.0.0.1:22 (ssh-ed25519 "
+                                 f"{_pkey(keys['b']).fingerprint}) to {tmp_path / 'sub' / 'user_kh'}"]

@@ -174,3 +174,15 @@ def test_rollback_target_takes_a_trial_s_drop_in_and_its_triton_sub_run_together
     gone = dict(sub, state={"state": "restored"})  # the trial put the files back: nothing linked
     assert _with_sub_run(run, [gone, run], explicit=False) == run
     assert _with_sub_run(older, runs, explicit=False) == older
+
+
+def test_a_drop_beyond_the_noise_threshold_is_not_called_within_it():
+    """The fastest passing candidate not kept: "within the 3% noise threshold" only when its change
+    is within ±3%; a 31% drop says it is slower than the unit's runner (the issue's trial printed
+    "-31.3% output tok/s: within the 3% noise threshold")."""
+    from orchestrator.tasks.runner_trial import not_kept_why
+
+    assert not_kept_why(-31.3, 3.0, "auto") == "-31.3% output tok/s: slower than auto (the unit's runner)"
+    assert not_kept_why(-3.0, 3.0, "auto") == "-3.0% output tok/s: within the 3% noise threshold"
+    assert not_kept_why(2.9, 3.0, "triton") == "+2.9% output tok/s: within the 3% noise threshold"
+    assert "within" not in not_kept_why(-3.1, 3.0, "triton")
