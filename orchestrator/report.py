@@ -178,14 +178,15 @@ def _bench_rows(before: dict | None, after: dict | None) -> list[dict]:
 
 def _runner_rows(summary: RunSummary) -> dict | None:
     """The runner trial's table (``summary.runner_trial``) for the template: ``{"levels": [conc],
-    "rows": [{"runner", "reference", "tps": [tokens/s per level], "agreement", "passed", "kept",
-    "why"}], "trial"}``; None when the run had no trial."""
+    "rows": [{"runner", "reference", "tps": [tokens/s per level], "agreement", "batch_agreement", "passed",
+    "kept", "why"}], "trial"}``; None when the run had no trial."""
     t = summary.runner_trial
     if t is None:
         return None
     levels = sorted({int(c) for r in t.candidates for c in r.tokens_per_s}, key=int)
     rows = [{"runner": r.runner, "reference": r.reference, "tps": [r.tokens_per_s.get(str(c)) for c in levels],
-             "agreement": r.agreement, "passed": r.passed, "kept": r.kept, "why": r.why} for r in t.candidates]
+             "agreement": r.agreement, "batch_agreement": r.batch_agreement, "passed": r.passed, "kept": r.kept,
+             "why": r.why} for r in t.candidates]
     return {"levels": levels, "rows": rows, "trial": t}
 
 

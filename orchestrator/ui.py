@@ -410,8 +410,13 @@ def _summary_fields(r) -> list[tuple[str, str]]:
     if s.runner_trial is not None:  # the runner trial: its table, one runner a line
         t = s.runner_trial
         tp = "\n".join(f"{r.runner}{' (unit)' if r.reference else ''}: {r.top() or 0:.1f}, agreement "
-                       f"{'-' if r.agreement is None else f'{r.agreement:.0%}'}, "
+                       f"{'-' if r.agreement is None else f'{r.agreement:.0%}'}"
+                       f"{'' if r.batch_agreement is None else f' (batch {r.batch_agreement:.0%})'}, "
                        f"{'KEPT' if r.kept else (r.why or 'not kept')}" for r in t.candidates)
+        if t.self_agreement is not None and t.self_agreement < 1.0:  # a non-deterministic reference (issue 32)
+            tp += f"\nreference agrees with itself on {t.self_agreement:.0%}"
+        if t.autotune_hangs:
+            tp += f"\nautotune hung on a warm cache {t.autotune_hangs}x: cache put back, started again"
         if t.measured_on:
             tp += f"\nmeasured on {t.measured_on} (same tuning group), reused here"
         if t.measuring_failed:

@@ -404,9 +404,9 @@ def f(sglang_url, **kw):                            # 6: an argument
 
 # ----------------------------------------------------------------------------- vLLM stays in its home
 
-#: What names vLLM or states one of its rules: its name (but an issue cited as ``vllm #N`` or
-#: ``vllm-project/...``), its MoE backend flag.
-VLLM_NAME = re.compile(r"vllm(?! #\d)(?!-project/)|--moe-backend(?![-_])", re.IGNORECASE)
+#: What names vLLM or states one of its rules: its name (but an issue or pull request cited as
+#: ``vllm #N``, ``vllm PR #N``, ``vllm issue #N`` or ``vllm-project/...``), its MoE backend flag.
+VLLM_NAME = re.compile(r"vllm(?! #\d)(?! (?:PR|issue) #\d)(?!-project/)|--moe-backend(?![-_])", re.IGNORECASE)
 
 
 def _vllm_log_lines() -> tuple[str, ...]:
@@ -448,7 +448,7 @@ def test_no_vllm_name_or_rule_outside_its_home(monkeypatch):
 def test_vllm_name_scanner_finds_its_names_and_lines(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ENGINE_NAME", VLLM_NAME)
     src = ('"""Docstrings may cite vLLM 0.34.0."""\nfrom remote.engines.vllm import naming\n'
-           'x = ["--moe-backend", "--moe-backend-x"]\ny = "see vllm #41871"\n'
+           'x = ["--moe-backend", "--moe-backend-x"]\ny = "see vllm #41871 and vllm PR #54618"\n'
            'z = "Using configuration from /p for MoE layer."\n')
     found = engine_name_findings(src, "x.py", _vllm_log_lines())
     assert [f.split(":")[1] for f in found] == ["2", "3", "5"], found

@@ -27,7 +27,7 @@ from ..engine.results import HostRecap
 from ..engine.runner import Engine
 from ..errors import UsageError
 from ..facts.server_group import ServerGroup, group_servers
-from ..facts.unit import ServerArgs
+from ..facts.unit import ServerArgs, UnitFacts
 from ..fleet import ServerBarrier
 from ..inventory import effective_vars, load_inventory
 from ..records import RunRecord, default_state_dir, new_run_id
@@ -162,7 +162,8 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit,
     def capture(event: str, **fields) -> None:
         data = fields.get("data") or {}
         if event == "task" and fields.get("module") == "unit_facts" and isinstance(data.get("server"), dict):
-            units[fields["host"]] = (data.get("unit") or "", ServerArgs(**data["server"]), None)
+            # the unit's engine's own server record (UnitFacts.from_dict reads it by the engine it names)
+            units[fields["host"]] = (data.get("unit") or "", UnitFacts.from_dict(data).server, None)
 
     # its connections stay open for the play (options.connections): a run logs in once per host
     quiet = RunOptions(run_id=options.run_id, run_dir=options.run_dir, check=True,

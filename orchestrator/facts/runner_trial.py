@@ -6,9 +6,14 @@ the run summary (``runner_trial``), shown by the recap (:mod:`orchestrator.ui`) 
 Definitions (also in ``docs/runners-trial.md``):
 
 - ``agreement``: the share of the check prompts whose greedy answer (temperature 0,
-  ``max_new_tokens`` fixed) under the candidate is identical, token for token, to the answer under
-  the unit's runner before the trial (the reference). A candidate passes when ``agreement >=
-  min_agreement``.
+  ``max_new_tokens`` fixed), asked one at a time, under the candidate is identical, token for
+  token, to the answer under the unit's runner before the trial (the reference);
+  ``batch_agreement``: the same for the prompts sent at once as one concurrent batch.
+- ``self_agreement``: the reference's agreement with itself, its one-at-a-time answers against its
+  batch answers (two passes): a non-deterministic (or batch-variant) runner agrees with itself on
+  less than every prompt. A candidate passes when both its agreements reach ``min_agreement``
+  percent of ``self_agreement`` and it gets every known answer the reference got in both passes
+  (``known_missed`` lists the ones it did not).
 - ``tokens_per_s``: output tokens/s per concurrency level of the benchmark (``orch_bench_*``
   settings); the candidates are ranked by the value at the highest concurrency valid for all.
 - ``kept``: the fastest passing candidate, when it beats the reference by more than ``min_gain_pct``
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .schema import Record, optional
+from .schema import OPTIONAL, Record, optional
 
 
 @dataclass(slots=True)
@@ -29,7 +34,10 @@ class RunnerCandidate(Record):
     when not measured), ``passed`` (output check), ``kept``, ``why`` (the reason it was not kept,
     or kept), ``log_runner`` (the runner the start's log names), ``ready_s`` (seconds to ready),
     ``triton_files`` (the Triton candidate started on config files the trial installed: ``tuned``
-    by this run, or from the controller's ``store``; None: on the files the host had)."""
+    by this run, or from the controller's ``store``; None: on the files the host had),
+    ``batch_agreement`` (0..1: its concurrent batch's answers against the reference's),
+    ``known_missed`` (the check prompts with a known answer it missed, ``"PROMPT -> ANSWER"``),
+    ``crashed`` (the server died during its output check or benchmark: the log's last lines)."""
 
     runner: str
     reference: bool = False
@@ -41,6 +49,9 @@ class RunnerCandidate(Record):
     log_runner: str | None = optional()
     ready_s: float | None = optional()
     triton_files: str | None = optional()
+    batch_agreement: float | None = optional()
+    known_missed: list[str] = field(default_factory=list, metadata={OPTIONAL: True})
+    crashed: str | None = optional()
 
     def top(self) -> float | None:
         """Output tokens/s at the highest concurrency measured (None when none was)."""
@@ -58,7 +69,11 @@ class RunnerTrial(Record):
     measured the table and the verdict this host reuses; None: measured here), ``group_key`` (the
     trial group this host measures for, its verdict published under it), ``measuring_failed``
     (this host was to reuse a verdict, but the measuring host of its group failed before it gave
-    one: ``"HOST: cause"``; the table was then measured here)."""
+    one: ``"HOST: cause"``; the table was then measured here), ``self_agreement`` (0..1, the
+    reference's one-at-a-time answers against its batch answers), ``known_answers`` (check prompts
+    with a known answer) and ``known_checked`` (those the reference got in both passes: each
+    candidate must get them too), ``autotune_hangs`` (starts whose autotune on a warm cache hung:
+    the cache was put back as before the run and the unit started again)."""
 
     reference: str
     candidates: list[RunnerCandidate] = field(default_factory=list)
@@ -72,6 +87,14 @@ class RunnerTrial(Record):
     measured_on: str | None = optional()
     measuring_failed: str | None = optional()
     group_key: str | None = optional()
+    self_agreement: float | None = optional()
+    known_answers: int = optional(0)
+    known_checked: int = optional(0)
+    autotune_hangs: int = optional(0)
+
+    def required(self) -> float:
+        """The agreement (0..1) a candidate needs: ``min_agreement`` percent of ``self_agreement``."""
+        return float(self.min_agreement) / 100.0 * (1.0 if self.self_agreement is None else self.self_agreement)
 
 
 @dataclass(slots=True)

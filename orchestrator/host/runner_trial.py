@@ -16,6 +16,7 @@ import json
 import re
 import shlex
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from remote.engines import Engine, engine_named
@@ -25,7 +26,7 @@ from ..facts.bench import BenchResult
 from ..facts.journal import mark_start, note_invocation, text_since, unit_log
 from ..facts.plan import Endpoint
 from ..facts.systemd_unit import Unit
-from ..facts.unit import parse_unit_settings
+from ..facts.unit import UnitError, parse_unit_settings, read_host_file
 from ..records.layout import bench_file
 from .autotune import autotune_cache_root
 from .endpoint import ask, ask_json
@@ -36,18 +37,46 @@ _VAR_WORD = re.compile(r"^\$(\w+|\{\w+\})$")
 POLL_S = 1.0
 
 
-def load_prompts(path: str | None) -> list[str]:
-    """The check prompts from ``path`` (a file on the controller; None: :data:`SHIPPED_PROMPTS`).
-    Raises TaskFailed naming the file when it cannot be read or holds no prompt."""
+#: a check prompt with a known answer: ``expect: VALUE | PROMPT`` (the file's format, docs/runners-trial.md)
+_EXPECT = re.compile(r"^expect:\s*(?P<value>[^|]*?)\s*\|\s*(?P<prompt>.+)$")
+
+
+def load_checks(path: str | None) -> tuple[list[str], list[str | None]]:
+    """The check prompts from ``path`` (a file on the controller; None: :data:`SHIPPED_PROMPTS`) and,
+    for each, its known answer (None for a prompt without one): ``(prompts, expected)``. A line
+    ``expect: 391 | Question: What is 17 multiplied by 23? Answer:`` is the prompt after ``|``, whose
+    answer must hold ``391`` (:func:`has_answer`); ``#`` lines and blank lines are skipped. Raises
+    TaskFailed naming the file when it cannot be read, holds no prompt, or a known answer is empty."""
     p = Path(path) if path else SHIPPED_PROMPTS
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskFailed(f"runner check prompts {p}: cannot read it ({exc})") from None
-    prompts = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    prompts: list[str] = []
+    expected: list[str | None] = []
+    for n, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _EXPECT.match(line)
+        if line.startswith("expect:") and (m is None or not m.group("value")):
+            raise TaskFailed(f"runner check prompts {p} line {n}: want `expect: ANSWER | PROMPT`, got {line[:80]!r}")
+        prompts.append(m.group("prompt").strip() if m else line)
+        expected.append(m.group("value") if m else None)
     if not prompts:
         raise TaskFailed(f"runner check prompts {p}: no prompt in it (one per line)")
-    return prompts
+    return prompts, expected
+
+
+def load_prompts(path: str | None) -> list[str]:
+    """The check prompts' texts of :func:`load_checks`."""
+    return load_checks(path)[0]
+
+
+def has_answer(text: str, value: str) -> bool:
+    """``value`` appears in the answer ``text`` as a whole word or number (``391`` in ``" 17 x 23 =
+    391."``, not in ``"3910"``)."""
+    return re.search(r"(?<![\w.])" + re.escape(value) + r"(?![\w])", text or "") is not None
 
 
 def _word(w: str) -> str:
@@ -103,10 +132,54 @@ def daemon_reload(ctx, unit: Unit) -> dict:
     return check
 
 
+class AutotuneHung(TaskFailed):
+    """A start whose autotune reads a warm cache (``path``, a file that existed when it started) and
+    logged nothing for ``quiet_s`` seconds since its start line, with no end line (issue 32 row 6)."""
+
+    def __init__(self, unit: str, path: str, quiet_s: float):
+        super().__init__(f"{unit}: the start-up autotune on the warm cache {path} logged nothing for "
+                         f"{quiet_s:.0f} s and did not end (orch_autotune_stall_timeout)")
+        self.path = path
+        self.quiet_s = quiet_s
+
+
+class _AutotuneWatch:
+    """The stall bound of :func:`restart_ready`: the engine's reading of the start's log
+    (``MoeLogReport.autotune``, :class:`remote.engines.AutotuneLog`): while the autotune is
+    unfinished on a cache file that exists on the host (warm: the cache is written at its end), the
+    log must grow at least every ``bound_s`` seconds."""
+
+    def __init__(self, ctx, unit: Unit, bound_s: float):
+        self.ctx, self.unit, self.bound_s = ctx, unit, bound_s
+        self.warm: dict[str, bool] = {}
+        self.size, self.since = -1, time.monotonic()
+
+    def check(self, text: str) -> None:
+        """Raise :class:`AutotuneHung` when the bound is past (module docstring)."""
+        tune = self.ctx.facts.engine.parse_log(text).autotune
+        if tune is None or not tune.unfinished or not tune.reuse or not tune.path:
+            self.size = -1
+            return
+        if tune.path not in self.warm:
+            try:
+                self.warm[tune.path] = read_host_file(self.ctx.connection, tune.path, "autotune cache") is not None
+            except UnitError:  # too large to read, or unreadable: it is there
+                self.warm[tune.path] = True
+        if not self.warm[tune.path]:
+            return  # a cold autotune may be quiet for long: ready_timeout bounds it
+        now = time.monotonic()
+        if len(text) != self.size:
+            self.size, self.since = len(text), now
+        elif now - self.since > self.bound_s:
+            raise AutotuneHung(self.unit.name, tune.path, now - self.since)
+
+
 def restart_ready(ctx, unit: Unit, endpoint: Endpoint, start_timeout: float,
-                  ready_timeout: float) -> tuple[float, str]:
+                  ready_timeout: float, autotune_stall_s: float | None = None) -> tuple[float, str]:
     """Restart ``unit`` on its own manager and wait until its server answers ``/health`` 200
-    (readiness allows for FlashInfer's autotune pass: ``ready_timeout`` s). Returns ``(seconds to
+    (readiness allows for FlashInfer's autotune pass: ``ready_timeout`` s). With
+    ``autotune_stall_s``, a start whose autotune on a warm cache logs nothing for that many seconds
+    and no end line raises :class:`AutotuneHung` (:class:`_AutotuneWatch`). Returns ``(seconds to
     ready, the log lines of this start: its journal and its log files)``. Raises TaskFailed with
     the log tail when the unit fails or is not ready in time."""
     ctx.run.start_mark = mark_start(ctx.connection, unit)  # what verify-log reads after this start
@@ -121,11 +194,14 @@ def restart_ready(ctx, unit: Unit, endpoint: Endpoint, start_timeout: float,
     deadline = ctx.deadline(ready_timeout)
     stage = "/v1/models"
     name = unit.name
+    watch = _AutotuneWatch(ctx, unit, float(autotune_stall_s)) if autotune_stall_s else None
     while True:
         state = unit.is_active(ctx.connection)
         if state in ("failed", "inactive") or (not res.ok and state != "active"):
             tail = text_since(mark, unit_log(ctx.connection, unit)).strip().splitlines()[-8:]
             raise TaskFailed(f"{name} became {state} after the restart; log tail:\n" + "\n".join(tail))
+        if watch is not None and stage == "/v1/models":
+            watch.check(text_since(mark, unit_log(ctx.connection, unit)))
         status, last = ask(ctx, endpoint, stage)
         if status == 200:
             if stage == "/health":
@@ -147,26 +223,40 @@ def logged_runner(text: str, engine: Engine | None = None) -> str | None:
     return (engine or engine_named(None)).parse_log(text).start_runner
 
 
-def greedy_answers(ctx, endpoint: Endpoint, prompts: list[str], max_new_tokens: int) -> list[dict]:
+def greedy_answers(ctx, endpoint: Endpoint, prompts: list[str], max_new_tokens: int,
+                   concurrent: bool = False) -> list[dict]:
     """The server's greedy answers to ``prompts`` (the engine's generation request,
     ``Engine.generate_request``, read by ``Engine.parse_generation``): asked from the controller
     when the endpoint is reached there (:func:`orchestrator.host.endpoint.ask_json`), else through
-    the payload's ``answers``. ``[{"text", "output_ids"}]`` in prompt order. Raises TaskFailed."""
+    the payload's ``answers``. One prompt at a time (batch size 1), or with ``concurrent`` all of
+    them sent at once, so the server decodes them as one batch (issue 32 row 5: a runner wrong only
+    batched, or only alone). ``[{"text", "output_ids"}]`` in prompt order. Raises TaskFailed."""
     engine = ctx.facts.engine
     if endpoint.via == "controller":
-        out = []
-        for p in prompts:
+        def one(p: str) -> dict:
             req = engine.generate_request(p, max_new_tokens)
             status, data, what = ask_json(ctx, endpoint, req.path, req.method, req.body, timeout=120)
             if status is None:
                 raise TaskFailed(f"{req.path} at {endpoint.url}: {what}")
             if status != 200:
                 raise TaskFailed(f"{req.path} at {endpoint.url} answered {status}")
-            out.append(engine.parse_generation(data).to_dict())
-        return out
-    data = ctx.payload.call("answers", ["--url", endpoint.url, "--engine", engine.name], request={
-        "prompts": prompts, "max_new_tokens": int(max_new_tokens)}, timeout=120 * len(prompts) + 60)
+            return engine.parse_generation(data).to_dict()
+
+        if not concurrent:
+            return [one(p) for p in prompts]
+        with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+            return list(pool.map(one, prompts))
+    args = ["--url", endpoint.url, "--engine", engine.name] + (["--concurrent"] if concurrent else [])
+    data = ctx.payload.call("answers", args, request={"prompts": prompts, "max_new_tokens": int(max_new_tokens)},
+                            timeout=120 * (1 if concurrent else len(prompts)) + 60)
     return list(data.get("answers") or [])
+
+
+def known_misses(expected: list[str | None], answers: list[dict]) -> list[int]:
+    """The indexes of the prompts with a known answer (``expected``, :func:`load_checks`) whose
+    answer does not hold it (:func:`has_answer`)."""
+    return [i for i, (want, got) in enumerate(zip(expected, answers))
+            if want is not None and not has_answer(got.get("text") or "", want)]
 
 
 def agreement(reference: list[dict], candidate: list[dict]) -> float:
@@ -216,6 +306,16 @@ def backup_autotune_cache(ctx, unit: Unit) -> dict:
                                               "--cache-dir", autotune_cache_dir(ctx, unit)], timeout=300)
     ctx.run.summary.autotune_cache = {"dir": data.get("dir"), "backed_up": len(data.get("files") or [])}
     return data
+
+
+def restore_autotune_cache_exact(ctx, unit: Unit) -> dict:
+    """FlashInfer's autotune cache back exactly as this run backed it up (payload ``runner_change
+    --op cache-restore --exact``: changed files back to their bytes, the files this run's starts made
+    removed; the run holds the host lock, so every start since the backup was its own), with the
+    unit stopped. Returns the payload's answer."""
+    return ctx.payload.call("runner_change", ["--op", "cache-restore", "--run-id", ctx.options.run_id,
+                                              "--state-dir", ctx.payload.state_dir, "--cache-dir",
+                                              autotune_cache_dir(ctx, unit), "--exact"], timeout=300)
 
 
 def trial_group_key(ctx, candidates: list[str], settings: dict) -> str | None:

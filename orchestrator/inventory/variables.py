@@ -469,6 +469,10 @@ _SPECS: list[VarSpec] = [
     VarSpec("orch_runner_min_gain", "percent", "a percentage 0-100", 3.0,
             "Runner trial: another runner is kept only when it beats the unit's runner by more than this "
             "percentage of output tokens/s (else the unit stays as it was).", _percent),
+    VarSpec("orch_autotune_stall_timeout", "seconds", "a positive number of seconds", 300,
+            "Runner trial: a start whose FlashInfer autotune reads a warm cache and logs nothing for this "
+            "long, without its end line, is taken as hung (vllm PR #54618): the unit is stopped, the "
+            "autotune cache put back as it was before the run, and the unit started once more.", _seconds),
     VarSpec("orch_allow_daemon_reload", "bool", "a boolean", False,
             "Runner trial: run `systemctl daemon-reload` even where GPU containers of the NVIDIA container "
             "toolkit run (they can lose their devices, NVIDIA/nvidia-container-toolkit #48).", _bool),

@@ -16,12 +16,14 @@ from __future__ import annotations
 from typing import Literal
 
 import json
+import time
 from pathlib import Path
 
 from remote.engines import dumps_config, probe_view
 from remote.protocol import PROVIDER_NAMES, SEARCH_SPACES, PayloadError
 
 from ..engine.results import TaskFailed, TaskResult
+from ..errors import internal_error
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import last_start_log, text_since, unit_log
 from ..facts.catalog import TuningKey
@@ -30,9 +32,11 @@ from ..facts.schema import FactError
 from ..facts.unit import read_host_file
 from ..host.endpoint import find_endpoint
 from ..host.runner_source import RunnerSource, configured_runner, edited_text, runner_source
-from ..host.runner_trial import (agreement, autotune_cache_dir, backup_autotune_cache, bench, daemon_reload,
-                                 dropin_text, greedy_answers, install_triton_files, load_prompts, logged_runner,
-                                 raw_exec_start, restart_ready, restore_triton_files, trial_group_key)
+from ..host.endpoint import ask
+from ..host.runner_trial import (POLL_S, AutotuneHung, agreement, autotune_cache_dir, backup_autotune_cache, bench,
+                                 daemon_reload, dropin_text, greedy_answers, install_triton_files, known_misses,
+                                 load_checks, logged_runner, raw_exec_start, restart_ready,
+                                 restore_autotune_cache_exact, restore_triton_files, trial_group_key)
 from ..host.sharing import write_configs
 from ..payload.client import PayloadFailed
 from ..records.layout import REFERENCE_ANSWERS
@@ -137,6 +141,60 @@ def _runner_as_before(ctx, unit: str, src: RunnerSource) -> dict:
                                               "--as-before"], timeout=120)
 
 
+def _restart(ctx, name: str, endpoint, start_timeout: float, ready_timeout: float,
+             stall_s: float | None) -> tuple[float, str]:
+    """:func:`orchestrator.host.runner_trial.restart_ready` with the warm-autotune bound ``stall_s``
+    (``orch_autotune_stall_timeout``; issue 32 row 6): a start whose autotune on a warm cache hangs is
+    stopped, FlashInfer's autotune cache is put back exactly as before this run (the files this run's
+    starts made removed, payload ``cache-restore --exact``) and the unit started once more; a second
+    hang fails the step (TaskFailed, the rescue takes over)."""
+    unit = ctx.facts.unit_handle(name)
+    try:
+        return restart_ready(ctx, unit, endpoint, start_timeout, ready_timeout, autotune_stall_s=stall_s)
+    except AutotuneHung as hung:
+        ctx.emit("autotune_hang", path=hung.path, quiet_s=round(hung.quiet_s, 1))
+        ctx.say(f"WARNING: {hung.msg}; stopping it, putting the autotune cache back as before this run, "
+                "starting again")
+        unit.systemctl(ctx.connection, "stop", timeout=start_timeout + 30)
+        data = restore_autotune_cache_exact(ctx, unit)
+        files = data.get("files") or []
+        trial = ctx.facts.runner_trial
+        if trial is not None:
+            trial.autotune_hangs += 1
+        cache = dict(ctx.run.summary.autotune_cache or {})
+        cache.update({"hang": hung.path, "hang_restored": sum(f.get("action") == "restored" for f in files),
+                      "hang_removed": sum(f.get("action") == "removed" for f in files)})
+        ctx.run.summary.autotune_cache = cache
+        ctx.emit("autotune_cache_restored", files=files)
+        return restart_ready(ctx, unit, endpoint, start_timeout, ready_timeout, autotune_stall_s=stall_s)
+
+
+@internal_error("runner_trial's candidate loop catches it and records the row as rejected")
+class _Rejected(Exception):
+    """A candidate rejected by its output check with ``why`` (the server died, or wrong answers)."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
+def _died(ctx, name: str, endpoint, mark: str) -> str | None:
+    """None while the unit's server is up (active, health 200); else what happened: the unit's state
+    and the last lines of this start's log (issue 32 row 4: a scheduler that dies on a request)."""
+    unit = ctx.facts.unit_handle(name)
+    state = unit.is_active(ctx.connection)
+    for _ in range(3):  # a health request lost under load is asked again: a dead server stays dead
+        if state != "active":
+            break
+        status, _last = ask(ctx, endpoint, ctx.facts.engine.health_path)
+        if status == 200:
+            return None
+        time.sleep(POLL_S)
+        state = unit.is_active(ctx.connection)
+    tail = [ln.strip() for ln in text_since(mark, unit_log(ctx.connection, unit)).splitlines() if ln.strip()][-3:]
+    return f"unit {state}; log: " + " | ".join(tail)[-300:]
+
+
 def _levels(result) -> dict[str, float | None]:
     return {str(lv.get("max_concurrency")): lv.get("output_throughput") if lv.get("valid", True) else None
             for lv in result.levels}
@@ -217,19 +275,22 @@ def _fresh_triton(ctx) -> bool:
 @task("runner_reference", sets=("orch_runner_trial", "orch_runner_reused"), aliases={"unit": "name", "service": "name"})
 def runner_reference(ctx, name: str, candidates: list[str], concurrency: list[int], input_len: int, output_len: int,
                      start_timeout: float, ready_timeout: float, min_agreement: float = 90.0, min_gain: float = 3.0,
-                     check_tokens: int = 32, prompts_file: str | None = None) -> TaskResult:
+                     check_tokens: int = 32, prompts_file: str | None = None,
+                     autotune_stall_timeout: float | None = None) -> TaskResult:
     """The first half of the trial (module docstring): refuses a unit that is not running (the output
     check needs its answers), backs FlashInfer's autotune cache up, finds this host's trial group
     (:func:`orchestrator.host.runner_trial.trial_group_key`) and, when another host of it measures,
     waits for that verdict and applies it here (``orch_runner_reused`` True: the trial is done).
     Else it measures the unit's own runner, the reference: its greedy answers to the check prompts
-    (kept in the host's run record, ``runner_reference_answers.json``) and the benchmark.
+    in two passes, one prompt at a time and all at once as one batch (kept in the host's run record,
+    ``runner_reference_answers.json``), their agreement with each other (``self_agreement``), which
+    known answers it gets in both, and the benchmark.
     Arguments as :func:`runner_trial`. Sets ``orch_runner_trial`` (the table so far)."""
     unit_facts = ctx.facts.unit
     if unit_facts is None or unit_facts.active_state != "active":
         raise TaskFailed(f"{name} is not running: the runner trial compares against the answers and speed of the "
                          "unit's own runner, so start it first")
-    prompts = load_prompts(prompts_file)
+    prompts, expected = load_checks(prompts_file)
     server, engine = ctx.facts.server, ctx.facts.engine
     ref_flag = server.moe_backend
     ref_runner = _effective(ctx, ref_flag) or ref_flag
@@ -252,7 +313,7 @@ def runner_reference(ctx, name: str, candidates: list[str], concurrency: list[in
             raise TaskFailed(str(exc)) from None
         if role.tuner and role.tuner != ctx.name:
             done = _reuse(ctx, name, trial, words, endpoint, role.tuner, gkey, prompts, float(min_agreement),
-                          int(check_tokens), start_timeout, ready_timeout)
+                          int(check_tokens), start_timeout, ready_timeout, autotune_stall_timeout)
             if done is not None:
                 done.facts["orch_runner_reused"] = True
                 return done
@@ -261,8 +322,19 @@ def runner_reference(ctx, name: str, candidates: list[str], concurrency: list[in
     ref_row = RunnerCandidate(runner=ref_flag, reference=True, agreement=1.0, passed=True,
                               log_runner=logged_runner(last, engine) if last else None)
     ctx.say(f"reference: {engine.runner_flag} {ref_flag} ({ref_runner})")
-    answers = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
-    (ctx.host_dir / REFERENCE_ANSWERS).write_text(json.dumps(answers, indent=2))
+    single = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
+    batch = greedy_answers(ctx, endpoint, prompts, int(check_tokens), concurrent=True)
+    (ctx.host_dir / REFERENCE_ANSWERS).write_text(json.dumps({"single": single, "batch": batch}, indent=2))
+    trial.self_agreement = round(agreement(single, batch), 4)
+    missed = set(known_misses(expected, single)) | set(known_misses(expected, batch))
+    trial.known_answers = sum(e is not None for e in expected)
+    trial.known_checked = trial.known_answers - len(missed)
+    if missed:
+        ctx.say(f"the reference misses {len(missed)} known answer(s) itself: not required of the candidates "
+                f"({', '.join(_known_text(prompts, expected, i) for i in sorted(missed))})")
+    if trial.self_agreement < 1.0:
+        ctx.say(f"the reference agrees with itself on {trial.self_agreement:.0%} of the check prompts (one at a "
+                f"time against one batch): a candidate needs {trial.required():.0%}")
     ref_row.tokens_per_s = _levels(bench(ctx, endpoint.url, concurrency, input_len, output_len, "runner_reference"))
     trial.candidates.append(ref_row)
     ctx.run.summary.runner_trial = trial
@@ -273,14 +345,19 @@ def runner_reference(ctx, name: str, candidates: list[str], concurrency: list[in
 @task("runner_trial", sets=("orch_runner_trial",), aliases={"unit": "name", "service": "name"})
 def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], input_len: int, output_len: int,
                  start_timeout: float, ready_timeout: float, min_agreement: float = 90.0, min_gain: float = 3.0,
-                 check_tokens: int = 32, prompts_file: str | None = None) -> TaskResult:
+                 check_tokens: int = 32, prompts_file: str | None = None,
+                 autotune_stall_timeout: float | None = None) -> TaskResult:
     """Start each of ``candidates`` in turn and keep the fastest whose answers agree (module docstring),
     after ``runner_reference`` measured the unit's own runner (``orch_runner_trial``).
 
     ``concurrency``/``input_len``/``output_len``: the benchmark (output tokens/s per level);
     ``start_timeout``/``ready_timeout`` (s) per start (the ready time allows for FlashInfer's
-    autotune); ``min_agreement`` (percent of check prompts whose greedy answer of ``check_tokens``
-    tokens equals the reference's); ``min_gain`` (percent of output tokens/s at the highest level a
+    autotune); ``min_agreement`` (percent of the reference's own agreement, ``self_agreement``: the
+    share of check prompts whose greedy answer of ``check_tokens`` tokens must equal the
+    reference's, one at a time and as one batch, each; and every known answer the reference gets
+    must be got); a candidate whose server dies during its check or benchmark is rejected (issue 32
+    row 4); ``autotune_stall_timeout`` (s): the warm-autotune bound of each start (:func:`_restart`);
+    ``min_gain`` (percent of output tokens/s at the highest level a
     passing candidate must beat the reference by to be kept); ``prompts_file`` (controller path;
     default the shipped set). The ``triton`` candidate, when the trial has Triton files to install
     (``orch_runner_triton`` ``tune``: tuned by this run's ``tune`` step, or ``install``: the store's),
@@ -293,7 +370,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
     trial = ctx.facts.runner_trial
     if trial is None or not trial.candidates or not trial.candidates[0].reference:
         raise TaskFailed("no reference measured (orch_runner_trial): run runner_reference before runner_trial")
-    prompts = load_prompts(prompts_file)
+    prompts, expected = load_checks(prompts_file)
     engine = ctx.facts.engine
     ref_flag = trial.reference
     ref_runner = _effective(ctx, ref_flag) or ref_flag
@@ -305,16 +382,46 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
         ctx.say(f"the unit sets its runner through {src.describe()}: orch changes that value there")
     ref_row = trial.candidates[0]
     ref_answers = json.loads((ctx.host_dir / REFERENCE_ANSWERS).read_text())
+    ref_single, ref_batch = ref_answers["single"], ref_answers["batch"]
+    ref_missed = set(known_misses(expected, ref_single)) | set(known_misses(expected, ref_batch))
+    need = trial.required()
     fresh = _fresh_triton(ctx) and bool(ctx.run.tuned_files)
     tf = ctx.facts.runner_triton
     dropin_written = False
+    stall = autotune_stall_timeout
     restarts = 0  # starts of the unit by this task: each is a change (the server was down meanwhile)
 
     def measure(row: RunnerCandidate, label: str) -> None:
-        answers = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
-        row.agreement = round(agreement(ref_answers, answers), 4)
-        row.passed = row.agreement * 100.0 >= float(min_agreement)
-        row.tokens_per_s = _levels(bench(ctx, endpoint.url, concurrency, input_len, output_len, label))
+        mark = ctx.run.log_mark
+        try:
+            single = greedy_answers(ctx, endpoint, prompts, int(check_tokens))
+            batch = greedy_answers(ctx, endpoint, prompts, int(check_tokens), concurrent=True)
+        except (TaskFailed, PayloadFailed) as exc:
+            died = _died(ctx, name, endpoint, mark)
+            if died is None:
+                raise
+            row.crashed = died
+            ctx.emit("runner_candidate_crashed", runner=row.runner, stage="output check", detail=died)
+            raise _Rejected(f"the server died on the output check's requests ({died})") from exc
+        row.agreement = round(agreement(ref_single, single), 4)
+        row.batch_agreement = round(agreement(ref_batch, batch), 4)
+        missed = sorted((set(known_misses(expected, single)) | set(known_misses(expected, batch))) - ref_missed)
+        row.known_missed = [_known_text(prompts, expected, i) for i in missed]
+        row.passed = (row.agreement >= need - 1e-9 and row.batch_agreement >= need - 1e-9 and not missed)
+        try:
+            row.tokens_per_s = _levels(bench(ctx, endpoint.url, concurrency, input_len, output_len, label))
+        except (TaskFailed, PayloadFailed) as exc:
+            died = _died(ctx, name, endpoint, mark)
+            if died is None:
+                raise
+            row.crashed, row.passed = died, False
+            ctx.emit("runner_candidate_crashed", runner=row.runner, stage="benchmark", detail=died)
+            raise _Rejected(f"the server died during the benchmark ({died})") from exc
+        died = _died(ctx, name, endpoint, mark)
+        if died is not None:
+            row.crashed, row.passed = died, False
+            ctx.emit("runner_candidate_crashed", runner=row.runner, stage="after the benchmark", detail=died)
+            raise _Rejected(f"the server died after its output check and benchmark ({died})")
 
     for cand in candidates:
         own = cand == ref_flag or (cand == ref_runner and ref_flag == "auto")
@@ -341,7 +448,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
                 dropin_written = True  # before the write: a failed write may still have changed it
                 _set_runner(ctx, name, src, words, src_text, cand)
             restarts += 1  # counted before the start: a failed start restarted the unit too
-            row.ready_s, text = restart_ready(ctx, ctx.facts.unit_handle(name), endpoint, start_timeout, ready_timeout)
+            row.ready_s, text = _restart(ctx, name, endpoint, start_timeout, ready_timeout, stall)
             row.log_runner = logged_runner(text, engine)
             if row.log_runner not in (cand, None) and not (own and ref_flag == "auto"):
                 row.why = f"the start's log shows {engine.runner_field}={row.log_runner}, not {cand}"
@@ -352,13 +459,17 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
                     row.why = "the start did not load the installed Triton files: " + "; ".join(problems)[:200]
                     continue
             measure(row, f"runner_{cand}" + ("_tuned" if own else ""))
+        except _Rejected as rej:
+            row.passed, row.why = False, f"output check failed: {rej.why}"
+            ctx.emit("runner_candidate_failed", runner=cand, error=row.why)
+            continue
         except (TaskFailed, PayloadFailed, FactError) as exc:
             row.why = f"did not run: {str(getattr(exc, 'msg', exc)).splitlines()[0][:200]}"
             ctx.emit("runner_candidate_failed", runner=cand, error=row.why)
             continue
         if not row.passed:
-            row.why = (f"output check failed: {row.agreement:.0%} of {len(prompts)} prompts agree "
-                       f"(needs {float(min_agreement):.0f}%)")
+            row.why = "output check failed: " + _check_failures(row, len(prompts), need, float(min_agreement),
+                                                                trial.self_agreement)
     ref_top = ref_row.top() or 0.0
     passing = [r for r in trial.candidates if not r.reference and r.passed and not r.why and r.top() is not None]
     best = max(passing, key=lambda r: r.top(), default=None)
@@ -399,7 +510,7 @@ def runner_trial(ctx, name: str, candidates: list[str], concurrency: list[int], 
         if src.kind == "dropin":
             daemon_reload(ctx, ctx.facts.unit_handle(name))
         restarts += 1
-        _ready, text = restart_ready(ctx, ctx.facts.unit_handle(name), endpoint, start_timeout, ready_timeout)
+        _ready, text = _restart(ctx, name, endpoint, start_timeout, ready_timeout, stall)
         shown = logged_runner(text, engine)
         want = trial.kept if trial.changed and not kept_own else ref_row.log_runner
         if want and want != "auto" and shown != want:
@@ -435,6 +546,26 @@ def not_kept_why(gain: float, min_gain: float, reference: str) -> str:
     return f"{gain:+.1f}% output tok/s: within the {min_gain:g}% noise threshold"
 
 
+def _known_text(prompts: list[str], expected: list[str | None], i: int) -> str:
+    """``"PROMPT -> ANSWER"`` of known-answer prompt ``i`` (the prompt cut to 60 characters)."""
+    return f"{prompts[i][:60]} -> {expected[i]}"
+
+
+def _check_failures(row: RunnerCandidate, n: int, need: float, min_agreement: float,
+                    self_agreement: float | None) -> str:
+    """Why ``row`` failed its output check, in words (agreements against ``need``, known answers)."""
+    base = f"needs {need:.0%}" + (f" ({min_agreement:g}% of the reference's own {self_agreement:.0%})"
+                                  if self_agreement is not None and self_agreement < 1.0 else "")
+    parts = []
+    if row.agreement is not None and row.agreement < need - 1e-9:
+        parts.append(f"{row.agreement:.0%} of {n} prompts agree one at a time ({base})")
+    if row.batch_agreement is not None and row.batch_agreement < need - 1e-9:
+        parts.append(f"{row.batch_agreement:.0%} of {n} prompts agree as one batch ({base})")
+    if row.known_missed:
+        parts.append("known answer(s) missed: " + "; ".join(row.known_missed))
+    return "; ".join(parts) or "failed"
+
+
 def _dropin_as_before(ctx, name: str) -> dict:
     """The drop-in back to its bytes before this run (payload ``set-dropin --as-before``)."""
     return ctx.payload.call("runner_change", ["--op", "set-dropin", "--run-id", ctx.options.run_id,
@@ -444,12 +575,12 @@ def _dropin_as_before(ctx, name: str) -> dict:
 
 def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner: str, gkey: str,
            prompts: list[str], min_agreement: float, check_tokens: int, start_timeout: float,
-           ready_timeout: float) -> TaskResult | None:
+           ready_timeout: float, stall_s: float | None = None) -> TaskResult | None:
     """Another host of this host's trial group (:func:`orchestrator.host.runner_trial.trial_group_key`)
     runs the trial: wait for its verdict while the server keeps serving, then apply it here. A kept
     runner is started through this host's own drop-in, and its own start is verified: the log must
     name the runner and the greedy answers must agree with this host's answers before the change
-    (``min_agreement`` percent), else TaskFailed (the rescue puts the drop-in back). A verdict that
+    (``min_agreement`` percent of the measuring host's reference self-agreement), else TaskFailed (the rescue puts the drop-in back). A verdict that
     keeps the unit's runner changes and restarts nothing. The table is the measuring host's,
     with ``measured_on`` naming it. Returns None, with ``trial.measuring_failed`` set and nothing
     changed, when the measuring host ended without a verdict (it failed): the caller then runs the
@@ -491,7 +622,7 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
         manifest = _set_runner(ctx, name, src, words, src_text, trial.kept)
         trial.dropin = (manifest.get("files") or [{}])[0].get("path", "")
     ctx.run.summary.installed = [p for p in [trial.dropin, *installed] if p] or None
-    _ready, text = restart_ready(ctx, ctx.facts.unit_handle(name), endpoint, start_timeout, ready_timeout)
+    _ready, text = _restart(ctx, name, endpoint, start_timeout, ready_timeout, stall_s)
     shown = logged_runner(text, engine)
     if not own and shown != trial.kept:
         raise TaskFailed(f"{name} started with {engine.runner_field}={shown}, not {trial.kept} "
@@ -502,9 +633,12 @@ def _reuse(ctx, name: str, trial: RunnerTrial, words: list[str], endpoint, tuner
             raise TaskFailed(f"{name} did not load the Triton files of {trial.measured_on}'s verdict: "
                              + "; ".join(problems))
     share = agreement(before, greedy_answers(ctx, endpoint, prompts, check_tokens))
-    if share * 100.0 < min_agreement:
+    # the measuring host's reference agreed with itself on self_agreement of the prompts: the bar here too
+    trial.self_agreement = theirs.self_agreement
+    need = float(min_agreement) / 100.0 * (theirs.self_agreement if theirs.self_agreement is not None else 1.0)
+    if share < need - 1e-9:
         raise TaskFailed(f"{name} on {trial.kept}: {share:.0%} of {len(prompts)} check prompts agree with its "
-                         f"answers before (needs {min_agreement:.0f}%); not kept here")
+                         f"answers before (needs {need:.0%}); not kept here")
     ctx.say(f"{name} runs {engine.runner_flag} {trial.kept} (log: {engine.runner_field}={shown}; verdict of "
             f"{trial.measured_on}, answers {share:.0%} agree)")
     return TaskResult.changed(f"kept {trial.kept}: the verdict of {trial.measured_on}'s trial (same tuning group), "

@@ -1,10 +1,13 @@
 """Greedy answers of the server to a fixed prompt set (``answers``), for the runner trial's output check.
 
-``python -m remote answers --url URL --request FILE``; the request: ``{"prompts": [str, ...],
-"max_new_tokens": int}``. Each prompt is sent alone as the engine's greedy generation request
+``python -m remote answers --url URL --request FILE [--concurrent]``; the request: ``{"prompts": [str, ...],
+"max_new_tokens": int}``. Each prompt is sent as the engine's greedy generation request
 (``--engine``; ``Engine.generate_request``: SGLang's native ``POST /generate`` with
 ``sampling_params`` ``{"temperature": 0, "max_new_tokens": N}``, :mod:`remote.engines.sglang.http`),
-one at a time, so batching does not enter; the answer is read by ``Engine.parse_generation``. Result: ``{"answers": [{"text", "output_ids": [int] | null}], "url"}``.
+one at a time, so batching does not enter, or with ``--concurrent`` all at once (one request each,
+on its own connection), so the server decodes them as one batch; the answer is read by
+``Engine.parse_generation``. Result: ``{"answers": [{"text", "output_ids": [int] | null}], "url"}``,
+in prompt order.
 Raises ``PayloadError`` ``bad_input`` (request) or ``runtime`` (a prompt not answered with 200).
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 from ..engines import engine_named
 from ..protocol import DEFAULT_ENGINE, ENGINE_NAMES, PayloadError
@@ -26,6 +30,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--request", required=True, help="JSON request file, - for stdin")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per prompt")
     parser.add_argument("--engine", choices=ENGINE_NAMES, default=DEFAULT_ENGINE, help="the engine serving --url")
+    parser.add_argument("--concurrent", action="store_true", help="send every prompt at once (one batch)")
 
 
 def run(args) -> dict:
@@ -41,7 +46,11 @@ def run(args) -> dict:
         raise PayloadError("bad_input", f"max_new_tokens must be an integer 1..4096, got {n!r}")
     target = parse_url(args.url)
     engine = engine_named(getattr(args, "engine", None))
-    return {"url": args.url, "answers": [answer(target, p, n, args.timeout, engine) for p in prompts]}
+    if not getattr(args, "concurrent", False):
+        return {"url": args.url, "answers": [answer(target, p, n, args.timeout, engine) for p in prompts]}
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        return {"url": args.url, "answers": list(pool.map(lambda p: answer(target, p, n, args.timeout, engine),
+                                                          prompts))}
 
 
 def answer(target, prompt: str, max_new_tokens: int, timeout: float, engine=None) -> dict:

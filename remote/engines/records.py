@@ -177,11 +177,18 @@ class MoeLogReport:
 class AutotuneLog:
     """What a start's log says of the start-up autotune: ``path`` (the cache file it used or
     wrote), ``reuse`` (False for a start that does not reuse the cache), ``completed`` (the
-    autotune's end was logged)."""
+    autotune's end was logged), ``tuning`` (the autotuning library's own start line is the last of
+    its start and end lines: it is tuning now, or it hung there)."""
 
     path: str | None = None
     reuse: bool | None = None
     completed: bool = False
+    tuning: bool = False
+
+    @property
+    def unfinished(self) -> bool:
+        """The autotune started and its end is not logged (yet)."""
+        return self.tuning or (self.path is not None and not self.completed)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the fields."""

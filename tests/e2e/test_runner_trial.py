@@ -469,3 +469,103 @@ def test_trial_edits_the_config_yaml_that_sets_the_runner_and_rollback_restores_
     assert h.unit_state() == "active" and _runner(h) == "triton"
     events = (state / "runs" / recap(back)["run_id"] / "events.jsonl").read_text()
     assert "log shows moe_runner_backend=triton (unit: triton)" in events
+
+
+def _trial(testbed_factory, tmp_path, env: dict, runners: str, host_opts: dict | None = None, **inv_vars):
+    """One host with the stand-in knobs ``env``: `orch tune --moe-runners RUNNERS`; returns
+    ``(host, recap of the host, rows by runner, trial, units before, state dir)``."""
+    bed = testbed_factory(1, host_options={"gpu-a": {"env": env, **(host_opts or {})}})
+    h = bed.hosts[0]
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml", **inv_vars)
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", "sglang-qwen", "--moe-runners", runners, "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    trial = r["summary"]["runner_trial"]
+    return h, r, {c["runner"]: c for c in trial["candidates"]}, trial, units_before, state / "runs" / recap(proc)["run_id"]
+
+
+def test_non_deterministic_runner_is_judged_against_the_references_own_agreement(testbed_factory, tmp_path):
+    """Issue 32 row 3: the unit's runner and the faster candidate are both correct and both
+    non-deterministic (5 of the 18 check prompts answer two ways); the candidate agrees with the
+    reference on fewer than 90% of the prompts, as the reference does with itself, gets every known
+    answer, and is kept. A wrong candidate misses the known answers and is rejected."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5,triton_kernel=0.4",
+           "ORCH_STANDIN_NONDETERMINISTIC_RUNNERS": "triton=3,flashinfer_cutlass=3",
+           "ORCH_STANDIN_WRONG_RUNNERS": "triton_kernel"}
+    h, _r, rows, trial, _units, _run = _trial(testbed_factory, tmp_path, env, "flashinfer_cutlass,triton_kernel")
+    assert 0.5 < trial["self_agreement"] < 0.9, trial  # the reference disagrees with itself
+    assert trial["known_answers"] == 3 and trial["known_checked"] == 3, trial
+    fc = rows["flashinfer_cutlass"]
+    assert fc["agreement"] < 0.9 and fc["batch_agreement"] < 0.9, fc  # the old 90% rule rejected it
+    assert fc["agreement"] >= 0.9 * trial["self_agreement"] and fc["passed"] and fc["kept"], fc
+    assert fc["known_missed"] == [], fc
+    wrong = rows["triton_kernel"]
+    assert not wrong["passed"] and not wrong["kept"] and len(wrong["known_missed"]) == 3, wrong
+    assert "known answer(s) missed" in wrong["why"] and "-> 391" in wrong["why"], wrong
+    assert trial["kept"] == "flashinfer_cutlass" and h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+
+
+def test_candidate_whose_scheduler_dies_on_the_first_request_is_rejected_and_the_runner_restored(testbed_factory,
+                                                                                                 tmp_path):
+    """Issue 32 row 4: the candidate starts and answers /health, then its scheduler dies on the
+    output check's first request (SGLang's "Scheduler hit an exception" and the server gone): it is
+    rejected, and the unit runs its own runner again, its unit files byte-identical."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "ORCH_STANDIN_CRASH_ON_REQUEST": "flashinfer_cutlass"}
+    h, _r, rows, trial, units_before, run = _trial(testbed_factory, tmp_path, env, "flashinfer_cutlass")
+    fc = rows["flashinfer_cutlass"]
+    assert fc["ready_s"] is not None and not fc["passed"] and not fc["kept"], fc  # it started and got ready
+    assert "the server died on the output check's requests" in fc["why"], fc
+    assert "Scheduler hit an exception" in fc["crashed"] or "sigquit" in fc["crashed"], fc
+    assert trial["kept"] == "auto" and not trial["changed"], trial
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.unit_state() == "active" and _runner(h) == "triton"
+    assert _events_of(run, "runner_candidate_crashed")[0]["stage"] == "output check"
+
+
+def _events_of(run_dir, kind: str) -> list[dict]:
+    """The events of ``kind`` in the run folder ``run_dir`` (as :func:`_events`)."""
+    return [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines() if f'"{kind}"' in x]
+
+
+@pytest.mark.parametrize("knob", ["ORCH_STANDIN_WRONG_BATCHED_RUNNERS", "ORCH_STANDIN_WRONG_SINGLE_RUNNERS"])
+def test_runner_wrong_only_batched_or_only_alone_is_rejected(testbed_factory, tmp_path, knob):
+    """Issue 32 row 5: the check prompts go one at a time and as one concurrent batch; a runner
+    wrong only when requests decode together (or only alone) fails one of the two and is rejected."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", knob: "flashinfer_cutlass"}
+    h, _r, rows, trial, units_before, _run = _trial(testbed_factory, tmp_path, env, "flashinfer_cutlass")
+    fc = rows["flashinfer_cutlass"]
+    assert trial["self_agreement"] == 1.0 and not fc["passed"] and not fc["kept"], (trial, fc)
+    if knob == "ORCH_STANDIN_WRONG_BATCHED_RUNNERS":
+        assert fc["agreement"] == 1.0 and fc["batch_agreement"] < 0.9, fc["why"]
+        assert "agree as one batch" in fc["why"] and "one at a time" not in fc["why"], fc
+    else:
+        assert fc["agreement"] == 0.0 and fc["batch_agreement"] > fc["agreement"], fc
+        assert "agree one at a time" in fc["why"], fc
+    assert trial["kept"] == "auto" and h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.unit_state() == "active" and _runner(h) == "triton"
+
+
+def test_warm_autotune_cache_that_hangs_the_next_start_is_put_back_and_the_unit_started_again(testbed_factory,
+                                                                                             tmp_path):
+    """Issue 32 row 6: the kept candidate's first start autotunes into a new cache file; the next
+    start (the trial's last) reads it warm and hangs in FlashInfer's autotune (its start line, no
+    end line, no more log). orch bounds that by the log (orch_autotune_stall_timeout), stops the
+    unit, puts the autotune cache back as it was before the run (the new file removed, the old one
+    untouched) and starts it again: it autotunes cold and serves the kept runner."""
+    env = {"ORCH_STANDIN_RUNNER_SPEED": "flashinfer_cutlass=0.5", "SGLANG_CACHE_DIR": "/srv/sglang-cache",
+           "ORCH_STANDIN_AUTOTUNE_HANG": "warm"}
+    bed_opts = {"flashinfer_version": "0.6.0"}
+    h, r, rows, trial, _units, run = _trial(testbed_factory, tmp_path, env, "flashinfer_cutlass", bed_opts,
+                                            orch_autotune_stall_timeout=5)
+    assert trial["kept"] == "flashinfer_cutlass" and trial["autotune_hangs"] == 1, trial
+    hang = _events_of(run, "autotune_hang")
+    assert len(hang) == 1 and "/flashinfer/autotune/0.6.0/sm90/" in hang[0]["path"], hang
+    cache = r["summary"]["autotune_cache"]
+    assert cache["hang"] == hang[0]["path"] and cache["hang_removed"] >= 1, cache
+    log = h.unit_log()
+    assert log.count("[Autotuner]: Autotuning process starts") == log.count("[Autotuner]: Autotuning process ends") + 1
+    assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
+    assert h.sh(f"test -f {hang[0]['path']}", check=False).returncode == 0  # the last start wrote it again

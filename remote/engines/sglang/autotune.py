@@ -38,7 +38,9 @@ under ``sglang/srt/``):
   ``_get_and_verify_dtype``.
 * :func:`autotune_log`: the lines ``flashinfer_autotune_context`` logs (``Running FlashInfer
   autotune with cache: PATH``, the ``cache reuse DISABLED`` line, ``FlashInfer autotune
-  completed.``): the path a start used is ground truth for the key.
+  completed.``), and FlashInfer's own autotuner's start and end lines between them: the path a
+  start used is ground truth for the key; a start line without its end is an autotune still
+  running (or hung).
 
 ``tests/unit/remote/engines/sglang/test_autotune_oracle.py`` runs the wheel's own
 ``flashinfer_autotune_cache_path``, ``should_run_flashinfer_autotune``, ``_get_and_verify_dtype``
@@ -204,21 +206,31 @@ LOG_WITH_CACHE = "Running FlashInfer autotune with cache: "
 LOG_NO_REUSE = ("Running FlashInfer autotune (cache reuse DISABLED via SGLANG_FLASHINFER_AUTOTUNE_CACHE=0); "
                 "writing fresh result to: ")
 LOG_DONE = "FlashInfer autotune completed."
+#: FlashInfer's own autotuner (``flashinfer/autotuner.py`` ``autotune()``, entered by
+#: ``flashinfer_autotune_context``), logged through its ``flashinfer.jit`` logger inside SGLang's two
+#: lines: ``[Autotuner]: Autotuning process starts ...`` and ``... ends``. A start whose last such line is
+#: the start line is tuning now, or hangs there (a warm cache under TP/EP, vllm PR #54618).
+LOG_TUNER_STARTS = "[Autotuner]: Autotuning process starts"
+LOG_TUNER_ENDS = "[Autotuner]: Autotuning process ends"
 _CACHE_LINE = re.compile(re.escape(LOG_WITH_CACHE) + r"(?P<path>\S.*?\.json)\s*$")
 _FRESH_LINE = re.compile(re.escape(LOG_NO_REUSE) + r"(?P<path>\S.*?\.json)\s*$")
 
 
 def autotune_log(lines: Iterable[str]) -> AutotuneLog | None:
     """The autotune lines of one start's log (``lines``, any prefix on each); None when it logged none."""
-    path, reuse, done, seen = None, None, False, False
+    path, reuse, done, seen, tuning = None, None, False, False, False
     for line in lines:
         m = _CACHE_LINE.search(line)
         f = None if m else _FRESH_LINE.search(line)
         if m or f:
-            seen, path, reuse = True, (m or f).group("path"), bool(m)
+            seen, path, reuse, done = True, (m or f).group("path"), bool(m), False
         elif LOG_DONE in line:
             seen, done = True, True
-    return AutotuneLog(path, reuse, done) if seen else None
+        elif LOG_TUNER_STARTS in line:
+            seen, tuning = True, True
+        elif LOG_TUNER_ENDS in line:
+            tuning = False
+    return AutotuneLog(path, reuse, done, tuning) if seen else None
 
 
 def key_of_path(path: str) -> tuple[str, str, str] | None:

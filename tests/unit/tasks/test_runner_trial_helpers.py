@@ -10,8 +10,8 @@ import pytest
 from orchestrator.engine.results import TaskFailed
 from orchestrator.facts.systemd_unit import Unit
 from orchestrator.facts.unit import parse_unit_settings
-from orchestrator.host.runner_trial import (SHIPPED_PROMPTS, autotune_cache_dir, dropin_text, load_prompts,
-                                            with_runner)
+from orchestrator.host.runner_trial import (SHIPPED_PROMPTS, agreement, autotune_cache_dir, dropin_text,
+                                            has_answer, known_misses, load_checks, load_prompts, with_runner)
 
 WORDS = ["/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/My Model",
          "--moe-runner-backend", "triton", "--port", "$PORT", "--moe-runner-backend=cutlass", "--tp", "%i"]
@@ -36,7 +36,7 @@ def test_dropin_reads_back_as_the_unit_s_command_line_with_the_runner():
 
 def test_prompts_shipped_and_overridden(tmp_path):
     shipped = load_prompts(None)
-    assert len(shipped) == 16 and all(p and not p.startswith("#") for p in shipped)
+    assert len(shipped) == 18 and all(p and not p.startswith("#") and not p.startswith("expect:") for p in shipped)
     assert SHIPPED_PROMPTS.exists()
     own = tmp_path / "p.txt"
     own.write_text("# mine\n\nHello\nWorld\n")
@@ -46,6 +46,30 @@ def test_prompts_shipped_and_overridden(tmp_path):
         load_prompts(str(own))
     with pytest.raises(TaskFailed, match="cannot read"):
         load_prompts(str(tmp_path / "missing.txt"))
+
+
+def test_known_answers_are_read_and_checked(tmp_path):
+    """Issue 32 row 3: the shipped set has arithmetic and extraction prompts with known answers; an
+    answer holds one as a whole number or word."""
+    prompts, expected = load_checks(None)
+    known = {p: e for p, e in zip(prompts, expected) if e is not None}
+    assert known["Question: What is 17 multiplied by 23? Answer:"] == "391"
+    assert any(e == "1937" and p.startswith("Extract the year") for p, e in known.items())
+    own = tmp_path / "p.txt"
+    own.write_text("expect: 7 | Three plus four is\nHello\n")
+    assert load_checks(str(own)) == (["Three plus four is", "Hello"], ["7", None])
+    own.write_text("expect: | no answer\n")
+    with pytest.raises(TaskFailed, match="line 1: want `expect: ANSWER"):
+        load_checks(str(own))
+    assert has_answer(" 391. The product", "391") and has_answer("17 x 23 = 391", "391")
+    assert not has_answer(" 3910", "391") and not has_answer("1391", "391") and not has_answer("", "391")
+    answers = [{"text": " 7 and"}, {"text": " the fox"}, {"text": " 8"}]
+    assert known_misses(["7", None, "7"], answers) == [2]
+
+
+def test_agreement_is_by_token_ids_then_text():
+    assert agreement([{"output_ids": [1], "text": "a"}], [{"output_ids": [1], "text": "b"}]) == 1.0
+    assert agreement([{"text": "a", "output_ids": None}], [{"text": "b", "output_ids": None}]) == 0.0
 
 
 class _Conn:

@@ -14,8 +14,10 @@ The autotune: for a FlashInfer backend on compute capability 9.0+ without
 own ``flashinfer_autotune_cache_path`` (``srt/model_executor/runner/flashinfer_autotune.py``,
 copied unchanged into the tree as ``sglang/_standin/release_flashinfer_autotune.py`` by
 ``standin_tree``, its function taken out with :mod:`ast` and run with stand-ins for the process
-state), logs SGLang's lines and writes a rank file there (a ``runs/`` file with
-``SGLANG_FLASHINFER_AUTOTUNE_CACHE=0``). The GPU's capability is ``$ORCH_STANDIN_GPU_CAPABILITY``
+state), logs SGLang's lines and, between them, FlashInfer's own autotuner lines
+(:func:`flashinfer_log`), and writes a rank file there (a ``runs/`` file with
+``SGLANG_FLASHINFER_AUTOTUNE_CACHE=0``). ``ORCH_STANDIN_AUTOTUNE_HANG=warm``: a start whose cache file
+exists hangs after FlashInfer's start line (issue 32 row 6, vllm PR #54618). The GPU's capability is ``$ORCH_STANDIN_GPU_CAPABILITY``
 (default ``9.0``); FlashInfer's version is ``flashinfer.__version__`` of the tree's stand-in
 ``flashinfer`` package (present when the host option ``flashinfer_version`` is set).
 """
@@ -28,6 +30,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -162,6 +165,29 @@ def autotune(args: Any, backend: str, config: Dict[str, Any], skip_ops: List[str
         target = path.parent / "runs" / f"{path.stem}.{stamp}.{uuid.uuid4().hex}{path.suffix}"
         logger.info("Running FlashInfer autotune (cache reuse DISABLED via SGLANG_FLASHINFER_AUTOTUNE_CACHE=0); "
                     "writing fresh result to: %s", target)
+    warm = reuse_cache() and target.is_file()
+    flashinfer_log().info("[Autotuner]: Autotuning process starts ...")
+    if warm and os.environ.get("ORCH_STANDIN_AUTOTUNE_HANG", "").strip() == "warm":
+        # vllm PR #54618: a warm cache under TP/EP leaves the ranks waiting on each other; nothing more
+        # is logged and the port is never bound (SIGTERM still ends the process)
+        threading.Event().wait()
+    flashinfer_log().info("[Autotuner]: Autotuning process ends")
     target.write_text(json.dumps({"_metadata": {"stand_in": True}, "tactics": {}}) + "\n")
     logger.info("FlashInfer autotune completed.")
     return str(target)
+
+
+def flashinfer_log() -> logging.Logger:
+    """FlashInfer's own logger (``flashinfer.jit``, its own handler and format, as FlashInfer sets it
+    up: ``%(asctime)s - %(levelname)s - %(filename)s:%(lineno)d - %(name)s: %(message)s``)."""
+    log = logging.getLogger("flashinfer.jit")
+    if not log.handlers:
+        import sys
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - autotuner.py:%(lineno)d - "
+                                               "%(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+        log.setLevel(logging.INFO)
+    return log

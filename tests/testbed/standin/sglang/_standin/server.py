@@ -107,7 +107,7 @@ from sglang.version import __version__
 
 from . import dist, lookup
 from . import model as model_mod
-from . import runners
+from . import numerics, runners
 
 #: Batch sizes M for which the start "captures CUDA graphs" (asks the lookup module for a config).
 CAPTURE_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160)
@@ -157,8 +157,8 @@ STRAGGLER_CODE = (
     "    f.write(json.dumps({'after':after,'lines':lines,'_SYSTEMD_INVOCATION_ID':mine})+'\\n')\n"
     "sys.stderr.write(''.join(x+'\\n' for x in lines)); sys.stderr.flush()\n"
 )
-WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs")
-VOCAB = 151936
+WORDS = numerics.WORDS
+VOCAB = numerics.VOCAB
 
 logger = logging.getLogger("sglang.srt.entrypoints.http_server")
 sched_logger = logging.getLogger("sglang.srt.managers.scheduler")
@@ -284,8 +284,10 @@ def runner_is_wrong(runner: str, spec: Optional[str] = None) -> bool:
 class Engine:
     """Simulated scheduler: counts decoding requests and turns configs into token timings."""
 
-    def __init__(self, base_ms: float, max_batch: int, prefill_ms: float, wrong: bool = False):
+    def __init__(self, base_ms: float, max_batch: int, prefill_ms: float, wrong: bool = False,
+                 answers: Optional[numerics.Numerics] = None):
         self.wrong = wrong
+        self.answers = answers or numerics.Numerics("triton", 0)
         self.base_ms = base_ms
         self.max_batch = max(1, max_batch)
         self.prefill_ms = prefill_ms
@@ -302,21 +304,27 @@ class Engine:
         eff = min(b, self.max_batch)
         return self.base_ms * (1 + 0.1 * (eff - 1)) * max(1.0, b / self.max_batch) / 1000.0
 
-    def generate(self, prompt_tokens: int, max_new: int):
+    def generate(self, prompt_tokens: int, max_new: int, prompt: Optional[str] = None):
         """Yield ``(index, token_id)`` for each output token when the simulated schedule says it is
         done: the prefill ends ``prefill_ms`` per prompt token after the call, and each token one
         :meth:`step_s` after the previous token's due time (not after it was sent). A wake-up that a
         busy CPU delays, or the time the HTTP writes take, is made up by the next tokens instead of
         adding up: a request takes its scheduled time, whatever the load, as long as the CPU keeps up
-        on average, and never less (a late token is sent at once, an early one waits)."""
+        on average, and never less (a late token is sent at once, an early one waits). ``prompt``
+        (its text, when the request sent text): the known answer, the variant of an unstable prompt
+        (:mod:`sglang._standin.numerics`)."""
         if self.hang:
             threading.Event().wait()
         self.ready.wait()  # a request sent during warm-up waits for it, as SGLang's scheduler queue does
+        if self.answers.crash:
+            self.answers.die()
         with self.lock:
             self.requests += 1
             empty = self.requests == self.empty_at
+            variant = self.answers.variant(prompt)
         if empty:
             return
+        known = numerics.answer_ids(prompt) if prompt is not None else []
         due = time.monotonic() + self.prefill_ms * prompt_tokens / 1000.0
         _sleep_until(due)
         with self.lock:
@@ -325,7 +333,12 @@ class Engine:
             for i in range(max_new):
                 due += self.step_s()
                 _sleep_until(due)
-                yield i, (i * 7919 + prompt_tokens * 31 + 13 + (1 if self.wrong else 0)) % VOCAB
+                off = (1 if self.wrong else 0) + self.answers.shift(self.active)
+                if i < len(known):
+                    yield i, known[i] + off
+                    continue
+                late = 2 * variant if i >= max_new // 2 else 0
+                yield i, (i * 7919 + prompt_tokens * 31 + 13 + off + late) % VOCAB
         finally:
             with self.lock:
                 self.active -= 1
@@ -339,7 +352,12 @@ def _sleep_until(due: float) -> None:
 
 
 def _token_text(token_id: int) -> str:
-    return " " + WORDS[token_id % len(WORDS)]
+    return numerics.token_text(token_id)
+
+
+def _prompt_text(prompt: Any) -> Optional[str]:
+    """The prompt's text (None for token ids)."""
+    return prompt if isinstance(prompt, str) else None
 
 
 def _count_prompt_tokens(text: Any) -> int:
@@ -523,8 +541,15 @@ class StandinServer:
                     self.raise_out_of_resources()
                 self.never_ready = fault == "never_ready"
                 hang = fault == "hang_generate"
+        answers = numerics.Numerics(runner)
+        if answers.unstable_k:
+            answers.start = numerics.count_start(self.state_dir())
+        self.moe.update({"start": answers.start, "nondeterministic": answers.unstable_k,
+                         "wrong_batched": answers.wrong_batched, "wrong_single": answers.wrong_single,
+                         "crash_on_request": answers.crash})
         self.engine = Engine(base, int(_env_float("ORCH_STANDIN_MAX_BATCH", 8)),
-                             _env_float("ORCH_STANDIN_PREFILL_MS_PER_TOKEN", 0.02), wrong=self.moe["wrong_answers"])
+                             _env_float("ORCH_STANDIN_PREFILL_MS_PER_TOKEN", 0.02), wrong=self.moe["wrong_answers"],
+                             answers=answers)
         self.engine.hang = self.engine.hang or hang
         n = int(_env_float("ORCH_STANDIN_NO_TOKENS_AFTER_SIGKILL", 0))
         if n > 0 and self.killed_predecessor:
@@ -757,6 +782,7 @@ class _HTTPServer(ThreadingHTTPServer):
     (``socket.getfqdn``), which would query a name server."""
 
     daemon_threads = True
+    request_queue_size = 2048  # uvicorn's listen backlog (socketserver's default is 5)
 
     def server_bind(self) -> None:
         import socket
@@ -879,7 +905,7 @@ class _Handler(BaseHTTPRequestHandler):
             rid = uuid.uuid4().hex
             p_tokens = _count_prompt_tokens(prompts[0])
             text, ids, t0 = "", [], time.time()
-            for i, tok in s.engine.generate(p_tokens, max_new):
+            for i, tok in s.engine.generate(p_tokens, max_new, _prompt_text(prompts[0])):
                 text += _token_text(tok)
                 ids.append(tok)
                 done = i == max_new - 1
@@ -897,7 +923,7 @@ class _Handler(BaseHTTPRequestHandler):
         for p in prompts:
             p_tokens = _count_prompt_tokens(p)
             t0 = time.time()
-            ids = [tok for _, tok in s.engine.generate(p_tokens, max_new)]
+            ids = [tok for _, tok in s.engine.generate(p_tokens, max_new, _prompt_text(p))]
             outs.append({"text": "".join(_token_text(t) for t in ids), "output_ids": ids, "meta_info": {
                 "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
                 "prompt_tokens": p_tokens, "completion_tokens": len(ids), "cached_tokens": 0,
@@ -924,7 +950,7 @@ class _Handler(BaseHTTPRequestHandler):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self._start_stream()
             n = 0
-            for i, tok in s.engine.generate(p_tokens, max_new):
+            for i, tok in s.engine.generate(p_tokens, max_new, _prompt_text(prompt)):
                 n += 1
                 done = i == max_new - 1
                 if chat:
@@ -942,7 +968,7 @@ class _Handler(BaseHTTPRequestHandler):
                                  "prompt_tokens": p_tokens, "completion_tokens": n, "total_tokens": p_tokens + n}})
             self._end_stream()
             return
-        ids = [tok for _, tok in s.engine.generate(p_tokens, max_new)]
+        ids = [tok for _, tok in s.engine.generate(p_tokens, max_new, _prompt_text(prompt))]
         text = "".join(_token_text(t) for t in ids)
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,

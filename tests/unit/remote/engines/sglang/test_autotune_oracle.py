@@ -258,3 +258,19 @@ def test_cache_root_as_the_server_expands_it(wheel, tmp_path, monkeypatch, value
     ours = os.path.join(autotune.cache_dir(root, "0.6.9", "10.0", key), autotune.rank_file())
     assert theirs == os.path.normpath(ours), (value, theirs, ours)
     assert theirs.startswith(str(workdir)) or value.startswith("/")
+
+
+def test_autotune_log_reads_flashinfers_own_start_and_end_lines():
+    """FlashInfer's autotuner logs its own start and end lines (``flashinfer.jit`` logger) inside
+    SGLang's two: a start whose last one is the start line is still tuning, or hung (issue 32 row 6)."""
+    path = "/c/flashinfer/autotune/0.6.9/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json"
+    head = ["[x TP0] " + autotune.LOG_WITH_CACHE + path,
+            "2026-05-19 02:34:52,301 - INFO - autotuner.py:446 - flashinfer.jit: [Autotuner]: Autotuning process starts ..."]
+    hung = autotune.autotune_log(head)
+    assert hung.tuning and hung.unfinished and not hung.completed and hung.path == path
+    ended = autotune.autotune_log(head + [
+        "2026-05-19 02:34:53,771 - INFO - autotuner.py:455 - flashinfer.jit: [Autotuner]: Autotuning process ends"])
+    assert not ended.tuning and ended.unfinished  # SGLang's own end line not yet logged
+    done = autotune.autotune_log(head + ["... [Autotuner]: Autotuning process ends", "[x TP0] " + autotune.LOG_DONE])
+    assert not done.unfinished and done.completed
+    assert autotune.autotune_log([head[1]]).unfinished  # FlashInfer's line alone (another caller of it)
