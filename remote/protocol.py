@@ -35,7 +35,7 @@ DEFAULT_SEARCH_SPACE = "fast"
 #: the engine registry ``ENGINES`` in ``remote/engines/__init__.py``, each engine's own folder
 #: under ``remote/engines/``. Each engine's name is also the ``tune --provider`` that times its
 #: own kernel and the ``bench --tool`` that runs its own benchmark client.
-ENGINE_NAMES: tuple[str, ...] = ("sglang",)
+ENGINE_NAMES: tuple[str, ...] = ("sglang", "vllm")
 #: The engine a payload command assumes when the controller names none (the one engine orch knew
 #: before it recognised engines: records written then name no engine).
 DEFAULT_ENGINE = ENGINE_NAMES[0]
@@ -74,6 +74,10 @@ def is_run_id(text: Any) -> bool:
 #: the suffix of a run's sub-run that holds the Triton config files a runner trial installed
 #: (``<run id>.triton``): one manifest per folder changed, the sub-run's state follows its run's
 TRITON_SUBRUN_SUFFIX = ".triton"
+#: orch's systemd drop-in that gives a unit the engine's config-dir variable pointing at orch's own
+#: config folder (an engine with no per-Triton folders: orch never writes into its package), named
+#: by the controller's plan and rollback and by the payload's ``runner_change``
+CONFIGS_DROPIN_NAME = "orch-moe-configs.conf"
 
 
 def parent_run(run_id: str) -> str:

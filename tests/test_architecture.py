@@ -402,6 +402,58 @@ def f(sglang_url, **kw):                            # 6: an argument
     assert engine_name_findings('"""SGLang, cited."""\nx = "--tp"\n# sglang in a comment\n', "y.py") == []
 
 
+# ----------------------------------------------------------------------------- vLLM stays in its home
+
+#: What names vLLM or states one of its rules: its name (but an issue or pull request cited as
+#: ``vllm #N``, ``vllm PR #N``, ``vllm issue #N`` or ``vllm-project/...``), its MoE backend flag.
+VLLM_NAME = re.compile(r"vllm(?! #\d)(?! (?:PR|issue) #\d)(?!-project/)|--moe-backend(?![-_])", re.IGNORECASE)
+
+
+def _vllm_log_lines() -> tuple[str, ...]:
+    """vLLM's own log lines orch reads (its lookup's and its log model's)."""
+    from remote.engines.vllm import moe_log
+
+    return (*moe_log.START_MARKERS, moe_log.READY_LINE, "Using configuration from ", "Using default MoE config.")
+
+
+#: Files outside ``remote/engines/vllm/`` that may name vLLM, and why.
+VLLM_NAME_ALLOWED = {
+    "remote/engines/__init__.py": "the engine registry (ENGINES) imports each engine's ENGINE from its folder",
+    "remote/protocol.py": "ENGINE_NAMES: the engine names both sides spell (orch_engine, --engine, and the "
+                          "--provider/--tool named after each engine), below the engines' floor",
+    "remote/engines/sglang/quantization.py": "a note that compares SGLang's int4 file names with vLLM's",
+}
+
+
+def test_no_vllm_name_or_rule_outside_its_home(monkeypatch):
+    """vLLM's name, its backend flag and its log lines are written only in ``remote/engines/vllm/``
+    (and the few places of :data:`VLLM_NAME_ALLOWED`): the controller and the payload reach vLLM
+    through the engine interface, as they reach SGLang."""
+    monkeypatch.setattr(sys.modules[__name__], "ENGINE_NAME", VLLM_NAME)
+    lines = _vllm_log_lines()
+    home = REMOTE / "engines" / "vllm"
+    bad = []
+    for root in (ORCH, REMOTE):
+        for path in sorted(root.rglob("*.py")):
+            rel = str(path.relative_to(REPO))
+            if home in path.parents or rel in VLLM_NAME_ALLOWED or "__pycache__" in path.parts:
+                continue
+            bad += engine_name_findings(path.read_text(encoding="utf-8"), rel, lines)
+    assert not bad, ("vLLM's names and rules belong in remote/engines/vllm/ (reach them through "
+                     "remote.engines' Engine); found:\n" + "\n".join(bad))
+    for rel in VLLM_NAME_ALLOWED:
+        assert (REPO / rel).exists() and VLLM_NAME.search((REPO / rel).read_text()), f"{rel}: allowed, but names none"
+
+
+def test_vllm_name_scanner_finds_its_names_and_lines(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ENGINE_NAME", VLLM_NAME)
+    src = ('"""Docstrings may cite vLLM 0.34.0."""\nfrom remote.engines.vllm import naming\n'
+           'x = ["--moe-backend", "--moe-backend-x"]\ny = "see vllm #41871 and vllm PR #54618"\n'
+           'z = "Using configuration from /p for MoE layer."\n')
+    found = engine_name_findings(src, "x.py", _vllm_log_lines())
+    assert [f.split(":")[1] for f in found] == ["2", "3", "5"], found
+
+
 #: The engines' kernel providers: torch and triton, loaded only by the tuner's registry.
 ENGINE_PROVIDERS = ("remote.engines.sglang.provider", "remote.engines.vllm.provider")
 

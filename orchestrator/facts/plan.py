@@ -26,7 +26,11 @@ class Plan(Record):
     ``names_source``: ``log`` (named as the server's last start looked them up) or ``derived``
     (from the unit and the model config); ``notes``: where the log's names were followed;
     ``install_dir_exists``: whether the folder exists (None: a folder the server's log named, not
-    probed; the install creates it when missing).
+    probed; the install creates it when missing); ``dropin``: for an engine that keeps no folder per
+    Triton release and a unit that names no config folder, the drop-in that points the unit at
+    orch's own folder (``install_dir``) through the engine's config-dir variable, as ``{"env",
+    "folder", "name", "text"}`` (None: the unit reads ``install_dir`` as it is: nothing of the unit
+    changes).
     """
 
     action: str
@@ -39,6 +43,7 @@ class Plan(Record):
     notes: list[str] = field(default_factory=list)
     install_dir_exists: bool | None = None
     runner: dict[str, Any] = field(default_factory=dict)
+    dropin: dict[str, str] | None = None
 
 
 @dataclass(slots=True)

@@ -26,8 +26,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from remote.engines import (Engine, EngineError, Launch, LaunchError, ServerArgs, engine_for, engine_named,
-                            launch_refusal, servers_phrase, shebang_interpreter, split_exec_prefix)
+from remote.engines import (Engine, EngineError, Launch, LaunchError, ServerArgs, container_command, engine_for,
+                            engine_named, launch_refusal, servers_phrase, shebang_interpreter, split_exec_prefix)
 
 from ..errors import OrchError
 from .container import ContainerError, ContainerRun, container_environment, detach_reason, parse_container_run
@@ -393,7 +393,7 @@ def container_hook():
         run = parse_container_run(argv)
         if run is None:
             return None
-        return ([run.entrypoint] if run.entrypoint else []) + run.command, run
+        return container_command(run.image, run.entrypoint, run.command), run
     return hook
 
 
@@ -518,7 +518,7 @@ def gather_unit(connection, handle: Unit, engine: str | None = None) -> UnitFact
     container, container_env = _container_of(connection, unit, exec_start, env)
     command = exec_start
     if container is not None:
-        command = ([container.entrypoint] if container.entrypoint else []) + container.command
+        command = container_command(container.image, container.entrypoint, container.command)
     try:
         found, launch = resolve_launch(connection, unit, command, settings.exec_prefix if container is None else "",
                                        workdir, env if container is None else container_env, engine)

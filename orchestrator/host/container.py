@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from remote.engines import Engine, engine_named
+from remote.engines import Engine, container_command, engine_named
 
 from ..engine.results import TaskFailed
 from ..facts.container import ContainerRun
@@ -66,7 +66,11 @@ def payload_container(run: ContainerRun, root: str, state_dir: str, name: str,
     ``extra``: more run options). ``--sig-proxy`` (both runtimes' default) passes a SIGTERM of the client to the payload."""
     if not NAME_RE.fullmatch(name):
         raise ValueError(f"not a container name: {name!r}")
-    return runtime_argv(run, "run", "--rm", "--name", name, *copied_options(run),
+    # an engine's own server image starts its server by its ENTRYPOINT (vLLM's vllm/vllm-openai): the
+    # payload's command must run instead, so the entry point is cleared (docker-run(1)/podman-run(1):
+    # an empty --entrypoint resets it)
+    clear = ["--entrypoint="] if container_command(run.image, None, []) else []
+    return runtime_argv(run, "run", "--rm", "--name", name, *copied_options(run), *clear,
                         "-v", f"{root}:{root}:ro", "-v", f"{state_dir}:{state_dir}", *(extra or []), run.image)
 
 

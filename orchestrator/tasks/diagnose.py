@@ -216,7 +216,9 @@ def classify(f: DoctorFacts) -> dict[str, Any]:
                + (f": {f.start_failure}" if f.start_failure else "")
                + "; orch tune reaps leftover GPU processes and starts it again")
     else:
-        if up["in_installed_folder"] and down["in_installed_folder"]:
+        # a role the engine's release never reads (vLLM's _down file but in one case) needs no file
+        down_read = f.probe.existing_file("down").read_by_engine
+        if up["in_installed_folder"] and (down["in_installed_folder"] or not down_read):
             disk = "tuned"
         elif up["would_load"]:
             disk = "fallback"

@@ -20,6 +20,8 @@ from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..facts.journal import last_start_log
 from ..host.container import install_target
+from ..host.records import records
+from ..host.runner_trial import daemon_reload, triton_subrun
 from ..payload.client import PayloadFailed
 from ..records.layout import INSTALL_MANIFEST
 from ..store import ConfigStore
@@ -65,10 +67,22 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     if unit is not None and unit.container is not None:
         # the folder the server reads inside the container, written on the host through its bind mount
         write_dir = install_target(unit.container, dest_dir, unit.environment, ctx.facts.engine)
-    request = {"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
-               "dest_dir": write_dir, "files": payload_files, "create_dest": True}
+    plan = ctx.facts.plan
+    dropin = plan.dropin if plan is not None and plan.install_dir == dest_dir else None
+    run_id = ctx.options.run_id
+    if dropin is not None:
+        # the unit reads orch's folder through the engine's config-dir variable: the drop-in is the
+        # run's own change (backed up, removed by rollback), the files its sub-run's (one manifest
+        # per folder, as a runner trial's)
+        run_id = _point_unit_at(ctx, dropin)
+    request = {"run_id": run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
+               "dest_dir": write_dir, "files": payload_files, "create_dest": True, **_folder_rule(ctx)}
     ctx.run.install_attempted = True
     manifest = ctx.payload.call("install", request=request, timeout=300)
+    if dropin is not None:
+        records(ctx).set_state(run_id, "installed", {"action": "tune", "sub_run_of": ctx.options.run_id,
+                                                     "note": f"the config files in {dropin['folder']}"})
+        daemon_reload(ctx, ctx.facts.unit_handle())
     ctx.run.install_manifest = manifest
     paths = [posixpath.join(dest_dir, f["name"]) for f in payload_files]
     ctx.run.summary.installed = paths
@@ -80,6 +94,31 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     where = f" (on the host in {write_dir})" if write_dir != dest_dir else ""
     return result(("installed " if changed else "already installed ") + ", ".join(paths) + where,
                   facts={"orch_installed": paths}, manifest=manifest, paths=paths)
+
+
+def _point_unit_at(ctx, dropin: dict) -> str:
+    """Write ``orch_plan.dropin`` (the unit's drop-in that sets the engine's config-dir variable to
+    orch's folder) as this run's change (payload ``runner_change --op set-dropin``: backup and
+    manifest first) and return the sub-run id the config files are installed under
+    (``<run id>.triton``, undone with the run by ``orch rollback``, by the rescue and ``orch recover``)."""
+    handle = ctx.facts.unit_handle()
+    args = ["--op", "set-dropin", "--name", dropin["name"], "--run-id", ctx.options.run_id,
+            "--state-dir", ctx.payload.state_dir, "--unit", handle.name, "--systemd-dir", handle.unit_dir(ctx.connection)]
+    ctx.run.install_attempted = True  # the rescue's restore puts the drop-in back
+    ctx.run.dropin_written = True  # and reloads systemd
+    ctx.payload.call("runner_change", args, request={"content": dropin["text"]}, timeout=120)
+    sub = triton_subrun(ctx)
+    if sub not in ctx.run.sub_runs:
+        ctx.run.sub_runs.append(sub)
+    return sub
+
+
+def _folder_rule(ctx) -> dict:
+    """``{"any_dest_name": True}`` for an engine that keeps no folder per Triton release (the probe's
+    ``triton_folder`` is None: the folder the server reads has any name, e.g. a config-dir
+    variable's), else ``{}`` (the payload's install then requires ``triton_X_Y_Z``)."""
+    probe = ctx.facts.probe
+    return {"any_dest_name": True} if probe is not None and probe.triton_folder is None else {}
 
 
 def _known_files(ctx) -> dict[str, str]:
@@ -125,7 +164,7 @@ def compare_installed(ctx, name: str) -> TaskResult:
     for f in files:
         _validate(f["name"], f["content"])
     request = {"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
-               "dest_dir": plan.install_dir, "files": files, "create_dest": True, "dry_run": True}
+               "dest_dir": plan.install_dir, "files": files, "create_dest": True, "dry_run": True, **_folder_rule(ctx)}
     cmp = ctx.payload.call("install", request=request, timeout=120)
     differ = [f"{f['name']} ({'new' if f['action'] == 'created' else 'other bytes installed'})"
               for f in cmp.get("files") or [] if f.get("action") != "unchanged"]

@@ -15,6 +15,7 @@ import shlex
 
 from remote.engines import Engine, MoeLogReport, MoeRunner, engine_named, probe_view
 from remote.gpus import vendor_for
+from remote.protocol import CONFIGS_DROPIN_NAME
 
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
@@ -128,6 +129,38 @@ def reconcile(derived: dict[str, str], logged: dict[str, str],
         paths[role] = want
         notes.append(f"{role}: using the server's own lookup {want} (orch derived {path})")
     return paths, "log", notes
+
+
+def own_folder(ctx, name: str, install_dir: str) -> dict | None:
+    """Where orch puts the files of a unit whose engine keeps no folder per Triton release (the
+    probe's ``triton_folder`` is None) when the folder the server would read them from is the
+    engine package's own (``engine.shipped_configs_root``) and the unit sets no config-dir variable
+    (``Engine.config_dir_env``): a folder orch owns, ``<orch_state_dir>/configs-<unit>`` (created
+    0755 by the install, removed by ``orch rollback``), which a drop-in gives the unit through that
+    variable (``orch_plan.dropin``: ``env``, ``folder``, ``name``, ``text``). None otherwise (the
+    install goes to ``install_dir``), and for a container unit (its package is the image's: the
+    variable and a bind mount are the operator's, :func:`orchestrator.host.container.install_target`
+    says which). Raises :class:`TaskFailed` (nothing stopped) for a system unit run as another
+    user than root: orch's state folder is private (0700), that user could not read the files."""
+    probe, engine, unit = ctx.facts.probe, ctx.facts.engine, ctx.facts.unit
+    if probe is None or probe.triton_folder is not None or not engine.config_dir_env:
+        return None
+    if unit is None or unit.container is not None or ctx.facts.environment.get(engine.config_dir_env):
+        return None
+    shipped = probe.engine.shipped_configs_root if probe.engine is not None else None
+    if not shipped or posixpath.normpath(install_dir) != posixpath.normpath(shipped):
+        return None
+    handle = ctx.facts.unit_handle(name)
+    if unit.user not in ("", "root") and handle.scope == "system":
+        raise TaskFailed(f"{install_dir} is the {engine.display_name} package's own folder, which orch does not write "
+                         f"into, and the unit runs as {unit.user!r}, who cannot read orch's private state folder: set "
+                         f"{engine.config_dir_env} in the unit to a folder {unit.user!r} can read and root can write; "
+                         "nothing was stopped")
+    folder = posixpath.join(ctx.payload.state_dir, f"configs-{handle.name}")
+    text = (f"# written by orch (run {ctx.options.run_id}): the folder {engine.display_name} reads tuned MoE "
+            "configs from; `orch rollback` removes it\n"
+            f"[Service]\nEnvironment=\"{engine.config_dir_env}={folder}\"\n")
+    return {"env": engine.config_dir_env, "folder": folder, "name": CONFIGS_DROPIN_NAME, "text": text}
 
 
 def skip_reason(runner: MoeRunner, engine: Engine | None = None) -> str:
@@ -247,6 +280,13 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     if len(dirs) != 1:
         raise TaskFailed(f"the server looks for its up and down files in different folders: {sorted(dirs)}")
     install_dir = dirs.pop()
+    dropin = own_folder(ctx, name, install_dir)
+    if dropin is not None:  # the engine's package is never written where a folder can be given
+        notes.append(f"{install_dir} is the {engine.display_name} package's own folder: orch writes into "
+                     f"{dropin['folder']} and points the unit at it ({dropin['env']}, drop-in {dropin['name']})")
+        install_dir = dropin["folder"]
+        paths = {k: posixpath.join(install_dir, posixpath.basename(v)) for k, v in paths.items()}
+        existing = {k: False for k in paths}
     action = "tune" if runner.reads_triton_configs else "skip"
     if action == "tune":  # issue 32 row 12: a root the engine's lookup crashes on, or reads from elsewhere
         refusal = plan_refusal(root_hazards(ctx.connection, engine, ctx.facts.unit, probe_data), install_dir,
@@ -258,7 +298,7 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
     p = Plan(action=action, reason=reason, backend=backend, runner=runner.to_dict(), install_dir=install_dir,
              paths=paths, existing=existing, names_source=source, notes=notes,
              # None: a folder the server's log named, not probed (the install creates it when missing)
-             install_dir_exists=bool(probe_data.install_dir_exists) if same_dir else None)
+             install_dir_exists=bool(probe_data.install_dir_exists) if same_dir else None, dropin=dropin)
     ctx.run.summary.plan = p
     # an installed file is replaced only when the new bytes differ: the compare step (or the
     # install) tells, so the plan does not say "replace" before anything is known
@@ -266,7 +306,9 @@ def plan(ctx, name: str, runner: str | None = None) -> TaskResult:
               else f"would write {paths[k]} (new)") for k in sorted(paths)]
     lines += [f"no {r} file: {engine.display_name} {probe_data.engine.version or ''} does not read one".replace(
         "  ", " ") for r in skipped_roles]
-    if p.install_dir_exists is False:
+    if dropin is not None:
+        lines.append(f"would write the drop-in {dropin['name']} ({dropin['env']}={dropin['folder']})")
+    elif p.install_dir_exists is False:
         lines.append(f"would create {install_dir} (this Triton's folder is missing)")
     lines.append("names from the server's own lookup at its last start" if source == "log"
                  else "names derived from the unit and the model config (the server logged no lookup)")

@@ -8,6 +8,8 @@ run (this run's id) with its own backups, so it can be rolled back too.
 
 from __future__ import annotations
 
+from remote.protocol import CONFIGS_DROPIN_NAME
+
 from ..engine.results import TaskFailed, TaskResult
 from ..engine.task import READ_ONLY, task
 from ..host.records import records
@@ -42,6 +44,7 @@ def rollback_select(ctx, to: str | None = None) -> TaskResult:
         target = cands[0] if cands else None
     if target is not None:
         target = _with_sub_run(target, runs, explicit=bool(to))
+        target = dict(target, runner_change=_runner_change(target))
     group = ctx.facts.server_group
     if group is not None:
         # every rank must undo the same run, checked before any rank stops (docs/multi-node.md)
@@ -56,6 +59,21 @@ def rollback_select(ctx, to: str | None = None) -> TaskResult:
         files += f" (and the Triton files of its sub-run {', '.join(target['linked'])})"
     return TaskResult.ok(f"will undo run {target['run_id']} ({target.get('action')}): {files}",
                          facts={"orch_rollback_target": target}, target=target)
+
+
+
+
+def _runner_change(target: dict) -> bool:
+    """Whether run ``target`` changed the unit's MoE runner (a runner trial's drop-in or the unit's own
+    file): its rollback then proves the runner that comes up and puts FlashInfer's autotune cache
+    back; a run whose drop-in only gives the engine's config-dir variable (with its config files in
+    a sub-run) is proven by the configs its start loads instead."""
+    if target.get("unit_file"):
+        return True
+    if not str(target.get("dest_dir") or "").endswith(".service.d"):
+        return False
+    names = {str(c.get("path") or "").rsplit("/", 1)[-1] for c in target.get("changed") or []}
+    return not names or names != {CONFIGS_DROPIN_NAME}
 
 
 def _undone(r: dict) -> bool:

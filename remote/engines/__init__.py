@@ -11,7 +11,8 @@
   per-shape JSON tile configs shares (the config format and its validation);
 - :mod:`remote.engines.sglang`: SGLang's rules (file names, model shapes, loader search, log
   lines, server flags, MoE runner selection, FlashInfer autotune), bound to the interface by
-  :mod:`remote.engines.sglang.engine`.
+  :mod:`remote.engines.sglang.engine`;
+- :mod:`remote.engines.vllm`: vLLM's rules, bound to the interface by :mod:`remote.engines.vllm.engine`.
 
 This package is the facade: :data:`ENGINES` (name -> engine), :func:`engine_for` (which engine a
 unit's command line starts), :func:`engine_named`, :func:`add_model_flags` and
@@ -36,17 +37,18 @@ from .records import (AutotuneLog, AutotuneState, Generation, HttpRequest, MoeLo
 from .sglang.engine import ENGINE as _SGLANG
 from .triton_moe.configfile import check_down_matches_up, dumps_config, load_config_file, loads_config, validate_config
 from .triton_moe.shape import MoeShape
+from .vllm.engine import ENGINE as _VLLM
 
 __all__ = ["ENGINES", "AutotuneLog", "AutotuneState", "ContainerHook", "Engine", "EngineError", "Generation",
            "HttpRequest", "Launch", "LaunchError", "MoeLogLine", "MoeLogReport", "MoeRunner", "MoeShape", "RootHazards", "RunnerLine", "ServerArgs",
-           "activates_environment", "add_model_flags", "check_down_matches_up", "device_name_arg", "dumps_config",
+           "activates_environment", "add_model_flags", "check_down_matches_up", "container_command", "device_name_arg", "dumps_config",
            "engine_for",
            "engine_named", "launch_refusal", "load_config_file", "loads_config", "probe_view", "servers_phrase",
            "shape_from_args",
            "shebang_interpreter", "split_exec_prefix", "validate_config"]
 
 #: every engine orch knows, by name (:data:`remote.protocol.ENGINE_NAMES`, in that order)
-ENGINES: dict[str, Engine] = {_SGLANG.name: _SGLANG}
+ENGINES: dict[str, Engine] = {_SGLANG.name: _SGLANG, _VLLM.name: _VLLM}
 assert tuple(ENGINES) == ENGINE_NAMES, "remote.protocol.ENGINE_NAMES names the registered engines"
 
 
@@ -75,6 +77,20 @@ def engine_for(exec_start: list[str], *, name: str | None = None, prefixes: str 
     launch = _resolve(exec_start, [e.entry_points for e in ENGINES.values()], prefixes=prefixes, workdir=workdir,
                       environment=environment, container=container)
     return ENGINES[launch.engine], launch
+
+
+def container_command(image: str, entrypoint: str | None, command: list[str]) -> list[str]:
+    """The command a container run starts: ``--entrypoint`` (``entrypoint``) followed by the words
+    after the image (``command``); else, for an engine's own server image
+    (``EntryPoints.image_entrypoint``: vLLM's ``vllm/vllm-openai``), that image's entry point
+    followed by them; else ``command`` as written."""
+    if entrypoint:
+        return [entrypoint, *command]
+    for engine in ENGINES.values():
+        own = engine.entry_points.image_entrypoint(image)
+        if own:
+            return [*own, *command]
+    return list(command)
 
 
 def launch_refusal(exec_start: list[str], why: str, name: str | None = None) -> str:

@@ -190,6 +190,11 @@ class EntryPoints(Protocol):
         runs it by path, else ``launch.script`` is to be set): fill ``launch`` as
         :meth:`enter_module`, or raise :class:`LaunchError`."""
 
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """The ``ENTRYPOINT`` of ``image`` when it is one of the engine's own server images (a
+        container run that names no command of its own runs it, followed by the run's words);
+        None for any other image."""
+
 # ---- wrappers -----------------------------------------------------------------------------------
 
 def _opt_value(argv: list[str], i: int, short: str, long: str) -> tuple[str | None, int] | None:

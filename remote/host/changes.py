@@ -39,19 +39,21 @@ import threading
 from typing import Any
 
 from .. import PROTO
-from ..protocol import PayloadError, internal_error, log, parent_run
+from ..protocol import CONFIGS_DROPIN_NAME, PayloadError, internal_error, log, parent_run
 from .fs import (PRIVATE_FILE_MODE, TMP_MARK, atomic_write, atomic_write_json, fsync_dir, now_iso,
                  read_bytes, read_json, remove_stale_temps, run_dir, sha256_bytes, sha256_file)
 
 #: the one file name besides ``*.json`` configs a run may change: the runner trial's drop-in
 RUNNER_DROPIN_NAME = "orch-moe-runner.conf"
+#: orch's drop-ins (``remote.host.runner_change``): created and removed by orch, backed up first
+DROPIN_NAMES = (RUNNER_DROPIN_NAME, CONFIGS_DROPIN_NAME)
 _BAD_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f/\\]")
 
 
 def check_name(name: Any, unit_file: bool = False) -> str:
     """Return ``name`` if it is a safe config file name, else raise ``PayloadError('bad_input')``.
 
-    Accepted besides configs: :data:`RUNNER_DROPIN_NAME`, and with ``unit_file`` (a runner change
+    Accepted besides configs: orch's drop-ins (:data:`DROPIN_NAMES`), and with ``unit_file`` (a runner change
     of the unit's own ``EnvironmentFile=`` or ``--config`` file, ``remote.host.runner_change``) any
     name that passes the other checks. Refused: non-strings, empty, ``/`` or ``\\``, ``..``, NUL/newline/other control characters,
     a leading ``.``, our temp marker, names not ending in ``.json``, names over 255 bytes.
@@ -60,7 +62,7 @@ def check_name(name: Any, unit_file: bool = False) -> str:
         raise PayloadError("bad_input", f"file name must be a non-empty string, got {name!r}")
     if _BAD_NAME_CHARS.search(name) or ".." in name or name.startswith("."):
         raise PayloadError("bad_input", f"refused file name {name!r}")
-    if name == RUNNER_DROPIN_NAME:  # the runner trial's systemd drop-in (remote.host.runner_change)
+    if name in DROPIN_NAMES:  # orch's systemd drop-ins (remote.host.runner_change)
         return name
     if unit_file and TMP_MARK not in name and len(name.encode("utf-8")) <= 255:
         return name

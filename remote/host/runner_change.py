@@ -3,9 +3,10 @@ check, and FlashInfer's autotune cache kept as host state.
 
 ``python -m remote runner_change --op OP --run-id ID [--state-dir D] ...``
 
-``--op set-dropin --unit U.service --systemd-dir DIR [--request F | --remove]``: write (request
-``{"content": text}``) (or remove) the drop-in ``DIR/U.service.d/orch-moe-runner.conf``
-(:data:`DROPIN_NAME`). ``DIR`` is the folder of the unit's own manager, which the controller's unit
+``--op set-dropin --unit U.service --systemd-dir DIR [--name N] [--request F | --remove]``: write
+(request ``{"content": text}``) (or remove) the drop-in ``DIR/U.service.d/orch-moe-runner.conf``
+(:data:`DROPIN_NAME`), or with ``--name orch-moe-configs.conf`` the one that points the unit at
+orch's config folder (``remote.protocol.CONFIGS_DROPIN_NAME``). ``DIR`` is the folder of the unit's own manager, which the controller's unit
 handle gives (``orchestrator.facts.systemd_unit.Unit.unit_dir``): ``/etc/systemd/system``
 (:data:`SYSTEM_UNIT_DIR`) for the system manager, the login user's ``~/.config/systemd/user`` for
 a user unit (systemd.unit(5)); it must be absolute. The first change of
@@ -50,7 +51,7 @@ import shutil
 
 from ..gpus import DEFAULT, local_vendor
 from ..protocol import PayloadError
-from .changes import RUNNER_DROPIN_NAME, apply_changes, check_name, held_by_other, holder_text
+from .changes import DROPIN_NAMES, RUNNER_DROPIN_NAME, apply_changes, check_name, held_by_other, holder_text
 from .fs import (AUTOTUNE_BACKUP, DEFAULT_STATE_DIR, atomic_write, atomic_write_json, check_run_id, fsync_dir, load_request,
                  read_bytes, read_json, run_dir, sha256_bytes, sha256_file)
 
@@ -71,6 +72,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--run-id", default=None)
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     parser.add_argument("--unit", default=None)
+    parser.add_argument("--name", default=RUNNER_DROPIN_NAME, choices=DROPIN_NAMES,
+                        help="set-dropin: which of orch's drop-ins (default: the runner trial's)")
     parser.add_argument("--path", default=None, help="set-file: the unit's own file (absolute)")
     parser.add_argument("--request", default=None, help='JSON request file {"content": the drop-in text}')
     parser.add_argument("--remove", action="store_true", help="remove orch's drop-in")
@@ -98,7 +101,7 @@ def run(args) -> dict:
                                             f"got {args.systemd_dir!r}")
         content = None
         if args.as_before:
-            return set_dropin_as_before(args.state_dir, run_id, dropin_dir(args.unit, systemd_dir))
+            return set_dropin_as_before(args.state_dir, run_id, dropin_dir(args.unit, systemd_dir), name=args.name)
         if not args.remove:
             if not args.request:
                 raise PayloadError("bad_input", "set-dropin needs --request or --remove")
@@ -107,7 +110,7 @@ def run(args) -> dict:
                 raise PayloadError("bad_input", "set-dropin: content must be a drop-in's text with a [Service] "
                                                 "section (at most 64 KiB)")
             content = text.encode("utf-8")
-        return set_dropin(args.state_dir, run_id, dropin_dir(args.unit, systemd_dir), content)
+        return set_dropin(args.state_dir, run_id, dropin_dir(args.unit, systemd_dir), content, name=args.name)
     if args.op == "set-file":
         path = args.path or ""
         if not os.path.isabs(path) or os.path.normpath(path) != path or not os.path.isfile(path) or os.path.islink(path):
@@ -139,10 +142,10 @@ def dropin_dir(unit: str, systemd_dir: str) -> str:
 
 def set_dropin(state_dir: str, run_id: str, folder: str, content: bytes | None, name: str = DROPIN_NAME) -> dict:
     """Write ``content`` as ``folder/name`` (None: remove it) as run ``run_id`` (module
-    docstring); ``name`` other than :data:`DROPIN_NAME`: the unit's own file (``set-file``), never
+    docstring); ``name`` other than orch's drop-ins (:data:`remote.host.changes.DROPIN_NAMES`): the unit's own file (``set-file``), never
     created or removed. Returns the manifest. Raises ``PayloadError`` (``locked`` when another run
     holds the host lock)."""
-    own = name != DROPIN_NAME
+    own = name not in DROPIN_NAMES
     other = held_by_other(state_dir, {run_id})
     if other:
         raise PayloadError("locked", f"host lock held by {holder_text(other)}; not changing {folder}")

@@ -1,12 +1,12 @@
 """End to end: test-bed hosts whose unit runs vLLM (issue 29), the stand-in vLLM server
 (tests/testbed/standin_vllm: vLLM's CLI, HTTP API and log lines, the release's own MoE lookup).
 
-What works without the controller wiring is asserted: each unit shape starts, answers vLLM's HTTP
-API and logs, at vLLM's levels, what the release's lookup loads for the files on the host
-(``vllm serve MODEL``, ``python -m vllm.entrypoints.openai.api_server``, the ``vllm/vllm-openai``
-image under docker, ``VLLM_TUNED_CONFIG_FOLDER``, a FlashInfer backend that reads no file).
-What needs the wiring (``orch doctor`` / ``orch tune`` on vLLM hosts, a mixed fleet) is written
-as ``xfail(strict=True)`` with the reason "controller wiring pending": the wiring helper flips them.
+Each unit shape starts, answers vLLM's HTTP API and logs, at vLLM's levels, what the release's
+lookup loads for the files on the host (``vllm serve MODEL``, ``python -m
+vllm.entrypoints.openai.api_server``, the ``vllm/vllm-openai`` image under docker,
+``VLLM_TUNED_CONFIG_FOLDER``, a FlashInfer backend that reads no file); ``orch doctor`` and ``orch
+tune`` recognise the engine from the unit (no engine variable in the inventory), skip a unit whose
+MoE kernel reads no Triton file without stopping it, and read both engines of a mixed fleet.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from tests.e2e.helpers import inventory, orch, recap
+from tests.e2e.helpers import flat, inventory, orch, recap
 from tests.testbed.bed import HOST_PRESETS, mixed_fleet_options
 
 pytestmark = pytest.mark.testbed
@@ -23,7 +23,6 @@ pytestmark = pytest.mark.testbed
 NAME = "E=8,N=64,device_name=NVIDIA_H200.json"  # the bed's tiny Qwen3 MoE model on an H200, TP 1
 ENTRY = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
                "num_stages": 2}}
-WIRING = pytest.mark.xfail(strict=True, reason="controller wiring pending")
 
 
 def _get(h, path: str, body: dict | None = None):
@@ -122,7 +121,6 @@ def test_the_mixed_fleet_bed(mixed):
     assert "Unquantized MoE backend" in bed.host("gpu-b").unit_log()
 
 
-@WIRING
 def test_doctor_reads_both_engines_of_a_mixed_fleet(mixed):
     """Wanted: ``orch doctor`` recognises the engine from each unit (no engine variable in the
     inventory) and says the vLLM host runs vLLM's default config (no file for its shape)."""
@@ -133,14 +131,153 @@ def test_doctor_reads_both_engines_of_a_mixed_fleet(mixed):
     assert rows["gpu-b"].get("engine") == "vllm", rows["gpu-b"]
 
 
-@WIRING
 def test_tune_skips_a_vllm_unit_whose_kernel_reads_no_triton_file(testbed_factory, tmp_path):
-    """Wanted: the FlashInfer unit is never stopped for a tune (its MainPID is the same after)."""
+    """The FlashInfer unit is never stopped for a tune (its MainPID is the same after, nothing is
+    written), under ``--check`` and for real; the plan's reason is the backend line of its last start."""
     bed = testbed_factory(1, {0: HOST_PRESETS["vllm-flashinfer"]})
     h = bed.hosts[0]
     h.wait_http("/health")
     pid = h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip()
+    tree = h.file_tree_hash("/srv/vllm")
     inv = inventory(bed, tmp_path / "hosts.yaml")
-    r = recap(orch("tune", str(inv), "--json", state_dir=tmp_path / "state"))["hosts"][h.name]
-    assert h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip() == pid
-    assert r["outcome"] == "skipped" and "FlashInfer" in r["cause"], r
+    for args, state in ((["--check"], "check"), ([], "state")):
+        proc = orch("tune", str(inv), *args, "--json", state_dir=tmp_path / state)
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        r = recap(proc)["hosts"][h.name]
+        assert r["outcome"] != "failed" and r["summary"]["engine"] == "vllm", r
+        plan = r["summary"]["plan"]
+        assert plan["action"] == "skip" and "FlashInfer CUTLASS" in plan["reason"], plan
+        assert "installing them would change nothing" in plan["reason"] and flat(plan["reason"]) in flat(proc.stderr)
+        assert h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip() == pid
+        assert h.file_tree_hash("/srv/vllm") == tree and h.unit_state() == "active"
+
+
+def _main_pid(h) -> str:
+    return h.sh(f"systemctl show -p MainPID {h.unit}").stdout.strip()
+
+
+OWN = "/var/lib/orch/configs-vllm-qwen.service"  # orch's own folder in its state folder (orch_plan.dropin)
+DROPIN = "/etc/systemd/system/vllm-qwen.service.d/orch-moe-configs.conf"
+
+
+def test_tune_a_vllm_unit_rerun_doctor_and_rollback(testbed_factory, tmp_path):
+    """``vllm serve`` with no VLLM_TUNED_CONFIG_FOLDER: orch writes its file into a folder of its own
+    and points the unit at it through a drop-in (the vLLM package is never written); the server's
+    log proves it loaded the file; a second run changes nothing and stops nothing; doctor says
+    ``tuned``; ``orch rollback`` removes the drop-in and the folder, and the server is back on
+    vLLM's default config."""
+    bed = testbed_factory(1, {0: HOST_PRESETS["vllm-serve"]})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    package = h.file_tree_hash("/srv/vllm")
+    units = h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+
+    proc = orch("tune", str(inv), "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed" and r["summary"]["engine"] == "vllm", r
+    plan = r["summary"]["plan"]
+    assert plan["install_dir"] == OWN and plan["paths"] == {"up": f"{OWN}/{NAME}"}, plan  # no _down file for vLLM
+    cfg = json.loads(h.sh(f"cat '{OWN}/{NAME}'").stdout)
+    assert {"1", "4"} <= set(cfg) and all(k.isdigit() for k in cfg), cfg
+    assert f"Environment=\"VLLM_TUNED_CONFIG_FOLDER={OWN}\"" in h.sh(f"cat {DROPIN}").stdout
+    assert h.file_tree_hash("/srv/vllm") == package  # the installed package is untouched
+    assert _lines(h, f"Using configuration from {OWN}/{NAME} for MoE layer."), h.unit_log()[-3000:]
+    assert h.unit_state() == "active"
+
+    pid = _main_pid(h)
+    again = orch("tune", str(inv), "--json", state_dir=state)
+    assert again.returncode == 0, again.stderr[-6000:]
+    a = recap(again)["hosts"][h.name]
+    assert a["outcome"] == "completed" and _main_pid(h) == pid, a  # nothing stopped or restarted
+    assert a["summary"]["plan"]["install_dir"] == OWN and not a["summary"]["plan"].get("dropin"), a["summary"]
+
+    doc = recap(orch("doctor", str(inv), "--json", state_dir=tmp_path / "doc"))
+    assert doc[h.name]["verdict"] == "tuned" and doc[h.name].get("engine") == "vllm", doc[h.name]
+
+    back = orch("rollback", str(inv), "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    assert h.sh(f"test -e {DROPIN}", check=False).returncode != 0
+    assert h.sh(f"test -e {OWN}", check=False).returncode != 0
+    assert h.file_tree_hash("/etc/systemd/system") == units and h.file_tree_hash("/srv/vllm") == package
+    assert h.unit_state() == "active" and "VLLM_TUNED_CONFIG_FOLDER" not in h.sh(
+        f"systemctl show -p Environment {h.unit}").stdout
+    log = h.unit_log()
+    last = log[log.rfind("vLLM server version"):]
+    assert "Using default MoE config. Performance might be sub-optimal!" in last and OWN not in last, last[-2000:]
+    doc = recap(orch("doctor", str(inv), "--json", state_dir=tmp_path / "doc2"))
+    assert doc[h.name]["verdict"] == "default", doc[h.name]
+
+
+def test_tune_into_the_units_tuned_folder_and_roll_back_byte_identical(testbed_factory, tmp_path):
+    """A unit that sets VLLM_TUNED_CONFIG_FOLDER: orch replaces the file there (backed up first),
+    writes no drop-in; ``--check`` changes nothing; rollback puts the old file back byte for byte."""
+    old = json.dumps(ENTRY)
+    bed = testbed_factory(1, {0: dict(HOST_PRESETS["vllm-tuned-folder"], config_files={NAME: ENTRY})})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    before = h.sh(f"sha256sum /srv/vllm-moe/{NAME}").stdout.split()[0]
+    units = h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    pid = _main_pid(h)
+    check = orch("tune", str(inv), "--check", "--json", state_dir=tmp_path / "check")
+    assert check.returncode == 0, check.stderr[-6000:]
+    plan = recap(check)["hosts"][h.name]["summary"]["plan"]
+    assert plan["paths"] == {"up": f"/srv/vllm-moe/{NAME}"} and plan["existing"] == {"up": True}, plan
+    assert _main_pid(h) == pid and h.sh(f"sha256sum /srv/vllm-moe/{NAME}").stdout.split()[0] == before
+
+    proc = orch("tune", str(inv), "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed" and not r["summary"]["plan"].get("dropin"), r
+    assert h.sh(f"sha256sum /srv/vllm-moe/{NAME}").stdout.split()[0] != before
+    assert h.file_tree_hash("/etc/systemd/system") == units  # no drop-in
+    assert _lines(h, f"Using configuration from /srv/vllm-moe/{NAME} for MoE layer.")
+
+    back = orch("rollback", str(inv), "--json", state_dir=tmp_path / "state")
+    assert back.returncode == 0, back.stderr[-6000:]
+    assert h.sh(f"sha256sum /srv/vllm-moe/{NAME}").stdout.split()[0] == before
+    assert json.loads(h.sh(f"cat /srv/vllm-moe/{NAME}").stdout) == json.loads(old)
+    assert h.unit_state() == "active"
+
+
+def test_one_run_tunes_a_mixed_fleet(mixed):
+    """SGLang and vLLM hosts in one inventory, one run: each host's files are named and placed by
+    its own engine's rules, and each server's log proves it loaded them."""
+    bed, inv, state = mixed
+    proc = orch("tune", str(inv), "--json", state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    hosts = recap(proc)["hosts"]
+    a, b = hosts["gpu-a"], hosts["gpu-b"]
+    assert a["outcome"] == "completed" and a["summary"]["engine"] == "sglang", a
+    assert b["outcome"] == "completed" and b["summary"]["engine"] == "vllm", b
+    sg = bed.host("gpu-a")
+    assert set(a["summary"]["plan"]["paths"]) == {"up", "down"}
+    assert all(p.startswith(sg.triton_dir) for p in a["summary"]["plan"]["paths"].values())
+    assert b["summary"]["plan"]["paths"] == {"up": f"{OWN}/{NAME}"}
+    assert f"Using configuration from {OWN}/{NAME} for MoE layer." in bed.host("gpu-b").unit_log()
+    assert "Using MoE kernel config from" in sg.unit_log()
+
+
+def test_the_vllm_image_is_read_and_planned_into_its_mounted_tuned_folder(testbed_factory, tmp_path):
+    """``docker run ... vllm/vllm-openai:vX --model ...`` (the image's own entry point) with
+    ``-v /srv/moe:/moe -e VLLM_TUNED_CONFIG_FOLDER=/moe``: orch recognises vLLM behind the image,
+    probes inside a container of the image (its entry point cleared), and plans the file as the
+    server sees it, /moe/<name>, written on the host into /srv/moe; ``--check`` stops nothing.
+    (The stand-in image has no torch, so the tune itself is not run here.)"""
+    bed = testbed_factory(1, {0: HOST_PRESETS["vllm-container"]})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    doc = recap(orch("doctor", str(inv), "--json", state_dir=tmp_path / "doc"))
+    assert doc[h.name]["verdict"] == "default" and doc[h.name].get("engine") == "vllm", doc[h.name]
+    pid = _main_pid(h)
+    proc = orch("tune", str(inv), "--check", "--json", state_dir=tmp_path / "state")
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    plan = r["summary"]["plan"]
+    assert plan["action"] == "tune" and plan["paths"] == {"up": f"/moe/{NAME}"} and not plan.get("dropin"), plan
+    assert "/moe in the docker container vllm is the host folder /srv/moe" in flat(proc.stderr)
+    assert _main_pid(h) == pid and h.sh(f"test -e /srv/moe/{NAME}", check=False).returncode != 0

@@ -78,6 +78,11 @@ class SglangEntryPoints:
         launch.script = argv[0]
         launch.forms.append(ENTRY_SERVE)
 
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """None: orch knows no SGLang image whose entry point starts the server (a container unit
+        names SGLang's command after the image)."""
+        return None
+
 
 #: SGLang's entry points (one object: the launch resolver's argument)
 ENTRY_POINTS = SglangEntryPoints()

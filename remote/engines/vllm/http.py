@@ -85,3 +85,31 @@ def served_names(answer: object) -> list[str]:
     if not isinstance(answer, Mapping) or not isinstance(answer.get("data"), list):
         return []
     return [m["id"] for m in answer["data"] if isinstance(m, Mapping) and isinstance(m.get("id"), str)]
+
+
+def greedy_request(prompt: str, max_new_tokens: int) -> HttpRequest:
+    """The readiness and runner-trial generation: :func:`generate_request` without ``model``
+    (vLLM's ``_is_model_supported`` accepts a request naming none: the served model,
+    ``entrypoints/serve/engine/serving.py``)."""
+    req = generate_request("", prompt, max_new_tokens)
+    body = dict(req.body or {})
+    body.pop("model", None)
+    return HttpRequest(req.method, req.path, body)
+
+
+def bench_request(input_ids: list[int], output_len: int) -> HttpRequest:
+    """One streamed benchmark request: ``/v1/completions`` with the token ids as the prompt (vLLM
+    takes a list of ints as ``prompt``), exactly ``output_len`` tokens (``ignore_eos``), greedy,
+    the usage in the last chunk (``stream_options.include_usage``)."""
+    body: dict[str, Any] = {"prompt": [int(t) for t in input_ids], "max_tokens": int(output_len), "temperature": 0,
+                            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    return HttpRequest("POST", COMPLETIONS_PATH, body)
+
+
+def bench_chunk(chunk: Mapping[str, Any]) -> tuple[bool, Mapping[str, Any]]:
+    """``(it carries text, its usage)`` of one decoded stream chunk of :func:`bench_request` (an
+    OpenAI completion chunk: ``choices[0].text``; ``usage`` on the last one)."""
+    choices = chunk.get("choices") or []
+    text = bool(choices and isinstance(choices[0], Mapping) and choices[0].get("text"))
+    usage = chunk.get("usage") if isinstance(chunk.get("usage"), Mapping) else {}
+    return text, usage

@@ -166,3 +166,139 @@ def closest_entry(cfg: dict, M: int) -> dict:
     keys = [int(k) for k in cfg if k != "triton_version"]
     best = min(keys, key=lambda x: abs(x - M))
     return cfg[str(best)] if str(best) in cfg else cfg[best]
+
+
+# --------------------------------------------------------------------------- the probe's view
+
+
+def package_dirs() -> list[str]:
+    """The folders of the ``vllm`` package this interpreter would import, found without importing it
+    (``importlib.util.find_spec`` of a top-level package runs none of its code); [] when not installed."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    return [os.path.realpath(d) for d in (spec.submodule_search_locations or [])]
+
+
+#: the loader module, relative to the package (``get_moe_configs``)
+LOADER_MODULE = "model_executor/layers/fused_moe/fused_moe.py"
+
+
+def find_vllm(tuned_folder: str | None) -> dict[str, Any]:
+    """Where this host's vLLM is and where it reads config files, without importing it: the probe's
+    ``engine`` object (``remote.probe``): ``installed``, ``version`` (the distribution's metadata),
+    ``package_dir``, ``loader_module``, ``layout`` (None: vLLM has one), ``loader_rules``
+    (``name_selectors``, ``reads_down``, ``config_dir_env``, ``fallback``: ``"none"``,
+    ``fallback_versions``), ``configs_root`` (the folder read first: ``VLLM_TUNED_CONFIG_FOLDER``
+    when the unit sets it, else the shipped ``configs/``), ``configs_root_exists``,
+    ``shipped_configs_root``, ``other_layout_configs_root`` (None), ``moe_config_dir``."""
+    import importlib.metadata
+
+    from .naming import DOWN_FILE_RELEASES, release_at_least
+
+    out: dict[str, Any] = {"installed": False, "version": None, "package_dir": None, "loader_module": None,
+                           "layout": None, "loader_rules": None, "loader_rules_inferred": None,
+                           "configs_root": None, "configs_root_exists": False, "shipped_configs_root": None,
+                           "other_layout_configs_root": None, "moe_config_dir": tuned_folder}
+    dirs = package_dirs()
+    if dirs:
+        out["installed"] = True
+        out["package_dir"] = dirs[0]
+        try:
+            out["version"] = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            out["version"] = None
+        loader = os.path.join(dirs[0], LOADER_MODULE)
+        out["loader_module"] = loader if os.path.isfile(loader) else None
+        out["shipped_configs_root"] = os.path.join(dirs[0], PACKAGE_CONFIGS)
+    version = out["version"]
+    try:
+        reads_down = bool(version) and release_at_least(version, DOWN_FILE_RELEASES[0])
+    except PayloadError:
+        reads_down = False
+    out["loader_rules"] = {"name_selectors": ["dtype", "block_shape"], "reads_down": reads_down,
+                           "config_dir_env": TUNED_FOLDER_ENV, "fallback": "none", "fallback_versions": []}
+    if not version:
+        out["loader_rules_inferred"] = "vLLM's release is unknown: names as 0.32.0-0.33.0 give them (no _down file)"
+    root = tuned_folder if tuned_folder else out["shipped_configs_root"]
+    if root:
+        out["configs_root"] = os.path.abspath(os.path.expanduser(root))
+        out["configs_root_exists"] = os.path.isdir(out["configs_root"])
+    return out
+
+
+def config_dir_note() -> str:
+    """Which vLLM releases read ``VLLM_TUNED_CONFIG_FOLDER`` (all of 0.32.0-0.34.0, and before)."""
+    return f"vLLM reads {TUNED_FOLDER_ENV} before its shipped configs/ folder (get_moe_configs)"
+
+
+def lookup_facts(*, config_dir: str | None, triton_version: str | None, device_name: str | None, shape: Any | None,
+                 warnings: list[str]) -> dict[str, Any]:
+    """What the vLLM on this host reads, for the payload's ``probe`` (``remote.probe``), in the form
+    every engine answers: ``triton_folder`` and ``exact_folder`` None (vLLM keeps no folder per
+    Triton release), ``engine`` (:func:`find_vllm`), ``file_names`` (``up``: the one file both GEMMs
+    read; ``down``: the ``_down.json`` name, with ``existing.down.read_by_engine`` False but for
+    0.34.0's fp8 block [128,128] case), ``install_dir`` (``VLLM_TUNED_CONFIG_FOLDER`` when the unit
+    sets it, else the shipped ``configs/``: orch's controller points the unit at a folder of its
+    own instead of writing into the package), ``existing`` (role -> ``folders``, ``would_load``,
+    ``in_installed_folder``, ``read_by_engine``) and ``unparsable_folders`` ([]).
+    ``triton_version`` is not read: vLLM's lookup does not depend on it."""
+    from .naming import reads_down_file
+
+    found = find_vllm(config_dir)
+    if not found["installed"]:
+        warnings.append("vllm is not installed for this interpreter")
+    elif not found["loader_module"]:
+        warnings.append(f"no vLLM fused-MoE loader ({LOADER_MODULE}) under {found['package_dir']}")
+    if config_dir is not None and not config_dir.startswith("/"):
+        warnings.append(f"{TUNED_FOLDER_ENV}={config_dir!r} is relative: vLLM joins it to the server's working "
+                        "directory")
+    file_names = None
+    if shape is not None and device_name is not None:
+        file_names = shape.file_names(device_name)
+    install_dir = found["configs_root"]
+    existing: dict[str, Any] | None = None
+    if file_names:
+        # every role is answered, whether vLLM is found here or not: which roles it reads is its
+        # release's rule (a probe that finds no package still must not ask for a _down file)
+        existing = {}
+        tuned = found["configs_root"] if config_dir else None
+        for role, name in file_names.items():
+            tried = search_paths(name, found["package_dir"], tuned) if found["package_dir"] else (
+                [os.path.join(tuned, name)] if tuned else [])
+            res = resolve(name, found["package_dir"], tuned,
+                          batch_invariant=os.environ.get(BATCH_INVARIANT_ENV, "").strip() == "1") \
+                if found["package_dir"] else {"path": next((p for p in tried if os.path.exists(p)), None)}
+            folders = [os.path.dirname(p) for p in tried if os.path.exists(p)]
+            read = role == "up" or reads_down_file(found["version"] or "0", shape.dtype_selector, shape.block_shape)
+            existing[role] = {"folders": folders, "would_load": res["path"] if read else None,
+                              "fallback_error": None,
+                              "in_installed_folder": bool(install_dir) and os.path.exists(os.path.join(install_dir, name)),
+                              "read_by_engine": read}
+    return {"triton_folder": None, "exact_folder": None, "engine": found, "file_names": file_names,
+            "install_dir": install_dir, "install_dir_exists": bool(install_dir and os.path.isdir(install_dir)),
+            "existing": existing, "unparsable_folders": []}
+
+
+def root_hazards(environment: Any, working_directory: str | None, folder_exists: Any):
+    """The :class:`~remote.engines.records.RootHazards` of a vLLM server: no ``entries`` (vLLM's
+    lookup joins a name to each folder and never lists one, ``get_moe_configs``); ``config_dir`` when
+    the server's ``VLLM_TUNED_CONFIG_FOLDER`` is set but empty or relative: vLLM joins it to its working
+    directory (``working_directory``, else ``/``, systemd's default) and finds no file where orch's
+    probe looked, so the tuned files are ``not-loaded`` (never a crash: a missing folder is a
+    missing file)."""
+    from ..records import RootHazards
+
+    value = environment.get(TUNED_FOLDER_ENV)
+    if value is None or value.startswith("/"):
+        return RootHazards()
+    root = os.path.normpath(os.path.join(working_directory or "/", value))
+    why = (f"{TUNED_FOLDER_ENV}={value!r} is {'empty' if not value else 'relative'}: vLLM reads it from the "
+           f"server's working directory ({root}), not where orch looks")
+    return RootHazards(config_dir={"value": value, "configs_root": root, "why": why, "exists": folder_exists(root),
+                                   "state": "not-loaded"})

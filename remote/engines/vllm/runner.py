@@ -88,3 +88,88 @@ def parse_backend_line(line: str) -> dict | None:
     backend = m["backend"]
     return {"backend": backend, "kind": m["kind"], "available": avail,
             "reads_triton_files": backend in TRITON_LOG_VALUES}
+
+
+# --------------------------------------------------------------------------- the Engine's view
+
+#: ``--moe-backend`` choices of 0.32.0-0.34.0 (``vllm/config/kernel.py`` ``MoEBackend``) a CUDA trial
+#: can start (ROCm's ``aiter*``, ``flydsl`` and the XPU/CPU ones left out)
+BACKEND_CHOICES = ("triton", "batched_triton", "deep_gemm", "deep_gemm_mega_moe", "cutlass", "flashinfer_trtllm",
+                   "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl", "flashinfer_b12x", "b12x",
+                   "flashinfer_moe_ep_mega_deep_gemm", "marlin", "humming", "triton_unfused")
+
+
+def _capability(probe: dict) -> tuple[int, int] | None:
+    cap = probe.get("capability")
+    try:
+        major, minor = str(cap).split(".")
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def moe_runner(*, backend: str, probe: dict, ep: int, quantization: str | None, log=None):
+    """The :class:`~remote.engines.records.MoeRunner` of a vLLM server run with ``--moe-backend
+    backend`` (``auto`` when none), from the probe answer (``model``: its ``quant_method`` and
+    ``block_shape``; ``capability``) and the last start's ``log`` (a
+    :class:`~remote.engines.records.MoeLogReport`): its ``Using <backend> <Format> MoE backend``
+    line decides where it has one (:func:`parse_backend_line`), else :func:`triton_verdict`."""
+    from ..records import MoeRunner
+
+    model = probe.get("model") or {}
+    fmt = model.get("quant_method")
+    if fmt is None and (quantization or "").lower() == "fp8":
+        fmt = "fp8_w8a8"
+    flag = (backend or MOE_BACKEND_DEFAULT).strip().lower().replace("-", "_")
+    reads, why = triton_verdict(fmt, model.get("block_shape"), _capability(probe), flag, ep)
+    source = "flag" if flag != MOE_BACKEND_DEFAULT and reads is not None else "derived"
+    lines = list(log.runner_lines) if log is not None else []
+    if lines:
+        last = lines[-1]
+        said = last.runner in TRITON_LOG_VALUES
+        disagree = None if reads is None or reads == said else f"orch's rule: {why}"
+        verdict = ("reads the tuned Triton config files" if said else "reads no Triton config file")
+        return MoeRunner(last.runner, said, f"the last start logged '{last.text.split('] ')[-1]}': vLLM's "
+                         f"{last.runner} MoE kernel {verdict}", "log", disagree)
+    runner = flag if source == "flag" else ("triton" if reads else None)
+    return MoeRunner(runner, reads, why, source)
+
+
+def parse_candidates(text: str, effective) -> list[str]:
+    """The ``--moe-backend`` values a runner trial starts for ``--moe-runners text``: names separated
+    by commas, each one of :data:`BACKEND_CHOICES`, or ``auto`` alone (``triton`` and each choice
+    whose start ``effective(name)`` says runs that name). Raises ``PayloadError('bad_input')``."""
+    from ...protocol import PayloadError
+
+    words = [w.strip().lower().replace("-", "_") for w in str(text or "").split(",") if w.strip()]
+    if not words:
+        raise PayloadError("bad_input", "--moe-runners is empty: name vLLM --moe-backend values, or auto")
+    if "auto" in words:
+        if len(words) > 1:
+            raise PayloadError("bad_input", "--moe-runners auto stands alone")
+        return [c for c in BACKEND_CHOICES if c == "triton" or effective(c) == c]
+    out: list[str] = []
+    for w in words:
+        if w not in BACKEND_CHOICES:
+            raise PayloadError("bad_input", f"--moe-runners: {w!r} is not a vLLM --moe-backend orch tries "
+                                            f"({', '.join(BACKEND_CHOICES)})")
+        if w not in out:
+            out.append(w)
+    return [c for c in BACKEND_CHOICES if c in out]
+
+
+def with_backend(words: list[str], backend: str) -> list[str]:
+    """Command-line words with ``--moe-backend`` set to ``backend`` (each earlier spelling of it,
+    ``--moe-backend X``, ``--moe-backend=X``, ``--moe_backend X``, removed; every other word kept)."""
+    out: list[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        name = w.split("=", 1)[0].replace("_", "-")
+        if name == MOE_BACKEND_FLAG:
+            skip = "=" not in w
+            continue
+        out.append(w)
+    return out + [MOE_BACKEND_FLAG, backend]

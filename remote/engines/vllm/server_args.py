@@ -97,6 +97,10 @@ class VllmEntryPoints:
         launch.script = argv[0]
         launch.forms.append(ENTRY_SERVE)
 
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """:func:`image_entrypoint` (the ``vllm/vllm-openai`` image's api_server)."""
+        return image_entrypoint(image)
+
 
 #: vLLM's entry points (one object: the launch resolver's argument)
 ENTRY_POINTS = VllmEntryPoints()

@@ -5,9 +5,8 @@
 - an engine's own kernel: each engine names its provider (``Engine.provider_name``) and where it
   lives (``Engine.provider_target``), e.g. SGLang's (:mod:`remote.engines.sglang.provider`): its
   own Triton kernel as the host's SGLang has it, timed per GEMM and as the whole fused MoE.
-- ``vllm`` (:mod:`remote.engines.vllm.provider`): vLLM's own Triton kernel (``fused_experts_impl``),
-  one config for both GEMMs, candidate files read from ``VLLM_TUNED_CONFIG_FOLDER``; reachable by
-  name below the tune command until vLLM is an engine of the registry (issue 29).
+  vLLM's (:mod:`remote.engines.vllm.provider`): its ``fused_experts_impl``, one config for both
+  GEMMs, candidate files read from ``VLLM_TUNED_CONFIG_FOLDER``.
 
 Which one a name means is decided by :func:`remote.tuning.support.resolve_provider_name`, the
 rule the probe reports as ``tuner_provider``; :func:`resolve_provider` builds that provider.
@@ -37,16 +36,6 @@ def resolve_provider(name: str = "auto", engine: str | None = None):
     engine's provider (the entry is installed, and the probe said so) but it does not import:
     falling back would tune another kernel than the one the controller's store key names.
     """
-    if name == "vllm":
-        # vLLM's kernel (issue 29): reachable below the tune command (bench/vllm_kernel_h200.py,
-        # the tuner's driver); not yet a name of remote.protocol.PROVIDER_NAMES, which the
-        # controller's inventory variable and store key use (the controller wiring comes with the
-        # Engine seam)
-        from ...engines.vllm.provider import VllmProvider, VllmUnavailable
-        try:
-            return VllmProvider(), None
-        except VllmUnavailable as exc:
-            raise PayloadError("not_found", f"provider vllm unavailable: {exc}") from None
     resolved, why = resolve_provider_name(name, engine)
     if resolved == "builtin":
         from .builtin import BuiltinProvider

@@ -51,7 +51,8 @@ def test_shell_wrappers_and_flashinfer():
 
 def test_not_sglang_and_bad_values():
     assert parse_server_args(["/usr/bin/python", "-m", "http.server"]) is None
-    assert parse_server_args(["/usr/bin/vllm", "serve", "x"]) is None
+    vllm = parse_server_args(["/usr/bin/vllm", "serve", "x"])  # vLLM is an engine of its own (issue 29)
+    assert vllm is not None and vllm.model_path == "x" and vllm.port == 8000
     with pytest.raises(UnitError, match="--tp must be an integer"):
         parse_server_args(["p", "-m", "sglang.launch_server", "--tp", "four"])
     with pytest.raises(UnitError, match="has no value"):

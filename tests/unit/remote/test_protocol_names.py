@@ -47,12 +47,12 @@ def test_provider_names_resolve_to_the_resolved_names(monkeypatch):
     assert resolve_provider_name("auto") == ("builtin", "sglang is not installed for this interpreter")
     assert resolve_provider_name("builtin")[0] in RESOLVED_PROVIDERS
     assert set(RESOLVED_PROVIDERS) == set(PROVIDER_NAMES) - {"auto"}
-    with pytest.raises(PayloadError, match=r"auto\|sglang\|builtin"):
-        resolve_provider_name("vllm")
+    with pytest.raises(PayloadError, match=r"auto\|sglang\|vllm\|builtin"):
+        resolve_provider_name("trtllm")
 
 
 def test_store_key_needs_a_resolved_provider():
-    probe = {"tuner_provider": {"auto": "vllm"}, "model": {}, "sglang": {}}
+    probe = {"tuner_provider": {"auto": "trtllm"}, "model": {}, "sglang": {}}
     with pytest.raises(StoreError, match="tuner_provider.auto"):
         tuning_key(ProbeFacts.from_dict(probe), "fast", None, "auto")
     for name in RESOLVED_PROVIDERS:

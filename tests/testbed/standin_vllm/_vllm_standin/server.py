@@ -205,7 +205,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(400, {"error": {"message": "invalid JSON", "type": "BadRequestError", "code": 400}})
         if self.path != "/v1/completions":
             return self._send(404, {"detail": "Not Found"})
-        if req.get("model") not in _State.names:
+        # vLLM's _is_model_supported: a request naming no model is the served model's
+        if req.get("model") and req.get("model") not in _State.names:
             return self._send(404, {"error": {"message": f"The model `{req.get('model')}` does not exist.",
                                               "type": "NotFoundError", "param": "model", "code": 404}})
         prompt = str(req.get("prompt", ""))
@@ -219,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
             choice["token_ids"] = ids
         p = len(prompt.split())
         self._send(200, {"id": f"cmpl-{seed:x}", "object": "text_completion", "created": int(time.time()),
-                         "model": req["model"], "choices": [choice],
+                         "model": req.get("model") or _State.names[0], "choices": [choice],
                          "usage": {"prompt_tokens": p, "completion_tokens": k, "total_tokens": p + k}})
 
 

@@ -236,3 +236,20 @@ def test_set_file_command_refuses_a_missing_or_relative_path(dirs, tmp_path):
                                   systemd_dir=str(systemd))
         with pytest.raises(PayloadError, match="existing regular file"):
             rc.run(args)
+
+
+def test_the_config_folder_dropin_is_orchs_own_and_restore_removes_it(dirs):
+    from remote.host.changes import check_name
+    from remote.protocol import CONFIGS_DROPIN_NAME
+
+    systemd, state = dirs
+    folder = rc.dropin_dir("vllm-qwen", str(systemd))
+    before = tree(systemd)
+    text = '[Service]\nEnvironment="VLLM_TUNED_CONFIG_FOLDER=/var/lib/orch/configs-vllm-qwen.service"\n'
+    m = rc.set_dropin(state, "r2", folder, text.encode(), name=CONFIGS_DROPIN_NAME)
+    assert m["files"][0]["action"] == "created" and (Path(folder) / CONFIGS_DROPIN_NAME).read_text() == text
+    assert check_name(CONFIGS_DROPIN_NAME) == CONFIGS_DROPIN_NAME
+    with pytest.raises(PayloadError, match="must end in .json"):
+        check_name("other.conf")
+    rest.restore(state, "r2")
+    assert tree(systemd) == before

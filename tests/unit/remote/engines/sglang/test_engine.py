@@ -19,8 +19,8 @@ def test_it_implements_the_interface_and_is_registered():
     assert satisfies(ENGINE) == [] and isinstance(ENGINE, Engine)
     assert tuple(ENGINES) == ENGINE_NAMES and ENGINES["sglang"] is ENGINE and engine_named(None) is ENGINE
     assert DEFAULT_ENGINE == "sglang" and ENGINE.provider_name in PROVIDER_NAMES
-    with pytest.raises(ValueError, match="engine 'vllm' is not one orch knows"):
-        engine_named("vllm")
+    with pytest.raises(ValueError, match="engine 'trtllm' is not one orch knows"):
+        engine_named("trtllm")
 
 
 def test_satisfies_names_what_an_engine_lacks():
@@ -55,7 +55,8 @@ def test_a_command_no_engine_starts_is_refused_naming_every_engines_forms():
     with pytest.raises(LaunchError, match="is not a launch form orch knows"):
         engine_for(["/usr/bin/nohup", PY, "x.py"])
     msg = launch_refusal(["/usr/bin/nohup", "x"], "why")
-    assert "does not start an SGLang server in a form orch knows: why" in msg and "sglang serve" in msg
+    assert "does not start an SGLang server nor a vLLM server in a form orch knows: why" in msg
+    assert "sglang serve" in msg and "vllm serve" in msg
 
 
 def test_each_method_answers_as_its_module():
