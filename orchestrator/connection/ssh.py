@@ -451,8 +451,11 @@ class SSHConnection(Connection):
             for attempt in retrying:
                 with attempt, gate.slot(self.max_handshakes):
                     self._handshake(ep, conn, via)
-        except (HostKeyRefused, NoBanner) as exc:
+        except HostKeyRefused as exc:
             raise HostUnreachable(str(exc)) from None
+        except NoBanner as exc:
+            # a hung sshd, or a link that went down under the handshake: a later login may succeed
+            raise HostUnreachable(str(exc), transient=True) from None
         except paramiko.AuthenticationException as exc:
             raise HostUnreachable(self._auth_failed(ep, conn, exc)) from None
         except paramiko.ChannelException as exc:
