@@ -85,6 +85,11 @@ def add_arguments(p) -> None:
     p.add_argument("--nice", type=int, default=DEFAULT_NICE, help="niceness of the prepare and its workers")
     p.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS,
                    help="stop compiling after this many seconds (the rest compiles after the stop)")
+    # the tune's own flags the controller passes through (remote/tuning/command.py): what is timed and
+    # for how long does not change the kernels compiled, so the prepare step takes them and ignores them
+    p.add_argument("--budget", type=float, default=None, help="the tune's --budget (not used here)")
+    p.add_argument("--routing-file", default=None, help="the tune's --routing-file (not used here)")
+    p.add_argument("--routing-skew", type=float, default=None, help="the tune's --routing-skew (not used here)")
     p.add_argument("--smi", default=None, help="the GPU vendor's management tool to ask (default: the one on PATH)")
 
 

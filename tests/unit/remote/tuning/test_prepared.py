@@ -315,3 +315,18 @@ def test_sglang_kernels_compiled_before_the_stop_are_the_launch_cache_hits(tmp_p
     compiled = json.loads(manifest.read_text())["kernels"]["compiled"]
     assert r["fails"] == [] and st["sent"] == 0 and st["prepared"] == len(compiled), st
     assert st["prepared_jobs"] == r["jobs"] and st["launch_compiles"] == 0 and st["launch_cache_hits"] == r["jobs"]
+
+
+def test_prepare_takes_the_tunes_budget_and_routing_flags():
+    """The controller passes the tune's flags to the prepare step too: ``--budget`` and the routing
+    flags must parse there (before, the prepare failed with "unrecognized arguments: --budget 120"
+    and every tune compiled after the stop)."""
+    import argparse
+
+    from remote.tuning import prepare
+
+    p = argparse.ArgumentParser()
+    prepare.add_arguments(p)
+    args = p.parse_args(["--out", "/w", "--model-config", "/m.json", "--budget", "120", "--routing-file", "/r",
+                         "--routing-skew", "0.5"])
+    assert args.budget == 120.0 and args.routing_file == "/r" and args.routing_skew == 0.5
