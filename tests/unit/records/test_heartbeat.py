@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from tests.waiting import wait_until
+
 
 def _fake_ctx(calls, tmp_path, fail_with=None):
     """A host context with a fake payload client whose ``lock`` calls are recorded."""
@@ -20,11 +22,9 @@ def _fake_ctx(calls, tmp_path, fail_with=None):
     return ctx, ctx.events, ctx.lines
 
 
-def _until(pred, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
+def _until(pred):
+    # progress, not wall time: the thread's condition, stalled only when nothing moves (tests/waiting.py)
+    wait_until(pred, "the heartbeat thread's condition", poll=0.01)
 
 
 def test_lock_heartbeat_thread_renews_until_stopped_and_ends_when_the_lock_is_lost(tmp_path):

@@ -19,7 +19,7 @@ import pytest
 from remote.host import reap as rp
 from remote.protocol import PayloadError
 from tests.paths import REPO
-from tests.waiting import CEILING_S, run_watched
+from tests.waiting import CEILING_S, run_watched, wait_process
 
 ROOT = str(REPO)
 PY = os.path.realpath(sys.executable)  # the base interpreter (helpers use only the stdlib)
@@ -213,7 +213,7 @@ def test_reaper_never_signals_a_process_whose_pid_was_reused():
         assert signal_if_same(child.pid, start + 1, signal.SIGKILL) is False
         assert child.poll() is None, "a reused PID must never be signalled"
         assert signal_if_same(child.pid, start, signal.SIGTERM) is True
-        assert child.wait(timeout=10) == -signal.SIGTERM
+        assert wait_process(child, "the child's end by SIGTERM") == -signal.SIGTERM
         # gone (reaped): nothing is sent
         assert signal_if_same(child.pid, start, signal.SIGTERM) is False
     finally:
