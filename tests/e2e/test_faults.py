@@ -570,7 +570,8 @@ def test_sigkill_leaves_record_next_tune_refuses_recover_restores(testbed_factor
         f"nohup timeout 900 env ORCH_TAG=20260101T000000Z-tune-0a0b0c.1234 python3 -c '{sleeper}' -m remote tune "
         ">/dev/null 2>&1 & echo $!").stdout.split()
     assert len(left) == 1 and len(decoys) == 2, (left, decoys)
-    _until(lambda: h.sh(f"pgrep -P {left[0]}", check=False).returncode == 0)  # its Python child runs
+    wait_until(lambda: h.sh(f"pgrep -P {left[0]}", check=False).returncode == 0, "the payload's Python child",
+               progress=_progress(state, h=h))  # its Python child runs
     child = h.sh(f"pgrep -P {left[0]}").stdout.split()[0]
 
     # orch recover: restores the files, breaks the dead holder's lock, starts the unit
