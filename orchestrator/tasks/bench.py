@@ -25,6 +25,7 @@ from ..host.answering import check_answering_process
 from ..host.endpoint import container_of, endpoint_candidates, endpoint_of
 from ..host.sigkill import requests_without_tokens
 from ..payload.client import stop_tagged
+from ..payload.model_args import payload_env
 from ..records.layout import bench_file
 from remote.protocol import BENCH_TOOLS
 
@@ -97,6 +98,10 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
             "--engine", engine.name]
     # an engine's own client (its bench_serving, bench serve) needs about a minute of its own start-up per level
     per_level = float(level_timeout) + (60 if tool != "builtin" else 0)
+    if tool != "builtin" and ctx.facts.unit is not None:
+        # the engine's own client runs with the unit's Python and the unit's environment (its
+        # PYTHONPATH finds the engine's package, as the probe's does)
+        ctx.payload.env.update(payload_env(ctx))
     if ctx.attempt > 1:
         # run again after a lost link: the first run's client may still load the server (its SSH
         # channel is gone, not the process): end it, so the levels measure one client alone
