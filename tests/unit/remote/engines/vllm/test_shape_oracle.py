@@ -126,3 +126,61 @@ def test_formats_and_file_names():
         vs_shape.model_shape(cfg, tp=5)
     with pytest.raises(BadInput, match="architecture"):
         vs_shape.model_shape({"architectures": ["Nope"]})
+
+
+@pytest.mark.parametrize("model,quantization,tp,want", [
+    # (dtype selector, layer group, zero points, file name)
+    ("Qwen3-30B-A3B-GPTQ-Int4.json", None, 1, ("int4_w4a16", 128, False, "E=128,N=768,device_name=NVIDIA_H200,dtype=int4_w4a16.json")),
+    ("Qwen3-30B-A3B-GPTQ-Int4.json", "moe_wna16", 4, ("int4_w4a16", 64, False, "E=128,N=192,device_name=NVIDIA_H200,dtype=int4_w4a16.json")),
+    ("Qwen3-30B-A3B-AWQ.json", "moe_wna16", 2, ("int4_w4a16", 128, True, "E=128,N=384,device_name=NVIDIA_H200,dtype=int4_w4a16.json")),
+    (None, "experts_int8", 1, ("int8_w8a16", 0, False, "E=128,N=768,device_name=NVIDIA_H200,dtype=int8_w8a16.json")),
+])
+def test_weight_only_checkpoints(model, quantization, tp, want):
+    """GPTQ/AWQ checkpoints (real quantization_config blocks) and --quantization experts_int8: the
+    format, the layer's group (halved as MoeWNA16Method does when it does not divide N per rank),
+    the zero points and vLLM's file name (no block selector for [0, group]); the tuner spec's quant."""
+    from remote.engines.vllm.model_flags import vllm_moe_shape
+    from remote.tuning.support import quant_entry, unsupported_reason
+
+    cfg = json.loads((MODELS / ("quantized/" + model if model else "Qwen3-30B-A3B.json")).read_text())
+    ms = vllm_moe_shape(cfg, tp=tp, quantization=quantization)
+    assert (ms.dtype_selector, ms.group_size, ms.has_zp, ms.file_names("NVIDIA_H200")["up"]) == want
+    naming = dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape, per_channel_quant=ms.per_channel_quant,
+                  weight_dtype=ms.weight_dtype, group_size=ms.group_size, has_zp=ms.has_zp)
+    q = quant_entry(naming)
+    assert q["dtype"] == want[0] and q["per_channel"] == (quantization == "experts_int8")
+    assert unsupported_reason(naming, "vllm") is None
+    assert unsupported_reason(naming, "builtin")  # the builtin kernel runs no int8/int4
+
+
+def test_weight_only_refusals():
+    cfg = json.loads((MODELS / "quantized/Qwen3-30B-A3B-GPTQ-Int4.json").read_text())
+    bad = dict(cfg, quantization_config=dict(cfg["quantization_config"], bits=3))
+    with pytest.raises(BadInput, match="bits must be 4 or 8"):
+        vs_shape.model_shape(bad)
+    with pytest.raises(BadInput, match="quantization 'bitsandbytes'"):
+        vs_shape.model_shape(dict(cfg, quantization_config={"quant_method": "bitsandbytes"}))
+    # a group that cannot be halved to divide N stays as the checkpoint's (vLLM would refuse to start)
+    assert vs_shape.layer_group_size(128, 80, 2048) == 128
+    assert vs_shape.layer_group_size(128, 96, 2048) == 32
+    assert vs_shape.quant_method({}, "Experts_Int8") == "experts_int8"
+
+
+def test_runner_verdict_reads_the_probe_for_weight_only():
+    """moe_runner: the probe's checkpoint method with --quantization moe_wna16 is the MoeWNA16 path
+    (Triton off SM90, undecided on SM90); GPTQ alone is undecided (Marlin where it fits); a 0.32.0
+    log line with the quoted backend decides."""
+    from remote.engines.records import MoeLogReport
+    from remote.engines.vllm import moe_log, runner
+
+    probe = {"model": {"quant_method": "int4_w4a16", "checkpoint_quant_method": "gptq"}, "capability": "8.0"}
+    assert runner.moe_runner(backend="auto", probe=probe, ep=1, quantization="moe_wna16").reads_triton_configs is True
+    assert runner.moe_runner(backend="auto", probe=probe, ep=1, quantization=None).reads_triton_configs is None
+    sm90 = dict(probe, capability="9.0")
+    assert runner.moe_runner(backend="auto", probe=sm90, ep=1, quantization="moe_wna16").reads_triton_configs is None
+    int8 = {"model": {"quant_method": "int8_w8a16"}, "capability": "9.0"}
+    assert runner.moe_runner(backend="auto", probe=int8, ep=1, quantization="experts_int8").reads_triton_configs is True
+    log = moe_log.parse_moe_log("(EngineCore pid=9) INFO 12-04 08:00:00 [int_wna16.py:420] Using 'TRITON' WNA16 MoE backend.\n")
+    assert isinstance(log, MoeLogReport)
+    got = runner.moe_runner(backend="auto", probe=sm90, ep=1, quantization="moe_wna16", log=log)
+    assert got.reads_triton_configs is True and got.runner == "TRITON"
