@@ -9,7 +9,8 @@ The flags are one table shared by every engine (declared by the default engine,
   ``~/.cache/huggingface/hub``; ``refs/main``'s snapshot, else the newest);
 - the shape: :func:`remote.engines.vllm.shape.model_shape`: ``--ep`` greater than 1 is the unit's
   expert-parallel size (``--enable-expert-parallel``: TP x DP ranks, ``ServerArgs.ep``), so the
-  experts are split over it and N stays whole; otherwise N is split over ``--tp``;
+  experts are split over it and N stays whole; otherwise N is split over ``--tp`` x ``--dp``
+  (``FusedMoEParallelConfig.make`` flattens the experts' TP across the DP ranks);
 - the record: the shared :class:`~remote.engines.triton_moe.shape.MoeShape` with vLLM's file names
   (:class:`VllmMoeShape`).
 """
@@ -204,6 +205,8 @@ MODEL_FLAGS: tuple[tuple[str, str, Any, Any, tuple[str, ...], tuple[str, ...]], 
     ("--download-dir", "server --download-dir", str, None, COMMANDS, ()),
     ("--tp", "server --tensor-parallel-size", int, 1, COMMANDS, ()),
     ("--ep", "expert-parallel size: TP x DP with --enable-expert-parallel (1: none)", int, 1, COMMANDS, ()),
+    ("--dp", "server --data-parallel-size: without expert parallelism vLLM splits N over TP x DP", int, 1,
+     COMMANDS, ()),
     ("--dtype", "server --dtype (auto, bfloat16, float16, float32)", str, None, COMMANDS, ()),
     ("--quantization", "server --quantization (default: from the checkpoint)", str, None, COMMANDS, ()),
     ("--disable-shared-experts-fusion", "not read by vLLM's rules (its shared experts are never fused on CUDA)",

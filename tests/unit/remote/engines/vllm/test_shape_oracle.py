@@ -184,3 +184,55 @@ def test_runner_verdict_reads_the_probe_for_weight_only():
     assert isinstance(log, MoeLogReport)
     got = runner.moe_runner(backend="auto", probe=sm90, ep=1, quantization="moe_wna16", log=log)
     assert got.reads_triton_configs is True and got.runner == "TRITON"
+
+
+@pytest.mark.parametrize("version", ORACLE_RELEASES)
+def test_parallel_split_matches_each_releases_make(version, monkeypatch):
+    """The release's own ``FusedMoEParallelConfig.make`` (imported from its ``config.py`` with the
+    stand-ins; the DP group's rank answered per rank) gives the experts' TP and EP of every rank of a
+    TP x DP deployment, with and without ``--enable-expert-parallel``; ``FusedMoEConfig`` divides the
+    intermediate size by that TP (``intermediate_size // tp_size``) and ``determine_expert_map``
+    splits the experts over that EP. orch's shape (and the payload's ``--tp``/``--dp``/``--ep``
+    through :func:`remote.engines.vllm.model_flags.vllm_moe_shape`) gives the same N and E."""
+    import sys
+    import types
+
+    from remote.engines.vllm.model_flags import vllm_moe_shape
+    from tests import vllm_standins as vstand
+
+    cfg_text = (source_tree(version) / "vllm/model_executor/layers/fused_moe/config.py").read_text()
+    assert "self.intermediate_size_per_partition = self.intermediate_size // tp_size" in cfg_text
+    vstand.fused_moe_module(source_tree(version), cpu=True)
+    try:
+        mod = sys.modules["vllm.model_executor.layers.fused_moe.config"]
+        emap = importlib.util.spec_from_file_location(
+            "_release_expert_map", source_tree(version) / "vllm/model_executor/layers/fused_moe/expert_map_manager.py")
+        em = importlib.util.module_from_spec(emap)
+        emap.loader.exec_module(em)
+        for model in ("Qwen3-30B-A3B.json", "DeepSeek-V3.json"):
+            config = json.loads((MODELS / model).read_text())
+            arch = vs_shape.ARCHITECTURES[config["architectures"][0]]
+            experts, inter = config[arch.experts], config[arch.intermediate]
+            for tp, dp in ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)):
+                for ep_flag in (False, True):
+                    for dp_rank in range(dp):
+                        monkeypatch.setattr(mod, "get_dp_group", lambda r=dp_rank: types.SimpleNamespace(rank_in_group=r))
+                        monkeypatch.setattr(mod, "get_tensor_model_parallel_rank", lambda: 0, raising=False)
+                        par = types.SimpleNamespace(enable_expert_parallel=ep_flag, all2all_backend="allgather_reducescatter",
+                                                    enable_eplb=False, mori_ep_v2=False)
+                        got = mod.FusedMoEParallelConfig.make(tp_size_=tp, pcp_size_=1, dp_size_=dp, sp_size_=1,
+                                                              vllm_parallel_config=par)
+                        ep = tp * dp if ep_flag else 1
+                        shape = vllm_moe_shape(config, tp=tp, dp=dp, ep=ep, source=model)
+                        assert (got.tp_size, got.ep_size, got.use_ep) == ((1, tp * dp, True) if ep_flag
+                                                                          else (tp * dp, 1, False))
+                        assert shape.N == inter // got.tp_size, (version, model, tp, dp, ep_flag)
+                        if ep_flag:
+                            local = em.determine_expert_map(got.ep_size, got.ep_rank, experts)[0]
+                            mine = vs_shape.model_shape(config, tp=tp, dp=dp, enable_expert_parallel=True,
+                                                        ep_rank=got.ep_rank)
+                            assert (mine.E, mine.N) == (local, inter)
+                        else:
+                            assert shape.E == experts
+    finally:
+        vstand.uninstall()
