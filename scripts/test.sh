@@ -6,8 +6,8 @@
 # mostly wait (servers starting, units stopping), so 6 workers suit a 2-core machine (8 overload
 # it: commands then pass their timeouts). Tests that share a module's test bed stay on one worker
 # (--dist loadgroup, tests/conftest.py). Extra arguments go to pytest: `-n 0` runs serially,
-# `-m "not testbed"` is the quick tier.
+# `-m "not testbed"` is the quick tier. --durations=30 lists the slowest steps, to keep the suite inside CI's time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q -ra -n "${ORCH_TEST_WORKERS:-6}" --dist loadgroup "$@" tests
+exec .venv/bin/python -m pytest -q -ra --durations=30 -n "${ORCH_TEST_WORKERS:-6}" --dist loadgroup "$@" tests

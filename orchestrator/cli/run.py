@@ -158,12 +158,19 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit,
     play = Play("find multi-node servers", "all",
                 [Task("Connect", "connect", {}), Task("Read the unit", "unit_facts", {"name": "{{ service }}"})])
     units: dict[str, tuple[str, ServerArgs, None]] = {}
+    broken: list[BaseException] = []
 
     def capture(event: str, **fields) -> None:
         data = fields.get("data") or {}
         if event == "task" and fields.get("module") == "unit_facts" and isinstance(data.get("server"), dict):
-            # the unit's engine's own server record (UnitFacts.from_dict reads it by the engine it names)
-            units[fields["host"]] = (data.get("unit") or "", UnitFacts.from_dict(data).server, None)
+            try:
+                # the unit's engine's own server record (UnitFacts.from_dict reads it by the engine it names)
+                units[fields["host"]] = (data.get("unit") or "", UnitFacts.from_dict(data).server, None)
+            except Exception as exc:  # noqa: BLE001 - raised after the pass: the engine turns it into a quiet host failure
+                err = RuntimeError(f"internal error: {fields['host']}'s unit record does not read back "
+                                   f"({type(exc).__name__}: {exc})")
+                err.__cause__ = exc
+                broken.append(err)
 
     # its connections stay open for the play (options.connections): a run logs in once per host
     quiet = RunOptions(run_id=options.run_id, run_dir=options.run_dir, check=True,
@@ -172,6 +179,10 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit,
                        cancel=options.cancel, state_dir=options.state_dir, connections=options.connections,
                        keep_connections=True)
     recaps = Engine(TASKS, quiet, _Quiet(), capture).run_play(play, hosts, hostvars, forks=forks)
+    if broken:
+        # a unit record this pass cannot read is orch's own fault, not the host's: grouping without it
+        # would silently tune a multi-node server one rank at a time
+        raise broken[0]
     found = group_servers({h.name: units[h.name] for h in hosts if h.name in units})
     if found:
         emit("multi_node_servers", servers={n: g.to_dict() for n, g in found.items()})

@@ -27,6 +27,7 @@ import os
 import shlex
 import socket
 import threading
+import time
 from contextlib import contextmanager
 
 import paramiko
@@ -491,6 +492,7 @@ class SSHConnection(Connection):
         and socket are closed before it is raised."""
         if via is not None:
             conn.connect_kwargs["sock"] = via.channel(self, ep)
+        began = time.monotonic()
         try:
             conn.open()
         except BaseException as exc:
@@ -499,6 +501,10 @@ class SSHConnection(Connection):
                       and isinstance(exc, paramiko.SSHException) and not is_handshake_drop(exc))
             conn.client.close()
             if silent:  # Paramiko's own words ("No existing session") hide what happened
+                waited = time.monotonic() - began
+                if waited < 0.9 * self.connect_timeout:  # it ended before the timeout: the link, not a silent sshd
+                    raise NoBanner(f"{self.host}: {ep.label}: the connection ended after {waited:.1f} s, before the "
+                                   "server sent its SSH banner (the link went down, or the peer closed it)") from exc
                 raise NoBanner(f"{self.host}: {ep.label}: the server accepted the TCP connection but sent no SSH "
                                f"banner within {self.connect_timeout:g} s (no SSH server on this port, or a hung "
                                "sshd)") from exc

@@ -224,3 +224,24 @@ def test_inventory_bounds_of_handshakes_and_sessions(tmp_path):
     inv.write_text("all:\n  hosts:\n    gpu-a: {orch_ssh_max_sessions: 3, orch_ssh_max_handshakes: 1}\n")
     hv = load_inventory(inv).host_vars("gpu-a")
     assert (hv["orch_ssh_max_sessions"], hv["orch_ssh_max_handshakes"]) == (3, 1)
+
+
+class _NoBannerYet:
+    """Paramiko's transport before the server's banner came: ``remote_version`` still empty."""
+
+    remote_version = ""
+
+
+def test_a_banner_read_that_fails_at_once_says_the_link_ended_not_a_timeout(no_backoff):
+    conn = SSHConnection("gpu-a", _route(orch_connect_timeout=30), connect_timeout=30)
+    ep = conn.route.target
+    # a link that went down under the banner read: the kernel answers "no route" long before the timeout
+    gone = _FakeFabric(lambda n: _raised_like_paramiko(OSError(113, "No route to host")))
+    gone.get_transport = lambda: _NoBannerYet()
+    with pytest.raises(HostUnreachable) as ei:
+        conn._login(ep, gone, None, ("test-login", 1))
+    assert ei.value.transient and gone.opens == 1
+    msg = str(ei.value)
+    assert msg.startswith("gpu-a: 10.9.0.5:22: the connection ended after 0.") and "before the server sent its SSH " \
+        "banner (the link went down, or the peer closed it)" in msg, msg
+    assert "within 30 s" not in msg
