@@ -138,7 +138,8 @@ def _known_files(ctx) -> dict[str, str]:
     if ctx.facts.config_source == "store" and ctx.facts.tuning_key is not None and ctx.options.state_dir:
         entry = ConfigStore(ctx.options.state_dir).get(ctx.facts.tuning_key.key)
         if entry is not None:  # the bytes write_configs gives the install (sharing.write_configs)
-            return {role: dumps_config(json.loads(p.read_text())) for role, p in entry.files.items()}
+            extra = ctx.facts.engine.config_extra_fields
+            return {role: dumps_config(json.loads(p.read_text()), extra_fields=extra) for role, p in entry.files.items()}
     if ctx.facts.config_source in ("store", "reuse"):
         return {role: Path(p).read_text() for role, p in ctx.run.tuned_files.items()}
     return {}

@@ -106,8 +106,9 @@ def validate_config(obj: Any, source: str, complete: bool = False, extra_fields:
     return {str(m): out[m] for m in sorted(out)}
 
 
-def load_config_file(path: str | os.PathLike, max_bytes: int = 4 * 1024 * 1024) -> dict[str, dict]:
-    """Read and validate a config file (see :func:`validate_config`).
+def load_config_file(path: str | os.PathLike, max_bytes: int = 4 * 1024 * 1024,
+                     extra_fields: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Read and validate a config file (see :func:`validate_config`; ``extra_fields`` its).
 
     Raises PayloadError('not_found') when ``path`` is missing, PayloadError('bad_input')
     when it is not a regular file, larger than ``max_bytes`` bytes, not UTF-8 JSON, or
@@ -132,7 +133,7 @@ def load_config_file(path: str | os.PathLike, max_bytes: int = 4 * 1024 * 1024) 
         raise PayloadError("bad_input", f"{p}: {exc.strerror or exc}") from None
     if len(raw) > max_bytes:
         raise PayloadError("bad_input", f"{p}: more than {max_bytes} bytes")
-    return loads_config(raw, p)
+    return loads_config(raw, p, extra_fields=tuple(extra_fields))
 
 
 def loads_config(data: str | bytes, source: str, extra_fields: tuple[str, ...] = ()) -> dict[str, dict]:
