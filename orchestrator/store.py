@@ -66,6 +66,15 @@ def tuning_key(probe: ProbeFacts, space: str, batch_sizes: list[int] | None, pro
     }
 
 
+def _extra_fields(key: dict) -> tuple[str, ...]:
+    """The entry fields the key's engine also reads (``Engine.config_extra_fields``: vLLM's
+    ``SPLIT_K``); none for an engine this build does not know."""
+    from remote.engines import ENGINES
+
+    engine = ENGINES.get(str(key.get("engine") or ""))
+    return tuple(engine.config_extra_fields) if engine is not None else ()
+
+
 def key_hash(key: dict) -> str:
     """Stable 16-hex-digit hash of a tuning key."""
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -131,9 +140,10 @@ class ConfigStore:
         from remote.engines import load_config_file
         from remote.protocol import PayloadError
 
+        extra = _extra_fields(key)
         for role, path in files.items():
             try:
-                load_config_file(str(path))
+                load_config_file(str(path), extra_fields=extra)
             except PayloadError as exc:
                 raise StoreError(f"{path}: {exc.msg}") from None
         self.root.mkdir(parents=True, exist_ok=True)
@@ -196,7 +206,9 @@ class ConfigStore:
             from remote.protocol import PayloadError
 
             try:
-                check_down_matches_up(load_config_file(str(up[0])), load_config_file(str(down[0])))
+                extra = _extra_fields(read_key(key))
+                check_down_matches_up(load_config_file(str(up[0]), extra_fields=extra),
+                                      load_config_file(str(down[0]), extra_fields=extra))
             except PayloadError as exc:
                 raise StoreError(f"{src}: {exc.msg}") from None
         rep = src / REPORT_FILE

@@ -313,6 +313,42 @@ def per_token_group_quant_fp8(x, group_size, eps=1e-10, dtype=None, column_major
     return q.view(x.shape), s.view(*x.shape[:-1], x.shape[-1] // group_size)
 
 
+def moe_wna16_gemm(A, C, B, B_scale, B_zp, topk_weights, sorted_token_ids, expert_ids, num_tokens_post_padded,
+                   top_k, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, bit):
+    """Torch stand-in for vLLM's compiled ``ops.moe_wna16_gemm`` (``csrc/moe/moe_wna16.cu``), which
+    ``dispatch_fused_moe_kernel`` runs for int4 with a group of 32/64/128 and few tokens per expert:
+    for each aligned block of ``BLOCK_SIZE_M`` sorted token slots, ``C[slot] = A[slot // top_k] @
+    dequant(B[expert]).T`` (times ``topk_weights[slot]`` when given), with the dequantization of the
+    Triton WNA16 kernel: ``(q - zero point) * scale`` per group, zero point 8 (int4) / 128 (int8) when
+    ``B_zp`` is None. The tiles (BLOCK_SIZE_N/K) change only the real kernel's speed; they are not
+    read here."""
+    import torch
+
+    from remote.tuning.kernel import formats
+
+    E, N = B.shape[0], B.shape[1]
+    packed = bit == 4
+    K = A.shape[1]
+    group = K // B_scale.shape[2]
+    fmt = formats.WeightFormat("int4_w4a16" if packed else "int8_w8a16", group_size=group, has_zp=B_zp is not None)
+    out = C.view(-1, N)
+    total = int(num_tokens_post_padded.reshape(-1)[0])
+    slots = sorted_token_ids[:total].to(torch.int64)
+    valid = out.shape[0]
+    for blk in range(total // BLOCK_SIZE_M):
+        e = int(expert_ids[blk])
+        rows = slots[blk * BLOCK_SIZE_M:(blk + 1) * BLOCK_SIZE_M]
+        rows = rows[rows < valid]
+        if e < 0 or rows.numel() == 0:
+            continue
+        w = formats.dequantize(B[e:e + 1], B_scale[e:e + 1], None if B_zp is None else B_zp[e:e + 1], fmt,
+                               dtype=torch.float32)[0]
+        res = A[rows // top_k].float() @ w.T
+        if topk_weights is not None:
+            res = res * topk_weights.reshape(-1)[rows].float().unsqueeze(1)
+        out[rows] = res.to(out.dtype)
+
+
 _LIBS: list = []
 
 
@@ -345,6 +381,7 @@ def _ops_module() -> types.ModuleType:
     m.moe_sum = moe_sum
     m.scaled_fp8_quant = scaled_fp8_quant
     m.scaled_int8_quant = scaled_int8_quant
+    m.moe_wna16_gemm = moe_wna16_gemm
     return m
 
 

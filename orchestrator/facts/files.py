@@ -36,10 +36,11 @@ def read_config(connection, path: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def config_problem(connection, path: str) -> str | None:
-    """Why SGLang's loader would fail on the config file ``path`` on the host (unreadable, too
-    large, not JSON, a key or field it refuses), or None when it is valid. Read as the login user,
-    through sudo only when that is refused (orch installs configs 0644)."""
+def config_problem(connection, path: str, extra_fields: tuple[str, ...] = ()) -> str | None:
+    """Why the engine's loader would fail on the config file ``path`` on the host (unreadable, too
+    large, not JSON, a key or field it refuses; ``extra_fields``: the engine's own entry fields,
+    ``Engine.config_extra_fields``), or None when it is valid. Read as the login user, through sudo
+    only when that is refused (orch installs configs 0644)."""
     from remote.protocol import PayloadError
     from remote.engines import validate_config
 
@@ -48,7 +49,7 @@ def config_problem(connection, path: str) -> str | None:
     except HostFileError as exc:
         return "larger than 4 MiB" if exc.too_large else f"cannot read: {exc.reason[:100]}"
     try:
-        validate_config(json.loads(text), posixpath.basename(path))
+        validate_config(json.loads(text), posixpath.basename(path), extra_fields=tuple(extra_fields))
     except ValueError as exc:
         return f"not JSON: {exc}"
     except PayloadError as exc:

@@ -377,8 +377,10 @@ def install_triton_files(ctx, texts: dict[str, str], paths: dict[str, str], inst
     if sub not in ctx.run.sub_runs:
         ctx.run.sub_runs.append(sub)
     ctx.run.install_attempted = True
+    extra = list(ctx.facts.engine.config_extra_fields)
     ctx.payload.call("install", request={"run_id": sub, "state_dir": ctx.payload.state_dir, "action": "tune",
-                                         "dest_dir": write_dir, "files": files, "create_dest": True}, timeout=300)
+                                         "dest_dir": write_dir, "files": files, "create_dest": True,
+                                         **({"extra_fields": extra} if extra else {})}, timeout=300)
     records(ctx).set_state(sub, "installed", {"action": "tune", "sub_run_of": ctx.options.run_id,
                                               "note": "the Triton files of a MoE runner trial"})
     return [paths[r] for r in sorted(paths)]

@@ -20,7 +20,7 @@ def write_configs(ctx, configs: dict[str, dict], names: dict[str, str]) -> dict[
     d.mkdir(parents=True, exist_ok=True)
     for role, cfg in configs.items():
         path = d / names[role]
-        path.write_text(dumps_config(cfg))
+        path.write_text(dumps_config(cfg, extra_fields=ctx.facts.engine.config_extra_fields))
         out[role] = str(path)
     return out
 

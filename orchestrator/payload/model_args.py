@@ -1,7 +1,7 @@
 """What the controller tells a payload command about the unit's model: its model flags and environment.
 
 The tasks ``probe`` and ``tune`` call the payload with the same description of the model (the unit's
-engine, its model path, TP/EP sizes, dtype, quantization, ...), written with the payload's own flag
+engine, its model path, TP/EP/DP sizes, dtype, quantization, ...), written with the payload's own flag
 table (``Engine.model_argv``; SGLang's :func:`remote.engines.sglang.model_flags.model_argv`), so the
 argv always parses back to the values it was built from
 (tests/unit/remote/engines/sglang/test_model_flags.py).
@@ -36,6 +36,9 @@ def model_flags(ctx) -> list[str]:
         "download_dir": None if ctx.vars.get("orch_model_config") else server.download_dir,
         "tp": server.tp or 1,
         "ep": server.ep or 1,
+        # data parallelism: vLLM flattens the experts' TP across DP without EP (N / (TP x DP)); SGLang's
+        # shape does not read it. Passed only when > 1, so a DP-less unit's argv is unchanged
+        "dp": server.dp if (server.dp or 1) > 1 else None,
         "dtype": server.dtype if server.dtype not in (None, "", "auto") else None,
         "quantization": server.quantization or None,
         "disable_shared_experts_fusion": bool(server.disable_shared_experts_fusion),

@@ -359,7 +359,8 @@ def gather(ctx, unit: str) -> DoctorFacts:
         # the probe ran in the image: its paths are the container's; orch reads them on the host
         # through the bind mounts (a file in the image's own layer is not read here)
         loads = {role: (container.host_path(p) or (None,))[0] if p else None for role, p in loads.items()}
-    errors = {role: config_problem(ctx.connection, path) if path else None for role, path in loads.items()}
+    extra = ctx.facts.engine.config_extra_fields
+    errors = {role: config_problem(ctx.connection, path, extra) if path else None for role, path in loads.items()}
     # a container's processes are outside the unit's cgroup (the runtime's): not "orphans" of it
     orphans = [] if container is not None else _holders(ctx, unit_pids(ctx.connection, main_pid), unit)
     engine = ctx.facts.engine

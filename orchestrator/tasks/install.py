@@ -27,11 +27,11 @@ from ..records.layout import INSTALL_MANIFEST
 from ..store import ConfigStore
 
 
-def _validate(name: str, text: str) -> None:
+def _validate(name: str, text: str, extra_fields: tuple[str, ...] = ()) -> None:
     from remote.protocol import PayloadError
 
     try:
-        validate_config(json.loads(text), name)
+        validate_config(json.loads(text), name, extra_fields=tuple(extra_fields))
     except (ValueError, PayloadError) as exc:
         raise TaskFailed(f"refusing to install {name}: {getattr(exc, 'msg', exc)}") from None
 
@@ -60,7 +60,7 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
     for role, local in sorted(files.items()):
         text = Path(local).read_text()
         name = posixpath.basename(names[role]) if names is not None else Path(local).name
-        _validate(name, text)
+        _validate(name, text, ctx.facts.engine.config_extra_fields)
         payload_files.append({"name": name, "content": text, "role": role})
     write_dir = dest_dir
     unit = ctx.facts.unit
@@ -76,7 +76,8 @@ def install(ctx, dest_dir: str, files: dict | None = None, names: dict | None = 
         # per folder, as a runner trial's)
         run_id = _point_unit_at(ctx, dropin)
     request = {"run_id": run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
-               "dest_dir": write_dir, "files": payload_files, "create_dest": True, **_folder_rule(ctx)}
+               "dest_dir": write_dir, "files": payload_files, "create_dest": True, **_folder_rule(ctx),
+               **_entry_rule(ctx)}
     ctx.run.install_attempted = True
     manifest = ctx.payload.call("install", request=request, timeout=300)
     if dropin is not None:
@@ -121,6 +122,14 @@ def _folder_rule(ctx) -> dict:
     return {"any_dest_name": True} if probe is not None and probe.triton_folder is None else {}
 
 
+def _entry_rule(ctx) -> dict:
+    """``{"extra_fields": [...]}`` for an engine whose files carry entry fields beyond the shared
+    ones (``Engine.config_extra_fields``: vLLM's ``SPLIT_K``), so the payload's install validates
+    them as that engine's loader reads them; else ``{}``."""
+    extra = list(ctx.facts.engine.config_extra_fields)
+    return {"extra_fields": extra} if extra else {}
+
+
 def _known_files(ctx) -> dict[str, str]:
     """role -> config text this run would install, when known before anything is stopped: the
     store's files for the host's key (``orch_config_source`` ``store``, also under ``--check``)
@@ -129,7 +138,8 @@ def _known_files(ctx) -> dict[str, str]:
     if ctx.facts.config_source == "store" and ctx.facts.tuning_key is not None and ctx.options.state_dir:
         entry = ConfigStore(ctx.options.state_dir).get(ctx.facts.tuning_key.key)
         if entry is not None:  # the bytes write_configs gives the install (sharing.write_configs)
-            return {role: dumps_config(json.loads(p.read_text())) for role, p in entry.files.items()}
+            extra = ctx.facts.engine.config_extra_fields
+            return {role: dumps_config(json.loads(p.read_text()), extra_fields=extra) for role, p in entry.files.items()}
     if ctx.facts.config_source in ("store", "reuse"):
         return {role: Path(p).read_text() for role, p in ctx.run.tuned_files.items()}
     return {}
@@ -162,9 +172,10 @@ def compare_installed(ctx, name: str) -> TaskResult:
     files = [{"name": posixpath.basename(path), "content": texts[role], "role": role}
              for role, path in sorted(plan.paths.items())]
     for f in files:
-        _validate(f["name"], f["content"])
+        _validate(f["name"], f["content"], ctx.facts.engine.config_extra_fields)
     request = {"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir, "action": "tune",
-               "dest_dir": plan.install_dir, "files": files, "create_dest": True, "dry_run": True, **_folder_rule(ctx)}
+               "dest_dir": plan.install_dir, "files": files, "create_dest": True, "dry_run": True, **_folder_rule(ctx),
+               **_entry_rule(ctx)}
     cmp = ctx.payload.call("install", request=request, timeout=120)
     differ = [f"{f['name']} ({'new' if f['action'] == 'created' else 'other bytes installed'})"
               for f in cmp.get("files") or [] if f.get("action") != "unchanged"]

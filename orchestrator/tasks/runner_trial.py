@@ -232,12 +232,14 @@ def runner_triton_files(ctx, name: str, space: Literal[SEARCH_SPACES], batch_siz
         return TaskResult.ok(("would tune" if ctx.check else "tuning") + f" the Triton files first: {got.reason}",
                              facts=facts, **got.to_dict())
     configs = {role: json.loads(p.read_text()) for role, p in entry.files.items()}
-    texts = {role: dumps_config(cfg) for role, cfg in configs.items()}
+    extra = engine.config_extra_fields
+    texts = {role: dumps_config(cfg, extra_fields=extra) for role, cfg in configs.items()}
     files = [{"name": path.rsplit("/", 1)[-1], "content": texts.get(role, ""), "role": role}
              for role, path in sorted(plan.paths.items())]
     cmp = ctx.payload.call("install", request={"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir,
                                                "action": "tune", "dest_dir": plan.install_dir, "files": files,
-                                               "create_dest": True, "dry_run": True}, timeout=120)
+                                               "create_dest": True, "dry_run": True,
+                                               **({"extra_fields": list(extra)} if extra else {})}, timeout=120)
     differ = [f["name"] for f in cmp.get("files") or [] if f.get("action") != "unchanged"]
     why_not: list[str] = []
     if differ:

@@ -29,7 +29,7 @@ Sections (docs/architecture.md lists which module implements each method, per en
 4. the model's MoE shape and the config file names: :meth:`Engine.add_model_flags`,
    :meth:`Engine.model_argv`, :meth:`Engine.shape_from_args`, :meth:`Engine.model_facts`, :meth:`Engine.device_name`,
    :meth:`Engine.device_name_hint`, :meth:`Engine.parse_config_file_name`,
-   :attr:`Engine.default_batch_sizes`;
+   :attr:`Engine.default_batch_sizes`, :attr:`Engine.config_extra_fields`;
 5. where the server looks for config files: :meth:`Engine.lookup` (package tree, layouts, the
    config-dir variable, release fallbacks; run by the payload's ``probe`` on the host), and what
    makes the files moot or dangerous: :meth:`Engine.files_bypassed` (flags with which the server
@@ -205,6 +205,9 @@ class Engine(Protocol):
 
     #: the batch sizes M the tuner times by default (tokens), the engine's own tuning list
     default_batch_sizes: tuple[int, ...]
+    #: entry fields beyond the shared ones (``remote.engines.triton_moe.configfile``) that the engine's
+    #: loader hands to its kernel and that a file may carry (validated as non-negative ints)
+    config_extra_fields: tuple[str, ...]
 
     # --------------------------------------------------------------------------- 5. where config files are read
 

@@ -7,7 +7,8 @@
      "action": "tune",                         # "tune" (default) or "rollback"
      "dest_dir": "<configs root>/triton_3_6_0",  # absolute; basename triton_<int>_<int>_<int>
      "files": [{"name": "E=128,N=768,device_name=NVIDIA_H200.json", "content": "<json text>"}],
-     "create_dest": true}                      # create dest_dir when missing (parent must exist)
+     "create_dest": true,                      # create dest_dir when missing (parent must exist)
+     "extra_fields": ["SPLIT_K"]}              # optional: entry fields the unit's engine also reads
 
 Rules (why: SGLang 0.5.23 reads ``configs/triton_X_Y_Z/<exact name>`` and ``int()``s every
 top-level key, so one bad file breaks the server's MoE layer; a folder whose name does not
@@ -15,7 +16,8 @@ parse as ``triton_<int>_<int>_<int>`` breaks its version sort):
 
 1. Everything is validated before anything is touched: run id, names (no ``/``, ``..``, NUL,
    control characters; must end in ``.json``), size (at most 4 MiB each), JSON syntax (no
-   duplicate keys) and ``remote.engines.triton_moe.configfile.validate_config(obj, name)`` (``PayloadError('bad_input')``).
+   duplicate keys) and ``remote.engines.triton_moe.configfile.validate_config(obj, name)`` (``PayloadError('bad_input')``;
+   ``extra_fields``: ``Engine.config_extra_fields`` of the unit's engine, e.g. vLLM's ``SPLIT_K``).
 2. The changes are applied by :func:`remote.host.changes.apply_changes` (also used by
    ``restore --as-run-id``): backups before anything is written, the manifest before the
    first config, atomic writes that keep a replaced file's mode and owner, and on any failure
@@ -95,11 +97,12 @@ def check_dest_dir(dest: Any, any_name: bool = False) -> str:
     return norm
 
 
-def validate_content(name: str, content: Any) -> bytes:
+def validate_content(name: str, content: Any, extra_fields: tuple[str, ...] = ()) -> bytes:
     """Check one file's content (size, JSON, SGLang config rules) and return its UTF-8 bytes.
 
     Uses ``remote.engines.triton_moe.configfile.loads_config`` (JSON syntax, duplicate keys, then
-    ``validate_config(obj, source)`` for the SGLang rules).
+    ``validate_config(obj, source)`` for the SGLang rules; ``extra_fields``: the entry fields the
+    unit's engine also reads, the request's ``extra_fields``, e.g. vLLM's ``SPLIT_K``).
     Raises ``PayloadError('bad_input')``.
     """
     if not isinstance(content, str):
@@ -110,8 +113,19 @@ def validate_content(name: str, content: Any) -> bytes:
     # configio.loads_config = json.loads (duplicate keys and NaN/Infinity refused) + validate_config
     from ..engines.triton_moe.configfile import loads_config
 
-    loads_config(content, name)
+    loads_config(content, name, extra_fields=tuple(extra_fields))
     return data
+
+
+def check_extra_fields(value: Any) -> tuple[str, ...]:
+    """The request's ``extra_fields``: absent, or a list of upper-case field names (``SPLIT_K``).
+    Raises ``PayloadError('bad_input')``."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and re.fullmatch(r"[A-Z][A-Z0-9_]{0,31}", v)
+                                               for v in value):
+        raise PayloadError("bad_input", f"extra_fields must be a list of upper-case field names, got {value!r}")
+    return tuple(value)
 
 
 def install(req: dict, ignore_lock: bool = False) -> dict:
@@ -129,6 +143,7 @@ def install(req: dict, ignore_lock: bool = False) -> dict:
     if action not in ACTIONS:
         raise PayloadError("bad_input", f"action must be one of {ACTIONS}, got {action!r}")
     dest_dir = check_dest_dir(req.get("dest_dir"), any_name=bool(req.get("any_dest_name")))
+    extra = check_extra_fields(req.get("extra_fields"))
     files = req.get("files")
     if not isinstance(files, list) or not files:
         raise PayloadError("bad_input", "files must be a non-empty list")
@@ -141,7 +156,7 @@ def install(req: dict, ignore_lock: bool = False) -> dict:
         if name in seen:
             raise PayloadError("bad_input", f"file {name!r} listed twice")
         seen.add(name)
-        changes.append((name, validate_content(name, f.get("content"))))
+        changes.append((name, validate_content(name, f.get("content"), extra)))
     if req.get("dry_run"):
         return compare(dest_dir, changes)
     create_dest = bool(req.get("create_dest", True))

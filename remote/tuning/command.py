@@ -419,11 +419,17 @@ def run(args) -> dict:
                            detail={"errors": errors, "checkpoint": str(out / checkpoint.NAME)})
 
     from ..engines.triton_moe.configfile import dumps_config
-    up = {str(M): done[str(M)]["up"] for M in batch_sizes}
-    down = {str(M): dict(done[str(M)]["down"], BLOCK_SIZE_M=done[str(M)]["up"]["BLOCK_SIZE_M"]) for M in batch_sizes}
+    # fields the engine's loader needs in every entry of this format (the provider's
+    # ``file_entry``; vLLM's WNA16 launch requires SPLIT_K), kept by the engine's extra fields
+    entry = getattr(provider, "file_entry", None)
+    add = dict(entry(quant)) if entry else {}
+    up = {str(M): dict(done[str(M)]["up"], **add) for M in batch_sizes}
+    down = {str(M): dict(done[str(M)]["down"], BLOCK_SIZE_M=done[str(M)]["up"]["BLOCK_SIZE_M"], **add)
+            for M in batch_sizes}
     paths = {"up": out / names["up"], "down": out / names["down"]}
     for k in ("up", "down"):
-        atomic_write(str(paths[k]), dumps_config(up if k == "up" else down).encode("utf-8"))
+        atomic_write(str(paths[k]), dumps_config(up if k == "up" else down,
+                                                 extra_fields=engine.config_extra_fields).encode("utf-8"))
     per_m = {str(M): done[str(M)] for M in batch_sizes}
     report = {
         "payload_version": PAYLOAD_VERSION, "provider": provider.name, "triton_version": triton.__version__,

@@ -28,7 +28,8 @@ def unsupported_reason(naming: dict, provider: str | None = None) -> str | None:
     Both run bf16/fp16/fp32 weights and fp8_w8a8 with e4m3 weights and per-tensor or block
     scales. An engine's provider (its own kernel, e.g. SGLang's) also runs what its Triton fused
     MoE runs: ``int4_w4a16``/``int8_w8a16`` with a group size (GPTQ/AWQ through moe_wna16,
-    compressed-tensors wNa16), ``int8_w8a8`` per-channel or block, per-channel fp8
+    compressed-tensors wNa16), ``int8_w8a16`` per channel without a group (vLLM's ``experts_int8``),
+    ``int8_w8a8`` per-channel or block, per-channel fp8
     (:mod:`remote.tuning.kernel.formats`). The builtin kernel does not implement int8/int4 or
     per-channel fp8. Neither runs fp8 e5m2 nor non-gated experts (``gated`` False: w1 ``[E, N, K]``,
     e.g. Nemotron-H's relu2 experts; the kernels run ``[E, 2N, K]``).
@@ -67,6 +68,10 @@ def quant_entry(naming: dict) -> dict | None:
     block = list(naming["block_shape"]) if naming.get("block_shape") else None
     per_channel = bool(naming.get("per_channel_quant"))
     group, has_zp = int(naming.get("group_size") or 0), bool(naming.get("has_zp"))
+    if sel == "int8_w8a16" and per_channel and group <= 0:
+        if has_zp or block:
+            raise ValueError("per-channel int8_w8a16 has no zero points or block shape")
+        return dict(dtype=sel, block_shape=None, per_channel=True, group_size=0, has_zp=False)
     if sel in ("int4_w4a16", "int8_w8a16"):
         if group <= 0:
             raise ValueError(f"{sel} without a group size")

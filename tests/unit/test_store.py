@@ -233,3 +233,16 @@ def test_an_entry_of_a_store_before_engines_were_named_is_found(tmp_path, capsys
     other = tmp_path / "state2"
     assert main(["configs", "import", str(out), "--state-dir", str(other)]) == 0
     assert ConfigStore(other).get(key) is not None
+
+
+def test_a_vllm_wna16_file_keeps_split_k_in_the_store(tmp_path):
+    """vLLM's WNA16 files carry SPLIT_K (Engine.config_extra_fields): the store takes them under a vLLM
+    key and refuses the field under an SGLang key, whose launch would fail on it."""
+    up = tmp_path / "E=128,N=768,device_name=NVIDIA_H200,dtype=int4_w4a16.json"
+    up.write_text(json.dumps({"1": dict(CFG["1"], SPLIT_K=1)}))
+    sglang_key = tuning_key(PROBE, "fast", [1], "builtin")
+    with pytest.raises(StoreError, match="SPLIT_K"):
+        ConfigStore(tmp_path / "state").put(sglang_key, {"up": up}, None, {"host": "gpu-a", "run_id": "r1"})
+    vllm_key = dict(sglang_key, engine="vllm", provider="vllm")
+    e = ConfigStore(tmp_path / "state").put(vllm_key, {"up": up}, None, {"host": "gpu-a", "run_id": "r1"})
+    assert json.loads(e.files["up"].read_text())["1"]["SPLIT_K"] == 1

@@ -106,6 +106,8 @@ class SglangEngine:
         return naming.parse_config_file_name(name)
 
     default_batch_sizes = defaults.DEFAULT_BATCH_SIZES
+    #: none: SGLang's kernel launch takes no other keyword (an unknown field would fail it)
+    config_extra_fields = ()
 
     # 5. where config files are read (lookup.py)
     def lookup(self, *, config_dir: str | None, triton_version: str | None, device_name: str | None,

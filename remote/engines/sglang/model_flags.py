@@ -66,6 +66,8 @@ MODEL_FLAGS: tuple[ModelFlag, ...] = (
     ModelFlag("--download-dir", "server --download-dir (where a ModelScope model may be; SGLANG_USE_MODELSCOPE)"),
     ModelFlag("--tp", "server --tp-size", int, 1),
     ModelFlag("--ep", "server --ep-size", int, 1),
+    ModelFlag("--dp", "server --dp-size (not read by SGLang's MoE shape: its experts split over --tp-size/--ep-size)",
+              int, 1),
     ModelFlag("--dtype", "server --dtype (auto, bfloat16, float16, float32)"),
     ModelFlag("--quantization", "server --quantization (default: from the checkpoint); with --shape: 'fp8' "
                                 "tunes fp8_w8a8 (see --block-shape)"),

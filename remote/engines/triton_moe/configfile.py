@@ -49,7 +49,7 @@ def _bad(source: str, msg: str) -> PayloadError:
     return PayloadError("bad_input", f"{source}: {msg}")
 
 
-def validate_config(obj: Any, source: str, complete: bool = False) -> dict[str, dict]:
+def validate_config(obj: Any, source: str, complete: bool = False, extra_fields: tuple[str, ...] = ()) -> dict[str, dict]:
     """Check one SGLang fused-MoE config as SGLang's loader and kernel launch accept it, and
     return it with canonical keys.
 
@@ -61,7 +61,9 @@ def validate_config(obj: Any, source: str, complete: bool = False) -> dict[str, 
     ``tl.arange`` needs), optional ``num_warps`` (a positive power of two, Triton asserts it),
     ``num_stages`` (non-negative: ROCm files use 0), ``num_ctas`` (positive),
     ``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack`` (non-negative ints) and ``USE_TMA``
-    (bool). No other fields. Returns a new dict ``{str(M): {field: value}}`` in ascending M.
+    (bool). No other fields, except ``extra_fields`` (non-negative ints): the fields an engine's
+    loader also hands to its kernel (``Engine.config_extra_fields``, e.g. vLLM's ``SPLIT_K``, which
+    its WNA16 Triton launch needs). Returns a new dict ``{str(M): {field: value}}`` in ascending M.
 
     Raises PayloadError('bad_input') naming ``source`` and the offending key/field.
     """
@@ -91,7 +93,7 @@ def validate_config(obj: Any, source: str, complete: bool = False) -> dict[str, 
                     raise _bad(source, f"key {key!r}: field {f} must be {kind} int, got {v!r}")
                 if f in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps") and v & (v - 1):
                     raise _bad(source, f"key {key!r}: field {f} must be a power of two, got {v}")
-            elif f in OPTIONAL_INT_FIELDS:
+            elif f in OPTIONAL_INT_FIELDS or f in extra_fields:
                 if not _is_int(v) or v < 0:
                     raise _bad(source, f"key {key!r}: field {f} must be a non-negative int, got {v!r}")
             elif f in OPTIONAL_BOOL_FIELDS:
@@ -104,8 +106,9 @@ def validate_config(obj: Any, source: str, complete: bool = False) -> dict[str, 
     return {str(m): out[m] for m in sorted(out)}
 
 
-def load_config_file(path: str | os.PathLike, max_bytes: int = 4 * 1024 * 1024) -> dict[str, dict]:
-    """Read and validate a config file (see :func:`validate_config`).
+def load_config_file(path: str | os.PathLike, max_bytes: int = 4 * 1024 * 1024,
+                     extra_fields: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Read and validate a config file (see :func:`validate_config`; ``extra_fields`` its).
 
     Raises PayloadError('not_found') when ``path`` is missing, PayloadError('bad_input')
     when it is not a regular file, larger than ``max_bytes`` bytes, not UTF-8 JSON, or
@@ -130,11 +133,12 @@ def load_config_file(path: str | os.PathLike, max_bytes: int = 4 * 1024 * 1024) 
         raise PayloadError("bad_input", f"{p}: {exc.strerror or exc}") from None
     if len(raw) > max_bytes:
         raise PayloadError("bad_input", f"{p}: more than {max_bytes} bytes")
-    return loads_config(raw, p)
+    return loads_config(raw, p, extra_fields=tuple(extra_fields))
 
 
-def loads_config(data: str | bytes, source: str) -> dict[str, dict]:
-    """Parse JSON text/bytes of a config and validate it; errors name ``source``."""
+def loads_config(data: str | bytes, source: str, extra_fields: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Parse JSON text/bytes of a config and validate it (``extra_fields``: :func:`validate_config`'s);
+    errors name ``source``."""
     def no_dups(pairs: list[tuple[str, Any]]) -> dict:
         seen: dict = {}
         for k, v in pairs:
@@ -154,24 +158,24 @@ def loads_config(data: str | bytes, source: str) -> dict[str, dict]:
         if isinstance(exc, PayloadError):
             raise
         raise _bad(source, str(exc)) from None
-    return validate_config(obj, source)
+    return validate_config(obj, source, extra_fields=tuple(extra_fields))
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def dumps_config(cfg: dict) -> str:
+def dumps_config(cfg: dict, extra_fields: tuple[str, ...] = ()) -> str:
     """Serialise a config orch writes: keys sorted numerically, indent 4, trailing newline.
 
     ``cfg`` keys may be ints or digit strings; it is validated first with ``complete=True``
     (every entry has :data:`WRITTEN_FIELDS`; PayloadError 'bad_input' with source "config"
     when invalid). Field order inside each entry is :data:`WRITTEN_FIELDS` first, then the
-    optional ones in a fixed order.
+    optional ones in a fixed order, then ``extra_fields`` (:func:`validate_config`'s).
     """
     canon = validate_config({str(k): v for k, v in cfg.items()} if isinstance(cfg, dict) else cfg, "config",
-                            complete=True)
-    order = WRITTEN_FIELDS + OPTIONAL_BOOL_FIELDS + OPTIONAL_INT_FIELDS
+                            complete=True, extra_fields=tuple(extra_fields))
+    order = WRITTEN_FIELDS + OPTIONAL_BOOL_FIELDS + OPTIONAL_INT_FIELDS + tuple(extra_fields)
     ordered = {k: {f: v[f] for f in order if f in v} for k, v in canon.items()}
     return json.dumps(ordered, indent=4) + "\n"
 

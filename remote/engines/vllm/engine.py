@@ -118,6 +118,9 @@ class VllmEngine:
                 "block_shape": parts["block_shape"], "per_channel_quant": False, "down": parts["down"]}
 
     default_batch_sizes = DEFAULT_BATCH_SIZES
+    #: ``SPLIT_K``: vLLM's WNA16 Triton launch passes the entry to ``fused_moe_kernel_gptq_awq``,
+    #: which requires it (``invoke_fused_moe_triton_kernel`` overwrites it with 1); shipped files carry it
+    config_extra_fields = lookup.EXTRA_FIELDS
 
     # 5. where config files are read (lookup.py)
     def lookup(self, *, config_dir: str | None, triton_version: str | None, device_name: str | None,

@@ -102,10 +102,18 @@ def parse_line(line: str) -> dict | None:
     return None
 
 
-#: Entry fields the Triton kernel takes (constexprs and launch options); SPLIT_K is overwritten.
+#: Entry fields the Triton kernel takes (constexprs and launch options); SPLIT_K is overwritten to 1
+#: by ``invoke_fused_moe_triton_kernel`` but not by ``invoke_fused_moe_wna16_triton_kernel``, whose
+#: ``fused_moe_kernel_gptq_awq`` requires it as a keyword (a WNA16 entry without it fails the launch).
 REQUIRED_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
 OPTIONAL_FIELDS = ("num_warps", "num_stages", "num_ctas", "SPLIT_K", "waves_per_eu", "matrix_instr_nonkdim",
                    "kpack")
+
+
+#: Entry fields vLLM files carry beyond the shared ones (``Engine.config_extra_fields``)
+EXTRA_FIELDS = ("SPLIT_K",)
+#: What every entry of a weight-only group file (int4_w4a16/int8_w8a16 with ``[0, group]``) must add
+WNA16_ENTRY = {"SPLIT_K": 1}
 
 
 def validate(obj: Any, source: str, release: str = "0.34.0") -> dict[str, dict]:
@@ -155,7 +163,7 @@ def dumps(cfg: dict, triton_version: str | None = None) -> str:
     tuner (``benchmarks/kernels/benchmark_moe.py``) records it and its loader drops it."""
     from ..triton_moe.configfile import dumps_config
 
-    body = json.loads(dumps_config(cfg))
+    body = json.loads(dumps_config(cfg, extra_fields=EXTRA_FIELDS))
     out = ({"triton_version": triton_version} if triton_version else {}) | body
     return json.dumps(out, indent=4) + "\n"
 

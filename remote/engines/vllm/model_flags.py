@@ -9,7 +9,8 @@ The flags are one table shared by every engine (declared by the default engine,
   ``~/.cache/huggingface/hub``; ``refs/main``'s snapshot, else the newest);
 - the shape: :func:`remote.engines.vllm.shape.model_shape`: ``--ep`` greater than 1 is the unit's
   expert-parallel size (``--enable-expert-parallel``: TP x DP ranks, ``ServerArgs.ep``), so the
-  experts are split over it and N stays whole; otherwise N is split over ``--tp``;
+  experts are split over it and N stays whole; otherwise N is split over ``--tp`` x ``--dp``
+  (``FusedMoEParallelConfig.make`` flattens the experts' TP across the DP ranks);
 - the record: the shared :class:`~remote.engines.triton_moe.shape.MoeShape` with vLLM's file names
   (:class:`VllmMoeShape`).
 """
@@ -102,7 +103,7 @@ def load_model_config(path: str) -> dict[str, Any]:
     return cfg
 
 
-_WEIGHT_DTYPES = {"fp8_w8a8": "fp8_e4m3", "mxfp4": "mxfp4"}
+_WEIGHT_DTYPES = {"fp8_w8a8": "fp8_e4m3", "mxfp4": "mxfp4", "int8_w8a16": "int8", "int4_w4a16": "int4"}
 
 
 def _act_dtype(cfg: Mapping[str, Any], dtype: str | None) -> str:
@@ -115,24 +116,31 @@ def _act_dtype(cfg: Mapping[str, Any], dtype: str | None) -> str:
     return "float16" if raw == "float16" else "bfloat16"
 
 
-def vllm_moe_shape(cfg: dict[str, Any], *, tp: int = 1, ep: int = 1, quantization: str | None = None,
+def vllm_moe_shape(cfg: dict[str, Any], *, tp: int = 1, ep: int = 1, dp: int = 1, quantization: str | None = None,
                    dtype: str | None = None, source: str = "config.json") -> VllmMoeShape:
-    """The :class:`VllmMoeShape` of ``cfg`` run with the model flags (module docstring). Raises
+    """The :class:`VllmMoeShape` of ``cfg`` run with the model flags (module docstring): ``ep`` > 1
+    splits the experts over ``ep`` ranks (``--enable-expert-parallel``: TP x DP); otherwise N is split
+    over ``tp`` x ``dp`` (vLLM's ``FusedMoEParallelConfig.make`` flattens the experts' TP across DP).
+    ``per_channel_quant`` is set for ``experts_int8`` (one scale per output row, no group). Raises
     ``PayloadError('bad_input')`` (a :class:`~remote.protocol.BadInput`) from the shape rules."""
     ep_split = ep > 1
-    vs = model_shape(cfg, tp=ep if ep_split else tp, dp=1, enable_expert_parallel=ep_split, quantization=quantization,
-                     source=source)
+    vs = model_shape(cfg, tp=ep if ep_split else tp, dp=1 if ep_split else dp, enable_expert_parallel=ep_split,
+                     quantization=quantization, source=source)
     act = _act_dtype(cfg, dtype)
     notes = []
     if vs.weight_format == "mxfp4":
         notes.append("mxfp4 MoE weights: vLLM runs no Triton config file for them")
+    if not ep_split and dp > 1:
+        notes.append(f"data parallel {dp} without expert parallelism: vLLM splits N over TP x DP = {tp * dp} ranks")
+    per_channel = vs.quant_method == "experts_int8"
     return VllmMoeShape(E=vs.E, N=vs.N, hidden=vs.hidden, topk=vs.topk, runtime_topk=vs.topk,
                         num_experts=vs.experts, shared_fused=False, dtype_selector=vs.dtype,
-                        block_shape=vs.block_shape, per_channel_quant=False,
+                        block_shape=vs.block_shape, per_channel_quant=per_channel,
                         weight_dtype=_WEIGHT_DTYPES.get(vs.weight_format or "", act), moe_layers=None,
                         architecture=vs.architecture, act_dtype=act, intermediate_size=vs.intermediate,
                         tp=tp, ep=ep, quant_method=vs.weight_format, notes=notes,
-                        family=f"vllm:{vs.architecture}", source=SOURCE)
+                        family=f"vllm:{vs.architecture}", source=SOURCE,
+                        group_size=max(0, vs.group_size), has_zp=vs.has_zp)
 
 
 def _shape_from_spec(args: argparse.Namespace) -> VllmMoeShape:
@@ -173,8 +181,8 @@ def shape_from_args(args: argparse.Namespace, capability: tuple[int, int] | None
     path = resolve_model_config_path(args.model_config, getattr(args, "hf_home", None))
     cfg = load_model_config(str(path))
     try:
-        shape = vllm_moe_shape(cfg, tp=int(args.tp or 1), ep=int(args.ep or 1), quantization=args.quantization,
-                               dtype=args.dtype, source=str(path))
+        shape = vllm_moe_shape(cfg, tp=int(args.tp or 1), ep=int(args.ep or 1), dp=int(getattr(args, "dp", 1) or 1),
+                               quantization=args.quantization, dtype=args.dtype, source=str(path))
     except BadInput:
         raise
     except (ValueError, TypeError) as exc:
@@ -197,6 +205,8 @@ MODEL_FLAGS: tuple[tuple[str, str, Any, Any, tuple[str, ...], tuple[str, ...]], 
     ("--download-dir", "server --download-dir", str, None, COMMANDS, ()),
     ("--tp", "server --tensor-parallel-size", int, 1, COMMANDS, ()),
     ("--ep", "expert-parallel size: TP x DP with --enable-expert-parallel (1: none)", int, 1, COMMANDS, ()),
+    ("--dp", "server --data-parallel-size: without expert parallelism vLLM splits N over TP x DP", int, 1,
+     COMMANDS, ()),
     ("--dtype", "server --dtype (auto, bfloat16, float16, float32)", str, None, COMMANDS, ()),
     ("--quantization", "server --quantization (default: from the checkpoint)", str, None, COMMANDS, ()),
     ("--disable-shared-experts-fusion", "not read by vLLM's rules (its shared experts are never fused on CUDA)",

@@ -5,7 +5,7 @@ vLLM 0.32.0-0.34.0:
 
 - a start: the API server logs ``vLLM server version X, serving model Y`` (``VLLM_DISABLE_LOG_LOGO=1``
   or no formatter), else the logo whose line holds ``version X`` (``entrypoints/common/startup.py``
-  in 0.34.0, ``entrypoints/serve/utils/api_utils.py`` in 0.32.0/0.33.0 ``log_version_and_model``),
+  in 0.33.0/0.34.0, ``entrypoints/serve/utils/api_utils.py`` in 0.32.0 ``log_version_and_model``),
   at INFO; :data:`START_MARKERS`;
 - ready: ``Starting vLLM server on <address>`` (``entrypoints/launchers/api_server/entry.py``),
   logged once the engine is up, just before uvicorn serves; :data:`READY_LINE`;

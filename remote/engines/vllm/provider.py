@@ -14,10 +14,26 @@ What is timed, for a candidate config (vLLM 0.32.0-0.34.0,
   ``get_default_config``).
 
 The launch is the one of a one-GPU server with the functional entry's flags
-(``use_fp8_w8a8``, ``per_channel_quant``, ``block_shape``): no expert map, router weights on the
-down GEMM. Weight formats: bf16/fp16, fp8_w8a8 per-tensor and block (what vLLM's Triton path runs
-for them on Hopper). ``compile_one`` / :meth:`VllmProvider.kernel_specs` compile the two GEMM
-launches (``invoke_fused_moe_triton_kernel``) ahead of timing, as the SGLang provider does.
+(``use_fp8_w8a8``, ``use_int8_w8a16``, ``use_int4_w4a16``, ``w1_scale``/``w2_scale``,
+``w1_zp``/``w2_zp``, ``block_shape``): no expert map, router weights on the down GEMM. Weight
+formats, as vLLM's Triton path holds them (:mod:`remote.tuning.kernel.formats` builds them):
+
+- bf16/fp16; fp8_w8a8 per-tensor and block;
+- ``int4_w4a16`` / ``int8_w8a16`` with a group (``MoeWNA16Method``, GPTQ/AWQ through
+  ``TritonWNA16Experts``): uint8 weights (two int4 per byte along K), scales ``[E, rows, K //
+  group]``, optional uint8 zero points; ``block_shape=[0, group]``, so ``dispatch_fused_moe_kernel``
+  launches ``fused_moe_kernel_gptq_awq`` (``invoke_fused_moe_wna16_triton_kernel``), or on CUDA,
+  for int4 with a group of 32/64/128 and at most 6 token-expert pairs per expert
+  (``should_moe_wna16_use_cuda``), vLLM's compiled ``moe_wna16_gemm``: the whole kernel times
+  whichever vLLM picks at that M, with the candidate's tiles;
+- ``int8_w8a16`` per channel (``experts_int8``, ``Int8OnlineMoEMethod`` through ``TritonExperts``):
+  int8 weights, float32 scales ``[E, rows]``, no block: ``fused_moe_kernel``.
+
+The file's name is vLLM's (``get_config_file_name``: ``,dtype=int4_w4a16``/``,dtype=int8_w8a16``,
+no block selector for ``[0, group]``; N the unpacked per-rank size, ``_moe_config_shape``).
+``compile_one`` / :meth:`VllmProvider.kernel_specs` compile the two GEMMs' Triton launches
+(``invoke_fused_moe_triton_kernel``, or ``invoke_fused_moe_wna16_triton_kernel`` for a group)
+ahead of timing, as the SGLang provider does.
 """
 
 from __future__ import annotations
@@ -35,7 +51,7 @@ import torch
 from ...protocol import internal_error
 from ...tuning.kernel import formats
 from ...tuning.providers.builtin import DTYPES
-from .lookup import TUNED_FOLDER_ENV
+from .lookup import TUNED_FOLDER_ENV, WNA16_ENTRY
 from .naming import config_file_name, dtype_selector, vllm_device_name
 
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
@@ -84,8 +100,9 @@ class VllmKernel:
 
 class VllmProblem:
     """Inputs for one batch size M in vLLM's layouts: x [M, hidden]; w1 [E, 2N, hidden]; w2
-    [E, hidden, N] (``dtype``, or fp8 e4m3 with float32 scales); routing from a softmax top-k of
-    random logits. ``N``: the intermediate size per rank (what vLLM's file names carry)."""
+    [E, hidden, N] (``dtype``, or a quantized format of :mod:`remote.tuning.kernel.formats` with its
+    scales and zero points; int4 packs K in half); routing from a softmax top-k of random logits.
+    ``N``: the intermediate size per rank (what vLLM's file names carry)."""
 
     def __init__(self, E, N, hidden, top_k, M, dtype, device, seed, weights=None, quant=None, empty_weights=False):
         from ...tuning.kernel.reference import route
@@ -104,17 +121,18 @@ class VllmProblem:
                     w2 = (torch.randn(E, hidden, N, generator=gen, device=self.device) / math.sqrt(N)).to(dtype)
                     weights = (w1, w2, None)
             elif empty_weights:
-                w1, s1, _ = formats.empty(E, 2 * N, hidden, quant, dtype, self.device)
-                w2, s2, _ = formats.empty(E, hidden, N, quant, dtype, self.device)
-                weights = (w1, w2, (s1, s2))
+                w1, s1, z1 = formats.empty(E, 2 * N, hidden, quant, dtype, self.device)
+                w2, s2, z2 = formats.empty(E, hidden, N, quant, dtype, self.device)
+                weights = (w1, w2, (s1, s2, z1, z2))
             else:
-                w1q, s1, _ = formats.quantize(torch.randn(E, 2 * N, hidden, generator=gen, device=self.device)
-                                              / math.sqrt(hidden), quant, dtype)
-                w2q, s2, _ = formats.quantize(torch.randn(E, hidden, N, generator=gen, device=self.device)
-                                              / math.sqrt(N), quant, dtype)
-                weights = (w1q, w2q, (s1, s2))
+                w1q, s1, z1 = formats.quantize(torch.randn(E, 2 * N, hidden, generator=gen, device=self.device)
+                                               / math.sqrt(hidden), quant, dtype)
+                w2q, s2, z2 = formats.quantize(torch.randn(E, hidden, N, generator=gen, device=self.device)
+                                               / math.sqrt(N), quant, dtype)
+                weights = (w1q, w2q, (s1, s2, z1, z2))
         self.w1, self.w2, scales = weights
-        self.w1_scale, self.w2_scale = scales if scales else (None, None)
+        scales = tuple(scales) + (None, None) if scales and len(scales) == 2 else scales
+        self.w1_scale, self.w2_scale, self.w1_zp, self.w2_zp = scales if scales else (None, None, None, None)
         self.x = torch.randn(M, hidden, generator=gen, device=self.device).to(dtype)
         self.topk_weights, self.topk_ids = route(M, E, top_k, logits=torch.randn(M, E, generator=gen,
                                                                                 device=self.device))
@@ -122,7 +140,8 @@ class VllmProblem:
     @property
     def weights(self):
         """``(w1, w2, scales)`` for reuse by the next batch size."""
-        return self.w1, self.w2, ((self.w1_scale, self.w2_scale) if self.w1_scale is not None else None)
+        return self.w1, self.w2, ((self.w1_scale, self.w2_scale, self.w1_zp, self.w2_zp)
+                                  if self.w1_scale is not None else None)
 
     @property
     def dtype_sel(self) -> str | None:
@@ -132,8 +151,23 @@ class VllmProblem:
 
     @property
     def block_shape(self):
-        """The block shape vLLM passes (None for 16-bit and per-tensor weights)."""
-        return list(self.quant.block_shape) if self.quant is not None and self.quant.block_shape else None
+        """The block shape vLLM passes: ``[bn, bk]`` for fp8 block, ``[0, group]`` for the weight-only
+        formats with a group (``make_wna16_moe_quant_config``), None otherwise."""
+        return self.quant.kernel_block_shape if self.quant is not None else None
+
+    @property
+    def flags(self) -> dict:
+        """``fused_experts_impl``'s format flags (``use_fp8_w8a8``, ``use_int8_w8a16``, ``use_int4_w4a16``;
+        the activations are never per-token here: ``per_channel_quant`` False)."""
+        q = self.quant
+        return dict(use_fp8_w8a8=q is not None and q.dtype == "fp8_w8a8",
+                    use_int8_w8a16=q is not None and q.dtype == "int8_w8a16",
+                    use_int4_w4a16=q is not None and q.dtype == "int4_w4a16")
+
+    @property
+    def wna16_group(self) -> bool:
+        """Weight-only int4/int8 with a group: ``dispatch_fused_moe_kernel``'s WNA16 branch."""
+        return self.quant is not None and self.quant.weight_only and not self.quant.int8_per_channel
 
 
 class VllmProvider:
@@ -164,16 +198,28 @@ class VllmProvider:
                      empty_weights: bool = False) -> VllmProblem:
         """A :class:`VllmProblem` for ``shape`` (E, N per rank, hidden, topk) at batch size M."""
         fmt = formats.from_quant(quant)
-        if fmt is not None and fmt.dtype != "fp8_w8a8":
-            raise VllmUnavailable(f"the vllm provider times bf16/fp16 and fp8_w8a8 weights, not {fmt.dtype}")
+        if fmt is not None and (fmt.dtype not in ("fp8_w8a8", "int8_w8a16", "int4_w4a16") or fmt.per_channel
+                                and fmt.dtype == "fp8_w8a8"):
+            raise VllmUnavailable(f"the vllm provider times bf16/fp16, fp8_w8a8 (per-tensor, block), int8_w8a16 and "
+                                  f"int4_w4a16 weights, not {fmt.dtype}{' per-channel' if fmt.per_channel else ''}")
         return VllmProblem(shape["E"], shape["N"], shape["hidden"], shape["topk"], M, DTYPES[dtype], device, seed,
                            weights, fmt, empty_weights)
 
     def default_config(self, p: VllmProblem) -> dict:
-        """vLLM's ``get_default_config`` for this problem (num_warps/num_stages made explicit)."""
-        params = inspect.signature(self.k.fm.get_default_config).parameters
-        args = dict(M=p.M, E=p.E, N=p.N, K=p.hidden, topk=p.top_k, dtype=p.dtype_sel, block_shape=p.block_shape)
-        cfg = dict(self.k.fm.get_default_config(**{a: v for a, v in args.items() if a in params}))
+        """vLLM's ``get_default_config`` for this problem (num_warps/num_stages made explicit; K is
+        ``w1.shape[2]``, the packed size for int4, as ``try_get_optimal_moe_config`` passes it). For a
+        weight-only group vLLM sets only BLOCK_SIZE_M there and its Triton launch adds BLOCK_SIZE_N/K
+        (``get_moe_wna16_block_config``): they are added the same way."""
+        fm = self.k.fm
+        params = inspect.signature(fm.get_default_config).parameters
+        args = dict(M=p.M, E=p.E, N=p.N, K=int(p.w1.shape[2]), topk=p.top_k, dtype=p.dtype_sel,
+                    block_shape=p.block_shape)
+        cfg = dict(fm.get_default_config(**{a: v for a, v in args.items() if a in params}))
+        if p.wna16_group and callable(getattr(fm, "get_moe_wna16_block_config", None)):
+            cfg.update(fm.get_moe_wna16_block_config(
+                config=cfg, use_moe_wna16_cuda=False, num_valid_tokens=p.M * p.top_k, size_k=p.hidden,
+                size_n=2 * p.N, num_experts=2 * p.N, group_size=p.block_shape[1], real_top_k=p.top_k,
+                block_size_m=cfg["BLOCK_SIZE_M"]))
         cfg.pop("SPLIT_K", None)
         cfg.setdefault("num_warps", 4)
         cfg.setdefault("num_stages", 3)
@@ -188,17 +234,33 @@ class VllmProvider:
         q = p.quant
         kw = {}
         if q is not None:
-            kw = dict(use_fp8_w8a8=True, w1_scale=p.w1_scale, w2_scale=p.w2_scale, block_shape=p.block_shape,
+            kw = dict(p.flags, w1_scale=p.w1_scale, w2_scale=p.w2_scale, block_shape=p.block_shape,
                       per_channel_quant=False)
+            if q.weight_only:
+                kw.update(w1_zp=p.w1_zp, w2_zp=p.w2_zp)
         fm = self.k.fm
         return lambda: fm.fused_experts_impl(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids, **kw)
+
+    def file_entry(self, quant) -> dict:
+        """Fields every entry of a file for ``quant`` (the tuner spec's entry) must carry for vLLM:
+        ``{"SPLIT_K": 1}`` for a weight-only group (``invoke_fused_moe_wna16_triton_kernel`` hands the
+        entry to ``fused_moe_kernel_gptq_awq``, which requires ``SPLIT_K``; the other launch sets it
+        itself), else ``{}``."""
+        fmt = formats.from_quant(quant)
+        return dict(WNA16_ENTRY) if fmt is not None and fmt.weight_only and not fmt.int8_per_channel else {}
+
+    def _entry(self, p: VllmProblem, cfg: dict) -> dict:
+        """``cfg`` as vLLM would read it from orch's file: ``USE_TMA`` dropped, ints, plus
+        :meth:`file_entry`'s fields."""
+        out = {k: int(v) for k, v in cfg.items() if k != "USE_TMA"}
+        return dict(out, **(dict(WNA16_ENTRY) if p.wna16_group else {}))
 
     def gemm_fn(self, p: VllmProblem, kind: str, cfg: dict):
         """``joint``: the whole kernel with ``cfg`` forced for both GEMMs. ValueError otherwise."""
         if kind != "joint":
             raise ValueError(f"the vllm provider times joint configs only, got {kind!r}")
         call, ov = self._call(p), self.k.override_config
-        forced = {k: int(v) for k, v in cfg.items() if k != "USE_TMA"}
+        forced = self._entry(p, cfg)
 
         def fn():
             with ov(forced), torch.no_grad():
@@ -215,7 +277,7 @@ class VllmProvider:
             if cfg is not None:
                 from .lookup import dumps
                 with open(os.path.join(d, self.file_name(p, device_name)), "w") as f:
-                    f.write(dumps({str(p.M): {k: v for k, v in cfg.items() if k != "USE_TMA"}}))
+                    f.write(dumps({str(p.M): self._entry(p, cfg)}))
             self._dirs[key] = d
         return self._dirs[key]
 
@@ -244,7 +306,7 @@ class VllmProvider:
         out = self.full_fn(p, up_cfg)()
         if p.quant is not None:
             ref = formats.reference(p.x, p.w1, p.w2, p.quant, p.topk_weights, p.topk_ids,
-                                    scales=(p.w1_scale, p.w2_scale), zps=(None, None))
+                                    scales=(p.w1_scale, p.w2_scale), zps=(p.w1_zp, p.w2_zp))
             return relative_error(out, ref)
         return relative_error(out, fused_moe_reference(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids))
 
@@ -264,11 +326,17 @@ class VllmProvider:
     def _launch_kwargs(self, p: VllmProblem, gemm: str, cfg: dict) -> dict:
         """Arguments of vLLM's GEMM launcher for the up or down GEMM of ``p`` with ``cfg``."""
         fm = self.k.fm
-        clean = {k: int(v) for k, v in cfg.items() if k != "USE_TMA"}
-        st, eid, ntpp = fm._prepare_expert_assignment(p.topk_ids, clean, p.M, p.top_k, p.E, None)
+        clean = self._entry(p, cfg)
+        extra = dict(use_int8_w8a16=p.flags["use_int8_w8a16"], use_int4_w4a16=p.flags["use_int4_w4a16"],
+                     block_shape=p.block_shape)
+        accepted = inspect.signature(fm._prepare_expert_assignment).parameters
+        st, eid, ntpp = fm._prepare_expert_assignment(p.topk_ids, clean, p.M, p.top_k, p.E, None,
+                                                      **{k: v for k, v in extra.items() if k in accepted})
         q = p.quant
         a = p.x
         a_scale = None
+        if q is not None and q.weight_only:
+            return self._wna16_launch_kwargs(p, gemm, clean, st, eid, ntpp)
         if q is not None:
             a, a_scale = fm.moe_kernel_quantize_input(A=p.x, A_scale=None, quant_dtype=torch.float8_e4m3fn,
                                                       per_act_token_quant=False, block_shape=p.block_shape)
@@ -290,7 +358,27 @@ class VllmProvider:
         return dict(common, A=act, B=p.w2, C=c, A_scale=a2_scale, B_scale=p.w2_scale, topk_weights=p.topk_weights,
                     mul_routed_weight=True, top_k=1)
 
+    def _wna16_launch_kwargs(self, p: VllmProblem, gemm: str, cfg: dict, st, eid, ntpp) -> dict:
+        """Launch arguments of a weight-only GEMM: ``invoke_fused_moe_wna16_triton_kernel``'s for a group
+        (``"_launcher": "wna16"``), else ``invoke_fused_moe_triton_kernel``'s with ``use_int8_w8a16``."""
+        import triton.language as tl
+        ct = tl.bfloat16 if p.dtype == torch.bfloat16 else tl.float16
+        up = gemm == "up"
+        a = p.x if up else torch.empty(p.M * p.top_k, p.N, device=p.device, dtype=p.dtype)
+        c = torch.empty(p.M, p.top_k, 2 * p.N if up else p.hidden, device=p.device, dtype=p.dtype)
+        common = dict(A=a, B=p.w1 if up else p.w2, C=c, B_scale=p.w1_scale if up else p.w2_scale,
+                      topk_weights=p.topk_weights, sorted_token_ids=st, expert_ids=eid, num_tokens_post_padded=ntpp,
+                      mul_routed_weight=not up, top_k=p.top_k if up else 1, config=cfg, compute_type=ct,
+                      use_int8_w8a16=p.flags["use_int8_w8a16"], use_int4_w4a16=p.flags["use_int4_w4a16"],
+                      block_shape=p.block_shape)
+        if p.wna16_group:
+            return dict(common, B_zp=p.w1_zp if up else p.w2_zp, _launcher="wna16")
+        return dict(common, A_scale=None, use_fp8_w8a8=False, use_int8_w8a8=False, per_channel_quant=False)
+
     def _invoke(self, kw: dict):
+        if kw.get("_launcher") == "wna16":
+            kw = {k: v for k, v in kw.items() if k != "_launcher"}
+            return self.k.fm.invoke_fused_moe_wna16_triton_kernel(**kw)
         params = self.k.invoke_params
         pos = ["A", "B", "C", "A_scale", "B_scale"]
         args = [kw[n] for n in pos]

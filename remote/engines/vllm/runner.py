@@ -20,10 +20,24 @@ What can be told before the server starts (:func:`triton_verdict`), by weight fo
   Triton; elsewhere (Blackwell) FlashInfer TRTLLM is first: it depends on FlashInfer;
 - ``auto``, fp8 with block ``[128, 128]`` on SM90 (``is_device_capability(90)``), no expert
   parallelism: Triton is moved to the front; with EP, FlashInfer CUTLASS is;
-- ``auto``, int8_w8a8: the list starts with TRITON (``oracle/int8.py``);
-- ``auto``, other fp8 (per-tensor, per-channel) and weight-only int4/int8 (Marlin first): a
-  non-Triton kernel comes first where the host's libraries support it: undecided before the
-  start; the log line decides (:func:`parse_backend_line`).
+- ``auto``, int8_w8a8 and ``experts_int8`` (int8_w8a16 per channel, ``Int8OnlineMoEMethod``):
+  the Int8 list starts with TRITON (``oracle/int8.py``), whose ``TritonExperts`` take int8 from
+  SM 7.5 on;
+- ``auto``, ``moe_wna16`` (``MoeWNA16Method``, int4/int8 with a group): the WNA16 list
+  (``oracle/int_wna16.py`` ``_get_priority_backends``) is RDNA3 (ROCm), FlashInfer TRT-LLM,
+  Marlin, batched Marlin, TRITON, Humming, emulation; Marlin refuses the MoeWNA16 layout
+  (``_backend_incompatibility_reason``), so Triton runs, except on SM90 where Humming is moved
+  ahead of Marlin (``prioritize_humming``, ``_HUMMING_PREFERRED_CAPABILITIES = {90}``) and runs
+  where the optional ``humming`` package is installed, and from SM100 on where FlashInfer's
+  TRT-LLM mxint4 kernel may take it: undecided there;
+- ``auto``, GPTQ/AWQ checkpoints without ``--quantization moe_wna16``: Marlin (or Humming on
+  SM90) where it supports the layer, else the MoeWNA16 fallback (Triton) or, for GPTQ, Triton
+  after Marlin (not with ``desc_act``; never the AutoAWQ layout): undecided before the start;
+- ``auto``, other fp8 (per-tensor, per-channel): a non-Triton kernel comes first where the host's
+  libraries support it: undecided before the start; the log line decides (:func:`parse_backend_line`).
+
+The WNA16 log line of 0.32.0/0.33.0 quotes the backend (``Using 'TRITON' WNA16 MoE backend.``);
+0.34.0 logs it as the other oracles do; :func:`parse_backend_line` reads both.
 """
 
 from __future__ import annotations
@@ -42,15 +56,19 @@ _LINE = re.compile(r"Using (?P<backend>.+?) (?P<kind>Unquantized|Fp8|Int8|WNA16|
 
 
 def triton_verdict(weight_format: str | None, block_shape=None, capability: tuple[int, int] | None = (9, 0),
-                   moe_backend: str | None = None, ep_size: int = 1) -> tuple[bool | None, str]:
+                   moe_backend: str | None = None, ep_size: int = 1,
+                   method: str | None = None) -> tuple[bool | None, str]:
     """``(reads_triton_files, reason)`` for a vLLM unit, before it starts (module docstring).
 
     ``weight_format``: None (bf16/fp16), ``fp8_w8a8``, ``int8_w8a8``, ``int4_w4a16``,
     ``int8_w8a16``, or another format name (mxfp4, nvfp4: never Triton files); ``block_shape``:
     the fp8 block (None for per-tensor/channel); ``capability``: the GPU's (major, minor), None
     when not known; ``moe_backend``: the unit's ``--moe-backend`` (None: ``auto``); ``ep_size``:
-    expert-parallel size (``--enable-expert-parallel`` with TP x DP > 1). ``None`` as the verdict:
-    it depends on the host's libraries; the server's ``Using ... MoE backend`` line decides.
+    expert-parallel size (``--enable-expert-parallel`` with TP x DP > 1); ``method``: the
+    quantization method vLLM runs (``remote.engines.vllm.shape.quant_method``: ``moe_wna16``,
+    ``experts_int8``, ``gptq``, ``awq``, ...), which decides the weight-only formats' list. ``None``
+    as the verdict: it depends on the host's libraries; the server's ``Using ... MoE backend`` line
+    decides.
     """
     flag = (moe_backend or MOE_BACKEND_DEFAULT).strip().lower()
     if flag != "auto" and not (weight_format is None and flag in ("marlin", "humming")):
@@ -70,11 +88,24 @@ def triton_verdict(weight_format: str | None, block_shape=None, capability: tupl
         if capability == (9, 0):
             return None, ("fp8 block [128,128] on SM90 with EP: FlashInfer CUTLASS comes first where FlashInfer "
                           "is installed; the server's 'Using ... Fp8 MoE backend' line decides")
-    if weight_format == "int8_w8a8":
-        return True, "int8_w8a8: vLLM's priority list starts with TRITON (oracle/int8.py)"
+    if weight_format == "int8_w8a8" or (weight_format == "int8_w8a16" and method == "experts_int8"):
+        if capability is not None and capability < (7, 5):
+            return False, f"{method or weight_format}: vLLM's Triton int8 experts need SM 7.5 (TritonExperts)"
+        return True, f"{method or weight_format}: vLLM's Int8 priority list starts with TRITON (oracle/int8.py)"
+    if weight_format in ("int4_w4a16", "int8_w8a16") and method == "moe_wna16":
+        if capability is not None and capability[0] == 9:
+            return None, ("moe_wna16 on SM90: vLLM moves Humming ahead of Marlin (prioritize_humming), so it runs "
+                          "before TRITON where the optional humming package is installed; the server's "
+                          "'Using ... WNA16 MoE backend' line decides")
+        if capability is not None and capability[0] >= 10:
+            return None, ("moe_wna16 from SM100 on: FlashInfer TRT-LLM comes first where it takes the checkpoint; "
+                          "the server's 'Using ... WNA16 MoE backend' line decides")
+        return True, ("moe_wna16: Marlin refuses the MoeWNA16 layout, so vLLM's WNA16 list reaches TRITON "
+                      "(oracle/int_wna16.py)")
     if weight_format in ("fp8_w8a8", "int4_w4a16", "int8_w8a16"):
-        return None, (f"{weight_format}: kernels ahead of Triton in vLLM's list (FlashInfer, DeepGEMM, CUTLASS, "
-                      "Marlin) run where the host supports them; the server's 'Using ... MoE backend' line decides")
+        return None, (f"{method or weight_format}: kernels ahead of Triton in vLLM's list (FlashInfer, DeepGEMM, "
+                      "CUTLASS, Marlin, Humming) run where the host supports them; the server's 'Using ... MoE "
+                      "backend' line decides")
     return False, f"{weight_format}: vLLM runs no Triton fused-MoE kernel for this format"
 
 
@@ -85,7 +116,7 @@ def parse_backend_line(line: str) -> dict | None:
     if not m:
         return None
     avail = re.findall(r"'([^']*)'", m["avail"]) if m["avail"] else []
-    backend = m["backend"]
+    backend = m["backend"].strip("'")  # 0.32.0/0.33.0 WNA16: "Using 'TRITON' WNA16 MoE backend."
     return {"backend": backend, "kind": m["kind"], "available": avail,
             "reads_triton_files": backend in TRITON_LOG_VALUES}
 
@@ -116,12 +147,16 @@ def moe_runner(*, backend: str, probe: dict, ep: int, quantization: str | None, 
     line decides where it has one (:func:`parse_backend_line`), else :func:`triton_verdict`."""
     from ..records import MoeRunner
 
+    from .shape import quant_method
+
     model = probe.get("model") or {}
     fmt = model.get("quant_method")
     if fmt is None and (quantization or "").lower() == "fp8":
         fmt = "fp8_w8a8"
+    ckpt = model.get("checkpoint_quant_method")
+    method = quant_method({"quantization_config": {"quant_method": ckpt}} if ckpt else {}, quantization)
     flag = (backend or MOE_BACKEND_DEFAULT).strip().lower().replace("-", "_")
-    reads, why = triton_verdict(fmt, model.get("block_shape"), _capability(probe), flag, ep)
+    reads, why = triton_verdict(fmt, model.get("block_shape"), _capability(probe), flag, ep, method)
     source = "flag" if flag != MOE_BACKEND_DEFAULT and reads is not None else "derived"
     lines = list(log.runner_lines) if log is not None else []
     if lines:

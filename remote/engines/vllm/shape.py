@@ -16,9 +16,24 @@ config keys each model file reads are in :data:`ARCHITECTURES` (held against the
 - the file name's ``N`` is ``w2.shape[2]``, doubled for int4_w4a16 (``_moe_config_shape``): the
   unpacked intermediate size per rank, i.e. the same number as for 16-bit weights.
 
-The weight format (:func:`weight_format`) comes from ``quantization_config`` (the checkpoint's) or
-``--quantization``: fp8 with ``weight_block_size`` is ``fp8_w8a8`` with that block, fp8 without it
-per-tensor ``fp8_w8a8``; ``mxfp4`` (gpt-oss) runs no Triton config file.
+The weight format (:func:`weight_spec`) comes from ``quantization_config`` (the checkpoint's) and
+``--quantization`` (:func:`quant_method`: the method vLLM runs): fp8 with ``weight_block_size`` is
+``fp8_w8a8`` with that block, fp8 without it per-tensor ``fp8_w8a8``; ``mxfp4`` (gpt-oss) runs no
+Triton config file; the weight-only formats (vLLM 0.32.0-0.34.0):
+
+- ``experts_int8`` (``--quantization experts_int8``, ``quantization/experts_int8.py``
+  ``Int8OnlineMoEMethod``): 16-bit weights quantized to int8 per output channel on load;
+  ``oracle/int8.py`` ``make_int8_moe_quant_config`` without activation scales is
+  ``int8_w8a16_moe_quant_config`` with no block: ``int8_w8a16``, per-channel scales, the
+  ``fused_moe_kernel`` (file ``,dtype=int8_w8a16``);
+- ``moe_wna16`` (``--quantization moe_wna16`` on a GPTQ 4/8-bit or AWQ 4-bit checkpoint,
+  ``MoeWNA16Config.override_quantization_method``), ``gptq``/``gptq_marlin``/``auto_gptq`` and
+  ``awq``/``awq_marlin``/``auto_awq`` checkpoints: ``int4_w4a16`` (``bits`` 4) or ``int8_w8a16``
+  (``bits`` 8) with ``block_shape=[0, group_size]`` (``oracle/int_wna16.py``
+  ``make_wna16_moe_quant_config``), which names no block in the file (``not all(block_shape)``);
+  the group is halved until it divides both the per-rank intermediate size and the hidden size
+  (``MoeWNA16Method.create_weights``); zero points: GPTQ ``sym`` false, AWQ ``zero_point``. Which
+  kernel runs them (Marlin, Humming, Triton) is :func:`remote.engines.vllm.runner.triton_verdict`'s.
 """
 
 from __future__ import annotations
@@ -70,23 +85,104 @@ ARCHITECTURES: dict[str, Arch] = {
 }
 
 
-def weight_format(config: dict[str, Any], quantization: str | None = None) -> tuple[str | None, list[int] | None]:
-    """``(format, block_shape)`` of a model's MoE weights as vLLM runs them: ``(None, None)`` for
-    16-bit weights, ``("fp8_w8a8", [n, k])`` for fp8 with ``weight_block_size``, ``("fp8_w8a8",
-    None)`` for per-tensor fp8 (a checkpoint's ``quantization_config.quant_method == "fp8"`` or
-    ``--quantization fp8`` on 16-bit weights: vLLM quantizes them on load), ``("mxfp4", None)`` for
-    gpt-oss's mxfp4. Raises :class:`remote.protocol.BadInput` for another quantization method
-    (orch does not read its MoE format yet)."""
+#: ``--quantization`` / ``quant_method`` names of vLLM's GPTQ and AWQ configs (``quantization/__init__.py``
+#: ``get_quantization_config``: each maps to ``AutoGPTQConfig`` or ``AutoAWQConfig``)
+GPTQ_METHODS = ("gptq", "gptq_marlin", "auto_gptq")
+AWQ_METHODS = ("awq", "awq_marlin", "auto_awq")
+#: methods whose MoE weights are int4/int8 with a group (WNA16: ``oracle/int_wna16.py``)
+WNA16_METHODS = ("moe_wna16", *GPTQ_METHODS, *AWQ_METHODS)
+
+
+@dataclass(frozen=True)
+class WeightSpec:
+    """How vLLM holds a model's MoE weights: ``format`` (None: 16-bit; ``fp8_w8a8``, ``int8_w8a16``,
+    ``int4_w4a16``, ``mxfp4``), ``block_shape`` (fp8 block ``[n, k]``; None otherwise, also for the
+    weight-only group, which vLLM passes as ``[0, group]``), ``method`` (the quantization method vLLM
+    runs, :func:`quant_method`), ``group_size`` (WNA16: K columns per scale as in the checkpoint; 0:
+    none, -1: per channel), ``has_zp`` (WNA16 zero points), ``desc_act`` (GPTQ activation order)."""
+
+    format: str | None = None
+    block_shape: list[int] | None = None
+    method: str | None = None
+    group_size: int = 0
+    has_zp: bool = False
+    desc_act: bool = False
+
+
+def quant_method(config: dict[str, Any], quantization: str | None = None) -> str | None:
+    """The quantization method vLLM runs for a checkpoint ``config`` served with ``--quantization``
+    (lower case; None: none). The checkpoint's ``quantization_config.quant_method`` wins, except that
+    ``--quantization moe_wna16`` takes over a GPTQ or AWQ checkpoint (``MoeWNA16Config.
+    override_quantization_method``; vLLM refuses to start when the two disagree otherwise,
+    ``ModelConfig._verify_quantization``)."""
     qc = config.get("quantization_config") or {}
-    method = (qc.get("quant_method") or quantization or "").lower()
+    ckpt = str(qc.get("quant_method") or "").lower() or None
+    user = (quantization or "").lower() or None
+    if ckpt and user == "moe_wna16" and ckpt in ("gptq", "awq"):
+        return "moe_wna16"
+    return ckpt or user
+
+
+def _wna16(qc: dict[str, Any], method: str, source: str) -> WeightSpec:
+    """The WNA16 spec of a GPTQ/AWQ ``quantization_config`` (``MoeWNA16Config.from_config``: ``bits``,
+    ``group_size``; GPTQ ``sym``, AWQ ``zero_point``; AutoAWQ also spells them ``w_bit``/``q_group_size``)."""
+    linear = str(qc.get("quant_method") or "").lower()
+    bits = qc.get("bits", qc.get("w_bit"))
+    group = qc.get("group_size", qc.get("q_group_size"))
+    if bits not in (4, 8) or isinstance(bits, bool):
+        raise BadInput(f"{source}: quantization_config.bits must be 4 or 8 for vLLM's {method} MoE, got {bits!r}")
+    if not isinstance(group, int) or isinstance(group, bool) or group == 0 or group < -1:
+        raise BadInput(f"{source}: quantization_config.group_size must be a positive integer or -1, got {group!r}")
+    awq = linear in AWQ_METHODS or (method in AWQ_METHODS)
+    has_zp = bool(qc.get("zero_point", False)) if awq else not bool(qc.get("sym", True))
+    return WeightSpec("int4_w4a16" if bits == 4 else "int8_w8a16", None, method, int(group), has_zp,
+                      bool(qc.get("desc_act", False)))
+
+
+def weight_spec(config: dict[str, Any], quantization: str | None = None, source: str = "config.json") -> WeightSpec:
+    """The :class:`WeightSpec` of a model's MoE weights as vLLM runs them (module docstring). Raises
+    :class:`remote.protocol.BadInput` for another quantization method (orch does not read its MoE
+    format yet) or a WNA16 checkpoint without 4/8 bits and a group size."""
+    qc = config.get("quantization_config") or {}
+    method = quant_method(config, quantization)
     if not method:
-        return None, None
+        return WeightSpec()
     if method == "fp8":
         block = qc.get("weight_block_size")
-        return "fp8_w8a8", ([int(x) for x in block] if block else None)
+        return WeightSpec("fp8_w8a8", [int(x) for x in block] if block else None, method)
     if method == "mxfp4":
-        return "mxfp4", None
+        return WeightSpec("mxfp4", None, method)
+    if method == "experts_int8":
+        return WeightSpec("int8_w8a16", None, method, -1)
+    if method in WNA16_METHODS:
+        return _wna16(qc, method, source)
     raise BadInput(f"quantization {method!r}: orch does not read vLLM's MoE weight format for it")
+
+
+def weight_format(config: dict[str, Any], quantization: str | None = None) -> tuple[str | None, list[int] | None]:
+    """``(format, block_shape)`` of a model's MoE weights as vLLM runs them (:func:`weight_spec`):
+    ``(None, None)`` for 16-bit weights, ``("fp8_w8a8", [n, k])`` for fp8 with ``weight_block_size``,
+    ``("fp8_w8a8", None)`` for per-tensor fp8 (a checkpoint's ``quantization_config.quant_method ==
+    "fp8"`` or ``--quantization fp8`` on 16-bit weights: vLLM quantizes them on load), ``("mxfp4",
+    None)`` for gpt-oss's mxfp4, ``("int8_w8a16", None)`` / ``("int4_w4a16", None)`` for the
+    weight-only formats. Raises :class:`remote.protocol.BadInput` for another quantization method."""
+    spec = weight_spec(config, quantization)
+    return spec.format, spec.block_shape
+
+
+def layer_group_size(group: int, n_per_rank: int, hidden: int) -> int:
+    """The WNA16 group the Triton layer runs (``MoeWNA16Method.create_weights``: halved while it does
+    not divide the per-rank intermediate size and the hidden size); -1 (per channel) and 0 unchanged.
+    Where halving would go below 32 (vLLM asserts ``group_size >= 32``: a server on the MoeWNA16 path
+    does not start) the checkpoint's group is returned unchanged."""
+    if group <= 0:
+        return group
+    g = group
+    while n_per_rank % g or hidden % g:
+        g //= 2
+        if g < 32:
+            return group
+    return g
 
 
 @dataclass
@@ -94,7 +190,9 @@ class VllmShape:
     """One rank's fused-MoE shape: ``E`` (experts on the rank), ``N`` (intermediate size per rank,
     the file name's N), ``hidden``, ``topk``; the model's ``experts``/``intermediate``; the
     deployment ``tp``, ``dp``, ``ep`` (1: no expert parallelism) and ``ep_rank``; ``shared``: the
-    model's shared-expert key value (not in ``E``); ``weight_format``, ``block_shape``."""
+    model's shared-expert key value (not in ``E``); ``weight_format``, ``block_shape``;
+    ``quant_method`` (the method vLLM runs); ``group_size`` (WNA16: the layer's group,
+    :func:`layer_group_size`; -1: per-channel int8 of ``experts_int8``; 0: none) and ``has_zp``."""
 
     E: int
     N: int
@@ -110,6 +208,9 @@ class VllmShape:
     shared: int | None = None
     weight_format: str | None = None
     block_shape: list[int] | None = field(default=None)
+    quant_method: str | None = None
+    group_size: int = 0
+    has_zp: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict (JSON-able)."""
@@ -161,7 +262,8 @@ def model_shape(config: dict[str, Any], *, tp: int = 1, dp: int = 1, enable_expe
     hidden = _int(cfg, arch.hidden, source)
     if tp < 1 or dp < 1:
         raise BadInput(f"TP and DP must be at least 1, got TP={tp} DP={dp}")
-    fmt, block = weight_format(config, quantization)
+    spec = weight_spec(config, quantization, source)
+    fmt, block = spec.format, spec.block_shape
     flat = tp * dp
     if enable_expert_parallel and flat > 1:
         if not 0 <= ep_rank < flat:
@@ -173,6 +275,7 @@ def model_shape(config: dict[str, Any], *, tp: int = 1, dp: int = 1, enable_expe
             raise BadInput(f"{source}: {arch.intermediate}={inter} is not divisible by TP x DP = {flat}")
         E, N, ep = experts, inter // flat, 1
     shared = cfg.get(arch.shared) if arch.shared else None
+    group = layer_group_size(spec.group_size, N, hidden) if spec.method in WNA16_METHODS else spec.group_size
     return VllmShape(E=E, N=N, hidden=hidden, topk=topk, experts=experts, intermediate=inter, architecture=name,
                      tp=tp, dp=dp, ep=ep, ep_rank=ep_rank if ep > 1 else 0, shared=shared, weight_format=fmt,
-                     block_shape=block)
+                     block_shape=block, quant_method=spec.method, group_size=group, has_zp=spec.has_zp)

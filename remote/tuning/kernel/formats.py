@@ -13,7 +13,10 @@ quantization method leaves in the layer after loading (what ``TritonMoeQuantInfo
   packed two per byte along N (low nibble = even row), else the kernel's implicit 8. The kernel
   gets ``block_shape=[0, group]``.
 - ``int8_w8a16`` (``moe_wna16.py``, GPTQ 8-bit): weights uint8 ``[E, rows, cols]``; scales as
-  int4; zero points uint8 ``[E, rows, cols // group]`` or the implicit 128.
+  int4; zero points uint8 ``[E, rows, cols // group]`` or the implicit 128. Per channel
+  (``per_channel``, no group: vLLM's ``experts_int8``, ``quantization/online/int8.py``
+  ``Int8OnlineMoEMethod``): weights int8 ``[E, rows, cols]`` (symmetric, ``amax / 127``), scales
+  float32 ``[E, rows]``, no zero points; the kernel gets no ``block_shape``.
 - ``int8_w8a8`` (``w8a8_int8.py``: per-channel; ``blockwise_int8.py``: block): weights int8; scales
   float32 ``[E, rows, 1]`` (per-channel, ``per_channel_quant=True``) or ``[E, ceil(rows / bn),
   ceil(cols / bk)]`` (block); activations quantized by SGLang's launch per token (``/ 127``) or per
@@ -57,7 +60,10 @@ class WeightFormat:
     def __post_init__(self):
         if self.dtype not in SELECTORS:
             raise ValueError(f"weight format dtype {self.dtype!r}: expected one of {SELECTORS}")
-        if self.weight_only:
+        if self.int8_per_channel:
+            if self.has_zp or self.block_shape:
+                raise ValueError("per-channel int8_w8a16 has no zero points or block shape")
+        elif self.weight_only:
             if self.group_size <= 0 or self.block_shape or self.per_channel:
                 raise ValueError(f"{self.dtype} needs a group size and no block shape / per-channel scales")
         elif self.has_zp or self.group_size:
@@ -73,6 +79,11 @@ class WeightFormat:
         return self.dtype in ("int4_w4a16", "int8_w8a16")
 
     @property
+    def int8_per_channel(self) -> bool:
+        """``int8_w8a16`` with one scale per output row and no group (vLLM's ``experts_int8``)."""
+        return self.dtype == "int8_w8a16" and self.per_channel and not self.group_size
+
+    @property
     def packed(self) -> bool:
         """Two weights per byte along K (``int4_w4a16``): the stored K is half the real one."""
         return self.dtype == "int4_w4a16"
@@ -80,7 +91,9 @@ class WeightFormat:
     @property
     def kernel_block_shape(self) -> list | None:
         """``block_shape`` as SGLang passes it to ``fused_experts``: ``[0, group]`` for the
-        weight-only formats, ``[bn, bk]`` for block scales, else None."""
+        weight-only formats, ``[bn, bk]`` for block scales, else None (also per-channel int8_w8a16)."""
+        if self.int8_per_channel:
+            return None
         if self.weight_only:
             return [0, int(self.group_size)]
         return [int(v) for v in self.block_shape] if self.block_shape else None
@@ -89,7 +102,7 @@ class WeightFormat:
         """``fused_experts``/``invoke_fused_moe_kernel`` flags of this format."""
         return dict(use_fp8_w8a8=self.dtype == "fp8_w8a8", use_int8_w8a8=self.dtype == "int8_w8a8",
                     use_int8_w8a16=self.dtype == "int8_w8a16", use_int4_w4a16=self.dtype == "int4_w4a16",
-                    per_channel_quant=bool(self.per_channel))
+                    per_channel_quant=bool(self.per_channel) and not self.weight_only)
 
     def to_dict(self) -> dict:
         """The tuner spec's ``quant`` entry for this format (see :func:`from_quant`)."""
@@ -138,6 +151,10 @@ def quantize(w: torch.Tensor, fmt: WeightFormat, act_dtype: torch.dtype):
     packed zero points) do not divide into the format's groups."""
     E, rows, cols = w.shape
     wf = w.float()
+    if fmt.int8_per_channel:
+        scale = wf.abs().amax(dim=2).clamp(min=_EPS) / 127.0
+        q = torch.round(wf / scale.unsqueeze(2)).clamp(-127, 127).to(torch.int8)
+        return q.contiguous(), scale.contiguous(), None
     if fmt.weight_only:
         g = _groups(wf, fmt.group_size)
         bits = 4 if fmt.packed else 8
@@ -185,6 +202,9 @@ def quantize(w: torch.Tensor, fmt: WeightFormat, act_dtype: torch.dtype):
 def empty(E: int, rows: int, cols: int, fmt: WeightFormat, act_dtype: torch.dtype, device):
     """Uninitialised ``(stored, scale, zero_points | None)`` of :func:`quantize`'s shapes and
     dtypes for weights [E, rows, cols] (compiling only: values do not matter)."""
+    if fmt.int8_per_channel:
+        return (torch.empty(E, rows, cols, dtype=torch.int8, device=device),
+                torch.ones(E, rows, device=device), None)
     if fmt.weight_only:
         g = fmt.group_size
         w = torch.empty(E, rows, cols // 2 if fmt.packed else cols, dtype=torch.uint8, device=device)
@@ -206,6 +226,8 @@ def empty(E: int, rows: int, cols: int, fmt: WeightFormat, act_dtype: torch.dtyp
 
 def dequantize(stored: torch.Tensor, scale: torch.Tensor, zp, fmt: WeightFormat, dtype=torch.float64) -> torch.Tensor:
     """Inverse of :func:`quantize`: the weights [E, rows, cols] in ``dtype`` (float64 by default)."""
+    if fmt.int8_per_channel:
+        return stored.to(dtype) * scale.to(dtype).unsqueeze(2)
     if fmt.weight_only:
         q = stored
         if fmt.packed:

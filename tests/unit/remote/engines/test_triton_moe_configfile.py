@@ -134,3 +134,21 @@ def test_shipped_reference_config_validates():
     for f in files:
         cfg = load_config_file(f)
         assert all(k.isdigit() for k in cfg)
+
+
+def test_extra_fields_are_validated_and_kept():
+    """An engine's own entry fields (vLLM's SPLIT_K) pass only when named, as non-negative ints, and
+    dumps_config writes them after the shared fields."""
+    from remote.engines.triton_moe.configfile import dumps_config, loads_config, validate_config
+    from remote.protocol import PayloadError
+
+    entry = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+             "num_stages": 3, "SPLIT_K": 1}
+    with pytest.raises(PayloadError, match="unknown field 'SPLIT_K'"):
+        validate_config({"1": entry}, "x")
+    assert validate_config({"1": entry}, "x", extra_fields=("SPLIT_K",))["1"]["SPLIT_K"] == 1
+    with pytest.raises(PayloadError, match="SPLIT_K must be a non-negative int"):
+        validate_config({"1": dict(entry, SPLIT_K=-1)}, "x", extra_fields=("SPLIT_K",))
+    text = dumps_config({"1": entry}, extra_fields=("SPLIT_K",))
+    assert list(json.loads(text)["1"])[-1] == "SPLIT_K"
+    assert loads_config(text, "x", extra_fields=("SPLIT_K",)) == {"1": entry}

@@ -484,3 +484,20 @@ def test_orch_never_makes_an_entry_sglangs_sort_cannot_parse(env, monkeypatch, n
     assert clean() and sorted(os.listdir(env["root"])) == ["triton_3_6_0"]
     rest.restore(str(env["state"]), "r1")
     assert clean() and sorted(os.listdir(env["root"])) == ["triton_3_6_0"]
+
+
+def test_extra_fields_are_the_engines(env):
+    """``extra_fields`` (Engine.config_extra_fields): a vLLM WNA16 file's SPLIT_K is installed when
+    the request names it and refused otherwise (SGLang's launch would fail on it); a malformed list
+    is refused before anything is written."""
+    obj = json.loads(cfg_text(16))
+    text = json.dumps({k: dict(v, SPLIT_K=1) for k, v in obj.items()}, indent=4) + "\n"
+    name = "E=128,N=768,device_name=NVIDIA_H200,dtype=int4_w4a16.json"
+    with pytest.raises(PayloadError, match="unknown field 'SPLIT_K'"):
+        inst.install(req(env, [(name, text)]))
+    for bad in (["split_k"], "SPLIT_K", [1]):
+        with pytest.raises(PayloadError, match="extra_fields"):
+            inst.install(req(env, [(name, text)], extra_fields=bad))
+    assert snapshot(env["dest"]) is None
+    m = inst.install(req(env, [(name, text)], extra_fields=["SPLIT_K"]))
+    assert m["status"] == "installed" and (env["dest"] / name).read_text() == text

@@ -145,3 +145,24 @@ def test_unsupported_reason_per_provider(naming, builtin, sglang):
     model = dict(naming, tuner_unsupported=b, tuner_unsupported_by={"builtin": b, "sglang": s})
     pm = from_dict(ProbedModel, model)
     assert (pm.untunable_reason("sglang") is None) == sglang and (pm.untunable_reason("builtin") is None) == builtin
+
+
+def test_int8_per_channel_weight_only_round_trips():
+    """vLLM's experts_int8 layout: int8 weights, float32 scales [E, rows], no group or zero point; the
+    kernel gets no block shape and no per-token activation flag."""
+    import torch
+
+    from remote.tuning.kernel import formats
+
+    fmt = formats.from_quant(dict(dtype="int8_w8a16", per_channel=True))
+    assert fmt.int8_per_channel and fmt.weight_only and fmt.kernel_block_shape is None
+    assert fmt.flags()["use_int8_w8a16"] and not fmt.flags()["per_channel_quant"]
+    w = torch.randn(2, 8, 32)
+    q, s, z = formats.quantize(w, fmt, torch.float16)
+    assert q.dtype == torch.int8 and s.shape == (2, 8) and s.dtype == torch.float32 and z is None
+    back = formats.dequantize(q, s, None, fmt)
+    assert (back - w.double()).abs().max() <= s.double().max() / 2 + 1e-6
+    e, es, ez = formats.empty(2, 8, 32, fmt, torch.float16, "cpu")
+    assert e.dtype == torch.int8 and es.shape == (2, 8) and ez is None
+    with pytest.raises(ValueError, match="per-channel int8_w8a16"):
+        formats.WeightFormat("int8_w8a16", per_channel=True, has_zp=True)

@@ -91,6 +91,7 @@ UNITS = [
       "disable_shared_experts_fusion": True, "download_dir": "/data/dl"}, {"orch_device_name": "NVIDIA H200"}),
     ({"model_path": "Qwen/Qwen3-30B-A3B", "dtype": "auto"}, {}),
     ({"model_path": "Qwen/Qwen3-30B-A3B", "tp": 8, "download_dir": "/data/dl"}, {"orch_model_config": "/etc/m.json"}),
+    ({"model_path": "/models/qwen3", "tp": 2, "dp": 4}, {}),
 ]
 
 
@@ -100,7 +101,7 @@ def test_controller_argv_parses_back_through_the_payload(tmp_path, server, varia
     ctx = make_ctx(tmp_path, {"orch_unit": {"server": server}, **variables})
     args = parser_of(command).parse_args(model_flags(ctx))
     assert args.model_config == variables.get("orch_model_config", server["model_path"])
-    assert (args.tp, args.ep) == (server.get("tp", 1), server.get("ep", 1))
+    assert (args.tp, args.ep, args.dp) == (server.get("tp", 1), server.get("ep", 1), server.get("dp", 1))
     assert args.dtype == (None if server.get("dtype") in (None, "auto") else server["dtype"])
     assert args.quantization == server.get("quantization")
     assert args.disable_shared_experts_fusion is bool(server.get("disable_shared_experts_fusion"))
@@ -112,7 +113,7 @@ def test_controller_argv_parses_back_through_the_payload(tmp_path, server, varia
 @pytest.mark.parametrize("command", COMMANDS)
 def test_model_argv_round_trips_every_flag(command):
     values = {"engine": "sglang", "model_config": "/m/config.json", "hf_home": "/hf", "download_dir": "/dl", "tp": 8, "ep": 4,
-              "dtype": "float16", "quantization": "fp8", "disable_shared_experts_fusion": True,
+              "dp": 2, "dtype": "float16", "quantization": "fp8", "disable_shared_experts_fusion": True,
               "device_name": "NVIDIA H200", "shape": "E=8,N=64,hidden=128,topk=2", "block_shape": "128,128"}
     mine = {f.dest: values[f.dest] for f in flags_of(command)}
     args = parser_of(command).parse_args(model_argv(mine))

@@ -346,3 +346,59 @@ def test_lookup_without_vllm_here_still_reads_no_down_file(tmp_path, monkeypatch
     assert found["existing"]["down"]["read_by_engine"] is False and found["existing"]["up"]["read_by_engine"]
     assert found["existing"]["up"]["would_load"] == str(tmp_path / NAME)
     assert "vllm is not installed for this interpreter" in warnings
+
+
+@pytest.mark.parametrize("model,tp,dp,ep,want", [
+    # (E, N) per rank: without EP vLLM splits N over TP x DP (FusedMoEParallelConfig.make); with EP
+    # (--enable-expert-parallel: the unit's EP is TP x DP) the experts are split and N stays whole
+    ("Qwen3-30B-A3B.json", 1, 2, 1, (128, 384)),
+    ("Qwen3-30B-A3B.json", 1, 4, 1, (128, 192)),
+    ("Qwen3-30B-A3B.json", 2, 4, 1, (128, 96)),
+    ("Qwen3-30B-A3B.json", 1, 8, 8, (16, 768)),
+    ("DeepSeek-V3.json", 1, 2, 1, (256, 1024)),
+    ("DeepSeek-V3.json", 2, 4, 1, (256, 256)),
+    ("DeepSeek-V3.json", 1, 8, 1, (256, 256)),
+    ("DeepSeek-V3.json", 1, 8, 8, (32, 2048)),
+])
+def test_data_parallel_without_expert_parallel_splits_n(model, tp, dp, ep, want):
+    """A vLLM unit's -dp reaches the payload's model flags (``--dp``, passed when > 1), parses back
+    with the shared table, and names the file of N / (TP x DP)."""
+    from remote.engines import add_model_flags
+
+    from tests.paths import DATA
+
+    path = DATA / "models" / model
+    values = {"engine": "vllm", "model_config": str(path), "tp": tp, "ep": ep, "dp": dp,
+              "device_name": "NVIDIA H200"}
+    p = argparse.ArgumentParser()
+    add_model_flags(p, "probe")
+    args = p.parse_args(ENGINE.model_argv(values))
+    assert (args.tp, args.ep, args.dp) == (tp, ep, dp)
+    shape, _ = ENGINE.shape_from_args(args)
+    assert (shape.E, shape.N) == want
+    assert shape.file_names("NVIDIA_H200")["up"].startswith(f"E={want[0]},N={want[1]},")
+    if ep == 1:
+        assert any("TP x DP" in n for n in shape.notes)
+
+
+def test_the_controller_passes_a_units_data_parallel_size(tmp_path):
+    """orchestrator.payload.model_args: a vLLM unit with -dp 4 and no --enable-expert-parallel gives
+    ``--dp 4`` and ``--ep 1``; with EP the unit's EP (TP x DP) and the same ``--dp``."""
+    from orchestrator.payload.model_args import model_flags
+    from remote.engines.vllm.server_args import parse_server_args
+    from tests.fakes import make_ctx
+
+    for words, want in ((["--model", "/m", "-tp", "2", "-dp", "4"], (2, 1, 4)),
+                        (["--model", "/m", "-tp", "2", "-dp", "4", "--enable-expert-parallel"], (2, 8, 4)),
+                        (["--model", "/m", "-tp", "2"], (2, 1, 1))):
+        server = parse_server_args(words)
+        ctx = make_ctx(tmp_path, {"orch_engine": "vllm", "orch_unit": {"server": {
+            "model_path": "/m", "tp": server.tp, "ep": server.ep, "dp": server.dp}}})
+        assert ctx.facts.engine.name == "vllm"
+        argv = model_flags(ctx)
+        assert ("--dp" in argv) == (want[2] > 1)
+        p = argparse.ArgumentParser()
+        from remote.engines import add_model_flags
+        add_model_flags(p, "tune")
+        args = p.parse_args(argv)
+        assert (args.tp, args.ep, args.dp) == want

@@ -62,3 +62,65 @@ def test_a_bad_kind_is_refused(provider):
     p = provider.make_problem(SHAPE, 1, "float16", "cpu", 0)
     with pytest.raises(ValueError, match="joint"):
         provider.gemm_fn(p, "up", CFG)
+
+
+# weight-only formats: the WNA16 group path (MoeWNA16Method: fused_moe_kernel_gptq_awq, or at few tokens
+# per expert for int4 the compiled moe_wna16_gemm, stood in by tests/vllm_standins.py) and experts_int8's
+# per-channel int8 (fused_moe_kernel with use_int8_w8a16). float16: the CPU interpreter's bf16 dot is wrong.
+WEIGHT_ONLY = [dict(dtype="int4_w4a16", group_size=32, has_zp=False), dict(dtype="int4_w4a16", group_size=64, has_zp=True),
+               dict(dtype="int8_w8a16", group_size=64, has_zp=True), dict(dtype="int8_w8a16", per_channel=True)]
+
+
+@pytest.mark.parametrize("quant", WEIGHT_ONLY, ids=lambda q: f"{q['dtype']}-g{q.get('group_size', 0)}")
+@pytest.mark.parametrize("M", [1, 32])
+def test_weight_only_formats_run_vllms_kernel(provider, quant, M):
+    """Forced and file-read runs of vLLM's own kernel agree with the float64 reference on the same
+    quantized numbers; the file is the one vLLM names for the format (no block selector for the group);
+    a group file carries SPLIT_K, which vLLM's WNA16 launch requires."""
+    p = provider.make_problem(SHAPE, M, "float16", "cpu", 7, quant=quant)
+    assert provider.check(p, None) < 2e-2
+    assert provider.check(p, CFG) < 2e-2
+    name = provider.file_name(p, "NVIDIA H200")
+    assert name == provider.k.fm.get_config_file_name(8, 64, quant["dtype"], p.block_shape)
+    assert name.endswith(f",dtype={quant['dtype']}.json")
+    folder = os.environ["VLLM_TUNED_CONFIG_FOLDER"]
+    entry = json.loads(open(os.path.join(folder, name)).read())[str(M)]
+    group = not quant.get("per_channel")
+    assert p.block_shape == ([0, quant["group_size"]] if group else None)
+    assert provider.file_entry(quant) == ({"SPLIT_K": 1} if group else {})
+    assert entry == dict(CFG, **provider.file_entry(quant))
+
+
+def test_a_wna16_entry_without_split_k_fails_vllms_launch(provider):
+    """Why orch writes SPLIT_K into a WNA16 file: vLLM's invoke_fused_moe_wna16_triton_kernel hands the
+    entry to fused_moe_kernel_gptq_awq as keywords, and the kernel requires it."""
+    p = provider.make_problem(SHAPE, 32, "float16", "cpu", 7, quant=WEIGHT_ONLY[0])
+    kw = provider._launch_kwargs(p, "up", CFG)
+    provider._invoke(kw)
+    kw["config"] = {k: v for k, v in kw["config"].items() if k != "SPLIT_K"}
+    with pytest.raises(TypeError, match="SPLIT_K"):
+        provider._invoke(kw)
+
+
+@pytest.mark.parametrize("quant", WEIGHT_ONLY, ids=lambda q: f"{q['dtype']}-g{q.get('group_size', 0)}")
+def test_weight_only_launches_compile_path(provider, quant):
+    """The compile workers' launches (kernel_specs / compile_one) run vLLM's Triton launcher of the format."""
+    p = provider.make_problem(SHAPE, 16, "float16", "cpu", 2, quant=quant)
+    for gemm in ("up", "down"):
+        provider._invoke(provider._launch_kwargs(p, gemm, CFG))
+
+
+def test_default_config_of_a_group_is_complete(provider):
+    """vLLM's default for a WNA16 group sets BLOCK_SIZE_M only; the launch adds N/K tiles
+    (get_moe_wna16_block_config): the default the tuner times has all of them, as vLLM runs it."""
+    for M, want in ((1, (32, 64)), (32, (64, 32))):
+        p = provider.make_problem(SHAPE, M, "float16", "cpu", 0, quant=WEIGHT_ONLY[2])
+        cfg = provider.default_config(p)
+        assert (cfg["BLOCK_SIZE_N"], cfg["BLOCK_SIZE_K"]) == want
+        assert cfg["BLOCK_SIZE_M"] == {1: 16, 32: 32}[M] and "SPLIT_K" not in cfg
+
+
+def test_unsupported_formats_are_refused(provider):
+    from remote.engines.vllm.provider import VllmUnavailable
+    with pytest.raises(VllmUnavailable, match="int8_w8a8"):
+        provider.make_problem(SHAPE, 1, "float16", "cpu", 0, quant=dict(dtype="int8_w8a8", per_channel=True))

@@ -126,3 +126,113 @@ def test_formats_and_file_names():
         vs_shape.model_shape(cfg, tp=5)
     with pytest.raises(BadInput, match="architecture"):
         vs_shape.model_shape({"architectures": ["Nope"]})
+
+
+@pytest.mark.parametrize("model,quantization,tp,want", [
+    # (dtype selector, layer group, zero points, file name)
+    ("Qwen3-30B-A3B-GPTQ-Int4.json", None, 1, ("int4_w4a16", 128, False, "E=128,N=768,device_name=NVIDIA_H200,dtype=int4_w4a16.json")),
+    ("Qwen3-30B-A3B-GPTQ-Int4.json", "moe_wna16", 4, ("int4_w4a16", 64, False, "E=128,N=192,device_name=NVIDIA_H200,dtype=int4_w4a16.json")),
+    ("Qwen3-30B-A3B-AWQ.json", "moe_wna16", 2, ("int4_w4a16", 128, True, "E=128,N=384,device_name=NVIDIA_H200,dtype=int4_w4a16.json")),
+    (None, "experts_int8", 1, ("int8_w8a16", 0, False, "E=128,N=768,device_name=NVIDIA_H200,dtype=int8_w8a16.json")),
+])
+def test_weight_only_checkpoints(model, quantization, tp, want):
+    """GPTQ/AWQ checkpoints (real quantization_config blocks) and --quantization experts_int8: the
+    format, the layer's group (halved as MoeWNA16Method does when it does not divide N per rank),
+    the zero points and vLLM's file name (no block selector for [0, group]); the tuner spec's quant."""
+    from remote.engines.vllm.model_flags import vllm_moe_shape
+    from remote.tuning.support import quant_entry, unsupported_reason
+
+    cfg = json.loads((MODELS / ("quantized/" + model if model else "Qwen3-30B-A3B.json")).read_text())
+    ms = vllm_moe_shape(cfg, tp=tp, quantization=quantization)
+    assert (ms.dtype_selector, ms.group_size, ms.has_zp, ms.file_names("NVIDIA_H200")["up"]) == want
+    naming = dict(dtype_selector=ms.dtype_selector, block_shape=ms.block_shape, per_channel_quant=ms.per_channel_quant,
+                  weight_dtype=ms.weight_dtype, group_size=ms.group_size, has_zp=ms.has_zp)
+    q = quant_entry(naming)
+    assert q["dtype"] == want[0] and q["per_channel"] == (quantization == "experts_int8")
+    assert unsupported_reason(naming, "vllm") is None
+    assert unsupported_reason(naming, "builtin")  # the builtin kernel runs no int8/int4
+
+
+def test_weight_only_refusals():
+    cfg = json.loads((MODELS / "quantized/Qwen3-30B-A3B-GPTQ-Int4.json").read_text())
+    bad = dict(cfg, quantization_config=dict(cfg["quantization_config"], bits=3))
+    with pytest.raises(BadInput, match="bits must be 4 or 8"):
+        vs_shape.model_shape(bad)
+    with pytest.raises(BadInput, match="quantization 'bitsandbytes'"):
+        vs_shape.model_shape(dict(cfg, quantization_config={"quant_method": "bitsandbytes"}))
+    # a group that cannot be halved to divide N stays as the checkpoint's (vLLM would refuse to start)
+    assert vs_shape.layer_group_size(128, 80, 2048) == 128
+    assert vs_shape.layer_group_size(128, 96, 2048) == 32
+    assert vs_shape.quant_method({}, "Experts_Int8") == "experts_int8"
+
+
+def test_runner_verdict_reads_the_probe_for_weight_only():
+    """moe_runner: the probe's checkpoint method with --quantization moe_wna16 is the MoeWNA16 path
+    (Triton off SM90, undecided on SM90); GPTQ alone is undecided (Marlin where it fits); a 0.32.0
+    log line with the quoted backend decides."""
+    from remote.engines.records import MoeLogReport
+    from remote.engines.vllm import moe_log, runner
+
+    probe = {"model": {"quant_method": "int4_w4a16", "checkpoint_quant_method": "gptq"}, "capability": "8.0"}
+    assert runner.moe_runner(backend="auto", probe=probe, ep=1, quantization="moe_wna16").reads_triton_configs is True
+    assert runner.moe_runner(backend="auto", probe=probe, ep=1, quantization=None).reads_triton_configs is None
+    sm90 = dict(probe, capability="9.0")
+    assert runner.moe_runner(backend="auto", probe=sm90, ep=1, quantization="moe_wna16").reads_triton_configs is None
+    int8 = {"model": {"quant_method": "int8_w8a16"}, "capability": "9.0"}
+    assert runner.moe_runner(backend="auto", probe=int8, ep=1, quantization="experts_int8").reads_triton_configs is True
+    log = moe_log.parse_moe_log("(EngineCore pid=9) INFO 12-04 08:00:00 [int_wna16.py:420] Using 'TRITON' WNA16 MoE backend.\n")
+    assert isinstance(log, MoeLogReport)
+    got = runner.moe_runner(backend="auto", probe=sm90, ep=1, quantization="moe_wna16", log=log)
+    assert got.reads_triton_configs is True and got.runner == "TRITON"
+
+
+@pytest.mark.parametrize("version", ORACLE_RELEASES)
+def test_parallel_split_matches_each_releases_make(version, monkeypatch):
+    """The release's own ``FusedMoEParallelConfig.make`` (imported from its ``config.py`` with the
+    stand-ins; the DP group's rank answered per rank) gives the experts' TP and EP of every rank of a
+    TP x DP deployment, with and without ``--enable-expert-parallel``; ``FusedMoEConfig`` divides the
+    intermediate size by that TP (``intermediate_size // tp_size``) and ``determine_expert_map``
+    splits the experts over that EP. orch's shape (and the payload's ``--tp``/``--dp``/``--ep``
+    through :func:`remote.engines.vllm.model_flags.vllm_moe_shape`) gives the same N and E."""
+    import sys
+    import types
+
+    from remote.engines.vllm.model_flags import vllm_moe_shape
+    from tests import vllm_standins as vstand
+
+    cfg_text = (source_tree(version) / "vllm/model_executor/layers/fused_moe/config.py").read_text()
+    assert "self.intermediate_size_per_partition = self.intermediate_size // tp_size" in cfg_text
+    vstand.fused_moe_module(source_tree(version), cpu=True)
+    try:
+        mod = sys.modules["vllm.model_executor.layers.fused_moe.config"]
+        emap = importlib.util.spec_from_file_location(
+            "_release_expert_map", source_tree(version) / "vllm/model_executor/layers/fused_moe/expert_map_manager.py")
+        em = importlib.util.module_from_spec(emap)
+        emap.loader.exec_module(em)
+        for model in ("Qwen3-30B-A3B.json", "DeepSeek-V3.json"):
+            config = json.loads((MODELS / model).read_text())
+            arch = vs_shape.ARCHITECTURES[config["architectures"][0]]
+            experts, inter = config[arch.experts], config[arch.intermediate]
+            for tp, dp in ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)):
+                for ep_flag in (False, True):
+                    for dp_rank in range(dp):
+                        monkeypatch.setattr(mod, "get_dp_group", lambda r=dp_rank: types.SimpleNamespace(rank_in_group=r))
+                        monkeypatch.setattr(mod, "get_tensor_model_parallel_rank", lambda: 0, raising=False)
+                        par = types.SimpleNamespace(enable_expert_parallel=ep_flag, all2all_backend="allgather_reducescatter",
+                                                    enable_eplb=False, mori_ep_v2=False)
+                        got = mod.FusedMoEParallelConfig.make(tp_size_=tp, pcp_size_=1, dp_size_=dp, sp_size_=1,
+                                                              vllm_parallel_config=par)
+                        ep = tp * dp if ep_flag else 1
+                        shape = vllm_moe_shape(config, tp=tp, dp=dp, ep=ep, source=model)
+                        assert (got.tp_size, got.ep_size, got.use_ep) == ((1, tp * dp, True) if ep_flag
+                                                                          else (tp * dp, 1, False))
+                        assert shape.N == inter // got.tp_size, (version, model, tp, dp, ep_flag)
+                        if ep_flag:
+                            local = em.determine_expert_map(got.ep_size, got.ep_rank, experts)[0]
+                            mine = vs_shape.model_shape(config, tp=tp, dp=dp, enable_expert_parallel=True,
+                                                        ep_rank=got.ep_rank)
+                            assert (mine.E, mine.N) == (local, inter)
+                        else:
+                            assert shape.E == experts
+    finally:
+        vstand.uninstall()
