@@ -83,6 +83,10 @@ def triton_matches(release: str, installed: str) -> bool:
 
 #: Files of the package kept (the rest of the sdist: C++/CUDA sources, tests, docs, is not).
 KEPT_SUFFIXES = (".py", ".json")
+#: Files of the sdist's top folder kept too, under ``sdist/`` beside the package: the console script's
+#: declaration (``[project.scripts]``) and the server image's build (stage ``vllm-openai``'s ``ENTRYPOINT``).
+#: A cached release without them (an older cache) is fetched again.
+SDIST_FILES = ("pyproject.toml", "docker/Dockerfile")
 
 
 def cache_root() -> Path:
@@ -142,8 +146,8 @@ def _pip_download(version: str, work: Path) -> tuple[Path, str]:
     saved = sorted(dl.glob(f"vllm-{version}.tar.gz"))
     if saved:  # pip's metadata step succeeded on this machine: the archive was saved
         with tarfile.open(saved[0]) as tf:
-            members = [m for m in tf.getmembers() if m.isfile() and "/vllm/" in m.name
-                       and m.name.endswith(KEPT_SUFFIXES)]
+            members = [m for m in tf.getmembers() if m.isfile() and (
+                ("/vllm/" in m.name and m.name.endswith(KEPT_SUFFIXES)) or m.name.split("/", 1)[-1] in SDIST_FILES)]
             tf.extractall(work / "x", members=members, filter="data")
         found = sorted((work / "x").glob("*/vllm/__init__.py"))
         return found[0].parent, size.group(1) if size else f"{saved[0].stat().st_size / 1e6:.1f} MB"
@@ -156,7 +160,8 @@ def _pip_download(version: str, work: Path) -> tuple[Path, str]:
 
 
 def source_tree(version: str) -> Path:
-    """Folder that contains the ``vllm`` package of release ``version`` (``.py``/``.json`` files only).
+    """Folder that contains the ``vllm`` package of release ``version`` (``.py``/``.json`` files only)
+    and, under ``sdist/``, the sdist's :data:`SDIST_FILES`.
 
     Downloaded and extracted once into the cache (one line printed on stderr: what, why, the
     size); later calls only return the path. Raises :class:`ReleaseUnavailable`.
@@ -164,10 +169,14 @@ def source_tree(version: str) -> Path:
     root = cache_root()
     dest = root / "src" / version
     done = dest / ".complete"
-    if done.exists():
+
+    def complete() -> bool:
+        return done.exists() and all((dest / "sdist" / f).is_file() for f in SDIST_FILES)
+
+    if complete():
         return dest
     with _locked(root):
-        if done.exists():
+        if complete():
             return dest
         work = Path(tempfile.mkdtemp(prefix=f"fetch-{version}-", dir=root))
         try:
@@ -181,7 +190,12 @@ def source_tree(version: str) -> Path:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(path, target)
                     kept += path.stat().st_size
-            done.write_text(f"vllm-{version}.tar.gz {size}; kept {kept} bytes of .py/.json\n")
+            for rel in SDIST_FILES:  # every release since 0.8 has both
+                target = dest / "sdist" / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(pkg.parent / rel, target)
+            done.write_text(f"vllm-{version}.tar.gz {size}; kept {kept} bytes of .py/.json and "
+                            f"{', '.join(SDIST_FILES)}\n")
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(f"tests.vllm_releases: downloaded vLLM {version}'s sdist (vllm-{version}.tar.gz, {size}) once, "

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from remote.engines import (Engine, EngineError, Launch, LaunchError, ServerArgs, container_command, engine_for,
-                            engine_named, launch_refusal, servers_phrase, shebang_interpreter, split_exec_prefix)
+                            engine_named, in_image, launch_refusal, servers_phrase, shebang_interpreter,
+                            split_exec_prefix)
 
 from ..errors import OrchError
 from .container import ContainerError, ContainerRun, container_environment, detach_reason, parse_container_run
@@ -414,11 +415,14 @@ def _script_path(connection, launch: Launch, environment: dict[str, str]) -> str
 
 
 def resolve_launch(connection, unit: str, exec_start: list[str], prefix: str, workdir: str,
-                   environment: dict[str, str], engine: str | None = None) -> tuple[Engine, Launch]:
+                   environment: dict[str, str], engine: str | None = None,
+                   in_container: bool = False) -> tuple[Engine, Launch]:
     """Which engine ``exec_start`` starts and how (:func:`remote.engines.engine_for`; ``engine``:
     the ``orch_engine`` override, that engine asked alone), completed on the host: a console
     script's interpreter from its shebang (the script must be the engine's own,
-    ``Engine.is_console_script``), and ``uv run``'s environment Python must exist. Raises
+    ``Engine.is_console_script``), and ``uv run``'s environment Python must exist.
+    ``in_container``: ``exec_start`` is a container image's command, so a console script on the
+    image's ``PATH`` is not read on the host (:func:`remote.engines.in_image`). Raises
     :class:`UnitError` naming the unit, the ExecStart and the forms orch knows when it is no form
     orch knows."""
     try:
@@ -429,6 +433,8 @@ def resolve_launch(connection, unit: str, exec_start: list[str], prefix: str, wo
                         f"{launch_refusal(exec_start, str(exc), engine)}") from None
     except EngineError as exc:
         raise UnitError(f"unit {unit}: {exc}") from None
+    if in_container:
+        in_image(launch)
     if launch.needs_shebang:
         path = _script_path(connection, launch, launch.environment(environment))
         text = read_host_file(connection, path, "console script") if path else None
@@ -521,7 +527,8 @@ def gather_unit(connection, handle: Unit, engine: str | None = None) -> UnitFact
         command = container_command(container.image, container.entrypoint, container.command)
     try:
         found, launch = resolve_launch(connection, unit, command, settings.exec_prefix if container is None else "",
-                                       workdir, env if container is None else container_env, engine)
+                                       workdir, env if container is None else container_env, engine,
+                                       in_container=container is not None)
     except UnitError as exc:
         if container is None:
             raise

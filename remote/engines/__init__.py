@@ -29,7 +29,8 @@ from typing import Any, Mapping
 from ..protocol import DEFAULT_ENGINE, ENGINE_NAMES, PayloadError
 from .errors import EngineError
 from .interface import Engine, ServerArgs
-from .launch import ContainerHook, Launch, LaunchError, activates_environment, shebang_interpreter, split_exec_prefix
+from .launch import (ContainerHook, Launch, LaunchError, activates_environment, in_image, shebang_interpreter,
+                     split_exec_prefix)
 from .launch import refusal as _refusal
 from .launch import resolve as _resolve
 from .records import (AutotuneLog, AutotuneState, Generation, HttpRequest, MoeLogLine, MoeLogReport, MoeRunner,
@@ -43,7 +44,7 @@ __all__ = ["ENGINES", "AutotuneLog", "AutotuneState", "ContainerHook", "Engine",
            "HttpRequest", "Launch", "LaunchError", "MoeLogLine", "MoeLogReport", "MoeRunner", "MoeShape", "RootHazards", "RunnerLine", "ServerArgs",
            "activates_environment", "add_model_flags", "check_down_matches_up", "container_command", "device_name_arg", "dumps_config",
            "engine_for",
-           "engine_named", "launch_refusal", "load_config_file", "loads_config", "probe_view", "servers_phrase",
+           "engine_named", "in_image", "launch_refusal", "load_config_file", "loads_config", "probe_view", "servers_phrase",
            "shape_from_args",
            "shebang_interpreter", "split_exec_prefix", "validate_config"]
 

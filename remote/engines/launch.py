@@ -651,9 +651,27 @@ def resolve(argv: list[str], entries: Sequence[EntryPoints], *, prefixes: str = 
         if _entry(cmd, launch, entries):
             if launch.venv_python is None and "uv run" in launch.forms and launch.interpreter:
                 launch.venv_python = launch.interpreter
+            if launch.container is not None:
+                in_image(launch)
             return launch
         raise LaunchError(f"{shlex.join(cmd)[:160]!r} is not a launch form orch knows")
     raise LaunchError("the command nests more than 32 wrappers")
+
+
+#: the Python that runs a console script found on a container image's ``PATH``
+IMAGE_PYTHON = "python3"
+
+
+def in_image(launch: Launch) -> Launch:
+    """``launch`` started inside a container image: a console script named without a folder (an
+    engine's image whose entry point is its console script, ``EntryPoints.image_entrypoint``) is on
+    the image's ``PATH`` and its shebang is in the image, not on the host, so it takes the image's
+    :data:`IMAGE_PYTHON` as its interpreter (in the engine images orch knows, ``python3`` is the
+    Python the engine is installed for; the payload runs in a container of the same image, where a
+    wrong guess fails its probe). Returns ``launch``."""
+    if launch.needs_shebang and "/" not in (launch.script or "/"):
+        launch.interpreter = IMAGE_PYTHON
+    return launch
 
 
 def known_forms(entries: Sequence[EntryPoints]) -> tuple[str, ...]:

@@ -82,7 +82,8 @@ def test_vllm_image_under_docker_reads_the_mounted_tuned_folder(testbed_factory)
     unit = h.sh(f"systemctl cat {h.unit}").stdout
     assert "ExecStart=/usr/bin/docker run --rm --name vllm --gpus all -p 8000:8000" in unit
     assert "-e VLLM_TUNED_CONFIG_FOLDER=/moe docker.io/vllm/vllm-openai:v" in unit
-    assert unit.split("vllm/vllm-openai:v", 1)[1].split(" ", 1)[1].startswith("--model /models/tiny-moe"), unit
+    # the image's ENTRYPOINT is `vllm serve` (vLLM's docker/Dockerfile since 0.11.1): the model comes first
+    assert unit.split("vllm/vllm-openai:v", 1)[1].split(" ", 1)[1].startswith("/models/tiny-moe -tp"), unit
     default = _lines(h, "Using default MoE config")
     want = f"Config file not found at /moe/{NAME}, /opt/vllm/vllm/model_executor/layers/fused_moe/configs/{NAME}"
     assert len(default) == 1 and default[0].endswith(want), default
@@ -271,7 +272,7 @@ def test_one_run_tunes_a_mixed_fleet(mixed):
 
 
 def test_the_vllm_image_is_read_and_planned_into_its_mounted_tuned_folder(testbed_factory, tmp_path):
-    """``docker run ... vllm/vllm-openai:vX --model ...`` (the image's own entry point) with
+    """``docker run ... vllm/vllm-openai:vX MODEL ...`` (the image's own entry point, ``vllm serve``) with
     ``-v /srv/moe:/moe -e VLLM_TUNED_CONFIG_FOLDER=/moe``: orch recognises vLLM behind the image,
     probes inside a container of the image (its entry point cleared), and plans the file as the
     server sees it, /moe/<name>, written on the host into /srv/moe; ``--check`` stops nothing.

@@ -132,7 +132,7 @@ TINY_DEEPSEEK_FP8_CONFIG: Dict[str, Any] = {
 #: vLLM hosts (issue 29; option ``engine``, ``VLLM_OPTION_DEFAULTS``), each a unit ``vllm-qwen`` on port
 #: 8000 (vLLM's default) serving the tiny Qwen3 MoE model, no strays: ``vllm-serve`` (``vllm serve
 #: MODEL``), ``vllm-module`` (``python -m vllm.entrypoints.openai.api_server --model ...``),
-#: ``vllm-container`` (``docker run ... vllm/vllm-openai:vX --model ...``, the image's entry point, with
+#: ``vllm-container`` (``docker run ... vllm/vllm-openai:vX MODEL ...``, the image's entry point ``vllm serve``, with
 #: ``-v /srv/moe:/moe -e VLLM_TUNED_CONFIG_FOLDER=/moe``), ``vllm-flashinfer`` (``--moe-backend
 #: flashinfer_cutlass``: a MoE kernel that reads no Triton file); ``vllm-tuned-folder``:
 #: ``vllm-serve`` with ``VLLM_TUNED_CONFIG_FOLDER=/srv/vllm-moe``.
@@ -252,7 +252,7 @@ VLLM_OPTION_DEFAULTS: Dict[str, Any] = {
 HOST_OPTION_DEFAULTS.update(VLLM_OPTION_DEFAULTS)
 #: where a vLLM host's stand-in tree sits (inside the host's own /srv)
 VLLM_TREE = "/srv/vllm"
-#: the stand-in of vLLM's server image on vLLM container hosts (its ENTRYPOINT is vLLM's api_server)
+#: the stand-in of vLLM's server image on vLLM container hosts (its ENTRYPOINT is `vllm serve`, as vLLM's since 0.11.1)
 VLLM_IMAGE = "docker.io/vllm/vllm-openai:v{release}"
 #: the console script of each host's stand-in tree (as pip writes one: shebang, then SGLang's main)
 SGLANG_SCRIPT = "/opt/sglang/bin/sglang"
@@ -934,7 +934,8 @@ def _vllm_flags(host: Host) -> List[str]:
     """The vLLM unit's flags after the entry point (``vllm serve MODEL``: the model first)."""
     o = host.options
     model = "/models/tiny-moe"
-    flags = [model] if o["vllm_launch"] == "serve" and not o["container"] else ["--model", model]
+    # `vllm serve MODEL` (the console script, and vLLM's image, whose ENTRYPOINT is `vllm serve`)
+    flags = [model] if o["vllm_launch"] == "serve" else ["--model", model]
     flags += ["-tp", str(o["tp"]), "--port", str(o["port"])]
     if o["bind_host"] is not None:
         flags += ["--host", host.address if o["bind_host"] == "address" else o["bind_host"]]
@@ -969,7 +970,7 @@ def _container_exec(host: Host, args: List[str], env: Dict[str, str]) -> List[st
     if o["container"].get("moe_mount"):
         words += ["-v", f"{o['moe_config_dir']}:/moe"]
         env["VLLM_TUNED_CONFIG_FOLDER" if o["engine"] == "vllm" else "SGLANG_MOE_CONFIG_DIR"] = "/moe"
-    if o["engine"] == "vllm":  # the image's own PYTHONPATH and ENTRYPOINT (the api_server) run the tree
+    if o["engine"] == "vllm":  # the image's own PYTHONPATH and ENTRYPOINT (`vllm serve`) run the tree
         env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "ORCH_STANDIN_VLLM_SRC")}
     for k, v in env.items():
         words += ["-e", f"{k}={v}"]
@@ -1068,10 +1069,10 @@ def _container_files(host: Host) -> Tuple[List[List[str]], List[str]]:
             # `ip netns exec` gives the host a fresh sysfs with an empty /sys/fs/cgroup, whose type crun refuses
             "grep -q ' /sys/fs/cgroup ' /proc/self/mounts || mount -t tmpfs -o mode=755 orchtb-cgroup /sys/fs/cgroup",
             f"podman import /run/orchtb/image.tar {CONTAINER_IMAGE} >/dev/null"] + cdi_cmds
-    if host.options["engine"] == "vllm":  # vLLM's image: ENTRYPOINT python3 -m vllm.entrypoints.openai.api_server
-        change = ["ENV=PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin", "ENV=PYTHONPATH=/opt/vllm",
-                  "ENV=ORCH_STANDIN_VLLM_SRC=/opt/vllm",
-                  'ENTRYPOINT=["python3","-m","vllm.entrypoints.openai.api_server"]']  # no spaces: podman splits a change on them
+    if host.options["engine"] == "vllm":  # vLLM's image (docker/Dockerfile, vllm-openai): ENTRYPOINT vllm serve
+        change = [f"ENV=PATH=/opt/vllm/{vllm_tree.SCRIPT.rsplit('/', 1)[0]}:/opt/venv/bin:/usr/local/bin:/usr/bin:/bin",
+                  "ENV=PYTHONPATH=/opt/vllm", "ENV=ORCH_STANDIN_VLLM_SRC=/opt/vllm",
+                  'ENTRYPOINT=["vllm","serve"]']  # no spaces: podman splits a change on them
         cmds.append("podman import " + " ".join(f"--change {shlex.quote(c)}" for c in change)
                     + f" /run/orchtb/image.tar {vllm_image(host)} >/dev/null")
     return binds, cmds

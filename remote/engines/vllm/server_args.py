@@ -10,8 +10,9 @@ reads the wrappers every engine shares: ``env``, ``numactl``, ``uv run``, ``cond
   0.34.0 marks deprecated and hands to ``vllm/entrypoints/launchers/api_server/entry.py`` ``main``;
   0.32.0/0.33.0 the same through ``launchers``): the parser receives ``ARGS``;
 - the ``vllm/vllm-openai`` container image (:func:`image_entrypoint`): its ``ENTRYPOINT`` is
-  ``python3 -m vllm.entrypoints.openai.api_server`` (vLLM's ``docker/Dockerfile``, stage
-  ``vllm-openai``), so the container's command words are the api_server's ``ARGS``.
+  ``vllm serve`` (vLLM's ``docker/Dockerfile``, stage ``vllm-openai``, since 0.11.1; ``python3 -m
+  vllm.entrypoints.openai.api_server`` up to 0.11.0), so the container's command words are what
+  follows ``vllm serve`` (the model first, or ``--model``).
 
 The parser (``vllm/utils/argparse_utils.py`` ``FlexibleArgumentParser.parse_args``), in order:
 
@@ -54,9 +55,14 @@ from ..launch import Launch, LaunchError, known_forms
 ENTRY_MODULE = "vllm.entrypoints.openai.api_server"
 #: the console script's server subcommand
 ENTRY_SERVE = "vllm serve"
-#: vLLM's server image and the entry point it runs (vLLM ``docker/Dockerfile``, ``vllm-openai``)
+#: vLLM's server image and the entry point it runs: the ``ENTRYPOINT`` of the ``vllm-openai`` stage of
+#: vLLM's ``docker/Dockerfile``, ``vllm serve`` since 0.11.1 (0.11.1 to 0.34.0 read), ``python3 -m
+#: vllm.entrypoints.openai.api_server`` up to 0.11.0 (0.8.5, 0.9.0, 0.10.0, 0.11.0 read)
 IMAGE = "vllm/vllm-openai"
-IMAGE_ENTRYPOINT = ("python3", "-m", ENTRY_MODULE)
+IMAGE_ENTRYPOINT = ("vllm", "serve")
+IMAGE_ENTRYPOINT_BEFORE = ("python3", "-m", ENTRY_MODULE)
+#: the first release whose image runs :data:`IMAGE_ENTRYPOINT`
+IMAGE_SERVE_SINCE = (0, 11, 1)
 #: the model vLLM serves when none is named (``ModelConfig.model``, 0.32.0-0.34.0)
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 
@@ -98,7 +104,8 @@ class VllmEntryPoints:
         launch.forms.append(ENTRY_SERVE)
 
     def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
-        """:func:`image_entrypoint` (the ``vllm/vllm-openai`` image's api_server)."""
+        """:func:`image_entrypoint` (the ``vllm/vllm-openai`` image's ``vllm serve``, or its api_server
+        up to 0.11.0)."""
         return image_entrypoint(image)
 
 
@@ -111,10 +118,22 @@ _IMAGE_RE = re.compile(r"^(?:(?:docker\.io|registry-1\.docker\.io|index\.docker\
                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 
 
+_RELEASE_TAG_RE = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?![\d])")
+
+
 def image_entrypoint(image: str) -> tuple[str, ...] | None:
     """The ``ENTRYPOINT`` of ``image`` when it is vLLM's server image (``vllm/vllm-openai``, any
-    tag or digest, on Docker Hub): ``("python3", "-m", ENTRY_MODULE)``; None for another image."""
-    return IMAGE_ENTRYPOINT if _IMAGE_RE.match(image or "") else None
+    tag or digest, on Docker Hub), else None. vLLM's ``docker/Dockerfile``, stage ``vllm-openai``:
+    ``("vllm", "serve")`` from 0.11.1 on (the console script: a first word that is not an option is
+    the model), ``("python3", "-m", ENTRY_MODULE)`` up to 0.11.0. A release tag (``v0.10.2``,
+    ``v0.9.0-cu128``) picks by its release; any other tag (``latest``, ``nightly``) or a digest
+    alone is taken as a current image."""
+    if not _IMAGE_RE.match(image or ""):
+        return None
+    tag = _RELEASE_TAG_RE.search(image.split("@", 1)[0].rsplit("/", 1)[-1])
+    if tag and tuple(int(x) for x in tag.groups()) < IMAGE_SERVE_SINCE:
+        return IMAGE_ENTRYPOINT_BEFORE
+    return IMAGE_ENTRYPOINT
 
 
 def container_command(image: str, entrypoint: str | None, command: list[str]) -> list[str] | None:

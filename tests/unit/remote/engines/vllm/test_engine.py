@@ -323,15 +323,24 @@ def test_hazards_bypass_and_pairs():
 
 
 def test_the_vllm_image_runs_its_entry_point():
-    from remote.engines import container_command
+    from remote.engines import container_command, in_image
 
-    assert container_command("docker.io/vllm/vllm-openai:v0.34.0", None, ["--model", "/m"]) == [
+    # the image's ENTRYPOINT: `vllm serve` since 0.11.1, the api_server module before (test_image_oracle.py)
+    assert container_command("docker.io/vllm/vllm-openai:v0.34.0", None, ["/m"]) == ["vllm", "serve", "/m"]
+    assert container_command("vllm/vllm-openai:v0.10.2", None, ["--model", "/m"]) == [
         "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"]
     assert container_command("vllm/vllm-openai", "vllm", ["serve", "/m"]) == ["vllm", "serve", "/m"]
     assert container_command("lmsysorg/sglang:v0.5.23", None, ["python3", "-m", "sglang.launch_server"]) == [
         "python3", "-m", "sglang.launch_server"]
-    found, launch = engine_for(container_command("vllm/vllm-openai:latest", None, ["--model", "/m", "-tp", "2"]))
-    assert found is ENGINE and launch.server_argv == ["--model", "/m", "-tp", "2"]
+    found, launch = engine_for(container_command("vllm/vllm-openai:latest", None, ["/m", "-tp", "2"]))
+    assert found is ENGINE and launch.server_argv == ["serve", "/m", "-tp", "2"] and launch.script == "vllm"
+    # the console script is in the image, not on the host: the image's python3 runs it (the payload's interpreter)
+    assert launch.needs_shebang and not in_image(launch).needs_shebang and launch.interpreter == "python3"
+    hooked = engine_for(["docker", "run", "--name", "v", "vllm/vllm-openai", "/m"],
+                        container=lambda argv: (container_command(argv[-2], None, argv[-1:]), "run"))[1]
+    assert hooked.container == "run" and hooked.interpreter == "python3" and not hooked.needs_shebang
+    old = engine_for(container_command("vllm/vllm-openai:v0.11.0", None, ["--model", "/m"]))[1]
+    assert old.server_argv == ["--model", "/m"] and old.interpreter == "python3"
 
 
 def test_lookup_without_vllm_here_still_reads_no_down_file(tmp_path, monkeypatch):

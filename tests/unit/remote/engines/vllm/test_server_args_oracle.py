@@ -237,7 +237,9 @@ def test_image_entrypoint():
     assert sa.image_entrypoint("vllm/vllm-openai:v0.34.0") == sa.IMAGE_ENTRYPOINT
     assert sa.image_entrypoint("docker.io/vllm/vllm-openai") == sa.IMAGE_ENTRYPOINT
     assert sa.image_entrypoint("lmsysorg/sglang:v0.5.23") is None
-    assert sa.container_command("vllm/vllm-openai:latest", None, ["--model", "/m"]) == [
+    assert sa.image_entrypoint("vllm/vllm-openai:v0.11.0") == sa.IMAGE_ENTRYPOINT_BEFORE
+    assert sa.container_command("vllm/vllm-openai:latest", None, ["/m"]) == ["vllm", "serve", "/m"]
+    assert sa.container_command("vllm/vllm-openai:v0.9.0-cu128", None, ["--model", "/m"]) == [
         "python3", "-m", sa.ENTRY_MODULE, "--model", "/m"]
     assert sa.container_command("vllm/vllm-openai", "vllm", ["serve", "/m"]) == ["vllm", "serve", "/m"]
 
