@@ -569,3 +569,46 @@ def test_warm_autotune_cache_that_hangs_the_next_start_is_put_back_and_the_unit_
     assert log.count("[Autotuner]: Autotuning process starts") == log.count("[Autotuner]: Autotuning process ends") + 1
     assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
     assert h.sh(f"test -f {hang[0]['path']}", check=False).returncode == 0  # the last start wrote it again
+
+
+def test_trial_on_a_vllm_unit_ends_on_the_kept_backend_and_rollback_restores_the_unit(testbed_factory, tmp_path):
+    """Issue 29: the runner trial on a ``vllm serve`` unit (no ``--moe-backend``: ``auto``, which runs
+    Triton for unquantized weights on SM90) across ``triton`` and ``flashinfer_cutlass`` (vLLM's
+    ``--moe-backend`` values): every candidate's start logs the release's ``Using <backend>
+    Unquantized MoE backend`` line; the unit ends on the kept backend (a drop-in when it is not the
+    unit's own) and answers; ``orch rollback`` puts the unit files back byte for byte."""
+    from tests.testbed.bed import HOST_PRESETS
+
+    bed = testbed_factory(1, host_options={0: dict(HOST_PRESETS["vllm-serve"])})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    unit = "vllm-qwen.service"
+    dropin = f"/etc/systemd/system/{unit}.d/orch-moe-runner.conf"
+    units_before = h.file_tree_hash("/etc/systemd/system")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", unit, "--moe-runners", "triton,flashinfer_cutlass", "--json",
+                state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    assert "flashinfer_cutlass" in rows and "triton" in rows, trial
+    log = h.unit_log()
+    assert "Using FlashInfer CUTLASS Unquantized MoE backend" in log, log[-3000:]
+    kept = trial["kept"]
+    assert h.unit_state() == "active"
+    if trial["changed"]:
+        text = h.sh(f"cat {dropin}").stdout
+        assert "ExecStart=\n" in text and text.rstrip().endswith(f"--moe-backend {kept}"), text
+    else:
+        assert h.file_tree_hash("/etc/systemd/system") == units_before
+    back = orch("rollback", str(inv), "--service", unit, "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    assert recap(back)["hosts"][h.name]["outcome"] == "completed"
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.unit_state() == "active"
+    last = h.unit_log()
+    last = last[last.rfind("vLLM server version"):]
+    assert "Using TRITON Unquantized MoE backend" in last, last[-2000:]
