@@ -22,6 +22,7 @@ from pathlib import Path
 from remote.engines import Engine, engine_named
 
 from ..engine.results import Cancelled, TaskFailed
+from ..payload.client import PayloadFailed
 from ..facts.bench import BenchResult
 from ..facts.journal import mark_start, note_invocation, text_since, unit_log
 from ..facts.plan import Endpoint
@@ -353,6 +354,17 @@ def triton_subrun(ctx) -> str:
     return ctx.options.run_id + TRITON_SUBRUN_SUFFIX
 
 
+def install_rules(ctx) -> dict:
+    """The payload ``install`` request's engine rules for the Triton candidate's files (as ``orch
+    tune``'s install gives them): ``any_dest_name`` for an engine that keeps no folder per Triton
+    release (the probe's ``triton_folder`` None: vLLM's ``VLLM_TUNED_CONFIG_FOLDER`` has any name),
+    ``extra_fields`` for an engine whose entries carry more keys (``Engine.config_extra_fields``)."""
+    probe = ctx.facts.probe
+    extra = list(ctx.facts.engine.config_extra_fields)
+    return {**({"any_dest_name": True} if probe is not None and probe.triton_folder is None else {}),
+            **({"extra_fields": extra} if extra else {})}
+
+
 def install_triton_files(ctx, texts: dict[str, str], paths: dict[str, str], install_dir: str) -> list[str]:
     """Install the Triton config files ``texts`` (role -> JSON text) as ``paths`` (role -> the file the
     server reads, ``orch_plan.paths``) in ``install_dir``, as this run's sub-run :func:`triton_subrun`
@@ -377,10 +389,9 @@ def install_triton_files(ctx, texts: dict[str, str], paths: dict[str, str], inst
     if sub not in ctx.run.sub_runs:
         ctx.run.sub_runs.append(sub)
     ctx.run.install_attempted = True
-    extra = list(ctx.facts.engine.config_extra_fields)
     ctx.payload.call("install", request={"run_id": sub, "state_dir": ctx.payload.state_dir, "action": "tune",
                                          "dest_dir": write_dir, "files": files, "create_dest": True,
-                                         **({"extra_fields": extra} if extra else {})}, timeout=300)
+                                         **install_rules(ctx)}, timeout=300)
     records(ctx).set_state(sub, "installed", {"action": "tune", "sub_run_of": ctx.options.run_id,
                                               "note": "the Triton files of a MoE runner trial"})
     return [paths[r] for r in sorted(paths)]
@@ -393,7 +404,14 @@ def restore_triton_files(ctx) -> list[dict]:
     sub = triton_subrun(ctx)
     if sub not in ctx.run.sub_runs:
         return []
-    data = ctx.payload.call("restore", ["--run-id", sub, "--state-dir", ctx.payload.state_dir], timeout=300)
+    try:
+        data = ctx.payload.call("restore", ["--run-id", sub, "--state-dir", ctx.payload.state_dir], timeout=300)
+    except PayloadFailed as exc:
+        # no manifest: the install was refused before its first write (it writes the manifest
+        # first), so the sub-run changed nothing to put back
+        if exc.data.get("kind") != "not_found" or "no manifest" not in str(exc):
+            raise
+        data = {"files": []}
     ctx.run.sub_runs.remove(sub)
     ctx.emit("configs_restored", run_id=sub, files=data.get("files"))
     return list(data.get("files") or [])

@@ -210,3 +210,43 @@ def test_a_drop_beyond_the_noise_threshold_is_not_called_within_it():
     assert not_kept_why(-3.0, 3.0, "auto") == "-3.0% output tok/s: within the 3% noise threshold"
     assert not_kept_why(2.9, 3.0, "triton") == "+2.9% output tok/s: within the 3% noise threshold"
     assert "within" not in not_kept_why(-3.1, 3.0, "triton")
+
+
+def _trial_ctx(triton_folder, extra=(), call=None):
+    engine = SimpleNamespace(config_extra_fields=tuple(extra))
+    return SimpleNamespace(facts=SimpleNamespace(probe=SimpleNamespace(triton_folder=triton_folder), engine=engine),
+                           payload=SimpleNamespace(call=call, state_dir="/var/lib/orch"),
+                           options=SimpleNamespace(run_id="R"), run=SimpleNamespace(sub_runs=["R.triton"]),
+                           emit=lambda *a, **k: None)
+
+
+def test_install_rules_follow_the_engine_s_folder_and_entry_rules():
+    """Issue 29: the Triton candidate's install takes ``orch tune``'s rules: any folder name where the
+    engine keeps no folder per Triton release (vLLM's ``VLLM_TUNED_CONFIG_FOLDER``), the engine's extra
+    entry fields (vLLM's ``SPLIT_K``); SGLang's ``triton_X_Y_Z`` folder: neither."""
+    from orchestrator.host.runner_trial import install_rules
+
+    assert install_rules(_trial_ctx(None, ("SPLIT_K",))) == {"any_dest_name": True, "extra_fields": ["SPLIT_K"]}
+    assert install_rules(_trial_ctx("triton_3_4_0")) == {}
+
+
+def test_restoring_a_triton_sub_run_whose_install_wrote_nothing_is_a_no_op():
+    """An install refused before its first write leaves no manifest: the restore puts nothing back
+    (and the trial goes on to its decision) instead of failing the run; any other failure is raised."""
+    from orchestrator.host.runner_trial import restore_triton_files
+    from orchestrator.payload.client import PayloadFailed
+
+    def missing(*a, **k):
+        raise PayloadFailed("restore", "not_found", "no manifest for run R.triton (/var/lib/orch/runs/R.triton/"
+                                                    "manifest.json)")
+
+    ctx = _trial_ctx(None, call=missing)
+    assert restore_triton_files(ctx) == [] and ctx.run.sub_runs == []
+
+    def broken(*a, **k):
+        raise PayloadFailed("restore", "runtime", "backup of /x damaged")
+
+    ctx = _trial_ctx(None, call=broken)
+    with pytest.raises(PayloadFailed, match="damaged"):
+        restore_triton_files(ctx)
+    assert ctx.run.sub_runs == ["R.triton"]
