@@ -29,7 +29,7 @@ from ..facts.plan import Endpoint
 from ..facts.systemd_unit import Unit
 from ..facts.unit import UnitError, parse_unit_settings, read_host_file
 from ..records.layout import bench_file
-from .autotune import autotune_cache_root
+from .autotune import autotune_cache_root, service_home, workdir_of
 from .endpoint import ask, ask_json
 
 #: the check prompts shipped with orch (one per line; ``#`` lines and blank lines skipped)
@@ -293,10 +293,16 @@ def autotune_cache_dir(ctx, unit: Unit | str) -> str:
     """The folder of the unit's server that holds its start-up autotune cache (SGLang: FlashInfer's
     ``<$SGLANG_CACHE_DIR>/flashinfer/autotune``): ``Engine.autotune_cache_dir`` of the cache root
     as the server resolves it (:func:`orchestrator.host.autotune.autotune_cache_root`, the root the
-    probe and ``orch doctor`` give too). ``unit``: the unit's handle or name (its ``User=``'s home
-    when the engine's default root needs one)."""
+    probe and ``orch doctor`` give too), or the folder the server's environment names instead (vLLM:
+    ``VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR``). ``unit``: the unit's handle or name (its ``User=``'s home
+    when the engine's default root or that folder needs one)."""
     engine = ctx.facts.engine
-    return engine.autotune_cache_dir(autotune_cache_root(ctx, engine, unit))
+    root = autotune_cache_root(ctx, engine, unit)
+    env, workdir = ctx.facts.environment, workdir_of(getattr(ctx.facts, "unit", None))
+    # the engine may name another folder in the server's environment (vLLM's
+    # VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, `~` the server user's home)
+    return (engine.autotune_cache_dir(root, environment=env, workdir=workdir)
+            or engine.autotune_cache_dir(root, environment=env, workdir=workdir, home=service_home(ctx, unit)))
 
 
 def backup_autotune_cache(ctx, unit: Unit) -> dict:

@@ -629,3 +629,35 @@ def test_trial_on_a_vllm_unit_ends_on_the_kept_backend_and_rollback_restores_the
     last = last[last.rfind("vLLM server version"):]
     assert "Using TRITON Unquantized MoE backend" in last and f"Using configuration from {folder}/{NAME}" in last, \
         last[-2000:]
+
+
+def test_trial_on_a_vllm_unit_without_a_tuned_folder_tries_triton_on_the_host_s_files(testbed_factory, tmp_path):
+    """Issue 29: a ``vllm serve`` unit that sets no ``VLLM_TUNED_CONFIG_FOLDER`` reads only its package's
+    ``configs/`` (orch never writes there): the ``triton`` candidate runs on the files the host has
+    (``triton_files`` none, with the reason), nothing is written into the package, and the trial ends
+    with the unit on the kept backend; rollback puts the unit files back byte for byte."""
+    from tests.testbed.bed import HOST_PRESETS
+
+    bed = testbed_factory(1, host_options={0: dict(HOST_PRESETS["vllm-serve"])})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    unit = "vllm-qwen.service"
+    units_before, package = h.file_tree_hash("/etc/systemd/system"), h.file_tree_hash("/srv/vllm")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", unit, "--moe-runners", "triton,flashinfer_cutlass", "--json",
+                state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    events = (state / "runs" / recap(proc)["run_id"] / "events.jsonl").read_text()
+    assert "the unit reads no folder orch may write" in events
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    assert "flashinfer_cutlass" in rows and not rows.get("triton", {}).get("triton_files"), rows
+    assert h.file_tree_hash("/srv/vllm") == package
+    assert h.sh("test -e /var/lib/orch/configs-vllm-qwen.service", check=False).returncode != 0
+    assert h.unit_state() == "active"
+    back = orch("rollback", str(inv), "--service", unit, "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    assert h.file_tree_hash("/etc/systemd/system") == units_before and h.unit_state() == "active"

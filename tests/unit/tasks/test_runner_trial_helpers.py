@@ -101,6 +101,27 @@ def test_autotune_cache_dir(env, user, passwd, want):
     assert autotune_cache_dir(_ctx(env, user, passwd), Unit("sglang-qwen")) == want
 
 
+@pytest.mark.parametrize("env,user,passwd,want", [
+    ({}, "", "", "/root/.cache/vllm/flashinfer_autotune_cache"),
+    ({"VLLM_CACHE_ROOT": "/data/vc"}, "", "", "/data/vc/flashinfer_autotune_cache"),
+    # VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR names the folder itself (flashinfer_autotune_root), `~` expanded
+    # with the server user's home (Path.expanduser), a relative value from its working directory ("/")
+    ({"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "/data/fi", "VLLM_CACHE_ROOT": "/data/vc"}, "", "", "/data/fi"),
+    ({"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "~/fi"}, "vllm", "vllm:x:997:997::/var/lib/vllm:/usr/sbin/nologin\n",
+     "/var/lib/vllm/fi"),
+    ({"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "fi"}, "", "", "/fi"),
+])
+def test_autotune_cache_dir_of_a_vllm_unit(env, user, passwd, want):
+    """Issue 29: what a runner trial on a vLLM unit backs up (vLLM 0.32.0-0.34.0
+    ``model_executor/warmup/flashinfer_autotune_cache.py``; held against the releases by
+    ``test_runtime_oracle.py::test_flashinfer_autotune_folder_is_the_releases``)."""
+    from remote.engines import engine_named
+
+    ctx = _ctx(env, user, passwd)
+    ctx.facts.engine = engine_named("vllm")
+    assert autotune_cache_dir(ctx, Unit("vllm-qwen")) == want
+
+
 class _Reload:
     """A context whose payload answers ``reload-check`` with ``risky`` and whose connection records commands."""
 
