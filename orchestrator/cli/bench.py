@@ -3,7 +3,9 @@
 Runs ``playbooks/bench.yaml``: the payload's ``bench`` command runs on each host against
 the unit's own URL (so the controller's network does not distort it), with
 ``sglang.bench_serving``'s metric names (``output_throughput`` tokens/s, ``median_ttft_ms``,
-``median_itl_ms``, ...). ``--bench-tool sglang`` runs SGLang's own ``bench_serving`` there.
+``median_itl_ms``, ...). ``--bench-tool NAME`` (``--tool NAME``; default the inventory's
+``orch_bench_tool``) runs the unit's engine's own client there: ``sglang`` SGLang's
+``bench_serving``, ``vllm`` ``vllm bench serve``; another engine's client is refused per host.
 A level where more than 1% of requests failed is marked invalid and the host fails.
 """
 
@@ -49,8 +51,9 @@ def add_parser(sub) -> None:
     b.add_argument("--input-len", type=int, help="prompt tokens (default orch_bench_input_len)")
     b.add_argument("--output-len", type=int, help="output tokens (default orch_bench_output_len)")
     b.add_argument("--level-timeout", type=float, default=600, help="seconds per concurrency level (default 600)")
-    b.add_argument("--bench-tool", choices=BENCH_TOOLS, default="builtin",
-                   help="orch's client (default) or an engine's own benchmark client (named after the engine)")
+    b.add_argument("--bench-tool", "--tool", dest="bench_tool", choices=BENCH_TOOLS, default=None,
+                   help="orch's client or the unit's engine's own benchmark client (named after the engine; "
+                        "another engine's is refused); default orch_bench_tool (builtin)")
     b.set_defaults(func=cmd_bench)
 
 
@@ -114,8 +117,9 @@ def cmd_bench(args) -> int:
         "bench_input_len": checked_as("--input-len", args.input_len, "orch_bench_input_len"),
         "bench_output_len": checked_as("--output-len", args.output_len, "orch_bench_output_len")}.items()
         if v is not None}
-    extra.update(bench_level_timeout=positive_seconds("--level-timeout", args.level_timeout),
-                 bench_tool=args.bench_tool)
+    extra.update(bench_level_timeout=positive_seconds("--level-timeout", args.level_timeout))
+    if args.bench_tool is not None:  # else the inventory's orch_bench_tool
+        extra["bench_tool"] = args.bench_tool
     res = run_playbook("bench", args.inventory, limit=args.limit, service=args.service, extra=extra,
                        batching=batching(args), state_dir=args.state_dir, read_only=True,
                        accept_new_host_keys=args.accept_new_host_keys, verbose=args.verbose)

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from remote.engines import engine_named
-from remote.protocol import (DEFAULT_ENGINE, DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, DEFAULT_TUNE_BUDGET_S, ENGINE_NAMES,
-                             PROVIDER_NAMES, SEARCH_SPACES)
+from remote.protocol import (BENCH_TOOLS, DEFAULT_ENGINE, DEFAULT_PROVIDER, DEFAULT_SEARCH_SPACE, DEFAULT_TUNE_BUDGET_S,
+                             ENGINE_NAMES, PROVIDER_NAMES, SEARCH_SPACES)
 
 from remote.gpus import VENDORS as GPU_VENDORS
 
@@ -411,6 +411,9 @@ _SPECS: list[VarSpec] = [
             "Benchmark prompt length (tokens).", _int_range(1, None)),
     VarSpec("orch_bench_output_len", "int", "a positive integer", 256,
             "Benchmark output length (tokens).", _int_range(1, None)),
+    _choice_var("orch_bench_tool", BENCH_TOOLS, "builtin",
+                "Benchmark client of orch bench and the tune's and rollback's benchmarks: orch's own, or the "
+                "unit's engine's own (named after the engine, docs/commands.md; another engine's is refused)."),
     VarSpec("orch_state_dir", "path", "an absolute path", "/var/lib/orch",
             "State folder on the host (payload, backups, run records).", _abs_path),
     VarSpec("orch_known_hosts", "path", "a path", None,

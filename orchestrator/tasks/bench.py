@@ -25,6 +25,7 @@ from ..host.answering import check_answering_process
 from ..host.endpoint import container_of, endpoint_candidates, endpoint_of
 from ..host.sigkill import requests_without_tokens
 from ..payload.client import stop_tagged
+from ..payload.model_args import payload_env
 from ..records.layout import bench_file
 from remote.protocol import BENCH_TOOLS
 
@@ -61,7 +62,8 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
 
     ``concurrency``: levels (parallel requests); ``input_len``/``output_len``: tokens per request;
     ``level_timeout``: seconds per level; ``tool``: orch's own client or the engine's own
-    (``Engine.bench_tool``: SGLang's ``sglang.bench_serving``).
+    (``Engine.bench_tool``, named after the engine: its ``bench_serving``, ``bench serve``); another
+    engine's client fails the task before anything runs, naming the host, the unit and its engine.
     With ``compare_to`` (an earlier label), fails when output tokens/s at the highest concurrency
     valid in both fell by more than ``regression_threshold`` percent (automatic rollback). A level
     with more than 1% failed requests is invalid and fails the task. After this run SIGKILLed a
@@ -71,6 +73,12 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
     records what the server had loaded, from the log of its start (``before_loaded``).
     """
     unit = ctx.facts.unit.unit if ctx.facts.unit is not None else None
+    engine = ctx.facts.engine
+    if tool != "builtin" and tool != engine.bench_tool:
+        # an engine's own client speaks only to its own server: refused before anything runs
+        own = f"--bench-tool {engine.bench_tool} or " if engine.bench_tool else ""
+        raise TaskFailed(f"{ctx.name}: unit {unit or '(none)'} runs {engine.display_name}; the benchmark client "
+                         f"{tool!r} is another engine's own: use {own}--bench-tool builtin (orch_bench_tool)")
     summary = ctx.run.summary
     answering, loaded = {}, None
     if unit and not ctx.vars.get("orch_bench_url"):
@@ -87,9 +95,13 @@ def bench(ctx, label: str, concurrency: list[int], input_len: int, output_len: i
     conc = [int(c) for c in concurrency]
     args = ["--url", url, "--concurrency", ",".join(map(str, conc)), "--input-len", str(int(input_len)),
             "--output-len", str(int(output_len)), "--level-timeout", str(level_timeout), "--tool", tool,
-            "--engine", ctx.facts.engine.name]
-    # an engine's own client (sglang.bench_serving) needs about a minute of its own start-up per level
+            "--engine", engine.name]
+    # an engine's own client (its bench_serving, bench serve) needs about a minute of its own start-up per level
     per_level = float(level_timeout) + (60 if tool != "builtin" else 0)
+    if tool != "builtin" and ctx.facts.unit is not None:
+        # the engine's own client runs with the unit's Python and the unit's environment (its
+        # PYTHONPATH finds the engine's package, as the probe's does)
+        ctx.payload.env.update(payload_env(ctx))
     if ctx.attempt > 1:
         # run again after a lost link: the first run's client may still load the server (its SSH
         # channel is gone, not the process): end it, so the levels measure one client alone

@@ -6,12 +6,14 @@
 ``--tool builtin`` (default) runs orch's own client (:mod:`remote.bench.builtin`: request
 bodies, measurement, counting; ``--api generate`` is ``--engine``'s native API); ``--tool NAME``
 runs the engine's own client whose ``Engine.bench_tool`` is NAME (``sglang``: SGLang's
-``python -m sglang.bench_serving`` once per level, :mod:`remote.engines.sglang.bench_tool`). Both
+``python -m sglang.bench_serving`` once per level, :mod:`remote.engines.sglang.bench_tool`;
+``vllm``: ``vllm bench serve`` once per level, :mod:`remote.engines.vllm.bench_tool`), and only
+when ``--engine`` is that engine (another engine's client is refused, ``bad_input``). Both
 report the metric names of :mod:`remote.bench.common` and judge a level by the same rule.
 
 Result ``data``::
 
-    {"tool": "builtin"|"sglang", "url": str,
+    {"tool": "builtin"|"sglang"|"vllm", "url": str,
      "levels": [{"max_concurrency": int, "num_prompts": int,
                  "duration": s, "completed": int, "failed": int, "timed_out": int,
                  "not_sent": int, "valid": bool, "failure_rate": float,
@@ -24,8 +26,9 @@ Result ``data``::
                  "warmup_failed": int, "errors": [up to 5 distinct messages]}, ...],
      "settings": {...the effective flags...}}
 
-Errors: ``PayloadError("bad_input")`` for a malformed URL or flags; ``--tool sglang``
-raises ``PayloadError("not_found")`` when ``import sglang`` fails on the host;
+Errors: ``PayloadError("bad_input")`` for a malformed URL or flags, or an engine's ``--tool`` that
+is not ``--engine``'s; ``--tool sglang`` (``vllm``) raises ``PayloadError("not_found")`` when
+``import sglang`` (``vllm``) fails on the host;
 ``--api openai`` without ``--model`` raises ``PayloadError("runtime")`` when
 ``/v1/models`` cannot be read.
 """
@@ -78,6 +81,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     what the server reports at ``/get_server_info``, None when it does not say)."""
     levels = parse_concurrency(args.concurrency)
     tool_owner = next((e for e in ENGINES.values() if e.bench_tool == args.tool), None)
+    serving = engine_named(args.engine)
+    if tool_owner is not None and tool_owner is not serving:
+        # an engine's client speaks to its own server (its request shape, its dataset, its names)
+        own = f"--tool {serving.bench_tool} or " if serving.bench_tool else ""
+        raise PayloadError("bad_input", f"--tool {args.tool} is {tool_owner.display_name}'s own benchmark client; "
+                                        f"--engine {serving.name} serves {args.url}: use {own}--tool builtin")
     if tool_owner is not None:
         data = tool_owner.run_bench_tool(
             url=args.url, levels=levels, input_len=args.input_len, output_len=args.output_len,

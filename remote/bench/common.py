@@ -1,8 +1,9 @@
 """What both benchmark clients share: metric names, the validity rule, ``--url`` and prompt counts.
 
-:mod:`remote.bench.builtin` (orch's client) and :mod:`remote.engines.sglang.bench_tool` (SGLang's
-``bench_serving``) report levels under these names and judge them by one rule
-(:data:`MAX_FAILURE_FRACTION`); both import this module and neither imports the other.
+:mod:`remote.bench.builtin` (orch's client), :mod:`remote.engines.sglang.bench_tool` (SGLang's
+``bench_serving``) and :mod:`remote.engines.vllm.bench_tool` (``vllm bench serve``) report levels
+under these names and judge them by one rule (:data:`MAX_FAILURE_FRACTION`); each imports this
+module and none imports another.
 Standard library only.
 """
 

@@ -214,14 +214,16 @@ def test_tune_a_vllm_unit_rerun_doctor_and_rollback(testbed_factory, tmp_path):
 
 def test_tune_into_the_units_tuned_folder_and_roll_back_byte_identical(testbed_factory, tmp_path):
     """A unit that sets VLLM_TUNED_CONFIG_FOLDER: orch replaces the file there (backed up first),
-    writes no drop-in; ``--check`` changes nothing; rollback puts the old file back byte for byte."""
+    writes no drop-in; ``--check`` changes nothing; rollback puts the old file back byte for byte.
+    The tune's and the rollback's benchmarks run vLLM's own client (``orch_bench_tool: vllm``:
+    ``vllm bench serve`` of the unit's tree, the stand-in's)."""
     old = json.dumps(ENTRY)
     bed = testbed_factory(1, {0: dict(HOST_PRESETS["vllm-tuned-folder"], config_files={NAME: ENTRY})})
     h = bed.hosts[0]
     h.wait_http("/health")
     before = h.sh(f"sha256sum /srv/vllm-moe/{NAME}").stdout.split()[0]
     units = h.file_tree_hash("/etc/systemd/system")
-    inv = inventory(bed, tmp_path / "hosts.yaml")
+    inv = inventory(bed, tmp_path / "hosts.yaml", orch_bench_tool="vllm")
     pid = _main_pid(h)
     check = orch("tune", str(inv), "--check", "--json", state_dir=tmp_path / "check")
     assert check.returncode == 0, check.stderr[-6000:]
@@ -242,6 +244,13 @@ def test_tune_into_the_units_tuned_folder_and_roll_back_byte_identical(testbed_f
     assert h.sh(f"sha256sum /srv/vllm-moe/{NAME}").stdout.split()[0] == before
     assert json.loads(h.sh(f"cat /srv/vllm-moe/{NAME}").stdout) == json.loads(old)
     assert h.unit_state() == "active"
+    benches = sorted((tmp_path / "state").rglob("bench_*.json"))
+    assert {p.name for p in benches} == {"bench_before.json", "bench_after.json"} and len(benches) == 4, benches
+    for p in benches:  # tune and rollback: before and after, each measured by vllm bench serve
+        data = json.loads(p.read_text())
+        assert data["tool"] == "vllm", (p, data.get("tool"))
+        assert [(lv["max_concurrency"], lv["completed"], lv["valid"]) for lv in data["levels"]] == \
+            [(1, 10, True), (4, 20, True)], (p, data["levels"])
 
 
 def test_one_run_tunes_a_mixed_fleet(mixed):

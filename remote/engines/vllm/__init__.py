@@ -17,6 +17,8 @@ Each module names the vLLM release files it mirrors (0.32.0, 0.33.0, 0.34.0); th
   the weight format) from a model's ``config.json``;
 - :mod:`remote.engines.vllm.http`: readiness (``/health``, ``/v1/models``), the ``/v1/completions``
   request and answer, ``vllm bench serve``'s metric names;
+- :mod:`remote.engines.vllm.bench_tool`: ``bench --tool vllm``, vLLM's own ``vllm bench serve``
+  once per level, its result JSON and printed summary read into orch's metric names;
 - :mod:`remote.engines.vllm.provider`: vLLM's own ``fused_experts_impl`` as a tuner provider
   (needs torch, triton and vLLM; never imported by the controller).
 """

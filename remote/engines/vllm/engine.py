@@ -14,7 +14,6 @@ import glob
 import os
 from typing import Any, Callable, Mapping
 
-from ...protocol import BadInput
 from ..launch import ContainerHook, Launch
 from ..records import AutotuneState, Generation, HttpRequest, MoeLogReport, MoeRunner, RootHazards
 from . import autotune, env, http, launcher, lookup, model_flags, moe_log, naming, server_args
@@ -211,14 +210,14 @@ class VllmEngine:
         """:func:`remote.engines.vllm.http.bench_chunk`."""
         return http.bench_chunk(chunk)
 
-    #: ``bench --tool vllm``: refused for now (orch does not drive ``vllm bench serve`` yet; its metric
-    #: names are ``http.BENCH_METRICS``)
+    #: ``bench --tool vllm``: vLLM's own ``vllm bench serve`` (:mod:`remote.engines.vllm.bench_tool`)
     bench_tool = "vllm"
 
     def run_bench_tool(self, **kwargs: Any) -> dict[str, Any]:
-        """Raises :class:`~remote.protocol.BadInput`: orch does not drive ``vllm bench serve`` yet
-        (``bench --tool builtin`` measures a vLLM server through its OpenAI API)."""
-        raise BadInput("bench --tool vllm: orch does not drive `vllm bench serve` yet; use --tool builtin")
+        """:func:`remote.engines.vllm.bench_tool.run_vllm` (imported when asked: it starts vLLM's client)."""
+        from . import bench_tool
+
+        return bench_tool.run_vllm(**kwargs)
 
     # 9. caches that are host state (autotune.py)
     def autotune_cache_root(self, environment: Mapping[str, str], workdir: str | None, home: str | None) -> str | None:

@@ -156,6 +156,7 @@ ORCH_CASES = [
     ("bench {inv} --level-timeout 0", "--level-timeout"),
     ("bench {inv} --level-timeout nan", "--level-timeout"),
     ("bench {inv} --bench-tool x", "--bench-tool"),
+    ("bench {inv} --tool x", "--tool"),
     ("runs {inv} --host nohost", "nohost"),
     ("report nope --state-dir {tmp}/s", "nope"),
     ("report latest --state-dir {tmp}/s", "no runs"),

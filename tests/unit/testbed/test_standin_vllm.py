@@ -101,3 +101,59 @@ def test_a_named_non_triton_backend_reads_no_file_and_warning_level_hides_the_lo
     url, log, _ = run(["-m", "vllm.entrypoints.openai.api_server", "--model", "{model}"],
                       env={"VLLM_LOGGING_LEVEL": "WARNING"})
     assert "Using configuration" not in log.read_text()
+
+
+def test_streamed_completion_is_server_sent_events_with_the_usage_last(run):
+    url, _, model = run(["-m", "vllm.entrypoints.openai.api_server", "--model", "{model}"])
+    body = {"model": str(model), "prompt": "a b c", "max_tokens": 3, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", url + "/v1/completions", json=body) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = [ln[len("data: "):] for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert [len(c["choices"]) for c in chunks] == [1, 1, 1, 0]
+    assert chunks[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+    assert chunks[2]["choices"][0]["finish_reason"] == "length" and chunks[0]["choices"][0]["finish_reason"] is None
+
+
+def test_vllm_bench_serve_stand_in_measures_the_server_and_writes_the_releases_keys(run, tmp_path, monkeypatch):
+    """``vllm bench serve`` of the stand-in tree sends real requests to the stand-in server and
+    prints and writes what the release's client does (the keys and labels of vLLM's own
+    ``benchmarks/serve.py``, read by the oracle test's helpers); orch's ``bench --tool vllm``
+    reads its numbers."""
+    from remote.engines.vllm import bench_tool as bt
+    from tests.unit.remote.engines.vllm.test_bench_tool_oracle import _result_keys, _summary_lines
+    from tests.vllm_releases import NEWEST
+
+    url, log, model = run(["-m", "vllm.entrypoints.openai.api_server", "--model", "{model}"])
+    monkeypatch.setenv("PYTHONPATH", str(TREE))
+    out = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--base-url", url,
+                          "--random-input-len", "8", "--random-output-len", "5", "--num-prompts", "6",
+                          "--max-concurrency", "2", "--percentile-metrics", "ttft,tpot,itl,e2el", "--save-result",
+                          "--result-dir", str(tmp_path / "r"), "--result-filename", "x.json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rec = json.loads((tmp_path / "r" / "x.json").read_text())
+    detailed = {"input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"}
+    release = _result_keys(NEWEST)
+    wanted = {k for k in release - detailed if not k.endswith(("client_queue_time_ms", "including_client_queue_ms"))}
+    setup = {"date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate",
+             "burstiness", "max_concurrency"}
+    assert wanted <= set(rec) <= release | setup, (wanted - set(rec), set(rec) - release - setup)
+    assert (rec["completed"], rec["failed"], rec["total_input_tokens"], rec["total_output_tokens"]) == (6, 0, 48, 30)
+    assert rec["model_id"] == str(model)  # asked from /v1/models, as vLLM does without --model
+    labels = _summary_lines(NEWEST)
+    printed = [ln for ln in out.stdout.splitlines() if ln.endswith(" ") and ":" in ln]
+    assert printed and all(ln.split(":")[0] + ":" in labels or ln.startswith(("Mean", "Median", "P99"))
+                           for ln in printed), printed
+    assert {ln[:40].rstrip() for ln in printed} >= set(bt.SUMMARY_LABELS.values())
+    assert bt.parse_summary(out.stdout)["completed"] == 6
+    # the requests reached the server (its access lines: the model list and the completions)
+    assert log.read_text().count('"POST /v1/completions HTTP/1.1" 200') == 6
+    # this process's sys.path has no vllm: the client runs with the interpreter and PYTHONPATH above
+    data = bt.run_vllm(url, [1, 3], input_len=8, output_len=5, num_prompts=6, level_timeout=120,
+                       python=sys.executable)
+    assert [(lv["max_concurrency"], lv["completed"], lv["failed"], lv["total_output_tokens"], lv["valid"])
+            for lv in data["levels"]] == [(1, 6, 0, 30, True), (3, 6, 0, 30, True)]
+    assert all(lv["median_ttft_ms"] > 0 and lv["output_throughput"] > 0 for lv in data["levels"])

@@ -22,7 +22,8 @@ generation (token ids from the prompt, not a model); uvicorn's own lines.
 Start-up order, as vLLM's: the port is bound and listening first (``setup_server``), then the
 engine starts (model shape, backend line, config lookup, capture), and only then does HTTP answer:
 a request sent earlier waits. ``/health`` 200, ``/v1/models``, ``/version``, ``/v1/completions``,
-``/metrics``. SIGTERM: ``Shutting down FastAPI HTTP server.``, exit 0.
+``/metrics``; ``stream: true`` completions as server-sent events (:meth:`_Handler._stream`).
+SIGTERM: ``Shutting down FastAPI HTTP server.``, exit 0.
 
 The server holds the GPU files it is given (``ORCH_STANDIN_NVIDIA_DEV``, else ``/dev/nvidia0`` to
 ``TP x DP - 1`` where they exist), as vLLM's workers hold their GPUs.
@@ -215,15 +216,50 @@ class _Handler(BaseHTTPRequestHandler):
         k = max(1, int(req.get("max_tokens") or 16))
         seed = zlib.crc32(prompt.encode())
         ids = [(seed + 7919 * i) % 32000 for i in range(k)]
+        # a token-id prompt is its ids; a text prompt counts its words (the stand-in's tokenizer)
+        p = len(req["prompt"]) if isinstance(req.get("prompt"), list) else len(prompt.split())
+        if req.get("stream"):
+            return self._stream(req, seed, ids, p)
         time.sleep(_State.delay_s * k)
         choice = {"index": 0, "text": "".join(f" t{t}" for t in ids), "logprobs": None, "finish_reason": "length",
                   "stop_reason": None}
         if req.get("return_token_ids"):
             choice["token_ids"] = ids
-        p = len(prompt.split())
         self._send(200, {"id": f"cmpl-{seed:x}", "object": "text_completion", "created": int(time.time()),
                          "model": req.get("model") or _State.names[0], "choices": [choice],
                          "usage": {"prompt_tokens": p, "completion_tokens": k, "total_tokens": p + k}})
+
+
+    def _stream(self, req: dict, seed: int, ids: list[int], p: int) -> None:
+        """A streamed completion as vLLM's ``completion/serving.py`` sends it: server-sent events
+        (``data: {chunk}``), one text chunk per token (``finish_reason`` on the last), with
+        ``stream_options.include_usage`` a last chunk with no choices and the ``usage``, then
+        ``data: [DONE]``; chunked transfer encoding, as uvicorn sends a streamed response."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        head = {"id": f"cmpl-{seed:x}", "object": "text_completion", "created": int(time.time()),
+                "model": req.get("model") or _State.names[0]}
+
+        def event(data: str) -> None:
+            raw = f"data: {data}\n\n".encode()
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+            self.wfile.flush()
+        for i, t in enumerate(ids):
+            time.sleep(_State.delay_s)
+            choice = {"index": 0, "text": f" t{t}", "logprobs": None,
+                      "finish_reason": "length" if i == len(ids) - 1 else None, "stop_reason": None}
+            if req.get("return_token_ids"):
+                choice["token_ids"] = [t]
+            event(json.dumps({**head, "choices": [choice]}))
+        if (req.get("stream_options") or {}).get("include_usage"):
+            event(json.dumps({**head, "choices": [],
+                              "usage": {"prompt_tokens": p, "completion_tokens": len(ids),
+                                        "total_tokens": p + len(ids)}}))
+        event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
 
 def main(argv: list[str]) -> int:

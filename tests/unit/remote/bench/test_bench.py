@@ -482,6 +482,15 @@ def test_cli_bad_input_exit_2():
     assert rc == 2 and lines[-1]["type"] == "error" and lines[-1]["kind"] == "bad_input"
 
 
+@pytest.mark.parametrize("tool,engine,own", [("vllm", "sglang", "--tool sglang"), ("sglang", "vllm", "--tool vllm")])
+def test_cli_refuses_another_engines_client(tool, engine, own):
+    """An engine's own client is for its own server: ``--tool`` of another engine than
+    ``--engine`` is bad input, before any request or client runs (the URL answers nothing)."""
+    rc, lines, _ = _cli(["--url", "http://127.0.0.1:9", "--concurrency", "1", "--tool", tool, "--engine", engine])
+    assert rc == 2 and lines[-1]["kind"] == "bad_input"
+    assert f"--tool {tool} is" in lines[-1]["msg"] and own in lines[-1]["msg"] and "http://127.0.0.1:9" in lines[-1]["msg"]
+
+
 # --------------------------------------------------------------------------- --tool sglang
 
 

@@ -270,8 +270,11 @@ def test_requests():
     assert b.body["prompt"] == [1, 2, 3] and b.body["max_tokens"] == 4 and b.body["ignore_eos"] and b.body["stream"]
     assert ENGINE.bench_chunk({"choices": [{"text": "x"}]}) == (True, {})
     assert ENGINE.bench_chunk({"choices": [], "usage": {"completion_tokens": 4}}) == (False, {"completion_tokens": 4})
-    with pytest.raises(PayloadError, match="vllm bench serve"):
-        ENGINE.run_bench_tool(url="http://127.0.0.1:8000")
+    assert ENGINE.bench_tool == "vllm"
+    # bound to remote.engines.vllm.bench_tool.run_vllm: without vLLM on this Python, not_found
+    with pytest.raises(PayloadError, match="import vllm") as exc:
+        ENGINE.run_bench_tool(url="http://127.0.0.1:8000", levels=[1], input_len=4, output_len=4)
+    assert exc.value.kind == "not_found"
 
 
 def test_the_cache_root_as_vllm_resolves_it():
