@@ -22,13 +22,14 @@ from pathlib import Path
 from remote.engines import Engine, engine_named
 
 from ..engine.results import Cancelled, TaskFailed
+from ..payload.client import PayloadFailed
 from ..facts.bench import BenchResult
 from ..facts.journal import mark_start, note_invocation, text_since, unit_log
 from ..facts.plan import Endpoint
 from ..facts.systemd_unit import Unit
 from ..facts.unit import UnitError, parse_unit_settings, read_host_file
 from ..records.layout import bench_file
-from .autotune import autotune_cache_root
+from .autotune import autotune_cache_root, service_home, workdir_of
 from .endpoint import ask, ask_json
 
 #: the check prompts shipped with orch (one per line; ``#`` lines and blank lines skipped)
@@ -292,10 +293,16 @@ def autotune_cache_dir(ctx, unit: Unit | str) -> str:
     """The folder of the unit's server that holds its start-up autotune cache (SGLang: FlashInfer's
     ``<$SGLANG_CACHE_DIR>/flashinfer/autotune``): ``Engine.autotune_cache_dir`` of the cache root
     as the server resolves it (:func:`orchestrator.host.autotune.autotune_cache_root`, the root the
-    probe and ``orch doctor`` give too). ``unit``: the unit's handle or name (its ``User=``'s home
-    when the engine's default root needs one)."""
+    probe and ``orch doctor`` give too), or the folder the server's environment names instead (vLLM:
+    ``VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR``). ``unit``: the unit's handle or name (its ``User=``'s home
+    when the engine's default root or that folder needs one)."""
     engine = ctx.facts.engine
-    return engine.autotune_cache_dir(autotune_cache_root(ctx, engine, unit))
+    root = autotune_cache_root(ctx, engine, unit)
+    env, workdir = ctx.facts.environment, workdir_of(getattr(ctx.facts, "unit", None))
+    # the engine may name another folder in the server's environment (vLLM's
+    # VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, `~` the server user's home)
+    return (engine.autotune_cache_dir(root, environment=env, workdir=workdir)
+            or engine.autotune_cache_dir(root, environment=env, workdir=workdir, home=service_home(ctx, unit)))
 
 
 def backup_autotune_cache(ctx, unit: Unit) -> dict:
@@ -353,6 +360,17 @@ def triton_subrun(ctx) -> str:
     return ctx.options.run_id + TRITON_SUBRUN_SUFFIX
 
 
+def install_rules(ctx) -> dict:
+    """The payload ``install`` request's engine rules for the Triton candidate's files (as ``orch
+    tune``'s install gives them): ``any_dest_name`` for an engine that keeps no folder per Triton
+    release (the probe's ``triton_folder`` None: vLLM's ``VLLM_TUNED_CONFIG_FOLDER`` has any name),
+    ``extra_fields`` for an engine whose entries carry more keys (``Engine.config_extra_fields``)."""
+    probe = ctx.facts.probe
+    extra = list(ctx.facts.engine.config_extra_fields)
+    return {**({"any_dest_name": True} if probe is not None and probe.triton_folder is None else {}),
+            **({"extra_fields": extra} if extra else {})}
+
+
 def install_triton_files(ctx, texts: dict[str, str], paths: dict[str, str], install_dir: str) -> list[str]:
     """Install the Triton config files ``texts`` (role -> JSON text) as ``paths`` (role -> the file the
     server reads, ``orch_plan.paths``) in ``install_dir``, as this run's sub-run :func:`triton_subrun`
@@ -377,10 +395,9 @@ def install_triton_files(ctx, texts: dict[str, str], paths: dict[str, str], inst
     if sub not in ctx.run.sub_runs:
         ctx.run.sub_runs.append(sub)
     ctx.run.install_attempted = True
-    extra = list(ctx.facts.engine.config_extra_fields)
     ctx.payload.call("install", request={"run_id": sub, "state_dir": ctx.payload.state_dir, "action": "tune",
                                          "dest_dir": write_dir, "files": files, "create_dest": True,
-                                         **({"extra_fields": extra} if extra else {})}, timeout=300)
+                                         **install_rules(ctx)}, timeout=300)
     records(ctx).set_state(sub, "installed", {"action": "tune", "sub_run_of": ctx.options.run_id,
                                               "note": "the Triton files of a MoE runner trial"})
     return [paths[r] for r in sorted(paths)]
@@ -393,7 +410,14 @@ def restore_triton_files(ctx) -> list[dict]:
     sub = triton_subrun(ctx)
     if sub not in ctx.run.sub_runs:
         return []
-    data = ctx.payload.call("restore", ["--run-id", sub, "--state-dir", ctx.payload.state_dir], timeout=300)
+    try:
+        data = ctx.payload.call("restore", ["--run-id", sub, "--state-dir", ctx.payload.state_dir], timeout=300)
+    except PayloadFailed as exc:
+        # no manifest: the install was refused before its first write (it writes the manifest
+        # first), so the sub-run changed nothing to put back
+        if exc.data.get("kind") != "not_found" or "no manifest" not in str(exc):
+            raise
+        data = {"files": []}
     ctx.run.sub_runs.remove(sub)
     ctx.emit("configs_restored", run_id=sub, files=data.get("files"))
     return list(data.get("files") or [])

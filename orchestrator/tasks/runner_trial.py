@@ -34,8 +34,8 @@ from ..host.endpoint import find_endpoint
 from ..host.runner_source import RunnerSource, configured_runner, edited_text, runner_source
 from ..host.endpoint import ask
 from ..host.runner_trial import (POLL_S, AutotuneHung, agreement, autotune_cache_dir, backup_autotune_cache, bench,
-                                 daemon_reload, dropin_text, greedy_answers, install_triton_files, known_misses,
-                                 load_checks, logged_runner, raw_exec_start, restart_ready,
+                                 daemon_reload, dropin_text, greedy_answers, install_rules, install_triton_files,
+                                 known_misses, load_checks, logged_runner, raw_exec_start, restart_ready,
                                  restore_autotune_cache_exact, restore_triton_files, trial_group_key)
 from ..host.sharing import write_configs
 from ..payload.client import PayloadFailed
@@ -220,6 +220,14 @@ def runner_triton_files(ctx, name: str, space: Literal[SEARCH_SPACES], batch_siz
         got = RunnerTritonFiles("none", f"the tuner cannot run these weights ({why}); the triton candidate runs "
                                         "on the files the host has", plan.install_dir, dict(plan.paths))
         return TaskResult.ok(got.reason, facts={"orch_runner_triton": got}, **got.to_dict())
+    if plan.dropin is not None:
+        # the unit reads no folder orch may write without a drop-in of its own (vLLM's package
+        # configs/, no VLLM_TUNED_CONFIG_FOLDER); the trial writes one drop-in per run (the runner's)
+        got = RunnerTritonFiles("none", f"the unit reads no folder orch may write (it would need the drop-in "
+                                        f"{plan.dropin.get('name')}; set {engine.config_dir_env} on the unit to "
+                                        "try tuned files); the triton candidate runs on the files the host has",
+                                plan.install_dir, dict(plan.paths))
+        return TaskResult.ok(got.reason, facts={"orch_runner_triton": got}, **got.to_dict())
     key = tuning_key(probe, space, batch_sizes, provider)
     kh = key_hash(key)
     facts = {"orch_tuning_key": TuningKey(kh, key)}
@@ -238,8 +246,8 @@ def runner_triton_files(ctx, name: str, space: Literal[SEARCH_SPACES], batch_siz
              for role, path in sorted(plan.paths.items())]
     cmp = ctx.payload.call("install", request={"run_id": ctx.options.run_id, "state_dir": ctx.payload.state_dir,
                                                "action": "tune", "dest_dir": plan.install_dir, "files": files,
-                                               "create_dest": True, "dry_run": True,
-                                               **({"extra_fields": list(extra)} if extra else {})}, timeout=120)
+                                               "create_dest": True, "dry_run": True, **install_rules(ctx)},
+                            timeout=120)
     differ = [f["name"] for f in cmp.get("files") or [] if f.get("action") != "unchanged"]
     why_not: list[str] = []
     if differ:

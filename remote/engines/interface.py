@@ -337,8 +337,12 @@ class Engine(Protocol):
     #: the variable that turns reuse of the autotune cache off (None: the engine has none)
     autotune_reuse_env: str | None
 
-    def autotune_cache_dir(self, root: str) -> str:
-        """The folder under ``root`` that holds every autotune cache file (what a runner trial backs up)."""
+    def autotune_cache_dir(self, root: str, *, environment: Mapping[str, str] | None = None,
+                           workdir: str | None = None, home: str | None = None) -> str | None:
+        """The folder that holds every autotune cache file (what a runner trial backs up): under the
+        cache root ``root``, unless the server's ``environment`` names another folder (``workdir``:
+        its working directory, for a relative value; ``home``: its user's home, for ``~``; None:
+        unknown). None when the answer needs ``home`` and it is None."""
 
     def autotune_state(self, server: ServerArgs, probe: Mapping[str, Any], runner: MoeRunner,
                        environment: Mapping[str, str], log: MoeLogReport | None) -> AutotuneState | None:

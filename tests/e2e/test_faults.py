@@ -1053,3 +1053,92 @@ def test_disk_full_during_install_no_partial_file(testbed_factory, tmp_path):
         assert sorted(os.path.basename(p) for p in h.file_tree_hash(d)) == sorted([UP, "filler"])
     finally:
         h.sh(f"umount '{d}'", check=False)
+
+
+# ------------------------------------------------------------------- vLLM units (issue 29)
+VLLM_UNIT = "vllm-qwen.service"
+#: orch's own folder for a vLLM unit that sets no VLLM_TUNED_CONFIG_FOLDER, and the drop-in that points
+#: the unit at it (docs/vllm.md, "Where the files go")
+VLLM_OWN = f"/var/lib/orch/configs-{VLLM_UNIT}"
+VLLM_DROPIN = f"/etc/systemd/system/{VLLM_UNIT}.d/orch-moe-configs.conf"
+
+
+def _vllm_hooked_bed(testbed_factory, tmp_path):
+    """One ``vllm serve`` host (no VLLM_TUNED_CONFIG_FOLDER) whose payload loads :data:`SITECUSTOMIZE`
+    (the fault hooks first on the unit's PYTHONPATH, the stand-in vLLM tree after them)."""
+    from tests.testbed.bed import HOST_PRESETS, VLLM_TREE
+
+    opts = {0: dict(HOST_PRESETS["vllm-serve"], env={"PYTHONPATH": f"{FAULTS_DIR}:{VLLM_TREE}"})}
+    bed = testbed_factory(1, host_options=opts)
+    h = bed.hosts[0]
+    _faults(h).mkdir(parents=True, exist_ok=True)
+    (_faults(h) / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    h.sh(f"systemctl restart {VLLM_UNIT}")  # the unit's processes see the hooks from now on
+    h.wait_http("/health")
+    return bed, h, inventory(bed, tmp_path / "hosts.yaml")
+
+
+def test_recover_on_a_vllm_unit_removes_the_dropin_and_restarts_it_on_the_default(testbed_factory, tmp_path):
+    """Issue 29: a vLLM unit with no VLLM_TUNED_CONFIG_FOLDER is tuned through orch's own folder and the
+    drop-in that points the unit at it; the controller dies (SIGKILL) after it restarted the unit on the
+    new file (held in the benchmark after). ``orch recover`` removes the drop-in the run added (the
+    unit files byte-identical to before), leaves the installed vLLM package untouched, breaks the dead
+    run's lock, restarts the unit (the running process was the dead run's) and the new start's log shows
+    vLLM's default config again; the unit answers."""
+    from tests.e2e.test_vllm_units import NAME
+
+    bed, h, inv = _vllm_hooked_bed(testbed_factory, tmp_path)
+    units, package = h.file_tree_hash("/etc/systemd/system"), h.file_tree_hash("/srv/vllm")
+    assert h.sh(f"test -e {VLLM_DROPIN}", check=False).returncode != 0
+    state, rid, log = tmp_path / "state", new_run_id("tune"), tmp_path / "orch.log"
+    (_faults(h) / "hold-bench").write_text("2")  # the benchmark after the restart on the new file
+    proc = _popen(["tune", str(inv), "--service", VLLM_UNIT], state, rid, log)
+    try:
+        _wait_file(h, proc, "entered-bench")
+        proc.kill()  # SIGKILL: no rescue, no always
+        wait_process(proc, "orch's end after SIGKILL")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _reset_faults(h)  # the held benchmark goes on; recover stops it as the dead run's
+    # what the dead run left: the drop-in, its file loaded by the running unit, the lock held
+    assert (_lock(h) or {}).get("run_id") == rid
+    assert f'Environment="VLLM_TUNED_CONFIG_FOLDER={VLLM_OWN}"' in h.sh(f"cat {VLLM_DROPIN}").stdout
+    assert h.sh(f"test -f '{VLLM_OWN}/{NAME}'", check=False).returncode == 0
+    assert h.unit_state() == "active"
+    assert f"Using configuration from {VLLM_OWN}/{NAME} for MoE layer." in h.unit_log(), h.unit_log()[-3000:]
+    pid_new = h.sh(f"systemctl show -p MainPID {VLLM_UNIT}").stdout.strip()
+
+    # the next tune is refused, naming the dead run and `orch recover`
+    again = orch("tune", str(inv), "--service", VLLM_UNIT, "--json", state_dir=tmp_path / "state2")
+    assert again.returncode == 1, again.stderr[-3000:]
+    cause = recap(again)["hosts"][h.name]["cause"]
+    assert rid in cause and "orch recover" in cause, cause
+
+    rec = orch("recover", str(inv), "--service", VLLM_UNIT, "--json", "--state-dir", str(state), state_dir=state)
+    assert rec.returncode == 0, rec.stderr[-4000:]
+    r = recap(rec)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    assert h.sh(f"test -e {VLLM_DROPIN}", check=False).returncode != 0, "the run's drop-in is still there"
+    assert h.file_tree_hash("/etc/systemd/system") == units and h.file_tree_hash("/srv/vllm") == package
+    assert not h.file_tree_hash(VLLM_OWN), "the run's file is still in orch's folder"
+    assert "VLLM_TUNED_CONFIG_FOLDER" not in h.sh(f"systemctl show -p Environment {VLLM_UNIT}").stdout
+    assert h.unit_state() == "active" and _lock(h) is None
+    assert h.sh(f"systemctl show -p MainPID {VLLM_UNIT}").stdout.strip() not in (pid_new, "MainPID=0")
+    h.wait_http("/health")
+    status = h.py("import sys, urllib.request, json\n"
+                  "req = urllib.request.Request(sys.argv[1], data=json.dumps({'model': '/models/tiny-moe', "
+                  "'prompt': 'hello', 'max_tokens': 3, 'temperature': 0}).encode(), "
+                  "headers={'content-type': 'application/json'})\n"
+                  "print(json.load(urllib.request.urlopen(req, timeout=30))['usage']['completion_tokens'])\n",
+                  h.url + "/v1/completions").stdout.strip()
+    assert status == "3", status
+    text = h.unit_log()
+    last = text[text.rfind("vLLM server version"):]
+    assert "Using default MoE config. Performance might be sub-optimal!" in last and VLLM_OWN not in last, last[-2000:]
+    for sub in (rid, f"{rid}.triton"):
+        if h.sh(f"test -e /var/lib/orch/runs/{sub}/state.json", check=False).returncode == 0:
+            assert _host_run_state(h, sub) == "restored", sub
+    assert _host_run_state(h, rid) == "restored"
+    broken = json.loads(h.sh("cat /var/lib/orch/lock.broken.json").stdout)
+    assert broken["previous"]["run_id"] == rid

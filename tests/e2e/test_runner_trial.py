@@ -569,3 +569,95 @@ def test_warm_autotune_cache_that_hangs_the_next_start_is_put_back_and_the_unit_
     assert log.count("[Autotuner]: Autotuning process starts") == log.count("[Autotuner]: Autotuning process ends") + 1
     assert h.unit_state() == "active" and _runner(h) == "flashinfer_cutlass"
     assert h.sh(f"test -f {hang[0]['path']}", check=False).returncode == 0  # the last start wrote it again
+
+
+
+def test_trial_on_a_vllm_unit_ends_on_the_kept_backend_and_rollback_restores_the_unit(testbed_factory, tmp_path):
+    """Issue 29: the runner trial on a ``vllm serve`` unit that reads ``VLLM_TUNED_CONFIG_FOLDER``
+    (no ``--moe-backend``: ``auto``, Triton for unquantized weights on SM90) across vLLM's
+    ``--moe-backend`` values ``triton`` and ``flashinfer_cutlass``. Each start logs the release's
+    ``Using <backend> Unquantized MoE backend out of potential backends: [...]`` line; the ``triton``
+    candidate runs on freshly tuned files installed into the unit's folder (the old file backed up),
+    put back byte for byte unless kept; the unit ends on the kept backend (a drop-in when it is not
+    the unit's own) and answers; ``orch rollback`` puts the unit files and the folder back."""
+    from tests.e2e.test_vllm_units import ENTRY, NAME
+    from tests.testbed.bed import HOST_PRESETS
+
+    bed = testbed_factory(1, host_options={0: dict(HOST_PRESETS["vllm-tuned-folder"], config_files={NAME: ENTRY})})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    unit, folder = "vllm-qwen.service", "/srv/vllm-moe"
+    dropin = f"/etc/systemd/system/{unit}.d/orch-moe-runner.conf"
+    units_before, files_before = h.file_tree_hash("/etc/systemd/system"), h.file_tree_hash(folder)
+    assert f"{folder}/{NAME}" in files_before
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", unit, "--moe-runners", "triton,flashinfer_cutlass", "--json",
+                state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    assert set(rows) == {"auto", "triton", "flashinfer_cutlass"}, trial
+    assert rows["triton"]["triton_files"] == "tuned" and rows["flashinfer_cutlass"]["agreement"] == 1.0, rows
+    log = h.unit_log()
+    fi = ("Using FlashInfer CUTLASS Unquantized MoE backend out of potential backends: "
+          "['TRITON', 'BATCHED_TRITON', 'FlashInfer TRTLLM', 'FlashInfer CUTLASS'].")
+    assert fi in log and f"Using configuration from {folder}/{NAME} for MoE layer." in log, log[-3000:]
+    kept = trial["kept"]
+    assert h.unit_state() == "active"
+    last = log[log.rfind("vLLM server version"):]
+    if kept == "flashinfer_cutlass":
+        text = h.sh(f"cat {dropin}").stdout
+        assert "ExecStart=\n" in text and text.rstrip().endswith("--moe-backend flashinfer_cutlass"), text
+        assert fi in last and h.file_tree_hash(folder) == files_before  # the tuned files put back
+    else:
+        assert h.sh(f"test -e {dropin}", check=False).returncode != 0, "a drop-in for the unit's own runner"
+        assert "Using TRITON Unquantized MoE backend" in last
+        if kept == "triton":  # kept on the tuned files
+            assert h.file_tree_hash(folder) != files_before
+        else:
+            assert h.file_tree_hash(folder) == files_before
+    back = orch("rollback", str(inv), "--service", unit, "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    assert recap(back)["hosts"][h.name]["outcome"] == "completed"
+    assert h.file_tree_hash("/etc/systemd/system") == units_before
+    assert h.file_tree_hash(folder) == files_before
+    assert h.unit_state() == "active"
+    last = h.unit_log()
+    last = last[last.rfind("vLLM server version"):]
+    assert "Using TRITON Unquantized MoE backend" in last and f"Using configuration from {folder}/{NAME}" in last, \
+        last[-2000:]
+
+
+def test_trial_on_a_vllm_unit_without_a_tuned_folder_tries_triton_on_the_host_s_files(testbed_factory, tmp_path):
+    """Issue 29: a ``vllm serve`` unit that sets no ``VLLM_TUNED_CONFIG_FOLDER`` reads only its package's
+    ``configs/`` (orch never writes there): the ``triton`` candidate runs on the files the host has
+    (``triton_files`` none, with the reason), nothing is written into the package, and the trial ends
+    with the unit on the kept backend; rollback puts the unit files back byte for byte."""
+    from tests.testbed.bed import HOST_PRESETS
+
+    bed = testbed_factory(1, host_options={0: dict(HOST_PRESETS["vllm-serve"])})
+    h = bed.hosts[0]
+    h.wait_http("/health")
+    unit = "vllm-qwen.service"
+    units_before, package = h.file_tree_hash("/etc/systemd/system"), h.file_tree_hash("/srv/vllm")
+    inv = inventory(bed, tmp_path / "hosts.yaml")
+    state = tmp_path / "state"
+    proc = orch("tune", str(inv), "--service", unit, "--moe-runners", "triton,flashinfer_cutlass", "--json",
+                state_dir=state)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = recap(proc)["hosts"][h.name]
+    assert r["outcome"] == "completed", r
+    events = (state / "runs" / recap(proc)["run_id"] / "events.jsonl").read_text()
+    assert "the unit reads no folder orch may write" in events
+    trial = r["summary"]["runner_trial"]
+    rows = {c["runner"]: c for c in trial["candidates"]}
+    assert "flashinfer_cutlass" in rows and not rows.get("triton", {}).get("triton_files"), rows
+    assert h.file_tree_hash("/srv/vllm") == package
+    assert h.sh("test -e /var/lib/orch/configs-vllm-qwen.service", check=False).returncode != 0
+    assert h.unit_state() == "active"
+    back = orch("rollback", str(inv), "--service", unit, "--json", state_dir=state)
+    assert back.returncode == 0, back.stderr[-6000:]
+    assert h.file_tree_hash("/etc/systemd/system") == units_before and h.unit_state() == "active"

@@ -98,7 +98,8 @@ def test_a_flashinfer_backend_unit_reads_no_triton_file(testbed_factory):
     h = bed.hosts[0]
     h.wait_http("/health")
     assert "--moe-backend flashinfer_cutlass" in h.sh(f"systemctl cat {h.unit}").stdout
-    assert _lines(h, "Using FlashInfer CUTLASS Unquantized MoE backend.")
+    assert _lines(h, "Using FlashInfer CUTLASS Unquantized MoE backend out of potential backends: "
+                     "['TRITON', 'BATCHED_TRITON', 'FlashInfer TRTLLM', 'FlashInfer CUTLASS'].")
     assert not _lines(h, "MoE config") and not _lines(h, "Using configuration from")
 
 

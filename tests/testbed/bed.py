@@ -1139,7 +1139,9 @@ def _unit_text(host: Host, extra: Optional[Dict[str, Any]] = None) -> str:
         flags += [str(a) for a in o["extra_args"]]
     args = [VENV_PYTHON, "-m", "sglang.launch_server"] + flags
     if o["engine"] == "vllm" and not extra:
-        env["PYTHONPATH"] = env["ORCH_STANDIN_VLLM_SRC"] = VLLM_TREE
+        env["ORCH_STANDIN_VLLM_SRC"] = VLLM_TREE
+        # the tree on the path, after any folder the host's ``env`` puts first (a fault hook's)
+        env["PYTHONPATH"] = str(o["env"].get("PYTHONPATH") or VLLM_TREE)
         flags = _vllm_flags(host)
         args = ([f"{VLLM_TREE}/bin/vllm", "serve"] if o["vllm_launch"] == "serve"
                 else [VENV_PYTHON, "-m", "vllm.entrypoints.openai.api_server"]) + flags

@@ -214,8 +214,10 @@ class SglangEngine:
 
     autotune_reuse_env = env.AUTOTUNE_CACHE_ENV
 
-    def autotune_cache_dir(self, root: str) -> str:
-        """:func:`remote.engines.sglang.autotune.autotune_root`."""
+    def autotune_cache_dir(self, root: str, *, environment: Mapping[str, str] | None = None,
+                           workdir: str | None = None, home: str | None = None) -> str | None:
+        """:func:`remote.engines.sglang.autotune.autotune_root` (SGLang names no other folder for it:
+        ``environment``, ``workdir`` and ``home`` are not read)."""
         return autotune.autotune_root(root)
 
     def autotune_state(self, server: server_args.ServerArgs, probe: Mapping[str, Any], runner: MoeRunner,

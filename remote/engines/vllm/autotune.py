@@ -48,6 +48,33 @@ def autotune_root(root: str) -> str:
     return os.path.join(root, AUTOTUNE_FOLDER)
 
 
+def autotune_dir(environment: Mapping[str, str], root: str | None, workdir: str | None,
+                 home: str | None) -> str | None:
+    """The folder that holds vLLM's own FlashInfer autotune files, as the server resolves it (vLLM
+    0.33.0/0.34.0 ``flashinfer_autotune_cache.py`` ``flashinfer_autotune_root``, 0.32.0 the same code
+    inline in ``resolve_flashinfer_autotune_file``): ``Path($VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR)
+    .expanduser()`` when the variable is set and not empty (``~`` the server user's ``home``, a
+    relative value the server's ``workdir``), else ``<root>/flashinfer_autotune_cache`` (``root``:
+    :func:`cache_root`). Under it vLLM writes ``<FlashInfer workspace's parent name>/<its name>/
+    <config hash>/autotune_configs[_dp<d>_rank<r>].json`` (the hash: ``compile_factors``/``compute_hash``
+    of the whole vLLM config, which orch does not compute). None when the answer needs ``home`` or
+    ``root`` and it is None.
+
+    Not covered: from 0.33.0 a single-node, single-rank server without pipeline parallelism whose
+    FlashInfer has the managed autotune store (``use_flashinfer_autotune_v2``) writes into
+    FlashInfer's own store instead, under the override variable when set, else FlashInfer's default
+    root (``resolve_flashinfer_autotune_v2_root`` returns None), which vLLM's code does not name."""
+    value = environment.get(AUTOTUNE_DIR_ENV)
+    if not value:
+        return None if root is None else autotune_root(root)
+    path = _expand(value, home)
+    if path is None:
+        return None
+    if not path.startswith("/") and workdir:
+        path = posixpath.join(workdir, path)
+    return posixpath.normpath(path) if path.startswith("/") else path
+
+
 def trial_key(server: Any) -> dict[str, Any]:
     """What, beyond the model, the GPU and the releases, changes the MoE kernels a vLLM server runs:
     ``--moe-backend``, ``--quantization``, ``--dtype``, expert parallelism and its all-to-all
@@ -56,4 +83,4 @@ def trial_key(server: Any) -> dict[str, Any]:
             "ep": server.ep, "all2all_backend": getattr(server, "all2all_backend", None)}
 
 
-__all__ = ["AUTOTUNE_DIR_ENV", "AUTOTUNE_FOLDER", "autotune_root", "cache_root", "trial_key"]
+__all__ = ["AUTOTUNE_DIR_ENV", "AUTOTUNE_FOLDER", "autotune_dir", "autotune_root", "cache_root", "trial_key"]

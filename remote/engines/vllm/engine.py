@@ -227,9 +227,11 @@ class VllmEngine:
     #: vLLM has no variable that turns reuse of its FlashInfer autotune cache off
     autotune_reuse_env = None
 
-    def autotune_cache_dir(self, root: str) -> str:
-        """:func:`remote.engines.vllm.autotune.autotune_root`."""
-        return autotune.autotune_root(root)
+    def autotune_cache_dir(self, root: str, *, environment: Mapping[str, str] | None = None,
+                           workdir: str | None = None, home: str | None = None) -> str | None:
+        """:func:`remote.engines.vllm.autotune.autotune_dir`: ``VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`` of
+        ``environment`` when set, else ``<root>/flashinfer_autotune_cache``."""
+        return autotune.autotune_dir(environment or {}, root, workdir, home)
 
     def autotune_state(self, server: server_args.ServerArgs, probe: Mapping[str, Any], runner: MoeRunner,
                        environment: Mapping[str, str], log: MoeLogReport | None) -> AutotuneState | None:

@@ -101,6 +101,27 @@ def test_autotune_cache_dir(env, user, passwd, want):
     assert autotune_cache_dir(_ctx(env, user, passwd), Unit("sglang-qwen")) == want
 
 
+@pytest.mark.parametrize("env,user,passwd,want", [
+    ({}, "", "", "/root/.cache/vllm/flashinfer_autotune_cache"),
+    ({"VLLM_CACHE_ROOT": "/data/vc"}, "", "", "/data/vc/flashinfer_autotune_cache"),
+    # VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR names the folder itself (flashinfer_autotune_root), `~` expanded
+    # with the server user's home (Path.expanduser), a relative value from its working directory ("/")
+    ({"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "/data/fi", "VLLM_CACHE_ROOT": "/data/vc"}, "", "", "/data/fi"),
+    ({"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "~/fi"}, "vllm", "vllm:x:997:997::/var/lib/vllm:/usr/sbin/nologin\n",
+     "/var/lib/vllm/fi"),
+    ({"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "fi"}, "", "", "/fi"),
+])
+def test_autotune_cache_dir_of_a_vllm_unit(env, user, passwd, want):
+    """Issue 29: what a runner trial on a vLLM unit backs up (vLLM 0.32.0-0.34.0
+    ``model_executor/warmup/flashinfer_autotune_cache.py``; held against the releases by
+    ``test_runtime_oracle.py::test_flashinfer_autotune_folder_is_the_releases``)."""
+    from remote.engines import engine_named
+
+    ctx = _ctx(env, user, passwd)
+    ctx.facts.engine = engine_named("vllm")
+    assert autotune_cache_dir(ctx, Unit("vllm-qwen")) == want
+
+
 class _Reload:
     """A context whose payload answers ``reload-check`` with ``risky`` and whose connection records commands."""
 
@@ -210,3 +231,43 @@ def test_a_drop_beyond_the_noise_threshold_is_not_called_within_it():
     assert not_kept_why(-3.0, 3.0, "auto") == "-3.0% output tok/s: within the 3% noise threshold"
     assert not_kept_why(2.9, 3.0, "triton") == "+2.9% output tok/s: within the 3% noise threshold"
     assert "within" not in not_kept_why(-3.1, 3.0, "triton")
+
+
+def _trial_ctx(triton_folder, extra=(), call=None):
+    engine = SimpleNamespace(config_extra_fields=tuple(extra))
+    return SimpleNamespace(facts=SimpleNamespace(probe=SimpleNamespace(triton_folder=triton_folder), engine=engine),
+                           payload=SimpleNamespace(call=call, state_dir="/var/lib/orch"),
+                           options=SimpleNamespace(run_id="R"), run=SimpleNamespace(sub_runs=["R.triton"]),
+                           emit=lambda *a, **k: None)
+
+
+def test_install_rules_follow_the_engine_s_folder_and_entry_rules():
+    """Issue 29: the Triton candidate's install takes ``orch tune``'s rules: any folder name where the
+    engine keeps no folder per Triton release (vLLM's ``VLLM_TUNED_CONFIG_FOLDER``), the engine's extra
+    entry fields (vLLM's ``SPLIT_K``); SGLang's ``triton_X_Y_Z`` folder: neither."""
+    from orchestrator.host.runner_trial import install_rules
+
+    assert install_rules(_trial_ctx(None, ("SPLIT_K",))) == {"any_dest_name": True, "extra_fields": ["SPLIT_K"]}
+    assert install_rules(_trial_ctx("triton_3_4_0")) == {}
+
+
+def test_restoring_a_triton_sub_run_whose_install_wrote_nothing_is_a_no_op():
+    """An install refused before its first write leaves no manifest: the restore puts nothing back
+    (and the trial goes on to its decision) instead of failing the run; any other failure is raised."""
+    from orchestrator.host.runner_trial import restore_triton_files
+    from orchestrator.payload.client import PayloadFailed
+
+    def missing(*a, **k):
+        raise PayloadFailed("restore", "not_found", "no manifest for run R.triton (/var/lib/orch/runs/R.triton/"
+                                                    "manifest.json)")
+
+    ctx = _trial_ctx(None, call=missing)
+    assert restore_triton_files(ctx) == [] and ctx.run.sub_runs == []
+
+    def broken(*a, **k):
+        raise PayloadFailed("restore", "runtime", "backup of /x damaged")
+
+    ctx = _trial_ctx(None, call=broken)
+    with pytest.raises(PayloadFailed, match="damaged"):
+        restore_triton_files(ctx)
+    assert ctx.run.sub_runs == ["R.triton"]

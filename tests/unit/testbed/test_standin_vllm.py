@@ -94,7 +94,9 @@ def test_a_named_non_triton_backend_reads_no_file_and_warning_level_hides_the_lo
     url, log, _ = run(["-m", "vllm.entrypoints.openai.api_server", "--model", "{model}",
                        "--moe-backend", "FlashInfer-CUTLASS"])
     text = log.read_text()
-    assert "Using FlashInfer CUTLASS Unquantized MoE backend." in text and "MoE config" not in text \
+    assert ("Using FlashInfer CUTLASS Unquantized MoE backend out of potential backends: "
+            "['TRITON', 'BATCHED_TRITON', 'FlashInfer TRTLLM', 'FlashInfer CUTLASS']." in text) \
+        and "MoE config" not in text \
         and "Using configuration" not in text
     url, log, _ = run(["-m", "vllm.entrypoints.openai.api_server", "--model", "{model}"],
                       env={"VLLM_LOGGING_LEVEL": "WARNING"})

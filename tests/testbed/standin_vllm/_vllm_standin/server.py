@@ -127,10 +127,8 @@ def _backend(fm_pkg_root: Path, flag: str, fp8: bool, dp: int) -> tuple[str, lis
     names = {"triton": "TRITON", "batched_triton": "BATCHED_TRITON", "flashinfer_trtllm": "FlashInfer TRTLLM",
              "flashinfer_cutlass": "FlashInfer CUTLASS", "marlin": "Marlin", "deep_gemm": "DeepGEMM",
              "cutlass": "CUTLASS"}
-    if flag != "auto":
-        return names.get(flag, flag.upper()), None
     if fp8:
-        return "TRITON", None
+        return (names.get(flag, flag.upper()) if flag != "auto" else "TRITON"), None
     import ast
     from enum import Enum
 
@@ -144,6 +142,10 @@ def _backend(fm_pkg_root: Path, flag: str, fp8: bool, dp: int) -> tuple[str, lis
     exec(compile(ast.Module(body=keep, type_ignores=[]), str(fm_pkg_root / "oracle/unquantized.py"), "exec"), ns)
     cfg = types.SimpleNamespace(moe_parallel_config=types.SimpleNamespace(dp_size=dp), activation="silu")
     order = [b.value for b in ns["_get_priority_backends"](cfg)]
+    if flag not in ("auto", "marlin", "humming"):  # quantization-only names fall through to auto; a named backend: the line still names the priority list (0.34.0
+        # ``select_unquantized_moe_backend`` -> ``return_or_raise(requested, AVAILABLE_BACKENDS)``;
+        # 0.32.0/0.33.0 ``_return_or_raise`` -> ``_make_log_backend``, which always lists them)
+        return names.get(flag, flag.upper()), order
     runnable = [b for b in order if b in ("TRITON", "BATCHED_TRITON")]
     return runnable[0], order
 

@@ -284,6 +284,9 @@ def test_the_cache_root_as_vllm_resolves_it():
     assert ENGINE.autotune_cache_root({"VLLM_CACHE_ROOT": "rel"}, "/srv", None) == "/srv/rel"
     assert ENGINE.autotune_cache_root({}, None, None) is None
     assert ENGINE.autotune_cache_dir("/r") == "/r/flashinfer_autotune_cache"
+    fi = {"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "~/fi"}
+    assert ENGINE.autotune_cache_dir("/r", environment=fi, home="/home/u") == "/home/u/fi"
+    assert ENGINE.autotune_cache_dir("/r", environment=fi) is None  # needs the home
     sa = server_args.parse_server_args(["serve", "/m", "--moe-backend", "triton"])
     assert ENGINE.trial_key(sa)["moe_backend"] == "triton"
     assert ENGINE.autotune_state(sa, _probe(), ENGINE.moe_runner(sa, _probe()), {}, None) is None

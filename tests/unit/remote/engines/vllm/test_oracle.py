@@ -249,6 +249,28 @@ def test_backend_log_line_format(release):
     assert not runner.parse_backend_line(line.replace("Using TRITON", "Using FlashInfer CUTLASS"))["reads_triton_files"]
 
 
+def test_a_named_backend_is_logged_with_the_priority_list(release):
+    """``--moe-backend NAME`` on unquantized weights: the release logs the named backend with the
+    priority list too (0.34.0 ``select_unquantized_moe_backend`` -> ``oracle.return_or_raise(requested,
+    AVAILABLE_BACKENDS)`` -> ``make_log_backend``; 0.32.0/0.33.0 ``_return_or_raise`` ->
+    ``_make_log_backend``, whose line always lists them); ``marlin``/``humming`` fall through to
+    ``auto``. The stand-in server logs it so (``tests/testbed/standin_vllm``), and orch reads it."""
+    version, _ = release
+    unq = (source_tree(version) / "vllm/model_executor/layers/fused_moe/oracle/unquantized.py").read_text()
+    if "return oracle.return_or_raise(requested_backend, AVAILABLE_BACKENDS)" in unq:
+        base = (source_tree(version) / "vllm/model_executor/layers/fused_moe/oracle/base.py").read_text()
+        assert "logger.info_once(self.make_log_backend(backend, available_backends, is_lora))" in base
+    else:
+        assert "return _return_or_raise(requested_backend, moe_config, activation_format)" in unq
+        assert "logger.info_once(_make_log_backend(backend))" in unq
+        assert "Unquantized MoE backend out " in unq and "of potential backends: {available_strs}." in unq
+    assert 'runner_backend not in ["auto", "humming"' in unq
+    line = ("(EngineCore pid=1) INFO 12-03 10:00:00 [base.py:237] Using FlashInfer CUTLASS Unquantized MoE backend "
+            "out of potential backends: ['TRITON', 'BATCHED_TRITON', 'FlashInfer TRTLLM', 'FlashInfer CUTLASS'].")
+    got = runner.parse_backend_line(line)
+    assert got["backend"] == "FlashInfer CUTLASS" and not got["reads_triton_files"]
+
+
 def test_priority_rules_read_from_the_oracles(release):
     """The SM90 rules of :func:`runner.triton_verdict` stand in the release's priority functions."""
     version, _ = release

@@ -158,3 +158,59 @@ def test_generation_without_model_and_health(version):
     health = _src(version, "vllm/entrypoints/serve/instrumentator/health.py")
     assert f'"{http.HEALTH_PATH}"' in health
     assert "except EngineDeadError:\n        return Response(status_code=503)" in health
+
+
+def _fake_flashinfer(monkeypatch, workspace):
+    """``flashinfer.jit.env`` with ``FLASHINFER_WORKSPACE_DIR`` (the release's code imports it for the
+    default folder): modules made here, nothing of FlashInfer installed."""
+    for name in ("flashinfer", "flashinfer.jit", "flashinfer.jit.env"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules["flashinfer.jit.env"].FLASHINFER_WORKSPACE_DIR = workspace
+    sys.modules["flashinfer"].jit = sys.modules["flashinfer.jit"]
+    sys.modules["flashinfer.jit"].env = sys.modules["flashinfer.jit.env"]
+
+
+@pytest.mark.parametrize("version", ORACLE_RELEASES)
+def test_flashinfer_autotune_folder_is_the_releases(version, monkeypatch, tmp_path):
+    """vLLM persists FlashInfer's autotune results on disk in every oracle release: the release's own
+    ``resolve_flashinfer_autotune_file`` (with ``flashinfer_autotune_root`` where the release has it),
+    run with ``VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`` unset, absolute, ``~/...`` and relative, writes under
+    :func:`autotune.autotune_dir` of the same environment: ``<dir>[/<workspace parent>/<workspace>]/
+    <hash>/autotune_configs.json``. From 0.33.0 a single-rank server may use FlashInfer's managed store
+    instead, whose root vLLM leaves to FlashInfer when the variable is unset (None)."""
+    import os
+    from pathlib import Path
+
+    rel = "vllm/model_executor/warmup/flashinfer_autotune_cache.py"
+    home, work, cache_root = tmp_path / "home", tmp_path / "work", tmp_path / "vllm-cache"
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    workspace = Path("/fi-workspace/0.6.9/90a")
+    _fake_flashinfer(monkeypatch, workspace)
+    envs = types.SimpleNamespace(VLLM_CACHE_ROOT=str(cache_root), VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR=None)
+    ns: dict = {"Path": Path, "envs": envs, "flashinfer_autotune_cache_hash": lambda runner: "HASH", "os": os}
+    if "def flashinfer_autotune_root(" in _src(version, rel):
+        _compile_function(version, rel, "flashinfer_autotune_root", ns)
+    resolve = _compile_function(version, rel, "resolve_flashinfer_autotune_file", ns)
+    for value in (None, str(tmp_path / "fi-abs"), "~/fi-home", "fi-rel"):
+        envs.VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR = value
+        env = {"VLLM_CACHE_ROOT": str(cache_root)} | ({} if value is None else {autotune.AUTOTUNE_DIR_ENV: value})
+        path = resolve(None)
+        assert path.name == "autotune_configs.json" and path.parent.name == "HASH", (version, path)
+        top = path.parents[1] if value else path.parents[3]
+        if not value:
+            assert path.parents[1] == top / workspace.parent.name / workspace.name, (version, path)
+        root = autotune.cache_root(env, str(work), str(home))
+        assert autotune.autotune_dir(env, root, str(work), str(home)) == str(top.resolve()), (version, value, path)
+    assert autotune.autotune_dir({autotune.AUTOTUNE_DIR_ENV: "~/x"}, "/r", "/w", None) is None
+    assert autotune.autotune_dir({autotune.AUTOTUNE_DIR_ENV: ""}, "/r", "/w", None) == "/r/flashinfer_autotune_cache"
+    text = _src(version, rel)
+    if tuple(map(int, version.split("."))) >= (0, 33, 0):  # FlashInfer's managed store: vLLM names its root only through the variable
+        v2 = _compile_function(version, rel, "resolve_flashinfer_autotune_v2_root", ns)
+        envs.VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR = None
+        assert v2() is None
+        envs.VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR = str(tmp_path / "fi-abs")
+        assert str(v2()) == str(tmp_path / "fi-abs")
+    else:
+        assert "autotune_v2" not in text
