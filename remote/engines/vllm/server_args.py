@@ -188,6 +188,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("pp", ("--pipeline-parallel-size", "-pp"), "int", ((_ALL, 1),), _PAR),
     Flag("dp", ("--data-parallel-size", "-dp"), "int", ((_ALL, 1),), _PAR),
     Flag("dp_local", ("--data-parallel-size-local", "-dpl"), "int", ((_ALL, None),), _PAR),
+    Flag("pcp", ("--prefill-context-parallel-size", "-pcp"), "int", ((_ALL, 1),), _PAR),
     Flag("enable_expert_parallel", ("--enable-expert-parallel", "-ep"), "bool", ((_ALL, False),), _PAR),
     Flag("enable_eplb", ("--enable-eplb",), "bool", ((_ALL, False),), _PAR),
     Flag("all2all_backend", ("--all2all-backend",), "str", ((_ALL, None),), _PAR),
@@ -237,6 +238,7 @@ class ServerArgs:
     pp: int = 1
     dp: int = 1
     dp_local: int | None = None
+    pcp: int = 1
     enable_expert_parallel: bool = False
     enable_eplb: bool = False
     all2all_backend: str | None = None
@@ -482,6 +484,13 @@ def parse_server_args(args: list[str]) -> ServerArgs:
             sa.ignored_model_tag = positional[0]
     if sa.log_level is None and "logging-config.log_level" in dotted:
         sa.log_level = dotted["logging-config.log_level"]
+    if sa.pcp > 1:
+        # vLLM flattens the experts' TP across DP and PCP (FusedMoEParallelConfig.make,
+        # flatten_tp_across_dp_and_pcp, 0.32.0-0.34.0): N = intermediate / (TP x DP x PCP), EP over all
+        # three. orch's MoE shape reads TP and DP only, so it would tune a file this server never reads
+        raise ServerArgsError(f"--prefill-context-parallel-size {sa.pcp}: orch does not read the MoE shape of "
+                              "prefill context parallelism yet (vLLM splits the experts over TP x DP x PCP); "
+                              "nothing was stopped")
     return sa
 
 

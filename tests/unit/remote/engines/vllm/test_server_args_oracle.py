@@ -83,7 +83,7 @@ def test_defaults_are_the_releases(version):
     kernel = _field_defaults(root / "kernel.py", "KernelConfig")
     front = _field_defaults(_front_args(version), "FrontendArgs")
     want = {"tp": par["tensor_parallel_size"], "pp": par["pipeline_parallel_size"], "dp": par["data_parallel_size"],
-            "enable_expert_parallel": par["enable_expert_parallel"], "enable_eplb": par["enable_eplb"],
+            "pcp": par["prefill_context_parallel_size"], "enable_expert_parallel": par["enable_expert_parallel"], "enable_eplb": par["enable_eplb"],
             "nnodes": par["nnodes"], "node_rank": par["node_rank"], "model": model["model"],
             "dtype": model["dtype"], "moe_backend": kernel["moe_backend"], "port": front["port"],
             "host": front["host"]}
@@ -286,3 +286,19 @@ def test_server_args_have_the_interfaces_fields():
     s = sa.parse_server_args(["serve", "/m", "-tp", "4", "-dp", "2", "--enable-expert-parallel"])
     assert isinstance(s, Protocol)
     assert (s.ep, s.served_model_name, s.moe_backend, s.api_name) == (8, None, "auto", "/m")
+
+
+def test_prefill_context_parallelism_is_refused_with_its_flag():
+    """vLLM splits the experts over TP x DP x PCP (FusedMoEParallelConfig.make); orch's shape reads TP
+    and DP only, so a -pcp unit is refused by name instead of tuned under a file name vLLM never reads."""
+    assert sa.parse_server_args(["serve", "/m", "-pcp", "1"]).pcp == 1
+    for words in (["serve", "/m", "-pcp", "2"], ["--model", "/m", "--prefill-context-parallel-size=4"]):
+        with pytest.raises(sa.ServerArgsError, match="--prefill-context-parallel-size .*TP x DP x PCP"):
+            sa.parse_server_args(words)
+
+
+@pytest.mark.parametrize("version", ORACLE_RELEASES)
+def test_the_moe_split_covers_prefill_context_parallelism(version):
+    """The rule behind that refusal, in each release's own MoE parallel config."""
+    text = _src(version, "vllm/model_executor/layers/fused_moe/config.py")
+    assert "pcp_size" in text and "flatten_tp_across_dp_and_pcp" in text, version
