@@ -320,8 +320,8 @@ def moe_wna16_gemm(A, C, B, B_scale, B_zp, topk_weights, sorted_token_ids, exper
     for each aligned block of ``BLOCK_SIZE_M`` sorted token slots, ``C[slot] = A[slot // top_k] @
     dequant(B[expert]).T`` (times ``topk_weights[slot]`` when given), with the dequantization of the
     Triton WNA16 kernel: ``(q - zero point) * scale`` per group, zero point 8 (int4) / 128 (int8) when
-    ``B_zp`` is None. The tiles (BLOCK_SIZE_N/K) change only the real kernel's speed; they are not
-    read here."""
+    ``B_zp`` is None. The tiles change only the real kernel's speed, but the real kernel's checks on
+    them are made (RuntimeError, as its TORCH_CHECK raises)."""
     import torch
 
     from remote.tuning.kernel import formats
@@ -330,6 +330,10 @@ def moe_wna16_gemm(A, C, B, B_scale, B_zp, topk_weights, sorted_token_ids, exper
     packed = bit == 4
     K = A.shape[1]
     group = K // B_scale.shape[2]
+    # the real kernel's TORCH_CHECKs (csrc/moe/moe_wna16.cu): an entry that fails them fails the server
+    if K % BLOCK_SIZE_K or BLOCK_SIZE_K % group or BLOCK_SIZE_K // group not in (1, 2, 4, 8) or BLOCK_SIZE_M > 64:
+        raise RuntimeError(f"moe_wna16_gemm refuses BLOCK_SIZE_M={BLOCK_SIZE_M} BLOCK_SIZE_K={BLOCK_SIZE_K} for "
+                           f"size_k={K}, group_size={group}")
     fmt = formats.WeightFormat("int4_w4a16" if packed else "int8_w8a16", group_size=group, has_zp=B_zp is not None)
     out = C.view(-1, N)
     total = int(num_tokens_post_padded.reshape(-1)[0])

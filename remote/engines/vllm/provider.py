@@ -170,6 +170,27 @@ class VllmProblem:
         return self.quant is not None and self.quant.weight_only and not self.quant.int8_per_channel
 
 
+#: the groups for which vLLM runs int4 weight-only MoE with its compiled ``moe_wna16_gemm`` when few
+#: tokens reach each expert (``fused_moe.py`` ``should_moe_wna16_use_cuda``, 0.32.0-0.34.0: bit 4, a group of
+#: 32/64/128, M x top-k / E <= :data:`WNA16_CUDA_PAIRS_PER_EXPERT`)
+WNA16_CUDA_GROUPS = (32, 64, 128)
+WNA16_CUDA_PAIRS_PER_EXPERT = 6
+
+
+def compiled_wna16_refusal(cfg: dict, group: int, k_sizes: tuple[int, ...]) -> str | None:
+    """Why vLLM's compiled ``moe_wna16_gemm`` (``csrc/moe/moe_wna16.cu``, its ``TORCH_CHECK``s) refuses the
+    file entry ``cfg`` for a weight group of ``group`` and GEMM input sizes ``k_sizes`` (hidden for the up
+    projection, N for the down), None when it runs it: BLOCK_SIZE_K a multiple of the group with
+    BLOCK_SIZE_K / group in 1, 2, 4, 8, BLOCK_SIZE_M <= 64, every K divisible by BLOCK_SIZE_K."""
+    bk, bm = int(cfg["BLOCK_SIZE_K"]), int(cfg["BLOCK_SIZE_M"])
+    if bk % group or bk // group not in (1, 2, 4, 8):
+        return f"BLOCK_SIZE_K {bk} is not 1, 2, 4 or 8 groups of {group}"
+    if bm > 64:
+        return f"BLOCK_SIZE_M {bm} > 64"
+    bad = [k for k in k_sizes if k % bk]
+    return f"K {bad[0]} is not divisible by BLOCK_SIZE_K {bk}" if bad else None
+
+
 class VllmProvider:
     """vLLM's kernel as the tuner times it (module docstring). Raises :class:`VllmUnavailable`."""
 
@@ -240,6 +261,21 @@ class VllmProvider:
                 kw.update(w1_zp=p.w1_zp, w2_zp=p.w2_zp)
         fm = self.k.fm
         return lambda: fm.fused_experts_impl(p.x, p.w1, p.w2, p.topk_weights, p.topk_ids, **kw)
+
+    def config_allowed(self, p: VllmProblem, cfg: dict) -> bool:
+        """Whether ``cfg`` may be written as the entry of ``p.M`` (the search's candidate filter). vLLM
+        reads the entry of the closest key for every runtime M, and for int4 with a group of 32/64/128 a
+        runtime M with M x top-k <= 6 E runs the compiled ``moe_wna16_gemm``, which refuses entries that
+        fail :func:`compiled_wna16_refusal` (the server then raises during inference). So every key that
+        can be the closest to such an M is held to those checks: every key up to twice that bound (the
+        default batch sizes grow by at most 2x from one to the next, so the first key above the bound is
+        within it)."""
+        q = p.quant
+        if not (p.wna16_group and q.dtype == "int4_w4a16" and int(q.group_size) in WNA16_CUDA_GROUPS):
+            return True
+        if p.M * p.top_k > 2 * WNA16_CUDA_PAIRS_PER_EXPERT * p.E:
+            return True
+        return compiled_wna16_refusal(cfg, int(q.group_size), (p.hidden, p.N)) is None
 
     def file_entry(self, quant) -> dict:
         """Fields every entry of a file for ``quant`` (the tuner spec's entry) must carry for vLLM:

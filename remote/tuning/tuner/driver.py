@@ -193,7 +193,14 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                     timer.warm_up(provider.full_fn(p, default, default))
                 sh = shipped_pair(spec.get("shipped"), M)
                 hints = [h for h in (prev, sh) if h]
-                prefer = ([("shipped", sh[0], sh[1])] if sh else []) + [("default", default, default)]
+                # what the engine may read at this M as a file entry (vLLM's compiled WNA16 kernel's checks)
+                allowed = getattr(provider, "config_allowed", None)
+
+                def writable(pair, p=p, allowed=allowed):
+                    return allowed is None or all(allowed(p, c) for c in pair if c is not None)
+
+                prefer = [t for t in ([("shipped", sh[0], sh[1])] if sh else []) + [("default", default, default)]
+                          if writable(t[1:])]
                 split0 = _split_marks(compiler, timer)
                 t_m = time.perf_counter()
                 res = search(ev, spec["space"], M, shape["E"], getattr(p, "top_k", shape["topk"]), smem, elem,
@@ -217,6 +224,10 @@ def tune_on_device(spec: dict, device: str, batch_sizes: list[int], emit) -> Non
                 del p2
                 baseline = "shipped" if sh else "default"
                 replace, why = opinion_verdict(op, baseline)
+                if replace and not writable(variants[baseline] if variants[baseline][0] is not None
+                                            else (default, default)):
+                    replace, why = False, why + "; the search's pick is kept: the engine would refuse the baseline's " \
+                                                "entry written at this M"
                 op["baseline"], op["verdict"] = baseline, why
                 if replace:
                     up_b, down_b = variants[baseline] if variants[baseline][0] is not None else (default, default)

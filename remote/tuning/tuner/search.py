@@ -676,13 +676,19 @@ def search(ev: Evaluator, space: str, M: int, E: int, top_k: int, smem_limit, el
     whole-kernel time; ``pick``: why the winner won).
     Raises RuntimeError when no candidate runs, ValueError for an unknown space.
     """
+    # the provider's own rule for what its engine may read at this M (vLLM: the compiled WNA16 kernel's checks)
+    allowed = getattr(ev.provider, "config_allowed", None)
+
     def feasible(c):
-        return sp.fits(c, smem_limit, elem_bytes, block_k)[0]
+        return sp.fits(c, smem_limit, elem_bytes, block_k)[0] and (allowed is None or allowed(ev.p, c))
 
     if space == "smoke":
         return search_fixed(ev, [c for c in sp.smoke_space() if feasible(c)], "smoke", progress, prefer)
     if space == "full":
         keep, ruled_out = sp.prune(sp.full_space(), smem_limit, elem_bytes, block_k=block_k)
+        if allowed is not None:
+            ruled_out += [(c, "the engine would not run it at this M") for c in keep if not allowed(ev.p, c)]
+            keep = [c for c in keep if allowed(ev.p, c)]
         ev.log(f"M={M}: full space {len(keep)} configs, {len(ruled_out)} ruled out before timing", "info")
         return search_fixed(ev, keep, "full", progress, prefer)
     if space == "fast":

@@ -491,3 +491,29 @@ def test_a_provider_without_routing_runs_only_the_synthetic_one():
     assert make_problem(Plain(), {}, 4, "float32", "cpu", 0, None, None, rt.Routing().to_dict()) == ("problem", 4)
     with pytest.raises(ValueError, match="fused shared expert"):
         make_problem(Plain(), {}, 4, "float32", "cpu", 0, None, None, {"shared": 1})
+
+
+class RulingProvider(FloorProvider):
+    """A provider whose engine would not read an entry with BLOCK_SIZE_M below 32 (as vLLM's compiled
+    WNA16 kernel refuses some entries: ``VllmProvider.config_allowed``); it records what was timed."""
+
+    def __init__(self, floors):
+        super().__init__(floors)
+        self.timed = []
+
+    def config_allowed(self, p, cfg):
+        return int(cfg["BLOCK_SIZE_M"]) >= 32
+
+    def gemm_fn(self, p, kind, cfg):
+        self.timed.append(dict(cfg))
+        return super().gemm_fn(p, kind, cfg)
+
+
+@pytest.mark.parametrize("space", ["full", "fast"])
+def test_the_search_never_picks_or_times_what_the_provider_rules_out(space):
+    prov = RulingProvider(_floors(M=64))
+    free = search(Evaluator(FloorProvider(_floors(M=64)), None, GpuLikeTimer()), space, 64, 8, 2, H200_SMEM, 2)
+    r = search(Evaluator(prov, None, GpuLikeTimer()), space, 64, 8, 2, H200_SMEM, 2)
+    assert min(free["up"]["BLOCK_SIZE_M"], free["down"]["BLOCK_SIZE_M"]) < 32  # the rule changes the answer
+    assert r["up"]["BLOCK_SIZE_M"] >= 32 and r["down"]["BLOCK_SIZE_M"] >= 32
+    assert prov.timed and all(c["BLOCK_SIZE_M"] >= 32 for c in prov.timed)

@@ -124,3 +124,30 @@ def test_unsupported_formats_are_refused(provider):
     from remote.engines.vllm.provider import VllmUnavailable
     with pytest.raises(VllmUnavailable, match="int8_w8a8"):
         provider.make_problem(SHAPE, 1, "float16", "cpu", 0, quant=dict(dtype="int8_w8a8", per_channel=True))
+
+
+def test_the_compiled_wna16_kernels_checks_hold_every_key_it_can_reach(provider):
+    """int4 with a group of 32/64/128: vLLM runs the compiled moe_wna16_gemm when M x top-k <= 6 E
+    (should_moe_wna16_use_cuda) with the closest key's entry, and that kernel refuses entries its
+    checks fail (csrc/moe/moe_wna16.cu; the stand-in makes them). So the tuner may write at such keys,
+    and at the first key above them (up to twice the bound), only entries the kernel runs."""
+    from remote.engines.vllm.provider import compiled_wna16_refusal
+
+    g64 = WEIGHT_ONLY[1]
+    bad_k = dict(CFG, BLOCK_SIZE_K=32)  # half a group of 64
+    p = provider.make_problem(SHAPE, 1, "float16", "cpu", 7, quant=g64)  # 2 pairs over 8 experts: compiled
+    with pytest.raises(RuntimeError, match="moe_wna16_gemm refuses"):
+        provider.check(p, bad_k)
+    assert provider.check(p, CFG) < 2e-2
+    assert compiled_wna16_refusal(bad_k, 64, (128, 64)) == "BLOCK_SIZE_K 32 is not 1, 2, 4 or 8 groups of 64"
+    assert compiled_wna16_refusal(dict(CFG, BLOCK_SIZE_M=128), 64, (128, 64)) == "BLOCK_SIZE_M 128 > 64"
+    assert compiled_wna16_refusal(dict(CFG, BLOCK_SIZE_K=128), 64, (128, 64)) == \
+        "K 64 is not divisible by BLOCK_SIZE_K 128"
+    for M, held in ((1, True), (24, True), (48, True), (49, False), (256, False)):  # bound 6 E / top-k = 24
+        p = provider.make_problem(SHAPE, M, "float16", "cpu", 0, quant=g64, empty_weights=True)
+        assert provider.config_allowed(p, CFG)
+        assert provider.config_allowed(p, bad_k) is not held, M
+    # int8 groups and per-channel int8 never run the compiled kernel
+    for q in (WEIGHT_ONLY[2], WEIGHT_ONLY[3]):
+        p = provider.make_problem(SHAPE, 1, "float16", "cpu", 0, quant=q, empty_weights=True)
+        assert provider.config_allowed(p, bad_k)

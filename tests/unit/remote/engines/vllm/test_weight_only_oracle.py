@@ -211,3 +211,28 @@ def test_the_provider_runs_each_releases_kernel(release, quant):
         assert configs == {32: dict(cfg, **prov.file_entry(quant))}
     finally:
         prov.close()
+
+
+@pytest.mark.parametrize("version", ORACLE_RELEASES)
+def test_the_compiled_wna16_kernels_reach_is_the_releases(version):
+    """When vLLM runs int4 weight-only MoE with its compiled moe_wna16_gemm instead of Triton: the
+    release's own ``should_moe_wna16_use_cuda`` (fused_moe.py) against the bound the tuner holds file
+    entries to (``VllmProvider.config_allowed``)."""
+    from types import SimpleNamespace
+
+    from remote.engines.vllm.provider import WNA16_CUDA_GROUPS, WNA16_CUDA_PAIRS_PER_EXPERT
+
+    fn = _function(_tree(version, "vllm/model_executor/layers/fused_moe/fused_moe.py"), "should_moe_wna16_use_cuda")
+    ns = {"envs": SimpleNamespace(VLLM_BATCH_INVARIANT=False),
+          "current_platform": SimpleNamespace(is_cuda=lambda: True)}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), f"vllm {version} fused_moe.py", "exec"), ns)
+    real = ns["should_moe_wna16_use_cuda"]
+    for E in (8, 60, 128, 257):
+        for topk in (2, 4, 8):
+            for M in (1, 2, 3, 4, 6, 8, 12, 16, 24, 48, 90, 91, 96, 192, 200, 400):
+                for group in (0, 32, 64, 128, 256):
+                    for bit in (4, 8):
+                        ours = (bit == 4 and group in WNA16_CUDA_GROUPS
+                                and M * topk <= WNA16_CUDA_PAIRS_PER_EXPERT * E)
+                        assert real(num_valid_tokens=M * topk, group_size=group, num_experts=E, bit=bit) == ours, \
+                            (version, E, topk, M, group, bit)
