@@ -224,7 +224,9 @@ def test_tune_into_the_units_tuned_folder_and_roll_back_byte_identical(testbed_f
     h.wait_http("/health")
     before = h.sh(f"sha256sum /srv/vllm-moe/{NAME}").stdout.split()[0]
     units = h.file_tree_hash("/etc/systemd/system")
-    inv = inventory(bed, tmp_path / "hosts.yaml", orch_bench_tool="vllm")
+    # the benchmarks' numbers are not what this case checks: vllm bench serve's own start-up per level
+    # makes the stand-in's throughput follow the machine's load, so the regression rule is set out of reach
+    inv = inventory(bed, tmp_path / "hosts.yaml", orch_bench_tool="vllm", orch_regression_threshold=95)
     pid = _main_pid(h)
     check = orch("tune", str(inv), "--check", "--json", state_dir=tmp_path / "check")
     assert check.returncode == 0, check.stderr[-6000:]

@@ -26,7 +26,7 @@ import re
 
 from ..records import MoeLogLine, MoeLogReport, RunnerLine
 from .lookup import parse_line
-from .runner import parse_backend_line
+from .runner import backend_flag, parse_backend_line
 
 #: what opens a start in the log (either form of ``log_version_and_model``)
 START_MARKERS = ("vLLM server version ",)
@@ -73,7 +73,8 @@ def role_of(path: str) -> str:
 def parse_moe_log(text: str) -> MoeLogReport:
     """One start's log as a :class:`~remote.engines.records.MoeLogReport`: each lookup line (loaded:
     ``wanted`` and ``used`` the path read; default: ``wanted`` the first path tried), the backend
-    lines as runner lines, ``ready`` for :data:`READY_LINE`."""
+    lines as runner lines and the last one's ``--moe-backend`` value as ``start_runner``
+    (:func:`~remote.engines.vllm.runner.backend_flag`), ``ready`` for :data:`READY_LINE`."""
     rep = MoeLogReport()
     for raw in text.splitlines():
         line = raw.strip()
@@ -88,6 +89,8 @@ def parse_moe_log(text: str) -> MoeLogReport:
         backend = parse_backend_line(line)
         if backend is not None:
             rep.runner_lines.append(RunnerLine(backend["backend"], "oracle", line))
+            # the backend this start resolved to, as its --moe-backend value (what a runner trial compares)
+            rep.start_runner = backend_flag(backend["backend"])
         if READY_LINE in line:
             rep.ready = True
     return rep

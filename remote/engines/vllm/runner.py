@@ -121,6 +121,20 @@ def parse_backend_line(line: str) -> dict | None:
             "reads_triton_files": backend in TRITON_LOG_VALUES}
 
 
+#: log names of backends whose ``--moe-backend`` value is not the name lower-cased with ``_`` for
+#: spaces (``oracle/fp8.py`` ``Fp8MoeBackend``: ``DEEPGEMM`` is ``deep_gemm``, ``VLLM_CUTLASS`` ``cutlass``)
+_FLAG_OF_LOG = {"deepgemm": "deep_gemm", "vllm_cutlass": "cutlass"}
+
+
+def backend_flag(log_name: str) -> str | None:
+    """The ``--moe-backend`` value of a backend as a ``Using <backend> ... MoE backend`` line names it
+    (``TRITON`` -> ``triton``, ``FlashInfer CUTLASS``/``FLASHINFER_CUTLASS`` -> ``flashinfer_cutlass``);
+    None for one that is no :data:`BACKEND_CHOICES` value (``ROCm AITER``, ``BATCHED_DEEPGEMM``, ...)."""
+    norm = log_name.strip("'").strip().lower().replace(" ", "_")
+    norm = _FLAG_OF_LOG.get(norm, norm)
+    return norm if norm in BACKEND_CHOICES else None
+
+
 # --------------------------------------------------------------------------- the Engine's view
 
 #: ``--moe-backend`` choices of 0.32.0-0.34.0 (``vllm/config/kernel.py`` ``MoEBackend``) a CUDA trial

@@ -207,7 +207,14 @@ def test_the_log_model():
     assert text[ENGINE.last_start_at(text):] == new and ENGINE.last_start_at("nothing") == -1
     rep = ENGINE.parse_log(new)
     assert rep.ready and rep.default == [f"/t/{NAME}"] and rep.overall == "default"
-    assert rep.runner_lines[0].runner == "TRITON"
+    assert rep.runner_lines[0].runner == "TRITON" and rep.start_runner == "triton"
+    # what a runner trial compares with the --moe-backend it set (the log names the backend its own way)
+    fi = ENGINE.parse_log("INFO [unquantized.py:1] Using FlashInfer CUTLASS Unquantized MoE backend out of potential "
+                          "backends: ['TRITON', 'BATCHED_TRITON', 'FlashInfer TRTLLM', 'FlashInfer CUTLASS'].\n")
+    assert fi.start_runner == "flashinfer_cutlass" and ENGINE.parse_log(old).start_runner is None
+    from remote.engines.vllm.runner import backend_flag
+    assert [backend_flag(n) for n in ("FLASHINFER_TRTLLM", "DEEPGEMM", "VLLM_CUTLASS", "'TRITON'", "ROCm AITER")] == [
+        "flashinfer_trtllm", "deep_gemm", "cutlass", "triton", None]
     assert ENGINE.verify_loaded(rep, [f"/t/{NAME}"]) == [
         f"log does not show 'Using configuration from /t/{NAME} for MoE layer.'",
         f"server used vLLM's default MoE config; not found: /t/{NAME}"]

@@ -16,6 +16,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import ast
 import json
+import re
 import logging
 import os
 from pathlib import Path
@@ -299,3 +300,21 @@ def test_default_config_the_provider_times_is_vllms(release):
     assert prov.default_config(p) == want
     assert prov.file_name(p, "NVIDIA H200") == fm.get_config_file_name(8, 64, None, None)
     prov.close()
+
+
+@pytest.mark.parametrize("release", ORACLE_RELEASES, indirect=False, ids=str)
+def test_every_cuda_backend_the_log_names_maps_to_its_moe_backend_value(release):
+    """``runner.backend_flag``: the names the releases' backend enums log (``oracle/unquantized.py``,
+    ``oracle/fp8.py``) that orch maps, and the ``--moe-backend`` values they map to, are the release's."""
+    from remote.engines.vllm.runner import backend_flag
+
+    root = source_tree(release) / "vllm/model_executor/layers/fused_moe/oracle"
+    logged = set()
+    for name in ("unquantized.py", "fp8.py"):
+        logged |= set(re.findall(r'^\s+[A-Z0-9_]+ = "([^"]+)"', (root / name).read_text(), re.M))
+    kernel = (source_tree(release) / "vllm/config/kernel.py").read_text()
+    for want, log_name in (("triton", "TRITON"), ("flashinfer_cutlass", "FlashInfer CUTLASS"),
+                           ("flashinfer_trtllm", "FlashInfer TRTLLM"), ("flashinfer_cutlass", "FLASHINFER_CUTLASS"),
+                           ("deep_gemm", "DEEPGEMM"), ("cutlass", "VLLM_CUTLASS"), ("marlin", "MARLIN")):
+        assert log_name in logged, (release, log_name)
+        assert backend_flag(log_name) == want and f'"{want}"' in kernel, (release, log_name, want)
