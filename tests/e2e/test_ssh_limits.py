@@ -20,7 +20,7 @@ from orchestrator.connection import ConnectError, HostUnreachable, handshake
 from orchestrator.connection.route import resolve_route
 from orchestrator.connection.ssh import SSHConnection
 from tests.e2e.ssh_fleet import sshd_log
-from tests.waiting import CEILING_S
+from tests.waiting import CEILING_S, wait_until
 
 pytestmark = pytest.mark.testbed
 
@@ -60,6 +60,11 @@ def _at_once(fns) -> list:
 def test_many_logins_at_once_past_max_startups(testbed_factory, monkeypatch):
     bed = testbed_factory(1, host_options=LIMITS)
     h = bed.hosts[0]
+    def sshd_processes() -> int:
+        """sshd's processes on the host (the listener, and a child per connection: sshd, sshd-session)."""
+        return int((h.sh("pgrep -c sshd", check=False).stdout.split() or ["0"])[0])
+
+    idle = sshd_processes()  # the listener alone: no login yet
 
     # no bound, no retry (the code before issue 21): sshd drops logins and orch reports them lost
     monkeypatch.setattr(handshake, "HANDSHAKE_ATTEMPTS", 1)
@@ -72,6 +77,10 @@ def test_many_logins_at_once_past_max_startups(testbed_factory, monkeypatch):
     assert "past MaxStartups" in sshd_log(h)  # sshd's word for it (it logs the first drop of a burst)
     for c in conns:
         c.close()
+    # sshd counts a connection against MaxStartups until its child for it has exited: the next wave
+    # starts when the burst's children are gone (on a loaded machine they outlive the clients' close)
+    wait_until(lambda: sshd_processes() <= idle, "sshd's children of the first burst to exit",
+               progress=[sshd_processes])
 
     # one handshake in flight at a time (still no retry): sshd never has 2 unauthenticated, none dropped
     conns = [_conn(bed, h, max_handshakes=1) for _ in range(CROWD)]
