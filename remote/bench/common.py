@@ -42,6 +42,17 @@ LEVEL_EXTRA_NAMES = ("max_concurrency", "failed", "timed_out", "valid")
 MAX_FAILURE_FRACTION = 0.01
 
 
+def judge_tool_level(level: dict, num_prompts: int, rc: int | None) -> dict:
+    """Set ``failure_rate`` and ``valid`` of one level an engine's own client measured (``level`` has
+    ``completed``, ``failed`` and ``timed_out``; ``rc``: the client's exit status, None when it ran out
+    of time): valid when the client exited 0, completed a request and left at most
+    :data:`MAX_FAILURE_FRACTION` of ``num_prompts`` failed or timed out. Returns ``level``."""
+    bad = level["failed"] + level["timed_out"]
+    level["failure_rate"] = bad / num_prompts
+    level["valid"] = rc == 0 and (level["completed"] or 0) > 0 and bad <= MAX_FAILURE_FRACTION * num_prompts
+    return level
+
+
 @dataclass
 class Target:
     """Where requests go: parsed from ``--url`` (``http://host:port[/prefix]``)."""

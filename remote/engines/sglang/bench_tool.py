@@ -35,7 +35,7 @@ import tempfile
 from typing import Any
 
 from ...protocol import PayloadError, log, progress
-from ...bench.common import MAX_FAILURE_FRACTION, default_num_prompts, parse_url
+from ...bench.common import default_num_prompts, judge_tool_level, parse_url
 
 #: Names orch reports (remote.bench.common.METRIC_NAMES) <- alternative names seen in
 #: bench_serving outputs (older SGLang builds, vLLM). The first present wins.
@@ -228,9 +228,7 @@ def run_sglang(
             done = level["completed"] or 0
             level["failed"] = max(0, n - done) if rc is not None else 0
             level["timed_out"] = max(0, n - done) if rc is None else 0
-            bad = level["failed"] + level["timed_out"]
-            level["failure_rate"] = bad / n
-            level["valid"] = rc == 0 and done > 0 and bad <= MAX_FAILURE_FRACTION * n
+            judge_tool_level(level, n, rc)
             level["errors"] = errors
             results.append(level)
             progress(li + 1, len(levels), "bench", max_concurrency=conc, completed=done,

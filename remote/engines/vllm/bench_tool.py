@@ -56,7 +56,7 @@ import sys
 import tempfile
 from typing import Any
 
-from ...bench.common import MAX_FAILURE_FRACTION, default_num_prompts, parse_url
+from ...bench.common import default_num_prompts, judge_tool_level, parse_url
 from ...protocol import PayloadError, log, progress
 from .http import COMPLETIONS_PATH
 
@@ -305,9 +305,7 @@ def run_vllm(
             else:
                 level["failed"] = max(n - done, reported or 0, 0)
                 level["timed_out"] = 0
-            bad = level["failed"] + level["timed_out"]
-            level["failure_rate"] = bad / n
-            level["valid"] = rc == 0 and done > 0 and bad <= MAX_FAILURE_FRACTION * n
+            judge_tool_level(level, n, rc)
             level["errors"] = errors
             results.append(level)
             progress(li + 1, len(levels), "bench", max_concurrency=conc, completed=done,
