@@ -158,7 +158,7 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit,
     play = Play("find multi-node servers", "all",
                 [Task("Connect", "connect", {}), Task("Read the unit", "unit_facts", {"name": "{{ service }}"})])
     units: dict[str, tuple[str, ServerArgs, None]] = {}
-    broken: list[BaseException] = []
+    broken: dict[str, BaseException] = {}
 
     def capture(event: str, **fields) -> None:
         data = fields.get("data") or {}
@@ -170,7 +170,7 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit,
                 err = RuntimeError(f"internal error: {fields['host']}'s unit record does not read back "
                                    f"({type(exc).__name__}: {exc})")
                 err.__cause__ = exc
-                broken.append(err)
+                broken[fields["host"]] = err
 
     # its connections stay open for the play (options.connections): a run logs in once per host
     quiet = RunOptions(run_id=options.run_id, run_dir=options.run_dir, check=True,
@@ -181,8 +181,9 @@ def find_servers(hosts: list, hostvars, options: RunOptions, emit,
     recaps = Engine(TASKS, quiet, _Quiet(), capture).run_play(play, hosts, hostvars, forks=forks)
     if broken:
         # a unit record this pass cannot read is orch's own fault, not the host's: grouping without it
-        # would silently tune a multi-node server one rank at a time
-        raise broken[0]
+        # would silently tune a multi-node server one rank at a time. The hosts' tasks run in parallel
+        # (forks), so the error named is the first in the run's host order, not the first to finish.
+        raise next(broken[h.name] for h in hosts if h.name in broken)
     found = group_servers({h.name: units[h.name] for h in hosts if h.name in units})
     if found:
         emit("multi_node_servers", servers={n: g.to_dict() for n, g in found.items()})
