@@ -60,7 +60,7 @@ def setup(args) -> dict:
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"
         from tests.vllm_releases import NEWEST, source_tree
-        src = source_tree(NEWEST)
+        src = Path(args.vllm_src) if args.vllm_src else source_tree(NEWEST)
     else:
         src = Path(args.vllm_src)
         check_triton(src, args.allow_triton_mismatch)
@@ -75,6 +75,10 @@ def setup(args) -> dict:
         [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     info = vs.install(src)
     vs.fused_moe_module(src)
+    # the carried tree has no compiled ops (vllm/_C*.so): the stand-ins above take their place, so the
+    # engine's on-disk check of them (VllmEngine.provider_missing) is answered for this process
+    from remote.engines.vllm.engine import ENGINE
+    ENGINE.provider_missing = lambda: None
     return {"src": str(src), "standins": info}
 
 
@@ -100,13 +104,16 @@ def check_triton(src: Path, allow: bool) -> None:
 
 def tune(shape: dict, quant, dtype: str, Ms: list, device: str) -> dict:
     """The tuner's fast search on vLLM's kernel (``tune_on_device``); ``{M: result}``."""
+    from remote.protocol import DEFAULT_TUNE_BUDGET_S
     from remote.tuning.tuner.driver import tune_on_device
     from remote.tuning.tuner.events import Done, Error, Fatal
 
     spec = dict(shape=shape, dtype=dtype, space="smoke" if device == "cpu" else "fast", provider="vllm", seed=0,
                 dtype_selector=quant["dtype"] if quant else None,
                 block_shape=quant["block_shape"] if quant else None, quant=quant, shipped=None, check=True,
-                compile_mode="auto", screen="adaptive")
+                compile_mode="auto", screen="adaptive",
+                # orch tune's default GPU-timing budget per GPU (remote.tuning.command --budget)
+                budget_s=None if device == "cpu" else DEFAULT_TUNE_BUDGET_S)
     out, errors = {}, {}
 
     def emit(ev):

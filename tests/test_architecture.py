@@ -62,6 +62,9 @@ BENCH_MAY_IMPORT = {
     "remote.tuning.kernel.reference": "the float64 reference the kernels are checked against",
     "remote.tuning.providers.builtin": "the builtin provider: what the tuner times",
     "remote.engines.sglang.provider": "SGLang's kernel, as the sglang provider drives it",
+    "remote.engines.vllm.engine": "vLLM's engine, whose on-disk check of compiled ops the vLLM bench answers "
+                                  "(its compiled ops are stand-ins there)",
+    "remote.protocol": "orch tune's default GPU-timing budget (DEFAULT_TUNE_BUDGET_S)",
     "remote.tuning.tuner.space": "the search spaces and their pruning",
     "remote.tuning.tuner.search": "the search, run below the tune command",
     "remote.tuning.tuner.timing": "the GPU timer",

@@ -1,4 +1,5 @@
-"""What both benchmark clients share: metric names, the validity rule, ``--url`` and prompt counts.
+"""What both benchmark clients share: metric names, the validity rule, ``--url``, prompt counts, and
+how an engine's own client process is run (:func:`run_client`).
 
 :mod:`remote.bench.builtin` (orch's client), :mod:`remote.engines.sglang.bench_tool` (SGLang's
 ``bench_serving``) and :mod:`remote.engines.vllm.bench_tool` (``vllm bench serve``) report levels
@@ -9,8 +10,13 @@ Standard library only.
 
 from __future__ import annotations
 
+import ctypes
 import http.client
 import json
+import os
+import signal
+import subprocess
+import threading
 import urllib.parse
 from dataclasses import dataclass
 
@@ -111,3 +117,78 @@ def server_version(target: Target, timeout: float = 10.0) -> str | None:
 def default_num_prompts(concurrency: int) -> int:
     """Prompts per level when --num-prompts is not given: max(5 * C, 10) (steady state)."""
     return max(5 * concurrency, 10)
+
+
+#: Linux prctl(2) option: the signal a process gets when its parent dies (``PR_SET_PDEATHSIG``)
+_PR_SET_PDEATHSIG = 1
+#: the payload's ending signals that also end a running client (SIGKILL is the kernel's, below)
+_END_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def _die_with_parent(parent: int):
+    """The child side of :func:`run_client` (``preexec_fn``): SIGKILL when the payload dies."""
+    def arm() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # not Linux: the signal handlers below still end it
+            return
+        if os.getppid() != parent:  # the payload died between fork and prctl
+            os._exit(1)
+    return arm
+
+
+def run_client(cmd: list[str], timeout: float, keep: int) -> tuple[int | None, str]:
+    """Run an engine's own benchmark client (``sglang.bench_serving``, ``vllm bench serve``) for one
+    concurrency level and wait for it: ``(exit status, None when killed at ``timeout`` s; the last
+    ``keep`` characters of its stdout and stderr)``.
+
+    The client runs in a session of its own, so the timeout kills all it started (its process group).
+    It also ends with the payload, so that a cancelled run or a lost link stops the load on the
+    server instead of leaving it running until the level's timeout:
+
+    - SIGTERM, SIGHUP or SIGINT to the payload while the client runs (what ``orch`` sends on Ctrl-C
+      through the ``timeout`` wrapper, :mod:`orchestrator.payload.client`) kills the client's process
+      group with SIGKILL, then the signal takes its earlier course in the payload;
+    - the payload's death by any signal, SIGKILL included, kills the client (Linux ``prctl(2)``
+      ``PR_SET_PDEATHSIG``, set in the client before it runs its program);
+    - an exception while waiting (an output pipe gone with the SSH link) kills the group too.
+
+    Signal handlers are only set from the main thread (Python's rule); elsewhere the other two hold.
+    """
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+
+    def kill_group() -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    old: dict[int, object] = {}
+
+    def on_signal(sig, frame) -> None:
+        kill_group()
+        # the payload's own handling of the signal, as if the client had not been running
+        signal.signal(sig, old.pop(sig, signal.SIG_DFL))
+        os.kill(os.getpid(), sig)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in _END_SIGNALS:
+            old[sig] = signal.signal(sig, on_signal)
+    rc: int | None
+    try:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            kill_group()
+            out, _ = proc.communicate(timeout=30)
+            rc = None
+    except BaseException:
+        kill_group()
+        raise
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return rc, (out or b"").decode("utf-8", "replace")[-keep:]

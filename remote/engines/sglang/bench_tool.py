@@ -28,14 +28,12 @@ import importlib.util
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 from typing import Any
 
 from ...protocol import PayloadError, log, progress
-from ...bench.common import default_num_prompts, judge_tool_level, parse_url
+from ...bench.common import default_num_prompts, judge_tool_level, parse_url, run_client
 
 #: Names orch reports (remote.bench.common.METRIC_NAMES) <- alternative names seen in
 #: bench_serving outputs (older SGLang builds, vLLM). The first present wins.
@@ -162,26 +160,6 @@ def build_command(
     return cmd
 
 
-def _run_bounded(cmd: list[str], timeout: float) -> tuple[int | None, str]:
-    """Run ``cmd`` in its own process group; kill the group after ``timeout`` s.
-
-    Returns (exit status or None on timeout, last 2000 characters of stdout+stderr).
-    """
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        rc: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate(timeout=30)
-        rc = None
-    return rc, (out or b"").decode("utf-8", "replace")[-2000:]
-
-
 def run_sglang(
     url: str,
     levels: list[int],
@@ -210,7 +188,7 @@ def run_sglang(
             n = num_prompts if num_prompts is not None else default_num_prompts(conc)
             out_file = os.path.join(tmp, f"level-{li}.jsonl")
             cmd = build_command(url, conc, input_len, output_len, n, seed + li, out_file, model, api, python)
-            rc, tail = _run_bounded(cmd, level_timeout + STARTUP_ALLOWANCE_S)
+            rc, tail = run_client(cmd, level_timeout + STARTUP_ALLOWANCE_S, 2000)
             level: dict[str, Any] = {"max_concurrency": conc, "num_prompts": n}
             errors: list[str] = []
             try:

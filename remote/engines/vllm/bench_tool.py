@@ -50,13 +50,11 @@ import json
 import math
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 from typing import Any
 
-from ...bench.common import default_num_prompts, judge_tool_level, parse_url
+from ...bench.common import default_num_prompts, judge_tool_level, parse_url, run_client
 from ...protocol import PayloadError, log, progress
 from .http import COMPLETIONS_PATH
 
@@ -219,25 +217,6 @@ def build_command(url: str, conc: int, input_len: int, output_len: int, num_prom
     return cmd
 
 
-def _run_bounded(cmd: list[str], timeout: float) -> tuple[int | None, str]:
-    """Run ``cmd`` in its own process group; kill the group after ``timeout`` s.
-
-    Returns (exit status, None on timeout; its stdout and stderr, the last 64 KiB)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        rc: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate(timeout=30)
-        rc = None
-    return rc, (out or b"").decode("utf-8", "replace")[-65536:]
-
-
 def _read_level(path: str, output: str) -> tuple[dict[str, Any], list[str]]:
     """The level's metrics from the result JSON at ``path``, else from the summary in ``output``;
     with the reasons a source was not used."""
@@ -289,7 +268,7 @@ def run_vllm(
             n = num_prompts if num_prompts is not None else default_num_prompts(conc)
             name = f"level-{li}.json"
             cmd = build_command(url, conc, input_len, output_len, n, seed + li, tmp, name, model, python)
-            rc, output = _run_bounded(cmd, level_timeout + STARTUP_ALLOWANCE_S)
+            rc, output = run_client(cmd, level_timeout + STARTUP_ALLOWANCE_S, 65536)
             metrics, errors = _read_level(os.path.join(tmp, name), output)
             if rc is None:
                 errors.append(f"vllm bench serve ran past {level_timeout + STARTUP_ALLOWANCE_S:.0f} s")
