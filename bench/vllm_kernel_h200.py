@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -161,6 +162,34 @@ def compare(shape, quant, dtype, Ms, sets: dict, device: str, rounds: int) -> li
     return rows
 
 
+def compare_fresh(name, shape, quant, dtype, Ms, sets, device, rounds, args) -> list:
+    """:func:`compare` in a child process of its own with an empty Triton cache, as a server starts:
+    every config is compiled there by Triton's JIT on the launch, nothing reaches it from the tune's
+    process or its compile workers."""
+    job = Path(args.out) / f"compare_{name}.json"
+    job.write_text(json.dumps(dict(shape=shape, quant=quant, dtype=dtype, Ms=Ms, sets=sets, device=device,
+                                   rounds=rounds)))
+    cache = Path(args.out) / f"triton_cache_compare_{name}"
+    shutil.rmtree(cache, ignore_errors=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--compare-job", str(job), "--out", args.out]
+    cmd += (["--smoke"] if args.smoke else []) + (["--vllm-src", args.vllm_src] if args.vllm_src else [])
+    say(f"  compare in a fresh process (Triton cache {cache})")
+    # the child installs the stand-ins itself (setup); the stand-in site on PYTHONPATH is for compile workers
+    site = str(Path(args.out) / "standin_site")
+    path = os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != site)
+    subprocess.run(cmd, env=dict(os.environ, TRITON_CACHE_DIR=str(cache), PYTHONPATH=path), check=False)
+    out = job.with_suffix(".rows.json")
+    return json.loads(out.read_text()) if out.is_file() else []
+
+
+def run_compare_job(path: str) -> int:
+    """The child of :func:`compare_fresh`: runs :func:`compare` and writes its rows beside the job."""
+    job = json.loads(Path(path).read_text())
+    rows = compare(job["shape"], job["quant"], job["dtype"], job["Ms"], job["sets"], job["device"], job["rounds"])
+    Path(path).with_suffix(".rows.json").write_text(json.dumps(rows))
+    return 0
+
+
 def run_shape(name, args, ctx, res):
     import torch
 
@@ -208,8 +237,11 @@ def run_shape(name, args, ctx, res):
         (d / fname).write_text(dumps(cfg))
         sets[set_name] = str(d)
     prov.close()
-    rows = compare(shape, quant, dtype, [M for M in Ms if M in tuned["results"]] or Ms, sets, device,
-                   1 if args.smoke else 5)
+    cmp_Ms = [M for M in Ms if M in tuned["results"]] or Ms
+    if args.fresh_compare:
+        rows = compare_fresh(name, shape, quant, dtype, cmp_Ms, sets, device, 1 if args.smoke else 5, args)
+    else:
+        rows = compare(shape, quant, dtype, cmp_Ms, sets, device, 1 if args.smoke else 5)
     verdict = []
     for r in rows:
         o = r.get("orch")
@@ -237,9 +269,14 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=420)
     ap.add_argument("--allow-triton-mismatch", action="store_true",
                     help="run a release whose required Triton is not the installed one")
+    ap.add_argument("--fresh-compare", action="store_true",
+                    help="time the sets in a fresh process with an empty Triton cache (as a server compiles them)")
+    ap.add_argument("--compare-job", help=argparse.SUPPRESS)
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     ctx = setup(args)
+    if args.compare_job:
+        return run_compare_job(args.compare_job)
     import torch
     import triton
     res = {"env": {"torch": torch.__version__, "triton": triton.__version__,

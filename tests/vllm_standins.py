@@ -113,6 +113,8 @@ OP_STANDINS = {
     "scaled_int8_quant": "vLLM's CUDA int8 quantization of activations (per-token, symmetric); torch, amax / 127",
     "per_token_group_quant_fp8": "CPU only: vLLM's Triton group quantization under the interpreter casts fp32 "
                                  "to fp8 wrongly; torch, same scales (amax / 448, eps 1e-10)",
+    "per_token_group_fp8_quant": "GPU: vLLM's CUDA group quantization (torch.ops._C), which per_token_group_quant_fp8 "
+                                 "calls on CUDA; vLLM's own Triton fallback kernels of that function",
 }
 
 _state: dict = {}
@@ -373,7 +375,38 @@ def _register_torch_ops() -> list:
         lib.define(f"{name}(Tensor(a!) out, Tensor input) -> ()")
         lib.impl(name, (lambda g: lambda out, x: (_sg._gated(x, out, g), None)[1])(gelu), "CompositeExplicitAutograd")
         done.append(f"torch.ops._C.{name}")
+    if not hasattr(torch.ops._C, "per_token_group_fp8_quant"):
+        if lib is None:
+            lib = torch.library.Library("_C", "FRAGMENT")
+            _LIBS.append(lib)
+        # the schema vLLM's fp8_utils.per_token_group_quant_fp8 calls on CUDA (0.26.0: input, output_q,
+        # output_s, group_size, eps, fp8_min, fp8_max, scale_ue8m0, column-major scales, TMA-aligned scales)
+        lib.define("per_token_group_fp8_quant(Tensor input, Tensor(a!) output_q, Tensor(b!) output_s, int group_size, "
+                   "float eps, float fp8_min, float fp8_max, bool scale_ue8m0, bool column_major, bool tma_aligned) -> ()")
+        lib.impl("per_token_group_fp8_quant", per_token_group_fp8_quant_op, "CompositeExplicitAutograd")
+        done.append("torch.ops._C.per_token_group_fp8_quant")
     return done
+
+
+def per_token_group_fp8_quant_op(x, x_q, x_s, group_size, eps, fp8_min, fp8_max, use_ue8m0, column_major,
+                                 tma_aligned) -> None:
+    """Stand-in for vLLM's CUDA ``per_token_group_fp8_quant`` (``torch.ops._C``), which
+    ``per_token_group_quant_fp8`` calls on CUDA for a contiguous input: vLLM's own Triton fallback
+    kernels of the same function (``_per_token_group_quant_fp8`` / ``_colmajor``), launched as that
+    function's fallback launches them; outputs written in place."""
+    import triton
+
+    from vllm.model_executor.layers.quantization.utils import fp8_utils as fu
+
+    rows = x.numel() // group_size
+    block = triton.next_power_of_2(group_size)
+    meta = dict(fp8_min=fp8_min, fp8_max=fp8_max, use_ue8m0=use_ue8m0, BLOCK=block,
+                num_warps=min(max(block // 256, 1), 8), num_stages=1)
+    if column_major:
+        fu._per_token_group_quant_fp8_colmajor[(rows,)](x, x_q, x_s, group_size, x.shape[1], x.stride(0),
+                                                       x_s.stride(1), eps, **meta)
+    else:
+        fu._per_token_group_quant_fp8[(rows,)](x, x_q, x_s, group_size, x.shape[1], x.stride(0), eps, **meta)
 
 
 def _ops_module() -> types.ModuleType:
