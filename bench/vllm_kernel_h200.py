@@ -190,6 +190,72 @@ def run_compare_job(path: str) -> int:
     return 0
 
 
+def probe_compile(args, ctx, res) -> None:
+    """Whether vLLM's own configs compile in a fresh process (``--probe-compile``): for the bf16 shape,
+    vLLM's default config and its shipped file at each of ``--probe-ms`` (one launch each, in this
+    order), then once more the first of them that compiled, which shows whether an earlier failed
+    compile leaves this process unable to compile a config it compiled before."""
+    import torch  # noqa: F401 (CUDA context first, as a server)
+
+    from remote.engines.vllm.lookup import dumps
+    from remote.engines.vllm.provider import VllmProvider
+
+    shape, quant = SHAPES["bf16"]
+    device = "cpu" if args.smoke else "cuda:0"
+    dtype = "float16" if args.smoke else "bfloat16"
+    if args.smoke:
+        shape = SMOKE_SHAPE
+    Ms = [int(x) for x in args.probe_ms.split(",")]
+    prov = VllmProvider()
+    p0 = prov.make_problem(shape, 1, dtype, device, 0)
+    fname = prov.file_name(p0, "NVIDIA H200")
+    root = Path(args.out) / "probe_sets"
+    shutil.rmtree(root, ignore_errors=True)
+    sets = {}
+    for set_name in ("default", "shipped"):
+        d = root / set_name
+        d.mkdir(parents=True)
+        if set_name == "default":
+            (d / fname).write_text(dumps({str(M): prov.default_config(prov.make_problem(shape, M, dtype, device, 0,
+                                                                                       p0.weights)) for M in Ms}))
+        else:
+            shipped = Path(ctx["src"]) / "vllm/model_executor/layers/fused_moe/configs" / fname
+            if not shipped.is_file():
+                continue
+            shutil.copyfile(shipped, d / fname)
+        sets[set_name] = str(d)
+    rows, first_ok = [], None
+    for M in Ms:
+        p = prov.make_problem(shape, M, dtype, device, 7, p0.weights)
+        for set_name, folder in sets.items():
+            try:
+                prov.dir_fn(p, folder)()
+                rows.append({"M": M, "set": set_name, "ok": True})
+                first_ok = first_ok or (M, set_name)
+            except Exception as exc:  # noqa: BLE001 - the row records it
+                rows.append({"M": M, "set": set_name, "ok": False,
+                             "error": f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"})
+            say(f"  probe M={M:<5} {set_name:8s} {'ok' if rows[-1]['ok'] else rows[-1]['error']}")
+    again = None
+    if first_ok and any(not r["ok"] for r in rows):
+        # the same config again, at another M of the same kernel specialisation is not enough: clear
+        # Triton's in-memory kernel cache so the launch compiles once more
+        M, set_name = first_ok
+        fm = prov.k.fm
+        for obj in vars(fm).values():
+            cache = getattr(obj, "device_caches", None)
+            if isinstance(cache, dict):
+                cache.clear()
+        try:
+            prov.dir_fn(prov.make_problem(shape, M, dtype, device, 8, p0.weights), sets[set_name])()
+            again = {"M": M, "set": set_name, "ok": True}
+        except Exception as exc:  # noqa: BLE001
+            again = {"M": M, "set": set_name, "ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        say(f"  again after the failures: M={M} {set_name}: {again}")
+    prov.close()
+    res["probe_compile"] = {"rows": rows, "again": again}
+
+
 def run_shape(name, args, ctx, res):
     import torch
 
@@ -272,6 +338,9 @@ def main() -> int:
     ap.add_argument("--fresh-compare", action="store_true",
                     help="time the sets in a fresh process with an empty Triton cache (as a server compiles them)")
     ap.add_argument("--compare-job", help=argparse.SUPPRESS)
+    ap.add_argument("--probe-compile", action="store_true",
+                    help="only: do vLLM's default and shipped bf16 configs compile here, at --probe-ms")
+    ap.add_argument("--probe-ms", default="8,256,512,1024,2048,4096")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     ctx = setup(args)
@@ -283,6 +352,10 @@ def main() -> int:
                    "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                    "vllm": ctx["standins"]["release"], "standins": ctx["standins"]}}
     say("ENV", json.dumps(res["env"]))
+    if args.probe_compile:
+        probe_compile(args, ctx, res)
+        (Path(args.out) / "vllm_kernel_h200.json").write_text(json.dumps(res, indent=1, default=str))
+        return 0
     for name in args.shapes.split(","):
         if time.time() - T0 > args.budget_s * 0.5 and not args.smoke:
             say(f"skip {name}: budget")

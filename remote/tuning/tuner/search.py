@@ -277,8 +277,12 @@ class Evaluator:
 
         if self.compiler is not None and (kind != "joint" or self._joint_gemm):
             # compile in parallel; time each config as soon as its binary is ready, while the
-            # others still compile (a failed ahead-of-time compile is only logged: the launch
-            # below retries in this process and decides whether the candidate is skipped)
+            # others still compile. A worker's failure that Triton's compiler itself raised
+            # (compiler_refused) skips the candidate: compiling it again here would meet the same
+            # failure in the timing process, and Triton 3.3-3.6's RemoveLayoutConversions failure
+            # on vLLM's fused_moe_kernel (triton-lang/triton#9809) left the process unable to
+            # compile configs it compiled before (H200, vLLM 0.26.0, docs/benchmarks.md 4.6). Any
+            # other failure (the worker's own environment) is only logged: the launch retries here.
             import concurrent.futures as cf
             send = [k for k in todo if k in must or not self._floor_why(kind, uniq[k])]
             futs = self.compiler.submit(((kind, uniq[k]) for k in send), M=getattr(self.p, "M", None))
@@ -288,6 +292,11 @@ class Evaluator:
             for f in _waited(cf.as_completed(by_fut), self.compiler):
                 key = by_fut[f]
                 err = self.compiler.wait((kind, key), f)
+                if err and compiler_refused(err):
+                    self.cache[(kind, key, pname)] = None
+                    self.failed += 1
+                    self.log(f"skip {kind} {sp.from_key(key)}: the compile worker's Triton refused it: {err}", "debug")
+                    continue
                 if err:
                     self.log(f"precompile {kind} {sp.from_key(key)} failed: {err}", "debug")
                 run(key)
@@ -324,6 +333,20 @@ class Evaluator:
             self.cache[ck] = None
             self.failed += 1
             self.log(f"skip {kind} {cfg}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
+
+
+#: what a compile worker's error text starts with or holds when Triton's compiler refused the kernel
+#: (its MLIR pass pipeline, ``triton.compiler.errors.CompilationError`` and subclasses), as opposed to
+#: a failure of the worker itself
+COMPILER_REFUSALS = ("PassManager::run failed", "CompilationError", "CompileTimeAssertionFailure",
+                     "UnsupportedLanguageConstruct")
+
+
+def compiler_refused(err: str) -> bool:
+    """Whether a compile worker's error text ``err`` (``"ExcType: message"``, as the providers'
+    ``compile_one`` return it) is Triton's compiler refusing the kernel: the same compile in the timing
+    process would fail the same way (:data:`COMPILER_REFUSALS`)."""
+    return any(mark in err for mark in COMPILER_REFUSALS)
 
 
 def _waited(futures, compiler):

@@ -479,3 +479,61 @@ def test_time_blocked_on_compile_workers_is_counted_as_compile():
     assert len(out) == 2
     assert comp.seconds >= 0.25  # the blocked time, counted once
     comp.pool.shutdown()
+
+
+class _RefusingCompiler:
+    """Compile workers whose Triton refuses every config with BLOCK_SIZE_K 128 (the error text a
+    provider's ``compile_one`` returns for Triton 3.6's pass failure) and whose own environment fails
+    every config with GROUP_SIZE_M 32 (an error that is not the compiler's)."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def submit(self, jobs, M=None):
+        import concurrent.futures as cf
+        out = {}
+        for kind, c in jobs:
+            f = cf.Future()
+            if c["BLOCK_SIZE_K"] == 128:
+                f.set_result((False, "RuntimeError: PassManager::run failed"))
+            elif c["GROUP_SIZE_M"] == 32:
+                f.set_result((False, "ModuleNotFoundError: No module named 'x'"))
+            else:
+                f.set_result((True, ""))
+            out[(kind, sp.cfg_key(c))] = f
+        return out
+
+    def wait(self, key, fut):
+        ok, err = fut.result()
+        return None if ok else err
+
+
+def test_a_config_the_workers_triton_refused_is_never_compiled_in_the_timing_process():
+    launched = []
+
+    class Prov(FakeProvider):
+        def gemm_fn(self, p, kind, cfg):
+            def fn():
+                launched.append(sp.cfg_key(cfg))
+                if cfg["BLOCK_SIZE_K"] == 128:  # the timing process would fail the same way
+                    raise RuntimeError("PassManager::run failed")
+                return cost(kind, cfg)
+            return fn
+
+    logs = []
+    ev = Evaluator(Prov(), None, FakeTimer(), compiler=_RefusingCompiler(),
+                   log=lambda m, lvl="info": logs.append(m))
+    r = search(ev, "fast", 4096, 128, 8, H200_SMEM, 2)
+    assert launched and not [k for k in launched if k[2] == 128]
+    assert r["up"]["BLOCK_SIZE_K"] != 128 and r["down"]["BLOCK_SIZE_K"] != 128
+    assert r["failed"] > 0 and any("Triton refused it" in m for m in logs)
+    # a worker failure of its own (not Triton's compiler) is retried by the launch here
+    assert [k for k in launched if k[3] == 32]
+
+
+def test_compiler_refused_reads_the_compile_workers_error_text():
+    from remote.tuning.tuner.search import compiler_refused
+    assert compiler_refused("RuntimeError: PassManager::run failed")
+    assert compiler_refused("CompilationError: at 12:4: ...")
+    assert not compiler_refused("OutOfResources: out of resource: shared memory")
+    assert not compiler_refused("BrokenProcessPool: a worker died")

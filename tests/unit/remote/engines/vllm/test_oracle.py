@@ -48,13 +48,19 @@ def release(request):
 def gpu(monkeypatch):
     import sys
 
-    def set_name(name):
-        monkeypatch.setenv("ORCH_STANDIN_GPU_NAME", name)
+    def clear_cached_name():
         pu = sys.modules.get("vllm.utils.platform_utils")
         clear = getattr(getattr(pu, "get_device_name_as_file_name", None), "cache_clear", None)
         if clear:  # vLLM caches the device name per process (a server sees one GPU kind)
             clear()
-    return set_name
+
+    def set_name(name):
+        monkeypatch.setenv("ORCH_STANDIN_GPU_NAME", name)
+        clear_cached_name()
+    yield set_name
+    # the release's modules outlive this test (the release fixture is shared): a later test of the
+    # same worker must not read this test's GPU name from vLLM's cache
+    clear_cached_name()
 
 
 @pytest.mark.parametrize("device", DEVICES)
