@@ -103,15 +103,18 @@ def check_triton(src: Path, allow: bool) -> None:
         sys.exit(2)
 
 
-def tune(shape: dict, quant, dtype: str, Ms: list, device: str) -> dict:
-    """The tuner's fast search on vLLM's kernel (``tune_on_device``); ``{M: result}``."""
+def tune(shape: dict, quant, dtype: str, Ms: list, device: str, shipped: dict | None = None) -> dict:
+    """The tuner's fast search on vLLM's kernel (``tune_on_device``); ``{M: result}``. ``shipped``:
+    the entries of the file vLLM reads for this shape (``{M: config}``), the second opinion's
+    baseline as ``orch tune`` gives it (remote.tuning.command: the file the lookup found)."""
     from remote.protocol import DEFAULT_TUNE_BUDGET_S
     from remote.tuning.tuner.driver import tune_on_device
     from remote.tuning.tuner.events import Done, Error, Fatal
 
     spec = dict(shape=shape, dtype=dtype, space="smoke" if device == "cpu" else "fast", provider="vllm", seed=0,
                 dtype_selector=quant["dtype"] if quant else None,
-                block_shape=quant["block_shape"] if quant else None, quant=quant, shipped=None, check=True,
+                block_shape=quant["block_shape"] if quant else None, quant=quant,
+                shipped={"up": shipped, "down": None} if shipped else None, check=True,
                 compile_mode="auto", screen="adaptive",
                 # orch tune's default GPU-timing budget per GPU (remote.tuning.command --budget)
                 budget_s=None if device == "cpu" else DEFAULT_TUNE_BUDGET_S)
@@ -278,7 +281,7 @@ def run_shape(name, args, ctx, res):
     say(f"\n== {name}: {json.dumps(shape)} quant={quant and quant['block_shape']} file {fname} "
         f"(vLLM ships it: {shipped.is_file()})")
     t = time.time()
-    tuned = tune(shape, quant, dtype, Ms, device)
+    tuned = tune(shape, quant, dtype, Ms, device, json.loads(shipped.read_text()) if shipped.is_file() else None)
     tune_s = round(time.time() - t, 1)
     say(f"  tune: {tune_s} s, {len(tuned['results'])} of {len(Ms)} batch sizes")
     root = Path(args.out) / f"sets_{name}"
