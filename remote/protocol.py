@@ -87,6 +87,12 @@ def parent_run(run_id: str) -> str:
     return run_id
 
 
+#: the ``detail`` of the ``not_found`` error a command raises for a run that has no manifest (the run
+#: changed nothing: an install writes its manifest before its first change); the controller reads this,
+#: never the message (remote.host.fs.load_manifest)
+NO_MANIFEST = {"missing": "manifest"}
+
+
 class PayloadError(Exception):
     """An error reported to the controller as an ``error`` line.
 

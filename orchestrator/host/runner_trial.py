@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from remote.engines import Engine, engine_named
+from remote.protocol import NO_MANIFEST
 
 from ..engine.results import Cancelled, TaskFailed
 from ..payload.client import PayloadFailed
@@ -415,7 +416,7 @@ def restore_triton_files(ctx) -> list[dict]:
     except PayloadFailed as exc:
         # no manifest: the install was refused before its first write (it writes the manifest
         # first), so the sub-run changed nothing to put back
-        if exc.data.get("kind") != "not_found" or "no manifest" not in str(exc):
+        if exc.data.get("kind") != "not_found" or exc.data.get("detail") != NO_MANIFEST:
             raise
         data = {"files": []}
     ctx.run.sub_runs.remove(sub)

@@ -28,7 +28,7 @@ import stat
 import tempfile
 from typing import Any
 
-from ..protocol import PayloadError, is_run_id
+from ..protocol import NO_MANIFEST, PayloadError, is_run_id
 
 #: Default state folder on a host (docs/protocol.md).
 DEFAULT_STATE_DIR = "/var/lib/orch"
@@ -216,11 +216,12 @@ def manifest_path(state_dir: str, run_id: str) -> str:
 
 
 def load_manifest(state_dir: str, run_id: str) -> dict:
-    """The manifest of ``run_id``; raises ``PayloadError('not_found')`` when there is none."""
+    """The manifest of ``run_id``; raises ``PayloadError('not_found')`` when there is none, with
+    ``detail`` :data:`remote.protocol.NO_MANIFEST` (what a controller reads, never the message)."""
     path = manifest_path(state_dir, run_id)
     data = read_json(path)
     if data is None:
-        raise PayloadError("not_found", f"no manifest for run {run_id} ({path})")
+        raise PayloadError("not_found", f"no manifest for run {run_id} ({path})", detail=dict(NO_MANIFEST))
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise PayloadError("runtime", f"malformed manifest {path}")
     return data

@@ -257,12 +257,25 @@ def test_restoring_a_triton_sub_run_whose_install_wrote_nothing_is_a_no_op():
     from orchestrator.host.runner_trial import restore_triton_files
     from orchestrator.payload.client import PayloadFailed
 
+    from remote.host.fs import load_manifest
+    from remote.protocol import PayloadError
+
     def missing(*a, **k):
-        raise PayloadFailed("restore", "not_found", "no manifest for run R.triton (/var/lib/orch/runs/R.triton/"
-                                                    "manifest.json)")
+        # what the payload's restore reports for a run without a manifest (its error line's detail)
+        try:
+            load_manifest("/nonexistent-state-dir", "R.triton")
+        except PayloadError as err:
+            raise PayloadFailed("restore", err.kind, err.msg, detail=err.detail) from None
 
     ctx = _trial_ctx(None, call=missing)
     assert restore_triton_files(ctx) == [] and ctx.run.sub_runs == []
+
+    def other_not_found(*a, **k):  # the message alone does not make it "nothing to put back"
+        raise PayloadFailed("restore", "not_found", "no manifest for run R.triton, backup missing")
+
+    ctx = _trial_ctx(None, call=other_not_found)
+    with pytest.raises(PayloadFailed, match="backup missing"):
+        restore_triton_files(ctx)
 
     def broken(*a, **k):
         raise PayloadFailed("restore", "runtime", "backup of /x damaged")

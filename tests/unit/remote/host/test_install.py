@@ -501,3 +501,15 @@ def test_extra_fields_are_the_engines(env):
     assert snapshot(env["dest"]) is None
     m = inst.install(req(env, [(name, text)], extra_fields=["SPLIT_K"]))
     assert m["status"] == "installed" and (env["dest"] / name).read_text() == text
+
+
+def test_restore_of_a_run_without_a_manifest_says_so_in_its_error_lines_detail(tmp_path):
+    """The controller tells "the run changed nothing" from other failures by the error line's detail
+    (remote.protocol.NO_MANIFEST), never by its message (orchestrator.host.runner_trial)."""
+    from remote.protocol import NO_MANIFEST
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    p = subprocess.run([sys.executable, "-m", "remote", "restore", "--run-id", "R1.triton", "--state-dir",
+                        str(tmp_path)], cwd=root, capture_output=True, text=True)
+    line = json.loads(p.stdout.strip().splitlines()[-1])
+    assert p.returncode == 2 and line["type"] == "error" and line["kind"] == "not_found"
+    assert line["detail"] == NO_MANIFEST
