@@ -88,16 +88,21 @@ def triton_verdict(weight_format: str | None, block_shape=None, capability: tupl
         if capability == (9, 0):
             return None, ("fp8 block [128,128] on SM90 with EP: FlashInfer CUTLASS comes first where FlashInfer "
                           "is installed; the server's 'Using ... Fp8 MoE backend' line decides")
+    if capability is None and weight_format in ("int8_w8a8", "int4_w4a16", "int8_w8a16"):
+        # which kernel runs depends on the GPU (below): without its capability orch cannot say, and a
+        # guess of "Triton" could stop a unit whose kernel reads no Triton file
+        return None, (f"{method or weight_format}: the kernel vLLM picks depends on the GPU's compute capability, "
+                      "which is not known here; the server's 'Using ... MoE backend' line decides")
     if weight_format == "int8_w8a8" or (weight_format == "int8_w8a16" and method == "experts_int8"):
-        if capability is not None and capability < (7, 5):
+        if capability < (7, 5):
             return False, f"{method or weight_format}: vLLM's Triton int8 experts need SM 7.5 (TritonExperts)"
         return True, f"{method or weight_format}: vLLM's Int8 priority list starts with TRITON (oracle/int8.py)"
     if weight_format in ("int4_w4a16", "int8_w8a16") and method == "moe_wna16":
-        if capability is not None and capability[0] == 9:
+        if capability[0] == 9:
             return None, ("moe_wna16 on SM90: vLLM moves Humming ahead of Marlin (prioritize_humming), so it runs "
                           "before TRITON where the optional humming package is installed; the server's "
                           "'Using ... WNA16 MoE backend' line decides")
-        if capability is not None and capability[0] >= 10:
+        if capability[0] >= 10:
             return None, ("moe_wna16 from SM100 on: FlashInfer TRT-LLM comes first where it takes the checkpoint; "
                           "the server's 'Using ... WNA16 MoE backend' line decides")
         return True, ("moe_wna16: Marlin refuses the MoeWNA16 layout, so vLLM's WNA16 list reaches TRITON "

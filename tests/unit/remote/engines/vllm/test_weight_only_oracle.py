@@ -236,3 +236,15 @@ def test_the_compiled_wna16_kernels_reach_is_the_releases(version):
                                 and M * topk <= WNA16_CUDA_PAIRS_PER_EXPERT * E)
                         assert real(num_valid_tokens=M * topk, group_size=group, num_experts=E, bit=bit) == ours, \
                             (version, E, topk, M, group, bit)
+
+
+@pytest.mark.parametrize("fmt,method", [("int4_w4a16", "moe_wna16"), ("int8_w8a16", "moe_wna16"),
+                                        ("int8_w8a8", None), ("int8_w8a16", "experts_int8")])
+def test_a_weight_only_or_int8_unit_on_an_unknown_gpu_is_undecided(fmt, method):
+    """Without the GPU's capability the weight-only and int8 kernels vLLM picks are not known (on SM90
+    Humming comes before Triton for moe_wna16, from SM100 FlashInfer TRT-LLM): the verdict is None,
+    which leaves the unit running unless its log says Triton (orchestrator.tasks.probe), never True."""
+    reads, why = runner.triton_verdict(fmt, [0, 128] if method == "moe_wna16" else None, None, method=method)
+    assert reads is None and "compute capability" in why
+    # a known pre-Hopper GPU keeps the rule's answer
+    assert runner.triton_verdict(fmt, [0, 128] if method == "moe_wna16" else None, (8, 0), method=method)[0] is True
