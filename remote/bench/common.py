@@ -126,13 +126,16 @@ _END_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 def _die_with_parent(parent: int):
-    """The child side of :func:`run_client` (``preexec_fn``): SIGKILL when the payload dies."""
+    """The child side of :func:`run_client` (``preexec_fn``): SIGKILL when the payload dies. ``prctl`` is
+    looked up here, in the parent: the child, between fork and exec, only calls it (loading a library
+    there could wait forever on a lock another thread of the parent held at the fork)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the signal handlers below still end it
+        return None
+
     def arm() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):  # not Linux: the signal handlers below still end it
-            return
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the payload died between fork and prctl
             os._exit(1)
     return arm
@@ -149,7 +152,8 @@ def run_client(cmd: list[str], timeout: float, keep: int) -> tuple[int | None, s
 
     - SIGTERM, SIGHUP or SIGINT to the payload while the client runs (what ``orch`` sends on Ctrl-C
       through the ``timeout`` wrapper, :mod:`orchestrator.payload.client`) kills the client's process
-      group with SIGKILL, then the signal takes its earlier course in the payload;
+      group with SIGKILL, then the signal takes its earlier course in the payload (a signal the payload
+      ignores stays ignored and leaves the client running);
     - the payload's death by any signal, SIGKILL included, kills the client (Linux ``prctl(2)``
       ``PR_SET_PDEATHSIG``, set in the client before it runs its program);
     - an exception while waiting (an output pipe gone with the SSH link) kills the group too.
@@ -170,12 +174,18 @@ def run_client(cmd: list[str], timeout: float, keep: int) -> tuple[int | None, s
     def on_signal(sig, frame) -> None:
         kill_group()
         # the payload's own handling of the signal, as if the client had not been running
-        signal.signal(sig, old.pop(sig, signal.SIG_DFL))
+        signal.signal(sig, old[sig])
         os.kill(os.getpid(), sig)
 
     if threading.current_thread() is threading.main_thread():
         for sig in _END_SIGNALS:
-            old[sig] = signal.signal(sig, on_signal)
+            before = signal.getsignal(sig)
+            # an ignored signal stays ignored (nohup, a background job's SIGINT); a handler set outside
+            # Python (None) cannot be put back, so it is left alone as well
+            if before is signal.SIG_IGN or before is None:
+                continue
+            old[sig] = before
+            signal.signal(sig, on_signal)
     rc: int | None
     try:
         try:

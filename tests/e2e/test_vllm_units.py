@@ -173,7 +173,10 @@ def test_tune_a_vllm_unit_rerun_doctor_and_rollback(testbed_factory, tmp_path):
     h.wait_http("/health")
     package = h.file_tree_hash("/srv/vllm")
     units = h.file_tree_hash("/etc/systemd/system")
-    inv = inventory(bed, tmp_path / "hosts.yaml")
+    # the regression rule out of reach: the stand-in's throughput follows the machine's load (CI saw
+    # -64.5% between the two benchmarks of one run on a loaded 2-core machine); this case is about
+    # the tune, the re-run, doctor and rollback, and the regression rule has tests of its own
+    inv = inventory(bed, tmp_path / "hosts.yaml", orch_regression_threshold=95)
     state = tmp_path / "state"
 
     proc = orch("tune", str(inv), "--json", state_dir=state)

@@ -42,6 +42,20 @@ def _run_target(target: str, kind: str, cfg: dict, args: dict):
     return _resolve(target)(kind, cfg, **args)
 
 
+#: what a compile worker's error text starts with or holds when Triton's compiler refused the kernel
+#: for the kernel's own IR (its MLIR pass pipeline; a ``static_assert`` of the kernel), whatever process
+#: compiles it; not ``CompilationError`` in general, which also wraps a Python error of the worker's own
+#: module globals (a failure of the worker, which the timing process may not have)
+COMPILER_REFUSALS = ("PassManager::run failed", "CompileTimeAssertionFailure")
+
+
+def compiler_refused(err: str) -> bool:
+    """Whether a compile worker's error text ``err`` (``"ExcType: message"``, as the providers'
+    ``compile_one`` return it) is Triton's compiler refusing the kernel: the same compile in the timing
+    process would fail the same way (:data:`COMPILER_REFUSALS`)."""
+    return any(mark in err for mark in COMPILER_REFUSALS)
+
+
 class Compiler:
     """A pool of spawned processes compiling (kind, cfg) jobs for one shape.
 
@@ -135,6 +149,22 @@ class Compiler:
             return err
         return None
 
+    def refused(self, kind: str, cfg: dict, M: int | None = None) -> str | None:
+        """The error text of a finished compile of ``(kind, cfg)`` (at ``M`` when ``per_batch``) that
+        Triton's compiler refused (:func:`compiler_refused`), else None (not sent, still running,
+        compiled, or failed otherwise). Never waits."""
+        from .space import cfg_key
+        key = (kind, cfg_key(cfg))
+        err = self.failed.get(key)
+        fut = self._futures.get(key + ((M,) if self.per_batch else ()))
+        if err is None and fut is not None and fut.done() and not fut.cancelled():
+            try:
+                ok, text = fut.result()
+            except Exception:  # noqa: BLE001 - a broken pool is no refusal
+                return None
+            err = None if ok else text
+        return err if err and compiler_refused(err) else None
+
     def compile(self, jobs, M: int | None = None):
         """Compile ``jobs`` (iterable of ``(kind, cfg)``) in parallel and wait for all; skip
         ones done before (per batch size ``M`` when ``per_batch``). Returns
@@ -205,6 +235,7 @@ class TargetCompiler:
         self._capture = None
         self._M = None
         self._specs: dict = {}  # spec ident -> future
+        self._job_specs: dict = {}  # (kind, cfg_key) -> the spec idents its launch compiles
         self.notes: set = set()
         self._worker_fails = 0
         self._worker_oks = 0
@@ -333,11 +364,34 @@ class TargetCompiler:
                 for s in new:
                     self._specs[s.ident()] = fut
                     self._names.add(s.fn)
+            self._job_specs[(kind, cfg_key(cfg))] = [s.ident() for s in specs]
             # a job waits on the last of its compiles still under way (one GEMM launch compiles one kernel)
             pending = [f for f in (self._specs[s.ident()] for s in specs) if not f.done()]
             if pending:
                 out[(kind, cfg_key(cfg))] = pending[-1]
         return out
+
+    def refused(self, kind: str, cfg: dict, M: int | None = None) -> str | None:
+        """As :meth:`Compiler.refused`: the error text of a finished compile of one of the kernels
+        ``(kind, cfg)``'s launch compiles that Triton's compiler refused, else None. Never waits."""
+        from .space import cfg_key
+        if self._inner is not None:
+            return self._inner.refused(kind, cfg, M)
+        key = (kind, cfg_key(cfg))
+        err = self.failed.get(key)
+        if err is None:
+            for ident in self._job_specs.get(key, ()):
+                fut = self._specs.get(ident)
+                if fut is None or not fut.done() or fut.cancelled():
+                    continue
+                try:
+                    ok, text = fut.result()
+                except Exception:  # noqa: BLE001 - a broken pool is no refusal
+                    continue
+                if not ok:
+                    err = text
+                    break
+        return err if err and compiler_refused(err) else None
 
     def wait(self, key, fut) -> str | None:
         """Wait for one job of :meth:`submit`; its error text, or None."""

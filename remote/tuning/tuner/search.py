@@ -53,6 +53,7 @@ import math
 import time
 
 from . import space as sp
+from .compile import compiler_refused
 from .floor import SLOW_CALL_US, SLOW_REPLAY_US, Budget
 
 FULL_PROTOCOL = dict(n_calls=10, reps=10)
@@ -197,6 +198,13 @@ class Evaluator:
         proto = CPU_PROTOCOL if self.cpu else FULL_PROTOCOL
         samples: dict = {pr: [] for pr in pairs}
         protos = {pr: proto if self.cpu else self._pair_protocol(pr) for pr in pairs}
+        for pr in pairs:
+            kinds = ("joint", "joint") if "joint" in self.kinds else ("up", "down")
+            why = next((w for w in (self.refused(k, sp.from_key(c)) for k, c in zip(kinds, pr)) if w), None)
+            if why:
+                samples[pr] = None
+                self.failed += 1
+                self.log(f"skip whole {pr}: the compile worker's Triton refused it: {why}", "debug")
         for _ in range(1 if self.cpu else max(1, rounds)):
             for pr in pairs:
                 if samples[pr] is None:
@@ -312,9 +320,21 @@ class Evaluator:
                 out[key] = v
         return out
 
+    def refused(self, kind: str, cfg: dict) -> str | None:
+        """Why ``(kind, cfg)`` must not be launched in this process: the compile workers' Triton
+        refused it (``compiler.refused``; comment in :meth:`measure`), else None."""
+        fn = getattr(self.compiler, "refused", None)
+        return fn(kind, cfg, getattr(self.p, "M", None)) if fn is not None else None
+
     def _time(self, kind, key, cfg, protocol, pname):
         ck = (kind, key, pname)
         if ck in self.cache:
+            return
+        why = self.refused(kind, cfg)
+        if why:
+            self.cache[ck] = None
+            self.failed += 1
+            self.log(f"skip {kind} {cfg}: the compile worker's Triton refused it: {why}", "debug")
             return
         proto = self._protocol_for(kind, key, protocol)
         if protocol.get("replay_us") and self.bounded and not self.cpu:  # a screening measurement
@@ -333,20 +353,6 @@ class Evaluator:
             self.cache[ck] = None
             self.failed += 1
             self.log(f"skip {kind} {cfg}: {type(exc).__name__}: {str(exc)[:200]}", "debug")
-
-
-#: what a compile worker's error text starts with or holds when Triton's compiler refused the kernel
-#: (its MLIR pass pipeline, ``triton.compiler.errors.CompilationError`` and subclasses), as opposed to
-#: a failure of the worker itself
-COMPILER_REFUSALS = ("PassManager::run failed", "CompilationError", "CompileTimeAssertionFailure",
-                     "UnsupportedLanguageConstruct")
-
-
-def compiler_refused(err: str) -> bool:
-    """Whether a compile worker's error text ``err`` (``"ExcType: message"``, as the providers'
-    ``compile_one`` return it) is Triton's compiler refusing the kernel: the same compile in the timing
-    process would fail the same way (:data:`COMPILER_REFUSALS`)."""
-    return any(mark in err for mark in COMPILER_REFUSALS)
 
 
 def _waited(futures, compiler):

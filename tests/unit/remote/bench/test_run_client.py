@@ -21,12 +21,19 @@ from tests.waiting import files_state, process_ended, wait_until
 ROOT = Path(__file__).resolve().parents[4]
 
 PAYLOAD = textwrap.dedent("""
-    import sys
+    import signal, sys
     sys.path.insert(0, sys.argv[1])
     from remote.bench.common import run_client
+    # the payload's own dispositions, whatever the test run inherited (nohup, a background job)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     pidfile = sys.argv[2]
+    # the client starts a child of its own (as a client's workers would) and records both pids
     client = [sys.executable, "-c",
-              "import os, sys, time; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
+              "import os, subprocess, sys, time; "
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)']); "
+              "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()} {c.pid}'); "
               "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(3600)", pidfile]
     rc, out = run_client(client, 3600, 2000)
     print("client ended", rc, flush=True)
@@ -45,31 +52,59 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _start(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+def _start(tmp_path: Path) -> tuple[subprocess.Popen, int, int]:
     pidfile = tmp_path / "client.pid"
     payload = subprocess.Popen([sys.executable, "-c", PAYLOAD, str(ROOT), str(pidfile)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until(pidfile.exists, "the client wrote its pid", alive=process_ended(payload),
                progress=[lambda: files_state(tmp_path)])
-    return payload, int(pidfile.read_text())
+    client, child = (int(x) for x in pidfile.read_text().split())
+    return payload, client, child
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL],
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT],
                          ids=lambda s: signal.Signals(s).name)
-def test_the_client_ends_with_the_payload(tmp_path, sig):
-    payload, client = _start(tmp_path)
+def test_an_ending_signal_to_the_payload_kills_the_clients_whole_group(tmp_path, sig):
+    payload, client, child = _start(tmp_path)
     try:
-        assert _alive(client)
+        assert _alive(client) and _alive(child)
         payload.send_signal(sig)
         payload.wait()
-        wait_until(lambda: not _alive(client), f"the client ended after {signal.Signals(sig).name} to the payload",
-                   progress=[lambda: _alive(client)])
-        # the payload ended by the signal, as it would have without a client (SIGINT: KeyboardInterrupt)
-        assert payload.returncode in (-sig, 1), payload.returncode
+        # the client's own child too: only the group kill of the handler reaches it (the kernel's
+        # parent-death signal goes to the direct child alone)
+        wait_until(lambda: not _alive(client) and not _alive(child),
+                   f"the client's group ended after {signal.Signals(sig).name} to the payload",
+                   progress=[lambda: (_alive(client), _alive(child))])
+        # then the payload ended by the signal as it would have without a client (SIGINT: Python's
+        # default handler's KeyboardInterrupt, uncaught, ends the process by SIGINT too)
+        assert payload.returncode == -sig, payload.returncode
     finally:
-        if _alive(client):
-            os.kill(client, signal.SIGKILL)
+        for pid in (client, child):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
         payload.kill()
+
+
+def test_the_client_dies_with_a_payload_killed_by_sigkill(tmp_path):
+    payload, client, child = _start(tmp_path)
+    try:
+        payload.kill()
+        payload.wait()
+        wait_until(lambda: not _alive(client), "the client ended after SIGKILL to the payload",
+                   progress=[lambda: _alive(client)])
+    finally:
+        for pid in (client, child):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_signal_the_payload_ignores_stays_ignored():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        rc, _ = run_client([sys.executable, "-c", "import os, signal; os.kill(os.getppid(), signal.SIGHUP)"], 600, 10)
+        assert rc == 0 and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def test_a_client_that_outlives_its_timeout_is_killed_with_its_group(tmp_path):

@@ -484,28 +484,34 @@ def test_time_blocked_on_compile_workers_is_counted_as_compile():
 class _RefusingCompiler:
     """Compile workers whose Triton refuses every config with BLOCK_SIZE_K 128 (the error text a
     provider's ``compile_one`` returns for Triton 3.6's pass failure) and whose own environment fails
-    every config with GROUP_SIZE_M 32 (an error that is not the compiler's)."""
+    every config with GROUP_SIZE_M 32 (an error that is not the compiler's). As the real compilers,
+    ``submit`` returns futures only for jobs still running: these finish at once, so it returns none,
+    and the refusals are known only through ``refused``."""
 
     def __init__(self):
         self.seconds = 0.0
+        self.sent = {}
+
+    @staticmethod
+    def _result(c):
+        if c["BLOCK_SIZE_K"] == 128:
+            return False, "RuntimeError: PassManager::run failed"
+        if c["GROUP_SIZE_M"] == 32:
+            return False, "ModuleNotFoundError: No module named 'x'"
+        return True, ""
 
     def submit(self, jobs, M=None):
-        import concurrent.futures as cf
-        out = {}
         for kind, c in jobs:
-            f = cf.Future()
-            if c["BLOCK_SIZE_K"] == 128:
-                f.set_result((False, "RuntimeError: PassManager::run failed"))
-            elif c["GROUP_SIZE_M"] == 32:
-                f.set_result((False, "ModuleNotFoundError: No module named 'x'"))
-            else:
-                f.set_result((True, ""))
-            out[(kind, sp.cfg_key(c))] = f
-        return out
+            self.sent[(kind, sp.cfg_key(c))] = self._result(c)
+        return {}
 
-    def wait(self, key, fut):
-        ok, err = fut.result()
-        return None if ok else err
+    def refused(self, kind, cfg, M=None):
+        from remote.tuning.tuner.compile import compiler_refused
+        ok, err = self.sent.get((kind, sp.cfg_key(cfg)), (True, ""))
+        return err if not ok and compiler_refused(err) else None
+
+    def wait(self, key, fut):  # never called: submit returns no future
+        raise AssertionError("no future was handed out")
 
 
 def test_a_config_the_workers_triton_refused_is_never_compiled_in_the_timing_process():
@@ -521,19 +527,38 @@ def test_a_config_the_workers_triton_refused_is_never_compiled_in_the_timing_pro
             return fn
 
     logs = []
-    ev = Evaluator(Prov(), None, FakeTimer(), compiler=_RefusingCompiler(),
-                   log=lambda m, lvl="info": logs.append(m))
+    prov = Prov()
+    comp = _RefusingCompiler()
+    ev = Evaluator(prov, None, FakeTimer(), compiler=comp, log=lambda m, lvl="info": logs.append(m))
     r = search(ev, "fast", 4096, 128, 8, H200_SMEM, 2)
     assert launched and not [k for k in launched if k[2] == 128]
+    assert not [pr for pr in prov.whole if pr[0][2] == 128 or pr[1][2] == 128]
     assert r["up"]["BLOCK_SIZE_K"] != 128 and r["down"]["BLOCK_SIZE_K"] != 128
     assert r["failed"] > 0 and any("Triton refused it" in m for m in logs)
+    assert any(k[1][2] == 128 for k in comp.sent)  # refused configs were sent, so the skip was exercised
     # a worker failure of its own (not Triton's compiler) is retried by the launch here
     assert [k for k in launched if k[3] == 32]
 
 
 def test_compiler_refused_reads_the_compile_workers_error_text():
-    from remote.tuning.tuner.search import compiler_refused
+    from remote.tuning.tuner.compile import compiler_refused
     assert compiler_refused("RuntimeError: PassManager::run failed")
-    assert compiler_refused("CompilationError: at 12:4: ...")
+    assert compiler_refused("CompileTimeAssertionFailure: at 12:4: ...")
+    # a CompilationError may wrap a Python error of the worker's own module: retried in the timing process
+    assert not compiler_refused("CompilationError: at 3:8: NameError('x is not defined')")
     assert not compiler_refused("OutOfResources: out of resource: shared memory")
     assert not compiler_refused("BrokenProcessPool: a worker died")
+
+
+def test_the_compilers_report_a_finished_refused_compile_without_waiting():
+    import concurrent.futures as cf
+    from remote.tuning.tuner.compile import Compiler
+    c = Compiler(None, "x", enabled=False, per_batch=True)
+    cfg = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=3)
+    done, running = cf.Future(), cf.Future()
+    done.set_result((False, "RuntimeError: PassManager::run failed"))
+    c._futures[("up", sp.cfg_key(cfg), 8)] = done
+    c._futures[("down", sp.cfg_key(cfg), 8)] = running
+    assert "PassManager" in c.refused("up", cfg, 8)
+    assert c.refused("up", cfg, 16) is None  # another batch size's compile is not this one's
+    assert c.refused("down", cfg, 8) is None  # still running: not known yet, and never waited for
