@@ -365,20 +365,23 @@ def _register_torch_ops() -> list:
     import torch
 
     done = []
-    lib = None
+    libs: list = []
+
+    def library():
+        if not libs:
+            libs.append(torch.library.Library("_C", "FRAGMENT"))
+            _LIBS.append(libs[0])
+        return libs[0]
+
     for name, gelu in (("silu_and_mul", False), ("gelu_and_mul", True)):
         if hasattr(torch.ops._C, name):
             continue
-        if lib is None:
-            lib = torch.library.Library("_C", "FRAGMENT")
-            _LIBS.append(lib)
+        lib = library()
         lib.define(f"{name}(Tensor(a!) out, Tensor input) -> ()")
         lib.impl(name, (lambda g: lambda out, x: (_sg._gated(x, out, g), None)[1])(gelu), "CompositeExplicitAutograd")
         done.append(f"torch.ops._C.{name}")
     if not hasattr(torch.ops._C, "per_token_group_fp8_quant"):
-        if lib is None:
-            lib = torch.library.Library("_C", "FRAGMENT")
-            _LIBS.append(lib)
+        lib = library()
         # the schema vLLM's fp8_utils.per_token_group_quant_fp8 calls on CUDA (0.26.0: input, output_q,
         # output_s, group_size, eps, fp8_min, fp8_max, scale_ue8m0, column-major scales, TMA-aligned scales)
         lib.define("per_token_group_fp8_quant(Tensor input, Tensor(a!) output_q, Tensor(b!) output_s, int group_size, "

@@ -56,6 +56,18 @@ def compiler_refused(err: str) -> bool:
     return any(mark in err for mark in COMPILER_REFUSALS)
 
 
+def _finished_error(fut) -> str | None:
+    """The error text of a compile future that has finished and failed, else None (still running,
+    cancelled, compiled, or the pool broke: no answer about the kernel). Never waits."""
+    if fut is None or not fut.done() or fut.cancelled():
+        return None
+    try:
+        ok, text = fut.result()
+    except Exception:  # noqa: BLE001 - a broken pool is no refusal
+        return None
+    return None if ok else text
+
+
 class Compiler:
     """A pool of spawned processes compiling (kind, cfg) jobs for one shape.
 
@@ -155,14 +167,7 @@ class Compiler:
         compiled, or failed otherwise). Never waits."""
         from .space import cfg_key
         key = (kind, cfg_key(cfg))
-        err = self.failed.get(key)
-        fut = self._futures.get(key + ((M,) if self.per_batch else ()))
-        if err is None and fut is not None and fut.done() and not fut.cancelled():
-            try:
-                ok, text = fut.result()
-            except Exception:  # noqa: BLE001 - a broken pool is no refusal
-                return None
-            err = None if ok else text
+        err = self.failed.get(key) or _finished_error(self._futures.get(key + ((M,) if self.per_batch else ())))
         return err if err and compiler_refused(err) else None
 
     def compile(self, jobs, M: int | None = None):
@@ -378,19 +383,8 @@ class TargetCompiler:
         if self._inner is not None:
             return self._inner.refused(kind, cfg, M)
         key = (kind, cfg_key(cfg))
-        err = self.failed.get(key)
-        if err is None:
-            for ident in self._job_specs.get(key, ()):
-                fut = self._specs.get(ident)
-                if fut is None or not fut.done() or fut.cancelled():
-                    continue
-                try:
-                    ok, text = fut.result()
-                except Exception:  # noqa: BLE001 - a broken pool is no refusal
-                    continue
-                if not ok:
-                    err = text
-                    break
+        err = self.failed.get(key) or next(
+            (e for e in (_finished_error(self._specs.get(i)) for i in self._job_specs.get(key, ())) if e), None)
         return err if err and compiler_refused(err) else None
 
     def wait(self, key, fut) -> str | None:

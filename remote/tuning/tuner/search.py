@@ -198,13 +198,12 @@ class Evaluator:
         proto = CPU_PROTOCOL if self.cpu else FULL_PROTOCOL
         samples: dict = {pr: [] for pr in pairs}
         protos = {pr: proto if self.cpu else self._pair_protocol(pr) for pr in pairs}
+        kinds = ("joint", "joint") if "joint" in self.kinds else ("up", "down")
         for pr in pairs:
-            kinds = ("joint", "joint") if "joint" in self.kinds else ("up", "down")
             why = next((w for w in (self.refused(k, sp.from_key(c)) for k, c in zip(kinds, pr)) if w), None)
             if why:
                 samples[pr] = None
-                self.failed += 1
-                self.log(f"skip whole {pr}: the compile worker's Triton refused it: {why}", "debug")
+                self._skip_refused(f"whole {pr}", why)
         for _ in range(1 if self.cpu else max(1, rounds)):
             for pr in pairs:
                 if samples[pr] is None:
@@ -289,7 +288,7 @@ class Evaluator:
             # (compiler_refused) skips the candidate: compiling it again here would meet the same
             # failure in the timing process, and Triton 3.3-3.6's RemoveLayoutConversions failure
             # on vLLM's fused_moe_kernel (triton-lang/triton#9809) left the process unable to
-            # compile configs it compiled before (H200, vLLM 0.26.0, docs/benchmarks.md 4.6). Any
+            # compile configs it compiled before (H200, vLLM 0.26.0, docs/benchmarks.md 4.9). Any
             # other failure (the worker's own environment) is only logged: the launch retries here.
             import concurrent.futures as cf
             send = [k for k in todo if k in must or not self._floor_why(kind, uniq[k])]
@@ -302,8 +301,7 @@ class Evaluator:
                 err = self.compiler.wait((kind, key), f)
                 if err and compiler_refused(err):
                     self.cache[(kind, key, pname)] = None
-                    self.failed += 1
-                    self.log(f"skip {kind} {sp.from_key(key)}: the compile worker's Triton refused it: {err}", "debug")
+                    self._skip_refused(f"{kind} {sp.from_key(key)}", err)
                     continue
                 if err:
                     self.log(f"precompile {kind} {sp.from_key(key)} failed: {err}", "debug")
@@ -326,6 +324,11 @@ class Evaluator:
         fn = getattr(self.compiler, "refused", None)
         return fn(kind, cfg, getattr(self.p, "M", None)) if fn is not None else None
 
+    def _skip_refused(self, what: str, why: str) -> None:
+        """Count and log a candidate :meth:`refused` keeps from being launched."""
+        self.failed += 1
+        self.log(f"skip {what}: the compile worker's Triton refused it: {why}", "debug")
+
     def _time(self, kind, key, cfg, protocol, pname):
         ck = (kind, key, pname)
         if ck in self.cache:
@@ -333,8 +336,7 @@ class Evaluator:
         why = self.refused(kind, cfg)
         if why:
             self.cache[ck] = None
-            self.failed += 1
-            self.log(f"skip {kind} {cfg}: the compile worker's Triton refused it: {why}", "debug")
+            self._skip_refused(f"{kind} {cfg}", why)
             return
         proto = self._protocol_for(kind, key, protocol)
         if protocol.get("replay_us") and self.bounded and not self.cpu:  # a screening measurement
